@@ -1,0 +1,1 @@
+"""sessionmem: persistent memory for coding agents."""

@@ -1,0 +1,180 @@
+"""Worker settings: defaults, then ``settings.json`` in the data dir, then the environment.
+
+Error handling:
+    A malformed ``settings.json`` or an environment value of the wrong type raises
+    :class:`SettingsError` naming the key, so ``sessionmem serve`` fails at once with
+    a clear message instead of running with a half-applied configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PORT = 37777
+DEFAULT_SKIP_TOOLS = ("TodoWrite", "AskUserQuestion", "ListMcpResourcesTool", "SlashCommand", "Skill")
+
+
+class SettingsError(ValueError):
+    """A setting could not be read; the message names the key and the source."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    data_dir: Path = Path("~/.sessionmem").expanduser()
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+
+    # Compression
+    compressor: str = "auto"  # auto | anthropic | offline
+    model: str = "claude-haiku-4-5"
+    llm_concurrency: int = 2
+    llm_timeout_s: float = 60.0
+    llm_max_attempts: int = 4
+    llm_max_tokens: int = 2048
+    llm_backoff_cap_s: float = 20.0
+
+    # Actors
+    batch_size: int = 8
+    batch_quiet_s: float = 2.0
+    idle_timeout_s: float = 300.0
+    mailbox_size: int = 256
+    max_restarts: int = 5
+    restart_window_s: float = 30.0
+    fault_injection: bool = False
+
+    # HTTP edge
+    max_body_bytes: int = 5 * 1024 * 1024
+    tool_response_cap: int = 64 * 1024
+    skip_tools: tuple[str, ...] = DEFAULT_SKIP_TOOLS
+    access_log: bool = False
+
+    # Context injection
+    context_token_budget: int = 2000
+    context_observations: int = 50
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "sessionmem.db"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "worker.log"
+
+    @property
+    def state_path(self) -> Path:
+        """Where a running worker records its pid and bound port."""
+        return self.data_dir / "worker.json"
+
+
+# Environment variable -> field. Names are the documented public interface.
+_ENV = {
+    "SESSIONMEM_DATA_DIR": "data_dir",
+    "SESSIONMEM_HOST": "host",
+    "SESSIONMEM_PORT": "port",
+    "SESSIONMEM_COMPRESSOR": "compressor",
+    "SESSIONMEM_MODEL": "model",
+    "SESSIONMEM_LLM_CONCURRENCY": "llm_concurrency",
+    "SESSIONMEM_LLM_TIMEOUT": "llm_timeout_s",
+    "SESSIONMEM_LLM_MAX_ATTEMPTS": "llm_max_attempts",
+    "SESSIONMEM_LLM_BACKOFF_CAP": "llm_backoff_cap_s",
+    "SESSIONMEM_BATCH_SIZE": "batch_size",
+    "SESSIONMEM_BATCH_QUIET": "batch_quiet_s",
+    "SESSIONMEM_IDLE_TIMEOUT": "idle_timeout_s",
+    "SESSIONMEM_MAILBOX_SIZE": "mailbox_size",
+    "SESSIONMEM_MAX_RESTARTS": "max_restarts",
+    "SESSIONMEM_RESTART_WINDOW": "restart_window_s",
+    "SESSIONMEM_FAULT_INJECTION": "fault_injection",
+    "SESSIONMEM_MAX_BODY_BYTES": "max_body_bytes",
+    "SESSIONMEM_TOOL_RESPONSE_CAP": "tool_response_cap",
+    "SESSIONMEM_SKIP_TOOLS": "skip_tools",
+    "SESSIONMEM_ACCESS_LOG": "access_log",
+    "SESSIONMEM_CONTEXT_TOKENS": "context_token_budget",
+    "SESSIONMEM_CONTEXT_OBSERVATIONS": "context_observations",
+}
+_COMPRESSORS = ("auto", "anthropic", "offline")
+
+
+def _coerce(name: str, raw: Any, source: str) -> Any:
+    field_type = {f.name: f.type for f in dataclasses.fields(Settings)}[name]
+    try:
+        if field_type == "Path":
+            return Path(str(raw)).expanduser()
+        if field_type == "bool":
+            if isinstance(raw, bool):
+                return raw
+            lowered = str(raw).strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(raw)
+        if field_type == "int":
+            if isinstance(raw, bool):
+                raise ValueError(raw)
+            return int(raw)
+        if field_type == "float":
+            return float(raw)
+        if field_type == "tuple[str, ...]":
+            if isinstance(raw, str):
+                return tuple(part.strip() for part in raw.split(",") if part.strip())
+            if isinstance(raw, list) and all(isinstance(item, str) for item in raw):
+                return tuple(raw)
+            raise ValueError(raw)
+        if not isinstance(raw, str):
+            raise ValueError(raw)
+        return raw
+    except (TypeError, ValueError):
+        raise SettingsError(f"{source}: {name} must be {field_type}, got {raw!r}") from None
+
+
+def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build settings from defaults < ``<data_dir>/settings.json`` < environment < overrides.
+
+    ``overrides`` are what the command line said (``--port``, ``--data-dir``); ``None``
+    values are ignored so callers can pass argparse results straight through.
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    data_dir_raw = overrides.get("data_dir") or env.get("SESSIONMEM_DATA_DIR") or Settings.data_dir
+    data_dir = Path(data_dir_raw).expanduser()
+
+    settings_file = data_dir / "settings.json"
+    if settings_file.exists():
+        try:
+            from_file = json.loads(settings_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise SettingsError(f"{settings_file}: cannot read settings: {exc}") from None
+        if not isinstance(from_file, dict):
+            raise SettingsError(f"{settings_file}: expected a JSON object")
+        known = {f.name for f in dataclasses.fields(Settings)}
+        for key, raw in from_file.items():
+            if key not in known:
+                raise SettingsError(f"{settings_file}: unknown setting {key!r}")
+            values[key] = _coerce(key, raw, str(settings_file))
+
+    for env_name, field_name in _ENV.items():
+        if env_name in env:
+            values[field_name] = _coerce(field_name, env[env_name], env_name)
+
+    for key, raw in overrides.items():
+        if raw is not None:
+            values[key] = _coerce(key, raw, "command line")
+    values["data_dir"] = data_dir
+
+    settings = Settings(**values)
+    if settings.compressor not in _COMPRESSORS:
+        raise SettingsError(f"compressor must be one of {', '.join(_COMPRESSORS)}, got {settings.compressor!r}")
+    if not 0 <= settings.port <= 65535:
+        raise SettingsError(f"port must be 0..65535, got {settings.port}")
+    if settings.max_restarts < 0 or settings.restart_window_s <= 0:
+        raise SettingsError("max_restarts must be >= 0 and restart_window_s > 0")
+    return settings
+
+
+def anthropic_credentials_configured(environ: dict[str, str] | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    return bool(env.get("ANTHROPIC_API_KEY") or env.get("ANTHROPIC_AUTH_TOKEN"))

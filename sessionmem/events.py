@@ -1,0 +1,79 @@
+"""The events a session goes through, as journaled and as delivered to its actor.
+
+These are the only messages a session actor receives, strictly in journal order:
+``init`` (a prompt), ``observation`` (a tool use), ``summarize`` (a Stop), ``complete``
+(a SessionEnd). They are frozen msgspec Structs in one tagged union, so the journal
+stores exactly what the actor will later receive and a replay after a crash is
+indistinguishable from live delivery.
+
+New fields must always get defaults: journals written by older versions must decode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class InitEvent(msgspec.Struct, frozen=True, tag="init", tag_field="kind", omit_defaults=True):
+    session_id: str
+    project: str
+    cwd: str = ""
+    prompt: str = ""
+    prompt_number: int = 0
+
+
+class ObservationEvent(msgspec.Struct, frozen=True, tag="observation", tag_field="kind", omit_defaults=True):
+    session_id: str
+    project: str
+    tool_name: str
+    tool_use_id: str = ""
+    tool_input: Any = None
+    tool_response: Any = None
+    cwd: str = ""
+    agent_id: str = ""
+    agent_type: str = ""
+    failed: bool = False
+    error: str = ""
+    prompt_number: int = 0
+
+
+class SummarizeEvent(msgspec.Struct, frozen=True, tag="summarize", tag_field="kind", omit_defaults=True):
+    session_id: str
+    project: str
+    last_user_message: str = ""
+    last_assistant_message: str = ""
+    prompt_number: int = 0
+
+
+class CompleteEvent(msgspec.Struct, frozen=True, tag="complete", tag_field="kind", omit_defaults=True):
+    session_id: str
+    project: str = ""
+    reason: str = ""
+
+
+Event = InitEvent | ObservationEvent | SummarizeEvent | CompleteEvent
+
+
+class Envelope(msgspec.Struct, frozen=True):
+    """A journaled event: ``event_id`` is its journal row, i.e. its arrival order."""
+
+    event_id: int
+    event: Event
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(Event)
+
+
+def encode_event(event: Event) -> bytes:
+    return _encoder.encode(event)
+
+
+def decode_event(payload: bytes) -> Event:
+    return _decoder.decode(payload)
+
+
+def event_kind(event: Event) -> str:
+    return type(event).__struct_config__.tag  # type: ignore[return-value]

@@ -1,0 +1,66 @@
+"""Removal of ``<private>`` and ``<sessionmem-context>`` spans, in linear time.
+
+Standard library only: the hooks import this on their hot path.
+
+Rules:
+- ``<private>…</private>`` and ``<sessionmem-context>…</sessionmem-context>`` are removed
+  with their content. The second tag is what the worker injects at SessionStart; removing
+  it on the way back in keeps memory from feeding on itself.
+- An opening tag without its closing tag hides everything after it (fail closed).
+- A field with more than :data:`MAX_TAGS` tags is hidden whole: nobody writes that many
+  by hand, and it bounds the work an adversarial field can cause.
+
+Each tag's next position is remembered and only searched again once the cursor has
+passed it, so the scan touches every character a bounded number of times whatever
+the input (no regular expression, no backtracking).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_TAGS = 100
+_TAGS = (("<private>", "</private>"), ("<sessionmem-context>", "</sessionmem-context>"))
+
+
+def strip_private(text: str) -> str:
+    """Return ``text`` without private or injected-context spans."""
+    if "<" not in text:
+        return text
+    next_open = [text.find(open_tag) for open_tag, _ in _TAGS]
+    if all(pos < 0 for pos in next_open):
+        return text
+
+    out: list[str] = []
+    cursor = 0
+    tags_seen = 0
+    while True:
+        candidates = [(pos, kind) for kind, pos in enumerate(next_open) if pos >= 0]
+        if not candidates:
+            out.append(text[cursor:])
+            break
+        start, kind = min(candidates)
+        tags_seen += 1
+        if tags_seen > MAX_TAGS:
+            return ""
+        open_tag, close_tag = _TAGS[kind]
+        out.append(text[cursor:start])
+        end = text.find(close_tag, start + len(open_tag))
+        if end < 0:
+            break  # unterminated: hide the rest
+        cursor = end + len(close_tag)
+        for other, pos in enumerate(next_open):
+            if 0 <= pos < cursor:
+                next_open[other] = text.find(_TAGS[other][0], cursor)
+    return "".join(out).strip()
+
+
+def strip_private_deep(value: Any) -> Any:
+    """Apply :func:`strip_private` to every string inside JSON-like data (keys included)."""
+    if isinstance(value, str):
+        return strip_private(value)
+    if isinstance(value, dict):
+        return {strip_private(str(k)): strip_private_deep(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [strip_private_deep(item) for item in value]
+    return value

@@ -1,0 +1,101 @@
+"""The narrow storage interface that actors and HTTP routes use.
+
+Everything the rest of the worker knows about persistence is on :class:`Store`.
+The SQLite backend (:mod:`sessionmem.storage.sqlite`) is the embedded default; a
+shared PostgreSQL backend (pgvector, tsvector) can implement the same protocol
+without touching actors or routes.
+
+Contract every backend keeps:
+- ``accept_*`` commit the event to the journal before returning, and call
+  ``on_commit`` (on the Trio thread, in journal order, only for events that need
+  processing) before any later-accepted event's callback.
+- ``store_*`` and ``complete_session`` write their result and mark the journal
+  event(s) done in one transaction; repeating them with the same event ids changes
+  nothing (idempotent), which makes replay after a crash exactly-once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import msgspec
+
+from sessionmem.events import CompleteEvent, Envelope, InitEvent, ObservationEvent, SummarizeEvent
+from sessionmem.records import CompressedObservation, CompressedSummary
+
+
+class InitAccepted(msgspec.Struct, frozen=True):
+    envelope: Envelope
+    session_db_id: int
+    prompt_number: int
+    skipped: bool
+    reason: str = ""
+
+
+class Accepted(msgspec.Struct, frozen=True):
+    envelope: Envelope
+    session_db_id: int
+    prompt_number: int
+    parked: bool  # the session has failed: kept in the journal, not processed
+
+
+class SessionInfo(msgspec.Struct, frozen=True):
+    db_id: int
+    claude_session_id: str
+    project: str
+    status: str
+    prompt_counter: int
+    last_prompt: str
+
+
+class SummaryInputs(msgspec.Struct, frozen=True):
+    """What a summary is made from: the session's prompts and observations so far."""
+
+    prompts: list[str]
+    observations: list[dict[str, Any]]
+
+
+class JournalCounts(msgspec.Struct, frozen=True):
+    pending: int
+    parked: int
+    done: int
+
+
+OnCommit = Callable[[Envelope], None]
+
+
+class Store(Protocol):
+    # Backends are opened by an async context manager of their own
+    # (e.g. ``open_sqlite_store``) that owns their background tasks.
+    def statistics(self) -> dict[str, Any]: ...
+
+    # -- journal (write side, used by routes)
+    async def accept_init(self, event: InitEvent, on_commit: OnCommit) -> InitAccepted: ...
+    async def accept_event(
+        self, event: ObservationEvent | SummarizeEvent | CompleteEvent, on_commit: OnCommit
+    ) -> Accepted: ...
+    async def pending_events(self) -> list[Envelope]: ...
+    async def park_session(self, claude_session_id: str, error: str) -> int: ...
+    async def unpark_session(self, claude_session_id: str) -> list[Envelope]: ...
+
+    # -- results (write side, used by session actors)
+    async def session_info(self, claude_session_id: str) -> SessionInfo | None: ...
+    async def store_observations(
+        self,
+        session: SessionInfo,
+        items: Sequence[tuple[Envelope, ObservationEvent, CompressedObservation]],
+    ) -> int: ...
+    async def store_summary(
+        self, session: SessionInfo, envelope: Envelope, summary: CompressedSummary
+    ) -> bool: ...
+    async def complete_session(self, session: SessionInfo, envelope: Envelope) -> None: ...
+    async def summary_inputs(self, session: SessionInfo) -> SummaryInputs: ...
+
+    # -- reads (used by routes)
+    async def list_sessions(self, *, project: str | None, limit: int, offset: int) -> list[dict[str, Any]]: ...
+    async def list_observations(self, *, project: str | None, limit: int, offset: int) -> list[dict[str, Any]]: ...
+    async def get_observation(self, observation_id: int) -> dict[str, Any] | None: ...
+    async def list_summaries(self, *, project: str | None, limit: int, offset: int) -> list[dict[str, Any]]: ...
+    async def session_by_db_id(self, session_db_id: int) -> dict[str, Any] | None: ...
+    async def journal_counts(self) -> JournalCounts: ...

@@ -1,0 +1,176 @@
+"""SQLite schema and its migrations, keyed on ``PRAGMA user_version``.
+
+Each entry of :data:`MIGRATIONS` moves the database from version ``i`` to ``i + 1``
+and runs in one transaction with the version bump, so a crash mid-migration leaves
+the previous version intact. Never edit a released migration: append a new one.
+"""
+
+from __future__ import annotations
+
+import apsw
+
+_V1 = """
+CREATE TABLE sessions (
+    id                INTEGER PRIMARY KEY,
+    claude_session_id TEXT NOT NULL UNIQUE,
+    project           TEXT NOT NULL,
+    cwd               TEXT,
+    first_prompt      TEXT,
+    prompt_counter    INTEGER NOT NULL DEFAULT 0,
+    status            TEXT NOT NULL DEFAULT 'initialized'
+                      CHECK (status IN ('initialized', 'active', 'completed', 'failed')),
+    failure           TEXT,
+    input_tokens      INTEGER NOT NULL DEFAULT 0,
+    output_tokens     INTEGER NOT NULL DEFAULT 0,
+    created_at        REAL NOT NULL,
+    updated_at        REAL NOT NULL,
+    completed_at      REAL
+);
+CREATE INDEX sessions_project ON sessions (project, updated_at);
+
+CREATE TABLE user_prompts (
+    id            INTEGER PRIMARY KEY,
+    session_id    INTEGER NOT NULL REFERENCES sessions (id),
+    prompt_number INTEGER NOT NULL,
+    text          TEXT NOT NULL,
+    created_at    REAL NOT NULL,
+    UNIQUE (session_id, prompt_number)
+);
+
+CREATE TABLE observations (
+    id             INTEGER PRIMARY KEY,
+    session_id     INTEGER NOT NULL REFERENCES sessions (id),
+    project        TEXT NOT NULL,
+    prompt_number  INTEGER NOT NULL,
+    event_id       INTEGER NOT NULL,
+    tool_name      TEXT NOT NULL,
+    tool_use_id    TEXT NOT NULL,
+    agent_id       TEXT,
+    agent_type     TEXT,
+    failed         INTEGER NOT NULL DEFAULT 0,
+    tool_input     TEXT,
+    tool_response  TEXT,
+    type           TEXT NOT NULL,
+    title          TEXT NOT NULL,
+    subtitle       TEXT NOT NULL DEFAULT '',
+    facts          TEXT NOT NULL DEFAULT '[]',
+    narrative      TEXT NOT NULL DEFAULT '',
+    concepts       TEXT NOT NULL DEFAULT '[]',
+    files_read     TEXT NOT NULL DEFAULT '[]',
+    files_modified TEXT NOT NULL DEFAULT '[]',
+    compressed     INTEGER NOT NULL,
+    compressor     TEXT NOT NULL,
+    model          TEXT,
+    input_tokens   INTEGER NOT NULL DEFAULT 0,
+    output_tokens  INTEGER NOT NULL DEFAULT 0,
+    created_at     REAL NOT NULL,
+    -- a replayed event must not produce a second row
+    UNIQUE (session_id, tool_use_id)
+);
+CREATE INDEX observations_project ON observations (project, id);
+
+CREATE TABLE session_summaries (
+    id            INTEGER PRIMARY KEY,
+    session_id    INTEGER NOT NULL REFERENCES sessions (id),
+    project       TEXT NOT NULL,
+    prompt_number INTEGER NOT NULL,
+    event_id      INTEGER NOT NULL UNIQUE,
+    request       TEXT NOT NULL DEFAULT '',
+    investigated  TEXT NOT NULL DEFAULT '',
+    learned       TEXT NOT NULL DEFAULT '',
+    completed     TEXT NOT NULL DEFAULT '',
+    next_steps    TEXT NOT NULL DEFAULT '',
+    notes         TEXT NOT NULL DEFAULT '',
+    compressed    INTEGER NOT NULL,
+    compressor    TEXT NOT NULL,
+    model         TEXT,
+    input_tokens  INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    created_at    REAL NOT NULL
+);
+CREATE INDEX summaries_project ON session_summaries (project, id);
+
+-- Every accepted event, committed before the HTTP reply. `id` is arrival order.
+CREATE TABLE journal (
+    id                INTEGER PRIMARY KEY,
+    claude_session_id TEXT NOT NULL,
+    kind              TEXT NOT NULL,
+    payload           BLOB NOT NULL,
+    status            TEXT NOT NULL DEFAULT 'pending'
+                      CHECK (status IN ('pending', 'done', 'parked')),
+    accepted_at       REAL NOT NULL,
+    processed_at      REAL
+);
+CREATE INDEX journal_open ON journal (status, id) WHERE status != 'done';
+CREATE INDEX journal_session ON journal (claude_session_id, id);
+
+CREATE VIRTUAL TABLE observations_fts USING fts5 (
+    title, subtitle, narrative, facts, concepts, content='observations', content_rowid='id'
+);
+CREATE TRIGGER observations_fts_ai AFTER INSERT ON observations BEGIN
+    INSERT INTO observations_fts (rowid, title, subtitle, narrative, facts, concepts)
+    VALUES (new.id, new.title, new.subtitle, new.narrative, new.facts, new.concepts);
+END;
+CREATE TRIGGER observations_fts_ad AFTER DELETE ON observations BEGIN
+    INSERT INTO observations_fts (observations_fts, rowid, title, subtitle, narrative, facts, concepts)
+    VALUES ('delete', old.id, old.title, old.subtitle, old.narrative, old.facts, old.concepts);
+END;
+CREATE TRIGGER observations_fts_au AFTER UPDATE ON observations BEGIN
+    INSERT INTO observations_fts (observations_fts, rowid, title, subtitle, narrative, facts, concepts)
+    VALUES ('delete', old.id, old.title, old.subtitle, old.narrative, old.facts, old.concepts);
+    INSERT INTO observations_fts (rowid, title, subtitle, narrative, facts, concepts)
+    VALUES (new.id, new.title, new.subtitle, new.narrative, new.facts, new.concepts);
+END;
+
+CREATE VIRTUAL TABLE summaries_fts USING fts5 (
+    request, investigated, learned, completed, next_steps, notes,
+    content='session_summaries', content_rowid='id'
+);
+CREATE TRIGGER summaries_fts_ai AFTER INSERT ON session_summaries BEGIN
+    INSERT INTO summaries_fts (rowid, request, investigated, learned, completed, next_steps, notes)
+    VALUES (new.id, new.request, new.investigated, new.learned, new.completed, new.next_steps, new.notes);
+END;
+CREATE TRIGGER summaries_fts_ad AFTER DELETE ON session_summaries BEGIN
+    INSERT INTO summaries_fts (summaries_fts, rowid, request, investigated, learned, completed, next_steps, notes)
+    VALUES ('delete', old.id, old.request, old.investigated, old.learned, old.completed, old.next_steps, old.notes);
+END;
+CREATE TRIGGER summaries_fts_au AFTER UPDATE ON session_summaries BEGIN
+    INSERT INTO summaries_fts (summaries_fts, rowid, request, investigated, learned, completed, next_steps, notes)
+    VALUES ('delete', old.id, old.request, old.investigated, old.learned, old.completed, old.next_steps, old.notes);
+    INSERT INTO summaries_fts (rowid, request, investigated, learned, completed, next_steps, notes)
+    VALUES (new.id, new.request, new.investigated, new.learned, new.completed, new.next_steps, new.notes);
+END;
+
+CREATE VIRTUAL TABLE prompts_fts USING fts5 (text, content='user_prompts', content_rowid='id');
+CREATE TRIGGER prompts_fts_ai AFTER INSERT ON user_prompts BEGIN
+    INSERT INTO prompts_fts (rowid, text) VALUES (new.id, new.text);
+END;
+CREATE TRIGGER prompts_fts_ad AFTER DELETE ON user_prompts BEGIN
+    INSERT INTO prompts_fts (prompts_fts, rowid, text) VALUES ('delete', old.id, old.text);
+END;
+CREATE TRIGGER prompts_fts_au AFTER UPDATE ON user_prompts BEGIN
+    INSERT INTO prompts_fts (prompts_fts, rowid, text) VALUES ('delete', old.id, old.text);
+    INSERT INTO prompts_fts (rowid, text) VALUES (new.id, new.text);
+END;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1,)
+
+
+def migrate(connection: apsw.Connection) -> int:
+    """Bring the database up to the newest schema; returns the resulting version.
+
+    Error handling:
+        A database newer than this code (a downgrade) raises ``RuntimeError`` rather
+        than guessing; any SQL error rolls back the step that raised it.
+    """
+    (version,) = connection.execute("PRAGMA user_version").fetchone()
+    if version > len(MIGRATIONS):
+        raise RuntimeError(
+            f"database schema version {version} is newer than this sessionmem ({len(MIGRATIONS)})"
+        )
+    for target in range(version + 1, len(MIGRATIONS) + 1):
+        with connection:
+            connection.execute(MIGRATIONS[target - 1])
+            connection.execute(f"PRAGMA user_version = {target}")
+    return len(MIGRATIONS)

@@ -1,0 +1,133 @@
+"""The single owner of the SQLite writer connection, with group commit.
+
+Callers submit a synchronous function of the connection; the writer task gathers
+every submission that is waiting, runs them all in one transaction on a worker
+thread (each inside its own savepoint, so one failing operation does not undo the
+others), commits once, then answers each caller. Under load many HTTP requests
+share one commit -- and so one fsync -- without any caller waiting on a timer.
+
+Resource handling:
+    The connection is only ever touched from the thread running the current batch,
+    serialized by a ``CapacityLimiter(1)``. :meth:`GroupCommitWriter.run` closes the
+    submission channel when it ends; a submission after that raises
+    ``trio.ClosedResourceError``.
+
+Error handling:
+    An exception raised by one operation is re-raised to its own caller only. If the
+    commit itself fails (disk full, I/O error), every caller of that batch gets the
+    exception: none of their writes happened. ``on_commit`` callbacks run on the Trio
+    thread, in submission order, only after a successful commit; they must not block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import apsw
+import trio
+
+T = TypeVar("T")
+MAX_BATCH = 512
+
+
+class _Operation(Generic[T]):
+    __slots__ = ("fn", "on_commit", "done", "result", "error")
+
+    def __init__(self, fn: Callable[[apsw.Connection], T], on_commit: Callable[[T], None] | None) -> None:
+        self.fn = fn
+        self.on_commit = on_commit
+        self.done = trio.Event()
+        self.result: T | None = None
+        self.error: BaseException | None = None
+
+
+class WriterStatistics:
+    __slots__ = ("batches", "operations", "largest_batch", "queued", "failed_commits")
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.operations = 0
+        self.largest_batch = 0
+        self.queued = 0
+        self.failed_commits = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+class GroupCommitWriter:
+    def __init__(self, connection: apsw.Connection, *, max_batch: int = MAX_BATCH) -> None:
+        self._connection = connection
+        self._max_batch = max_batch
+        self._send, self._receive = trio.open_memory_channel[_Operation[Any]](max_batch * 4)
+        self._limiter = trio.CapacityLimiter(1)
+        self._stats = WriterStatistics()
+
+    def statistics(self) -> dict[str, Any]:
+        self._stats.queued = self._send.statistics().current_buffer_used
+        return self._stats.as_dict()
+
+    async def submit(self, fn: Callable[[apsw.Connection], T], *, on_commit: Callable[[T], None] | None = None) -> T:
+        """Run ``fn(connection)`` in the next group commit and return its result once durable.
+
+        A caller cancelled while waiting does not withdraw its operation: once sent it
+        will be committed, so an accepted event is never half-written.
+        """
+        operation: _Operation[T] = _Operation(fn, on_commit)
+        await self._send.send(operation)
+        await operation.done.wait()
+        if operation.error is not None:
+            raise operation.error
+        return operation.result  # type: ignore[return-value]
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve submissions until the channel is closed by :meth:`close`."""
+        task_status.started()
+        async with self._receive:
+            async for first in self._receive:
+                batch = [first]
+                while len(batch) < self._max_batch:
+                    try:
+                        batch.append(self._receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                await self._run_batch(batch)
+
+    def close(self) -> None:
+        """Stop taking submissions; queued ones are still committed before ``run`` returns."""
+        self._send.close()
+
+    async def _run_batch(self, batch: list[_Operation[Any]]) -> None:
+        try:
+            # Shielded: a commit that started must be reported to its callers (and its
+            # on_commit run) even during shutdown, or an accepted event could go undelivered.
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._commit_batch, batch, limiter=self._limiter)
+        except Exception as exc:  # the commit failed: nothing in this batch happened
+            self._stats.failed_commits += 1
+            for operation in batch:
+                operation.error = exc
+        else:
+            self._stats.batches += 1
+            self._stats.operations += len(batch)
+            self._stats.largest_batch = max(self._stats.largest_batch, len(batch))
+            for operation in batch:
+                if operation.error is None and operation.on_commit is not None:
+                    try:
+                        operation.on_commit(operation.result)
+                    except Exception as exc:  # a broken callback must not strand other callers
+                        operation.error = exc
+        finally:
+            for operation in batch:
+                operation.done.set()
+
+    def _commit_batch(self, batch: list[_Operation[Any]]) -> None:
+        connection = self._connection
+        with connection:
+            for operation in batch:
+                try:
+                    with connection:  # savepoint: undo only this operation on failure
+                        operation.result = operation.fn(connection)
+                except Exception as exc:
+                    operation.error = exc
