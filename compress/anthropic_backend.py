@@ -1,0 +1,252 @@
+"""Compression with Claude through the official ``anthropic`` SDK.
+
+One Messages API call covers a whole batch of tool uses; the reply is XML
+(:mod:`sessionmem.compress.xml_reply`).
+
+Resource handling:
+    One ``AsyncAnthropic`` client (it honours ``ANTHROPIC_BASE_URL``) shared by all
+    actors, closed by :meth:`AnthropicCompressor.aclose`. A ``CapacityLimiter``
+    bounds concurrent calls across the whole worker, which bounds LLM cost.
+
+Error handling:
+    429, 5xx, timeouts and connection errors are retried with exponential backoff
+    (honouring ``Retry-After``) up to ``llm_max_attempts`` calls. Other API errors,
+    exhausted retries and replies that do not parse are not retried: each tool use
+    is stored as a raw observation built from its own data and marked
+    ``compressed=False`` -- never dropped. Cancellation always propagates.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import anthropic
+import msgspec
+import trio
+
+from sessionmem.compress.base import SessionContext
+from sessionmem.compress.offline import build_offline_observation, build_offline_summary
+from sessionmem.compress.xml_reply import SUMMARY_FIELDS, parse_observations, parse_summary
+from sessionmem.config import Settings
+from sessionmem.events import ObservationEvent, SummarizeEvent
+from sessionmem.records import OBSERVATION_TYPES, CompressedObservation, CompressedSummary
+from sessionmem.storage.base import SummaryInputs
+
+log = logging.getLogger(__name__)
+
+_FIELD_LIMIT = 4000  # characters of each tool input/response shown to the model
+
+OBSERVATION_SYSTEM = f"""You compress a coding agent's tool uses into observations for its long-term memory.
+For each numbered tool use, write exactly one block, in order:
+<observation index="N">
+  <type>one of: {", ".join(OBSERVATION_TYPES)}</type>
+  <title>short, specific: the file and what changed, or what was learned</title>
+  <subtitle>one line of context</subtitle>
+  <facts><fact>a concrete, self-contained fact</fact></facts>
+  <narrative>two or three sentences: what was done and why it matters</narrative>
+  <concepts><concept>how-it-works | why-it-exists | what-changed | problem-solution | gotcha | pattern | trade-off</concept></concepts>
+  <files_read><file>path</file></files_read>
+  <files_modified><file>path</file></files_modified>
+</observation>
+Reply with the blocks only."""
+
+SUMMARY_SYSTEM = """You summarize a coding agent's session for its long-term memory. Reply with exactly:
+<summary>
+  <request>what the user asked for</request>
+  <investigated>what was looked at</investigated>
+  <learned>what was learned about the code</learned>
+  <completed>what was done</completed>
+  <next_steps>what remains</next_steps>
+  <notes>anything else worth remembering</notes>
+</summary>"""
+
+
+def _shown(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    if len(text) <= _FIELD_LIMIT:
+        return text
+    half = _FIELD_LIMIT // 2
+    return f"{text[:half]}\n…[{len(text) - _FIELD_LIMIT} characters elided]…\n{text[-half:]}"
+
+
+def observation_request(context: SessionContext, events: Sequence[ObservationEvent]) -> str:
+    parts = [f"Project: {context.project}", f"User prompt: {context.prompt or '(unknown)'}", ""]
+    for number, event in enumerate(events, 1):
+        failed = ' failed="true"' if event.failed else ""
+        parts.append(f'<tool_use index="{number}" name="{event.tool_name}"{failed}>')
+        parts.append(f"<input>{_shown(event.tool_input)}</input>")
+        parts.append(f"<output>{_shown(event.error if event.failed else event.tool_response)}</output>")
+        parts.append("</tool_use>")
+    return "\n".join(parts)
+
+
+def summary_request(context: SessionContext, request: SummarizeEvent, inputs: SummaryInputs) -> str:
+    lines = [f"Project: {context.project}", "Prompts:"]
+    lines += [f"{n}. {_shown(p)}" for n, p in enumerate(inputs.prompts, 1)]
+    lines.append("Observations:")
+    lines += [f"- [{o['type']}] {o['title']}" for o in inputs.observations[-60:]]
+    if request.last_assistant_message:
+        lines.append(f"Last assistant message: {_shown(request.last_assistant_message)}")
+    return "\n".join(lines)
+
+
+class _GaveUp(Exception):
+    """The call could not be made to succeed; the caller falls back to raw observations."""
+
+
+class AnthropicCompressor:
+    name = "anthropic"
+
+    def __init__(self, settings: Settings, *, client: anthropic.AsyncAnthropic | None = None) -> None:
+        self._settings = settings
+        # SDK retries off: ours count retries and honour Retry-After with a cap.
+        self._client = client or anthropic.AsyncAnthropic(max_retries=0, timeout=settings.llm_timeout_s)
+        self._limiter = trio.CapacityLimiter(settings.llm_concurrency)
+        self._stats = {
+            "backend": self.name,
+            "model": settings.model,
+            "calls": 0,
+            "failures": 0,
+            "retries": 0,
+            "unparsed_replies": 0,
+            "raw_fallbacks": 0,
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "tool_uses": 0,
+            "in_flight": 0,
+        }
+
+    def statistics(self) -> dict[str, Any]:
+        return dict(self._stats)
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def _call(self, system: str, content: str) -> tuple[str, int, int]:
+        """One Messages API call with retries; returns (text, input tokens, output tokens)."""
+        settings = self._settings
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with self._limiter:
+                    self._stats["in_flight"] += 1
+                    self._stats["calls"] += 1
+                    try:
+                        with trio.fail_after(settings.llm_timeout_s + 5):
+                            message = await self._client.messages.create(
+                                model=settings.model,
+                                max_tokens=settings.llm_max_tokens,
+                                system=system,
+                                messages=[{"role": "user", "content": content}],
+                            )
+                    finally:
+                        self._stats["in_flight"] -= 1
+            except (anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APIConnectionError,
+                    anthropic.APIStatusError, trio.TooSlowError) as exc:
+                retryable = not isinstance(exc, anthropic.APIStatusError) or exc.status_code == 429 or exc.status_code >= 500
+                if not retryable or attempt >= settings.llm_max_attempts:
+                    self._stats["failures"] += 1
+                    log.warning("LLM call failed after %d attempt(s): %s", attempt, exc)
+                    raise _GaveUp(str(exc)) from exc
+                self._stats["retries"] += 1
+                await trio.sleep(self._backoff(exc, attempt))
+                continue
+            text = "".join(block.text for block in message.content if getattr(block, "type", "") == "text")
+            usage = message.usage
+            self._stats["input_tokens"] += usage.input_tokens
+            self._stats["output_tokens"] += usage.output_tokens
+            return text, usage.input_tokens, usage.output_tokens
+
+    def _backoff(self, exc: BaseException, attempt: int) -> float:
+        cap = self._settings.llm_backoff_cap_s
+        response = getattr(exc, "response", None)
+        if response is not None:
+            retry_after = response.headers.get("retry-after")
+            try:
+                if retry_after is not None:
+                    return min(cap, max(0.0, float(retry_after)))
+            except ValueError:
+                pass
+        return min(cap, 0.5 * 2 ** (attempt - 1)) * random.uniform(0.8, 1.2)
+
+    async def compress(self, context: SessionContext, events: Sequence[ObservationEvent]) -> list[CompressedObservation]:
+        self._stats["tool_uses"] += len(events)
+        try:
+            text, tokens_in, tokens_out = await self._call(OBSERVATION_SYSTEM, observation_request(context, events))
+        except _GaveUp:
+            return self._raw(context, events)
+        parsed = parse_observations(text)
+        by_index = {p["index"]: p for p in parsed if p["index"] is not None}
+        if not by_index and len(parsed) == len(events):
+            by_index = {n: p for n, p in enumerate(parsed, 1)}
+        if not by_index:
+            self._stats["unparsed_replies"] += 1
+            log.warning("unusable LLM reply for %d tool use(s) of session %s", len(events), context.claude_session_id)
+        # Tokens are spread over the batch so per-session totals add up.
+        shares_in = _spread(tokens_in, len(events))
+        shares_out = _spread(tokens_out, len(events))
+        results = []
+        for number, event in enumerate(events, 1):
+            block = by_index.get(number)
+            if block is None:
+                self._stats["raw_fallbacks"] += 1
+                raw = build_offline_observation(context, event, compressor=self.name, compressed=False)
+                results.append(_with_tokens(raw, self._settings.model, shares_in[number - 1], shares_out[number - 1]))
+                continue
+            results.append(
+                CompressedObservation(
+                    type=str(block["type"]),
+                    title=str(block["title"])[:200],
+                    subtitle=str(block["subtitle"]),
+                    facts=tuple(block["facts"]),  # type: ignore[arg-type]
+                    narrative=str(block["narrative"]),
+                    concepts=tuple(block["concepts"]),  # type: ignore[arg-type]
+                    files_read=tuple(block["files_read"]),  # type: ignore[arg-type]
+                    files_modified=tuple(block["files_modified"]),  # type: ignore[arg-type]
+                    compressed=True,
+                    compressor=self.name,
+                    model=self._settings.model,
+                    input_tokens=shares_in[number - 1],
+                    output_tokens=shares_out[number - 1],
+                )
+            )
+        return results
+
+    def _raw(self, context: SessionContext, events: Sequence[ObservationEvent]) -> list[CompressedObservation]:
+        self._stats["raw_fallbacks"] += len(events)
+        return [build_offline_observation(context, event, compressor=self.name, compressed=False) for event in events]
+
+    async def summarize(self, context: SessionContext, request: SummarizeEvent, inputs: SummaryInputs) -> CompressedSummary:
+        try:
+            text, tokens_in, tokens_out = await self._call(SUMMARY_SYSTEM, summary_request(context, request, inputs))
+        except _GaveUp:
+            self._stats["raw_fallbacks"] += 1
+            return build_offline_summary(context, request, inputs, compressor=self.name, compressed=False)
+        fields = parse_summary(text)
+        if fields is None:
+            self._stats["unparsed_replies"] += 1
+            self._stats["raw_fallbacks"] += 1
+            fallback = build_offline_summary(context, request, inputs, compressor=self.name, compressed=False)
+            return _with_tokens(fallback, self._settings.model, tokens_in, tokens_out)
+        return CompressedSummary(
+            **{name: fields[name] for name in SUMMARY_FIELDS},
+            compressed=True,
+            compressor=self.name,
+            model=self._settings.model,
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
+        )
+
+
+def _spread(total: int, parts: int) -> list[int]:
+    base, extra = divmod(total, max(parts, 1))
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def _with_tokens(record: Any, model: str, tokens_in: int, tokens_out: int) -> Any:
+    return msgspec.structs.replace(record, model=model, input_tokens=tokens_in, output_tokens=tokens_out)

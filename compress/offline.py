@@ -1,0 +1,303 @@
+"""The offline compressor: useful observations and summaries from the tool data alone.
+
+Deterministic and network-free, it is the embedded default. It reads what each tool
+did (the file and the change, the command and its exit status, the search and its
+hit count) and infers the observation type from the tool, the outcome and the words
+of the prompt the tool use answers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from sessionmem.compress.base import SessionContext
+from sessionmem.events import ObservationEvent, SummarizeEvent
+from sessionmem.records import CompressedObservation, CompressedSummary
+from sessionmem.storage.base import SummaryInputs
+
+_TITLE_MAX = 100
+_FACT_MAX = 200
+
+_BUGFIX_WORDS = re.compile(r"\b(fix|bug|broken|error|crash|fail|issue|wrong|regression)", re.I)
+_FEATURE_WORDS = re.compile(r"\b(add|implement|create|build|support|introduce|new)\b", re.I)
+_REFACTOR_WORDS = re.compile(r"\b(refactor|rename|clean ?up|simplify|extract|restructure|move)\b", re.I)
+_TEST_COMMAND = re.compile(r"\b(pytest|unittest|jest|vitest|mocha|go test|cargo test|npm (run )?test|make test|tox)\b")
+_EXIT_CODE = re.compile(r"Exit code (\d+)")
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _first_line(text: str) -> str:
+    for line in str(text).splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _relative(path: str, cwd: str) -> str:
+    if cwd and path.startswith(cwd.rstrip("/") + "/"):
+        return path[len(cwd.rstrip("/")) + 1 :]
+    return path
+
+
+def _text_of(value: Any) -> str:
+    """The human-readable text inside a tool response of any shape."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(_text_of(item) for item in value)
+    if isinstance(value, dict):
+        for key in ("stdout", "content", "text", "output", "result", "message"):
+            if key in value and value[key]:
+                return _text_of(value[key])
+        if isinstance(value.get("file"), dict):
+            return _text_of(value["file"].get("content"))
+    return ""
+
+
+def _change_type(prompt: str) -> str:
+    if _BUGFIX_WORDS.search(prompt):
+        return "bugfix"
+    if _REFACTOR_WORDS.search(prompt):
+        return "refactor"
+    if _FEATURE_WORDS.search(prompt):
+        return "feature"
+    return "change"
+
+
+def _line_count(text: str) -> int:
+    return len(text.splitlines()) if text else 0
+
+
+class _Draft:
+    """Mutable scratch space for one observation while it is being built."""
+
+    def __init__(self, type_: str, title: str) -> None:
+        self.type = type_
+        self.title = title
+        self.subtitle = ""
+        self.facts: list[str] = []
+        self.concepts: list[str] = []
+        self.files_read: list[str] = []
+        self.files_modified: list[str] = []
+
+
+def _describe(event: ObservationEvent, context: SessionContext) -> _Draft:
+    tool = event.tool_name
+    data = event.tool_input if isinstance(event.tool_input, dict) else {}
+    cwd = event.cwd or context.cwd
+    path = str(data.get("file_path") or data.get("notebook_path") or data.get("path") or "")
+    rel = _relative(path, cwd) if path else ""
+    response_text = _text_of(event.tool_response)
+
+    if tool == "Read":
+        draft = _Draft("discovery", f"Read {rel or 'a file'}")
+        lines = _line_count(response_text)
+        if lines:
+            draft.facts.append(f"{rel} has {lines} lines" if rel else f"{lines} lines read")
+        if (first := _first_line(response_text)):
+            draft.subtitle = _clip(first, 120)
+        draft.files_read.append(path)
+        draft.concepts.append("how-it-works")
+    elif tool in ("Edit", "MultiEdit", "NotebookEdit"):
+        edits = data.get("edits") if isinstance(data.get("edits"), list) else [data]
+        removed = sum(_line_count(str(e.get("old_string", ""))) for e in edits if isinstance(e, dict))
+        added = sum(_line_count(str(e.get("new_string", e.get("new_source", "")))) for e in edits if isinstance(e, dict))
+        draft = _Draft(_change_type(context.prompt), f"Edited {rel or 'a file'} (-{removed} +{added} lines)")
+        for edit in edits[:3]:
+            if not isinstance(edit, dict):
+                continue
+            old = _first_line(str(edit.get("old_string", "")))
+            new = _first_line(str(edit.get("new_string", edit.get("new_source", ""))))
+            if old or new:
+                draft.facts.append(_clip(f"replaced `{old}` with `{new}`", _FACT_MAX))
+        draft.subtitle = _clip(context.prompt, 120) if context.prompt else ""
+        draft.files_modified.append(path)
+        draft.concepts.append("what-changed")
+    elif tool == "Write":
+        content = str(data.get("content", ""))
+        draft = _Draft(_change_type(context.prompt) if context.prompt else "feature", f"Wrote {rel or 'a file'} ({_line_count(content)} lines)")
+        if (first := _first_line(content)):
+            draft.facts.append(_clip(f"starts with `{first}`", _FACT_MAX))
+        defs = re.findall(r"^\s*(?:async\s+def|def|class|function|export\s+function)\s+(\w+)", content, re.M)
+        if defs:
+            draft.facts.append(_clip("defines " + ", ".join(dict.fromkeys(defs)), _FACT_MAX))
+        draft.files_modified.append(path)
+        draft.concepts.append("what-changed")
+    elif tool == "Bash":
+        command = str(data.get("command", ""))
+        description = str(data.get("description", ""))
+        draft = _Draft("discovery", _clip(f"Ran `{_first_line(command)}`", _TITLE_MAX))
+        draft.subtitle = _clip(description, 120)
+        draft.facts.append(_clip(f"command: {command}", _FACT_MAX))
+        if event.failed:
+            code = _EXIT_CODE.search(event.error or response_text)
+            draft.facts.append(f"exit status {code.group(1)}" if code else "command failed")
+            if (detail := _last_meaningful_line(event.error or response_text)):
+                draft.facts.append(_clip(f"error: {detail}", _FACT_MAX))
+        else:
+            draft.facts.append("exit status 0")
+            if isinstance(event.tool_response, dict) and event.tool_response.get("interrupted"):
+                draft.facts.append("interrupted")
+            if (last := _last_meaningful_line(response_text)):
+                draft.facts.append(_clip(f"output: {last}", _FACT_MAX))
+        if _TEST_COMMAND.search(command):
+            draft.concepts.append("testing")
+        draft.concepts.append("how-it-works")
+    elif tool in ("Grep", "Glob"):
+        pattern = str(data.get("pattern", ""))
+        where = _relative(str(data.get("path", "")), cwd)
+        draft = _Draft("discovery", _clip(f"Searched for `{pattern}`" + (f" in {where}" if where else ""), _TITLE_MAX))
+        hits = _hit_count(event.tool_response, response_text)
+        if hits is not None:
+            draft.facts.append(f"{hits} match{'es' if hits != 1 else ''}")
+        draft.concepts.append("how-it-works")
+    elif tool in ("WebFetch", "WebSearch"):
+        target = str(data.get("url") or data.get("query") or "")
+        draft = _Draft("discovery", _clip(f"{'Fetched' if tool == 'WebFetch' else 'Searched the web for'} {target}", _TITLE_MAX))
+        if data.get("prompt"):
+            draft.facts.append(_clip(f"looked for: {data['prompt']}", _FACT_MAX))
+    elif tool in ("Task", "Agent"):
+        description = str(data.get("description") or data.get("prompt") or "")
+        draft = _Draft("discovery", _clip(f"Delegated to a {data.get('subagent_type') or 'sub'} agent: {description}", _TITLE_MAX))
+        if data.get("prompt"):
+            draft.facts.append(_clip(f"asked: {data['prompt']}", _FACT_MAX))
+    else:
+        argument = next((str(v) for v in data.values() if isinstance(v, str) and v), "")
+        label = tool.replace("mcp__", "").replace("__", " ")
+        draft = _Draft("discovery", _clip(f"Used {label}" + (f": {argument}" if argument else ""), _TITLE_MAX))
+
+    if event.failed:
+        draft.type = "failure"
+        draft.title = _clip(f"Failed: {draft.title}", _TITLE_MAX)
+        draft.concepts.append("gotcha")
+        if tool != "Bash" and (detail := _last_meaningful_line(event.error)):
+            draft.facts.append(_clip(f"error: {detail}", _FACT_MAX))
+    if event.agent_type:
+        draft.facts.append(f"done by the {event.agent_type} subagent")
+    return draft
+
+
+def _last_meaningful_line(text: str) -> str:
+    for line in reversed(str(text or "").splitlines()):
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _hit_count(response: Any, text: str) -> int | None:
+    if isinstance(response, dict):
+        for key in ("numFiles", "numMatches", "numLines"):
+            if isinstance(response.get(key), int):
+                return response[key]
+        if isinstance(response.get("filenames"), list):
+            return len(response["filenames"])
+    return _line_count(text) if text else None
+
+
+class OfflineCompressor:
+    """See the module docstring. Stateless apart from counters."""
+
+    name = "offline"
+
+    def __init__(self) -> None:
+        self._observations = 0
+        self._summaries = 0
+
+    async def compress(self, context: SessionContext, events: Sequence[ObservationEvent]) -> list[CompressedObservation]:
+        self._observations += len(events)
+        return [build_offline_observation(context, event) for event in events]
+
+    async def summarize(self, context: SessionContext, request: SummarizeEvent, inputs: SummaryInputs) -> CompressedSummary:
+        self._summaries += 1
+        return build_offline_summary(context, request, inputs)
+
+    def statistics(self) -> dict[str, Any]:
+        return {"backend": self.name, "observations": self._observations, "summaries": self._summaries}
+
+    async def aclose(self) -> None:
+        return None
+
+
+def build_offline_observation(
+    context: SessionContext, event: ObservationEvent, *, compressor: str = "offline", compressed: bool = True
+) -> CompressedObservation:
+    """Also used as the fallback when LLM output cannot be used (``compressed=False``)."""
+    draft = _describe(event, context)
+    narrative = draft.title
+    if context.prompt:
+        narrative = f"While working on “{_clip(context.prompt, 120)}”: {draft.title[0].lower()}{draft.title[1:]}."
+    return CompressedObservation(
+        type=draft.type,
+        title=_clip(draft.title, _TITLE_MAX),
+        subtitle=draft.subtitle,
+        facts=tuple(draft.facts),
+        narrative=narrative,
+        concepts=tuple(dict.fromkeys(draft.concepts)),
+        files_read=tuple(dict.fromkeys(p for p in draft.files_read if p)),
+        files_modified=tuple(dict.fromkeys(p for p in draft.files_modified if p)),
+        compressed=compressed,
+        compressor=compressor,
+    )
+
+
+def build_offline_summary(
+    context: SessionContext,
+    request: SummarizeEvent,
+    inputs: SummaryInputs,
+    *,
+    compressor: str = "offline",
+    compressed: bool = True,
+) -> CompressedSummary:
+    turn = [o for o in inputs.observations if o.get("prompt_number") == request.prompt_number] or inputs.observations
+    cwd = context.cwd
+    read = _unique(_relative(p, cwd) for o in turn for p in o.get("files_read", []))
+    modified = _unique(_relative(p, cwd) for o in turn for p in o.get("files_modified", []))
+    searches = [o["title"] for o in turn if o.get("tool_name") in ("Grep", "Glob", "WebSearch", "WebFetch")]
+    commands = [o["title"] for o in turn if o.get("tool_name") == "Bash" and not o.get("failed")]
+    failures = [o["title"] for o in turn if o.get("failed")]
+
+    prompt = request.last_user_message or (inputs.prompts[-1] if inputs.prompts else context.prompt)
+    investigated = []
+    if read:
+        investigated.append("Read " + ", ".join(read[:8]) + ("…" if len(read) > 8 else ""))
+    investigated.extend(searches[:4])
+    investigated.extend(commands[:4])
+    learned = [f"{title}" for title in failures[:4]]
+    learned.extend(fact for o in turn if not o.get("failed") for fact in o.get("facts", [])[:1] if "output:" in fact)
+    completed = []
+    if modified:
+        completed.append("Modified " + ", ".join(modified[:8]) + ("…" if len(modified) > 8 else ""))
+    if request.last_assistant_message:
+        completed.append(_clip(request.last_assistant_message, 400))
+    notes = f"{len(turn)} tool uses ({len(failures)} failed) in prompt {request.prompt_number} of {len(inputs.prompts)}."
+    return CompressedSummary(
+        request=_clip(prompt, 300),
+        investigated="; ".join(investigated),
+        learned="; ".join(learned[:6]),
+        completed="; ".join(completed),
+        next_steps=_next_steps(request.last_assistant_message, failures),
+        notes=notes,
+        compressed=compressed,
+        compressor=compressor,
+    )
+
+
+def _next_steps(last_assistant_message: str, failures: list[str]) -> str:
+    for sentence in re.split(r"(?<=[.!?])\s+", last_assistant_message or ""):
+        if re.search(r"\b(next|todo|remaining|still need|should|follow[- ]up)\b", sentence, re.I):
+            return _clip(sentence, 300)
+    if failures:
+        return _clip(f"Check the failure: {failures[-1]}", 300)
+    return ""
+
+
+def _unique(items: Any) -> list[str]:
+    return list(dict.fromkeys(item for item in items if item))
