@@ -1,1 +1,161 @@
+"""``sessionmem`` command line: serve, status, stop, replay.
+
+The client commands (status, stop, replay) use only the standard library, so they
+start fast and work even when the worker's dependencies are broken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
 import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from sessionmem.config import Settings, SettingsError, load_settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(data_dir=getattr(args, "data_dir", None), port=getattr(args, "port", None))
+
+
+def _running_worker(settings: Settings) -> dict[str, Any] | None:
+    """The state file of a live worker for this data dir, or None."""
+    try:
+        state = json.loads(settings.state_path.read_text(encoding="utf-8"))
+        os.kill(int(state["pid"]), 0)
+        return state
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _request(url: str, *, method: str = "GET", timeout: float = 3.0) -> tuple[int, Any]:
+    req = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import trio
+
+    from sessionmem.worker import configure_logging, run_worker
+
+    settings = _settings(args)
+    running = _running_worker(settings)
+    if running is not None:
+        print(f"sessionmem: a worker is already running for {settings.data_dir} "
+              f"(pid {running['pid']}, port {running['port']})", file=sys.stderr)
+        return 1
+    configure_logging(settings, to_stderr=True)
+    try:
+        trio.run(run_worker, settings)
+    except OSError as exc:
+        if exc.errno == 98:  # EADDRINUSE
+            print(f"sessionmem: port {settings.port} on {settings.host} is already in use "
+                  f"(set SESSIONMEM_PORT or --port)", file=sys.stderr)
+            return 1
+        raise
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    state = _running_worker(settings)
+    port = state["port"] if state else settings.port
+    try:
+        _, health = _request(f"http://{settings.host}:{port}/api/health")
+        _, debug = _request(f"http://{settings.host}:{port}/debug")
+    except (OSError, ValueError) as exc:
+        print(f"sessionmem: worker not running on {settings.host}:{port} ({exc})")
+        return 1
+    sup, journal = debug["supervisor"], debug["journal"]
+    print(f"sessionmem {health['version']}: running, pid {health['pid']}, port {port}, "
+          f"up {health['uptime_s']:.0f}s, compressor {health['compressor']}")
+    print(f"  data dir: {health['dataDir']}")
+    print(f"  actors: {sup['actors']} ({sup['running']} running, {sup['failed']} failed), restarts {sup['restarts']}")
+    print(f"  journal: {journal['pending']} pending, {journal['parked']} parked, {journal['done']} done")
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    state = _running_worker(settings)
+    if state is None:
+        print("sessionmem: no worker running for", settings.data_dir)
+        return 0
+    pid = int(state["pid"])
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            print(f"sessionmem: worker {pid} stopped")
+            return 0
+        time.sleep(0.05)
+    print(f"sessionmem: worker {pid} did not stop within {args.timeout}s", file=sys.stderr)
+    return 1
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Re-queue a failed session's parked events (after fixing what made it crash)."""
+    settings = _settings(args)
+    state = _running_worker(settings)
+    if state is None:
+        print("sessionmem: the worker must be running to replay parked events (`sessionmem serve`)", file=sys.stderr)
+        return 1
+    status, body = _request(
+        f"http://{settings.host}:{state['port']}/api/sessions/{urllib.request.quote(args.session_id, safe='')}/replay",
+        method="POST",
+    )
+    if status != 200:
+        print(f"sessionmem: replay failed: {body}", file=sys.stderr)
+        return 1
+    print(f"sessionmem: {body['replayed']} parked event(s) of {args.session_id} queued again")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sessionmem", description="Persistent memory for Claude Code sessions.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--data-dir", help="data directory (default ~/.sessionmem, env SESSIONMEM_DATA_DIR)")
+        p.add_argument("--port", type=int, help="port on 127.0.0.1 (default 37777, env SESSIONMEM_PORT)")
+
+    serve = sub.add_parser("serve", help="run the worker in the foreground")
+    common(serve)
+    serve.set_defaults(fn=cmd_serve)
+    status = sub.add_parser("status", help="show whether the worker runs, and its state")
+    common(status)
+    status.set_defaults(fn=cmd_status)
+    stop = sub.add_parser("stop", help="stop the running worker gracefully")
+    common(stop)
+    stop.add_argument("--timeout", type=float, default=20.0)
+    stop.set_defaults(fn=cmd_stop)
+    replay = sub.add_parser("replay", help="re-queue the parked events of a failed session")
+    common(replay)
+    replay.add_argument("session_id", help="the Claude session id")
+    replay.set_defaults(fn=cmd_replay)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except SettingsError as exc:
+        print(f"sessionmem: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

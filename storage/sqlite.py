@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -270,7 +270,9 @@ class SQLiteStore:
 
         return await self._write(park)
 
-    async def unpark_session(self, claude_session_id: str) -> list[Envelope]:
+    async def unpark_session(
+        self, claude_session_id: str, on_commit: Callable[[list[Envelope]], None]
+    ) -> list[Envelope]:
         def unpark(connection: apsw.Connection) -> list[Envelope]:
             rows = connection.execute(
                 "SELECT id, payload FROM journal WHERE claude_session_id = ? AND status = 'parked' ORDER BY id",
@@ -287,7 +289,7 @@ class SQLiteStore:
             )
             return [Envelope(event_id, decode_event(payload)) for event_id, payload in rows]
 
-        return await self._write(unpark)
+        return await self._write(unpark, on_commit=on_commit)
 
     # -- results ---------------------------------------------------------------------
 

@@ -1,0 +1,202 @@
+"""The session actor: one per Claude session, processing its events strictly in order.
+
+It takes messages from its :class:`~sessionmem.actors.child.SessionChild` -- first what
+a crashed predecessor left unfinished, then the replayed journal backlog, then the
+mailbox -- and handles them with ``match``:
+
+- ``init``: a new prompt. Pending tool uses are flushed first, so a batch never
+  mixes two prompts.
+- ``observation``: a tool use, added to the batch. The batch is compressed in one
+  call when it reaches ``batch_size``, after ``batch_quiet_s`` without new
+  messages, or before a ``summarize``/``complete``/``init``.
+- ``summarize``: flush, then summarize the session so far and store the summary.
+- ``complete``: flush, then mark the session completed.
+
+Resource handling:
+    The actor owns nothing that outlives it: mailbox and unfinished messages belong
+    to the child record, results go to the store. It returns normally after
+    ``idle_timeout_s`` without work, or when its mailbox is closed and drained.
+
+Error handling:
+    Any exception escapes to the supervisor, which restarts the actor or gives up on
+    the session. A message is marked finished only after its result is committed, so
+    a crash re-delivers it to the next actor (at-least-once), and idempotent writes
+    make that exactly-once in the database.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+import trio
+
+from sessionmem.actors.child import SessionChild
+from sessionmem.broadcast import Broadcaster
+from sessionmem.compress.base import Compressor, SessionContext
+from sessionmem.config import Settings
+from sessionmem.events import CompleteEvent, Envelope, InitEvent, ObservationEvent, SummarizeEvent
+from sessionmem.storage.base import SessionInfo, Store
+
+log = logging.getLogger(__name__)
+
+FAULT_TOOL_NAME = "SessionmemCrash"
+
+
+class InjectedCrash(RuntimeError):
+    """Raised on purpose by fault injection (tests only)."""
+
+
+@dataclass
+class ActorDeps:
+    settings: Settings
+    store: Store
+    compressor: Compressor
+    broadcaster: Broadcaster
+    # event id -> how many times fault injection crashed on it
+    fault_counts: dict[int, int] = field(default_factory=dict)
+
+
+class SessionActor:
+    def __init__(self, child: SessionChild, deps: ActorDeps) -> None:
+        self._child = child
+        self._deps = deps
+        self._settings = deps.settings
+        self._session: SessionInfo | None = None
+        self._cwd = ""
+        self._prompt = ""
+        self._batch: list[Envelope] = []
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        child = self._child
+        self._session = await self._deps.store.session_info(child.claude_session_id)
+        if self._session is not None:
+            self._prompt = self._session.last_prompt
+            child.project = self._session.project
+        task_status.started()
+        child.state = "running"
+
+        # What a crashed predecessor had taken but not finished goes first, in order.
+        redo = list(child.inflight)
+        for envelope in redo:
+            await self._handle(envelope)
+
+        while True:
+            envelope = await self._next()
+            if envelope is None:
+                await self._flush()
+                return
+            child.inflight.append(envelope)
+            await self._handle(envelope)
+
+    async def _next(self) -> Envelope | None:
+        """The next message, flushing the batch when quiet; ``None`` means stop."""
+        child = self._child
+        if child.backlog:
+            return child.backlog.popleft()
+        assert child.receive is not None
+        while True:
+            timeout = self._settings.batch_quiet_s if self._batch else self._settings.idle_timeout_s
+            child.state = "batching" if self._batch else "idle"
+            with trio.move_on_after(timeout):
+                try:
+                    envelope = await child.receive.receive()
+                except trio.EndOfChannel:  # shutting down: mailbox closed and drained
+                    return None
+                child.state = "running"
+                return envelope
+            if self._batch:
+                await self._flush()
+                continue
+            return None  # idle: the supervisor decides whether to stop for good
+
+    async def _handle(self, envelope: Envelope) -> None:
+        child = self._child
+        child.note_depth()
+        event = envelope.event
+        match event:
+            case InitEvent():
+                await self._flush()
+                if event.prompt:
+                    self._prompt = event.prompt
+                    self._deps.broadcaster.publish(
+                        "prompt",
+                        {"claudeSessionId": event.session_id, "project": event.project,
+                         "promptNumber": event.prompt_number, "prompt": event.prompt},
+                    )
+                self._cwd = event.cwd or self._cwd
+                child.finished(envelope)  # stored when accepted
+            case ObservationEvent():
+                self._maybe_inject_fault(envelope, event)
+                self._cwd = event.cwd or self._cwd
+                if envelope not in self._batch:
+                    self._batch.append(envelope)
+                child.batch_size = len(self._batch)
+                if len(self._batch) >= self._settings.batch_size:
+                    await self._flush()
+            case SummarizeEvent():
+                await self._flush()
+                await self._summarize(envelope, event)
+            case CompleteEvent():
+                await self._flush()
+                await self._complete(envelope)
+
+    def _maybe_inject_fault(self, envelope: Envelope, event: ObservationEvent) -> None:
+        if not self._settings.fault_injection or event.tool_name != FAULT_TOOL_NAME:
+            return
+        times = event.tool_input.get("times", 1) if isinstance(event.tool_input, dict) else 1
+        crashed = self._deps.fault_counts.get(envelope.event_id, 0)
+        if crashed < times:
+            self._deps.fault_counts[envelope.event_id] = crashed + 1
+            raise InjectedCrash(f"injected crash {crashed + 1}/{times} on event {envelope.event_id}")
+
+    async def _require_session(self) -> SessionInfo:
+        if self._session is None:
+            self._session = await self._deps.store.session_info(self._child.claude_session_id)
+            if self._session is None:
+                raise LookupError(f"session {self._child.claude_session_id} has no row")
+        return self._session
+
+    def _context(self, session: SessionInfo) -> SessionContext:
+        return SessionContext(session.claude_session_id, session.project, self._cwd, self._prompt)
+
+    async def _flush(self) -> None:
+        if not self._batch:
+            return
+        batch, child = self._batch, self._child
+        session = await self._require_session()
+        child.state = "compressing"
+        events = [envelope.event for envelope in batch]
+        observations = await self._deps.compressor.compress(self._context(session), events)  # type: ignore[arg-type]
+        child.state = "storing"
+        await self._deps.store.store_observations(session, list(zip(batch, events, observations)))  # type: ignore[arg-type]
+        self._batch = []
+        child.batch_size = 0
+        for envelope, event, observation in zip(batch, events, observations):
+            child.finished(envelope)
+            self._deps.broadcaster.publish(
+                "observation",
+                {"claudeSessionId": session.claude_session_id, "project": session.project,
+                 "tool_name": event.tool_name, "type": observation.type, "title": observation.title},  # type: ignore[union-attr]
+            )
+        child.state = "running"
+
+    async def _summarize(self, envelope: Envelope, event: SummarizeEvent) -> None:
+        session = await self._require_session()
+        self._child.state = "summarizing"
+        inputs = await self._deps.store.summary_inputs(session)
+        summary = await self._deps.compressor.summarize(self._context(session), event, inputs)
+        await self._deps.store.store_summary(session, envelope, summary)
+        self._child.finished(envelope)
+        self._deps.broadcaster.publish(
+            "summary",
+            {"claudeSessionId": session.claude_session_id, "project": session.project,
+             "request": summary.request, "completed": summary.completed},
+        )
+
+    async def _complete(self, envelope: Envelope) -> None:
+        session = await self._require_session()
+        await self._deps.store.complete_session(session, envelope)
+        self._child.finished(envelope)
+        self._deps.broadcaster.publish(
+            "session", {"claudeSessionId": session.claude_session_id, "project": session.project, "status": "completed"}
+        )

@@ -1,0 +1,102 @@
+"""From validated request bodies to journal events: privacy, size caps, project names.
+
+Everything that reaches the journal passes through here first, so nothing private
+and nothing unbounded is ever written to disk, logged, compressed or indexed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+
+from sessionmem.events import CompleteEvent, InitEvent, ObservationEvent, SummarizeEvent
+from sessionmem.privacy import strip_private, strip_private_deep
+from sessionmem.server.payloads import CompleteRequest, InitRequest, ObservationRequest, SummarizeRequest
+
+ELISION = "\n…[sessionmem: {n} characters elided]…\n"
+
+
+def project_name(project: str, cwd: str) -> str:
+    """The explicit project, else the last component of ``cwd`` (as the reference does)."""
+    if project.strip():
+        return project.strip()
+    base = os.path.basename(cwd.rstrip("/\\"))
+    return base or "unknown"
+
+
+def head_tail(text: str, cap: int) -> str:
+    if len(text) <= cap:
+        return text
+    keep = max(cap - 64, 2) // 2
+    return text[:keep] + ELISION.format(n=len(text) - 2 * keep) + text[-keep:]
+
+
+def cap_value(value: Any, cap: int) -> Any:
+    """Bound the stored size of a tool input/response, keeping its head and tail.
+
+    Structure is kept where possible: long strings inside it are shortened first;
+    if that is not enough, the whole value becomes one head+tail string.
+    """
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return head_tail(value, cap)
+    encoded = msgspec.json.encode(value)
+    if len(encoded) <= cap:
+        return value
+    shortened = _shorten_strings(value, max(cap // 8, 256))
+    if len(msgspec.json.encode(shortened)) <= cap:
+        return shortened
+    return head_tail(encoded.decode("utf-8", "replace"), cap)
+
+
+def _shorten_strings(value: Any, limit: int) -> Any:
+    if isinstance(value, str):
+        return head_tail(value, limit)
+    if isinstance(value, dict):
+        return {k: _shorten_strings(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shorten_strings(v, limit) for v in value]
+    return value
+
+
+def init_event(request: InitRequest) -> InitEvent:
+    return InitEvent(
+        session_id=request.claudeSessionId,
+        project=project_name(request.project, request.cwd),
+        cwd=request.cwd,
+        prompt=strip_private(request.prompt),
+    )
+
+
+def observation_event(request: ObservationRequest, cap: int) -> ObservationEvent:
+    failed = request.failed or request.hook_event_name == "PostToolUseFailure" or bool(request.error)
+    return ObservationEvent(
+        session_id=request.claudeSessionId,
+        project=project_name(request.project, request.cwd),
+        tool_name=request.tool_name,
+        tool_use_id=request.tool_use_id,
+        tool_input=cap_value(strip_private_deep(request.tool_input), cap),
+        tool_response=cap_value(strip_private_deep(request.tool_response), cap),
+        cwd=request.cwd,
+        agent_id=request.agent_id,
+        agent_type=request.agent_type,
+        failed=failed,
+        error=head_tail(strip_private(request.error), cap),
+    )
+
+
+def summarize_event(request: SummarizeRequest, cap: int) -> SummarizeEvent:
+    return SummarizeEvent(
+        session_id=request.claudeSessionId,
+        project=project_name(request.project, request.cwd),
+        last_user_message=head_tail(strip_private(request.last_user_message), cap),
+        last_assistant_message=head_tail(strip_private(request.last_assistant_message), cap),
+    )
+
+
+def complete_event(request: CompleteRequest) -> CompleteEvent:
+    project = project_name(request.project, request.cwd) if (request.project or request.cwd) else ""
+    return CompleteEvent(session_id=request.claudeSessionId, project=project, reason=request.reason[:200])

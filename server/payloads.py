@@ -1,0 +1,97 @@
+"""Request bodies of the HTTP API, decoded and validated by msgspec.
+
+Field names follow the claude-mem hook lifecycle reference. Unknown fields are
+ignored (never ``forbid_unknown_fields`` on input from outside), optional fields
+have defaults, and a validation error names the offending path, which the route
+returns as the 400 body.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+
+SessionId = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+
+
+class InitRequest(msgspec.Struct, frozen=True):
+    claudeSessionId: SessionId
+    cwd: str = ""
+    project: str = ""
+    prompt: str = ""
+
+
+class LegacyInitRequest(msgspec.Struct, frozen=True):
+    """``POST /sessions/{sessionDbId}/init`` of the reference."""
+
+    project: str = ""
+    userPrompt: str = ""
+    promptNumber: int | None = None
+
+
+class ObservationRequest(msgspec.Struct, frozen=True):
+    claudeSessionId: SessionId
+    tool_name: Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+    tool_input: Any = None
+    tool_response: Any = None
+    tool_use_id: str = ""
+    cwd: str = ""
+    project: str = ""
+    agent_id: str = ""
+    agent_type: str = ""
+    hook_event_name: str = ""
+    error: str = ""
+    failed: bool = False
+
+
+class SummarizeRequest(msgspec.Struct, frozen=True):
+    claudeSessionId: SessionId
+    cwd: str = ""
+    project: str = ""
+    last_user_message: str = ""
+    last_assistant_message: str = ""
+
+
+class CompleteRequest(msgspec.Struct, frozen=True):
+    claudeSessionId: SessionId
+    cwd: str = ""
+    project: str = ""
+    reason: str = ""
+
+
+class ProcessingRequest(msgspec.Struct, frozen=True):
+    claudeSessionId: str = ""
+
+
+T = TypeVar("T")
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, path: str = "$") -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+
+
+_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+
+
+def decode(body: bytes, kind: type[T]) -> T:
+    """Decode ``body`` as ``kind``; raises :class:`BadRequest` with the JSON path at fault."""
+    decoder = _decoders.get(kind)
+    if decoder is None:
+        decoder = _decoders[kind] = msgspec.json.Decoder(kind)
+    if not body.strip():
+        raise BadRequest("request body is empty; expected a JSON object")
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        path = "$"
+        if " - at `" in message:
+            message, _, rest = message.partition(" - at `")
+            path = rest.rstrip("`")
+        raise BadRequest(message, path) from None
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"malformed JSON: {exc}") from None

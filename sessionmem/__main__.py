@@ -1,0 +1,3 @@
+from sessionmem.cli import main
+
+raise SystemExit(main())
