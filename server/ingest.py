@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from sessionmem.hooks.translate import is_internal_prompt
 from sessionmem.events import CompleteEvent, InitEvent, ObservationEvent, SummarizeEvent
 from sessionmem.privacy import strip_private, strip_private_deep
 from sessionmem.server.payloads import CompleteRequest, InitRequest, ObservationRequest, SummarizeRequest
@@ -63,11 +64,17 @@ def _shorten_strings(value: Any, limit: int) -> Any:
 
 
 def init_event(request: InitRequest) -> InitEvent:
+    prompt, skip_reason = strip_private(request.prompt), ""
+    if is_internal_prompt(request.prompt):
+        prompt, skip_reason = "", "internal <task-notification>, not a user prompt"
+    elif request.prompt.strip() and not prompt:
+        skip_reason = "prompt is entirely private"
     return InitEvent(
         session_id=request.claudeSessionId,
         project=project_name(request.project, request.cwd),
         cwd=request.cwd,
-        prompt=strip_private(request.prompt),
+        prompt=prompt,
+        skip_reason=skip_reason,
     )
 
 

@@ -22,6 +22,7 @@ class InitEvent(msgspec.Struct, frozen=True, tag="init", tag_field="kind", omit_
     cwd: str = ""
     prompt: str = ""
     prompt_number: int = 0
+    skip_reason: str = ""  # why ``prompt`` is empty although the hook sent one
 
 
 class ObservationEvent(msgspec.Struct, frozen=True, tag="observation", tag_field="kind", omit_defaults=True):

@@ -138,7 +138,7 @@ def _accept_init(connection: apsw.Connection, event: InitEvent) -> InitAccepted:
         session_db_id, counter, _status = found
     skipped, reason = False, ""
     if not event.prompt:
-        skipped, reason = True, "prompt is empty after removing private content"
+        skipped, reason = True, event.skip_reason or "prompt is empty"
         connection.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_db_id))
     else:
         counter += 1

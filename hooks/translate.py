@@ -1,0 +1,58 @@
+"""Claude Code hook payloads -> worker API calls. Standard library only (hook hot path).
+
+One function, :func:`api_call`, maps the JSON Claude Code writes on a hook's stdin
+to the request the worker expects, or ``None`` for stages that carry nothing to
+store (PreToolUse, SubagentStart/Stop). SessionStart maps to a context request.
+Unknown fields are ignored and missing optional fields are fine.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from typing import Any
+
+TASK_NOTIFICATION = "<task-notification>"
+
+
+def is_internal_prompt(prompt: str) -> bool:
+    """Background subagent results arrive as prompts; they are protocol, not the user."""
+    return prompt.lstrip().startswith(TASK_NOTIFICATION)
+
+
+def api_call(payload: dict[str, Any], *, project: str | None = None) -> tuple[str, str, dict[str, Any] | None] | None:
+    """``(method, path, body)`` for a hook payload, or ``None`` when nothing is sent."""
+    event = payload.get("hook_event_name") or payload.get("event") or ""
+    session_id = payload.get("session_id") or ""
+    cwd = payload.get("cwd") or ""
+    project = project or (os.path.basename(cwd.rstrip("/")) if cwd else "")
+    base = {"claudeSessionId": session_id, "cwd": cwd, "project": project}
+
+    if event == "SessionStart":
+        return "GET", "/api/context/inject?" + urllib.parse.urlencode({"project": project}), None
+    if event == "UserPromptSubmit":
+        return "POST", "/api/sessions/init", {**base, "prompt": payload.get("prompt") or ""}
+    if event in ("PostToolUse", "PostToolUseFailure"):
+        body = {
+            **base,
+            "tool_name": payload.get("tool_name") or "",
+            "tool_input": payload.get("tool_input"),
+            "tool_response": payload.get("tool_response"),
+            "tool_use_id": payload.get("tool_use_id") or "",
+            "agent_id": payload.get("agent_id") or "",
+            "agent_type": payload.get("agent_type") or "",
+            "hook_event_name": event,
+        }
+        if event == "PostToolUseFailure":
+            body["failed"] = True
+            body["error"] = str(payload.get("error") or "")
+        return "POST", "/api/sessions/observations", body
+    if event == "Stop":
+        return "POST", "/api/sessions/summarize", {
+            **base,
+            "last_user_message": payload.get("last_user_message") or "",
+            "last_assistant_message": payload.get("last_assistant_message") or "",
+        }
+    if event == "SessionEnd":
+        return "POST", "/api/sessions/complete", {**base, "reason": payload.get("reason") or ""}
+    return None

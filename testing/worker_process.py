@@ -1,0 +1,128 @@
+"""Start and drive a real ``sessionmem serve`` process, as tests and benchmarks need.
+
+The worker binds port 0 and records the real port in ``<data dir>/worker.json``;
+:func:`start_worker` waits for that file and for ``/api/readiness``.
+
+Resource handling:
+    :class:`WorkerProcess` is a context manager; leaving it stops the worker with
+    SIGTERM (SIGKILL after a timeout), so no test leaks a process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+
+class WorkerProcess:
+    def __init__(self, process: subprocess.Popen[bytes], data_dir: Path, port: int) -> None:
+        self.process = process
+        self.data_dir = data_dir
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
+                timeout: float = 10.0) -> tuple[int, Any]:
+        """One HTTP call; returns (status, decoded JSON or text)."""
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as response:
+                return response.status, _decode(response.read(), response.headers.get_content_type())
+        except urllib.error.HTTPError as exc:
+            return exc.code, _decode(exc.read(), exc.headers.get_content_type())
+
+    def get(self, path: str) -> Any:
+        status, body = self.request("GET", path)
+        if status != 200:
+            raise AssertionError(f"GET {path} -> {status}: {body}")
+        return body
+
+    def wait_until(self, predicate: Any, *, timeout: float = 30.0, interval: float = 0.05) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            result = predicate()
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"condition not met within {timeout}s")
+            time.sleep(interval)
+
+    def wait_idle(self, *, timeout: float = 30.0) -> dict[str, Any]:
+        """Wait until the journal has nothing pending and no actor holds work."""
+        def idle() -> dict[str, Any] | None:
+            debug = self.get("/debug")
+            busy = any(a["mailbox_depth"] or a["backlog"] or a["inflight"] for a in debug["actors"])
+            return debug if debug["journal"]["pending"] == 0 and not busy else None
+        return self.wait_until(idle, timeout=timeout)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: the crash that the journal must survive."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def __enter__(self) -> WorkerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _decode(data: bytes, content_type: str) -> Any:
+    if content_type == "application/json":
+        return json.loads(data or b"null")
+    return data.decode("utf-8", "replace")
+
+
+def start_worker(data_dir: Path, *, env: dict[str, str] | None = None, timeout: float = 20.0,
+                 log_name: str = "worker.stderr") -> WorkerProcess:
+    """Start ``python -m sessionmem serve`` on a free port with ``data_dir``; wait until ready."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    state = data_dir / "worker.json"
+    state.unlink(missing_ok=True)
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONMEM_", "ANTHROPIC_"))}
+    full_env.update({"SESSIONMEM_DATA_DIR": str(data_dir), "SESSIONMEM_PORT": "0", "PYTHONUNBUFFERED": "1"})
+    full_env.update(env or {})
+    stderr = open(data_dir / log_name, "ab")
+    process = subprocess.Popen([sys.executable, "-m", "sessionmem", "serve"], env=full_env,
+                               stdout=stderr, stderr=stderr, stdin=subprocess.DEVNULL)
+    stderr.close()
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"worker exited with {process.returncode}: "
+                               f"{(data_dir / log_name).read_text(errors='replace')[-2000:]}")
+        try:
+            port = json.loads(state.read_text())["port"]
+            worker = WorkerProcess(process, data_dir, port)
+            if worker.request("GET", "/api/readiness", timeout=2)[0] == 200:
+                return worker
+        except (OSError, ValueError, KeyError):
+            pass
+        if time.monotonic() > deadline:
+            process.kill()
+            raise TimeoutError(f"worker not ready within {timeout}s")
+        time.sleep(0.02)
