@@ -24,7 +24,7 @@ _TAGS = (("<private>", "</private>"), ("<sessionmem-context>", "</sessionmem-con
 
 
 def strip_private(text: str) -> str:
-    """Return ``text`` without private or injected-context spans."""
+    """Return ``text`` without private or injected-context spans (nesting respected)."""
     if "<" not in text:
         return text
     next_open = [text.find(open_tag) for open_tag, _ in _TAGS]
@@ -40,17 +40,29 @@ def strip_private(text: str) -> str:
             out.append(text[cursor:])
             break
         start, kind = min(candidates)
-        tags_seen += 1
-        if tags_seen > MAX_TAGS:
-            return ""
         open_tag, close_tag = _TAGS[kind]
         out.append(text[cursor:start])
-        end = text.find(close_tag, start + len(open_tag))
-        if end < 0:
-            break  # unterminated: hide the rest
-        cursor = end + len(close_tag)
-        for other, pos in enumerate(next_open):
-            if 0 <= pos < cursor:
+        # Find the matching close tag, counting nested opens of the same kind.
+        depth, pos = 1, start + len(open_tag)
+        inner_open = text.find(open_tag, pos)
+        tags_seen += 1
+        while depth:
+            if tags_seen > MAX_TAGS:
+                return ""
+            close = text.find(close_tag, pos)
+            if close < 0:
+                return "".join(out).strip()  # unterminated: hide the rest
+            if 0 <= inner_open < close:
+                depth += 1
+                tags_seen += 1
+                pos = inner_open + len(open_tag)
+                inner_open = text.find(open_tag, pos)
+            else:
+                depth -= 1
+                pos = close + len(close_tag)
+        cursor = pos
+        for other, found in enumerate(next_open):
+            if 0 <= found < cursor:
                 next_open[other] = text.find(_TAGS[other][0], cursor)
     return "".join(out).strip()
 

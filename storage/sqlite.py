@@ -313,7 +313,7 @@ class SQLiteStore:
     ) -> int:
         def store(connection: apsw.Connection) -> int:
             now = time.time()
-            inserted = 0
+            inserted = tokens_in = tokens_out = 0
             for envelope, event, obs in items:
                 connection.execute(
                     "INSERT OR IGNORE INTO observations (session_id, project, prompt_number, event_id, tool_name,"
@@ -332,9 +332,10 @@ class SQLiteStore:
                         obs.output_tokens, now,
                     ),
                 )
-                inserted += connection.changes()
-            tokens_in = sum(obs.input_tokens for _, _, obs in items)
-            tokens_out = sum(obs.output_tokens for _, _, obs in items)
+                if connection.changes():
+                    inserted += 1
+                    tokens_in += obs.input_tokens
+                    tokens_out += obs.output_tokens
             connection.execute(
                 "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
                 " updated_at = ? WHERE id = ?",

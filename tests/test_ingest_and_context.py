@@ -1,0 +1,75 @@
+"""Edge processing (caps, projects, privacy) and the SessionStart context renderer."""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+
+from sessionmem.hooks.translate import api_call
+from sessionmem.server.context import estimate_tokens, render_context
+from sessionmem.server.ingest import cap_value, head_tail, init_event, observation_event, project_name
+from sessionmem.server.payloads import InitRequest, ObservationRequest
+
+
+def test_project_name() -> None:
+    assert project_name("", "/home/dev/calcproj") == "calcproj"
+    assert project_name("", "/home/dev/calcproj/") == "calcproj"
+    assert project_name("explicit", "/x/y") == "explicit"
+    assert project_name("", "") == "unknown"
+
+
+def test_head_tail_and_cap_value() -> None:
+    text = "A" * 10 + "B" * 1000 + "C" * 10
+    capped = head_tail(text, 200)
+    assert capped.startswith("A" * 10) and capped.endswith("C" * 10) and "elided" in capped and len(capped) < 260
+    value = {"stdout": "x" * 100_000, "stderr": "", "interrupted": False}
+    small = cap_value(value, 4096)
+    assert set(small) == set(value) and small["interrupted"] is False  # structure kept
+    assert len(msgspec.json.encode(small)) <= 4096
+    many = [str(n) * 50 for n in range(10_000)]
+    flattened = cap_value(many, 4096)
+    assert isinstance(flattened, str) and len(flattened) <= 4096
+    assert cap_value(42, 10) == 42 and cap_value(None, 10) is None
+
+
+def test_events_are_stripped_and_marked() -> None:
+    event = observation_event(ObservationRequest(
+        claudeSessionId="s", tool_name="Bash", cwd="/w/proj", hook_event_name="PostToolUseFailure",
+        tool_input={"command": "echo <private>pw</private>"}, error="Exit code 1 <private>pw</private>"), 1000)
+    assert event.failed and event.project == "proj"
+    assert "pw" not in msgspec.json.encode(event).decode()
+    internal = init_event(InitRequest(claudeSessionId="s", prompt="<task-notification>\n<task-id>x</task-id>"))
+    assert internal.prompt == "" and "task-notification" in internal.skip_reason
+    private = init_event(InitRequest(claudeSessionId="s", prompt="<private>all of it</private>"))
+    assert private.prompt == "" and private.skip_reason == "prompt is entirely private"
+
+
+def test_api_call_mapping(payloads: list[dict]) -> None:
+    calls = [api_call(p) for p in payloads]
+    by_event = {}
+    for payload, call in zip(payloads, calls):
+        by_event.setdefault(payload["hook_event_name"], call)
+    assert by_event["PreToolUse"] is None and by_event["SubagentStart"] is None
+    assert by_event["SessionStart"] == ("GET", "/api/context/inject?project=calcproj", None)
+    method, path, body = by_event["PostToolUseFailure"]
+    assert (method, path, body["failed"], body["tool_use_id"]) == ("POST", "/api/sessions/observations", True, "toolu_c04")
+    assert by_event["Stop"][2]["last_assistant_message"].startswith("Fixed: divide()")
+    assert by_event["SessionEnd"][1] == "/api/sessions/complete"
+
+
+def _observation(n: int) -> dict:
+    return {"id": n, "created_at": time.time(), "type": "change", "title": f"Edited module_{n}.py | with a pipe"}
+
+
+def test_context_respects_the_token_budget_newest_first() -> None:
+    observations = [_observation(n) for n in range(500, 0, -1)]
+    summary = {"created_at": time.time(), "request": "Fix it", "completed": "Fixed it", "learned": "",
+               "investigated": "", "next_steps": "Ship"}
+    text = render_context("proj", observations, summary, token_budget=600, base_url="http://127.0.0.1:37777")
+    assert text.startswith("<sessionmem-context>") and text.endswith("</sessionmem-context>")
+    assert estimate_tokens(text) <= 600
+    assert "| #500 |" in text and "| #1 |" not in text  # newest kept first
+    assert "\\|" in text  # table cells stay one cell
+    assert "- **Request:** Fix it" in text and "- **Next steps:** Ship" in text
+    assert render_context("proj", [], None, token_budget=600, base_url="x") == ""

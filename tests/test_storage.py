@@ -1,0 +1,138 @@
+"""The SQLite store on a real file: journal, group commit, idempotent results, FTS, migrations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apsw
+import pytest
+import trio
+
+from sessionmem.events import CompleteEvent, Envelope, InitEvent, ObservationEvent, SummarizeEvent
+from sessionmem.records import CompressedObservation, CompressedSummary
+from sessionmem.storage.schema import MIGRATIONS, migrate
+from sessionmem.storage.sqlite import open_sqlite_store, open_writer
+
+
+def obs(n: int, session: str = "s1") -> ObservationEvent:
+    return ObservationEvent(session_id=session, project="proj", tool_name="Read", tool_use_id=f"t{n}",
+                            tool_input={"file_path": f"/p/f{n}.py"})
+
+
+async def test_concurrent_accepts_share_commits_and_deliver_in_journal_order(tmp_path: Path) -> None:
+    delivered: list[int] = []
+    async with open_sqlite_store(tmp_path / "db.sqlite") as store:
+        await store.accept_init(InitEvent("s1", "proj", prompt="first"), lambda e: delivered.append(e.event_id))
+        async with trio.open_nursery() as nursery:
+            for n in range(200):
+                nursery.start_soon(store.accept_event, obs(n), lambda e: delivered.append(e.event_id))
+        stats = store.statistics()["writer"]
+        counts = await store.journal_counts()
+    assert delivered == sorted(delivered) and len(delivered) == 201
+    assert stats["operations"] == 201 and stats["batches"] < 201  # group commit happened
+    assert (counts.pending, counts.done) == (200, 1)  # init is stored when accepted
+
+
+async def test_prompt_numbers_and_stamping(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "db.sqlite") as store:
+        first = await store.accept_init(InitEvent("s1", "proj", prompt="one"), lambda e: None)
+        skipped = await store.accept_init(InitEvent("s1", "proj", prompt="", skip_reason="private"), lambda e: None)
+        second = await store.accept_init(InitEvent("s1", "proj", prompt="two"), lambda e: None)
+        accepted = await store.accept_event(obs(1), lambda e: None)
+        info = await store.session_info("s1")
+    assert (first.prompt_number, skipped.prompt_number, second.prompt_number) == (1, 1, 2)
+    assert skipped.skipped and skipped.reason == "private"
+    assert accepted.prompt_number == 2 and accepted.envelope.event.prompt_number == 2
+    assert info is not None and (info.status, info.prompt_counter, info.last_prompt) == ("active", 2, "two")
+
+
+async def test_results_are_idempotent_and_mark_the_journal(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "db.sqlite") as store:
+        envelopes: list[Envelope] = []
+        for n in range(3):
+            await store.accept_event(obs(n), envelopes.append)
+        summarize = await store.accept_event(SummarizeEvent("s1", "proj"), envelopes.append)
+        complete = await store.accept_event(CompleteEvent("s1"), envelopes.append)
+        info = await store.session_info("s1")
+        assert info is not None
+        items = [(e, e.event, CompressedObservation("discovery", f"title {e.event_id}", input_tokens=5))
+                 for e in envelopes[:3]]
+        assert await store.store_observations(info, items) == 3
+        assert await store.store_observations(info, items) == 0  # a replay stores nothing twice
+        assert await store.store_summary(info, summarize.envelope, CompressedSummary(request="r", input_tokens=7))
+        assert not await store.store_summary(info, summarize.envelope, CompressedSummary(request="r", input_tokens=7))
+        await store.complete_session(info, complete.envelope)
+        assert await store.pending_events() == []
+        sessions = await store.list_sessions(project="proj", limit=10, offset=0)
+        observations = await store.list_observations(project="proj", limit=10, offset=0)
+    assert sessions[0]["status"] == "completed" and sessions[0]["observations"] == 3
+    assert sessions[0]["input_tokens"] == 3 * 5 + 7  # replays did not double-count tokens
+    assert [o["title"] for o in observations] == ["title 3", "title 2", "title 1"]
+
+
+async def test_pending_events_survive_reopen_in_order(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "db.sqlite") as store:
+        for n in range(5):
+            await store.accept_event(obs(n, session=f"s{n % 2}"), lambda e: None)
+    async with open_sqlite_store(tmp_path / "db.sqlite") as store:
+        pending = await store.pending_events()
+    assert [e.event.tool_use_id for e in pending] == ["t0", "t1", "t2", "t3", "t4"]  # type: ignore[union-attr]
+    assert [e.event_id for e in pending] == sorted(e.event_id for e in pending)
+
+
+async def test_park_and_unpark(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "db.sqlite") as store:
+        await store.accept_event(obs(1), lambda e: None)
+        await store.accept_event(obs(2, session="other"), lambda e: None)
+        assert await store.park_session("s1", "boom") == 1
+        late = await store.accept_event(obs(3), lambda e: pytest.fail("parked events are not delivered"))
+        assert late.parked
+        assert (await store.journal_counts()).parked == 2
+        unparked: list[list[Envelope]] = []
+        replayed = await store.unpark_session("s1", unparked.append)
+        info = await store.session_info("s1")
+    assert [e.event.tool_use_id for e in replayed] == ["t1", "t3"]  # type: ignore[union-attr]
+    assert unparked == [replayed]
+    assert info is not None and info.status == "initialized"
+
+
+async def test_full_text_index_follows_observations(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "db.sqlite") as store:
+        envelopes: list[Envelope] = []
+        await store.accept_event(obs(1), envelopes.append)
+        info = await store.session_info("s1")
+        assert info is not None
+        await store.store_observations(info, [(envelopes[0], envelopes[0].event,  # type: ignore[list-item]
+                                               CompressedObservation("bugfix", "Guard zeppelin divisor"))])
+    connection = apsw.Connection(str(tmp_path / "db.sqlite"))
+    hits = connection.execute("SELECT rowid FROM observations_fts WHERE observations_fts MATCH 'zeppelin'").fetchall()
+    assert len(hits) == 1
+
+
+async def test_failed_operation_does_not_undo_others(tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "db.sqlite") as store:
+        def broken(connection: apsw.Connection) -> None:
+            connection.execute("INSERT INTO no_such_table VALUES (1)")
+
+        async def good(n: int) -> None:
+            await store.accept_event(obs(n), lambda e: None)
+
+        async def bad() -> None:
+            with pytest.raises(apsw.SQLError):
+                await store._write(broken)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(good, 1)
+            nursery.start_soon(bad)
+            nursery.start_soon(good, 2)
+        assert len(await store.pending_events()) == 2
+
+
+def test_migrations_are_versioned(tmp_path: Path) -> None:
+    connection = open_writer(tmp_path / "db.sqlite")
+    assert connection.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+    assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert migrate(connection) == len(MIGRATIONS)  # idempotent
+    connection.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
+    with pytest.raises(RuntimeError, match="newer than this sessionmem"):
+        migrate(connection)
