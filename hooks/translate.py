@@ -9,8 +9,9 @@ Unknown fields are ignored and missing optional fields are fine.
 from __future__ import annotations
 
 import os
-import urllib.parse
-from typing import Any
+TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from typing import Any
 
 TASK_NOTIFICATION = "<task-notification>"
 
@@ -29,6 +30,8 @@ def api_call(payload: dict[str, Any], *, project: str | None = None) -> tuple[st
     base = {"claudeSessionId": session_id, "cwd": cwd, "project": project}
 
     if event == "SessionStart":
+        import urllib.parse  # only this stage needs it
+
         return "GET", "/api/context/inject?" + urllib.parse.urlencode({"project": project}), None
     if event == "UserPromptSubmit":
         return "POST", "/api/sessions/init", {**base, "prompt": payload.get("prompt") or ""}

@@ -200,7 +200,10 @@ def create_app(worker: Worker) -> QuartTrio:
         summaries = await worker.store.list_summaries(project=project, limit=1, offset=0)
         text = render_context(project, observations, summaries[0] if summaries else None,
                               token_budget=budget, base_url=worker.base_url)
-        return Response(text, content_type="text/markdown; charset=utf-8")
+        return Response(text, content_type="text/markdown; charset=utf-8", headers={
+            "X-Sessionmem-Observations": str(text.count("\n| #")),
+            "X-Sessionmem-Summary": "1" if summaries else "0",
+        })
 
     @app.get("/api/sessions")
     async def sessions() -> Response:

@@ -11,12 +11,11 @@ from typing import Any
 
 import msgspec
 
-from sessionmem.hooks.translate import is_internal_prompt
 from sessionmem.events import CompleteEvent, InitEvent, ObservationEvent, SummarizeEvent
+from sessionmem.hooks.translate import is_internal_prompt
+from sessionmem.limits import head_tail, shorten_strings
 from sessionmem.privacy import strip_private, strip_private_deep
 from sessionmem.server.payloads import CompleteRequest, InitRequest, ObservationRequest, SummarizeRequest
-
-ELISION = "\n…[sessionmem: {n} characters elided]…\n"
 
 
 def project_name(project: str, cwd: str) -> str:
@@ -25,13 +24,6 @@ def project_name(project: str, cwd: str) -> str:
         return project.strip()
     base = os.path.basename(cwd.rstrip("/\\"))
     return base or "unknown"
-
-
-def head_tail(text: str, cap: int) -> str:
-    if len(text) <= cap:
-        return text
-    keep = max(cap - 64, 2) // 2
-    return text[:keep] + ELISION.format(n=len(text) - 2 * keep) + text[-keep:]
 
 
 def cap_value(value: Any, cap: int) -> Any:
@@ -47,20 +39,10 @@ def cap_value(value: Any, cap: int) -> Any:
     encoded = msgspec.json.encode(value)
     if len(encoded) <= cap:
         return value
-    shortened = _shorten_strings(value, max(cap // 8, 256))
+    shortened = shorten_strings(value, max(cap // 8, 256))
     if len(msgspec.json.encode(shortened)) <= cap:
         return shortened
     return head_tail(encoded.decode("utf-8", "replace"), cap)
-
-
-def _shorten_strings(value: Any, limit: int) -> Any:
-    if isinstance(value, str):
-        return head_tail(value, limit)
-    if isinstance(value, dict):
-        return {k: _shorten_strings(v, limit) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_shorten_strings(v, limit) for v in value]
-    return value
 
 
 def init_event(request: InitRequest) -> InitEvent:

@@ -7,6 +7,7 @@ start fast and work even when the worker's dependencies are broken.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import signal
@@ -53,6 +54,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if running is not None:
         print(f"sessionmem: a worker is already running for {settings.data_dir} "
               f"(pid {running['pid']}, port {running['port']})", file=sys.stderr)
+        return 1
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    # Held for the worker's lifetime: a second worker for this data dir stops here,
+    # even if the first has not written worker.json yet.
+    instance_lock = open(settings.data_dir / "worker.instance.lock", "w")
+    try:
+        fcntl.flock(instance_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"sessionmem: a worker is already running for {settings.data_dir}", file=sys.stderr)
         return 1
     configure_logging(settings, to_stderr=True)
     try:

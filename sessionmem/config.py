@@ -56,6 +56,11 @@ class Settings:
     context_token_budget: int = 2000
     context_observations: int = 50
 
+    # Hooks (read by the hook processes through sessionmem.hooks.config)
+    hook_timeout_s: float = 2.0
+    start_timeout_s: float = 2.0
+    system_message: bool = True
+
     @property
     def db_path(self) -> Path:
         return self.data_dir / "sessionmem.db"
@@ -94,6 +99,9 @@ _ENV = {
     "SESSIONMEM_ACCESS_LOG": "access_log",
     "SESSIONMEM_CONTEXT_TOKENS": "context_token_budget",
     "SESSIONMEM_CONTEXT_OBSERVATIONS": "context_observations",
+    "SESSIONMEM_HOOK_TIMEOUT": "hook_timeout_s",
+    "SESSIONMEM_START_TIMEOUT": "start_timeout_s",
+    "SESSIONMEM_SYSTEM_MESSAGE": "system_message",
 }
 _COMPRESSORS = ("auto", "anthropic", "offline")
 

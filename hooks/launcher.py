@@ -1,0 +1,91 @@
+"""Find the running worker, or start one detached, within a bounded wait. Standard library only.
+
+Resource handling:
+    The worker is started in a new session (it outlives the hook and Claude Code's
+    process group) with its output sent to ``<data dir>/worker.stderr`` -- never to
+    the hook's stdout, which Claude Code reads until it closes. ``worker.lock``
+    (``flock``) makes sure two hooks starting at once start one worker; the worker
+    itself refuses to start twice for one data dir.
+
+Error handling:
+    Returns the port of a ready worker, or ``None`` (never raises for an expected
+    failure: port taken by another program, start too slow, spawn failed); the
+    reason goes to the hook log.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from sessionmem.hooks.config import HookConfig
+from sessionmem.hooks.worker_client import WorkerUnavailable, request
+
+POLL_S = 0.025
+
+
+def probe(config: HookConfig, port: int, timeout: float) -> str:
+    """``ready``, ``starting``, ``down`` (nothing listening) or ``foreign`` (not sessionmem)."""
+    try:
+        reply = request(config.host, port, "GET", "/api/readiness", timeout=timeout)
+    except WorkerUnavailable as exc:
+        return "down" if "refused" in str(exc).lower() else "foreign"
+    if reply.status == 200 and b'"ready"' in reply.body:
+        return "ready"
+    if reply.status == 503 and b"starting" in reply.body:
+        return "starting"
+    return "foreign"
+
+
+def ensure_worker(config: HookConfig, log: Callable[[str], None]) -> int | None:
+    """Return the port of a ready worker, starting one if needed, waiting at most ``start_timeout_s``."""
+    deadline = time.monotonic() + config.start_timeout_s
+    port = config.worker_port()
+    state = probe(config, port, min(0.5, config.start_timeout_s))
+    if state == "ready":
+        return port
+    if state == "foreign":
+        log(f"port {port} is in use by something that is not a ready sessionmem worker")
+        return None
+    # Held until the worker is ready, so a second hook waits instead of starting another.
+    lock_fd = _start_once(config, log) if state == "down" else None
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(POLL_S)
+            port = config.worker_port()
+            if probe(config, port, max(0.05, deadline - time.monotonic())) == "ready":
+                return port
+    finally:
+        if lock_fd is not None:
+            os.close(lock_fd)
+    log(f"worker not ready within {config.start_timeout_s}s; continuing without memory")
+    return None
+
+
+def _start_once(config: HookConfig, log: Callable[[str], None]) -> int | None:
+    """Start the worker unless another hook is doing so; returns the held lock, if taken."""
+    os.makedirs(config.data_dir, exist_ok=True)
+    lock_fd = os.open(os.path.join(config.data_dir, "worker.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock_fd)
+        return None  # another hook is starting it: just wait for readiness
+    try:
+        if probe(config, config.worker_port(), 0.2) != "down":
+            return lock_fd  # started meanwhile
+        with open(os.path.join(config.data_dir, "worker.stderr"), "ab") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "sessionmem", "serve"],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                start_new_session=True, close_fds=True,
+                env={**os.environ, "SESSIONMEM_DATA_DIR": config.data_dir},
+            )
+        log(f"started worker pid {process.pid}")
+    except OSError as exc:
+        log(f"could not start the worker: {exc}")
+    return lock_fd

@@ -1,0 +1,199 @@
+"""The hook process: read Claude Code's JSON on stdin, tell the worker, exit 0. Standard library only.
+
+One entry for every stage (the stage is the first argument, else the payload's
+``hook_event_name``):
+
+- SessionStart: make sure a worker runs (starting it detached if needed, waiting at
+  most ``start_timeout_s``), then print the project's memory as ``additionalContext``
+  and a one-line ``systemMessage``.
+- UserPromptSubmit: the prompt, without private spans; an entirely private prompt or a
+  ``<task-notification>`` is not sent at all.
+- PostToolUse / PostToolUseFailure: the tool use (failures marked), private spans
+  removed, long strings cut to head + tail so the request stays under the body limit.
+- Stop: ``last_assistant_message`` from the payload (Claude Code >= 2.1.72), else the
+  last turn read from the end of ``transcript_path``.
+- SessionEnd: completion. SubagentStart/SubagentStop/PreToolUse: nothing to send (tool
+  uses inside a subagent carry ``agent_id``/``agent_type`` on their own events).
+
+Error handling:
+    Fail open, always: whatever happens, the process exits 0, prints valid JSON or
+    nothing, and writes what went wrong to ``<data dir>/hooks.log``. A hard timer ends
+    the process if anything takes longer than its budget.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import _signal  # not `signal`: its enum wrappers cost a hook ~2 ms
+TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from typing import Any
+
+from sessionmem.hooks import fastjson
+from sessionmem.hooks.config import HookConfig
+from sessionmem.hooks.project import project_of
+from sessionmem.hooks.translate import api_call, is_internal_prompt
+from sessionmem.hooks.worker_client import WorkerUnavailable, request
+from sessionmem.limits import head_tail, shorten_strings
+from sessionmem.privacy import strip_private, strip_private_deep
+
+BODY_LIMIT = 4 * 1024 * 1024  # below the worker's default 5 MB limit
+STRING_CAP = 256 * 1024
+
+
+class _Log:
+    """Appends to hooks.log only when there is something to say (most runs say nothing)."""
+
+    def __init__(self, config: HookConfig, stage: str) -> None:
+        self._path = config.log_path
+        self._stage = stage
+
+    def __call__(self, message: str) -> None:
+        try:
+            os.makedirs(os.path.dirname(self._path), exist_ok=True)
+            with open(self._path, "a", encoding="utf-8") as f:
+                f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid={os.getpid()} {self._stage}: {message}\n")
+        except OSError:
+            pass
+
+
+def _arm_deadline(seconds: float) -> None:
+    """Whatever is still running after ``seconds`` is abandoned: exit 0, silently."""
+    _signal.signal(_signal.SIGALRM, lambda *_: os._exit(0))
+    _signal.setitimer(_signal.ITIMER_REAL, seconds)
+
+
+def _send(config: HookConfig, method: str, path: str, body: dict[str, Any] | None, log: _Log) -> Any:
+    encoded = None if body is None else fastjson.dumps(body).encode("utf-8")
+    try:
+        reply = request(config.host, config.worker_port(), method, path, encoded, timeout=config.hook_timeout_s)
+    except WorkerUnavailable as exc:
+        log(f"worker unavailable, event not recorded: {exc}")
+        return None
+    if reply.status >= 300:
+        log(f"{method} {path} -> {reply.status}: {reply.body[:300]!r}")
+        return None
+    return reply
+
+
+def _fit(body: dict[str, Any]) -> dict[str, Any]:
+    """Strip private spans and bound the size of a tool-use body."""
+    for key in ("tool_input", "tool_response", "error"):
+        if key in body:
+            body[key] = shorten_strings(strip_private_deep(body[key]), STRING_CAP)
+    size = len(fastjson.dumps(body).encode("utf-8"))
+    if size > BODY_LIMIT:
+        # Many long strings: keep head and tail of the whole response as one string.
+        response = fastjson.dumps(body.get("tool_response"))
+        body["tool_response"] = head_tail(response, max(BODY_LIMIT - (size - len(response)) - 1024, 4096))
+    return body
+
+
+def session_start(payload: dict[str, Any], config: HookConfig, log: _Log) -> dict[str, Any] | None:
+    # Imported here: the other stages must not pay for subprocess and urllib.
+    import urllib.parse
+
+    from sessionmem.hooks.launcher import ensure_worker
+
+    port = ensure_worker(config, log)
+    if port is None:
+        return None
+    project = project_of(payload.get("cwd") or "")
+    path = "/api/context/inject?" + urllib.parse.urlencode({"project": project})
+    try:
+        reply = request(config.host, port, "GET", path, timeout=config.hook_timeout_s)
+    except WorkerUnavailable as exc:
+        log(f"no context: {exc}")
+        return None
+    if reply.status != 200:
+        log(f"no context: {reply.status}")
+        return None
+    context = reply.body.decode("utf-8", "replace")
+    output: dict[str, Any] = {}
+    if context.strip():
+        output["hookSpecificOutput"] = {"hookEventName": "SessionStart", "additionalContext": context}
+    if config.system_message:
+        count = int(reply.headers.get("x-sessionmem-observations", "0") or 0)
+        output["systemMessage"] = (
+            f"sessionmem: {count} memories of {project} loaded · http://{config.host}:{port}/debug"
+            if count else f"sessionmem: no memories of {project} yet · http://{config.host}:{port}/debug"
+        )
+    return output or None
+
+
+def handle(stage: str, payload: dict[str, Any], config: HookConfig, log: _Log) -> dict[str, Any] | None:
+    """Do one stage's work; returns what to print on stdout, if anything."""
+    if stage == "SessionStart":
+        return session_start(payload, config, log)
+    project = project_of(payload.get("cwd") or "")
+    if stage == "UserPromptSubmit":
+        prompt = str(payload.get("prompt") or "")
+        if is_internal_prompt(prompt) or not strip_private(prompt):
+            return None  # internal protocol, or nothing left to remember
+        payload = {**payload, "prompt": strip_private(prompt)}
+    elif stage == "Stop":
+        payload = dict(payload)
+        if not payload.get("last_assistant_message") and payload.get("transcript_path"):
+            from sessionmem.hooks.transcript import last_turn
+
+            try:
+                user, assistant, broken = last_turn(str(payload["transcript_path"]))
+            except OSError as exc:
+                log(f"transcript unreadable: {exc}")
+            else:
+                if broken:
+                    log(f"skipped {broken} broken transcript line(s)")
+                payload["last_user_message"] = strip_private(user)
+                payload["last_assistant_message"] = strip_private(assistant)
+        for key in ("last_user_message", "last_assistant_message"):
+            if payload.get(key):
+                payload[key] = head_tail(strip_private(str(payload[key])), STRING_CAP)
+    call = api_call({**payload, "hook_event_name": stage}, project=project)
+    if call is None:
+        return None
+    method, path, body = call
+    if body is not None and stage in ("PostToolUse", "PostToolUseFailure"):
+        body = _fit(body)
+    _send(config, method, path, body, log)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv if argv is None else argv
+    stage = argv[1] if len(argv) > 1 else ""
+    config = HookConfig()
+    log = _Log(config, stage or "hook")
+    budget = config.hook_timeout_s + 1.0
+    if stage == "SessionStart" or not stage:
+        budget += config.start_timeout_s
+    _arm_deadline(budget)
+    try:
+        for problem in config.problems:
+            log(problem)
+        raw = sys.stdin.buffer.read()
+        if not raw.strip():
+            log("empty stdin")
+            return 0
+        try:
+            payload = fastjson.loads(raw)
+        except ValueError as exc:
+            log(f"stdin is not JSON: {exc}")
+            return 0
+        if not isinstance(payload, dict):
+            log("stdin is not a JSON object")
+            return 0
+        stage = stage or str(payload.get("hook_event_name") or "")
+        output = handle(stage, payload, config, log)
+        if output is not None:
+            sys.stdout.write(fastjson.dumps(output))
+            sys.stdout.flush()
+    except Exception as exc:  # fail open: Claude Code must never see a hook error
+        log(f"unexpected {type(exc).__name__}: {exc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
