@@ -169,6 +169,12 @@ def _describe(event: ObservationEvent, context: SessionContext) -> _Draft:
         draft = _Draft("discovery", _clip(f"Delegated to a {data.get('subagent_type') or 'sub'} agent: {description}", _TITLE_MAX))
         if data.get("prompt"):
             draft.facts.append(_clip(f"asked: {data['prompt']}", _FACT_MAX))
+    elif tool == "SubagentStop":
+        report = response_text.strip()
+        agent = str(data.get("agent_type") or event.agent_type or "sub")
+        draft = _Draft("discovery", _clip(f"The {agent} agent reported: {_first_line(report)}", _TITLE_MAX))
+        sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", report) if s.strip()]
+        draft.facts.extend(_clip(sentence, _FACT_MAX) for sentence in sentences[:4])
     else:
         argument = next((str(v) for v in data.values() if isinstance(v, str) and v), "")
         label = tool.replace("mcp__", "").replace("__", " ")

@@ -36,7 +36,6 @@ class _DecoderSettings:
     parse_float = float
     parse_int = int
     parse_constant = _CONSTANTS.__getitem__
-    memo: dict[str, str] = {}
 
 
 def _not_serializable(value: Any) -> Any:
@@ -56,8 +55,13 @@ if _json is not None:
             from json import JSONDecodeError
 
             raise JSONDecodeError("Expecting value", text, stop.value) from None
-        finally:
-            _DecoderSettings.memo.clear()
+        except SystemError:
+            # CPython 3.11's scanner reports malformed input through json.decoder,
+            # which it only finds if already imported; otherwise it fails like this.
+            # Let the standard module say what is wrong (slow path, bad input only).
+            import json
+
+            return json.loads(text)
         if text[end:].strip(_WHITESPACE):
             from json import JSONDecodeError
 

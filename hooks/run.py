@@ -12,8 +12,10 @@ One entry for every stage (the stage is the first argument, else the payload's
   removed, long strings cut to head + tail so the request stays under the body limit.
 - Stop: ``last_assistant_message`` from the payload (Claude Code >= 2.1.72), else the
   last turn read from the end of ``transcript_path``.
-- SessionEnd: completion. SubagentStart/SubagentStop/PreToolUse: nothing to send (tool
-  uses inside a subagent carry ``agent_id``/``agent_type`` on their own events).
+- SubagentStop: the subagent's final report, as an observation (for a background
+  subagent it is otherwise only seen as a ``<task-notification>``).
+- SessionEnd: completion. SubagentStart/PreToolUse: nothing to send (tool uses inside
+  a subagent carry ``agent_id``/``agent_type`` on their own events).
 
 Error handling:
     Fail open, always: whatever happens, the process exits 0, prints valid JSON or
@@ -155,7 +157,7 @@ def handle(stage: str, payload: dict[str, Any], config: HookConfig, log: _Log) -
     if call is None:
         return None
     method, path, body = call
-    if body is not None and stage in ("PostToolUse", "PostToolUseFailure"):
+    if body is not None and stage in ("PostToolUse", "PostToolUseFailure", "SubagentStop"):
         body = _fit(body)
     _send(config, method, path, body, log)
     return None

@@ -2,7 +2,8 @@
 
 One function, :func:`api_call`, maps the JSON Claude Code writes on a hook's stdin
 to the request the worker expects, or ``None`` for stages that carry nothing to
-store (PreToolUse, SubagentStart/Stop). SessionStart maps to a context request.
+store (PreToolUse, SubagentStart). SessionStart maps to a context request;
+SubagentStop to an observation of the subagent's final report.
 Unknown fields are ignored and missing optional fields are fine.
 """
 
@@ -50,6 +51,23 @@ def api_call(payload: dict[str, Any], *, project: str | None = None) -> tuple[st
             body["failed"] = True
             body["error"] = str(payload.get("error") or "")
         return "POST", "/api/sessions/observations", body
+    if event == "SubagentStop":
+        # A background subagent's findings reach the main agent only as a
+        # <task-notification>, which is not a user prompt: keep them as an observation.
+        report = str(payload.get("last_assistant_message") or "")
+        agent_id = str(payload.get("agent_id") or "")
+        if not report:
+            return None
+        return "POST", "/api/sessions/observations", {
+            **base,
+            "tool_name": "SubagentStop",
+            "tool_use_id": f"subagent-{agent_id}" if agent_id else "",
+            "tool_input": {"agent_type": payload.get("agent_type") or ""},
+            "tool_response": report,
+            "agent_id": agent_id,
+            "agent_type": payload.get("agent_type") or "",
+            "hook_event_name": event,
+        }
     if event == "Stop":
         return "POST", "/api/sessions/summarize", {
             **base,

@@ -1,4 +1,4 @@
-"""``sessionmem`` command line: serve, status, stop, replay.
+"""``sessionmem`` command line: serve, status, stop, replay, install, uninstall, doctor.
 
 The client commands (status, stop, replay) use only the standard library, so they
 start fast and work even when the worker's dependencies are broken.
@@ -133,6 +133,81 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_install(args: argparse.Namespace) -> int:
+    from sessionmem.install import InstallError, install
+
+    try:
+        path, backup = install()
+    except InstallError as exc:
+        print(f"sessionmem: {exc}", file=sys.stderr)
+        return 1
+    print(f"sessionmem: hooks installed in {path}" + (f" (backup: {backup})" if backup else ""))
+    print("sessionmem: the next Claude Code session starts the worker and records its work")
+    return 0
+
+
+def cmd_uninstall(args: argparse.Namespace) -> int:
+    from sessionmem.install import InstallError, uninstall
+
+    try:
+        path, removed, backup = uninstall()
+    except InstallError as exc:
+        print(f"sessionmem: {exc}", file=sys.stderr)
+        return 1
+    if not removed:
+        print(f"sessionmem: no sessionmem hooks in {path}")
+    else:
+        print(f"sessionmem: removed {removed} hook(s) from {path} (backup: {backup})")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Report what a user needs to know when memory does not seem to work."""
+    from sessionmem.config import anthropic_credentials_configured
+    from sessionmem.install import STAGES, claude_settings_path, hook_entry, installed_stages
+
+    problems = 0
+
+    def report(ok: bool, message: str) -> None:
+        nonlocal problems
+        problems += not ok
+        print(f"  [{'ok' if ok else '!!'}] {message}")
+
+    settings = _settings(args)
+    print("sessionmem doctor")
+    data_ok = settings.data_dir.is_dir() and os.access(settings.data_dir, os.W_OK)
+    report(data_ok or not settings.data_dir.exists(),
+           f"data dir {settings.data_dir}" + ("" if settings.data_dir.exists() else " (created on first start)"))
+    mode = settings.compressor
+    if mode == "auto":
+        mode = "anthropic" if anthropic_credentials_configured() else "offline"
+    report(True, f"compressor: {mode} (setting: {settings.compressor}, model {settings.model})")
+    state = _running_worker(settings)
+    port = state["port"] if state else settings.port
+    try:
+        status, health = _request(f"http://{settings.host}:{port}/api/health", timeout=2)
+        report(status == 200, f"worker running: pid {health['pid']}, {settings.host}:{port}, "
+                              f"compressor {health['compressor']}")
+    except (OSError, ValueError, KeyError, TypeError):
+        report(True, f"worker not running on {settings.host}:{port} (the next SessionStart hook starts it)")
+    try:
+        wired = installed_stages()
+    except Exception as exc:  # a broken settings.json is worth reporting, not crashing on
+        wired = {}
+        report(False, f"cannot read {claude_settings_path()}: {exc}")
+    missing = [stage for stage in STAGES if stage not in wired]
+    report(not missing, f"hooks in {claude_settings_path()}: "
+                        + ("all stages wired" if not missing else f"missing {', '.join(missing)} (run `sessionmem install`, "
+                                                                   "or use `claude --plugin-dir plugin`)"))
+    for stage, command in sorted(wired.items()):
+        interpreter = command.split('"')[1] if command.startswith('"') else command.split()[0]
+        if not os.path.exists(interpreter):
+            report(False, f"{stage}: interpreter {interpreter} does not exist (re-run `sessionmem install`)")
+    report(hook_entry().exists(), f"hook entry {hook_entry()}")
+    print("sessionmem: all good" if not problems else f"sessionmem: {problems} problem(s)")
+    return 0 if not problems else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sessionmem", description="Persistent memory for Claude Code sessions.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -155,6 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
     common(replay)
     replay.add_argument("session_id", help="the Claude session id")
     replay.set_defaults(fn=cmd_replay)
+    install = sub.add_parser("install", help="wire the hooks into ~/.claude/settings.json (idempotent, with a backup)")
+    install.set_defaults(fn=cmd_install)
+    uninstall = sub.add_parser("uninstall", help="remove exactly the hooks `install` added")
+    uninstall.set_defaults(fn=cmd_uninstall)
+    doctor = sub.add_parser("doctor", help="check worker, hook wiring, data dir and compressor")
+    common(doctor)
+    doctor.set_defaults(fn=cmd_doctor)
     return parser
 
 

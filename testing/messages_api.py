@@ -20,6 +20,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -45,6 +46,7 @@ class RecordedRequest:
 
 
 def default_reply(body: dict[str, Any]) -> str:
+    """Valid sessionmem XML for a compression request (observations or a summary)."""
     system = body.get("system") or ""
     if isinstance(system, list):
         system = " ".join(part.get("text", "") for part in system if isinstance(part, dict))
@@ -67,9 +69,17 @@ def default_reply(body: dict[str, Any]) -> str:
     return "\n".join(blocks)
 
 
+Block = dict[str, Any]  # a Messages API content block: {"type": "text", ...} or {"type": "tool_use", ...}
+
+
 class ScriptedMessagesAPI:
-    def __init__(self, *, delay: float = 0.0) -> None:
+    """See the module docstring. ``responder`` maps a request body to the reply's content
+    blocks (default: :func:`default_reply` as one text block); streaming requests
+    (``"stream": true``, as the Claude Code CLI sends) are answered as Server-Sent Events."""
+
+    def __init__(self, *, delay: float = 0.0, responder: Callable[[dict[str, Any]], list[Block]] | None = None) -> None:
         self.delay = delay
+        self.responder = responder or (lambda body: [{"type": "text", "text": default_reply(body)}])
         self.script: collections.deque[Action] = collections.deque()
         self.requests: list[RecordedRequest] = []
         self.input_tokens = 0
@@ -83,9 +93,18 @@ class ScriptedMessagesAPI:
             def log_message(self, format: str, *args: Any) -> None:  # quiet
                 return
 
+            def do_GET(self) -> None:  # noqa: N802 (stdlib name)
+                self._send(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
+
+            def do_HEAD(self) -> None:  # noqa: N802 (stdlib name)
+                self._send(200, {})
+
             def do_POST(self) -> None:  # noqa: N802 (stdlib name)
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
+                if "count_tokens" in self.path:
+                    self._send(200, {"input_tokens": max(1, len(raw) // 4)})
+                    return
                 try:
                     body = json.loads(raw)
                 except ValueError:
@@ -100,22 +119,58 @@ class ScriptedMessagesAPI:
                     kind = "rate_limit_error" if action.status == 429 else "api_error"
                     self._send(action.status, {"type": "error", "error": {"type": kind, "message": "scripted"}}, headers)
                     return
-                text = action.text if action.text is not None else default_reply(body)
+                blocks = [{"type": "text", "text": action.text}] if action.text is not None else api.responder(body)
                 tokens_in = max(1, len(raw) // 4)
-                tokens_out = max(1, len(text) // 4)
+                tokens_out = max(1, len(json.dumps(blocks)) // 4)
                 with api._lock:
                     api.input_tokens += tokens_in
                     api.output_tokens += tokens_out
-                self._send(200, {
+                message = {
+                    # Unique per reply: the Claude Code CLI merges turns that share an id.
                     "id": f"msg_{uuid.uuid4().hex}",
                     "type": "message",
                     "role": "assistant",
                     "model": body.get("model", "scripted"),
-                    "content": [{"type": "text", "text": text}],
-                    "stop_reason": "end_turn",
+                    "content": blocks,
+                    "stop_reason": "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn",
                     "stop_sequence": None,
                     "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out},
-                })
+                }
+                if body.get("stream"):
+                    self._stream(message)
+                else:
+                    self._send(200, message)
+
+            def _stream(self, message: dict[str, Any]) -> None:
+                events: list[tuple[str, dict[str, Any]]] = [
+                    ("message_start", {"type": "message_start", "message": {
+                        **message, "content": [], "stop_reason": None,
+                        "usage": {"input_tokens": message["usage"]["input_tokens"], "output_tokens": 1}}}),
+                ]
+                for index, block in enumerate(message["content"]):
+                    if block["type"] == "text":
+                        events.append(("content_block_start", {"type": "content_block_start", "index": index,
+                                                               "content_block": {"type": "text", "text": ""}}))
+                        delta = {"type": "text_delta", "text": block["text"]}
+                    else:
+                        events.append(("content_block_start", {"type": "content_block_start", "index": index,
+                                                               "content_block": {**block, "input": {}}}))
+                        delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+                    events.append(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
+                    events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+                events.append(("message_delta", {"type": "message_delta",
+                                                 "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                                                 "usage": {"output_tokens": message["usage"]["output_tokens"]}}))
+                events.append(("message_stop", {"type": "message_stop"}))
+                data = b"".join(f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode() for name, payload in events)
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
             def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(payload).encode()

@@ -57,7 +57,12 @@ def test_genuine_payload_sequence(worker: WorkerProcess, payloads: list[dict[str
     assert {s["status"] for s in sessions.values()} == {"completed"}
     assert {s["project"] for s in sessions.values()} == {"calcproj"}
 
-    observations = worker.get("/api/observations?project=calcproj&limit=100")["observations"]
+    everything = worker.get("/api/observations?project=calcproj&limit=100")["observations"]
+    # The background subagent's final report is kept as an observation of its own.
+    (report,) = [o for o in everything if o["tool_name"] == "SubagentStop"]
+    assert report["title"] == "The general-purpose agent reported: No other edge cases: add, sub and mul are total functions."
+    assert report["agent_id"] == "a391bd5424096c38a"
+    observations = [o for o in everything if o["tool_name"] != "SubagentStop"]
     tool_uses = [p for p in payloads if p["hook_event_name"] in ("PostToolUse", "PostToolUseFailure")]
     assert len(observations) == len(tool_uses) == 8
     assert sorted(o["tool_use_id"] for o in observations) == sorted(p["tool_use_id"] for p in tool_uses)
@@ -77,12 +82,12 @@ def test_genuine_payload_sequence(worker: WorkerProcess, payloads: list[dict[str
 
     # Acceptance 6: /debug shows these actors with correct counts.
     actors = {a["claudeSessionId"]: a for a in debug["actors"]}
-    assert actors[SESSION_1]["processed_by_kind"] == {"init": 3, "observation": 8, "summarize": 3, "complete": 2}
+    assert actors[SESSION_1]["processed_by_kind"] == {"init": 3, "observation": 9, "summarize": 3, "complete": 2}
     assert actors[SESSION_2]["processed_by_kind"] == {"init": 1, "summarize": 1, "complete": 1}
-    assert actors[SESSION_1]["processed"] == 16 and actors[SESSION_1]["restarts"] == 0
+    assert actors[SESSION_1]["processed"] == 17 and actors[SESSION_1]["restarts"] == 0
     assert debug["journal"]["pending"] == 0 and debug["journal"]["parked"] == 0
     assert debug["supervisor"]["crashes"] == 0
-    assert debug["compressor"]["observations"] == 8
+    assert debug["compressor"]["observations"] == 9
 
     # The injected context for the next session carries this memory.
     status, context = worker.request("GET", "/api/context/inject?project=calcproj")

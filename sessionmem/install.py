@@ -1,0 +1,152 @@
+"""Wiring the hooks into Claude Code's ``settings.json``, and taking them out again.
+
+Every command sessionmem adds ends with the shell comment :data:`MARKER`, which is
+how ``uninstall`` removes exactly what ``install`` added and nothing else. Installing
+twice replaces our entries instead of adding more. Before any change the file is
+copied to ``settings.json.sessionmem-backup-<time>``. Standard library only.
+
+Error handling:
+    A ``settings.json`` that is not a JSON object raises :class:`InstallError` and is
+    left untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MARKER = "# sessionmem-hook"
+
+# stage -> (matcher or None, timeout in seconds)
+STAGES: dict[str, tuple[str | None, int]] = {
+    "SessionStart": ("startup|resume|clear|compact", 10),
+    "UserPromptSubmit": (None, 5),
+    "PostToolUse": ("*", 5),
+    "PostToolUseFailure": ("*", 5),
+    "Stop": (None, 5),
+    "SubagentStop": (None, 5),
+    "SessionEnd": (None, 5),
+}
+
+
+class InstallError(Exception):
+    pass
+
+
+def claude_settings_path() -> Path:
+    config_dir = os.environ.get("CLAUDE_CONFIG_DIR")
+    return Path(config_dir) / "settings.json" if config_dir else Path.home() / ".claude" / "settings.json"
+
+
+def hook_entry() -> Path:
+    from sessionmem import hooks
+
+    return Path(hooks.__path__[0]) / "entry.py"
+
+
+def hook_command(stage: str, *, python: str | None = None, entry: Path | None = None) -> str:
+    # The interpreter itself, never a shim; -S skips site (see hooks/entry.py).
+    return f'"{python or sys.executable}" -S "{entry or hook_entry()}" {stage} {MARKER}'
+
+
+def _load(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except ValueError as exc:
+        raise InstallError(f"{path} is not valid JSON ({exc}); fix or move it first") from None
+    if not isinstance(data, dict):
+        raise InstallError(f"{path} does not hold a JSON object")
+    return data
+
+
+def _is_ours(hook: Any) -> bool:
+    return isinstance(hook, dict) and str(hook.get("command", "")).rstrip().endswith(MARKER)
+
+
+def _without_ours(settings: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    removed = 0
+    hooks = settings.get("hooks")
+    if not isinstance(hooks, dict):
+        return settings, 0
+    cleaned: dict[str, Any] = {}
+    for stage, groups in hooks.items():
+        if not isinstance(groups, list):
+            cleaned[stage] = groups
+            continue
+        kept_groups = []
+        for group in groups:
+            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                kept = [h for h in group["hooks"] if not _is_ours(h)]
+                removed += len(group["hooks"]) - len(kept)
+                if kept:
+                    kept_groups.append({**group, "hooks": kept})
+            else:
+                kept_groups.append(group)
+        if kept_groups:
+            cleaned[stage] = kept_groups
+    result = {**settings, "hooks": cleaned}
+    if not cleaned:
+        del result["hooks"]
+    return result, removed
+
+
+def _write(path: Path, settings: dict[str, Any]) -> Path | None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    backup = None
+    if path.exists():
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        backup = path.with_name(f"{path.name}.sessionmem-backup-{stamp}")
+        n = 1
+        while backup.exists():  # never overwrite an earlier backup
+            backup = path.with_name(f"{path.name}.sessionmem-backup-{stamp}-{n}")
+            n += 1
+        shutil.copy2(path, backup)
+    tmp = path.with_name(path.name + ".sessionmem-tmp")
+    tmp.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return backup
+
+
+def install(path: Path | None = None) -> tuple[Path, Path | None]:
+    """Add (or refresh) sessionmem's hooks; returns (settings path, backup path)."""
+    path = path or claude_settings_path()
+    settings, _ = _without_ours(_load(path))
+    hooks = settings.setdefault("hooks", {})
+    for stage, (matcher, timeout) in STAGES.items():
+        group: dict[str, Any] = {"hooks": [{"type": "command", "command": hook_command(stage), "timeout": timeout}]}
+        if matcher is not None:
+            group = {"matcher": matcher, **group}
+        hooks.setdefault(stage, []).append(group)
+    return path, _write(path, settings)
+
+
+def uninstall(path: Path | None = None) -> tuple[Path, int, Path | None]:
+    """Remove exactly the hooks sessionmem added; returns (path, hooks removed, backup)."""
+    path = path or claude_settings_path()
+    if not path.exists():
+        return path, 0, None
+    settings, removed = _without_ours(_load(path))
+    if not removed:
+        return path, 0, None
+    return path, removed, _write(path, settings)
+
+
+def installed_stages(path: Path | None = None) -> dict[str, str]:
+    """stage -> our command, as found in the settings file."""
+    found: dict[str, str] = {}
+    hooks = _load(path or claude_settings_path()).get("hooks")
+    if not isinstance(hooks, dict):
+        return found
+    for stage, groups in hooks.items():
+        for group in groups if isinstance(groups, list) else []:
+            for hook in group.get("hooks", []) if isinstance(group, dict) else []:
+                if _is_ours(hook):
+                    found[stage] = hook["command"]
+    return found

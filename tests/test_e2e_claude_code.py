@@ -1,0 +1,249 @@
+"""End to end with the real Claude Code CLI (npm @anthropic-ai/claude-code, pinned in e2e/).
+
+The CLI runs offline against the scripted Messages API server (streaming), with a
+temporary HOME, ``--plugin-dir plugin`` and the sessionmem hooks. The hooks start
+the worker themselves, exactly as for a user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessionmem.testing.messages_api import ScriptedMessagesAPI, default_reply
+from sessionmem.testing.worker_process import WorkerProcess
+
+from .conftest import data_dir_contains
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+CLAUDE = REPO / "e2e" / "node_modules" / ".bin" / "claude"
+ALLOWED_TOOLS = "Read,Edit,Bash,Write"
+CALC = "def add(a, b):\n    return a + b\n\n\ndef divide(a, b):\n    return a / b\n"
+
+
+def _is_tool_result(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(b.get("type") == "tool_result" for b in content)
+
+
+def _prompt_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return "\n".join(b.get("text", "") for b in content if b.get("type") == "text")
+
+
+class Conversation:
+    """The model's side of the scripted sessions: tool calls chosen by the prompt of the turn."""
+
+    def __init__(self, project: Path) -> None:
+        self.project = project
+
+    def steps(self, prompt: str) -> list[dict[str, Any]]:
+        calc = str(self.project / "calc.py")
+        if "divide bug" in prompt:
+            return [
+                {"name": "Read", "input": {"file_path": calc}},
+                {"name": "Edit", "input": {"file_path": calc, "old_string": "    return a / b",
+                                           "new_string": "    if b == 0:\n        raise ZeroDivisionError('b is 0')\n"
+                                                         "    return a / b"}},
+                {"name": "Bash", "input": {"command": "python3 -c 'import calc; calc.divide(1, 0)'",
+                                           "description": "Check the new error"}},
+                {"name": "Write", "input": {"file_path": str(self.project / "NOTES.md"),
+                                            "content": "divide() now rejects b == 0\n"}},
+            ]
+        if "add a test" in prompt:
+            return [{"name": "Write", "input": {"file_path": str(self.project / "test_calc.py"),
+                                                "content": "import calc\n\n\ndef test_add():\n    assert calc.add(1, 2) == 3\n"}}]
+        return []
+
+    def __call__(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        system = json.dumps(body.get("system") or "")
+        if "coding agent's tool uses" in system or "coding agent's session" in system:
+            return [{"type": "text", "text": default_reply(body)}]  # sessionmem's own compressor calls
+        messages = body.get("messages") or []
+        if not body.get("tools") or not messages:
+            return [{"type": "text", "text": "Scripted session"}]
+        turn_start = max(i for i, m in enumerate(messages) if m["role"] == "user" and not _is_tool_result(m))
+        done = sum(1 for m in messages[turn_start:] if m["role"] == "user" and _is_tool_result(m))
+        steps = self.steps(_prompt_text(messages[turn_start]))
+        if done < len(steps):
+            return [{"type": "tool_use", "id": f"toolu_e2e_{time.time_ns()}", **steps[done]}]
+        return [{"type": "text", "text": "Done: divide() rejects zero." if steps else "We fixed divide() last time."}]
+
+
+class Harness:
+    def __init__(self, root: Path, api: ScriptedMessagesAPI) -> None:
+        self.root = root
+        self.api = api
+        self.home = root / "home"
+        self.project = root / "calcproj"
+        self.data_dir = root / "data"
+        self.home.mkdir()
+        self.project.mkdir()
+        (self.project / "calc.py").write_text(CALC)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONMEM_", "ANTHROPIC_", "CLAUDE"))}
+        env.update(HOME=str(self.home), ANTHROPIC_BASE_URL=self.api.url, ANTHROPIC_API_KEY="sk-e2e-dummy",
+                   CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", SESSIONMEM_DATA_DIR=str(self.data_dir),
+                   SESSIONMEM_PORT="0", SESSIONMEM_BATCH_QUIET="0.1")
+        env.update(extra)
+        return env
+
+    def claude(self, prompt: str, *extra_args: str, plugin: bool = True, **env: str) -> tuple[dict[str, Any], float]:
+        args = [str(CLAUDE), "-p", prompt, "--output-format", "json", "--allowedTools", ALLOWED_TOOLS, *extra_args]
+        if plugin:
+            args += ["--plugin-dir", str(REPO / "plugin")]
+        started = time.monotonic()
+        result = subprocess.run(args, cwd=self.project, env=self.env(**env), capture_output=True, text=True,
+                                timeout=180, stdin=subprocess.DEVNULL)
+        elapsed = time.monotonic() - started
+        assert result.returncode == 0, f"claude failed: {result.stdout[-2000:]} {result.stderr[-2000:]}"
+        output = json.loads(result.stdout)
+        assert output["is_error"] is False, output
+        return output, elapsed
+
+    def worker(self) -> WorkerProcess | None:
+        """The worker the hooks started, if it is running."""
+        try:
+            state = json.loads((self.data_dir / "worker.json").read_text())
+            os.kill(state["pid"], 0)
+        except (OSError, ValueError, KeyError):
+            return None
+        return _Attached(state["pid"], self.data_dir, state["port"])
+
+    def stop_worker(self) -> None:
+        worker = self.worker()
+        if worker is not None:
+            worker.stop()
+
+
+class _Attached(WorkerProcess):
+    """A worker this test did not spawn (the hooks did): stopped by pid."""
+
+    def __init__(self, pid: int, data_dir: Path, port: int) -> None:
+        self._pid = pid
+        self.data_dir = data_dir
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    def stop(self, timeout: float = 20.0) -> int:
+        os.kill(self._pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.kill(self._pid, 0)
+            except OSError:
+                return 0
+            time.sleep(0.05)
+        os.kill(self._pid, signal.SIGKILL)
+        return -9
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    if not CLAUDE.exists():
+        pytest.fail(f"{CLAUDE} is missing: `make test` installs the pinned Claude Code CLI (npm ci in e2e/)")
+    root = tmp_path_factory.mktemp("e2e")
+    with ScriptedMessagesAPI() as api:
+        h = Harness(root, api)
+        api.responder = Conversation(h.project)
+        try:
+            yield h
+        finally:
+            h.stop_worker()  # no leaked side processes
+
+
+@pytest.fixture(scope="module")
+def session_one(harness: Harness) -> dict[str, Any]:
+    output, _ = harness.claude("Fix the divide bug in calc.py <private>secret</private>")
+    worker = harness.worker()
+    assert worker is not None, "SessionStart should have started the worker"
+    worker.wait_idle()
+    return {"session_id": output["session_id"], "worker": worker}
+
+
+def observations(worker: WorkerProcess, session_id: str) -> list[dict[str, Any]]:
+    rows = worker.get("/api/observations?limit=200")["observations"]
+    return sorted((r for r in rows if r["claudeSessionId"] == session_id), key=lambda r: r["id"])
+
+
+def test_session_is_captured_and_private_text_is_nowhere(harness: Harness, session_one: dict[str, Any]) -> None:
+    worker, session_id = session_one["worker"], session_one["session_id"]
+    sessions = {s["claudeSessionId"]: s for s in worker.get("/api/sessions")["sessions"]}
+    session = sessions[session_id]
+    assert session["status"] == "completed" and session["prompt_counter"] == 1
+    assert session["project"] == "calcproj" and session["first_prompt"] == "Fix the divide bug in calc.py"
+
+    rows = observations(worker, session_id)
+    assert [r["tool_name"] for r in rows] == ["Read", "Edit", "Bash", "Write"]
+    bash = rows[2]
+    assert bash["failed"] is True and "Exit code 1" in json.dumps(worker.get(f"/api/observations/{bash['id']}"))
+    assert all(r["compressed"] for r in rows)  # compressed through the scripted Messages API
+    summaries = [s for s in worker.get("/api/summaries")["summaries"] if s["claudeSessionId"] == session_id]
+    assert len(summaries) == 1
+
+    assert (harness.project / "NOTES.md").exists()  # the CLI really ran the tools
+    assert data_dir_contains(harness.data_dir, b"secret") == []
+    assert data_dir_contains(harness.data_dir, b"Fix the divide bug")
+
+
+def test_resume_continues_the_same_session(harness: Harness, session_one: dict[str, Any]) -> None:
+    worker, session_id = session_one["worker"], session_one["session_id"]
+    before = {s["claudeSessionId"]: s for s in worker.get("/api/sessions")["sessions"]}[session_id]
+    output, _ = harness.claude("Now add a test file", "--resume", session_id)
+    assert output["session_id"] == session_id
+    worker.wait_idle()
+    after = {s["claudeSessionId"]: s for s in worker.get("/api/sessions")["sessions"]}[session_id]
+    assert after["sessionDbId"] == before["sessionDbId"] and after["prompt_counter"] == 2
+    write = observations(worker, session_id)[-1]
+    assert write["tool_name"] == "Write" and write["prompt_number"] == 2
+    assert write["files_modified"] == [] or write["files_modified"] == [str(harness.project / "test_calc.py")]
+
+
+def test_new_session_receives_the_memory(harness: Harness, session_one: dict[str, Any]) -> None:
+    first_request = len(harness.api.requests)
+    output, _ = harness.claude("What did we change last time?")
+    assert output["session_id"] != session_one["session_id"]
+    model_requests = [r.body for r in harness.api.requests[first_request:] if r.body.get("tools")]
+    assert model_requests, "the CLI made no model request"
+    sent = json.dumps(model_requests[0]["messages"])
+    assert "<sessionmem-context>" in sent
+    assert "Scripted: Edit" in sent or "Edited calc.py" in sent  # an observation of session 1
+
+
+def test_hooks_fail_open_and_next_start_restarts_the_worker(harness: Harness, session_one: dict[str, Any]) -> None:
+    _, baseline = harness.claude("What did we change last time?", plugin=False)
+    harness.stop_worker()
+    assert harness.worker() is None
+
+    # The worker cannot start (its settings are invalid): every hook fails open.
+    output, broken = harness.claude("What did we change last time?", SESSIONMEM_COMPRESSOR="no-such-backend")
+    assert output["result"] == "We fixed divide() last time."
+    assert harness.worker() is None
+    assert broken < baseline + 2.0 + 5.0  # start_timeout_s, plus slack for a noisy machine
+    log = (harness.data_dir / "hooks.log").read_text()
+    assert "worker not ready" in log and "worker unavailable" in log
+
+    # The next SessionStart starts the worker again, and capture resumes.
+    output, _ = harness.claude("What did we change last time?")
+    worker = harness.worker()
+    assert worker is not None
+    worker.wait_idle()
+    sessions = {s["claudeSessionId"]: s for s in worker.get("/api/sessions")["sessions"]}
+    assert sessions[output["session_id"]]["status"] == "completed"

@@ -1,0 +1,237 @@
+"""The hook processes, run exactly as Claude Code runs them, against a real worker or none."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessionmem.testing.worker_process import WorkerProcess
+
+from .conftest import FIXTURES
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+ENTRY = REPO / "hooks" / "entry.py"
+
+
+def run_hook(stage: str, stdin: bytes | dict[str, Any], data_dir: Path, **env: str) -> subprocess.CompletedProcess[bytes]:
+    raw = stdin if isinstance(stdin, bytes) else json.dumps(stdin).encode()
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONMEM_", "ANTHROPIC_"))}
+    full_env.update({"SESSIONMEM_DATA_DIR": str(data_dir), **env})
+    return subprocess.run([sys.executable, "-S", str(ENTRY), stage], input=raw, env=full_env,
+                          capture_output=True, timeout=30)
+
+
+def by_event(payloads: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(p for p in payloads if p["hook_event_name"] == name)
+
+
+def assert_silent_success(result: subprocess.CompletedProcess[bytes]) -> None:
+    assert result.returncode == 0
+    assert result.stdout == b""
+    assert result.stderr == b""
+
+
+def test_every_stage_reaches_the_worker(worker: WorkerProcess, payloads: list[dict[str, Any]]) -> None:
+    for payload in payloads:
+        if payload["hook_event_name"] == "SessionStart":
+            continue
+        assert_silent_success(run_hook(payload["hook_event_name"], payload, worker.data_dir))
+    worker.wait_idle()
+    sessions = {s["claudeSessionId"]: s for s in worker.get("/api/sessions")["sessions"]}
+    first = sessions["19a4c37f-abc8-46fc-a5e3-44d2dabf04e3"]
+    assert first["prompt_counter"] == 2  # the <task-notification> was not sent as a prompt
+    assert first["status"] == "completed"
+    tool_names = sorted(o["tool_name"] for o in worker.get("/api/observations?limit=100")["observations"])
+    assert tool_names == ["Agent", "Bash", "Bash", "Bash", "Edit", "Read", "Read", "SubagentStop", "Write"]
+    assert not (worker.data_dir / "hooks.log").exists()  # nothing went wrong, nothing was logged
+
+
+def test_session_start_injects_context(worker: WorkerProcess, payloads: list[dict[str, Any]]) -> None:
+    for payload in payloads[:10]:
+        run_hook(payload["hook_event_name"], payload, worker.data_dir)
+    worker.wait_idle()
+    result = run_hook("SessionStart", by_event(payloads, "SessionStart"), worker.data_dir)
+    assert result.returncode == 0
+    output = json.loads(result.stdout)
+    context = output["hookSpecificOutput"]["additionalContext"]
+    assert output["hookSpecificOutput"]["hookEventName"] == "SessionStart"
+    assert context.startswith("<sessionmem-context>") and "Edited calc.py" in context
+    assert output["systemMessage"].startswith("sessionmem: 4 memories of calcproj loaded")
+
+    quiet = run_hook("SessionStart", by_event(payloads, "SessionStart"), worker.data_dir,
+                     SESSIONMEM_SYSTEM_MESSAGE="0")
+    assert "systemMessage" not in json.loads(quiet.stdout)
+
+
+def test_private_prompts_are_not_sent(worker: WorkerProcess) -> None:
+    base = {"session_id": "priv", "cwd": "/tmp/privproj", "hook_event_name": "UserPromptSubmit"}
+    assert_silent_success(run_hook("UserPromptSubmit", {**base, "prompt": "<private>all secret</private>"},
+                                   worker.data_dir))
+    assert_silent_success(run_hook("UserPromptSubmit", {**base, "prompt": "<private>unterminated secret"},
+                                   worker.data_dir))
+    assert worker.get("/api/sessions")["sessions"] == []  # nothing reached the worker
+    assert worker.get("/debug")["journal"]["done"] == 0
+
+
+@pytest.mark.parametrize("stdin", [b"", b"   \n", b"{not json", b"[1, 2, 3]", b"\xff\xfe\x00garbage", b"null"])
+def test_bad_stdin_fails_open(worker: WorkerProcess, stdin: bytes) -> None:
+    result = run_hook("PostToolUse", stdin, worker.data_dir)
+    assert_silent_success(result)
+    assert (worker.data_dir / "hooks.log").read_text().count("PostToolUse:") == 1
+
+
+def test_huge_tool_response_is_truncated_not_lost(worker: WorkerProcess, payloads: list[dict[str, Any]]) -> None:
+    payload = dict(by_event(payloads, "PostToolUse"))
+    payload["tool_response"] = {"stdout": "BEGIN" + "y" * (50 * 1024 * 1024) + "END", "stderr": ""}
+    payload["tool_use_id"] = "toolu_huge"
+    started = time.monotonic()
+    result = run_hook("PostToolUse", payload, worker.data_dir)
+    assert_silent_success(result)
+    assert time.monotonic() - started < 10
+    worker.wait_idle()
+    (row,) = [o for o in worker.get("/api/observations")["observations"] if o["tool_use_id"] == "toolu_huge"]
+    stdout = worker.get(f"/api/observations/{row['id']}")["tool_response"]["stdout"]
+    assert stdout.startswith("BEGIN") and stdout.endswith("END") and "elided" in stdout
+
+
+def test_stop_reads_the_transcript_when_needed(worker: WorkerProcess, tmp_path: Path) -> None:
+    base = {"session_id": "tr", "cwd": "/tmp/trproj", "hook_event_name": "Stop"}
+    broken = FIXTURES / "transcripts" / "broken-lines-2.0.jsonl"
+    assert_silent_success(run_hook("Stop", {**base, "transcript_path": str(FIXTURES / "transcripts" /
+                                                                              "session-2.1.328.jsonl")}, worker.data_dir))
+    assert_silent_success(run_hook("Stop", {**base, "transcript_path": str(broken)}, worker.data_dir))
+    assert_silent_success(run_hook("Stop", {**base, "transcript_path": str(tmp_path / "missing.jsonl")},
+                                   worker.data_dir))
+    worker.wait_idle()
+    summaries = sorted(worker.get("/api/summaries")["summaries"], key=lambda s: s["id"])
+    assert len(summaries) == 3  # a missing transcript still records the Stop
+    assert summaries[0]["completed"] == "Added test_calc.py with a divide-by-zero test."
+    log = (worker.data_dir / "hooks.log").read_text()
+    assert "skipped 7 broken transcript line(s)" in log and "transcript unreadable" in log
+
+
+def test_worker_down_fails_open_fast(tmp_path: Path, payloads: list[dict[str, Any]]) -> None:
+    data_dir = tmp_path / "nowhere"
+    for stage in ("UserPromptSubmit", "PostToolUse", "PostToolUseFailure", "Stop", "SessionEnd"):
+        started = time.monotonic()
+        result = run_hook(stage, by_event(payloads, stage), data_dir, SESSIONMEM_PORT="9")
+        assert_silent_success(result)
+        assert time.monotonic() - started < 1.5  # refused at once, not the 2 s timeout
+    assert (data_dir / "hooks.log").read_text().count("worker unavailable") == 5
+
+
+def test_session_start_starts_one_worker_for_concurrent_hooks(tmp_path: Path, payloads: list[dict[str, Any]]) -> None:
+    data_dir = tmp_path / "data"
+    (data_dir).mkdir()
+    (data_dir / "settings.json").write_text(json.dumps({"start_timeout_s": 10}))
+    payload = by_event(payloads, "SessionStart")
+    results: list[subprocess.CompletedProcess[bytes]] = []
+
+    def start() -> None:
+        results.append(run_hook("SessionStart", payload, data_dir, SESSIONMEM_PORT="0"))
+
+    threads = [threading.Thread(target=start) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert all(r.returncode == 0 for r in results)
+        outputs = [json.loads(r.stdout) for r in results]
+        assert all("no memories of calcproj" in o["systemMessage"] for o in outputs)
+        log = (data_dir / "hooks.log").read_text()
+        assert log.count("started worker") == 1, log
+        assert "already running" not in (data_dir / "worker.stderr").read_text()
+    finally:
+        state = json.loads((data_dir / "worker.json").read_text())
+        os.kill(state["pid"], 15)
+        deadline = time.monotonic() + 20
+        while (data_dir / "worker.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def test_hook_timeout_bounds_a_hanging_worker(tmp_path: Path, payloads: list[dict[str, Any]]) -> None:
+    import socket
+
+    with socket.socket() as listener:  # accepts connections, never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        port = listener.getsockname()[1]
+        started = time.monotonic()
+        result = run_hook("PostToolUse", by_event(payloads, "PostToolUse"), tmp_path, SESSIONMEM_PORT=str(port),
+                          SESSIONMEM_HOOK_TIMEOUT="0.5")
+        elapsed = time.monotonic() - started
+    assert_silent_success(result)
+    assert elapsed < 1.5
+    assert "timed out" in (tmp_path / "hooks.log").read_text()
+
+
+def test_unit_project_identity(tmp_path: Path) -> None:
+    from sessionmem.hooks.project import project_of
+
+    main = tmp_path / "shop"
+    (main / ".git" / "worktrees" / "feature").mkdir(parents=True)
+    (main / "src" / "deep").mkdir(parents=True)
+    assert project_of(str(main / "src" / "deep")) == "shop"
+    linked = tmp_path / "shop-feature"
+    linked.mkdir()
+    (linked / ".git").write_text(f"gitdir: {main / '.git' / 'worktrees' / 'feature'}\n")
+    (main / ".git" / "worktrees" / "feature" / "commondir").write_text("../..\n")
+    assert project_of(str(linked)) == "shop"
+    (main / ".git" / "worktrees" / "feature" / "commondir").unlink()
+    assert project_of(str(linked)) == "shop"  # inferred from the worktrees path
+    sub = main / "vendor" / "lib"
+    sub.mkdir(parents=True)
+    (sub / ".git").write_text("gitdir: ../../.git/modules/lib\n")
+    assert project_of(str(sub)) == "lib"  # a submodule is a project of its own
+    plain = tmp_path / "loose" / "dir"
+    plain.mkdir(parents=True)
+    assert project_of(str(plain)) == "dir"
+    assert project_of("") == "unknown"
+
+
+def test_unit_fastjson_matches_json(payloads: list[dict[str, Any]]) -> None:
+    from sessionmem.hooks import fastjson
+
+    for payload in payloads:
+        text = json.dumps(payload, ensure_ascii=False)
+        assert fastjson.loads(text) == payload
+        assert fastjson.loads(text.encode()) == payload
+        assert fastjson.dumps(payload) == text
+    for bad in ("", "{", "[1] 2", "{'a': 1}"):
+        with pytest.raises(ValueError):
+            fastjson.loads(bad)
+    with pytest.raises(TypeError):
+        fastjson.dumps({"x": object()})
+
+
+def test_unit_install_is_idempotent_and_reversible(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sessionmem.install import MARKER, STAGES, install, installed_stages, uninstall
+
+    settings = tmp_path / "settings.json"
+    theirs = {"type": "command", "command": "echo theirs"}
+    original = {"model": "opus", "hooks": {"PostToolUse": [{"matcher": "Bash", "hooks": [theirs]}]}}
+    settings.write_text(json.dumps(original))
+    install(settings)
+    _, backup = install(settings)
+    data = json.loads(settings.read_text())
+    assert set(installed_stages(settings)) == set(STAGES)
+    ours = [h for g in data["hooks"]["PostToolUse"] for h in g["hooks"] if h["command"].endswith(MARKER)]
+    assert len(ours) == 1 and "-S" in ours[0]["command"]  # installed twice, present once
+    assert data["model"] == "opus" and theirs in data["hooks"]["PostToolUse"][0]["hooks"]
+    assert backup is not None and backup.exists()
+    _, removed, _ = uninstall(settings)
+    assert removed == len(STAGES)
+    assert json.loads(settings.read_text()) == original
+    assert uninstall(settings)[1] == 0
