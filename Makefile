@@ -4,8 +4,11 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
+# The pinned Claude Code CLI for the end-to-end tests (its native binary is an
+# optional dependency from the npm registry; no other download).
+E2E_STAMP := e2e/node_modules/.installed
 
-.PHONY: run test bench-smoke clean
+.PHONY: run test clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "sessionmem needs Python 3.11, found " + sys.version' 
@@ -14,11 +17,15 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/python -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
+$(E2E_STAMP): e2e/package.json e2e/package-lock.json
+	cd e2e && npm ci --no-audit --no-fund --loglevel=error
+	@touch $(E2E_STAMP)
+
 run: $(STAMP)
 	$(VENV)/bin/sessionmem serve $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(E2E_STAMP)
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info e2e/node_modules

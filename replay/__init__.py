@@ -1,0 +1,1 @@
+"""Transcript replay: converting recorded Claude Code sessions into hook events, and backfill."""
