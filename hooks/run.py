@@ -37,13 +37,11 @@ if TYPE_CHECKING:
 from sessionmem.hooks import fastjson
 from sessionmem.hooks.config import HookConfig
 from sessionmem.hooks.project import project_of
-from sessionmem.hooks.translate import api_call, is_internal_prompt
+from sessionmem.hooks.translate import STRING_CAP, api_call, bounded_tool_body, is_internal_prompt
 from sessionmem.hooks.worker_client import WorkerUnavailable, request
-from sessionmem.limits import head_tail, shorten_strings
-from sessionmem.privacy import strip_private, strip_private_deep
+from sessionmem.limits import head_tail
+from sessionmem.privacy import strip_private
 
-BODY_LIMIT = 4 * 1024 * 1024  # below the worker's default 5 MB limit
-STRING_CAP = 256 * 1024
 
 
 class _Log:
@@ -79,19 +77,6 @@ def _send(config: HookConfig, method: str, path: str, body: dict[str, Any] | Non
         log(f"{method} {path} -> {reply.status}: {reply.body[:300]!r}")
         return None
     return reply
-
-
-def _fit(body: dict[str, Any]) -> dict[str, Any]:
-    """Strip private spans and bound the size of a tool-use body."""
-    for key in ("tool_input", "tool_response", "error"):
-        if key in body:
-            body[key] = shorten_strings(strip_private_deep(body[key]), STRING_CAP)
-    size = len(fastjson.dumps(body).encode("utf-8"))
-    if size > BODY_LIMIT:
-        # Many long strings: keep head and tail of the whole response as one string.
-        response = fastjson.dumps(body.get("tool_response"))
-        body["tool_response"] = head_tail(response, max(BODY_LIMIT - (size - len(response)) - 1024, 4096))
-    return body
 
 
 def session_start(payload: dict[str, Any], config: HookConfig, log: _Log) -> dict[str, Any] | None:
@@ -157,8 +142,8 @@ def handle(stage: str, payload: dict[str, Any], config: HookConfig, log: _Log) -
     if call is None:
         return None
     method, path, body = call
-    if body is not None and stage in ("PostToolUse", "PostToolUseFailure", "SubagentStop"):
-        body = _fit(body)
+    if body is not None:
+        body = bounded_tool_body(body)
     _send(config, method, path, body, log)
     return None
 

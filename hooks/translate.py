@@ -10,11 +10,17 @@ Unknown fields are ignored and missing optional fields are fine.
 from __future__ import annotations
 
 import os
+
+from sessionmem.hooks import fastjson
+from sessionmem.limits import head_tail, shorten_strings
+from sessionmem.privacy import strip_private_deep
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from typing import Any
 
 TASK_NOTIFICATION = "<task-notification>"
+BODY_LIMIT = 4 * 1024 * 1024  # below the worker's default 5 MB limit
+STRING_CAP = 256 * 1024
 
 
 def is_internal_prompt(prompt: str) -> bool:
@@ -77,3 +83,22 @@ def api_call(payload: dict[str, Any], *, project: str | None = None) -> tuple[st
     if event == "SessionEnd":
         return "POST", "/api/sessions/complete", {**base, "reason": payload.get("reason") or ""}
     return None
+
+
+def bounded_tool_body(body: dict[str, Any]) -> dict[str, Any]:
+    """Strip private spans from a tool-use body and bound its size (head + tail of long strings).
+
+    Bodies without tool data pass through unchanged.
+    """
+    if not any(key in body for key in ("tool_input", "tool_response", "error")):
+        return body
+    body = dict(body)
+    for key in ("tool_input", "tool_response", "error"):
+        if key in body:
+            body[key] = shorten_strings(strip_private_deep(body[key]), STRING_CAP)
+    size = len(fastjson.dumps(body).encode("utf-8"))
+    if size > BODY_LIMIT:
+        # Many long strings: keep head and tail of the whole response as one string.
+        response = fastjson.dumps(body.get("tool_response"))
+        body["tool_response"] = head_tail(response, max(BODY_LIMIT - (size - len(response)) - 1024, 4096))
+    return body

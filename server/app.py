@@ -129,6 +129,7 @@ def create_app(worker: Worker) -> QuartTrio:
             "promptNumber": accepted.prompt_number,
             "skipped": accepted.skipped,
             "reason": accepted.reason or None,
+            "duplicate": accepted.duplicate,
         })
 
     @app.post("/sessions/<int:session_db_id>/init")
@@ -152,8 +153,9 @@ def create_app(worker: Worker) -> QuartTrio:
     async def accept(event: Any) -> Response:
         with worker.supervisor.reservation(event.session_id):
             accepted = await worker.store.accept_event(event, worker.supervisor.deliver)
+        status = "duplicate" if accepted.duplicate else "parked" if accepted.parked else "accepted"
         return json_response(
-            {"status": "parked" if accepted.parked else "accepted", "eventId": accepted.envelope.event_id,
+            {"status": status, "eventId": accepted.envelope.event_id,
              "sessionDbId": accepted.session_db_id, "promptNumber": accepted.prompt_number},
             202,
         )

@@ -57,6 +57,7 @@ def init_event(request: InitRequest) -> InitEvent:
         cwd=request.cwd,
         prompt=prompt,
         skip_reason=skip_reason,
+        key=request.idempotencyKey,
     )
 
 
@@ -74,6 +75,7 @@ def observation_event(request: ObservationRequest, cap: int) -> ObservationEvent
         agent_type=request.agent_type,
         failed=failed,
         error=head_tail(strip_private(request.error), cap),
+        key=request.idempotencyKey,
     )
 
 
@@ -83,9 +85,11 @@ def summarize_event(request: SummarizeRequest, cap: int) -> SummarizeEvent:
         project=project_name(request.project, request.cwd),
         last_user_message=head_tail(strip_private(request.last_user_message), cap),
         last_assistant_message=head_tail(strip_private(request.last_assistant_message), cap),
+        key=request.idempotencyKey,
     )
 
 
 def complete_event(request: CompleteRequest) -> CompleteEvent:
     project = project_name(request.project, request.cwd) if (request.project or request.cwd) else ""
-    return CompleteEvent(session_id=request.claudeSessionId, project=project, reason=request.reason[:200])
+    return CompleteEvent(session_id=request.claudeSessionId, project=project, reason=request.reason[:200],
+                         key=request.idempotencyKey)

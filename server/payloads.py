@@ -20,6 +20,7 @@ class InitRequest(msgspec.Struct, frozen=True):
     cwd: str = ""
     project: str = ""
     prompt: str = ""
+    idempotencyKey: str = ""
 
 
 class LegacyInitRequest(msgspec.Struct, frozen=True):
@@ -43,6 +44,7 @@ class ObservationRequest(msgspec.Struct, frozen=True):
     hook_event_name: str = ""
     error: str = ""
     failed: bool = False
+    idempotencyKey: str = ""
 
 
 class SummarizeRequest(msgspec.Struct, frozen=True):
@@ -51,6 +53,7 @@ class SummarizeRequest(msgspec.Struct, frozen=True):
     project: str = ""
     last_user_message: str = ""
     last_assistant_message: str = ""
+    idempotencyKey: str = ""
 
 
 class CompleteRequest(msgspec.Struct, frozen=True):
@@ -58,6 +61,7 @@ class CompleteRequest(msgspec.Struct, frozen=True):
     cwd: str = ""
     project: str = ""
     reason: str = ""
+    idempotencyKey: str = ""
 
 
 class ProcessingRequest(msgspec.Struct, frozen=True):

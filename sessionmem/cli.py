@@ -1,4 +1,4 @@
-"""``sessionmem`` command line: serve, status, stop, replay, install, uninstall, doctor.
+"""``sessionmem`` command line: serve, status, stop, replay, backfill, install, uninstall, doctor.
 
 The client commands (status, stop, replay) use only the standard library, so they
 start fast and work even when the worker's dependencies are broken.
@@ -208,6 +208,44 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if not problems else 1
 
 
+def cmd_backfill(args: argparse.Namespace) -> int:
+    """Import past Claude Code sessions (transcripts) into memory; safe to run again."""
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from sessionmem.hooks.config import HookConfig
+    from sessionmem.hooks.launcher import ensure_worker
+    from sessionmem.replay.backfill import backfill
+
+    root = Path(args.path).expanduser()
+    if not root.exists():
+        print(f"sessionmem: {root} does not exist", file=sys.stderr)
+        return 1
+    env = dict(os.environ)
+    if args.data_dir:
+        env["SESSIONMEM_DATA_DIR"] = args.data_dir
+    config = HookConfig(env)
+    config.start_timeout_s = max(config.start_timeout_s, 20.0)
+    problems: list[str] = []
+    port = ensure_worker(config, problems.append)
+    if port is None:
+        print(f"sessionmem: no worker available: {'; '.join(problems) or 'start it with `sessionmem serve`'}",
+              file=sys.stderr)
+        return 1
+    report = backfill(root, config.host, port, workers=args.workers,
+                      progress=lambda total: tqdm(total=total, unit="event", desc="backfill", file=sys.stderr))
+    c = report.conversion
+    print(f"sessionmem: {c.sessions} session(s) from {c.files} file(s): {c.prompts} prompts, {c.tool_uses} tool uses")
+    print(f"  sent {report.sent}: {report.accepted} new, {report.duplicates} already known, {report.skipped} skipped, "
+          f"{report.refused} refused")
+    print(f"  unreadable: {c.broken_lines} line(s), {c.broken_files} file(s); {c.unpaired_tool_uses} tool use(s) "
+          f"without a result")
+    for error in report.errors[:10]:
+        print(f"  error: {error}", file=sys.stderr)
+    return 0 if not report.errors else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sessionmem", description="Persistent memory for Claude Code sessions.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -234,6 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
     install.set_defaults(fn=cmd_install)
     uninstall = sub.add_parser("uninstall", help="remove exactly the hooks `install` added")
     uninstall.set_defaults(fn=cmd_uninstall)
+    backfill = sub.add_parser("backfill", help="import past sessions from Claude Code transcripts (idempotent)")
+    backfill.add_argument("path", nargs="?", default="~/.claude/projects", help="a transcript or a directory of them")
+    backfill.add_argument("--data-dir", help="data directory (default ~/.sessionmem, env SESSIONMEM_DATA_DIR)")
+    backfill.add_argument("--workers", type=int, default=4, help="sessions sent in parallel")
+    backfill.set_defaults(fn=cmd_backfill)
     doctor = sub.add_parser("doctor", help="check worker, hook wiring, data dir and compressor")
     common(doctor)
     doctor.set_defaults(fn=cmd_doctor)

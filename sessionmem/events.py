@@ -23,6 +23,7 @@ class InitEvent(msgspec.Struct, frozen=True, tag="init", tag_field="kind", omit_
     prompt: str = ""
     prompt_number: int = 0
     skip_reason: str = ""  # why ``prompt`` is empty although the hook sent one
+    key: str = ""  # idempotency key: a second event with the same key is not journaled again
 
 
 class ObservationEvent(msgspec.Struct, frozen=True, tag="observation", tag_field="kind", omit_defaults=True):
@@ -38,6 +39,7 @@ class ObservationEvent(msgspec.Struct, frozen=True, tag="observation", tag_field
     failed: bool = False
     error: str = ""
     prompt_number: int = 0
+    key: str = ""
 
 
 class SummarizeEvent(msgspec.Struct, frozen=True, tag="summarize", tag_field="kind", omit_defaults=True):
@@ -46,12 +48,14 @@ class SummarizeEvent(msgspec.Struct, frozen=True, tag="summarize", tag_field="ki
     last_user_message: str = ""
     last_assistant_message: str = ""
     prompt_number: int = 0
+    key: str = ""
 
 
 class CompleteEvent(msgspec.Struct, frozen=True, tag="complete", tag_field="kind", omit_defaults=True):
     session_id: str
     project: str = ""
     reason: str = ""
+    key: str = ""
 
 
 Event = InitEvent | ObservationEvent | SummarizeEvent | CompleteEvent

@@ -31,6 +31,7 @@ class InitAccepted(msgspec.Struct, frozen=True):
     prompt_number: int
     skipped: bool
     reason: str = ""
+    duplicate: bool = False  # an event with the same idempotency key was accepted before
 
 
 class Accepted(msgspec.Struct, frozen=True):
@@ -38,6 +39,7 @@ class Accepted(msgspec.Struct, frozen=True):
     session_db_id: int
     prompt_number: int
     parked: bool  # the session has failed: kept in the journal, not processed
+    duplicate: bool = False  # an event with the same idempotency key was accepted before
 
 
 class SessionInfo(msgspec.Struct, frozen=True):

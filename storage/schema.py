@@ -154,7 +154,14 @@ CREATE TRIGGER prompts_fts_au AFTER UPDATE ON user_prompts BEGIN
 END;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1,)
+# Idempotency keys: a client (backfill, a retrying hook) may name an event; the same
+# key is journaled once and later copies are answered as duplicates.
+_V2 = """
+ALTER TABLE journal ADD COLUMN idempotency_key TEXT;
+CREATE UNIQUE INDEX journal_idempotency ON journal (idempotency_key) WHERE idempotency_key IS NOT NULL;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 
 
 def migrate(connection: apsw.Connection) -> int:

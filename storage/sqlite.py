@@ -122,15 +122,30 @@ def _create_session(connection: apsw.Connection, claude_session_id: str, project
 
 def _journal(connection: apsw.Connection, event: Any, status: str, now: float) -> Envelope:
     connection.execute(
-        "INSERT INTO journal (claude_session_id, kind, payload, status, accepted_at, processed_at)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        (event.session_id, event_kind(event), encode_event(event), status, now, now if status == "done" else None),
+        "INSERT INTO journal (claude_session_id, kind, payload, status, accepted_at, processed_at, idempotency_key)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (event.session_id, event_kind(event), encode_event(event), status, now, now if status == "done" else None,
+         event.key or None),
     )
     return Envelope(connection.last_insert_rowid(), event)
 
 
+def _already_journaled(connection: apsw.Connection, key: str) -> Envelope | None:
+    if not key:
+        return None
+    row = connection.execute("SELECT id, payload FROM journal WHERE idempotency_key = ?", (key,)).fetchone()
+    return Envelope(row[0], decode_event(row[1])) if row else None
+
+
 def _accept_init(connection: apsw.Connection, event: InitEvent) -> InitAccepted:
     now = time.time()
+    earlier = _already_journaled(connection, event.key)
+    if earlier is not None:
+        first = earlier.event
+        assert isinstance(first, InitEvent)
+        found = _load_session(connection, first.session_id)
+        return InitAccepted(earlier, found[0] if found else 0, first.prompt_number, skipped=not first.prompt,
+                            reason=first.skip_reason, duplicate=True)
     found = _load_session(connection, event.session_id)
     if found is None:
         session_db_id, counter = _create_session(connection, event.session_id, event.project, event.cwd, now), 0
@@ -160,6 +175,11 @@ def _accept_init(connection: apsw.Connection, event: InitEvent) -> InitAccepted:
 
 def _accept_event(connection: apsw.Connection, event: ObservationEvent | SummarizeEvent | CompleteEvent) -> Accepted:
     now = time.time()
+    earlier = _already_journaled(connection, event.key)
+    if earlier is not None:
+        found = _load_session(connection, earlier.event.session_id)
+        prompt_number = getattr(earlier.event, "prompt_number", 0)
+        return Accepted(earlier, found[0] if found else 0, prompt_number, parked=False, duplicate=True)
     found = _load_session(connection, event.session_id)
     if found is None:
         # An event for a session we never saw init for (worker started mid-session):
@@ -237,13 +257,17 @@ class SQLiteStore:
     # -- journal -------------------------------------------------------------------
 
     async def accept_init(self, event: InitEvent, on_commit: OnCommit) -> InitAccepted:
-        return await self._write(_accept_init, event, on_commit=lambda accepted: on_commit(accepted.envelope))
+        def deliver(accepted: InitAccepted) -> None:
+            if not accepted.duplicate:
+                on_commit(accepted.envelope)
+
+        return await self._write(_accept_init, event, on_commit=deliver)
 
     async def accept_event(
         self, event: ObservationEvent | SummarizeEvent | CompleteEvent, on_commit: OnCommit
     ) -> Accepted:
         def deliver(accepted: Accepted) -> None:
-            if not accepted.parked:
+            if not accepted.parked and not accepted.duplicate:
                 on_commit(accepted.envelope)
 
         return await self._write(_accept_event, event, on_commit=deliver)

@@ -136,3 +136,21 @@ def test_migrations_are_versioned(tmp_path: Path) -> None:
     connection.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
     with pytest.raises(RuntimeError, match="newer than this sessionmem"):
         migrate(connection)
+
+
+async def test_idempotency_keys_journal_once(tmp_path: Path) -> None:
+    delivered: list[Envelope] = []
+    async with open_sqlite_store(tmp_path / "db.sqlite") as store:
+        first = await store.accept_init(InitEvent("s1", "proj", prompt="one", key="k-init"), delivered.append)
+        again = await store.accept_init(InitEvent("s1", "proj", prompt="one", key="k-init"), delivered.append)
+        second = await store.accept_init(InitEvent("s1", "proj", prompt="two", key="k-init-2"), delivered.append)
+        event = ObservationEvent(session_id="s1", project="proj", tool_name="Read", tool_use_id="t", key="k-obs")
+        accepted = await store.accept_event(event, delivered.append)
+        duplicate = await store.accept_event(event, delivered.append)
+        counts = await store.journal_counts()
+    assert (first.prompt_number, again.prompt_number, second.prompt_number) == (1, 1, 2)
+    assert again.duplicate and not first.duplicate and again.envelope.event_id == first.envelope.event_id
+    assert duplicate.duplicate and duplicate.envelope.event_id == accepted.envelope.event_id
+    assert duplicate.prompt_number == 2
+    assert len(delivered) == 3  # duplicates are not delivered again
+    assert (counts.pending, counts.done) == (1, 2)
