@@ -164,6 +164,15 @@ def _is_prompt(entry: dict[str, Any]) -> str:
     return text
 
 
+def _agent_fields(entry: dict[str, Any]) -> dict[str, str]:
+    """Attribution for a subagent's entries; 1.0.x inline sidechains carry no agent id."""
+    if entry.get("agentId"):
+        return {"agent_id": str(entry["agentId"]), "agent_type": str(entry.get("agentType") or "subagent")}
+    if entry.get("isSidechain"):
+        return {"agent_id": "sidechain", "agent_type": "subagent"}
+    return {}
+
+
 def convert(paths: Iterable[Path], stats: ConversionStats | None = None) -> list[ReplaySession]:
     """Turn transcript files into replayable sessions (see the module docstring)."""
     stats = stats or ConversionStats()
@@ -222,8 +231,7 @@ def _session_events(session_id: str, entries: list[dict[str, Any]], stats: Conve
             emit(at, "UserPromptSubmit", f"{turn_key}:prompt", prompt=prompt)
             turn_open, last_text = True, ""
             continue
-        agent = {"agent_id": str(entry["agentId"]), "agent_type": str(entry.get("agentType") or "subagent")} \
-            if entry.get("agentId") or entry.get("isSidechain") and entry.get("agentId") else {}
+        agent = _agent_fields(entry)
         if entry.get("type") == "assistant" and isinstance(content, list):
             for block in content:
                 if not isinstance(block, dict):

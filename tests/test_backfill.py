@@ -1,0 +1,61 @@
+"""`sessionmem backfill` against a real worker: complete, idempotent, private."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sessionmem.replay.convert import ConversionStats, convert, transcript_files
+from sessionmem.testing.worker_process import WorkerProcess
+
+from .conftest import FIXTURES, data_dir_contains
+
+pytestmark = pytest.mark.slow
+
+SOURCE = FIXTURES / "transcripts"
+
+
+def run_backfill(worker: WorkerProcess) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SESSIONMEM_DATA_DIR": str(worker.data_dir)}
+    return subprocess.run([sys.executable, "-m", "sessionmem", "backfill", str(SOURCE)], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_backfill_is_complete_idempotent_and_private(worker: WorkerProcess) -> None:
+    stats = ConversionStats()
+    sessions = convert(transcript_files(SOURCE), stats)
+    expected_ids = {e.payload["tool_use_id"] for s in sessions for e in s.events
+                    if e.stage in ("PostToolUse", "PostToolUseFailure") and e.payload["tool_name"] != "TodoWrite"}
+
+    first = run_backfill(worker)
+    assert first.returncode == 0, first.stderr
+    assert f"{stats.sessions} session(s)" in first.stdout and "0 refused" in first.stdout
+    assert f"unreadable: {stats.broken_lines} line(s)" in first.stdout
+    worker.wait_idle(timeout=120)
+    stored = worker.get("/api/observations?limit=500")["observations"]
+    assert {o["tool_use_id"] for o in stored} == expected_ids
+    assert len(stored) == len(expected_ids)
+    summaries = len(worker.get("/api/summaries?limit=500")["summaries"])
+    assert summaries == stats.stops
+    prompts_before = {s["claudeSessionId"]: s["prompt_counter"] for s in worker.get("/api/sessions?limit=500")["sessions"]}
+
+    second = run_backfill(worker)
+    assert second.returncode == 0 and " 0 new" in second.stdout, second.stdout
+    worker.wait_idle(timeout=120)
+    assert len(worker.get("/api/observations?limit=500")["observations"]) == len(expected_ids)
+    assert len(worker.get("/api/summaries?limit=500")["summaries"]) == summaries
+    prompts_after = {s["claudeSessionId"]: s["prompt_counter"] for s in worker.get("/api/sessions?limit=500")["sessions"]}
+    assert prompts_after == prompts_before
+
+    worker.stop()
+    assert data_dir_contains(worker.data_dir, b"hunter2") == []  # <private> in the 2.1.328 transcript
+
+
+def test_backfill_of_a_missing_path_is_a_clear_error(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "sessionmem", "backfill", str(tmp_path / "nope")],
+                            env={**os.environ, "SESSIONMEM_DATA_DIR": str(tmp_path)}, capture_output=True, text=True)
+    assert result.returncode == 1 and "does not exist" in result.stderr

@@ -1,0 +1,98 @@
+"""Transcript -> hook events, one fixture per format found in the corpus."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+from sessionmem.replay.convert import ConversionStats, ReplaySession, convert, transcript_files
+
+TRANSCRIPTS = Path(__file__).parent / "fixtures" / "transcripts"
+
+
+def converted(name: str) -> tuple[list[ReplaySession], ConversionStats]:
+    stats = ConversionStats()
+    return convert(transcript_files(TRANSCRIPTS / name), stats), stats
+
+
+def stages(session: ReplaySession) -> collections.Counter[str]:
+    return collections.Counter(e.stage for e in session.events)
+
+
+def check_shape(session: ReplaySession) -> None:
+    """Every session starts, ends, and pairs prompts with stops; payloads look like Claude Code's."""
+    assert session.events[0].stage == "SessionStart" and session.events[-1].stage == "SessionEnd"
+    counts = stages(session)
+    assert counts["UserPromptSubmit"] == counts["Stop"]
+    keys = [e.key for e in session.events]
+    assert len(keys) == len(set(keys))  # idempotency keys are unique
+    for event in session.events:
+        assert event.payload["hook_event_name"] == event.stage and event.payload["session_id"] == session.session_id
+        if event.stage in ("PostToolUse", "PostToolUseFailure"):
+            assert event.payload["tool_name"] and event.payload["tool_use_id"].startswith("toolu")
+    times = [e.at for e in session.events]
+    assert times == sorted(times)
+
+
+def test_v1_inline_sidechains() -> None:
+    (session,), stats = converted("v1.0-inline-sidechain")
+    check_shape(session)
+    assert (stats.prompts, stats.tool_uses, stats.failed_tool_uses) == (1, 21, 3)
+    subagent = [e for e in session.events if e.payload.get("agent_id") == "sidechain"]
+    assert len(subagent) == stats.subagent_tool_uses == 8
+    failure = next(e for e in session.events if e.stage == "PostToolUseFailure")
+    assert failure.payload["error"] and "tool_response" not in failure.payload
+
+
+def test_v2_agent_files_beside_the_session() -> None:
+    (session,), stats = converted("v2.0-agent-files")
+    check_shape(session)
+    assert stats.files == 2 and stats.prompts == 7 and stats.tool_uses == 10
+    first_prompt = next(e for e in session.events if e.stage == "UserPromptSubmit")
+    assert not first_prompt.payload["prompt"].startswith("<")
+
+
+def test_v21_subagents_directory() -> None:
+    (session,), stats = converted("v2.1-subagents")
+    check_shape(session)
+    assert session.session_id == "258c7280-ae70-4798-800f-63464d01a85d"
+    assert stats.files == 2 and stats.subagent_tool_uses == 2 and stats.unpaired_tool_uses == 1
+    agents = {e.payload.get("agent_id") for e in session.events if e.payload.get("agent_id")}
+    assert agents == {"a881341"}
+    read = next(e for e in session.events if e.stage == "PostToolUse" and e.payload["tool_name"] == "Read")
+    assert isinstance(read.payload["tool_response"], dict)  # toolUseResult, not the flattened text
+
+
+def test_chat_json_array() -> None:
+    (session,), stats = converted("chat-json")
+    check_shape(session)
+    assert (stats.prompts, stats.tool_uses, stats.failed_tool_uses) == (2, 30, 6)
+    assert stats.lines == 0 and stats.broken_files == 0
+
+
+def test_broken_lines_are_counted_not_fatal() -> None:
+    (session,), stats = converted("broken-lines-2.0.jsonl")
+    check_shape(session)
+    assert stats.broken_lines == 7 and stats.lines == 83
+
+
+def test_overlapping_snapshots_are_deduplicated(tmp_path: Path) -> None:
+    source = TRANSCRIPTS / "chat-json" / "logs__chat@028050dd.json"
+    for n in range(2):
+        (tmp_path / f"logs__chat@{n}.json").write_bytes(source.read_bytes())
+    (tmp_path / "broken.json").write_text("[{not json")
+    stats = ConversionStats()
+    (session,) = convert(transcript_files(tmp_path), stats)
+    assert stats.tool_uses == 30 and stats.duplicate_entries == stats.entries
+    assert stats.broken_files == 0  # broken.json is not a transcript name and was never read
+    (tmp_path / "logs__chat@broken.json").write_text("[{not json")
+    stats = ConversionStats()
+    convert(transcript_files(tmp_path), stats)
+    assert stats.broken_files == 1
+
+
+def test_task_notifications_are_not_prompts() -> None:
+    sessions, stats = converted("session-2.1.328.jsonl")
+    prompts = [e.payload["prompt"] for s in sessions for e in s.events if e.stage == "UserPromptSubmit"]
+    assert prompts == ["Fix the divide-by-zero bug in calc.py <private>my staging password is hunter2</private>",
+                       "Now add a test file"]
