@@ -128,8 +128,7 @@ class SessionActor:
             case ObservationEvent():
                 self._maybe_inject_fault(envelope, event)
                 self._cwd = event.cwd or self._cwd
-                if envelope not in self._batch:
-                    self._batch.append(envelope)
+                self._batch.append(envelope)
                 child.batch_size = len(self._batch)
                 if len(self._batch) >= self._settings.batch_size:
                     await self._flush()

@@ -93,9 +93,14 @@ def bounded_tool_body(body: dict[str, Any]) -> dict[str, Any]:
     if not any(key in body for key in ("tool_input", "tool_response", "error")):
         return body
     body = dict(body)
+    encoded = fastjson.dumps(body)
+    if "<private>" in encoded or "<sessionmem-context>" in encoded:  # rare: walk only then
+        for key in ("tool_input", "tool_response", "error"):
+            if key in body:
+                body[key] = strip_private_deep(body[key])
     for key in ("tool_input", "tool_response", "error"):
         if key in body:
-            body[key] = shorten_strings(strip_private_deep(body[key]), STRING_CAP)
+            body[key] = shorten_strings(body[key], STRING_CAP)
     size = len(fastjson.dumps(body).encode("utf-8"))
     if size > BODY_LIMIT:
         # Many long strings: keep head and tail of the whole response as one string.

@@ -26,17 +26,22 @@ def project_name(project: str, cwd: str) -> str:
     return base or "unknown"
 
 
-def cap_value(value: Any, cap: int) -> Any:
-    """Bound the stored size of a tool input/response, keeping its head and tail.
+def clean_value(value: Any, cap: int) -> Any:
+    """Remove private spans from a tool input/response and bound its stored size.
 
-    Structure is kept where possible: long strings inside it are shortened first;
-    if that is not enough, the whole value becomes one head+tail string.
+    The common case -- nothing private, small enough -- costs one C-level encode:
+    msgspec writes ``<`` unescaped, so the canonical encoding contains a tag exactly
+    when some string of the value does. Otherwise long strings are shortened to head
+    and tail first, and if that is not enough the whole value becomes one string.
     """
     if value is None or isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, str):
-        return head_tail(value, cap)
+        return head_tail(strip_private(value), cap)
     encoded = msgspec.json.encode(value)
+    if b"<private>" in encoded or b"<sessionmem-context>" in encoded:
+        value = strip_private_deep(value)
+        encoded = msgspec.json.encode(value)
     if len(encoded) <= cap:
         return value
     shortened = shorten_strings(value, max(cap // 8, 256))
@@ -68,8 +73,8 @@ def observation_event(request: ObservationRequest, cap: int) -> ObservationEvent
         project=project_name(request.project, request.cwd),
         tool_name=request.tool_name,
         tool_use_id=request.tool_use_id,
-        tool_input=cap_value(strip_private_deep(request.tool_input), cap),
-        tool_response=cap_value(strip_private_deep(request.tool_response), cap),
+        tool_input=clean_value(request.tool_input, cap),
+        tool_response=clean_value(request.tool_response, cap),
         cwd=request.cwd,
         agent_id=request.agent_id,
         agent_type=request.agent_type,

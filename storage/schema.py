@@ -101,8 +101,9 @@ CREATE TABLE journal (
     accepted_at       REAL NOT NULL,
     processed_at      REAL
 );
+-- Only open (pending/parked) rows are ever looked up by status or session: a small
+-- partial index keeps every insert cheap.
 CREATE INDEX journal_open ON journal (status, id) WHERE status != 'done';
-CREATE INDEX journal_session ON journal (claude_session_id, id);
 
 CREATE VIRTUAL TABLE observations_fts USING fts5 (
     title, subtitle, narrative, facts, concepts, content='observations', content_rowid='id'

@@ -2,8 +2,10 @@
 
 Callers submit a synchronous function of the connection; the writer task gathers
 every submission that is waiting, runs them all in one transaction on a worker
-thread (each inside its own savepoint, so one failing operation does not undo the
-others), commits once, then answers each caller. Under load many HTTP requests
+thread, commits once, then answers each caller. If any operation raises, the
+transaction is rolled back and the batch run again with each operation inside its
+own savepoint, so one failing operation does not undo the others (operations must
+therefore be safe to run twice: they are pure functions of the database state). Under load many HTTP requests
 share one commit -- and so one fsync -- without any caller waiting on a timer.
 
 Resource handling:
@@ -75,7 +77,10 @@ class GroupCommitWriter:
         will be committed, so an accepted event is never half-written.
         """
         operation: _Operation[T] = _Operation(fn, on_commit)
-        await self._send.send(operation)
+        try:
+            self._send.send_nowait(operation)  # the common case: no extra scheduling round
+        except trio.WouldBlock:
+            await self._send.send(operation)
         await operation.done.wait()
         if operation.error is not None:
             raise operation.error
@@ -124,6 +129,17 @@ class GroupCommitWriter:
 
     def _commit_batch(self, batch: list[_Operation[Any]]) -> None:
         connection = self._connection
+        try:
+            # Fast path: one transaction, no per-operation savepoints (they cost two
+            # statements each, on every request).
+            with connection:
+                for operation in batch:
+                    operation.result = operation.fn(connection)
+            return
+        except Exception:
+            pass  # rolled back: redo the batch isolating each operation
+        for operation in batch:
+            operation.result = operation.error = None
         with connection:
             for operation in batch:
                 try:

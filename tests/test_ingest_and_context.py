@@ -8,7 +8,7 @@ import msgspec
 
 from sessionmem.hooks.translate import api_call
 from sessionmem.server.context import estimate_tokens, render_context
-from sessionmem.server.ingest import cap_value, head_tail, init_event, observation_event, project_name
+from sessionmem.server.ingest import clean_value, head_tail, init_event, observation_event, project_name
 from sessionmem.server.payloads import InitRequest, ObservationRequest
 
 
@@ -19,18 +19,21 @@ def test_project_name() -> None:
     assert project_name("", "") == "unknown"
 
 
-def test_head_tail_and_cap_value() -> None:
+def test_head_tail_and_clean_value() -> None:
     text = "A" * 10 + "B" * 1000 + "C" * 10
     capped = head_tail(text, 200)
     assert capped.startswith("A" * 10) and capped.endswith("C" * 10) and "elided" in capped and len(capped) < 260
     value = {"stdout": "x" * 100_000, "stderr": "", "interrupted": False}
-    small = cap_value(value, 4096)
+    small = clean_value(value, 4096)
     assert set(small) == set(value) and small["interrupted"] is False  # structure kept
     assert len(msgspec.json.encode(small)) <= 4096
     many = [str(n) * 50 for n in range(10_000)]
-    flattened = cap_value(many, 4096)
+    flattened = clean_value(many, 4096)
     assert isinstance(flattened, str) and len(flattened) <= 4096
-    assert cap_value(42, 10) == 42 and cap_value(None, 10) is None
+    assert clean_value(42, 10) == 42 and clean_value(None, 10) is None
+    nested = {"a": ["keep <private>drop</private>", {"b": "<sessionmem-context>old</sessionmem-context>x"}]}
+    assert clean_value(nested, 4096) == {"a": ["keep", {"b": "x"}]}
+    assert clean_value("<private>gone", 4096) == ""
 
 
 def test_events_are_stripped_and_marked() -> None:
