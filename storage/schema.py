@@ -42,14 +42,13 @@ CREATE TABLE observations (
     session_id     INTEGER NOT NULL REFERENCES sessions (id),
     project        TEXT NOT NULL,
     prompt_number  INTEGER NOT NULL,
+    -- the journal row holding the raw tool input and response (stored once, there)
     event_id       INTEGER NOT NULL,
     tool_name      TEXT NOT NULL,
     tool_use_id    TEXT NOT NULL,
     agent_id       TEXT,
     agent_type     TEXT,
     failed         INTEGER NOT NULL DEFAULT 0,
-    tool_input     TEXT,
-    tool_response  TEXT,
     type           TEXT NOT NULL,
     title          TEXT NOT NULL,
     subtitle       TEXT NOT NULL DEFAULT '',
@@ -91,15 +90,20 @@ CREATE TABLE session_summaries (
 CREATE INDEX summaries_project ON session_summaries (project, id);
 
 -- Every accepted event, committed before the HTTP reply. `id` is arrival order.
+-- The event itself (with the raw tool data) is in journal_payloads: marking an event
+-- done then rewrites a small row instead of kilobytes of payload.
 CREATE TABLE journal (
     id                INTEGER PRIMARY KEY,
     claude_session_id TEXT NOT NULL,
     kind              TEXT NOT NULL,
-    payload           BLOB NOT NULL,
     status            TEXT NOT NULL DEFAULT 'pending'
                       CHECK (status IN ('pending', 'done', 'parked')),
     accepted_at       REAL NOT NULL,
     processed_at      REAL
+);
+CREATE TABLE journal_payloads (
+    id      INTEGER PRIMARY KEY REFERENCES journal (id),
+    payload BLOB NOT NULL
 );
 -- Only open (pending/parked) rows are ever looked up by status or session: a small
 -- partial index keeps every insert cheap.

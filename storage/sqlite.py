@@ -15,7 +15,6 @@ Error handling:
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -83,15 +82,19 @@ def _rows(cursor: apsw.Cursor) -> list[dict[str, Any]]:
 
 
 _JSON_LIST_COLUMNS = ("facts", "concepts", "files_read", "files_modified")
+_json_list = msgspec.json.Decoder(list[str])
 
 
 def _observation_public(row: dict[str, Any]) -> dict[str, Any]:
     for column in _JSON_LIST_COLUMNS:
         if column in row and isinstance(row[column], str):
-            row[column] = json.loads(row[column])
-    for column in ("tool_input", "tool_response"):
-        if isinstance(row.get(column), str):
-            row[column] = json.loads(row[column])
+            row[column] = _json_list.decode(row[column])
+    payload = row.pop("payload", None)
+    if payload is not None:  # the raw tool data lives in the journal row of the event
+        event = decode_event(payload)
+        if isinstance(event, ObservationEvent):
+            row["tool_input"] = event.tool_input
+            row["tool_response"] = event.error if event.failed and event.tool_response is None else event.tool_response
     for column in ("compressed", "failed"):
         if column in row:
             row[column] = bool(row[column])
@@ -122,18 +125,22 @@ def _create_session(connection: apsw.Connection, claude_session_id: str, project
 
 def _journal(connection: apsw.Connection, event: Any, status: str, now: float) -> Envelope:
     connection.execute(
-        "INSERT INTO journal (claude_session_id, kind, payload, status, accepted_at, processed_at, idempotency_key)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (event.session_id, event_kind(event), encode_event(event), status, now, now if status == "done" else None,
-         event.key or None),
+        "INSERT INTO journal (claude_session_id, kind, status, accepted_at, processed_at, idempotency_key)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (event.session_id, event_kind(event), status, now, now if status == "done" else None, event.key or None),
     )
-    return Envelope(connection.last_insert_rowid(), event)
+    event_id = connection.last_insert_rowid()
+    connection.execute("INSERT INTO journal_payloads (id, payload) VALUES (?, ?)", (event_id, encode_event(event)))
+    return Envelope(event_id, event)
 
 
 def _already_journaled(connection: apsw.Connection, key: str) -> Envelope | None:
     if not key:
         return None
-    row = connection.execute("SELECT id, payload FROM journal WHERE idempotency_key = ?", (key,)).fetchone()
+    row = connection.execute(
+        "SELECT j.id, p.payload FROM journal j JOIN journal_payloads p ON p.id = j.id WHERE j.idempotency_key = ?",
+        (key,),
+    ).fetchone()
     return Envelope(row[0], decode_event(row[1])) if row else None
 
 
@@ -274,7 +281,10 @@ class SQLiteStore:
 
     async def pending_events(self) -> list[Envelope]:
         def query(connection: apsw.Connection) -> list[Envelope]:
-            cursor = connection.execute("SELECT id, payload FROM journal WHERE status = 'pending' ORDER BY id")
+            cursor = connection.execute(
+                "SELECT j.id, p.payload FROM journal j JOIN journal_payloads p ON p.id = j.id"
+                " WHERE j.status = 'pending' ORDER BY j.id"
+            )
             return [Envelope(event_id, decode_event(payload)) for event_id, payload in cursor]
 
         return await self._readers.run(query)
@@ -299,7 +309,8 @@ class SQLiteStore:
     ) -> list[Envelope]:
         def unpark(connection: apsw.Connection) -> list[Envelope]:
             rows = connection.execute(
-                "SELECT id, payload FROM journal WHERE claude_session_id = ? AND status = 'parked' ORDER BY id",
+                "SELECT j.id, p.payload FROM journal j JOIN journal_payloads p ON p.id = j.id"
+                " WHERE j.claude_session_id = ? AND j.status = 'parked' ORDER BY j.id",
                 (claude_session_id,),
             ).fetchall()
             connection.execute(
@@ -341,19 +352,16 @@ class SQLiteStore:
             for envelope, event, obs in items:
                 connection.execute(
                     "INSERT OR IGNORE INTO observations (session_id, project, prompt_number, event_id, tool_name,"
-                    " tool_use_id, agent_id, agent_type, failed, tool_input, tool_response, type, title, subtitle,"
-                    " facts, narrative, concepts, files_read, files_modified, compressed, compressor, model,"
-                    " input_tokens, output_tokens, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " tool_use_id, agent_id, agent_type, failed, type, title, subtitle, facts, narrative, concepts,"
+                    " files_read, files_modified, compressed, compressor, model, input_tokens, output_tokens,"
+                    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         session.db_id, session.project, event.prompt_number, envelope.event_id, event.tool_name,
                         event.tool_use_id or f"event-{envelope.event_id}", event.agent_id or None,
-                        event.agent_type or None, int(event.failed), _to_json(event.tool_input),
-                        _to_json(event.error if event.failed and event.tool_response is None else event.tool_response),
-                        obs.type, obs.title, obs.subtitle, _to_json(obs.facts), obs.narrative,
-                        _to_json(obs.concepts), _to_json(obs.files_read), _to_json(obs.files_modified),
-                        int(obs.compressed), obs.compressor, obs.model or None, obs.input_tokens,
-                        obs.output_tokens, now,
+                        event.agent_type or None, int(event.failed), obs.type, obs.title, obs.subtitle,
+                        _to_json(obs.facts), obs.narrative, _to_json(obs.concepts), _to_json(obs.files_read),
+                        _to_json(obs.files_modified), int(obs.compressed), obs.compressor, obs.model or None,
+                        obs.input_tokens, obs.output_tokens, now,
                     ),
                 )
                 if connection.changes():
@@ -480,8 +488,9 @@ class SQLiteStore:
         def query(connection: apsw.Connection) -> dict[str, Any] | None:
             rows = _rows(
                 connection.execute(
-                    "SELECT o.*, s.claude_session_id AS claudeSessionId FROM observations o"
-                    " JOIN sessions s ON s.id = o.session_id WHERE o.id = ?",
+                    "SELECT o.*, s.claude_session_id AS claudeSessionId, p.payload FROM observations o"
+                    " JOIN sessions s ON s.id = o.session_id LEFT JOIN journal_payloads p ON p.id = o.event_id"
+                    " WHERE o.id = ?",
                     (observation_id,),
                 )
             )

@@ -23,6 +23,7 @@ Error handling:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -45,7 +46,8 @@ class _Operation(Generic[T]):
 
 
 class WriterStatistics:
-    __slots__ = ("batches", "operations", "largest_batch", "queued", "failed_commits")
+    __slots__ = ("batches", "operations", "largest_batch", "queued", "failed_commits", "slowest_commit_ms",
+                 "commits_over_20ms")
 
     def __init__(self) -> None:
         self.batches = 0
@@ -53,6 +55,8 @@ class WriterStatistics:
         self.largest_batch = 0
         self.queued = 0
         self.failed_commits = 0
+        self.slowest_commit_ms = 0.0
+        self.commits_over_20ms = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -104,6 +108,7 @@ class GroupCommitWriter:
         self._send.close()
 
     async def _run_batch(self, batch: list[_Operation[Any]]) -> None:
+        started = time.perf_counter()
         try:
             # Shielded: a commit that started must be reported to its callers (and its
             # on_commit run) even during shutdown, or an accepted event could go undelivered.
@@ -114,6 +119,9 @@ class GroupCommitWriter:
             for operation in batch:
                 operation.error = exc
         else:
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            self._stats.slowest_commit_ms = round(max(self._stats.slowest_commit_ms, elapsed_ms), 2)
+            self._stats.commits_over_20ms += elapsed_ms > 20
             self._stats.batches += 1
             self._stats.operations += len(batch)
             self._stats.largest_batch = max(self._stats.largest_batch, len(batch))
