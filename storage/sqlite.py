@@ -45,6 +45,7 @@ from sessionmem.storage.base import (
     SessionInfo,
     SummaryInputs,
 )
+from sessionmem.storage.checkpointer import run_checkpointer
 from sessionmem.storage.readers import ReaderPool
 from sessionmem.storage.schema import migrate
 from sessionmem.storage.writer import GroupCommitWriter
@@ -66,6 +67,8 @@ def open_writer(path: Path) -> apsw.Connection:
     connection = apsw.Connection(str(path))
     connection.execute("PRAGMA journal_mode = WAL")
     connection.execute("PRAGMA synchronous = FULL")
+    # Checkpoints run beside the writer (storage/checkpointer.py), not inside a commit.
+    connection.execute("PRAGMA wal_autocheckpoint = 0")
     connection.set_busy_timeout(5000)
     migrate(connection)
     return connection
@@ -222,10 +225,18 @@ async def open_sqlite_store(path: Path, *, readers: int = 4) -> AsyncIterator[SQ
         async with trio.open_nursery() as nursery:
             assert store._writer is not None
             await nursery.start(store._writer.run)
+            checkpoints = trio.CancelScope()
+
+            async def checkpoint_until_closed() -> None:
+                with checkpoints:
+                    await run_checkpointer(path)
+
+            nursery.start_soon(checkpoint_until_closed)
             try:
                 yield store
             finally:
-                store._writer.close()
+                store._writer.close()  # the writer drains what is queued, then returns
+                checkpoints.cancel(reason="store closing")
     finally:
         with trio.CancelScope(shield=True):
             await store._close()

@@ -136,22 +136,35 @@ class GroupCommitWriter:
                 operation.done.set()
 
     def _commit_batch(self, batch: list[_Operation[Any]]) -> None:
-        connection = self._connection
         try:
             # Fast path: one transaction, no per-operation savepoints (they cost two
             # statements each, on every request).
-            with connection:
-                for operation in batch:
-                    operation.result = operation.fn(connection)
+            self._transaction(batch, isolate=False)
             return
         except Exception:
             pass  # rolled back: redo the batch isolating each operation
         for operation in batch:
             operation.result = operation.error = None
-        with connection:
+        self._transaction(batch, isolate=True)
+
+    def _transaction(self, batch: list[_Operation[Any]], *, isolate: bool) -> None:
+        connection = self._connection
+        # IMMEDIATE: take the write lock up front. A deferred transaction that reads
+        # first and writes later fails with SQLITE_BUSY (no retry) if another
+        # connection -- the checkpointer, PRAGMA optimize -- wrote in between.
+        connection.execute("BEGIN IMMEDIATE")
+        try:
             for operation in batch:
+                if not isolate:
+                    operation.result = operation.fn(connection)
+                    continue
                 try:
                     with connection:  # savepoint: undo only this operation on failure
                         operation.result = operation.fn(connection)
                 except Exception as exc:
                     operation.error = exc
+            connection.execute("COMMIT")
+        except BaseException:
+            if not connection.get_autocommit():
+                connection.execute("ROLLBACK")
+            raise
