@@ -8,7 +8,9 @@ STAMP := $(VENV)/.installed
 # optional dependency from the npm registry; no other download).
 E2E_STAMP := e2e/node_modules/.installed
 
-.PHONY: run test clean
+SOURCES := actors compress hooks replay server sessionmem storage testing
+
+.PHONY: run test clean bytecode
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "sessionmem needs Python 3.11, found " + sys.version' 
@@ -21,10 +23,15 @@ $(E2E_STAMP): e2e/package.json e2e/package-lock.json
 	cd e2e && npm ci --no-audit --no-fund --loglevel=error
 	@touch $(E2E_STAMP)
 
-run: $(STAMP)
+# Hook processes start ~10 ms faster from compiled bytecode; compile it explicitly
+# because environments may set PYTHONDONTWRITEBYTECODE (only changed files are redone).
+bytecode: $(STAMP)
+	@$(VENV)/bin/python -m compileall -q -j 0 $(SOURCES)
+
+run: $(STAMP) bytecode
 	$(VENV)/bin/sessionmem serve $(ARGS)
 
-test: $(STAMP) $(E2E_STAMP)
+test: $(STAMP) $(E2E_STAMP) bytecode
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -153,6 +153,7 @@ class SessionSupervisor:
         if self._nursery is None:
             raise RuntimeError("supervisor is not running")
         child.running = True
+        child.state = "starting"
         self._nursery.start_soon(self._supervise, child, name=f"session-actor:{child.claude_session_id}")
 
     # -- supervision -----------------------------------------------------------------

@@ -17,6 +17,19 @@ _ENV = {"SESSIONMEM_HOST": "host", "SESSIONMEM_PORT": "port", "SESSIONMEM_HOOK_T
         "SESSIONMEM_START_TIMEOUT": "start_timeout_s", "SESSIONMEM_SYSTEM_MESSAGE": "system_message"}
 
 
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie -- exited, not yet reaped by its parent -- does not)."""
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True  # no /proc: trust the signal check
+
+
 class HookConfig:
     __slots__ = ("data_dir", "host", "port", "hook_timeout_s", "start_timeout_s", "system_message", "problems")
 
@@ -58,10 +71,11 @@ class HookConfig:
         try:
             with open(os.path.join(self.data_dir, "worker.json"), encoding="utf-8") as f:
                 state = fastjson.loads(f.read())
-            os.kill(int(state["pid"]), 0)
-            return int(state["port"])
+            if process_alive(int(state["pid"])):
+                return int(state["port"])
         except (OSError, ValueError, KeyError, TypeError):
-            return self.port  # type: ignore[no-any-return]
+            pass
+        return self.port  # type: ignore[no-any-return]
 
     @property
     def log_path(self) -> str:

@@ -18,6 +18,7 @@ import urllib.request
 from typing import Any
 
 from sessionmem.config import Settings, SettingsError, load_settings
+from sessionmem.hooks.config import process_alive
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -28,8 +29,7 @@ def _running_worker(settings: Settings) -> dict[str, Any] | None:
     """The state file of a live worker for this data dir, or None."""
     try:
         state = json.loads(settings.state_path.read_text(encoding="utf-8"))
-        os.kill(int(state["pid"]), 0)
-        return state
+        return state if process_alive(int(state["pid"])) else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -105,9 +105,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except OSError:
+        if not process_alive(pid):
             print(f"sessionmem: worker {pid} stopped")
             return 0
         time.sleep(0.05)

@@ -159,7 +159,6 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
                 worker = Worker(settings, store, compressor, supervisor, broadcaster)
                 worker.ready.set()
                 await _serve_http(worker, task_status)
-                broadcaster.close()
                 supervisor.shutdown()
     finally:
         with trio.CancelScope(shield=True):
@@ -188,4 +187,6 @@ async def _serve_http(worker: Worker, task_status: trio.TaskStatus[int]) -> None
             async for received in signals:
                 log.info("signal %s: shutting down", signal.Signals(received).name)
                 break
+            # Live streams end first, or the graceful close would wait for them.
+            worker.broadcaster.close()
             stop_http.set()

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from sessionmem.hooks.config import process_alive
 from sessionmem.testing.messages_api import ScriptedMessagesAPI, default_reply
 from sessionmem.testing.worker_process import WorkerProcess
 
@@ -118,8 +119,9 @@ class Harness:
         """The worker the hooks started, if it is running."""
         try:
             state = json.loads((self.data_dir / "worker.json").read_text())
-            os.kill(state["pid"], 0)
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError):
+            return None
+        if not process_alive(state["pid"]):
             return None
         return _Attached(state["pid"], self.data_dir, state["port"])
 
@@ -146,9 +148,7 @@ class _Attached(WorkerProcess):
         os.kill(self._pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                os.kill(self._pid, 0)
-            except OSError:
+            if not process_alive(self._pid):
                 return 0
             time.sleep(0.05)
         os.kill(self._pid, signal.SIGKILL)
