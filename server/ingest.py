@@ -96,5 +96,5 @@ def summarize_event(request: SummarizeRequest, cap: int) -> SummarizeEvent:
 
 def complete_event(request: CompleteRequest) -> CompleteEvent:
     project = project_name(request.project, request.cwd) if (request.project or request.cwd) else ""
-    return CompleteEvent(session_id=request.claudeSessionId, project=project, reason=request.reason[:200],
+    return CompleteEvent(session_id=request.claudeSessionId, project=project, reason=strip_private(request.reason)[:200],
                          key=request.idempotencyKey)
