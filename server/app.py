@@ -119,9 +119,8 @@ def create_app(worker: Worker) -> QuartTrio:
 
     # -- ingest --------------------------------------------------------------------------
 
-    @app.post("/api/sessions/init")
-    async def session_init() -> Response:
-        event = ingest.init_event(await body(InitRequest))
+    async def accept_prompt(payload: InitRequest) -> Response:
+        event = ingest.init_event(payload)
         with worker.supervisor.reservation(event.session_id):
             accepted = await worker.store.accept_init(event, worker.supervisor.deliver)
         return json_response({
@@ -132,23 +131,18 @@ def create_app(worker: Worker) -> QuartTrio:
             "duplicate": accepted.duplicate,
         })
 
+    @app.post("/api/sessions/init")
+    async def session_init() -> Response:
+        return await accept_prompt(await body(InitRequest))
+
     @app.post("/sessions/<int:session_db_id>/init")
     async def legacy_session_init(session_db_id: int) -> Response:
         payload = await body(LegacyInitRequest)
         row = await worker.store.session_by_db_id(session_db_id)
         if row is None:
             return _error(404, f"no session with sessionDbId {session_db_id}")
-        request_ = InitRequest(claudeSessionId=row["claudeSessionId"], cwd=row["cwd"] or "",
-                               project=payload.project or row["project"], prompt=payload.userPrompt)
-        event = ingest.init_event(request_)
-        with worker.supervisor.reservation(event.session_id):
-            accepted = await worker.store.accept_init(event, worker.supervisor.deliver)
-        return json_response({
-            "sessionDbId": accepted.session_db_id,
-            "promptNumber": accepted.prompt_number,
-            "skipped": accepted.skipped,
-            "reason": accepted.reason or None,
-        })
+        return await accept_prompt(InitRequest(claudeSessionId=row["claudeSessionId"], cwd=row["cwd"] or "",
+                                               project=payload.project or row["project"], prompt=payload.userPrompt))
 
     async def accept(event: Any) -> Response:
         with worker.supervisor.reservation(event.session_id):
@@ -207,21 +201,18 @@ def create_app(worker: Worker) -> QuartTrio:
             "X-Sessionmem-Summary": "1" if summaries else "0",
         })
 
+    def page() -> dict[str, Any]:
+        """``project``, ``limit`` and ``offset`` from the query string, validated."""
+        return {"project": request.args.get("project") or None,
+                "limit": _int_arg("limit", 50, low=1), "offset": _int_arg("offset", 0, high=10**9)}
+
     @app.get("/api/sessions")
     async def sessions() -> Response:
-        rows = await worker.store.list_sessions(
-            project=request.args.get("project") or None,
-            limit=_int_arg("limit", 50, low=1), offset=_int_arg("offset", 0, high=10**9),
-        )
-        return json_response({"sessions": rows})
+        return json_response({"sessions": await worker.store.list_sessions(**page())})
 
     @app.get("/api/observations")
     async def list_observations() -> Response:
-        rows = await worker.store.list_observations(
-            project=request.args.get("project") or None,
-            limit=_int_arg("limit", 50, low=1), offset=_int_arg("offset", 0, high=10**9),
-        )
-        return json_response({"observations": rows})
+        return json_response({"observations": await worker.store.list_observations(**page())})
 
     @app.get("/api/observations/<int:observation_id>")
     async def get_observation(observation_id: int) -> Response:
@@ -232,11 +223,7 @@ def create_app(worker: Worker) -> QuartTrio:
 
     @app.get("/api/summaries")
     async def summaries() -> Response:
-        rows = await worker.store.list_summaries(
-            project=request.args.get("project") or None,
-            limit=_int_arg("limit", 50, low=1), offset=_int_arg("offset", 0, high=10**9),
-        )
-        return json_response({"summaries": rows})
+        return json_response({"summaries": await worker.store.list_summaries(**page())})
 
     # -- live ----------------------------------------------------------------------------
 

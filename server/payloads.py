@@ -15,12 +15,17 @@ import msgspec
 SessionId = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 
-class InitRequest(msgspec.Struct, frozen=True):
+class _SessionBody(msgspec.Struct, frozen=True, kw_only=True):
+    """Fields every ingest body shares."""
+
     claudeSessionId: SessionId
     cwd: str = ""
     project: str = ""
+    idempotencyKey: str = ""  # an event with a key seen before is not stored again
+
+
+class InitRequest(_SessionBody, frozen=True, kw_only=True):
     prompt: str = ""
-    idempotencyKey: str = ""
 
 
 class LegacyInitRequest(msgspec.Struct, frozen=True):
@@ -31,37 +36,25 @@ class LegacyInitRequest(msgspec.Struct, frozen=True):
     promptNumber: int | None = None
 
 
-class ObservationRequest(msgspec.Struct, frozen=True):
-    claudeSessionId: SessionId
+class ObservationRequest(_SessionBody, frozen=True, kw_only=True):
     tool_name: Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
     tool_input: Any = None
     tool_response: Any = None
     tool_use_id: str = ""
-    cwd: str = ""
-    project: str = ""
     agent_id: str = ""
     agent_type: str = ""
     hook_event_name: str = ""
     error: str = ""
     failed: bool = False
-    idempotencyKey: str = ""
 
 
-class SummarizeRequest(msgspec.Struct, frozen=True):
-    claudeSessionId: SessionId
-    cwd: str = ""
-    project: str = ""
+class SummarizeRequest(_SessionBody, frozen=True, kw_only=True):
     last_user_message: str = ""
     last_assistant_message: str = ""
-    idempotencyKey: str = ""
 
 
-class CompleteRequest(msgspec.Struct, frozen=True):
-    claudeSessionId: SessionId
-    cwd: str = ""
-    project: str = ""
+class CompleteRequest(_SessionBody, frozen=True, kw_only=True):
     reason: str = ""
-    idempotencyKey: str = ""
 
 
 class ProcessingRequest(msgspec.Struct, frozen=True):
