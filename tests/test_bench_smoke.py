@@ -16,7 +16,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_bench_smoke_run_writes_a_report_with_no_loss(tmp_path: Path) -> None:
     out = tmp_path / "report"
-    result = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--smoke", "--out", str(out)],
+    corpus = REPO / "tests" / "fixtures" / "transcripts"  # stable: a copy of corpus samples
+    result = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--smoke", "--corpus", str(corpus),
+                             "--out", str(out)],
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
