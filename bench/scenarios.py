@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -329,14 +330,14 @@ def scenario_throughput(ctx: Context, *, rounds: int, seconds: float, concurrenc
                 requests = [loadgen.encode_post("127.0.0.1", worker.port, path, json.dumps(b).encode())
                             for b in bodies[offset:offset + 20_000]]
                 offset = (offset + 20_000) % len(bodies)
-                run = trio.run(lambda: loadgen.closed_loop("127.0.0.1", worker.port, requests,
-                                                           concurrency=concurrency, duration=seconds))
+                run = trio.run(partial(loadgen.closed_loop, "127.0.0.1", worker.port, requests,
+                                       concurrency=concurrency, duration=seconds))
                 worker_rates.append(run.statuses.get(202, 0) / (run.finished - run.started))
                 worker_latency.extend(run.latencies_ms)
                 bare_requests = [loadgen.encode_post("127.0.0.1", bare_port, path, json.dumps(b).encode())
                                  for b in bodies[:20_000]]
-                bare = trio.run(lambda: loadgen.closed_loop("127.0.0.1", bare_port, bare_requests,
-                                                            concurrency=concurrency, duration=seconds))
+                bare = trio.run(partial(loadgen.closed_loop, "127.0.0.1", bare_port, bare_requests,
+                                        concurrency=concurrency, duration=seconds))
                 bare_rates.append(bare.statuses.get(202, 0) / (bare.finished - bare.started))
                 worker.wait_idle(timeout=600)  # let the actors catch up before the next round
         debug = _debug_summary(worker)

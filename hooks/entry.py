@@ -39,5 +39,5 @@ if __name__ == "__main__":
         _bootstrap()
         from sessionmem.hooks.run import main
     except BaseException:  # fail open, even here
-        raise SystemExit(0)
+        raise SystemExit(0) from None
     raise SystemExit(main())

@@ -38,7 +38,7 @@ def render_context(
     """Build the injected context; ``observations`` newest first."""
     if not observations and summary is None:
         return ""
-    head = [f"<sessionmem-context>", f"# Memory of {project}", ""]
+    head = ["<sessionmem-context>", f"# Memory of {project}", ""]
     if summary is not None:
         head.append(f"## Last session summary ({_when(summary['created_at'])})")
         for label, key in (("Request", "request"), ("Completed", "completed"), ("Learned", "learned"),

@@ -21,17 +21,34 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from sessionmem.hooks.config import process_alive
+
 
 class WorkerProcess:
-    def __init__(self, process: subprocess.Popen[bytes], data_dir: Path, port: int) -> None:
+    """A worker this code started (``process``), or one found running by :meth:`attach`."""
+
+    def __init__(self, process: subprocess.Popen[bytes] | None, data_dir: Path, port: int,
+                 pid: int | None = None) -> None:
         self.process = process
         self.data_dir = data_dir
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
+        self._pid = pid if pid is not None else process.pid if process is not None else 0
+
+    @classmethod
+    def attach(cls, data_dir: Path) -> WorkerProcess | None:
+        """The live worker recorded in ``data_dir/worker.json`` (started by a hook, say), or None."""
+        try:
+            state = json.loads((data_dir / "worker.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if not process_alive(int(state["pid"])):
+            return None
+        return cls(None, data_dir, int(state["port"]), pid=int(state["pid"]))
 
     @property
     def pid(self) -> int:
-        return self.process.pid
+        return self._pid
 
     def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
                 timeout: float = 10.0) -> tuple[int, Any]:
@@ -70,6 +87,9 @@ class WorkerProcess:
         return self.wait_until(idle, timeout=timeout)
 
     def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM, then SIGKILL after ``timeout``; returns the exit status (0 if not our child)."""
+        if self.process is None:
+            return self._stop_by_pid(timeout)
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -79,8 +99,22 @@ class WorkerProcess:
                 self.process.wait()
         return self.process.returncode
 
+    def _stop_by_pid(self, timeout: float) -> int:
+        try:
+            os.kill(self._pid, signal.SIGTERM)
+        except OSError:
+            return 0
+        deadline = time.monotonic() + timeout
+        while process_alive(self._pid):
+            if time.monotonic() > deadline:
+                os.kill(self._pid, signal.SIGKILL)
+                return -9
+            time.sleep(0.05)
+        return 0
+
     def kill(self) -> None:
         """SIGKILL: the crash that the journal must survive."""
+        assert self.process is not None, "only a worker started here can be killed and reaped"
         self.process.send_signal(signal.SIGKILL)
         self.process.wait()
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from sessionmem.hooks.config import process_alive
 from sessionmem.testing.messages_api import ScriptedMessagesAPI, default_reply
 from sessionmem.testing.worker_process import WorkerProcess
 
@@ -117,42 +115,12 @@ class Harness:
 
     def worker(self) -> WorkerProcess | None:
         """The worker the hooks started, if it is running."""
-        try:
-            state = json.loads((self.data_dir / "worker.json").read_text())
-        except (OSError, ValueError):
-            return None
-        if not process_alive(state["pid"]):
-            return None
-        return _Attached(state["pid"], self.data_dir, state["port"])
+        return WorkerProcess.attach(self.data_dir)
 
     def stop_worker(self) -> None:
         worker = self.worker()
         if worker is not None:
             worker.stop()
-
-
-class _Attached(WorkerProcess):
-    """A worker this test did not spawn (the hooks did): stopped by pid."""
-
-    def __init__(self, pid: int, data_dir: Path, port: int) -> None:
-        self._pid = pid
-        self.data_dir = data_dir
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-
-    @property
-    def pid(self) -> int:
-        return self._pid
-
-    def stop(self, timeout: float = 20.0) -> int:
-        os.kill(self._pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not process_alive(self._pid):
-                return 0
-            time.sleep(0.05)
-        os.kill(self._pid, signal.SIGKILL)
-        return -9
 
 
 @pytest.fixture(scope="module")
