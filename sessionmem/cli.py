@@ -7,6 +7,7 @@ start fast and work even when the worker's dependencies are broken.
 from __future__ import annotations
 
 import argparse
+import errno
 import fcntl
 import json
 import os
@@ -67,13 +68,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     configure_logging(settings, to_stderr=True)
     try:
         trio.run(run_worker, settings)
-    except OSError as exc:
-        if exc.errno == 98:  # EADDRINUSE
-            print(f"sessionmem: port {settings.port} on {settings.host} is already in use "
-                  f"(set SESSIONMEM_PORT or --port)", file=sys.stderr)
-            return 1
-        raise
+    except Exception as exc:
+        if not _address_in_use(exc):
+            raise
+        print(f"sessionmem: port {settings.port} on {settings.host} is already in use "
+              f"(set SESSIONMEM_PORT or --port)", file=sys.stderr)
+        return 1
     return 0
+
+
+def _address_in_use(exc: BaseException) -> bool:
+    """Whether the bind failed because the port is taken (nurseries wrap it in groups)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_address_in_use(inner) for inner in exc.exceptions)
+    return isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE
 
 
 def cmd_status(args: argparse.Namespace) -> int:

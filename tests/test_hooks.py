@@ -234,3 +234,46 @@ def test_unit_install_is_idempotent_and_reversible(tmp_path: Path, monkeypatch: 
     assert removed == len(STAGES)
     assert json.loads(settings.read_text()) == original
     assert uninstall(settings)[1] == 0
+
+
+def test_session_start_with_a_foreign_program_on_the_port(tmp_path: Path, payloads: list[dict[str, Any]]) -> None:
+    import socket
+
+    with socket.socket() as listener:  # something else answers HTTP on the worker's port
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        port = listener.getsockname()[1]
+
+        def answer() -> None:
+            for _ in range(4):
+                try:
+                    connection, _ = listener.accept()
+                except OSError:
+                    return
+                with connection:
+                    connection.recv(65536)
+                    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello")
+
+        thread = threading.Thread(target=answer, daemon=True)
+        thread.start()
+        started = time.monotonic()
+        result = run_hook("SessionStart", by_event(payloads, "SessionStart"), tmp_path, SESSIONMEM_PORT=str(port))
+        elapsed = time.monotonic() - started
+    assert_silent_success(result)
+    assert elapsed < 2.0
+    assert "not a ready sessionmem worker" in (tmp_path / "hooks.log").read_text()
+    assert not (tmp_path / "worker.json").exists()  # no worker was started against a taken port
+
+
+def test_worker_refuses_a_port_in_use(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        env = {**os.environ, "SESSIONMEM_DATA_DIR": str(tmp_path), "SESSIONMEM_COMPRESSOR": "offline"}
+        result = subprocess.run([sys.executable, "-m", "sessionmem", "serve", "--port", str(port)], env=env,
+                                capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
