@@ -99,6 +99,7 @@ async def closed_loop(host: str, port: int, requests: Sequence[bytes], *, concur
                 try:
                     status, body = await connection.roundtrip(request)
                 except (OSError, ConnectionError, trio.BrokenResourceError):
+                    # Closed under us (keep-alive timeout): count it, then go on with a new one.
                     result.errors += 1
                     await connection.aclose()
                     connection = await Connection.open(host, port)
@@ -126,13 +127,23 @@ async def open_loop(host: str, port: int, requests: Sequence[bytes], *, rate: fl
     async def one(index: int) -> None:
         scheduled = start + index / rate
         await trio.sleep_until(scheduled)
+        reused = bool(idle)
         connection = idle.pop() if idle else await Connection.open(host, port)
         try:
             status, body = await connection.roundtrip(requests[index])
         except (OSError, ConnectionError, trio.BrokenResourceError):
-            result.errors += 1
             await connection.aclose()
-            return
+            if not reused:
+                result.errors += 1
+                return
+            # The server closed an idle keep-alive connection: send again on a new one.
+            connection = await Connection.open(host, port)
+            try:
+                status, body = await connection.roundtrip(requests[index])
+            except (OSError, ConnectionError, trio.BrokenResourceError):
+                result.errors += 1
+                await connection.aclose()
+                return
         result.record(status, trio.current_time() - scheduled, body, keep_bodies)
         idle.append(connection)
 

@@ -66,7 +66,8 @@ class Context:
     @contextmanager
     def worker(self, name: str, **env: Any) -> Iterator[tuple[WorkerProcess, ScriptedMessagesAPI | None]]:
         api = ScriptedMessagesAPI(delay=self.llm_delay) if self.llm == "scripted" else None
-        settings = {"SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_BATCH_QUIET": "0.2"}
+        # The worker as shipped: default batching and limits unless a scenario says otherwise.
+        settings = {"SESSIONMEM_COMPRESSOR": "offline"}
         if api is not None:
             settings.update(SESSIONMEM_COMPRESSOR="anthropic", ANTHROPIC_API_KEY="sk-bench-dummy",
                             ANTHROPIC_BASE_URL=api.url, SESSIONMEM_LLM_CONCURRENCY="4")
