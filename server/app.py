@@ -24,7 +24,6 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from sessionmem.actors.child import MailboxFull
-from sessionmem.server import ingest
 from sessionmem.server.context import render_context
 from sessionmem.server.payloads import (
     BadRequest,
@@ -119,21 +118,15 @@ def create_app(worker: Worker) -> QuartTrio:
 
     # -- ingest --------------------------------------------------------------------------
 
-    async def accept_prompt(payload: InitRequest) -> Response:
-        event = ingest.init_event(payload)
-        with worker.supervisor.reservation(event.session_id):
-            accepted = await worker.store.accept_init(event, worker.supervisor.deliver)
-        return json_response({
-            "sessionDbId": accepted.session_db_id,
-            "promptNumber": accepted.prompt_number,
-            "skipped": accepted.skipped,
-            "reason": accepted.reason or None,
-            "duplicate": accepted.duplicate,
-        })
+    ingestor = worker.ingestor
+
+    def reply(result: tuple[int, dict[str, Any]]) -> Response:
+        status, data = result
+        return json_response(data, status)
 
     @app.post("/api/sessions/init")
     async def session_init() -> Response:
-        return await accept_prompt(await body(InitRequest))
+        return reply(await ingestor.prompt(await body(InitRequest)))
 
     @app.post("/sessions/<int:session_db_id>/init")
     async def legacy_session_init(session_db_id: int) -> Response:
@@ -141,33 +134,21 @@ def create_app(worker: Worker) -> QuartTrio:
         row = await worker.store.session_by_db_id(session_db_id)
         if row is None:
             return _error(404, f"no session with sessionDbId {session_db_id}")
-        return await accept_prompt(InitRequest(claudeSessionId=row["claudeSessionId"], cwd=row["cwd"] or "",
-                                               project=payload.project or row["project"], prompt=payload.userPrompt))
-
-    async def accept(event: Any) -> Response:
-        with worker.supervisor.reservation(event.session_id):
-            accepted = await worker.store.accept_event(event, worker.supervisor.deliver)
-        status = "duplicate" if accepted.duplicate else "parked" if accepted.parked else "accepted"
-        return json_response(
-            {"status": status, "eventId": accepted.envelope.event_id,
-             "sessionDbId": accepted.session_db_id, "promptNumber": accepted.prompt_number},
-            202,
-        )
+        return reply(await ingestor.prompt(InitRequest(
+            claudeSessionId=row["claudeSessionId"], cwd=row["cwd"] or "",
+            project=payload.project or row["project"], prompt=payload.userPrompt)))
 
     @app.post("/api/sessions/observations")
     async def observations() -> Response:
-        payload = await body(ObservationRequest)
-        if payload.tool_name in settings.skip_tools:
-            return json_response({"status": "skipped", "reason": f"{payload.tool_name} is on the skip list"})
-        return await accept(ingest.observation_event(payload, settings.tool_response_cap))
+        return reply(await ingestor.observation(await body(ObservationRequest)))
 
     @app.post("/api/sessions/summarize")
     async def summarize() -> Response:
-        return await accept(ingest.summarize_event(await body(SummarizeRequest), settings.tool_response_cap))
+        return reply(await ingestor.summarize(await body(SummarizeRequest)))
 
     @app.post("/api/sessions/complete")
     async def complete() -> Response:
-        return await accept(ingest.complete_event(await body(CompleteRequest)))
+        return reply(await ingestor.complete(await body(CompleteRequest)))
 
     @app.route("/api/processing", methods=["GET", "POST"])
     async def processing() -> Response:

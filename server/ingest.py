@@ -1,13 +1,15 @@
-"""From validated request bodies to journal events: privacy, size caps, project names.
+"""From validated request bodies to journaled events: privacy, size caps, project names.
 
 Everything that reaches the journal passes through here first, so nothing private
-and nothing unbounded is ever written to disk, logged, compressed or indexed.
+and nothing unbounded is ever written to disk, logged, compressed or indexed. The
+HTTP routes and the spool import (events hooks saved while the worker was down) both
+go through :class:`Ingestor`.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -15,7 +17,18 @@ from sessionmem.events import CompleteEvent, InitEvent, ObservationEvent, Summar
 from sessionmem.hooks.translate import is_internal_prompt
 from sessionmem.limits import head_tail, shorten_strings
 from sessionmem.privacy import strip_private, strip_private_deep
-from sessionmem.server.payloads import CompleteRequest, InitRequest, ObservationRequest, SummarizeRequest
+from sessionmem.server.payloads import (
+    CompleteRequest,
+    InitRequest,
+    ObservationRequest,
+    SummarizeRequest,
+    decode,
+)
+
+if TYPE_CHECKING:
+    from sessionmem.actors.supervisor import SessionSupervisor
+    from sessionmem.config import Settings
+    from sessionmem.storage.base import Store
 
 
 def project_name(project: str, cwd: str) -> str:
@@ -98,3 +111,71 @@ def complete_event(request: CompleteRequest) -> CompleteEvent:
     project = project_name(request.project, request.cwd) if (request.project or request.cwd) else ""
     return CompleteEvent(session_id=request.claudeSessionId, project=project, reason=strip_private(request.reason)[:200],
                          key=request.idempotencyKey)
+
+
+class Ingestor:
+    """Accepts one event: journal it (group commit), then its actor gets it in order.
+
+    Each method returns ``(HTTP status, reply body)``.
+
+    Error handling:
+        :class:`~sessionmem.actors.child.MailboxFull` propagates (a 503 at the edge);
+        :class:`~sessionmem.server.payloads.BadRequest` from :meth:`by_path` means the
+        body does not decode.
+    """
+
+    PATHS = {
+        "/api/sessions/init": InitRequest,
+        "/api/sessions/observations": ObservationRequest,
+        "/api/sessions/summarize": SummarizeRequest,
+        "/api/sessions/complete": CompleteRequest,
+    }
+
+    def __init__(self, settings: Settings, store: Store, supervisor: SessionSupervisor) -> None:
+        self._settings = settings
+        self._store = store
+        self._supervisor = supervisor
+
+    async def prompt(self, payload: InitRequest) -> tuple[int, dict[str, Any]]:
+        event = init_event(payload)
+        with self._supervisor.reservation(event.session_id):
+            accepted = await self._store.accept_init(event, self._supervisor.deliver)
+        return 200, {
+            "sessionDbId": accepted.session_db_id,
+            "promptNumber": accepted.prompt_number,
+            "skipped": accepted.skipped,
+            "reason": accepted.reason or None,
+            "duplicate": accepted.duplicate,
+        }
+
+    async def observation(self, payload: ObservationRequest) -> tuple[int, dict[str, Any]]:
+        if payload.tool_name in self._settings.skip_tools:
+            return 200, {"status": "skipped", "reason": f"{payload.tool_name} is on the skip list"}
+        return await self._accept(observation_event(payload, self._settings.tool_response_cap))
+
+    async def summarize(self, payload: SummarizeRequest) -> tuple[int, dict[str, Any]]:
+        return await self._accept(summarize_event(payload, self._settings.tool_response_cap))
+
+    async def complete(self, payload: CompleteRequest) -> tuple[int, dict[str, Any]]:
+        return await self._accept(complete_event(payload))
+
+    async def by_path(self, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        """The same as POSTing ``body`` to ``path`` (used to import spooled events)."""
+        kind = self.PATHS.get(path)
+        if kind is None:
+            return 404, {"error": f"not an ingest path: {path}"}
+        payload = decode(body, kind)
+        if isinstance(payload, InitRequest):
+            return await self.prompt(payload)
+        if isinstance(payload, ObservationRequest):
+            return await self.observation(payload)
+        if isinstance(payload, SummarizeRequest):
+            return await self.summarize(payload)
+        return await self.complete(payload)  # type: ignore[arg-type]
+
+    async def _accept(self, event: ObservationEvent | SummarizeEvent | CompleteEvent) -> tuple[int, dict[str, Any]]:
+        with self._supervisor.reservation(event.session_id):
+            accepted = await self._store.accept_event(event, self._supervisor.deliver)
+        status = "duplicate" if accepted.duplicate else "parked" if accepted.parked else "accepted"
+        return 202, {"status": status, "eventId": accepted.envelope.event_id,
+                     "sessionDbId": accepted.session_db_id, "promptNumber": accepted.prompt_number}

@@ -35,6 +35,7 @@ from sessionmem.broadcast import Broadcaster
 from sessionmem.compress.base import Compressor, choose_compressor
 from sessionmem.config import Settings
 from sessionmem.server.app import create_app
+from sessionmem.server.ingest import Ingestor
 from sessionmem.storage.base import Store
 from sessionmem.storage.sqlite import open_sqlite_store
 
@@ -54,6 +55,7 @@ class Worker:
         self.version = __version__
         self.started_at = time.time()
         self.ready = trio.Event()
+        self.ingestor = Ingestor(settings, store, supervisor)
         self.base_url = f"http://{settings.host}:{settings.port}"
         self._errors = 0
         self._last_error = ""
