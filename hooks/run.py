@@ -20,7 +20,8 @@ One entry for every stage (the stage is the first argument, else the payload's
 Error handling:
     Fail open, always: whatever happens, the process exits 0, prints valid JSON or
     nothing, and writes what went wrong to ``<data dir>/hooks.log``. A hard timer ends
-    the process if anything takes longer than its budget.
+    the process if anything takes longer than its budget. An event the worker cannot
+    take right now is spooled to disk (:mod:`sessionmem.hooks.spool`), not lost.
 """
 
 from __future__ import annotations
@@ -67,11 +68,22 @@ def _arm_deadline(seconds: float) -> None:
 
 
 def _send(config: HookConfig, method: str, path: str, body: dict[str, Any] | None, log: _Log) -> Any:
-    encoded = None if body is None else fastjson.dumps(body).encode("utf-8")
+    encoded = None
+    if body is not None:
+        # A key of its own per event: if it reaches a slow worker *and* is spooled,
+        # the worker stores it once.
+        encoded = fastjson.dumps({**body, "idempotencyKey": f"hook-{os.urandom(12).hex()}"}).encode("utf-8")
     try:
         reply = request(config.host, config.worker_port(), method, path, encoded, timeout=config.hook_timeout_s)
     except WorkerUnavailable as exc:
-        log(f"worker unavailable, event not recorded: {exc}")
+        if encoded is None:
+            log(f"worker unavailable: {exc}")
+            return None
+        from sessionmem.hooks.spool import spool
+
+        saved, reason = spool(config.data_dir, path, encoded)
+        log(f"worker unavailable, event spooled: {exc}" if saved
+            else f"worker unavailable, event lost ({reason}): {exc}")
         return None
     if reply.status >= 300:
         log(f"{method} {path} -> {reply.status}: {reply.body[:300]!r}")

@@ -22,6 +22,7 @@ import signal
 import sys
 import time
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -35,7 +36,9 @@ from sessionmem.broadcast import Broadcaster
 from sessionmem.compress.base import Compressor, choose_compressor
 from sessionmem.config import Settings
 from sessionmem.server.app import create_app
+from sessionmem.hooks.spool import spool_dir
 from sessionmem.server.ingest import Ingestor
+from sessionmem.server.spool import run_spool_importer
 from sessionmem.storage.base import Store
 from sessionmem.storage.sqlite import open_sqlite_store
 
@@ -159,8 +162,20 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
                 if pending:
                     log.info("replaying %d pending journal event(s)", len(pending))
                 worker = Worker(settings, store, compressor, supervisor, broadcaster)
+                importing = trio.CancelScope()
+
+                async def import_spool(*, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+                    with importing:
+                        directory = Path(spool_dir(str(settings.data_dir)))
+                        await run_spool_importer(worker.ingestor, directory, task_status=task_status)
+
+                # Events hooks spooled while the worker was down are older than anything
+                # they send from now on: import them before reporting ready.
+                if await nursery.start(import_spool):
+                    log.info("imported events that hooks spooled while the worker was down")
                 worker.ready.set()
                 await _serve_http(worker, task_status)
+                importing.cancel(reason="shutting down")
                 supervisor.shutdown()
     finally:
         with trio.CancelScope(shield=True):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -277,3 +278,39 @@ def test_worker_refuses_a_port_in_use(tmp_path: Path) -> None:
                                 capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
+
+
+def test_events_spooled_while_the_worker_is_down_are_imported_once(
+        tmp_path: Path, payloads: list[dict[str, Any]], worker_factory: Callable[..., WorkerProcess]) -> None:
+    data_dir = tmp_path / "data"
+    session = [p for p in payloads if p["session_id"] == "19a4c37f-abc8-46fc-a5e3-44d2dabf04e3"
+               and p["hook_event_name"] not in ("SessionStart", "PreToolUse")]
+    for payload in session[:12]:  # the worker is down: nothing listens on port 9
+        assert_silent_success(run_hook(payload["hook_event_name"], payload, data_dir, SESSIONMEM_PORT="9"))
+    spooled = sorted((data_dir / "spool").glob("*.json"))
+    assert len(spooled) == 10  # SubagentStart and the <task-notification> prompt send nothing
+    assert "event spooled" in (data_dir / "hooks.log").read_text()
+    # A copy of an event that also reached the worker: the idempotency key stores it once.
+    duplicate = data_dir / "spool" / "99999999999999999999-1.json"
+    duplicate.write_bytes(spooled[2].read_bytes())
+
+    worker = worker_factory(data_dir, SESSIONMEM_BATCH_QUIET=0.05)  # starts by importing the spool
+    debug = worker.wait_idle()
+    assert list((data_dir / "spool").glob("*.json")) == []
+    observations = worker.get("/api/observations")["observations"]
+    expected = [p["tool_use_id"] for p in session[:12] if p["hook_event_name"] in ("PostToolUse", "PostToolUseFailure")]
+    assert sorted(o["tool_use_id"] for o in observations if o["tool_name"] != "SubagentStop") == sorted(expected)
+    (stored,) = worker.get("/api/sessions")["sessions"]
+    assert stored["prompt_counter"] == 1 and stored["first_prompt"] == "Fix the divide-by-zero bug in calc.py"
+    assert debug["actors"][0]["processed_by_kind"]["init"] == 1
+
+
+def test_a_broken_spool_file_is_set_aside(tmp_path: Path, worker_factory: Callable[..., WorkerProcess]) -> None:
+    data_dir = tmp_path / "data"
+    (data_dir / "spool").mkdir(parents=True)
+    (data_dir / "spool" / "00000000000000000001-1.json").write_bytes(b"/api/sessions/observations\n{not json")
+    (data_dir / "spool" / "00000000000000000002-1.json").write_bytes(
+        b'/api/sessions/init\n{"claudeSessionId": "s", "cwd": "/w/p", "prompt": "kept"}')
+    worker = worker_factory(data_dir)
+    assert [s["first_prompt"] for s in worker.get("/api/sessions")["sessions"]] == ["kept"]
+    assert [p.name for p in (data_dir / "spool" / "rejected").iterdir()] == ["00000000000000000001-1.json"]
