@@ -98,6 +98,9 @@ def bounded_tool_body(body: dict[str, Any]) -> dict[str, Any]:
         for key in ("tool_input", "tool_response", "error"):
             if key in body:
                 body[key] = strip_private_deep(body[key])
+        encoded = fastjson.dumps(body)
+    if len(encoded) <= STRING_CAP:
+        return body  # no string inside can be over the cap: the common case ends here
     for key in ("tool_input", "tool_response", "error"):
         if key in body:
             body[key] = shorten_strings(body[key], STRING_CAP)
