@@ -45,6 +45,9 @@ from sessionmem.privacy import strip_private
 
 
 
+LOG_LIMIT = 5 * 1024 * 1024
+
+
 class _Log:
     """Appends to hooks.log only when there is something to say (most runs say nothing)."""
 
@@ -55,6 +58,11 @@ class _Log:
     def __call__(self, message: str) -> None:
         try:
             os.makedirs(os.path.dirname(self._path), exist_ok=True)
+            try:
+                if os.stat(self._path).st_size > LOG_LIMIT:
+                    os.replace(self._path, self._path + ".1")  # keep one older file
+            except FileNotFoundError:
+                pass
             with open(self._path, "a", encoding="utf-8") as f:
                 f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid={os.getpid()} {self._stage}: {message}\n")
         except OSError:

@@ -314,3 +314,11 @@ def test_a_broken_spool_file_is_set_aside(tmp_path: Path, worker_factory: Callab
     worker = worker_factory(data_dir)
     assert [s["first_prompt"] for s in worker.get("/api/sessions")["sessions"]] == ["kept"]
     assert [p.name for p in (data_dir / "spool" / "rejected").iterdir()] == ["00000000000000000001-1.json"]
+
+
+def test_hook_log_is_rotated(tmp_path: Path, payloads: list[dict[str, Any]]) -> None:
+    (tmp_path / "hooks.log").write_text("x" * (5 * 1024 * 1024 + 1))
+    assert_silent_success(run_hook("PostToolUse", b"not json", tmp_path))
+    assert (tmp_path / "hooks.log.1").stat().st_size > 5 * 1024 * 1024
+    assert "stdin is not JSON" in (tmp_path / "hooks.log").read_text()
+    assert (tmp_path / "hooks.log").stat().st_size < 1000
