@@ -1,7 +1,8 @@
 """The HTTP API (Quart-Trio): hooks post events here, readers and operators query it.
 
-Ingest routes validate with msgspec, strip private content, journal the event
-(group commit) and answer as soon as it is durable; the actors do the rest.
+Ingest validates with msgspec, strips private content, journals the event (group
+commit) and answers as soon as it is durable; the actors do the rest. The four hot
+ingest paths are served by :mod:`sessionmem.server.fast_ingest` in front of Quart.
 
 Error handling:
     Bad input is a 400 naming the JSON path at fault; an oversized body is a 413; a
@@ -25,16 +26,8 @@ from werkzeug.exceptions import HTTPException
 
 from sessionmem.actors.child import MailboxFull
 from sessionmem.server.context import render_context
-from sessionmem.server.payloads import (
-    BadRequest,
-    CompleteRequest,
-    InitRequest,
-    LegacyInitRequest,
-    ObservationRequest,
-    ProcessingRequest,
-    SummarizeRequest,
-    decode,
-)
+from sessionmem.server.fast_ingest import FastIngest
+from sessionmem.server.payloads import BadRequest, InitRequest, LegacyInitRequest, ProcessingRequest, decode
 
 if TYPE_CHECKING:
     from sessionmem.worker import Worker
@@ -67,7 +60,13 @@ def _int_arg(name: str, default: int, *, low: int = 0, high: int = MAX_PAGE) -> 
     return value
 
 
-def create_app(worker: Worker) -> QuartTrio:
+def create_app(worker: Worker) -> FastIngest:
+    """The worker's ASGI app: the hot ingest routes (:mod:`.fast_ingest`) in front of Quart."""
+    return FastIngest(create_quart_app(worker), worker.ingestor, max_body_bytes=worker.settings.max_body_bytes,
+                      on_error=worker.count_error)
+
+
+def create_quart_app(worker: Worker) -> QuartTrio:
     settings = worker.settings
     app = QuartTrio("sessionmem")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
@@ -124,10 +123,6 @@ def create_app(worker: Worker) -> QuartTrio:
         status, data = result
         return json_response(data, status)
 
-    @app.post("/api/sessions/init")
-    async def session_init() -> Response:
-        return reply(await ingestor.prompt(await body(InitRequest)))
-
     @app.post("/sessions/<int:session_db_id>/init")
     async def legacy_session_init(session_db_id: int) -> Response:
         payload = await body(LegacyInitRequest)
@@ -137,18 +132,6 @@ def create_app(worker: Worker) -> QuartTrio:
         return reply(await ingestor.prompt(InitRequest(
             claudeSessionId=row["claudeSessionId"], cwd=row["cwd"] or "",
             project=payload.project or row["project"], prompt=payload.userPrompt)))
-
-    @app.post("/api/sessions/observations")
-    async def observations() -> Response:
-        return reply(await ingestor.observation(await body(ObservationRequest)))
-
-    @app.post("/api/sessions/summarize")
-    async def summarize() -> Response:
-        return reply(await ingestor.summarize(await body(SummarizeRequest)))
-
-    @app.post("/api/sessions/complete")
-    async def complete() -> Response:
-        return reply(await ingestor.complete(await body(CompleteRequest)))
 
     @app.route("/api/processing", methods=["GET", "POST"])
     async def processing() -> Response:

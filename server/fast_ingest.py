@@ -1,0 +1,92 @@
+"""The hot ingest routes as a thin ASGI layer in front of the Quart-Trio app.
+
+Every hook event is one ``POST`` to one of four paths. Quart's per-request machinery
+(request and app contexts, routing, response objects) costs about as much CPU as the
+whole journaled accept, so these four paths are served here directly: read the body
+(bounded), decode with msgspec, ingest (:class:`~sessionmem.server.ingest.Ingestor`,
+the same code the spool import uses), answer JSON. Everything else goes to Quart.
+
+Error handling:
+    The same answers as the Quart routes give: 400 with the JSON path at fault, 413
+    over the body limit (without reading the rest), 503 with ``Retry-After`` when the
+    session's mailbox is full, 500 JSON (logged, counted) for an internal fault. A
+    client that disconnects mid-body is simply dropped; nothing was journaled.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from sessionmem.actors.child import MailboxFull
+from sessionmem.server.ingest import Ingestor
+from sessionmem.server.payloads import BadRequest
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_encode = msgspec.json.Encoder().encode
+
+
+class FastIngest:
+    def __init__(self, app: ASGIApp, ingestor: Ingestor, *, max_body_bytes: int,
+                 on_error: Callable[[BaseException], None]) -> None:
+        self._app = app
+        self._ingestor = ingestor
+        self._max_body = max_body_bytes
+        self._on_error = on_error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in Ingestor.PATHS:
+            await self._app(scope, receive, send)
+            return
+        body = await self._read_body(scope, receive, send)
+        if body is None:
+            return
+        try:
+            status, data = await self._ingestor.by_path(scope["path"], body)
+        except BadRequest as exc:
+            await _respond(send, 400, {"error": exc.message, "path": exc.path})
+        except MailboxFull as exc:
+            await _respond(send, 503, {"error": f"session {exc} is busy; retry shortly"}, retry_after=1)
+        except Exception as exc:
+            log.error("internal error on POST %s", scope["path"], exc_info=exc)
+            self._on_error(exc)
+            await _respond(send, 500, {"error": f"internal error: {type(exc).__name__}"})
+        else:
+            await _respond(send, status, data)
+
+    async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+        """The whole body, or None once a 413 was sent (or the client went away)."""
+        too_large = {"error": f"request body is larger than the {self._max_body} byte limit"}
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self._max_body:
+                await _respond(send, 413, too_large)
+                return None
+        chunks = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunks += message.get("body", b"")
+            if len(chunks) > self._max_body:
+                await _respond(send, 413, too_large)
+                return None
+            if not message.get("more_body", False):
+                return bytes(chunks)
+
+
+async def _respond(send: Send, status: int, data: dict[str, Any], *, retry_after: int | None = None) -> None:
+    payload = _encode(data)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
