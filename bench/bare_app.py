@@ -1,9 +1,11 @@
-"""The framework ceiling: a bare Quart-Trio endpoint on Hypercorn, configured like the worker.
+"""The framework ceilings: bare endpoints on Hypercorn, configured like the worker.
 
-It accepts the same ``POST /api/sessions/observations`` body, decodes it with the
-same msgspec type, and answers 202 -- no journal, no actors. Run as its own process
-(``python bench/bare_app.py STATE_FILE``); it writes ``{"pid", "port"}`` to STATE_FILE
-once bound and stops on SIGTERM.
+Each accepts the same ``POST /api/sessions/observations`` body, decodes it with the
+same msgspec type, and answers 202 -- no journal, no actors. ``quart`` is a bare
+Quart-Trio route; ``asgi`` is a bare ASGI callable (what the worker's ingest fast path
+costs at the least). Run as its own process (``python bench/bare_app.py STATE_FILE
+[quart|asgi]``); it writes ``{"pid", "port"}`` to STATE_FILE once bound and stops on
+SIGTERM.
 """
 
 from __future__ import annotations
@@ -38,7 +40,28 @@ def create_bare_app() -> QuartTrio:
     return app
 
 
-async def main(state_file: str) -> None:
+async def bare_asgi(scope: dict, receive: object, send: object) -> None:
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()  # type: ignore[operator]
+            kind = message["type"].replace("lifespan.", "")
+            await send({"type": f"lifespan.{kind}.complete"})  # type: ignore[operator]
+            if kind == "shutdown":
+                return
+    body = b""
+    while True:
+        message = await receive()  # type: ignore[operator]
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    decode(body, ObservationRequest)
+    payload = _encoder.encode({"status": "accepted"})
+    await send({"type": "http.response.start", "status": 202,  # type: ignore[operator]
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+    await send({"type": "http.response.body", "body": payload})  # type: ignore[operator]
+
+
+async def main(state_file: str, kind: str = "quart") -> None:
     config = Config()
     config.bind = ["127.0.0.1:0"]
     config.accesslog = None
@@ -46,7 +69,8 @@ async def main(state_file: str) -> None:
     stop = trio.Event()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            binds = await nursery.start(partial(serve, create_bare_app(), config, shutdown_trigger=stop.wait))
+            app = create_bare_app() if kind == "quart" else bare_asgi
+            binds = await nursery.start(partial(serve, app, config, shutdown_trigger=stop.wait))
             with open(state_file, "w") as f:
                 json.dump({"pid": os.getpid(), "port": int(binds[0].rsplit(":", 1)[1])}, f)
             async for _ in signals:
@@ -55,4 +79,4 @@ async def main(state_file: str) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1])
+    trio.run(main, *sys.argv[1:3])

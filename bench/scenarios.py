@@ -301,10 +301,10 @@ def observation_bodies(ctx: Context, count: int, *, sessions: int, tag: str) -> 
 
 
 @contextmanager
-def bare_endpoint(out: Path) -> Iterator[int]:
-    state = out / "bare.json"
+def bare_endpoint(out: Path, kind: str = "quart") -> Iterator[int]:
+    state = out / f"bare-{kind}.json"
     state.unlink(missing_ok=True)
-    process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("bare_app.py")), str(state)],
+    process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("bare_app.py")), str(state), kind],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
@@ -320,38 +320,42 @@ def bare_endpoint(out: Path) -> Iterator[int]:
 
 
 def scenario_throughput(ctx: Context, *, rounds: int, seconds: float, concurrency: int) -> dict[str, Any]:
-    """Closed loop, as fast as it goes: durable accepts vs the bare endpoint, alternating rounds."""
-    bodies = observation_bodies(ctx, 60_000, sessions=64, tag="tp")
+    """Closed loop, as fast as it goes: durable accepts vs the bare endpoints, alternating rounds."""
+    bodies = [json.dumps(b).encode() for b in observation_bodies(ctx, 60_000, sessions=64, tag="tp")]
     path = "/api/sessions/observations"
-    worker_rates, bare_rates, worker_latency = [], [], []
-    with ctx.worker("throughput", SESSIONMEM_MAILBOX_SIZE=4096) as (worker, _), bare_endpoint(ctx.out) as bare_port:
+
+    def measure(port: int, offset: int) -> loadgen.Result:
+        requests = [loadgen.encode_post("127.0.0.1", port, path, b) for b in bodies[offset:offset + 20_000]]
+        return trio.run(partial(loadgen.closed_loop, "127.0.0.1", port, requests,
+                                concurrency=concurrency, duration=seconds))
+
+    rates: dict[str, list[float]] = {"worker": [], "bare_quart": [], "bare_asgi": []}
+    worker_latency: list[float] = []
+    with ctx.worker("throughput", SESSIONMEM_MAILBOX_SIZE=4096) as (worker, _), \
+            bare_endpoint(ctx.out, "quart") as quart_port, bare_endpoint(ctx.out, "asgi") as asgi_port:
         with ProcessSampler(worker.pid) as sampler:
-            offset = 0
-            for _ in range(rounds):
-                requests = [loadgen.encode_post("127.0.0.1", worker.port, path, json.dumps(b).encode())
-                            for b in bodies[offset:offset + 20_000]]
-                offset = (offset + 20_000) % len(bodies)
-                run = trio.run(partial(loadgen.closed_loop, "127.0.0.1", worker.port, requests,
-                                       concurrency=concurrency, duration=seconds))
-                worker_rates.append(run.statuses.get(202, 0) / (run.finished - run.started))
+            for round_number in range(rounds):
+                run = measure(worker.port, (round_number * 20_000) % len(bodies))
+                rates["worker"].append(run.statuses.get(202, 0) / (run.finished - run.started))
                 worker_latency.extend(run.latencies_ms)
-                bare_requests = [loadgen.encode_post("127.0.0.1", bare_port, path, json.dumps(b).encode())
-                                 for b in bodies[:20_000]]
-                bare = trio.run(partial(loadgen.closed_loop, "127.0.0.1", bare_port, bare_requests,
-                                        concurrency=concurrency, duration=seconds))
-                bare_rates.append(bare.statuses.get(202, 0) / (bare.finished - bare.started))
+                for name, port in (("bare_quart", quart_port), ("bare_asgi", asgi_port)):
+                    bare = measure(port, 0)
+                    rates[name].append(bare.statuses.get(202, 0) / (bare.finished - bare.started))
                 worker.wait_idle(timeout=600)  # let the actors catch up before the next round
         debug = _debug_summary(worker)
     ctx.plots["throughput_latency_ms"] = worker_latency
     ctx.plots["throughput_rss"] = sampler.samples
-    worker_median, bare_median = statistics.median(worker_rates), statistics.median(bare_rates)
+    medians = {name: statistics.median(values) for name, values in rates.items()}
     return {
         "rounds": rounds, "seconds_per_round": seconds, "concurrency": concurrency,
-        "worker_accepts_per_s": [round(r, 1) for r in worker_rates],
-        "bare_accepts_per_s": [round(r, 1) for r in bare_rates],
-        "worker_median_per_s": round(worker_median, 1),
-        "bare_median_per_s": round(bare_median, 1),
-        "ratio": round(worker_median / bare_median, 3),
+        "worker_accepts_per_s": [round(r, 1) for r in rates["worker"]],
+        "bare_accepts_per_s": [round(r, 1) for r in rates["bare_quart"]],
+        "bare_asgi_accepts_per_s": [round(r, 1) for r in rates["bare_asgi"]],
+        "worker_median_per_s": round(medians["worker"], 1),
+        "bare_median_per_s": round(medians["bare_quart"], 1),
+        "bare_asgi_median_per_s": round(medians["bare_asgi"], 1),
+        "ratio": round(medians["worker"] / medians["bare_quart"], 3),
+        "ratio_to_bare_asgi": round(medians["worker"] / medians["bare_asgi"], 3),
         "worker_accept_ms": percentiles(worker_latency),
         **_sampled(sampler), **debug,
     }
