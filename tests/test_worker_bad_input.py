@@ -122,3 +122,27 @@ def test_skip_list_and_private_content(worker: WorkerProcess) -> None:
     worker.stop()
     assert data_dir_contains(worker.data_dir, b"zebra-42") == []
     assert data_dir_contains(worker.data_dir, b"visible")
+
+
+def test_chunked_bodies_are_read_and_bounded(worker: WorkerProcess) -> None:
+    def chunked(body: bytes, chunk: int = 64 * 1024) -> bytes:
+        parts = [b"%x\r\n%s\r\n" % (len(body[i:i + chunk]), body[i:i + chunk]) for i in range(0, len(body), chunk)]
+        return b"".join(parts) + b"0\r\n\r\n"
+
+    def post_chunked(body: bytes) -> str:
+        with socket.create_connection(("127.0.0.1", worker.port), timeout=10) as sock:
+            head = (f"POST {OBS} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    "Transfer-Encoding: chunked\r\n\r\n").encode()
+            try:
+                sock.sendall(head + chunked(body))
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # refused before the end: the answer is already on its way
+            return sock.recv(65536).decode(errors="replace")
+
+    small = post_chunked(b'{"claudeSessionId": "chunky", "tool_name": "Read", "tool_use_id": "c1"}')
+    assert small.startswith("HTTP/1.1 202")
+    huge = post_chunked(b'{"claudeSessionId": "chunky", "tool_name": "Read", "tool_response": "'
+                        + b"z" * (6 * 1024 * 1024) + b'"}')
+    assert huge.startswith("HTTP/1.1 413") and "byte limit" in huge
+    worker.wait_idle()
+    assert [o["tool_use_id"] for o in worker.get("/api/observations")["observations"]] == ["c1"]
