@@ -137,7 +137,13 @@ def test_chunked_bodies_are_read_and_bounded(worker: WorkerProcess) -> None:
                 sock.sendall(head + chunked(body))
             except (BrokenPipeError, ConnectionResetError):
                 pass  # refused before the end: the answer is already on its way
-            return sock.recv(65536).decode(errors="replace")
+            reply = b""
+            while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                reply += chunk
+            return reply.decode(errors="replace")
 
     small = post_chunked(b'{"claudeSessionId": "chunky", "tool_name": "Read", "tool_use_id": "c1"}')
     assert small.startswith("HTTP/1.1 202")
