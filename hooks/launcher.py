@@ -33,7 +33,7 @@ def probe(config: HookConfig, port: int, timeout: float) -> str:
     try:
         reply = request(config.host, port, "GET", "/api/readiness", timeout=timeout)
     except WorkerUnavailable as exc:
-        return "down" if "refused" in str(exc).lower() else "foreign"
+        return "down" if exc.refused else "foreign"
     if reply.status == 200 and b'"ready"' in reply.body:
         return "ready"
     if reply.status == 503 and b"starting" in reply.body:

@@ -31,9 +31,6 @@ import sys
 import time
 
 import _signal  # not `signal`: its enum wrappers cost a hook ~2 ms
-TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
-if TYPE_CHECKING:
-    from typing import Any
 
 from sessionmem.hooks import fastjson
 from sessionmem.hooks.config import HookConfig
@@ -43,7 +40,9 @@ from sessionmem.hooks.worker_client import WorkerUnavailable, request
 from sessionmem.limits import head_tail
 from sessionmem.privacy import strip_private
 
-
+TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from typing import Any
 
 LOG_LIMIT = 5 * 1024 * 1024
 
@@ -99,17 +98,16 @@ def _send(config: HookConfig, method: str, path: str, body: dict[str, Any] | Non
     return reply
 
 
-def session_start(payload: dict[str, Any], config: HookConfig, log: _Log) -> dict[str, Any] | None:
-    # Imported here: the other stages must not pay for subprocess and urllib.
-    import urllib.parse
-
+def session_start(payload: dict[str, Any], project: str, config: HookConfig, log: _Log) -> dict[str, Any] | None:
+    # Imported here: the other stages must not pay for subprocess.
     from sessionmem.hooks.launcher import ensure_worker
 
     port = ensure_worker(config, log)
     if port is None:
         return None
-    project = project_of(payload.get("cwd") or "")
-    path = "/api/context/inject?" + urllib.parse.urlencode({"project": project})
+    call = api_call({**payload, "hook_event_name": "SessionStart"}, project=project)
+    assert call is not None
+    _, path, _ = call
     try:
         reply = request(config.host, port, "GET", path, timeout=config.hook_timeout_s)
     except WorkerUnavailable as exc:
@@ -133,14 +131,15 @@ def session_start(payload: dict[str, Any], config: HookConfig, log: _Log) -> dic
 
 def handle(stage: str, payload: dict[str, Any], config: HookConfig, log: _Log) -> dict[str, Any] | None:
     """Do one stage's work; returns what to print on stdout, if anything."""
-    if stage == "SessionStart":
-        return session_start(payload, config, log)
     project = project_of(payload.get("cwd") or "")
+    if stage == "SessionStart":
+        return session_start(payload, project, config, log)
     if stage == "UserPromptSubmit":
         prompt = str(payload.get("prompt") or "")
-        if is_internal_prompt(prompt) or not strip_private(prompt):
+        visible = strip_private(prompt)
+        if is_internal_prompt(prompt) or not visible:
             return None  # internal protocol, or nothing left to remember
-        payload = {**payload, "prompt": strip_private(prompt)}
+        payload = {**payload, "prompt": visible}
     elif stage == "Stop":
         payload = dict(payload)
         if not payload.get("last_assistant_message") and payload.get("transcript_path"):
@@ -153,8 +152,7 @@ def handle(stage: str, payload: dict[str, Any], config: HookConfig, log: _Log) -
             else:
                 if broken:
                     log(f"skipped {broken} broken transcript line(s)")
-                payload["last_user_message"] = strip_private(user)
-                payload["last_assistant_message"] = strip_private(assistant)
+                payload["last_user_message"], payload["last_assistant_message"] = user, assistant
         for key in ("last_user_message", "last_assistant_message"):
             if payload.get(key):
                 payload[key] = head_tail(strip_private(str(payload[key])), STRING_CAP)

@@ -24,7 +24,14 @@ MAX_RESPONSE = 8 * 1024 * 1024
 
 
 class WorkerUnavailable(Exception):
-    """The worker could not be reached or did not answer properly in time."""
+    """The worker could not be reached or did not answer properly in time.
+
+    ``refused`` is true when nothing listens on the port at all.
+    """
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 class Reply:
@@ -69,7 +76,7 @@ def request(host: str, port: int, method: str, path: str, body: bytes | None = N
         finally:
             sock.close()
     except OSError as exc:  # refused, timed out, reset
-        raise WorkerUnavailable(f"{host}:{port}: {exc}") from None
+        raise WorkerUnavailable(f"{host}:{port}: {exc}", refused=isinstance(exc, ConnectionRefusedError)) from None
     return _parse(bytes(raw))
 
 
