@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+
 import trio
 
 from sessionmem.actors.child import SessionChild

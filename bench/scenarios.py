@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import apsw
+import loadgen
 import trio
+from sampler import ProcessSampler
 from tqdm import tqdm
 
 from sessionmem.hooks.project import project_of
@@ -32,9 +34,6 @@ from sessionmem.hooks.translate import api_call, bounded_tool_body
 from sessionmem.replay.convert import ReplaySession
 from sessionmem.testing.messages_api import ScriptedMessagesAPI
 from sessionmem.testing.worker_process import WorkerProcess, start_worker
-
-import loadgen
-from sampler import ProcessSampler
 
 REPO = Path(__file__).resolve().parent.parent
 HOOK_ENTRY = REPO / "hooks" / "entry.py"

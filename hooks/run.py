@@ -26,16 +26,20 @@ Error handling:
 
 from __future__ import annotations
 
+import _signal  # not `signal`: its enum wrappers cost a hook ~2 ms
 import os
 import sys
 import time
 
-import _signal  # not `signal`: its enum wrappers cost a hook ~2 ms
-
 from sessionmem.hooks import fastjson
 from sessionmem.hooks.config import HookConfig
 from sessionmem.hooks.project import project_of
-from sessionmem.hooks.translate import STRING_CAP, api_call, bounded_tool_body, is_internal_prompt
+from sessionmem.hooks.translate import (
+    STRING_CAP,
+    api_call,
+    bounded_tool_body,
+    is_internal_prompt,
+)
 from sessionmem.hooks.worker_client import WorkerUnavailable, request
 from sessionmem.limits import head_tail
 from sessionmem.privacy import strip_private

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from sessionmem.hooks import fastjson
+
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -14,6 +14,7 @@ import os
 from sessionmem.hooks import fastjson
 from sessionmem.limits import head_tail, shorten_strings
 from sessionmem.privacy import strip_private_deep
+
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from typing import Any

@@ -11,11 +11,11 @@ Error handling:
 
 from __future__ import annotations
 
+import _socket  # not `socket`: its enum wrappers cost a hook ~3 ms
 import time
 
-import _socket  # not `socket`: its enum wrappers cost a hook ~3 ms
-
 from sessionmem.hooks import fastjson
+
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from typing import Any

@@ -170,7 +170,12 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Report what a user needs to know when memory does not seem to work."""
     from sessionmem.config import anthropic_credentials_configured
-    from sessionmem.install import STAGES, claude_settings_path, hook_entry, installed_stages
+    from sessionmem.install import (
+        STAGES,
+        claude_settings_path,
+        hook_entry,
+        installed_stages,
+    )
 
     problems = 0
 

@@ -35,8 +35,8 @@ from sessionmem.actors.supervisor import SessionSupervisor
 from sessionmem.broadcast import Broadcaster
 from sessionmem.compress.base import Compressor, choose_compressor
 from sessionmem.config import Settings
-from sessionmem.server.app import create_app
 from sessionmem.hooks.spool import spool_dir
+from sessionmem.server.app import create_app
 from sessionmem.server.ingest import Ingestor
 from sessionmem.server.spool import run_spool_importer
 from sessionmem.storage.base import Store
