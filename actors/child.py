@@ -51,8 +51,14 @@ class SessionChild:
         self.send, self.receive = trio.open_memory_channel[Envelope](self.mailbox_size)
 
     def close_mailbox(self) -> None:
+        """No more messages; the actor drains what is there."""
         if self.send is not None:
             self.send.close()
+
+    def drop_mailbox(self) -> None:
+        """For a stopped, empty child: the next delivery opens a new mailbox."""
+        self.close_mailbox()
+        self.send = self.receive = None
 
     def mailbox_depth(self) -> int:
         return self.send.statistics().current_buffer_used if self.send is not None else 0

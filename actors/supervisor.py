@@ -143,9 +143,8 @@ class SessionSupervisor:
         child.failed = False
         child.crash_times.clear()
         child.last_error = ""
-        child.state = "starting"
+        child.state = "stopped"  # until replay (below) starts it, if there is anything to do
         self.replay(envelopes)
-        self._ensure_running(child)
 
     def _ensure_running(self, child: SessionChild) -> None:
         if child.running or child.failed or self._closing:
@@ -173,13 +172,10 @@ class SessionSupervisor:
                 # between this check and leaving) whether work arrived meanwhile.
                 if child.has_work() and not self._closing:
                     continue
-                if not self._closing:
+                child.state = "stopped"
+                if not self._closing:  # idle: let go of the mailbox until work comes
                     self._totals["idle_stops"] += 1
-                    child.state = "stopped"
-                    child.close_mailbox()
-                    child.send = child.receive = None
-                else:
-                    child.state = "stopped"
+                    child.drop_mailbox()
                 return
         finally:
             child.running = False

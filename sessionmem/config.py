@@ -14,7 +14,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-DEFAULT_PORT = 37777
+from sessionmem.hooks.config import DEFAULTS as HOOK_DEFAULTS
+
+# What hook processes also read (sessionmem.hooks.config, standard library only) has
+# one definition, there.
+DEFAULT_PORT = int(HOOK_DEFAULTS["port"])
 DEFAULT_SKIP_TOOLS = ("TodoWrite", "AskUserQuestion", "ListMcpResourcesTool", "SlashCommand", "Skill")
 
 
@@ -25,7 +29,7 @@ class SettingsError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Settings:
     data_dir: Path = Path("~/.sessionmem").expanduser()
-    host: str = "127.0.0.1"
+    host: str = str(HOOK_DEFAULTS["host"])
     port: int = DEFAULT_PORT
 
     # Compression
@@ -57,9 +61,9 @@ class Settings:
     context_observations: int = 50
 
     # Hooks (read by the hook processes through sessionmem.hooks.config)
-    hook_timeout_s: float = 2.0
-    start_timeout_s: float = 2.0
-    system_message: bool = True
+    hook_timeout_s: float = float(HOOK_DEFAULTS["hook_timeout_s"])
+    start_timeout_s: float = float(HOOK_DEFAULTS["start_timeout_s"])
+    system_message: bool = bool(HOOK_DEFAULTS["system_message"])
 
     @property
     def db_path(self) -> Path:

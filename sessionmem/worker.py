@@ -104,7 +104,6 @@ class Worker:
                 "pending": counts.pending,
                 "parked": counts.parked,
                 "done": counts.done,
-                "backlog": counts.pending,
                 **self.store.statistics(),
             },
             "compressor": self.compressor.statistics(),
