@@ -30,7 +30,7 @@ from sampler import ProcessSampler
 from tqdm import tqdm
 
 from sessionmem.hooks.project import project_of
-from sessionmem.hooks.translate import api_call, bounded_tool_body
+from sessionmem.hooks.translate import api_call, bounded_tool_body, encoded_call
 from sessionmem.replay.convert import ReplaySession
 from sessionmem.testing.messages_api import ScriptedMessagesAPI
 from sessionmem.testing.worker_process import WorkerProcess, start_worker
@@ -101,16 +101,6 @@ def _sampled(sampler: ProcessSampler) -> dict[str, Any]:
 # -- replay ---------------------------------------------------------------------------------
 
 
-def _request_for(event_payload: dict[str, Any], project: str) -> tuple[str, str, bytes | None] | None:
-    call = api_call(event_payload, project=project)
-    if call is None:
-        return None
-    method, path, body = call
-    if body is None:
-        return method, path, None
-    return method, path, json.dumps(bounded_tool_body(body)).encode()
-
-
 async def _replay_http(worker: WorkerProcess, sessions: list[ReplaySession], *, concurrency: int,
                        speed: float | None, rate: float | None, bar: tqdm) -> dict[str, Any]:
     accept_ms: dict[str, list[float]] = {}
@@ -134,7 +124,7 @@ async def _replay_http(worker: WorkerProcess, sessions: list[ReplaySession], *, 
                     slot = start + sent / rate
                     sent += 1
                     await trio.sleep_until(slot)
-                request = _request_for(event.payload, project)
+                request = encoded_call(event.payload, project=project)
                 bar.update(1)
                 if request is None:
                     continue

@@ -34,12 +34,7 @@ import time
 from sessionmem.hooks import fastjson
 from sessionmem.hooks.config import HookConfig
 from sessionmem.hooks.project import project_of
-from sessionmem.hooks.translate import (
-    STRING_CAP,
-    api_call,
-    bounded_tool_body,
-    is_internal_prompt,
-)
+from sessionmem.hooks.translate import STRING_CAP, api_call, encoded_call, is_internal_prompt
 from sessionmem.hooks.worker_client import WorkerUnavailable, request
 from sessionmem.limits import head_tail
 from sessionmem.privacy import strip_private
@@ -78,12 +73,7 @@ def _arm_deadline(seconds: float) -> None:
     _signal.setitimer(_signal.ITIMER_REAL, seconds)
 
 
-def _send(config: HookConfig, method: str, path: str, body: dict[str, Any] | None, log: _Log) -> Any:
-    encoded = None
-    if body is not None:
-        # A key of its own per event: if it reaches a slow worker *and* is spooled,
-        # the worker stores it once.
-        encoded = fastjson.dumps({**body, "idempotencyKey": f"hook-{os.urandom(12).hex()}"}).encode("utf-8")
+def _send(config: HookConfig, method: str, path: str, encoded: bytes | None, log: _Log) -> Any:
     try:
         reply = request(config.host, config.worker_port(), method, path, encoded, timeout=config.hook_timeout_s)
     except WorkerUnavailable as exc:
@@ -160,13 +150,12 @@ def handle(stage: str, payload: dict[str, Any], config: HookConfig, log: _Log) -
         for key in ("last_user_message", "last_assistant_message"):
             if payload.get(key):
                 payload[key] = head_tail(strip_private(str(payload[key])), STRING_CAP)
-    call = api_call({**payload, "hook_event_name": stage}, project=project)
-    if call is None:
-        return None
-    method, path, body = call
-    if body is not None:
-        body = bounded_tool_body(body)
-    _send(config, method, path, body, log)
+    # A key of its own per event: if it reaches a slow worker *and* is spooled, the
+    # worker stores it once.
+    call = encoded_call({**payload, "hook_event_name": stage}, project=project,
+                        key=f"hook-{os.urandom(12).hex()}")
+    if call is not None:
+        _send(config, *call, log)
     return None
 
 

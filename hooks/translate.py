@@ -111,3 +111,20 @@ def bounded_tool_body(body: dict[str, Any]) -> dict[str, Any]:
         response = fastjson.dumps(body.get("tool_response"))
         body["tool_response"] = head_tail(response, max(BODY_LIMIT - (size - len(response)) - 1024, 4096))
     return body
+
+
+def encoded_call(payload: dict[str, Any], *, project: str, key: str = "") -> tuple[str, str, bytes | None] | None:
+    """:func:`api_call` ready to send: tool bodies bounded, an idempotency key if given, JSON bytes.
+
+    The one way hooks, backfill and the benchmark turn a hook payload into a request.
+    """
+    call = api_call(payload, project=project)
+    if call is None:
+        return None
+    method, path, body = call
+    if body is None:
+        return method, path, None
+    body = bounded_tool_body(body)
+    if key:
+        body = {**body, "idempotencyKey": key}
+    return method, path, fastjson.dumps(body).encode("utf-8")

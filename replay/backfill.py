@@ -21,9 +21,8 @@ from pathlib import Path
 from threading import Lock
 from typing import Any
 
-from sessionmem.hooks import fastjson
 from sessionmem.hooks.project import project_of
-from sessionmem.hooks.translate import api_call, bounded_tool_body
+from sessionmem.hooks.translate import encoded_call
 from sessionmem.hooks.worker_client import WorkerUnavailable, request
 from sessionmem.replay.convert import ConversionStats, ReplaySession, convert, transcript_files
 
@@ -43,12 +42,10 @@ class BackfillReport:
 
 def send_event(host: str, port: int, payload: dict[str, object], key: str, project: str) -> tuple[int, dict[str, object]]:
     """POST one hook event as its API call; returns (status, reply JSON)."""
-    call = api_call(payload, project=project)
-    if call is None or call[0] != "POST" or call[2] is None:
+    call = encoded_call(payload, project=project, key=key)
+    if call is None or call[2] is None:  # nothing to send, or SessionStart (a read)
         return 0, {}
-    _, path, body = call
-    body = bounded_tool_body({**body, "idempotencyKey": key})
-    encoded = fastjson.dumps(body).encode("utf-8")
+    _, path, encoded = call
     for _ in range(RETRIES):
         reply = request(host, port, "POST", path, encoded, timeout=30)
         if reply.status != 503:

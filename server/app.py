@@ -26,7 +26,7 @@ from werkzeug.exceptions import HTTPException
 
 from sessionmem.actors.child import MailboxFull
 from sessionmem.server.context import render_context
-from sessionmem.server.fast_ingest import FastIngest
+from sessionmem.server.fast_ingest import FastIngest, busy_message, too_large_message
 from sessionmem.server.payloads import BadRequest, InitRequest, LegacyInitRequest, ProcessingRequest, decode
 
 if TYPE_CHECKING:
@@ -78,13 +78,13 @@ def create_quart_app(worker: Worker) -> QuartTrio:
 
     @app.errorhandler(MailboxFull)
     async def mailbox_full(exc: MailboxFull) -> Response:
-        return _error(503, f"session {exc} is busy; retry shortly", retry_after=1)
+        return _error(503, busy_message(exc), retry_after=1)
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:
         message = exc.description or exc.name
         if exc.code == 413:
-            message = f"request body is larger than the {settings.max_body_bytes} byte limit"
+            message = too_large_message(settings.max_body_bytes)
         return _error(exc.code or 500, message)
 
     @app.errorhandler(Exception)
@@ -117,21 +117,16 @@ def create_quart_app(worker: Worker) -> QuartTrio:
 
     # -- ingest --------------------------------------------------------------------------
 
-    ingestor = worker.ingestor
-
-    def reply(result: tuple[int, dict[str, Any]]) -> Response:
-        status, data = result
-        return json_response(data, status)
-
     @app.post("/sessions/<int:session_db_id>/init")
     async def legacy_session_init(session_db_id: int) -> Response:
         payload = await body(LegacyInitRequest)
         row = await worker.store.session_by_db_id(session_db_id)
         if row is None:
             return _error(404, f"no session with sessionDbId {session_db_id}")
-        return reply(await ingestor.prompt(InitRequest(
+        status, data = await worker.ingestor.prompt(InitRequest(
             claudeSessionId=row["claudeSessionId"], cwd=row["cwd"] or "",
-            project=payload.project or row["project"], prompt=payload.userPrompt)))
+            project=payload.project or row["project"], prompt=payload.userPrompt))
+        return json_response(data, status)
 
     @app.route("/api/processing", methods=["GET", "POST"])
     async def processing() -> Response:

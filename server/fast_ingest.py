@@ -35,6 +35,14 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 _encode = msgspec.json.Encoder().encode
 
 
+def too_large_message(limit: int) -> str:
+    return f"request body is larger than the {limit} byte limit"
+
+
+def busy_message(exc: MailboxFull) -> str:
+    return f"session {exc} is busy; retry shortly"
+
+
 class FastIngest:
     def __init__(self, app: ASGIApp, ingestor: Ingestor, *, max_body_bytes: int,
                  on_error: Callable[[BaseException], None]) -> None:
@@ -55,7 +63,7 @@ class FastIngest:
         except BadRequest as exc:
             await _respond(send, 400, {"error": exc.message, "path": exc.path})
         except MailboxFull as exc:
-            await _respond(send, 503, {"error": f"session {exc} is busy; retry shortly"}, retry_after=1)
+            await _respond(send, 503, {"error": busy_message(exc)}, retry_after=1)
         except Exception as exc:
             log.error("internal error on POST %s", scope["path"], exc_info=exc)
             self._on_error(exc)
@@ -65,7 +73,7 @@ class FastIngest:
 
     async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
         """The whole body, or None once a 413 was sent (or the client went away)."""
-        too_large = {"error": f"request body is larger than the {self._max_body} byte limit"}
+        too_large = {"error": too_large_message(self._max_body)}
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > self._max_body:
                 await _respond(send, 413, too_large)
