@@ -112,7 +112,6 @@ class SessionActor:
 
     async def _handle(self, envelope: Envelope) -> None:
         child = self._child
-        child.note_depth()
         event = envelope.event
         match event:
             case InitEvent():

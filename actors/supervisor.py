@@ -246,7 +246,3 @@ class SessionSupervisor:
 
     def actors(self) -> list[dict[str, Any]]:
         return [child.snapshot() for child in self._children.values()]
-
-    def is_failed(self, claude_session_id: str) -> bool:
-        child = self._children.get(claude_session_id)
-        return bool(child and child.failed)

@@ -72,10 +72,11 @@ class Worker:
         actors = self.supervisor.actors()
         if claude_session_id:
             actors = [a for a in actors if a["claudeSessionId"] == claude_session_id]
-        busy = [a for a in actors if a["state"] in ("compressing", "summarizing", "storing") or a["backlog"] or a["mailbox_depth"]]
+        queued = sum(a["mailbox_depth"] + a["backlog"] + a["inflight"] for a in actors)
+        working = any(a["state"] in ("compressing", "summarizing", "storing") for a in actors)
         return {
-            "isProcessing": bool(busy) or (not claude_session_id and counts.pending > 0),
-            "queueDepth": sum(a["mailbox_depth"] + a["backlog"] + a["inflight"] for a in actors),
+            "isProcessing": bool(queued) or working or (not claude_session_id and counts.pending > 0),
+            "queueDepth": queued,
             "pendingEvents": counts.pending,
             "parkedEvents": counts.parked,
         }
