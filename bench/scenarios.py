@@ -29,8 +29,8 @@ import trio
 from sampler import ProcessSampler
 from tqdm import tqdm
 
-from sessionmem.hooks.project import project_of
-from sessionmem.hooks.translate import api_call, bounded_tool_body, encoded_call
+from sessionmem.protocol.project import project_of
+from sessionmem.protocol.requests import api_call, clean_body, encoded_call
 from sessionmem.replay.convert import ReplaySession
 from sessionmem.testing.messages_api import ScriptedMessagesAPI
 from sessionmem.testing.worker_process import WorkerProcess, start_worker
@@ -285,7 +285,7 @@ def observation_bodies(ctx: Context, count: int, *, sessions: int, tag: str) -> 
         call = api_call({**event.payload, "session_id": f"{tag}-{n % sessions}",
                          "tool_use_id": f"{tag}-{n}"}, project=f"bench-{tag}")
         assert call is not None and call[2] is not None
-        bodies.append(bounded_tool_body(call[2]))
+        bodies.append(clean_body(call[2]))
     return bodies
 
 

@@ -1,1 +1,1 @@
-"""hooks"""
+"""The hook process Claude Code runs at each lifecycle stage (``entry.py``); standard library only."""

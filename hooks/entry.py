@@ -1,10 +1,11 @@
 """Fast entry point for hook commands: ``python -S <this file> <Stage>``.
 
 ``-S`` skips ``site`` and, with it, the ~13 ms the editable-install finder costs on
-every start; a hook process only needs the standard library and two small packages
-of ours. This file registers those packages from the files beside it -- a source
-checkout (``<repo>/hooks`` and ``<repo>/sessionmem``) or an installed package
-(``site-packages/sessionmem/hooks``) -- then runs :func:`sessionmem.hooks.run.main`.
+every start; a hook process only needs the standard library, ``sessionmem.hooks`` and
+``sessionmem.protocol``. This file registers those packages from the files beside it
+-- a source checkout (``<repo>/hooks`` and ``<repo>/sessionmem``) or an installed
+package (``site-packages/sessionmem/hooks``) -- without running
+``sessionmem/__init__.py``, then runs :func:`sessionmem.hooks.run.main`.
 
 Error handling:
     If even this bootstrap fails, the hook still exits 0 with nothing on stdout.
@@ -22,7 +23,7 @@ def _bootstrap() -> None:
         return
     parent = os.path.dirname(here)
     source_package = os.path.join(parent, "sessionmem")
-    package_dir = source_package if os.path.isfile(os.path.join(source_package, "privacy.py")) else parent
+    package_dir = source_package if os.path.isdir(os.path.join(source_package, "protocol")) else parent
     import types
 
     package = types.ModuleType("sessionmem")

@@ -20,8 +20,10 @@ One entry for every stage (the stage is the first argument, else the payload's
 Error handling:
     Fail open, always: whatever happens, the process exits 0, prints valid JSON or
     nothing, and writes what went wrong to ``<data dir>/hooks.log``. A hard timer ends
-    the process if anything takes longer than its budget. An event the worker cannot
-    take right now is spooled to disk (:mod:`sessionmem.hooks.spool`), not lost.
+    the process if anything takes longer than its budget. What happens when the worker
+    is busy, broken or down is the clients' one policy (:mod:`sessionmem.protocol.delivery`):
+    a 503 is retried after its ``Retry-After`` within the hook's budget, then the event
+    is spooled to disk like any 5xx or timeout, not lost.
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ import os
 import sys
 import time
 
-from sessionmem.hooks import fastjson
-from sessionmem.hooks.config import HookConfig
-from sessionmem.hooks.project import project_of
-from sessionmem.hooks.translate import STRING_CAP, api_call, encoded_call, is_internal_prompt
-from sessionmem.hooks.worker_client import WorkerUnavailable, request
-from sessionmem.limits import head_tail
-from sessionmem.privacy import strip_private
+from sessionmem.protocol import fastjson
+from sessionmem.protocol.client import WorkerUnavailable, request
+from sessionmem.protocol.config import ClientConfig
+from sessionmem.protocol.delivery import Patience, deliver
+from sessionmem.protocol.privacy import strip_private
+from sessionmem.protocol.project import project_of
+from sessionmem.protocol.requests import api_call, encoded_call, is_internal_prompt
+from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -49,8 +52,8 @@ LOG_LIMIT = 5 * 1024 * 1024
 class _Log:
     """Appends to hooks.log only when there is something to say (most runs say nothing)."""
 
-    def __init__(self, config: HookConfig, stage: str) -> None:
-        self._path = config.log_path
+    def __init__(self, config: ClientConfig, stage: str) -> None:
+        self._path = config.hook_log_path
         self._stage = stage
 
     def __call__(self, message: str) -> None:
@@ -73,28 +76,17 @@ def _arm_deadline(seconds: float) -> None:
     _signal.setitimer(_signal.ITIMER_REAL, seconds)
 
 
-def _send(config: HookConfig, method: str, path: str, encoded: bytes | None, log: _Log) -> Any:
-    try:
-        reply = request(config.host, config.worker_port(), method, path, encoded, timeout=config.hook_timeout_s)
-    except WorkerUnavailable as exc:
-        if encoded is None:
-            log(f"worker unavailable: {exc}")
-            return None
-        from sessionmem.hooks.spool import spool
-
-        saved, reason = spool(config.data_dir, path, encoded)
-        log(f"worker unavailable, event spooled: {exc}" if saved
-            else f"worker unavailable, event lost ({reason}): {exc}")
-        return None
-    if reply.status >= 300:
-        log(f"{method} {path} -> {reply.status}: {reply.body[:300]!r}")
-        return None
-    return reply
+def _send(config: ClientConfig, method: str, path: str, encoded: bytes | None, log: _Log) -> None:
+    outcome = deliver(config, method, path, encoded, patience=Patience.hook(config))
+    if outcome.status == "spooled":
+        log(f"{method} {path}: event spooled ({outcome.detail})")
+    elif not outcome.delivered:
+        log(f"{method} {path}: event {outcome.status} ({outcome.detail})")
 
 
-def session_start(payload: dict[str, Any], project: str, config: HookConfig, log: _Log) -> dict[str, Any] | None:
+def session_start(payload: dict[str, Any], project: str, config: ClientConfig, log: _Log) -> dict[str, Any] | None:
     # Imported here: the other stages must not pay for subprocess.
-    from sessionmem.hooks.launcher import ensure_worker
+    from sessionmem.protocol.launch import ensure_worker
 
     port = ensure_worker(config, log)
     if port is None:
@@ -115,7 +107,7 @@ def session_start(payload: dict[str, Any], project: str, config: HookConfig, log
     if context.strip():
         output["hookSpecificOutput"] = {"hookEventName": "SessionStart", "additionalContext": context}
     if config.system_message:
-        count = int(reply.headers.get("x-sessionmem-observations", "0") or 0)
+        count = int(reply.headers.get(CONTEXT_COUNT_HEADER, "0") or 0)
         output["systemMessage"] = (
             f"sessionmem: {count} memories of {project} loaded · http://{config.host}:{port}/debug"
             if count else f"sessionmem: no memories of {project} yet · http://{config.host}:{port}/debug"
@@ -123,7 +115,7 @@ def session_start(payload: dict[str, Any], project: str, config: HookConfig, log
     return output or None
 
 
-def handle(stage: str, payload: dict[str, Any], config: HookConfig, log: _Log) -> dict[str, Any] | None:
+def handle(stage: str, payload: dict[str, Any], config: ClientConfig, log: _Log) -> dict[str, Any] | None:
     """Do one stage's work; returns what to print on stdout, if anything."""
     project = project_of(payload.get("cwd") or "")
     if stage == "SessionStart":
@@ -147,13 +139,10 @@ def handle(stage: str, payload: dict[str, Any], config: HookConfig, log: _Log) -
                 if broken:
                     log(f"skipped {broken} broken transcript line(s)")
                 payload["last_user_message"], payload["last_assistant_message"] = user, assistant
-        for key in ("last_user_message", "last_assistant_message"):
-            if payload.get(key):
-                payload[key] = head_tail(strip_private(str(payload[key])), STRING_CAP)
     # A key of its own per event: if it reaches a slow worker *and* is spooled, the
     # worker stores it once.
     call = encoded_call({**payload, "hook_event_name": stage}, project=project,
-                        key=f"hook-{os.urandom(12).hex()}")
+                        key=f"hook-{os.urandom(12).hex()}", cap=config.tool_response_cap)  # type: ignore[arg-type]
     if call is not None:
         _send(config, *call, log)
     return None
@@ -162,7 +151,7 @@ def handle(stage: str, payload: dict[str, Any], config: HookConfig, log: _Log) -
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv if argv is None else argv
     stage = argv[1] if len(argv) > 1 else ""
-    config = HookConfig()
+    config = ClientConfig()
     log = _Log(config, stage or "hook")
     budget = config.hook_timeout_s + 1.0
     if stage == "SessionStart" or not stage:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from sessionmem.hooks import fastjson
+from sessionmem.protocol import fastjson
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:

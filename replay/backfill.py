@@ -7,13 +7,15 @@ capture; the worker applies the skip list. Every event carries an idempotency ke
 derived from the transcript, so running it twice stores nothing twice.
 
 Error handling:
-    Unparseable lines and files are counted and reported, never fatal. A 503 (busy
-    session) is retried after its ``Retry-After``; any other refusal is counted.
+    Unparseable lines and files are counted and reported, never fatal. The worker's
+    answers are handled by the clients' one policy (:mod:`sessionmem.protocol.delivery`)
+    with a command's patience: a busy session (503) is retried after ``Retry-After``,
+    failures with backoff, and what still cannot be delivered is spooled for the
+    worker to import -- counted, not lost. A refusal (4xx) is counted and reported.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,12 +23,11 @@ from pathlib import Path
 from threading import Lock
 from typing import Any
 
-from sessionmem.hooks.project import project_of
-from sessionmem.hooks.translate import encoded_call
-from sessionmem.hooks.worker_client import WorkerUnavailable, request
+from sessionmem.protocol.config import ClientConfig
+from sessionmem.protocol.delivery import Outcome, Patience, deliver
+from sessionmem.protocol.project import project_of
+from sessionmem.protocol.requests import encoded_call
 from sessionmem.replay.convert import ConversionStats, ReplaySession, convert, transcript_files
-
-RETRIES = 20
 
 
 @dataclass
@@ -37,29 +38,49 @@ class BackfillReport:
     duplicates: int = 0
     skipped: int = 0
     refused: int = 0
+    spooled: int = 0
+    lost: int = 0
     errors: list[str] = field(default_factory=list)
 
-
-def send_event(host: str, port: int, payload: dict[str, object], key: str, project: str) -> tuple[int, dict[str, object]]:
-    """POST one hook event as its API call; returns (status, reply JSON)."""
-    call = encoded_call(payload, project=project, key=key)
-    if call is None or call[2] is None:  # nothing to send, or SessionStart (a read)
-        return 0, {}
-    _, path, encoded = call
-    for _ in range(RETRIES):
-        reply = request(host, port, "POST", path, encoded, timeout=30)
-        if reply.status != 503:
+    def count(self, outcome: Outcome) -> str | None:
+        """Add one delivery to the figures; returns an error line for a refused or lost event."""
+        self.sent += 1
+        if outcome.status == "delivered":
+            assert outcome.reply is not None
             try:
-                return reply.status, reply.json()
+                body = outcome.reply.json()
             except ValueError:
-                return reply.status, {}
-        time.sleep(float(reply.headers.get("retry-after", "1") or 1))
-    return 503, {}
+                body = {}
+            if body.get("duplicate") or body.get("status") == "duplicate":
+                self.duplicates += 1
+            elif body.get("status") == "skipped" or body.get("skipped"):
+                self.skipped += 1
+            else:
+                self.accepted += 1
+            return None
+        if outcome.status == "spooled":
+            self.spooled += 1
+            return None
+        if outcome.status == "refused":
+            self.refused += 1
+        else:
+            self.lost += 1
+        return outcome.detail
 
 
-def backfill(root: Path, host: str, port: int, *, workers: int = 4,
+def send_event(config: ClientConfig, payload: dict[str, object], key: str, project: str,
+               patience: Patience) -> Outcome | None:
+    """Deliver one hook event as its API call; ``None`` when the event sends nothing."""
+    call = encoded_call(payload, project=project, key=key, cap=config.tool_response_cap)  # type: ignore[arg-type]
+    if call is None or call[2] is None:  # nothing to send, or SessionStart (a read)
+        return None
+    method, path, encoded = call
+    return deliver(config, method, path, encoded, patience=patience)
+
+
+def backfill(root: Path, config: ClientConfig, *, workers: int = 4, patience: Patience | None = None,
              progress: Callable[[int], Any] | None = None) -> BackfillReport:
-    """Send every session under ``root`` to the worker at ``host:port``; sessions in parallel, events in order.
+    """Send every session under ``root`` to the worker of ``config``; sessions in parallel, events in order.
 
     ``progress``, if given, is called once with the number of events and returns an
     object with ``update(n)`` and ``close()`` (a ``tqdm`` bar, say).
@@ -70,28 +91,17 @@ def backfill(root: Path, host: str, port: int, *, workers: int = 4,
     lock = Lock()
     bar = progress(sum(len(s.events) for s in sessions)) if progress is not None else None
 
+    patience = patience or Patience.patient()
+
     def one_session(session: ReplaySession) -> None:
         project = project_of(session.cwd)
         for event in session.events:
-            try:
-                status, body = send_event(host, port, event.payload, f"backfill:{event.key}", project)
-            except WorkerUnavailable as exc:
+            outcome = send_event(config, event.payload, f"backfill:{event.key}", project, patience)
+            if outcome is not None:
                 with lock:
-                    report.errors.append(f"{session.session_id}: {exc}")
-                return
-            with lock:
-                if status:
-                    report.sent += 1
-                if status in (200, 202):
-                    if body.get("duplicate") or body.get("status") == "duplicate":
-                        report.duplicates += 1
-                    elif body.get("status") == "skipped" or body.get("skipped"):
-                        report.skipped += 1
-                    else:
-                        report.accepted += 1
-                elif status:
-                    report.refused += 1
-                    report.errors.append(f"{session.session_id} {event.stage}: HTTP {status} {body}")
+                    error = report.count(outcome)
+                    if error:
+                        report.errors.append(f"{session.session_id} {event.stage}: {error}")
             if bar is not None:
                 bar.update(1)
 

@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sessionmem.hooks.translate import is_internal_prompt
+from sessionmem.protocol.requests import is_internal_prompt
 
 _NOT_PROMPTS = ("<local-command-stdout>", "<local-command-stderr>", "Caveat: The messages below were generated")
 

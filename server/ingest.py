@@ -8,15 +8,17 @@ go through :class:`Ingestor`.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from sessionmem.events import CompleteEvent, InitEvent, ObservationEvent, SummarizeEvent
-from sessionmem.hooks.translate import is_internal_prompt
-from sessionmem.limits import head_tail, shorten_strings
-from sessionmem.privacy import strip_private, strip_private_deep
+from sessionmem.protocol import routes
+from sessionmem.protocol.fields import clean_text, clean_value
+from sessionmem.protocol.limits import MAX_REASON
+from sessionmem.protocol.privacy import strip_private
+from sessionmem.protocol.project import resolve_project
+from sessionmem.protocol.requests import is_internal_prompt
 from sessionmem.server.payloads import (
     CompleteRequest,
     InitRequest,
@@ -30,37 +32,12 @@ if TYPE_CHECKING:
     from sessionmem.config import Settings
     from sessionmem.storage.base import Store
 
-
-def project_name(project: str, cwd: str) -> str:
-    """The explicit project, else the last component of ``cwd`` (as the reference does)."""
-    if project.strip():
-        return project.strip()
-    base = os.path.basename(cwd.rstrip("/\\"))
-    return base or "unknown"
+_encode = msgspec.json.Encoder().encode  # the same compact JSON, and size, as clients measure
 
 
-def clean_value(value: Any, cap: int) -> Any:
-    """Remove private spans from a tool input/response and bound its stored size.
-
-    The common case -- nothing private, small enough -- costs one C-level encode:
-    msgspec writes ``<`` unescaped, so the canonical encoding contains a tag exactly
-    when some string of the value does. Otherwise long strings are shortened to head
-    and tail first, and if that is not enough the whole value becomes one string.
-    """
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    if isinstance(value, str):
-        return head_tail(strip_private(value), cap)
-    encoded = msgspec.json.encode(value)
-    if b"<private>" in encoded or b"<sessionmem-context>" in encoded:
-        value = strip_private_deep(value)
-        encoded = msgspec.json.encode(value)
-    if len(encoded) <= cap:
-        return value
-    shortened = shorten_strings(value, max(cap // 8, 256))
-    if len(msgspec.json.encode(shortened)) <= cap:
-        return shortened
-    return head_tail(encoded.decode("utf-8", "replace"), cap)
+def clean_tool_value(value: Any, cap: int) -> Any:
+    """:func:`sessionmem.protocol.fields.clean_value` with msgspec's encoder (the hot path)."""
+    return clean_value(value, cap, _encode)
 
 
 def init_event(request: InitRequest) -> InitEvent:
@@ -71,7 +48,7 @@ def init_event(request: InitRequest) -> InitEvent:
         skip_reason = "prompt is entirely private"
     return InitEvent(
         session_id=request.claudeSessionId,
-        project=project_name(request.project, request.cwd),
+        project=resolve_project(request.project, request.cwd),
         cwd=request.cwd,
         prompt=prompt,
         skip_reason=skip_reason,
@@ -83,16 +60,16 @@ def observation_event(request: ObservationRequest, cap: int) -> ObservationEvent
     failed = request.failed or request.hook_event_name == "PostToolUseFailure" or bool(request.error)
     return ObservationEvent(
         session_id=request.claudeSessionId,
-        project=project_name(request.project, request.cwd),
+        project=resolve_project(request.project, request.cwd),
         tool_name=request.tool_name,
         tool_use_id=request.tool_use_id,
-        tool_input=clean_value(request.tool_input, cap),
-        tool_response=clean_value(request.tool_response, cap),
+        tool_input=clean_tool_value(request.tool_input, cap),
+        tool_response=clean_tool_value(request.tool_response, cap),
         cwd=request.cwd,
         agent_id=request.agent_id,
         agent_type=request.agent_type,
         failed=failed,
-        error=head_tail(strip_private(request.error), cap),
+        error=clean_text(request.error, cap),
         key=request.idempotencyKey,
     )
 
@@ -100,17 +77,17 @@ def observation_event(request: ObservationRequest, cap: int) -> ObservationEvent
 def summarize_event(request: SummarizeRequest, cap: int) -> SummarizeEvent:
     return SummarizeEvent(
         session_id=request.claudeSessionId,
-        project=project_name(request.project, request.cwd),
-        last_user_message=head_tail(strip_private(request.last_user_message), cap),
-        last_assistant_message=head_tail(strip_private(request.last_assistant_message), cap),
+        project=resolve_project(request.project, request.cwd),
+        last_user_message=clean_text(request.last_user_message, cap),
+        last_assistant_message=clean_text(request.last_assistant_message, cap),
         key=request.idempotencyKey,
     )
 
 
 def complete_event(request: CompleteRequest) -> CompleteEvent:
-    project = project_name(request.project, request.cwd) if (request.project or request.cwd) else ""
-    return CompleteEvent(session_id=request.claudeSessionId, project=project, reason=strip_private(request.reason)[:200],
-                         key=request.idempotencyKey)
+    project = resolve_project(request.project, request.cwd) if (request.project or request.cwd) else ""
+    return CompleteEvent(session_id=request.claudeSessionId, project=project,
+                         reason=strip_private(request.reason)[:MAX_REASON], key=request.idempotencyKey)
 
 
 class Ingestor:
@@ -125,10 +102,10 @@ class Ingestor:
     """
 
     PATHS = {
-        "/api/sessions/init": InitRequest,
-        "/api/sessions/observations": ObservationRequest,
-        "/api/sessions/summarize": SummarizeRequest,
-        "/api/sessions/complete": CompleteRequest,
+        routes.INIT: InitRequest,
+        routes.OBSERVATIONS: ObservationRequest,
+        routes.SUMMARIZE: SummarizeRequest,
+        routes.COMPLETE: CompleteRequest,
     }
 
     def __init__(self, settings: Settings, store: Store, supervisor: SessionSupervisor) -> None:

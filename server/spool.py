@@ -1,14 +1,24 @@
-"""Importing the events hooks spooled while the worker could not be reached.
+"""Importing the requests clients spooled while the worker could not take them.
 
-At start-up (after the journal replay, before the worker reports ready) and then every
-few seconds, each spool file is ingested exactly as if its request had just arrived
-(:meth:`Ingestor.by_path`), oldest first, and deleted once its event is committed.
+At start-up (after the journal replay, before the worker reports ready) and then
+every few seconds, each spool file (format: :mod:`sessionmem.protocol.spool`) is
+ingested exactly as if its request had just arrived (:meth:`Ingestor.by_path`),
+oldest first, and deleted once its event is committed.
+
+Resource handling:
+    File system work runs on worker threads; :meth:`SpoolImporter.run` loops until
+    cancelled.
 
 Error handling:
-    A file that does not decode is moved to ``spool/rejected/`` with nothing else
-    lost; a full mailbox stops this round (the file stays for the next). Duplicates --
-    an event that reached the worker before it was spooled -- are recognised by their
-    idempotency key and simply removed.
+    A file that is not a spooled request, or whose body the worker refuses (a 400),
+    is moved to ``spool/rejected/`` with the reason beside it, and the import goes on
+    with the next. A full mailbox makes the importer wait for room (the spool is the
+    clients' back-pressure overflow, so it must drain); a file still blocked after
+    :data:`BLOCKED_WAIT_S` waits for the next round, and the files after it too, which
+    keeps each session's events in order. Duplicates -- a request that reached the
+    worker before it was spooled -- are recognised by their idempotency key and
+    removed. Any other failure (a broken disk, the database) ends the round, is
+    logged and counted, and the file stays for the next round.
 """
 
 from __future__ import annotations
@@ -17,66 +27,102 @@ import logging
 import os
 from pathlib import Path
 
+import msgspec
 import trio
 
 from sessionmem.actors.child import MailboxFull
+from sessionmem.protocol.routes import INGEST
+from sessionmem.protocol.spool import SpoolFormatError, parse_spool_file, pending_spool_files, reject_spool_file
 from sessionmem.server.ingest import Ingestor
 from sessionmem.server.payloads import BadRequest
 
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 5.0
+BLOCKED_WAIT_S = 4.0  # how long one round waits for room in a full mailbox
+ROOM_POLL_S = 0.05
 
 
-def _pending(directory: Path) -> list[Path]:
-    try:
-        return sorted(p for p in directory.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
-    except FileNotFoundError:
-        return []
+class SpoolStatistics(msgspec.Struct, frozen=True):
+    rounds: int
+    imported: int
+    duplicates: int
+    rejected: int
+    waiting: int  # files left after the last round
+    failed_rounds: int
+    last_error: str
 
 
-def _reject(file: Path) -> None:
-    rejected = file.parent / "rejected"
-    rejected.mkdir(exist_ok=True)
-    os.replace(file, rejected / file.name)
+class SpoolImporter:
+    def __init__(self, ingestor: Ingestor, data_dir: Path) -> None:
+        self._ingestor = ingestor
+        self._data_dir = str(data_dir)
+        self._rounds = self._imported = self._duplicates = self._rejected = self._waiting = 0
+        self._failed_rounds = 0
+        self._last_error = ""
 
+    def statistics(self) -> SpoolStatistics:
+        return SpoolStatistics(self._rounds, self._imported, self._duplicates, self._rejected, self._waiting,
+                               self._failed_rounds, self._last_error)
 
-async def import_spool(ingestor: Ingestor, directory: Path) -> int:
-    """Ingest every spooled event; returns how many were imported."""
-    imported = 0
-    for file in await trio.to_thread.run_sync(_pending, directory):
-        raw = await trio.to_thread.run_sync(file.read_bytes)
-        path, _, body = raw.partition(b"\n")
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Import once, report the count via ``task_status``, then keep importing every few seconds."""
+        task_status.started(await self.import_round())
+        while True:
+            await trio.sleep(INTERVAL_S)
+            await self.import_round()
+
+    async def import_round(self) -> int:
+        """Ingest every spooled request now; returns how many were imported."""
+        self._rounds += 1
+        imported = 0
+        files = await trio.to_thread.run_sync(pending_spool_files, self._data_dir)
         try:
-            status, _ = await ingestor.by_path(path.decode("ascii", "replace"), body)
-        except BadRequest as exc:
-            log.warning("spooled event %s rejected: %s", file.name, exc.message)
-            await trio.to_thread.run_sync(_reject, file)
-            continue
-        except MailboxFull:
-            break  # the session is busy: the rest waits for the next round
+            for index, file in enumerate(files):
+                outcome = await self._import_file(file)
+                if outcome == "blocked":
+                    self._waiting = len(files) - index
+                    break
+                imported += outcome == "imported"
+            else:
+                self._waiting = 0
+        except Exception as exc:  # a broken file system or database must not take the worker down
+            self._failed_rounds += 1
+            self._last_error = f"{type(exc).__name__}: {exc}"
+            log.exception("spool import failed; retrying in %.0f s", INTERVAL_S)
+        if imported:
+            log.info("imported %d spooled event(s)", imported)
+        return imported
+
+    async def _import_file(self, file: str) -> str:
+        """``imported``, ``duplicate``, ``rejected`` or ``blocked`` (a mailbox stayed full)."""
+        raw = await trio.to_thread.run_sync(Path(file).read_bytes)
+        try:
+            path, body = parse_spool_file(raw, INGEST)
+        except SpoolFormatError as exc:
+            return await self._reject(file, str(exc))
+        give_up_at = trio.current_time() + BLOCKED_WAIT_S
+        while True:
+            try:
+                status, reply = await self._ingestor.by_path(path, body)
+                break
+            except MailboxFull:
+                if trio.current_time() >= give_up_at:
+                    return "blocked"
+                await trio.sleep(ROOM_POLL_S)
+            except BadRequest as exc:
+                return await self._reject(file, f"{exc.message} (at {exc.path})")
         if status >= 400:
-            await trio.to_thread.run_sync(_reject, file)
-            continue
-        await trio.to_thread.run_sync(file.unlink)
-        imported += 1
-    if imported:
-        log.info("imported %d spooled event(s)", imported)
-    return imported
+            return await self._reject(file, f"HTTP {status}: {reply}")
+        await trio.to_thread.run_sync(os.unlink, file)
+        if reply.get("duplicate") or reply.get("status") == "duplicate":
+            self._duplicates += 1
+            return "duplicate"
+        self._imported += 1
+        return "imported"
 
-
-async def run_spool_importer(ingestor: Ingestor, directory: Path, *,
-                             task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-    """Import once, report the count via ``task_status``, then keep importing until cancelled."""
-    task_status.started(await _import_logged(ingestor, directory))
-    while True:
-        await trio.sleep(INTERVAL_S)
-        await _import_logged(ingestor, directory)
-
-
-async def _import_logged(ingestor: Ingestor, directory: Path) -> int:
-    try:
-        return await import_spool(ingestor, directory)
-    except Exception:  # a broken file system must not take the worker down
-        log.exception("spool import failed; retrying in %.0f s", INTERVAL_S)
-        return 0
+    async def _reject(self, file: str, reason: str) -> str:
+        log.warning("spooled request %s rejected: %s", os.path.basename(file), reason[:300])
+        await trio.to_thread.run_sync(reject_spool_file, file, reason)
+        self._rejected += 1
+        return "rejected"

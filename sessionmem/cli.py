@@ -1,7 +1,9 @@
 """``sessionmem`` command line: serve, status, stop, replay, backfill, install, uninstall, doctor.
 
-The client commands (status, stop, replay) use only the standard library, so they
-start fast and work even when the worker's dependencies are broken.
+The client commands (status, stop, replay, doctor) talk to the worker the way every
+client does (:mod:`sessionmem.protocol`: its state file, its HTTP client, its one
+delivery policy, with a command's patience), using only the standard library, so
+they start fast and work even when the worker's dependencies are broken.
 """
 
 from __future__ import annotations
@@ -9,40 +11,53 @@ from __future__ import annotations
 import argparse
 import errno
 import fcntl
-import json
 import os
 import signal
 import sys
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 from sessionmem.config import Settings, SettingsError, load_settings
-from sessionmem.hooks.config import process_alive
+from sessionmem.protocol import routes
+from sessionmem.protocol.config import DATA_DIR_ENV, ClientConfig
+from sessionmem.protocol.delivery import Patience, deliver
+from sessionmem.protocol.state import WorkerState, process_alive, read_state
+
+PROBE = Patience(3.0, 3.0, retry_failures=False)  # is it there? (status, doctor)
+
+
+class WorkerUnreachable(Exception):
+    """The worker could not be asked (not running, or not answering)."""
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(data_dir=getattr(args, "data_dir", None), port=getattr(args, "port", None))
 
 
-def _running_worker(settings: Settings) -> dict[str, Any] | None:
-    """The state file of a live worker for this data dir, or None."""
-    try:
-        state = json.loads(settings.state_path.read_text(encoding="utf-8"))
-        return state if process_alive(int(state["pid"])) else None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+def _client(args: argparse.Namespace) -> ClientConfig:
+    """What every client reads, with this command's ``--data-dir`` and ``--port`` on top."""
+    env = dict(os.environ)
+    if getattr(args, "data_dir", None):
+        env[DATA_DIR_ENV] = args.data_dir
+    if getattr(args, "port", None) is not None:
+        env["SESSIONMEM_PORT"] = str(args.port)
+    return ClientConfig(env)
 
 
-def _request(url: str, *, method: str = "GET", timeout: float = 3.0) -> tuple[int, Any]:
-    req = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None,
-                                 headers={"Content-Type": "application/json"})
+def _running_worker(settings: Settings) -> WorkerState | None:
+    """The live worker of this data dir, or None."""
+    return read_state(str(settings.data_dir))
+
+
+def _call(config: ClientConfig, method: str, path: str, *, patience: Patience = PROBE) -> tuple[int, Any]:
+    """``(status, JSON body)`` of one call under the clients' delivery policy; raises :class:`WorkerUnreachable`."""
+    outcome = deliver(config, method, path, b"{}" if method == "POST" else None, patience=patience)
+    if outcome.reply is None:
+        raise WorkerUnreachable(outcome.detail)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as response:
-            return response.status, json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
+        return outcome.reply.status, outcome.reply.json()
+    except ValueError as exc:
+        raise WorkerUnreachable(f"not a sessionmem worker answer: {exc}") from None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -54,7 +69,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     running = _running_worker(settings)
     if running is not None:
         print(f"sessionmem: a worker is already running for {settings.data_dir} "
-              f"(pid {running['pid']}, port {running['port']})", file=sys.stderr)
+              f"(pid {running.pid}, port {running.port})", file=sys.stderr)
         return 1
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     # Held for the worker's lifetime: a second worker for this data dir stops here,
@@ -85,14 +100,13 @@ def _address_in_use(exc: BaseException) -> bool:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    state = _running_worker(settings)
-    port = state["port"] if state else settings.port
+    config = _client(args)
+    port = config.worker_port()
     try:
-        _, health = _request(f"http://{settings.host}:{port}/api/health")
-        _, debug = _request(f"http://{settings.host}:{port}/debug")
-    except (OSError, ValueError) as exc:
-        print(f"sessionmem: worker not running on {settings.host}:{port} ({exc})")
+        _, health = _call(config, "GET", routes.HEALTH)
+        _, debug = _call(config, "GET", routes.DEBUG)
+    except WorkerUnreachable as exc:
+        print(f"sessionmem: worker not running on {config.host}:{port} ({exc})")
         return 1
     sup, journal = debug["supervisor"], debug["journal"]
     print(f"sessionmem {health['version']}: running, pid {health['pid']}, port {port}, "
@@ -109,7 +123,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if state is None:
         print("sessionmem: no worker running for", settings.data_dir)
         return 0
-    pid = int(state["pid"])
+    pid = state.pid
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline:
@@ -123,15 +137,16 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Re-queue a failed session's parked events (after fixing what made it crash)."""
-    settings = _settings(args)
-    state = _running_worker(settings)
-    if state is None:
+    config = _client(args)
+    if read_state(config.data_dir) is None:
         print("sessionmem: the worker must be running to replay parked events (`sessionmem serve`)", file=sys.stderr)
         return 1
-    status, body = _request(
-        f"http://{settings.host}:{state['port']}/api/sessions/{urllib.request.quote(args.session_id, safe='')}/replay",
-        method="POST",
-    )
+    try:
+        status, body = _call(config, "POST", routes.path(routes.REPLAY, claude_session_id=args.session_id),
+                             patience=Patience.patient(60.0))
+    except WorkerUnreachable as exc:
+        print(f"sessionmem: replay failed: {exc}", file=sys.stderr)
+        return 1
     if status != 200:
         print(f"sessionmem: replay failed: {body}", file=sys.stderr)
         return 1
@@ -193,14 +208,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if mode == "auto":
         mode = "anthropic" if anthropic_credentials_configured() else "offline"
     report(True, f"compressor: {mode} (setting: {settings.compressor}, model {settings.model})")
-    state = _running_worker(settings)
-    port = state["port"] if state else settings.port
+    config = _client(args)
+    port = config.worker_port()
     try:
-        status, health = _request(f"http://{settings.host}:{port}/api/health", timeout=2)
-        report(status == 200, f"worker running: pid {health['pid']}, {settings.host}:{port}, "
+        status, health = _call(config, "GET", routes.HEALTH)
+        report(status == 200, f"worker running: pid {health['pid']}, {config.host}:{port}, "
                               f"compressor {health['compressor']}")
-    except (OSError, ValueError, KeyError, TypeError):
-        report(True, f"worker not running on {settings.host}:{port} (the next SessionStart hook starts it)")
+    except (WorkerUnreachable, KeyError, TypeError):
+        report(True, f"worker not running on {config.host}:{port} (the next SessionStart hook starts it)")
     try:
         wired = installed_stages()
     except Exception as exc:  # a broken settings.json is worth reporting, not crashing on
@@ -225,36 +240,32 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from sessionmem.hooks.config import HookConfig
-    from sessionmem.hooks.launcher import ensure_worker
+    from sessionmem.protocol.launch import ensure_worker
     from sessionmem.replay.backfill import backfill
 
     root = Path(args.path).expanduser()
     if not root.exists():
         print(f"sessionmem: {root} does not exist", file=sys.stderr)
         return 1
-    env = dict(os.environ)
-    if args.data_dir:
-        env["SESSIONMEM_DATA_DIR"] = args.data_dir
-    config = HookConfig(env)
-    config.start_timeout_s = max(config.start_timeout_s, 20.0)
+    config = _client(args)
+    config.start_timeout_s = max(config.start_timeout_s, 20.0)  # type: ignore[call-overload]
     problems: list[str] = []
     port = ensure_worker(config, problems.append)
     if port is None:
         print(f"sessionmem: no worker available: {'; '.join(problems) or 'start it with `sessionmem serve`'}",
               file=sys.stderr)
         return 1
-    report = backfill(root, config.host, port, workers=args.workers,
+    report = backfill(root, config, workers=args.workers,
                       progress=lambda total: tqdm(total=total, unit="event", desc="backfill", file=sys.stderr))
     c = report.conversion
     print(f"sessionmem: {c.sessions} session(s) from {c.files} file(s): {c.prompts} prompts, {c.tool_uses} tool uses")
     print(f"  sent {report.sent}: {report.accepted} new, {report.duplicates} already known, {report.skipped} skipped, "
-          f"{report.refused} refused")
+          f"{report.refused} refused, {report.spooled} spooled for the worker to import, {report.lost} lost")
     print(f"  unreadable: {c.broken_lines} line(s), {c.broken_files} file(s); {c.unpaired_tool_uses} tool use(s) "
           f"without a result")
     for error in report.errors[:10]:
         print(f"  error: {error}", file=sys.stderr)
-    return 0 if not report.errors else 1
+    return 0 if not report.errors and not report.lost else 1
 
 
 def build_parser() -> argparse.ArgumentParser:

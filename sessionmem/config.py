@@ -14,11 +14,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sessionmem.hooks.config import DEFAULTS as HOOK_DEFAULTS
+from sessionmem.protocol import config as client_config
+from sessionmem.protocol.limits import MAX_BODY_BYTES
+from sessionmem.protocol.state import STATE_FILE
 
-# What hook processes also read (sessionmem.hooks.config, standard library only) has
-# one definition, there.
-DEFAULT_PORT = int(HOOK_DEFAULTS["port"])
+# What clients also read (hooks, commands: sessionmem.protocol.config, standard library
+# only) has one definition, there: its defaults and environment variable names.
+SHARED = client_config.DEFAULTS
+DEFAULT_PORT = int(SHARED["port"])  # type: ignore[call-overload]
 DEFAULT_SKIP_TOOLS = ("TodoWrite", "AskUserQuestion", "ListMcpResourcesTool", "SlashCommand", "Skill")
 
 
@@ -28,8 +31,8 @@ class SettingsError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    data_dir: Path = Path("~/.sessionmem").expanduser()
-    host: str = str(HOOK_DEFAULTS["host"])
+    data_dir: Path = Path(client_config.DEFAULT_DATA_DIR).expanduser()
+    host: str = str(SHARED["host"])
     port: int = DEFAULT_PORT
 
     # Compression
@@ -51,8 +54,8 @@ class Settings:
     fault_injection: bool = False
 
     # HTTP edge
-    max_body_bytes: int = 5 * 1024 * 1024
-    tool_response_cap: int = 64 * 1024
+    max_body_bytes: int = MAX_BODY_BYTES
+    tool_response_cap: int = int(SHARED["tool_response_cap"])  # type: ignore[call-overload]
     skip_tools: tuple[str, ...] = DEFAULT_SKIP_TOOLS
     access_log: bool = False
 
@@ -60,10 +63,10 @@ class Settings:
     context_token_budget: int = 2000
     context_observations: int = 50
 
-    # Hooks (read by the hook processes through sessionmem.hooks.config)
-    hook_timeout_s: float = float(HOOK_DEFAULTS["hook_timeout_s"])
-    start_timeout_s: float = float(HOOK_DEFAULTS["start_timeout_s"])
-    system_message: bool = bool(HOOK_DEFAULTS["system_message"])
+    # Hooks (read by the hook processes through sessionmem.protocol.config)
+    hook_timeout_s: float = float(SHARED["hook_timeout_s"])  # type: ignore[arg-type]
+    start_timeout_s: float = float(SHARED["start_timeout_s"])  # type: ignore[arg-type]
+    system_message: bool = bool(SHARED["system_message"])
 
     @property
     def db_path(self) -> Path:
@@ -76,14 +79,14 @@ class Settings:
     @property
     def state_path(self) -> Path:
         """Where a running worker records its pid and bound port."""
-        return self.data_dir / "worker.json"
+        return self.data_dir / STATE_FILE
 
 
-# Environment variable -> field. Names are the documented public interface.
+# Environment variable -> field. Names are the documented public interface; those
+# clients read too are defined with them (sessionmem.protocol.config).
 _ENV = {
-    "SESSIONMEM_DATA_DIR": "data_dir",
-    "SESSIONMEM_HOST": "host",
-    "SESSIONMEM_PORT": "port",
+    client_config.DATA_DIR_ENV: "data_dir",
+    **client_config.ENV,
     "SESSIONMEM_COMPRESSOR": "compressor",
     "SESSIONMEM_MODEL": "model",
     "SESSIONMEM_LLM_CONCURRENCY": "llm_concurrency",
@@ -98,14 +101,10 @@ _ENV = {
     "SESSIONMEM_RESTART_WINDOW": "restart_window_s",
     "SESSIONMEM_FAULT_INJECTION": "fault_injection",
     "SESSIONMEM_MAX_BODY_BYTES": "max_body_bytes",
-    "SESSIONMEM_TOOL_RESPONSE_CAP": "tool_response_cap",
     "SESSIONMEM_SKIP_TOOLS": "skip_tools",
     "SESSIONMEM_ACCESS_LOG": "access_log",
     "SESSIONMEM_CONTEXT_TOKENS": "context_token_budget",
     "SESSIONMEM_CONTEXT_OBSERVATIONS": "context_observations",
-    "SESSIONMEM_HOOK_TIMEOUT": "hook_timeout_s",
-    "SESSIONMEM_START_TIMEOUT": "start_timeout_s",
-    "SESSIONMEM_SYSTEM_MESSAGE": "system_message",
 }
 _COMPRESSORS = ("auto", "anthropic", "offline")
 
@@ -119,9 +118,9 @@ def _coerce(name: str, raw: Any, source: str) -> Any:
             if isinstance(raw, bool):
                 return raw
             lowered = str(raw).strip().lower()
-            if lowered in ("1", "true", "yes", "on"):
+            if lowered in client_config.TRUE_WORDS:
                 return True
-            if lowered in ("0", "false", "no", "off", ""):
+            if lowered in client_config.FALSE_WORDS:
                 return False
             raise ValueError(raw)
         if field_type == "int":
@@ -151,10 +150,10 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
     """
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
-    data_dir_raw = overrides.get("data_dir") or env.get("SESSIONMEM_DATA_DIR") or Settings.data_dir
+    data_dir_raw = overrides.get("data_dir") or env.get(client_config.DATA_DIR_ENV) or Settings.data_dir
     data_dir = Path(data_dir_raw).expanduser()
 
-    settings_file = data_dir / "settings.json"
+    settings_file = data_dir / client_config.SETTINGS_FILE
     if settings_file.exists():
         try:
             from_file = json.loads(settings_file.read_text(encoding="utf-8"))
@@ -184,6 +183,10 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
         raise SettingsError(f"port must be 0..65535, got {settings.port}")
     if settings.max_restarts < 0 or settings.restart_window_s <= 0:
         raise SettingsError("max_restarts must be >= 0 and restart_window_s > 0")
+    if not 1024 <= settings.tool_response_cap <= settings.max_body_bytes // 4:
+        # A request carries up to three capped fields: they must fit the body limit.
+        raise SettingsError(f"tool_response_cap must be between 1024 and max_body_bytes / 4 "
+                            f"({settings.max_body_bytes // 4}), got {settings.tool_response_cap}")
     return settings
 
 

@@ -14,7 +14,6 @@ Resource handling:
 
 from __future__ import annotations
 
-import json
 import logging
 import logging.handlers
 import os
@@ -22,7 +21,6 @@ import signal
 import sys
 import time
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import trio
@@ -35,10 +33,10 @@ from sessionmem.actors.supervisor import SessionSupervisor
 from sessionmem.broadcast import Broadcaster
 from sessionmem.compress.base import Compressor, choose_compressor
 from sessionmem.config import Settings
-from sessionmem.hooks.spool import spool_dir
+from sessionmem.protocol.state import WorkerState, remove_state, write_state
 from sessionmem.server.app import create_app
 from sessionmem.server.ingest import Ingestor
-from sessionmem.server.spool import run_spool_importer
+from sessionmem.server.spool import SpoolImporter
 from sessionmem.storage.base import Store
 from sessionmem.storage.sqlite import open_sqlite_store
 
@@ -59,6 +57,7 @@ class Worker:
         self.started_at = time.time()
         self.ready = trio.Event()
         self.ingestor = Ingestor(settings, store, supervisor)
+        self.spool = SpoolImporter(self.ingestor, settings.data_dir)
         self.base_url = f"http://{settings.host}:{settings.port}"
         self._errors = 0
         self._last_error = ""
@@ -129,23 +128,6 @@ def configure_logging(settings: Settings, *, to_stderr: bool) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
-def _write_state(settings: Settings, port: int) -> None:
-    state = {"pid": os.getpid(), "host": settings.host, "port": port, "started_at": time.time(),
-             "version": __version__}
-    tmp = settings.state_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state), encoding="utf-8")
-    os.replace(tmp, settings.state_path)
-
-
-def _remove_state(settings: Settings) -> None:
-    try:
-        state = json.loads(settings.state_path.read_text(encoding="utf-8"))
-        if state.get("pid") == os.getpid():
-            settings.state_path.unlink()
-    except (OSError, ValueError):
-        pass
-
-
 async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Run the worker until SIGTERM or SIGINT; reports the bound port via ``task_status``."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -166,8 +148,7 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
 
                 async def import_spool(*, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
                     with importing:
-                        directory = Path(spool_dir(str(settings.data_dir)))
-                        await run_spool_importer(worker.ingestor, directory, task_status=task_status)
+                        await worker.spool.run(task_status=task_status)
 
                 # Events hooks spooled while the worker was down are older than anything
                 # they send from now on: import them before reporting ready.
@@ -180,7 +161,7 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
     finally:
         with trio.CancelScope(shield=True):
             await compressor.aclose()
-        _remove_state(settings)
+        remove_state(str(settings.data_dir), os.getpid())
         log.info("sessionmem worker stopped")
 
 
@@ -198,7 +179,8 @@ async def _serve_http(worker: Worker, task_status: trio.TaskStatus[int]) -> None
             binds = await nursery.start(partial(hypercorn_serve, app, config, shutdown_trigger=stop_http.wait))
             port = int(binds[0].rsplit(":", 1)[1])
             worker.base_url = f"http://{settings.host}:{port}"
-            _write_state(settings, port)
+            write_state(str(settings.data_dir),
+                        WorkerState(os.getpid(), settings.host, port, worker.started_at, __version__))
             log.info("listening on %s", worker.base_url)
             task_status.started(port)
             async for received in signals:

@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from sessionmem.hooks.config import process_alive
+from sessionmem.protocol.state import process_alive
 
 
 class WorkerProcess:

@@ -128,7 +128,7 @@ def test_worker_down_fails_open_fast(tmp_path: Path, payloads: list[dict[str, An
         result = run_hook(stage, by_event(payloads, stage), data_dir, SESSIONMEM_PORT="9")
         assert_silent_success(result)
         assert time.monotonic() - started < 1.5  # refused at once, not the 2 s timeout
-    assert (data_dir / "hooks.log").read_text().count("worker unavailable") == 5
+    assert (data_dir / "hooks.log").read_text().count("event spooled") == 5
 
 
 def test_session_start_starts_one_worker_for_concurrent_hooks(tmp_path: Path, payloads: list[dict[str, Any]]) -> None:
@@ -178,7 +178,7 @@ def test_hook_timeout_bounds_a_hanging_worker(tmp_path: Path, payloads: list[dic
 
 
 def test_unit_project_identity(tmp_path: Path) -> None:
-    from sessionmem.hooks.project import project_of
+    from sessionmem.protocol.project import project_of
 
     main = tmp_path / "shop"
     (main / ".git" / "worktrees" / "feature").mkdir(parents=True)
@@ -202,10 +202,10 @@ def test_unit_project_identity(tmp_path: Path) -> None:
 
 
 def test_unit_fastjson_matches_json(payloads: list[dict[str, Any]]) -> None:
-    from sessionmem.hooks import fastjson
+    from sessionmem.protocol import fastjson
 
     for payload in payloads:
-        text = json.dumps(payload, ensure_ascii=False)
+        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
         assert fastjson.loads(text) == payload
         assert fastjson.loads(text.encode()) == payload
         assert fastjson.dumps(payload) == text
@@ -313,7 +313,10 @@ def test_a_broken_spool_file_is_set_aside(tmp_path: Path, worker_factory: Callab
         b'/api/sessions/init\n{"claudeSessionId": "s", "cwd": "/w/p", "prompt": "kept"}')
     worker = worker_factory(data_dir)
     assert [s["first_prompt"] for s in worker.get("/api/sessions")["sessions"]] == ["kept"]
-    assert [p.name for p in (data_dir / "spool" / "rejected").iterdir()] == ["00000000000000000001-1.json"]
+    rejected = data_dir / "spool" / "rejected"
+    assert sorted(p.name for p in rejected.iterdir()) == ["00000000000000000001-1.json",
+                                                          "00000000000000000001-1.json.reason"]
+    assert "malformed JSON" in (rejected / "00000000000000000001-1.json.reason").read_text()
 
 
 def test_hook_log_is_rotated(tmp_path: Path, payloads: list[dict[str, Any]]) -> None:

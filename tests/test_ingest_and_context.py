@@ -6,17 +6,20 @@ import time
 
 import msgspec
 
-from sessionmem.hooks.translate import api_call
+from sessionmem.protocol.limits import head_tail
+from sessionmem.protocol.project import resolve_project
+from sessionmem.protocol.requests import api_call
 from sessionmem.server.context import estimate_tokens, render_context
-from sessionmem.server.ingest import clean_value, head_tail, init_event, observation_event, project_name
+from sessionmem.server.ingest import clean_tool_value as clean_value
+from sessionmem.server.ingest import init_event, observation_event
 from sessionmem.server.payloads import InitRequest, ObservationRequest
 
 
 def test_project_name() -> None:
-    assert project_name("", "/home/dev/calcproj") == "calcproj"
-    assert project_name("", "/home/dev/calcproj/") == "calcproj"
-    assert project_name("explicit", "/x/y") == "explicit"
-    assert project_name("", "") == "unknown"
+    assert resolve_project("", "/home/dev/calcproj") == "calcproj"
+    assert resolve_project("", "/home/dev/calcproj/") == "calcproj"
+    assert resolve_project("explicit", "/x/y") == "explicit"
+    assert resolve_project("", "") == "unknown"
 
 
 def test_head_tail_and_clean_value() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sessionmem.privacy import MAX_TAGS, strip_private, strip_private_deep
+from sessionmem.protocol.privacy import MAX_TAGS, strip_private, strip_private_deep
 
 
 @pytest.mark.parametrize(

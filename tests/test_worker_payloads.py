@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sessionmem.hooks.translate import api_call
+from sessionmem.protocol.requests import api_call
 from sessionmem.testing.worker_process import WorkerProcess
 
 from .conftest import data_dir_contains

@@ -1,6 +1,9 @@
 """Removal of ``<private>`` and ``<sessionmem-context>`` spans, in linear time.
 
-Standard library only: the hooks import this on their hot path.
+Part of the client/worker contract (:mod:`sessionmem.protocol`): hooks strip these
+spans before anything leaves the hook process, and the worker strips them again from
+whatever reaches it, with the same rules. Standard library only: the hooks import
+this on their hot path.
 
 Rules:
 - ``<private>…</private>`` and ``<sessionmem-context>…</sessionmem-context>`` are removed
@@ -22,7 +25,17 @@ if TYPE_CHECKING:
     from typing import Any
 
 MAX_TAGS = 100
-_TAGS = (("<private>", "</private>"), ("<sessionmem-context>", "</sessionmem-context>"))
+PRIVATE_TAG = "private"
+CONTEXT_TAG = "sessionmem-context"  # wraps the memory the worker injects at SessionStart
+_TAGS = tuple((f"<{name}>", f"</{name}>") for name in (PRIVATE_TAG, CONTEXT_TAG))
+_OPENERS = tuple(open_tag for open_tag, _ in _TAGS)
+_OPENERS_BYTES = tuple(open_tag.encode() for open_tag in _OPENERS)
+
+
+def contains_tag(text: str | bytes) -> bool:
+    """Whether ``text`` (e.g. a JSON encoding) holds an opening tag: the cheap test before a walk."""
+    openers = _OPENERS_BYTES if isinstance(text, bytes) else _OPENERS
+    return any(opener in text for opener in openers)
 
 
 def strip_private(text: str) -> str:

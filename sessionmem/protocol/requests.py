@@ -1,27 +1,29 @@
-"""Claude Code hook payloads -> worker API calls. Standard library only (hook hot path).
+"""Claude Code hook payloads -> worker requests. Standard library only (hook hot path).
 
 One function, :func:`api_call`, maps the JSON Claude Code writes on a hook's stdin
 to the request the worker expects, or ``None`` for stages that carry nothing to
 store (PreToolUse, SubagentStart). SessionStart maps to a context request;
-SubagentStop to an observation of the subagent's final report.
-Unknown fields are ignored and missing optional fields are fine.
+SubagentStop to an observation of the subagent's final report. Unknown fields are
+ignored and missing optional fields are fine. Hooks, backfill and the benchmark all
+build their requests with :func:`encoded_call`, so they send the same thing.
 """
 
 from __future__ import annotations
 
-import os
-
-from sessionmem.hooks import fastjson
-from sessionmem.limits import head_tail, shorten_strings
-from sessionmem.privacy import strip_private_deep
+from sessionmem.protocol import fastjson
+from sessionmem.protocol.fields import clean_text, clean_value
+from sessionmem.protocol.limits import FIELD_CAP
+from sessionmem.protocol.privacy import strip_private
+from sessionmem.protocol.project import project_of
+from sessionmem.protocol.routes import COMPLETE, CONTEXT, IDEMPOTENCY_KEY, INIT, OBSERVATIONS, SUMMARIZE
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from typing import Any
 
 TASK_NOTIFICATION = "<task-notification>"
-BODY_LIMIT = 4 * 1024 * 1024  # below the worker's default 5 MB limit
-STRING_CAP = 256 * 1024
+TOOL_FIELDS = ("tool_input", "tool_response")
+TEXT_FIELDS = ("error", "last_user_message", "last_assistant_message")
 
 
 def is_internal_prompt(prompt: str) -> bool:
@@ -34,15 +36,15 @@ def api_call(payload: dict[str, Any], *, project: str | None = None) -> tuple[st
     event = payload.get("hook_event_name") or payload.get("event") or ""
     session_id = payload.get("session_id") or ""
     cwd = payload.get("cwd") or ""
-    project = project or (os.path.basename(cwd.rstrip("/")) if cwd else "")
+    project = project or project_of(cwd)
     base = {"claudeSessionId": session_id, "cwd": cwd, "project": project}
 
     if event == "SessionStart":
         import urllib.parse  # only this stage needs it
 
-        return "GET", "/api/context/inject?" + urllib.parse.urlencode({"project": project}), None
+        return "GET", CONTEXT + "?" + urllib.parse.urlencode({"project": project}), None
     if event == "UserPromptSubmit":
-        return "POST", "/api/sessions/init", {**base, "prompt": payload.get("prompt") or ""}
+        return "POST", INIT, {**base, "prompt": payload.get("prompt") or ""}
     if event in ("PostToolUse", "PostToolUseFailure"):
         body = {
             **base,
@@ -57,7 +59,7 @@ def api_call(payload: dict[str, Any], *, project: str | None = None) -> tuple[st
         if event == "PostToolUseFailure":
             body["failed"] = True
             body["error"] = str(payload.get("error") or "")
-        return "POST", "/api/sessions/observations", body
+        return "POST", OBSERVATIONS, body
     if event == "SubagentStop":
         # A background subagent's findings reach the main agent only as a
         # <task-notification>, which is not a user prompt: keep them as an observation.
@@ -65,7 +67,7 @@ def api_call(payload: dict[str, Any], *, project: str | None = None) -> tuple[st
         agent_id = str(payload.get("agent_id") or "")
         if not report:
             return None
-        return "POST", "/api/sessions/observations", {
+        return "POST", OBSERVATIONS, {
             **base,
             "tool_name": "SubagentStop",
             "tool_use_id": f"subagent-{agent_id}" if agent_id else "",
@@ -76,55 +78,44 @@ def api_call(payload: dict[str, Any], *, project: str | None = None) -> tuple[st
             "hook_event_name": event,
         }
     if event == "Stop":
-        return "POST", "/api/sessions/summarize", {
+        return "POST", SUMMARIZE, {
             **base,
             "last_user_message": payload.get("last_user_message") or "",
             "last_assistant_message": payload.get("last_assistant_message") or "",
         }
     if event == "SessionEnd":
-        return "POST", "/api/sessions/complete", {**base, "reason": payload.get("reason") or ""}
+        return "POST", COMPLETE, {**base, "reason": payload.get("reason") or ""}
     return None
 
 
-def bounded_tool_body(body: dict[str, Any]) -> dict[str, Any]:
-    """Strip private spans from a tool-use body and bound its size (head + tail of long strings).
+def clean_body(body: dict[str, Any], cap: int = FIELD_CAP) -> dict[str, Any]:
+    """A request body without private spans, its tool and text fields each bounded by ``cap``.
 
-    Bodies without tool data pass through unchanged.
+    The worker does the same to whatever reaches it (:mod:`.fields`), with the same
+    cap, so its pass over a body cleaned here changes nothing.
     """
-    if not any(key in body for key in ("tool_input", "tool_response", "error")):
-        return body
-    body = dict(body)
-    encoded = fastjson.dumps(body)
-    if "<private>" in encoded or "<sessionmem-context>" in encoded:  # rare: walk only then
-        for key in ("tool_input", "tool_response", "error"):
-            if key in body:
-                body[key] = strip_private_deep(body[key])
-        encoded = fastjson.dumps(body)
-    if len(encoded) <= STRING_CAP:
-        return body  # no string inside can be over the cap: the common case ends here
-    for key in ("tool_input", "tool_response", "error"):
-        if key in body:
-            body[key] = shorten_strings(body[key], STRING_CAP)
-    size = len(fastjson.dumps(body).encode("utf-8"))
-    if size > BODY_LIMIT:
-        # Many long strings: keep head and tail of the whole response as one string.
-        response = fastjson.dumps(body.get("tool_response"))
-        body["tool_response"] = head_tail(response, max(BODY_LIMIT - (size - len(response)) - 1024, 4096))
-    return body
+    cleaned = dict(body)
+    if isinstance(cleaned.get("prompt"), str):
+        cleaned["prompt"] = strip_private(cleaned["prompt"])
+    for key in TOOL_FIELDS:
+        if key in cleaned:
+            cleaned[key] = clean_value(cleaned[key], cap)
+    for key in TEXT_FIELDS:
+        if isinstance(cleaned.get(key), str):
+            cleaned[key] = clean_text(cleaned[key], cap)
+    return cleaned
 
 
-def encoded_call(payload: dict[str, Any], *, project: str, key: str = "") -> tuple[str, str, bytes | None] | None:
-    """:func:`api_call` ready to send: tool bodies bounded, an idempotency key if given, JSON bytes.
-
-    The one way hooks, backfill and the benchmark turn a hook payload into a request.
-    """
+def encoded_call(payload: dict[str, Any], *, project: str, key: str = "",
+                 cap: int = FIELD_CAP) -> tuple[str, str, bytes | None] | None:
+    """:func:`api_call` ready to send: fields cleaned and bounded, an idempotency key if given, JSON bytes."""
     call = api_call(payload, project=project)
     if call is None:
         return None
     method, path, body = call
     if body is None:
         return method, path, None
-    body = bounded_tool_body(body)
+    body = clean_body(body, cap)
     if key:
-        body = {**body, "idempotencyKey": key}
+        body[IDEMPOTENCY_KEY] = key
     return method, path, fastjson.dumps(body).encode("utf-8")

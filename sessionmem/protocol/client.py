@@ -1,4 +1,4 @@
-"""A minimal HTTP/1.1 client for talking to the local worker. Standard library only.
+"""A minimal HTTP/1.1 client for talking to the local worker: every client's transport. Standard library only.
 
 ``http.client`` costs a hook ~25 ms of imports (it pulls in the ``email`` package);
 a raw ``_socket`` with a hand-written request costs next to nothing, and the worker is ours, on
@@ -6,7 +6,7 @@ loopback, answering ``Connection: close``. One request per connection.
 
 Error handling:
     Every failure (refused, timeout, reset, garbage) raises :class:`WorkerUnavailable`;
-    callers fail open on it.
+    what a client then does is decided in one place, :mod:`.delivery`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import _socket  # not `socket`: its enum wrappers cost a hook ~3 ms
 import time
 
-from sessionmem.hooks import fastjson
+from sessionmem.protocol import fastjson
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:

@@ -1,5 +1,7 @@
 """Find the running worker, or start one detached, within a bounded wait. Standard library only.
 
+Used by the SessionStart hook and by ``sessionmem backfill``.
+
 Resource handling:
     The worker is started in a new session (it outlives the hook and Claude Code's
     process group) with its output sent to ``<data dir>/worker.stderr`` -- never to
@@ -20,28 +22,33 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 
-from sessionmem.hooks.config import HookConfig
-from sessionmem.hooks.worker_client import WorkerUnavailable, request
+from sessionmem.protocol.client import WorkerUnavailable, request
+from sessionmem.protocol.routes import READINESS, READY, STARTING
+
+TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sessionmem.protocol.config import ClientConfig
 
 POLL_S = 0.025
 
 
-def probe(config: HookConfig, port: int, timeout: float) -> str:
+def probe(config: ClientConfig, port: int, timeout: float) -> str:
     """``ready``, ``starting``, ``down`` (nothing listening) or ``foreign`` (not sessionmem)."""
     try:
-        reply = request(config.host, port, "GET", "/api/readiness", timeout=timeout)
+        reply = request(config.host, port, "GET", READINESS, timeout=timeout)
     except WorkerUnavailable as exc:
         return "down" if exc.refused else "foreign"
-    if reply.status == 200 and b'"ready"' in reply.body:
+    if reply.status == 200 and f'"{READY}"'.encode() in reply.body:
         return "ready"
-    if reply.status == 503 and b"starting" in reply.body:
+    if reply.status == 503 and STARTING.encode() in reply.body:
         return "starting"
     return "foreign"
 
 
-def ensure_worker(config: HookConfig, log: Callable[[str], None]) -> int | None:
+def ensure_worker(config: ClientConfig, log: Callable[[str], None]) -> int | None:
     """Return the port of a ready worker, starting one if needed, waiting at most ``start_timeout_s``."""
     deadline = time.monotonic() + config.start_timeout_s
     port = config.worker_port()
@@ -66,7 +73,7 @@ def ensure_worker(config: HookConfig, log: Callable[[str], None]) -> int | None:
     return None
 
 
-def _start_once(config: HookConfig, log: Callable[[str], None]) -> int | None:
+def _start_once(config: ClientConfig, log: Callable[[str], None]) -> int | None:
     """Start the worker unless another hook is doing so; returns the held lock, if taken."""
     os.makedirs(config.data_dir, exist_ok=True)
     lock_fd = os.open(os.path.join(config.data_dir, "worker.lock"), os.O_RDWR | os.O_CREAT, 0o600)

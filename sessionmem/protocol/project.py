@@ -1,9 +1,12 @@
 """Project identity of a working directory, without spawning git. Standard library only.
 
-The project is the name of the git work tree root that contains ``cwd``, so every
-subdirectory belongs to the same project. A linked worktree (its ``.git`` is a file
-pointing into ``<main>/.git/worktrees/<name>``) maps to its main repository's name.
-Outside git, it is ``basename(cwd)``, as in the reference.
+The one definition for every client and the worker: the project is the name of the
+git work tree root that contains ``cwd``, so every subdirectory belongs to the same
+project. A linked worktree (its ``.git`` is a file pointing into
+``<main>/.git/worktrees/<name>``) maps to its main repository's name. Outside git, or
+for a path that no longer exists, it is ``basename(cwd)``, as in the reference.
+Clients send the project they computed; the worker computes it the same way only
+for a request that names none (:func:`resolve_project`).
 """
 
 from __future__ import annotations
@@ -55,3 +58,8 @@ def project_of(cwd: str) -> str:
         if parent == current:
             return os.path.basename(path.rstrip(os.sep)) or "unknown"
         current = parent
+
+
+def resolve_project(project: str, cwd: str) -> str:
+    """The project a request names, else :func:`project_of` its ``cwd``."""
+    return project.strip() or project_of(cwd)

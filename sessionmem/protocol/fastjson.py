@@ -3,8 +3,9 @@
 ``import json`` costs a hook process ~9 ms, nearly all of it ``re`` (and ``enum``)
 pulled in by ``json.decoder``/``json.encoder`` for their pure-Python fallbacks. The
 C scanner and encoder that ``json`` itself uses need neither, so this module builds
-them directly with the same settings as ``json.loads``/``json.dumps(...,
-ensure_ascii=False)``. Where ``_json`` is missing it simply uses ``json``.
+them directly with the same settings as ``json.loads`` and ``json.dumps(...,
+ensure_ascii=False, separators=(",", ":"))`` (compact, as the worker's msgspec
+writes). Where ``_json`` is missing it simply uses ``json``.
 
 Error handling:
     :func:`loads` raises ``ValueError`` (``json.JSONDecodeError`` for malformed text,
@@ -69,7 +70,7 @@ if _json is not None:
         return value
 
     def dumps(value: Any) -> str:
-        encoder = _json.make_encoder({}, _not_serializable, _json.encode_basestring, None, ": ", ", ",
+        encoder = _json.make_encoder({}, _not_serializable, _json.encode_basestring, None, ":", ",",
                                      False, False, True)
         return "".join(encoder(value, 0))
 
@@ -80,4 +81,4 @@ else:  # pragma: no cover
         return _stdlib_json.loads(text)
 
     def dumps(value: Any) -> str:
-        return _stdlib_json.dumps(value, ensure_ascii=False)
+        return _stdlib_json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,102 @@
+"""The settings clients read (hooks, commands, backfill), and the defaults they share with the worker.
+
+Same sources and precedence as the worker's settings (``sessionmem.config``):
+defaults < ``<data dir>/settings.json`` < environment. Every key here is also a worker
+setting with the same name, environment variable and default (:data:`DEFAULTS`,
+:data:`ENV`): one definition, read by both.
+
+Error handling:
+    A value that cannot be read falls back to its default and is noted in
+    :attr:`ClientConfig.problems` -- a hook never fails on configuration.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sessionmem.protocol import fastjson
+from sessionmem.protocol.limits import FIELD_CAP
+
+DEFAULT_DATA_DIR = "~/.sessionmem"
+DATA_DIR_ENV = "SESSIONMEM_DATA_DIR"
+SETTINGS_FILE = "settings.json"
+HOOK_LOG_FILE = "hooks.log"
+
+DEFAULTS: dict[str, object] = {
+    "host": "127.0.0.1",
+    "port": 37777,
+    "hook_timeout_s": 2.0,  # a hook's HTTP budget for one event
+    "start_timeout_s": 2.0,  # SessionStart: longest wait for a worker it started
+    "system_message": True,  # SessionStart: the one-line "memories loaded" message
+    "tool_response_cap": FIELD_CAP,  # bytes of one tool field, as sent and as stored
+}
+ENV = {
+    "SESSIONMEM_HOST": "host",
+    "SESSIONMEM_PORT": "port",
+    "SESSIONMEM_HOOK_TIMEOUT": "hook_timeout_s",
+    "SESSIONMEM_START_TIMEOUT": "start_timeout_s",
+    "SESSIONMEM_SYSTEM_MESSAGE": "system_message",
+    "SESSIONMEM_TOOL_RESPONSE_CAP": "tool_response_cap",
+}
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off", "")
+
+
+def data_dir_from(environ: dict[str, str]) -> str:
+    return os.path.expanduser(environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR)
+
+
+class ClientConfig:
+    """What a client needs: where the data dir is, how to reach the worker, how long to wait."""
+
+    __slots__ = ("data_dir", "host", "port", "hook_timeout_s", "start_timeout_s", "system_message",
+                 "tool_response_cap", "problems")
+
+    def __init__(self, environ: dict[str, str] | None = None) -> None:
+        env = os.environ if environ is None else environ
+        self.problems: list[str] = []
+        self.data_dir = data_dir_from(env)  # type: ignore[arg-type]
+        values: dict[str, object] = dict(DEFAULTS)
+        try:
+            with open(os.path.join(self.data_dir, SETTINGS_FILE), encoding="utf-8") as f:
+                from_file = fastjson.loads(f.read())
+            if isinstance(from_file, dict):
+                values.update({k: v for k, v in from_file.items() if k in DEFAULTS})
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as exc:
+            self.problems.append(f"{SETTINGS_FILE} unreadable: {exc}")
+        for name, key in ENV.items():
+            if name in env:
+                values[key] = env[name]
+        for key, default in DEFAULTS.items():
+            setattr(self, key, self._coerce(key, values[key], default))
+
+    def _coerce(self, key: str, value: object, default: object) -> object:
+        try:
+            if isinstance(default, bool):
+                if isinstance(value, bool):
+                    return value
+                word = str(value).strip().lower()
+                if word not in TRUE_WORDS + FALSE_WORDS:
+                    raise ValueError(value)
+                return word in TRUE_WORDS
+            if isinstance(default, int):
+                return int(value)  # type: ignore[call-overload]
+            if isinstance(default, float):
+                return float(value)  # type: ignore[arg-type]
+            return str(value)
+        except (TypeError, ValueError):
+            self.problems.append(f"{key}={value!r} is invalid; using {default!r}")
+            return default
+
+    def worker_port(self) -> int:
+        """The port in ``worker.json`` if that worker is alive (it may have bound port 0), else ``port``."""
+        from sessionmem.protocol.state import read_state
+
+        state = read_state(self.data_dir)
+        return state.port if state is not None else self.port  # type: ignore[return-value]
+
+    @property
+    def hook_log_path(self) -> str:
+        return os.path.join(self.data_dir, HOOK_LOG_FILE)

@@ -1,0 +1,140 @@
+"""The one back-pressure and failure policy every client follows (hooks, backfill, commands).
+
+What the worker's answer means, and what a client does about it:
+
+=====================================  ==========================================================
+the worker answers                     the client
+=====================================  ==========================================================
+2xx                                    done (a duplicate of an accepted event is a 2xx too)
+503 with ``Retry-After``               waits that long and sends again while its patience lasts,
+(a session's mailbox is full)          then spools
+any other 5xx, a timeout, a reset,     a patient client retries with backoff while its patience
+nothing listening                      lasts; then every client spools
+any other 4xx                          refused: the worker judged the request, sending it again
+                                       cannot help; reported, not spooled
+=====================================  ==========================================================
+
+Patience is the only difference between clients: a hook has its hook budget
+(``hook_timeout_s``, 2 s by default) because Claude Code waits for it; backfill and the
+``sessionmem`` commands have minutes. Only ingest requests are spooled (:mod:`.spool`);
+they carry an idempotency key, so a request that reached a slow worker *and* was
+spooled is stored once. A read (a GET) that cannot be answered is simply unavailable.
+
+Error handling:
+    :func:`deliver` never raises for an expected failure: the :class:`Outcome` says
+    what happened (``delivered``, ``refused``, ``spooled``, ``unavailable``, ``lost``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from sessionmem.protocol.client import WorkerUnavailable, request
+from sessionmem.protocol.routes import INGEST, RETRY_AFTER
+from sessionmem.protocol.spool import write_spool_file
+
+TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sessionmem.protocol.client import Reply
+    from sessionmem.protocol.config import ClientConfig
+
+DEFAULT_RETRY_AFTER_S = 1.0
+BACKOFF_FIRST_S = 0.25
+BACKOFF_CAP_S = 5.0
+
+
+class Patience:
+    """How long a client keeps trying: ``total_s`` in all, ``request_timeout_s`` per attempt.
+
+    ``retry_failures``: whether 5xx answers and unreachable workers are retried (with
+    backoff) or spooled at once. A 503's ``Retry-After`` is always honoured while
+    ``total_s`` lasts.
+    """
+
+    __slots__ = ("total_s", "request_timeout_s", "retry_failures")
+
+    def __init__(self, total_s: float, request_timeout_s: float, *, retry_failures: bool) -> None:
+        self.total_s = total_s
+        self.request_timeout_s = request_timeout_s
+        self.retry_failures = retry_failures
+
+    @classmethod
+    def hook(cls, config: ClientConfig) -> Patience:
+        """A hook's: its HTTP budget, no retry of failures (the spool is faster than a broken worker)."""
+        budget = float(config.hook_timeout_s)  # type: ignore[arg-type]
+        return cls(budget, budget, retry_failures=False)
+
+    @classmethod
+    def patient(cls, total_s: float = 300.0) -> Patience:
+        """Backfill's and the commands': minutes, retrying failures, 30 s per attempt."""
+        return cls(total_s, 30.0, retry_failures=True)
+
+
+class Outcome:
+    """What became of one request.
+
+    ``status``: ``delivered`` (``reply`` holds the 2xx answer), ``refused`` (a 4xx, in
+    ``reply``), ``spooled`` (saved for the worker to import), ``unavailable`` (a read
+    that could not be answered), ``lost`` (could not even be spooled). ``detail`` says
+    why it was not delivered.
+    """
+
+    __slots__ = ("status", "reply", "detail", "attempts")
+
+    def __init__(self, status: str, reply: Reply | None = None, detail: str = "", attempts: int = 0) -> None:
+        self.status = status
+        self.reply = reply
+        self.detail = detail
+        self.attempts = attempts
+
+    @property
+    def delivered(self) -> bool:
+        return self.status == "delivered"
+
+
+def retry_after_seconds(reply: Reply) -> float:
+    try:
+        return max(0.0, float(reply.headers.get(RETRY_AFTER, "") or DEFAULT_RETRY_AFTER_S))
+    except ValueError:
+        return DEFAULT_RETRY_AFTER_S
+
+
+def deliver(config: ClientConfig, method: str, path: str, body: bytes | None, *, patience: Patience,
+            sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> Outcome:
+    """Send one request to the worker of ``config`` under the policy of this module."""
+    deadline = clock() + patience.total_s
+    spoolable = method == "POST" and body is not None and path in INGEST
+    attempts = 0
+    backoff = BACKOFF_FIRST_S
+    while True:
+        attempts += 1
+        remaining = deadline - clock()
+        backing_off = False
+        try:
+            reply = request(config.host, config.worker_port(), method, path, body,  # type: ignore[arg-type]
+                            timeout=max(0.05, min(patience.request_timeout_s, remaining)))
+        except WorkerUnavailable as exc:
+            wait, backing_off, detail = None, patience.retry_failures, str(exc)
+        else:
+            if reply.status < 300:
+                return Outcome("delivered", reply, attempts=attempts)
+            detail = f"HTTP {reply.status}: {reply.body[:300].decode('utf-8', 'replace')}"
+            if reply.status == 503:
+                wait = retry_after_seconds(reply)
+            elif reply.status >= 500:
+                wait, backing_off = None, patience.retry_failures
+            else:
+                return Outcome("refused", reply, detail, attempts)
+        if backing_off:
+            wait, backoff = backoff, min(backoff * 2, BACKOFF_CAP_S)
+        if wait is not None and clock() + wait < deadline:
+            sleep(wait)
+            continue
+        if not spoolable:
+            return Outcome("unavailable", None, detail, attempts)
+        saved, reason = write_spool_file(config.data_dir, path, body)  # type: ignore[arg-type]
+        if saved:
+            return Outcome("spooled", None, detail, attempts)
+        return Outcome("lost", None, f"{detail}; not spooled: {reason}", attempts)

@@ -1,0 +1,68 @@
+"""Size limits of what clients send and the worker stores, and how text is cut to them.
+
+One set of numbers for both sides of the process boundary: a hook cuts a field to
+the same cap the worker stores it at, so the worker's own pass over a hook's request
+changes nothing, and a request built within these caps is always far below the body
+limit. The worker's settings (``max_body_bytes``, ``tool_response_cap``) default to
+these values; clients read the same settings (:mod:`.config`).
+
+Long text keeps its head and its tail around an elision marker: the start of a
+command's output says what ran, the end says how it finished.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+MAX_BODY_BYTES = 5 * 1024 * 1024  # a larger request body is refused with 413
+FIELD_CAP = 64 * 1024  # bytes of one tool input, tool response, error or message, as JSON
+MAX_SESSION_ID = 256  # characters of a Claude session id
+MAX_TOOL_NAME = 512
+MAX_REASON = 200  # characters of a SessionEnd reason
+
+ELISION = "\n…[sessionmem: {n} characters elided]…\n"
+
+
+def head_tail(text: str, cap: int) -> str:
+    """``text`` if short enough, else its head and tail around an elision marker."""
+    if len(text) <= cap:
+        return text
+    keep = max(cap - 64, 2) // 2
+    return text[:keep] + ELISION.format(n=len(text) - 2 * keep) + text[-keep:]
+
+
+def shorten_strings(value: Any, limit: int) -> Any:
+    """Apply :func:`head_tail` to every string inside JSON-like data, keeping its shape."""
+    if isinstance(value, str):
+        return head_tail(value, limit)
+    if isinstance(value, dict):
+        return {k: shorten_strings(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shorten_strings(v, limit) for v in value]
+    return value
+
+
+def bound_value(value: Any, cap: int, encode: Callable[[Any], bytes], encoded: bytes | None = None) -> Any:
+    """A JSON-like ``value`` whose encoding (by ``encode``) is at most about ``cap`` bytes.
+
+    A value within the cap is returned as it is. Otherwise its long strings are cut
+    to head and tail (``cap / 8`` each, at least 256 characters), keeping the shape
+    (a tool response's ``stdout`` stays ``stdout``); if that is still too long, the
+    whole value becomes one string, the head and tail of its JSON. ``encoded`` is
+    ``encode(value)`` when the caller has it already.
+    """
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return head_tail(value, cap)
+    if encoded is None:
+        encoded = encode(value)
+    if len(encoded) <= cap:
+        return value
+    shortened = shorten_strings(value, max(cap // 8, 256))
+    if len(encode(shortened)) <= cap:
+        return shortened
+    return head_tail(encoded.decode("utf-8", "replace"), cap)

@@ -1,0 +1,59 @@
+"""The worker's HTTP routes, the field names of ingest bodies, and the words both sides read.
+
+Paths with parameters are written ``{name}``; :func:`path` fills them in for clients,
+and the server turns them into its own rule syntax. Field names follow the claude-mem
+hook lifecycle reference (camelCase ids, Claude Code's own snake_case tool fields).
+The worker's request structs (``sessionmem.server.payloads``) must have exactly the
+fields listed in :data:`BODY_FIELDS`; a test checks it.
+"""
+
+from __future__ import annotations
+
+# -- ingest: what hooks send ------------------------------------------------------------
+INIT = "/api/sessions/init"
+OBSERVATIONS = "/api/sessions/observations"
+SUMMARIZE = "/api/sessions/summarize"
+COMPLETE = "/api/sessions/complete"
+INGEST = (INIT, OBSERVATIONS, SUMMARIZE, COMPLETE)
+LEGACY_INIT = "/sessions/{session_db_id}/init"  # the reference's path, by database id
+
+# -- control and health ----------------------------------------------------------------
+HEALTH = "/api/health"
+READINESS = "/api/readiness"
+PROCESSING = "/api/processing"
+REPLAY = "/api/sessions/{claude_session_id}/replay"
+
+# -- reads -------------------------------------------------------------------------------
+CONTEXT = "/api/context/inject"
+SESSIONS = "/api/sessions"
+OBSERVATION_LIST = "/api/observations"
+OBSERVATION = "/api/observations/{observation_id}"
+SUMMARIES = "/api/summaries"
+STREAM = "/stream"
+DEBUG = "/debug"
+
+# -- ingest body fields ------------------------------------------------------------------
+SESSION_FIELDS = ("claudeSessionId", "cwd", "project", "idempotencyKey")
+BODY_FIELDS = {
+    INIT: SESSION_FIELDS + ("prompt",),
+    OBSERVATIONS: SESSION_FIELDS + ("tool_name", "tool_input", "tool_response", "tool_use_id", "agent_id",
+                                    "agent_type", "hook_event_name", "error", "failed"),
+    SUMMARIZE: SESSION_FIELDS + ("last_user_message", "last_assistant_message"),
+    COMPLETE: SESSION_FIELDS + ("reason",),
+}
+IDEMPOTENCY_KEY = "idempotencyKey"  # an event with a key seen before is answered as a duplicate, not stored
+
+# -- replies -----------------------------------------------------------------------------
+READY = "ready"  # GET /api/readiness: 200 {"status": "ready"}
+STARTING = "starting"  # ... or 503 whose error says "starting" while the journal is replayed
+RETRY_AFTER = "retry-after"  # on a 503: seconds to wait before sending again
+CONTEXT_COUNT_HEADER = "x-sessionmem-observations"  # observations in the injected context
+
+
+def path(template: str, **values: object) -> str:
+    """``template`` with its ``{name}`` parameters filled in, percent-encoded."""
+    if not values:
+        return template
+    from urllib.parse import quote  # only clients with parameters pay for it
+
+    return template.format(**{name: quote(str(value), safe="") for name, value in values.items()})

@@ -1,0 +1,88 @@
+"""The spool: requests saved to disk while the worker cannot take them. Standard library only.
+
+A client that cannot deliver an ingest request (worker down, too slow, busy past its
+patience: :mod:`.delivery`) writes it to ``<data dir>/spool/`` instead of dropping it;
+the worker imports the spool when it starts and every few seconds after
+(``sessionmem.server.spool``). Every request carries an idempotency key, so one that
+reached a slow worker *and* was spooled is stored once.
+
+File format (both sides use this module): ``<route path>\\n<JSON body>``, named
+``<time_ns>-<pid>.json`` so that sorting names sorts events. A file is written under
+a dot-name and renamed into place, so the importer never sees half a file. A file
+the worker cannot import is moved to ``spool/rejected/`` with the reason beside it.
+Private spans were removed before the body was built.
+
+Error handling:
+    :func:`write_spool_file` never raises; it returns ``(False, reason)`` when the
+    spool is full (:data:`MAX_FILES`) or the disk refuses. :func:`parse_spool_file`
+    raises :class:`SpoolFormatError` for a file that is not in the format above.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+SPOOL_DIR = "spool"
+REJECTED_DIR = "rejected"
+SUFFIX = ".json"
+MAX_FILES = 20_000
+
+
+class SpoolFormatError(ValueError):
+    """A spool file that is not ``<path>\\n<body>`` with an ingest path."""
+
+
+def spool_dir(data_dir: str) -> str:
+    return os.path.join(data_dir, SPOOL_DIR)
+
+
+def write_spool_file(data_dir: str, path: str, body: bytes) -> tuple[bool, str]:
+    """Save one request; returns ``(saved, reason if not)``."""
+    directory = spool_dir(data_dir)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        if len(os.listdir(directory)) >= MAX_FILES:
+            return False, f"spool full ({MAX_FILES} files)"
+        name = f"{time.time_ns():020d}-{os.getpid()}{SUFFIX}"
+        temporary = os.path.join(directory, f".{name}.tmp")
+        with open(temporary, "wb") as f:
+            f.write(path.encode("ascii") + b"\n" + body)
+        os.replace(temporary, os.path.join(directory, name))
+    except (OSError, UnicodeEncodeError) as exc:
+        return False, str(exc)
+    return True, ""
+
+
+def pending_spool_files(data_dir: str) -> list[str]:
+    """Full paths of the spooled requests, oldest first (half-written dot-files excluded)."""
+    directory = spool_dir(data_dir)
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return [os.path.join(directory, name) for name in sorted(names)
+            if name.endswith(SUFFIX) and not name.startswith(".")]
+
+
+def parse_spool_file(raw: bytes, ingest_paths: tuple[str, ...]) -> tuple[str, bytes]:
+    """``(route path, body)`` of a spool file's bytes; the path must be one of ``ingest_paths``."""
+    head, newline, body = raw.partition(b"\n")
+    try:
+        path = head.decode("ascii")
+    except UnicodeDecodeError:
+        raise SpoolFormatError("the first line is not an ASCII route path") from None
+    if not newline or path not in ingest_paths:
+        raise SpoolFormatError(f"not an ingest route: {path[:80]!r}")
+    return path, body
+
+
+def reject_spool_file(file: str, reason: str) -> str:
+    """Move ``file`` to ``spool/rejected/`` with a ``.reason`` file beside it; returns the new path."""
+    directory = os.path.join(os.path.dirname(file), REJECTED_DIR)
+    os.makedirs(directory, exist_ok=True)
+    target = os.path.join(directory, os.path.basename(file))
+    os.replace(file, target)
+    with open(target + ".reason", "w", encoding="utf-8") as f:
+        f.write(reason[:2000] + "\n")
+    return target

@@ -1,0 +1,86 @@
+"""The worker state file (``<data dir>/worker.json``) and process liveness.
+
+A running worker records its pid and the port it bound (it may have bound port 0)
+so clients can find it; it removes the file on the way out. Clients trust the file
+only while its process is alive. The file is written to a temporary name and
+renamed into place, so a reader never sees half of it.
+
+Error handling:
+    :func:`read_state` never raises: a missing, unreadable or stale file is ``None``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sessionmem.protocol import fastjson
+
+STATE_FILE = "worker.json"
+SHUTDOWN_REPORT_FILE = "worker.shutdown.json"  # what the last graceful stop did (``sessionmem stop`` prints it)
+
+
+class WorkerState:
+    """What a running worker says about itself."""
+
+    __slots__ = ("pid", "host", "port", "started_at", "version")
+
+    def __init__(self, pid: int, host: str, port: int, started_at: float, version: str) -> None:
+        self.pid = pid
+        self.host = host
+        self.port = port
+        self.started_at = started_at
+        self.version = version
+
+    def as_json(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie -- exited, not yet reaped by its parent -- does not)."""
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True  # no /proc: trust the signal check
+
+
+def state_path(data_dir: str) -> str:
+    return os.path.join(data_dir, STATE_FILE)
+
+
+def read_state(data_dir: str) -> WorkerState | None:
+    """The state of the live worker of ``data_dir``, or ``None`` (no file, unreadable, or its process is gone)."""
+    try:
+        with open(state_path(data_dir), encoding="utf-8") as f:
+            raw = fastjson.loads(f.read())
+        state = WorkerState(int(raw["pid"]), str(raw.get("host") or ""), int(raw["port"]),
+                            float(raw.get("started_at") or 0), str(raw.get("version") or ""))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return state if process_alive(state.pid) else None
+
+
+def write_json_atomically(path: str, data: object) -> None:
+    """Write ``data`` as JSON to ``path`` through a temporary file and a rename."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.write(fastjson.dumps(data))
+    os.replace(temporary, path)
+
+
+def write_state(data_dir: str, state: WorkerState) -> None:
+    write_json_atomically(state_path(data_dir), state.as_json())
+
+
+def remove_state(data_dir: str, pid: int) -> None:
+    """Remove the state file if it is ``pid``'s (a newer worker's file stays)."""
+    try:
+        with open(state_path(data_dir), encoding="utf-8") as f:
+            if int(fastjson.loads(f.read()).get("pid", -1)) == pid:
+                os.unlink(state_path(data_dir))
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
