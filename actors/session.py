@@ -32,11 +32,13 @@ from dataclasses import dataclass, field
 import trio
 
 from sessionmem.actors.child import SessionChild
-from sessionmem.broadcast import Broadcaster
+from sessionmem.actors.state import ActorState
+from sessionmem.broadcast import Broadcaster, LiveObservation, LivePrompt, LiveSession, LiveSummary
 from sessionmem.compress.base import Compressor, SessionContext
 from sessionmem.config import Settings
 from sessionmem.events import CompleteEvent, Envelope, InitEvent, ObservationEvent, SummarizeEvent
-from sessionmem.storage.base import SessionInfo, Store
+from sessionmem.records import SessionInfo
+from sessionmem.storage.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,14 @@ class ActorDeps:
     fault_counts: dict[int, int] = field(default_factory=dict)
 
 
+async def park_failed_session(deps: ActorDeps, child: SessionChild) -> int:
+    """The supervisor gave up on ``child``: park its pending journal events; returns how many."""
+    parked = await deps.store.park_session(
+        child.claude_session_id, f"gave up after {child.intensity.recent()} crashes: {child.last_error}")
+    deps.broadcaster.publish(LiveSession(child.claude_session_id, child.project, "failed"))
+    return parked
+
+
 class SessionActor:
     def __init__(self, child: SessionChild, deps: ActorDeps) -> None:
         self._child = child
@@ -74,7 +84,7 @@ class SessionActor:
             self._prompt = self._session.last_prompt
             child.project = self._session.project
         task_status.started()
-        child.state = "running"
+        child.transition(ActorState.RUNNING)
 
         # What a crashed predecessor had taken but not finished goes first, in order.
         redo = list(child.inflight)
@@ -94,16 +104,16 @@ class SessionActor:
         child = self._child
         if child.backlog:
             return child.backlog.popleft()
-        assert child.receive is not None
+        receive = child.receive
         while True:
             timeout = self._settings.batch_quiet_s if self._batch else self._settings.idle_timeout_s
-            child.state = "batching" if self._batch else "idle"
+            child.transition(ActorState.BATCHING if self._batch else ActorState.IDLE)
             with trio.move_on_after(timeout):
                 try:
-                    envelope = await child.receive.receive()
+                    envelope = await receive.receive()
                 except trio.EndOfChannel:  # shutting down: mailbox closed and drained
                     return None
-                child.state = "running"
+                child.transition(ActorState.RUNNING)
                 return envelope
             if self._batch:
                 await self._flush()
@@ -118,18 +128,15 @@ class SessionActor:
                 await self._flush()
                 if event.prompt:
                     self._prompt = event.prompt
-                    self._deps.broadcaster.publish(
-                        "prompt",
-                        {"claudeSessionId": event.session_id, "project": event.project,
-                         "promptNumber": event.prompt_number, "prompt": event.prompt},
-                    )
+                    self._deps.broadcaster.publish(LivePrompt(
+                        event.claude_session_id, event.project, event.prompt_number, event.prompt))
                 self._cwd = event.cwd or self._cwd
                 child.finished(envelope)  # stored when accepted
             case ObservationEvent():
                 self._maybe_inject_fault(envelope, event)
                 self._cwd = event.cwd or self._cwd
                 self._batch.append(envelope)
-                child.batch_size = len(self._batch)
+                child.batching(len(self._batch))
                 if len(self._batch) >= self._settings.batch_size:
                     await self._flush()
             case SummarizeEvent():
@@ -163,39 +170,33 @@ class SessionActor:
             return
         batch, child = self._batch, self._child
         session = await self._require_session()
-        child.state = "compressing"
+        child.transition(ActorState.COMPRESSING)
         events = [envelope.event for envelope in batch]
         observations = await self._deps.compressor.compress(self._context(session), events)  # type: ignore[arg-type]
-        child.state = "storing"
+        child.transition(ActorState.STORING)
         await self._deps.store.store_observations(session, list(zip(batch, events, observations)))  # type: ignore[arg-type]
         self._batch = []
-        child.batch_size = 0
+        child.batching(0)
         for envelope, event, observation in zip(batch, events, observations):
             child.finished(envelope)
-            self._deps.broadcaster.publish(
-                "observation",
-                {"claudeSessionId": session.claude_session_id, "project": session.project,
-                 "tool_name": event.tool_name, "type": observation.type, "title": observation.title},  # type: ignore[union-attr]
-            )
-        child.state = "running"
+            self._deps.broadcaster.publish(LiveObservation(
+                session.claude_session_id, session.project, event.tool_name, observation.type,  # type: ignore[union-attr]
+                observation.title))
+        child.transition(ActorState.RUNNING)
 
     async def _summarize(self, envelope: Envelope, event: SummarizeEvent) -> None:
         session = await self._require_session()
-        self._child.state = "summarizing"
+        self._child.transition(ActorState.SUMMARIZING)
         inputs = await self._deps.store.summary_inputs(session)
         summary = await self._deps.compressor.summarize(self._context(session), event, inputs)
         await self._deps.store.store_summary(session, envelope, summary)
         self._child.finished(envelope)
-        self._deps.broadcaster.publish(
-            "summary",
-            {"claudeSessionId": session.claude_session_id, "project": session.project,
-             "request": summary.request, "completed": summary.completed},
-        )
+        self._deps.broadcaster.publish(LiveSummary(
+            session.claude_session_id, session.project, summary.request, summary.completed))
+        self._child.transition(ActorState.RUNNING)
 
     async def _complete(self, envelope: Envelope) -> None:
         session = await self._require_session()
         await self._deps.store.complete_session(session, envelope)
         self._child.finished(envelope)
-        self._deps.broadcaster.publish(
-            "session", {"claudeSessionId": session.claude_session_id, "project": session.project, "status": "completed"}
-        )
+        self._deps.broadcaster.publish(LiveSession(session.claude_session_id, session.project, "completed"))

@@ -83,11 +83,11 @@ class Context:
 def _debug_summary(worker: WorkerProcess) -> dict[str, Any]:
     debug = worker.get("/debug")
     return {
-        "peak_mailbox_depth": debug["supervisor"]["peak_depth"],
+        "peak_mailbox_depth": debug["sessions"]["peakDepth"],
         "actor_restarts": debug["supervisor"]["restarts"],
         "actor_crashes": debug["supervisor"]["crashes"],
-        "actors": debug["supervisor"]["actors"],
-        "writer": debug["journal"]["writer"],
+        "actors": debug["sessions"]["known"],
+        "writer": debug["store"]["writer"],
         "compressor": debug["compressor"],
     }
 
@@ -195,7 +195,7 @@ def _stored(worker: WorkerProcess) -> tuple[dict[tuple[str, str], int], list[flo
     try:
         rows = connection.execute(
             "SELECT s.claude_session_id, o.tool_use_id, count(*) FROM observations o"
-            " JOIN sessions s ON s.id = o.session_id GROUP BY 1, 2").fetchall()
+            " JOIN sessions s ON s.id = o.session_db_id GROUP BY 1, 2").fetchall()
         delays = [d for (d,) in connection.execute(
             "SELECT processed_at - accepted_at FROM journal WHERE kind = 'observation' AND status = 'done'")]
     finally:

@@ -28,13 +28,12 @@ import anthropic
 import msgspec
 import trio
 
-from sessionmem.compress.base import SessionContext
+from sessionmem.compress.base import CompressorStatistics, SessionContext
 from sessionmem.compress.offline import build_offline_observation, build_offline_summary
 from sessionmem.compress.xml_reply import SUMMARY_FIELDS, parse_observations, parse_summary
 from sessionmem.config import Settings
 from sessionmem.events import ObservationEvent, SummarizeEvent
-from sessionmem.records import OBSERVATION_TYPES, CompressedObservation, CompressedSummary
-from sessionmem.storage.base import SummaryInputs
+from sessionmem.records import OBSERVATION_TYPES, CompressedObservation, CompressedSummary, SummaryInputs
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +87,7 @@ def summary_request(context: SessionContext, request: SummarizeEvent, inputs: Su
     lines = [f"Project: {context.project}", "Prompts:"]
     lines += [f"{n}. {_shown(p)}" for n, p in enumerate(inputs.prompts, 1)]
     lines.append("Observations:")
-    lines += [f"- [{o['type']}] {o['title']}" for o in inputs.observations[-60:]]
+    lines += [f"- [{o.type}] {o.title}" for o in inputs.observations[-60:]]
     if request.last_assistant_message:
         lines.append(f"Last assistant message: {_shown(request.last_assistant_message)}")
     return "\n".join(lines)
@@ -106,9 +105,10 @@ class AnthropicCompressor:
         # SDK retries off: ours count retries and honour Retry-After with a cap.
         self._client = client or anthropic.AsyncAnthropic(max_retries=0, timeout=settings.llm_timeout_s)
         self._limiter = trio.CapacityLimiter(settings.llm_concurrency)
-        self._stats = {
+        self._stats: dict[str, Any] = {
             "backend": self.name,
             "model": settings.model,
+            "summaries": 0,
             "calls": 0,
             "failures": 0,
             "retries": 0,
@@ -120,8 +120,8 @@ class AnthropicCompressor:
             "in_flight": 0,
         }
 
-    def statistics(self) -> dict[str, Any]:
-        return dict(self._stats)
+    def statistics(self) -> CompressorStatistics:
+        return CompressorStatistics(**self._stats)
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -222,6 +222,7 @@ class AnthropicCompressor:
         return [build_offline_observation(context, event, compressor=self.name, compressed=False) for event in events]
 
     async def summarize(self, context: SessionContext, request: SummarizeEvent, inputs: SummaryInputs) -> CompressedSummary:
+        self._stats["summaries"] += 1
         try:
             text, tokens_in, tokens_out = await self._call(SUMMARY_SYSTEM, summary_request(context, request, inputs))
         except _GaveUp:

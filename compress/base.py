@@ -1,4 +1,4 @@
-"""The compressor interface and the choice of backend.
+"""The compressor interface, what a compressor may know of a session, and its statistics.
 
 A compressor turns a batch of tool uses into observations (one per tool use, in the
 same order) and a session's prompts and observations into a summary. Both backends
@@ -9,14 +9,12 @@ output -- the worst case is an observation marked ``compressed=False``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 
-from sessionmem.config import Settings, anthropic_credentials_configured
 from sessionmem.events import ObservationEvent, SummarizeEvent
-from sessionmem.records import CompressedObservation, CompressedSummary
-from sessionmem.storage.base import SummaryInputs
+from sessionmem.records import CompressedObservation, CompressedSummary, SummaryInputs
 
 
 class SessionContext(msgspec.Struct, frozen=True):
@@ -26,6 +24,23 @@ class SessionContext(msgspec.Struct, frozen=True):
     project: str
     cwd: str = ""
     prompt: str = ""  # the user prompt the tool uses answer
+
+
+class CompressorStatistics(msgspec.Struct, frozen=True):
+    """Counters of a compressor; the LLM figures stay 0 for the offline one."""
+
+    backend: str
+    model: str = ""
+    tool_uses: int = 0  # compressed into observations
+    summaries: int = 0
+    calls: int = 0  # LLM calls, retries included
+    in_flight: int = 0
+    retries: int = 0
+    failures: int = 0  # calls given up after their retries
+    unparsed_replies: int = 0
+    raw_fallbacks: int = 0  # observations or summaries built from raw data instead
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 class Compressor(Protocol):
@@ -39,20 +54,6 @@ class Compressor(Protocol):
         self, context: SessionContext, request: SummarizeEvent, inputs: SummaryInputs
     ) -> CompressedSummary: ...
 
-    def statistics(self) -> dict[str, Any]: ...
+    def statistics(self) -> CompressorStatistics: ...
 
     async def aclose(self) -> None: ...
-
-
-def choose_compressor(settings: Settings) -> Compressor:
-    """``auto`` means anthropic when an API key or auth token is configured, else offline."""
-    from sessionmem.compress.offline import OfflineCompressor
-
-    mode = settings.compressor
-    if mode == "auto":
-        mode = "anthropic" if anthropic_credentials_configured() else "offline"
-    if mode == "anthropic":
-        from sessionmem.compress.anthropic_backend import AnthropicCompressor
-
-        return AnthropicCompressor(settings)
-    return OfflineCompressor()

@@ -12,10 +12,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from sessionmem.compress.base import SessionContext
+from sessionmem.compress.base import CompressorStatistics, SessionContext
 from sessionmem.events import ObservationEvent, SummarizeEvent
-from sessionmem.records import CompressedObservation, CompressedSummary
-from sessionmem.storage.base import SummaryInputs
+from sessionmem.records import CompressedObservation, CompressedSummary, SummaryInputs
 
 _TITLE_MAX = 100
 _FACT_MAX = 200
@@ -225,8 +224,8 @@ class OfflineCompressor:
         self._summaries += 1
         return build_offline_summary(context, request, inputs)
 
-    def statistics(self) -> dict[str, Any]:
-        return {"backend": self.name, "observations": self._observations, "summaries": self._summaries}
+    def statistics(self) -> CompressorStatistics:
+        return CompressorStatistics(self.name, tool_uses=self._observations, summaries=self._summaries)
 
     async def aclose(self) -> None:
         return None
@@ -262,13 +261,13 @@ def build_offline_summary(
     compressor: str = "offline",
     compressed: bool = True,
 ) -> CompressedSummary:
-    turn = [o for o in inputs.observations if o.get("prompt_number") == request.prompt_number] or inputs.observations
+    turn = [o for o in inputs.observations if o.prompt_number == request.prompt_number] or inputs.observations
     cwd = context.cwd
-    read = _unique(_relative(p, cwd) for o in turn for p in o.get("files_read", []))
-    modified = _unique(_relative(p, cwd) for o in turn for p in o.get("files_modified", []))
-    searches = [o["title"] for o in turn if o.get("tool_name") in ("Grep", "Glob", "WebSearch", "WebFetch")]
-    commands = [o["title"] for o in turn if o.get("tool_name") == "Bash" and not o.get("failed")]
-    failures = [o["title"] for o in turn if o.get("failed")]
+    read = _unique(_relative(p, cwd) for o in turn for p in o.files_read)
+    modified = _unique(_relative(p, cwd) for o in turn for p in o.files_modified)
+    searches = [o.title for o in turn if o.tool_name in ("Grep", "Glob", "WebSearch", "WebFetch")]
+    commands = [o.title for o in turn if o.tool_name == "Bash" and not o.failed]
+    failures = [o.title for o in turn if o.failed]
 
     prompt = request.last_user_message or (inputs.prompts[-1] if inputs.prompts else context.prompt)
     investigated = []
@@ -277,7 +276,7 @@ def build_offline_summary(
     investigated.extend(searches[:4])
     investigated.extend(commands[:4])
     learned = [f"{title}" for title in failures[:4]]
-    learned.extend(fact for o in turn if not o.get("failed") for fact in o.get("facts", [])[:1] if "output:" in fact)
+    learned.extend(fact for o in turn if not o.failed for fact in o.facts[:1] if "output:" in fact)
     completed = []
     if modified:
         completed.append("Modified " + ", ".join(modified[:8]) + ("…" if len(modified) > 8 else ""))

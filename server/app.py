@@ -3,6 +3,8 @@
 Ingest validates with msgspec, strips private content, journals the event (group
 commit) and answers as soon as it is durable; the actors do the rest. The four hot
 ingest paths are served by :mod:`sessionmem.server.fast_ingest` in front of Quart.
+Paths are the contract's (:mod:`sessionmem.protocol.routes`); every JSON answer is a
+typed record written by :mod:`sessionmem.server.jsonapi`.
 
 Error handling:
     Bad input is a 400 naming the JSON path at fault; an oversized body is a 413; a
@@ -14,9 +16,8 @@ Error handling:
 from __future__ import annotations
 
 import logging
-import os
-import time
-from typing import TYPE_CHECKING, Any
+import re
+from typing import Any
 
 import msgspec
 import trio
@@ -25,26 +26,49 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from sessionmem.actors.child import MailboxFull
+from sessionmem.broadcast import live_event_name
+from sessionmem.protocol import routes
+from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, READY, STARTING
 from sessionmem.server.context import render_context
-from sessionmem.server.fast_ingest import FastIngest, busy_message, too_large_message
-from sessionmem.server.payloads import BadRequest, InitRequest, LegacyInitRequest, ProcessingRequest, decode
-
-if TYPE_CHECKING:
-    from sessionmem.worker import Worker
+from sessionmem.server.debug import debug_snapshot, processing_status
+from sessionmem.server.fast_ingest import RETRY_AFTER_S, FastIngest, busy_message, too_large_message
+from sessionmem.server.jsonapi import encode
+from sessionmem.server.payloads import BadRequest, ErrorReply, InitRequest, LegacyInitRequest, ProcessingRequest, decode
+from sessionmem.server.services import Services
 
 log = logging.getLogger(__name__)
 
-_json = msgspec.json.Encoder()
 MAX_PAGE = 500
+KEEP_ALIVE_S = 15  # an SSE comment this often keeps idle streams (and their proxies) open
+
+
+class Health(msgspec.Struct, frozen=True):
+    status: str
+    pid: int
+    version: str
+    uptime_seconds: float
+    compressor: str
+    data_dir: str
+
+
+class Replayed(msgspec.Struct, frozen=True):
+    claude_session_id: str
+    replayed: int
+
+
+def rule(path: str, **converters: str) -> str:
+    """A contract path (``/api/observations/{observation_id}``) as a Quart rule (``<int:observation_id>``)."""
+    return re.sub(r"\{(\w+)\}", lambda m: f"<{converters[m[1]]}:{m[1]}>" if m[1] in converters else f"<{m[1]}>",
+                  path)
 
 
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(_json.encode(data), status=status, headers=headers, content_type="application/json")
+    return Response(encode(data), status=status, headers=headers, content_type="application/json")
 
 
-def _error(status: int, message: str, **extra: Any) -> Response:
-    headers = {"Retry-After": str(extra.pop("retry_after"))} if "retry_after" in extra else None
-    return json_response({"error": message, **extra}, status, headers)
+def _error(status: int, message: str, *, path: str = "", retry_after: int | None = None) -> Response:
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return json_response(ErrorReply(message, path), status, headers)
 
 
 def _int_arg(name: str, default: int, *, low: int = 0, high: int = MAX_PAGE) -> int:
@@ -60,14 +84,14 @@ def _int_arg(name: str, default: int, *, low: int = 0, high: int = MAX_PAGE) -> 
     return value
 
 
-def create_app(worker: Worker) -> FastIngest:
+def create_app(services: Services) -> FastIngest:
     """The worker's ASGI app: the hot ingest routes (:mod:`.fast_ingest`) in front of Quart."""
-    return FastIngest(create_quart_app(worker), worker.ingestor, max_body_bytes=worker.settings.max_body_bytes,
-                      on_error=worker.count_error)
+    return FastIngest(create_quart_app(services), services.ingestor,
+                      max_body_bytes=services.settings.max_body_bytes, on_error=services.status.count_error)
 
 
-def create_quart_app(worker: Worker) -> QuartTrio:
-    settings = worker.settings
+def create_quart_app(services: Services) -> QuartTrio:
+    settings, status, store = services.settings, services.status, services.store
     app = QuartTrio("sessionmem")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.config["BODY_TIMEOUT"] = 30
@@ -78,7 +102,7 @@ def create_quart_app(worker: Worker) -> QuartTrio:
 
     @app.errorhandler(MailboxFull)
     async def mailbox_full(exc: MailboxFull) -> Response:
-        return _error(503, busy_message(exc), retry_after=1)
+        return _error(503, busy_message(exc), retry_after=RETRY_AFTER_S)
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:
@@ -90,7 +114,7 @@ def create_quart_app(worker: Worker) -> QuartTrio:
     @app.errorhandler(Exception)
     async def internal_error(exc: Exception) -> Response:
         log.error("internal error on %s %s", request.method, request.path, exc_info=exc)
-        worker.count_error(exc)
+        status.count_error(exc)
         return _error(500, f"internal error: {type(exc).__name__}")
 
     async def body(kind: type) -> Any:
@@ -98,65 +122,59 @@ def create_quart_app(worker: Worker) -> QuartTrio:
 
     # -- health --------------------------------------------------------------------------
 
-    @app.get("/api/health")
+    @app.get(routes.HEALTH)
     async def health() -> Response:
-        return json_response({
-            "status": "ok",
-            "pid": os.getpid(),
-            "version": worker.version,
-            "uptime_s": round(time.time() - worker.started_at, 3),
-            "compressor": worker.compressor.name,
-            "dataDir": str(settings.data_dir),
-        })
+        return json_response(Health("ok", status.pid, status.version, status.uptime_seconds(),
+                                    services.compressor.name, str(settings.data_dir)))
 
-    @app.get("/api/readiness")
+    @app.get(routes.READINESS)
     async def readiness() -> Response:
-        if worker.ready.is_set():
-            return json_response({"status": "ready"})
-        return _error(503, "starting: replaying the journal", retry_after=1)
+        if status.ready.is_set():
+            return json_response({"status": READY})
+        return _error(503, f"{STARTING}: replaying the journal", retry_after=RETRY_AFTER_S)
 
-    # -- ingest --------------------------------------------------------------------------
+    # -- ingest (the four hot routes are in fast_ingest) -----------------------------------
 
-    @app.post("/sessions/<int:session_db_id>/init")
+    @app.post(rule(routes.LEGACY_INIT, session_db_id="int"))
     async def legacy_session_init(session_db_id: int) -> Response:
         payload = await body(LegacyInitRequest)
-        row = await worker.store.session_by_db_id(session_db_id)
+        row = await store.session_by_db_id(session_db_id)
         if row is None:
             return _error(404, f"no session with sessionDbId {session_db_id}")
-        status, data = await worker.ingestor.prompt(InitRequest(
-            claudeSessionId=row["claudeSessionId"], cwd=row["cwd"] or "",
-            project=payload.project or row["project"], prompt=payload.userPrompt))
-        return json_response(data, status)
+        code, reply = await services.ingestor.prompt(InitRequest(
+            claudeSessionId=row.claude_session_id, cwd=row.cwd or "",
+            project=payload.project or row.project, prompt=payload.userPrompt))
+        return json_response(reply, code)
 
-    @app.route("/api/processing", methods=["GET", "POST"])
+    @app.route(routes.PROCESSING, methods=["GET", "POST"])
     async def processing() -> Response:
-        wanted = ""
+        wanted = None
         if request.method == "POST":
             raw = await request.get_data(cache=False)
-            wanted = decode(raw, ProcessingRequest).claudeSessionId if raw.strip() else ""
-        return json_response(await worker.processing_status(wanted))
+            wanted = (decode(raw, ProcessingRequest).claudeSessionId or None) if raw.strip() else None
+        return json_response(await processing_status(services, wanted))
 
-    @app.post("/api/sessions/<claude_session_id>/replay")
+    @app.post(rule(routes.REPLAY))
     async def replay_parked(claude_session_id: str) -> Response:
-        replayed = await worker.replay_parked(claude_session_id)
-        return json_response({"claudeSessionId": claude_session_id, "replayed": replayed})
+        router = services.router
+        envelopes = await store.unpark_session(
+            claude_session_id, lambda unparked: router.unparked(claude_session_id, unparked))
+        return json_response(Replayed(claude_session_id, len(envelopes)))
 
     # -- reads ---------------------------------------------------------------------------
 
-    @app.get("/api/context/inject")
+    @app.get(routes.CONTEXT)
     async def context_inject() -> Response:
         project = request.args.get("project", "").strip()
         if not project:
             raise BadRequest("query parameter 'project' is required", "?project")
         budget = _int_arg("tokens", settings.context_token_budget, low=100, high=100_000)
-        observations = await worker.store.list_observations(
-            project=project, limit=settings.context_observations, offset=0
-        )
-        summaries = await worker.store.list_summaries(project=project, limit=1, offset=0)
+        observations = await store.list_observations(project=project, limit=settings.context_observations, offset=0)
+        summaries = await store.list_summaries(project=project, limit=1, offset=0)
         text = render_context(project, observations, summaries[0] if summaries else None,
-                              token_budget=budget, base_url=worker.base_url)
+                              token_budget=budget, base_url=status.base_url)
         return Response(text, content_type="text/markdown; charset=utf-8", headers={
-            "X-Sessionmem-Observations": str(text.count("\n| #")),
+            CONTEXT_COUNT_HEADER: str(text.count("\n| #")),
             "X-Sessionmem-Summary": "1" if summaries else "0",
         })
 
@@ -165,36 +183,36 @@ def create_quart_app(worker: Worker) -> QuartTrio:
         return {"project": request.args.get("project") or None,
                 "limit": _int_arg("limit", 50, low=1), "offset": _int_arg("offset", 0, high=10**9)}
 
-    @app.get("/api/sessions")
+    @app.get(routes.SESSIONS)
     async def sessions() -> Response:
-        return json_response({"sessions": await worker.store.list_sessions(**page())})
+        return json_response({"sessions": await store.list_sessions(**page())})
 
-    @app.get("/api/observations")
+    @app.get(routes.OBSERVATION_LIST)
     async def list_observations() -> Response:
-        return json_response({"observations": await worker.store.list_observations(**page())})
+        return json_response({"observations": await store.list_observations(**page())})
 
-    @app.get("/api/observations/<int:observation_id>")
+    @app.get(rule(routes.OBSERVATION, observation_id="int"))
     async def get_observation(observation_id: int) -> Response:
-        row = await worker.store.get_observation(observation_id)
+        row = await store.get_observation(observation_id)
         if row is None:
             return _error(404, f"no observation with id {observation_id}")
         return json_response(row)
 
-    @app.get("/api/summaries")
+    @app.get(routes.SUMMARIES)
     async def summaries() -> Response:
-        return json_response({"summaries": await worker.store.list_summaries(**page())})
+        return json_response({"summaries": await store.list_summaries(**page())})
 
     # -- live ----------------------------------------------------------------------------
 
-    @app.get("/stream")
+    @app.get(routes.STREAM)
     async def stream() -> Response:
         async def events() -> Any:
             yield b": connected\n\n"
-            with worker.broadcaster.subscribe() as receive:
+            with services.broadcaster.subscribe() as receive:
                 while True:
                     item = None
                     # Never yield inside a cancel scope from an async generator.
-                    with trio.move_on_after(15):
+                    with trio.move_on_after(KEEP_ALIVE_S):
                         try:
                             item = await receive.receive()
                         except trio.EndOfChannel:
@@ -202,16 +220,15 @@ def create_quart_app(worker: Worker) -> QuartTrio:
                     if item is None:
                         yield b": keep-alive\n\n"
                         continue
-                    kind, data = item
-                    yield b"event: " + kind.encode() + b"\ndata: " + _json.encode(data) + b"\n\n"
+                    yield b"event: " + live_event_name(item).encode() + b"\ndata: " + encode(item) + b"\n\n"
 
         response = Response(events(), content_type="text/event-stream")
         response.headers["Cache-Control"] = "no-cache"
         response.timeout = None
         return response
 
-    @app.get("/debug")
+    @app.get(routes.DEBUG)
     async def debug() -> Response:
-        return json_response(await worker.debug_snapshot())
+        return json_response(await debug_snapshot(services))
 
     return app

@@ -9,7 +9,9 @@ newest observations are kept first.
 from __future__ import annotations
 
 import time
-from typing import Any
+
+from sessionmem.protocol.privacy import CONTEXT_TAG
+from sessionmem.records import ObservationRow, SummaryRow
 
 CHARS_PER_TOKEN = 4
 
@@ -29,8 +31,8 @@ def _one_line(text: str, limit: int) -> str:
 
 def render_context(
     project: str,
-    observations: list[dict[str, Any]],
-    summary: dict[str, Any] | None,
+    observations: list[ObservationRow],
+    summary: SummaryRow | None,
     *,
     token_budget: int,
     base_url: str,
@@ -38,15 +40,15 @@ def render_context(
     """Build the injected context; ``observations`` newest first."""
     if not observations and summary is None:
         return ""
-    head = ["<sessionmem-context>", f"# Memory of {project}", ""]
+    head = [f"<{CONTEXT_TAG}>", f"# Memory of {project}", ""]
     if summary is not None:
-        head.append(f"## Last session summary ({_when(summary['created_at'])})")
+        head.append(f"## Last session summary ({_when(summary.created_at)})")
         for label, key in (("Request", "request"), ("Completed", "completed"), ("Learned", "learned"),
                            ("Investigated", "investigated"), ("Next steps", "next_steps")):
-            if summary.get(key):
-                head.append(f"- **{label}:** {_one_line(summary[key], 400)}")
+            if getattr(summary, key):
+                head.append(f"- **{label}:** {_one_line(getattr(summary, key), 400)}")
         head.append("")
-    tail = ["", f"Details of an observation: `curl {base_url}/api/observations/<id>`", "</sessionmem-context>"]
+    tail = ["", f"Details of an observation: `curl {base_url}/api/observations/<id>`", f"</{CONTEXT_TAG}>"]
 
     used = estimate_tokens("\n".join(head + tail))
     rows: list[str] = []
@@ -54,8 +56,8 @@ def render_context(
         header = ["## Recent observations (newest first)", "| id | time | type | title |", "|---|---|---|---|"]
         used += estimate_tokens("\n".join(header))
         for observation in observations:
-            row = (f"| #{observation['id']} | {_when(observation['created_at'])} | {observation['type']} | "
-                   f"{_one_line(observation['title'], 120)} |")
+            row = (f"| #{observation.id} | {_when(observation.created_at)} | {observation.type} | "
+                   f"{_one_line(observation.title, 120)} |")
             cost = estimate_tokens(row) + 1
             if used + cost > token_budget:
                 break

@@ -19,11 +19,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import msgspec
-
 from sessionmem.actors.child import MailboxFull
 from sessionmem.server.ingest import Ingestor
-from sessionmem.server.payloads import BadRequest
+from sessionmem.server.jsonapi import encode
+from sessionmem.server.payloads import BadRequest, ErrorReply
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +31,7 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-_encode = msgspec.json.Encoder().encode
+RETRY_AFTER_S = 1  # what a 503 asks a client to wait (a mailbox drains in well under a second)
 
 
 def too_large_message(limit: int) -> str:
@@ -61,19 +60,19 @@ class FastIngest:
         try:
             status, data = await self._ingestor.by_path(scope["path"], body)
         except BadRequest as exc:
-            await _respond(send, 400, {"error": exc.message, "path": exc.path})
+            await _respond(send, 400, ErrorReply(exc.message, exc.path))
         except MailboxFull as exc:
-            await _respond(send, 503, {"error": busy_message(exc)}, retry_after=1)
+            await _respond(send, 503, ErrorReply(busy_message(exc)), retry_after=RETRY_AFTER_S)
         except Exception as exc:
             log.error("internal error on POST %s", scope["path"], exc_info=exc)
             self._on_error(exc)
-            await _respond(send, 500, {"error": f"internal error: {type(exc).__name__}"})
+            await _respond(send, 500, ErrorReply(f"internal error: {type(exc).__name__}"))
         else:
             await _respond(send, status, data)
 
     async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
         """The whole body, or None once a 413 was sent (or the client went away)."""
-        too_large = {"error": too_large_message(self._max_body)}
+        too_large = ErrorReply(too_large_message(self._max_body))
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > self._max_body:
                 await _respond(send, 413, too_large)
@@ -91,8 +90,8 @@ class FastIngest:
                 return bytes(chunks)
 
 
-async def _respond(send: Send, status: int, data: dict[str, Any], *, retry_after: int | None = None) -> None:
-    payload = _encode(data)
+async def _respond(send: Send, status: int, data: Any, *, retry_after: int | None = None) -> None:
+    payload = encode(data)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
     if retry_after is not None:
         headers.append((b"retry-after", str(retry_after).encode()))

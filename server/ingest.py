@@ -20,15 +20,20 @@ from sessionmem.protocol.privacy import strip_private
 from sessionmem.protocol.project import resolve_project
 from sessionmem.protocol.requests import is_internal_prompt
 from sessionmem.server.payloads import (
+    BadRequest,
     CompleteRequest,
+    EventAccepted,
+    IngestReply,
     InitRequest,
     ObservationRequest,
+    PromptAccepted,
     SummarizeRequest,
+    ToolSkipped,
     decode,
 )
 
 if TYPE_CHECKING:
-    from sessionmem.actors.supervisor import SessionSupervisor
+    from sessionmem.actors.router import SessionRouter
     from sessionmem.config import Settings
     from sessionmem.storage.base import Store
 
@@ -47,7 +52,7 @@ def init_event(request: InitRequest) -> InitEvent:
     elif request.prompt.strip() and not prompt:
         skip_reason = "prompt is entirely private"
     return InitEvent(
-        session_id=request.claudeSessionId,
+        claude_session_id=request.claudeSessionId,
         project=resolve_project(request.project, request.cwd),
         cwd=request.cwd,
         prompt=prompt,
@@ -59,7 +64,7 @@ def init_event(request: InitRequest) -> InitEvent:
 def observation_event(request: ObservationRequest, cap: int) -> ObservationEvent:
     failed = request.failed or request.hook_event_name == "PostToolUseFailure" or bool(request.error)
     return ObservationEvent(
-        session_id=request.claudeSessionId,
+        claude_session_id=request.claudeSessionId,
         project=resolve_project(request.project, request.cwd),
         tool_name=request.tool_name,
         tool_use_id=request.tool_use_id,
@@ -76,7 +81,7 @@ def observation_event(request: ObservationRequest, cap: int) -> ObservationEvent
 
 def summarize_event(request: SummarizeRequest, cap: int) -> SummarizeEvent:
     return SummarizeEvent(
-        session_id=request.claudeSessionId,
+        claude_session_id=request.claudeSessionId,
         project=resolve_project(request.project, request.cwd),
         last_user_message=clean_text(request.last_user_message, cap),
         last_assistant_message=clean_text(request.last_assistant_message, cap),
@@ -86,19 +91,19 @@ def summarize_event(request: SummarizeRequest, cap: int) -> SummarizeEvent:
 
 def complete_event(request: CompleteRequest) -> CompleteEvent:
     project = resolve_project(request.project, request.cwd) if (request.project or request.cwd) else ""
-    return CompleteEvent(session_id=request.claudeSessionId, project=project,
+    return CompleteEvent(claude_session_id=request.claudeSessionId, project=project,
                          reason=strip_private(request.reason)[:MAX_REASON], key=request.idempotencyKey)
 
 
 class Ingestor:
     """Accepts one event: journal it (group commit), then its actor gets it in order.
 
-    Each method returns ``(HTTP status, reply body)``.
+    Each method returns ``(HTTP status, reply record)``.
 
     Error handling:
         :class:`~sessionmem.actors.child.MailboxFull` propagates (a 503 at the edge);
         :class:`~sessionmem.server.payloads.BadRequest` from :meth:`by_path` means the
-        body does not decode.
+        body does not decode, or the path is not an ingest route.
     """
 
     PATHS = {
@@ -108,39 +113,34 @@ class Ingestor:
         routes.COMPLETE: CompleteRequest,
     }
 
-    def __init__(self, settings: Settings, store: Store, supervisor: SessionSupervisor) -> None:
+    def __init__(self, settings: Settings, store: Store, router: SessionRouter) -> None:
         self._settings = settings
         self._store = store
-        self._supervisor = supervisor
+        self._router = router
 
-    async def prompt(self, payload: InitRequest) -> tuple[int, dict[str, Any]]:
+    async def prompt(self, payload: InitRequest) -> tuple[int, IngestReply]:
         event = init_event(payload)
-        with self._supervisor.reservation(event.session_id):
-            accepted = await self._store.accept_init(event, self._supervisor.deliver)
-        return 200, {
-            "sessionDbId": accepted.session_db_id,
-            "promptNumber": accepted.prompt_number,
-            "skipped": accepted.skipped,
-            "reason": accepted.reason or None,
-            "duplicate": accepted.duplicate,
-        }
+        with self._router.reservation(event.claude_session_id):
+            accepted = await self._store.accept_init(event, self._router.deliver)
+        return 200, PromptAccepted(accepted.session_db_id, accepted.prompt_number, accepted.skipped,
+                                   accepted.reason or None, accepted.duplicate)
 
-    async def observation(self, payload: ObservationRequest) -> tuple[int, dict[str, Any]]:
+    async def observation(self, payload: ObservationRequest) -> tuple[int, IngestReply]:
         if payload.tool_name in self._settings.skip_tools:
-            return 200, {"status": "skipped", "reason": f"{payload.tool_name} is on the skip list"}
+            return 200, ToolSkipped(f"{payload.tool_name} is on the skip list")
         return await self._accept(observation_event(payload, self._settings.tool_response_cap))
 
-    async def summarize(self, payload: SummarizeRequest) -> tuple[int, dict[str, Any]]:
+    async def summarize(self, payload: SummarizeRequest) -> tuple[int, IngestReply]:
         return await self._accept(summarize_event(payload, self._settings.tool_response_cap))
 
-    async def complete(self, payload: CompleteRequest) -> tuple[int, dict[str, Any]]:
+    async def complete(self, payload: CompleteRequest) -> tuple[int, IngestReply]:
         return await self._accept(complete_event(payload))
 
-    async def by_path(self, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
-        """The same as POSTing ``body`` to ``path`` (used to import spooled events)."""
+    async def by_path(self, path: str, body: bytes) -> tuple[int, IngestReply]:
+        """The same as POSTing ``body`` to ``path`` (the fast path and the spool import use it)."""
         kind = self.PATHS.get(path)
         if kind is None:
-            return 404, {"error": f"not an ingest path: {path}"}
+            raise BadRequest(f"not an ingest route: {path}")
         payload = decode(body, kind)
         if isinstance(payload, InitRequest):
             return await self.prompt(payload)
@@ -150,9 +150,8 @@ class Ingestor:
             return await self.summarize(payload)
         return await self.complete(payload)  # type: ignore[arg-type]
 
-    async def _accept(self, event: ObservationEvent | SummarizeEvent | CompleteEvent) -> tuple[int, dict[str, Any]]:
-        with self._supervisor.reservation(event.session_id):
-            accepted = await self._store.accept_event(event, self._supervisor.deliver)
+    async def _accept(self, event: ObservationEvent | SummarizeEvent | CompleteEvent) -> tuple[int, IngestReply]:
+        with self._router.reservation(event.claude_session_id):
+            accepted = await self._store.accept_event(event, self._router.deliver)
         status = "duplicate" if accepted.duplicate else "parked" if accepted.parked else "accepted"
-        return 202, {"status": status, "eventId": accepted.envelope.event_id,
-                     "sessionDbId": accepted.session_db_id, "promptNumber": accepted.prompt_number}
+        return 202, EventAccepted(status, accepted.envelope.event_id, accepted.session_db_id, accepted.prompt_number)

@@ -1,9 +1,12 @@
-"""Request bodies of the HTTP API, decoded and validated by msgspec.
+"""Request bodies and ingest replies of the HTTP API, decoded and validated by msgspec.
 
-Field names follow the claude-mem hook lifecycle reference. Unknown fields are
-ignored (never ``forbid_unknown_fields`` on input from outside), optional fields
-have defaults, and a validation error names the offending path, which the route
-returns as the 400 body.
+Field names are the contract's (:data:`sessionmem.protocol.routes.BODY_FIELDS`, which
+a test holds these structs to): the claude-mem hook lifecycle reference's camelCase
+ids and Claude Code's own snake_case tool fields. Unknown fields are ignored (never
+``forbid_unknown_fields`` on input from outside), optional fields have defaults, and a
+validation error names the offending path, which the route returns as the 400 body.
+Replies are records like any other, written in camelCase at the edge
+(:mod:`sessionmem.server.jsonapi`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
-SessionId = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+from sessionmem.protocol.limits import MAX_SESSION_ID, MAX_TOOL_NAME
+
+SessionId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_SESSION_ID)]
 
 
 class _SessionBody(msgspec.Struct, frozen=True, kw_only=True):
@@ -37,7 +42,7 @@ class LegacyInitRequest(msgspec.Struct, frozen=True):
 
 
 class ObservationRequest(_SessionBody, frozen=True, kw_only=True):
-    tool_name: Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+    tool_name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TOOL_NAME)]
     tool_input: Any = None
     tool_response: Any = None
     tool_use_id: str = ""
@@ -62,6 +67,48 @@ class ProcessingRequest(msgspec.Struct, frozen=True):
 
 
 T = TypeVar("T")
+
+
+# -- replies ------------------------------------------------------------------------------
+
+
+class PromptAccepted(msgspec.Struct, frozen=True):
+    """``POST /api/sessions/init``: the prompt is stored (or why it was not)."""
+
+    session_db_id: int
+    prompt_number: int
+    skipped: bool
+    reason: str | None
+    duplicate: bool  # an event with the same idempotency key was accepted before
+
+
+class EventAccepted(msgspec.Struct, frozen=True):
+    """The other ingest routes: the event is journaled (202)."""
+
+    status: str  # accepted | duplicate | parked (its session failed: kept, not processed)
+    event_id: int
+    session_db_id: int
+    prompt_number: int
+
+    @property
+    def duplicate(self) -> bool:
+        return self.status == "duplicate"
+
+
+class ToolSkipped(msgspec.Struct, frozen=True):
+    """An observation of a tool on the skip list: not stored (200)."""
+
+    reason: str
+    status: str = "skipped"
+    duplicate: bool = False
+
+
+class ErrorReply(msgspec.Struct, frozen=True, omit_defaults=True):
+    error: str
+    path: str = ""  # the JSON path at fault, for a 400
+
+
+IngestReply = PromptAccepted | EventAccepted | ToolSkipped
 
 
 class BadRequest(Exception):

@@ -104,7 +104,7 @@ class SpoolImporter:
         give_up_at = trio.current_time() + BLOCKED_WAIT_S
         while True:
             try:
-                status, reply = await self._ingestor.by_path(path, body)
+                _, reply = await self._ingestor.by_path(path, body)
                 break
             except MailboxFull:
                 if trio.current_time() >= give_up_at:
@@ -112,10 +112,8 @@ class SpoolImporter:
                 await trio.sleep(ROOM_POLL_S)
             except BadRequest as exc:
                 return await self._reject(file, f"{exc.message} (at {exc.path})")
-        if status >= 400:
-            return await self._reject(file, f"HTTP {status}: {reply}")
         await trio.to_thread.run_sync(os.unlink, file)
-        if reply.get("duplicate") or reply.get("status") == "duplicate":
+        if reply.duplicate:
             self._duplicates += 1
             return "duplicate"
         self._imported += 1

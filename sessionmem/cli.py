@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import errno
 import fcntl
+import json
 import os
 import signal
 import sys
@@ -21,9 +22,10 @@ from sessionmem.config import Settings, SettingsError, load_settings
 from sessionmem.protocol import routes
 from sessionmem.protocol.config import DATA_DIR_ENV, ClientConfig
 from sessionmem.protocol.delivery import Patience, deliver
-from sessionmem.protocol.state import WorkerState, process_alive, read_state
+from sessionmem.protocol.state import SHUTDOWN_REPORT_FILE, WorkerState, process_alive, read_state
 
 PROBE = Patience(3.0, 3.0, retry_failures=False)  # is it there? (status, doctor)
+STOP_MARGIN_S = 5.0  # beyond the worker's shutdown budget: interpreter exit, a loaded machine
 
 
 class WorkerUnreachable(Exception):
@@ -108,31 +110,52 @@ def cmd_status(args: argparse.Namespace) -> int:
     except WorkerUnreachable as exc:
         print(f"sessionmem: worker not running on {config.host}:{port} ({exc})")
         return 1
-    sup, journal = debug["supervisor"], debug["journal"]
+    sessions, supervisor, journal = debug["sessions"], debug["supervisor"], debug["journal"]
     print(f"sessionmem {health['version']}: running, pid {health['pid']}, port {port}, "
-          f"up {health['uptime_s']:.0f}s, compressor {health['compressor']}")
+          f"up {health['uptimeSeconds']:.0f}s, compressor {health['compressor']}")
     print(f"  data dir: {health['dataDir']}")
-    print(f"  actors: {sup['actors']} ({sup['running']} running, {sup['failed']} failed), restarts {sup['restarts']}")
+    print(f"  sessions: {sessions['known']} ({sessions['alive']} active, {sessions['failed']} failed), "
+          f"{sessions['queued']} event(s) queued; restarts {supervisor['restarts']}")
     print(f"  journal: {journal['pending']} pending, {journal['parked']} parked, {journal['done']} done")
+    if sessions["failed"]:
+        failed = [a["claudeSessionId"] for a in debug["actors"] if a["state"] == "failed"]
+        print(f"  failed sessions (`sessionmem replay SESSION_ID` once fixed): {', '.join(failed)}")
     return 0
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
+    """SIGTERM, then wait for the worker's whole shutdown budget (and a margin) and say what it did."""
     settings = _settings(args)
     state = _running_worker(settings)
     if state is None:
         print("sessionmem: no worker running for", settings.data_dir)
         return 0
     pid = state.pid
+    report_path = settings.data_dir / SHUTDOWN_REPORT_FILE
+    report_path.unlink(missing_ok=True)
+    timeout = args.timeout if args.timeout is not None else settings.shutdown_timeout_s + STOP_MARGIN_S
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + args.timeout
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not process_alive(pid):
-            print(f"sessionmem: worker {pid} stopped")
+            print(f"sessionmem: worker {pid} {_shutdown_summary(report_path)}")
             return 0
         time.sleep(0.05)
-    print(f"sessionmem: worker {pid} did not stop within {args.timeout}s", file=sys.stderr)
+    print(f"sessionmem: worker {pid} did not stop within {timeout:.0f} s (its budget is "
+          f"{settings.shutdown_timeout_s:.0f} s); see {settings.log_path}", file=sys.stderr)
     return 1
+
+
+def _shutdown_summary(report_path: Any) -> str:
+    """What the worker's shutdown report says, in a line."""
+    try:
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+        stages = ", ".join(f"{s['name']} {s['seconds']:.2f} s" for s in report["stages"])
+        left = report["pending_events"]
+        return (f"stopped in {report['took_seconds']:.2f} s of its {report['budget_seconds']:.0f} s budget "
+                f"({stages}); {left} event(s) left pending" + (", replayed at the next start" if left else ""))
+    except (OSError, ValueError, KeyError, TypeError):
+        return "stopped (it left no shutdown report: see its log)"
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -184,7 +207,6 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Report what a user needs to know when memory does not seem to work."""
-    from sessionmem.config import anthropic_credentials_configured
     from sessionmem.install import (
         STAGES,
         claude_settings_path,
@@ -204,10 +226,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     data_ok = settings.data_dir.is_dir() and os.access(settings.data_dir, os.W_OK)
     report(data_ok or not settings.data_dir.exists(),
            f"data dir {settings.data_dir}" + ("" if settings.data_dir.exists() else " (created on first start)"))
-    mode = settings.compressor
-    if mode == "auto":
-        mode = "anthropic" if anthropic_credentials_configured() else "offline"
-    report(True, f"compressor: {mode} (setting: {settings.compressor}, model {settings.model})")
+    report(True, f"compressor: {settings.resolved_compressor} (setting: {settings.compressor}, "
+                 f"model {settings.model})")
     config = _client(args)
     port = config.worker_port()
     try:
@@ -284,7 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(fn=cmd_status)
     stop = sub.add_parser("stop", help="stop the running worker gracefully")
     common(stop)
-    stop.add_argument("--timeout", type=float, default=20.0)
+    stop.add_argument("--timeout", type=float, default=None,
+                      help="seconds to wait (default: the worker's shutdown_timeout_s + 5)")
     stop.set_defaults(fn=cmd_stop)
     replay = sub.add_parser("replay", help="re-queue the parked events of a failed session")
     common(replay)

@@ -58,6 +58,7 @@ class Settings:
     tool_response_cap: int = int(SHARED["tool_response_cap"])  # type: ignore[call-overload]
     skip_tools: tuple[str, ...] = DEFAULT_SKIP_TOOLS
     access_log: bool = False
+    shutdown_timeout_s: float = 15.0  # SIGTERM to exit, all stages together
 
     # Context injection
     context_token_budget: int = 2000
@@ -67,6 +68,13 @@ class Settings:
     hook_timeout_s: float = float(SHARED["hook_timeout_s"])  # type: ignore[arg-type]
     start_timeout_s: float = float(SHARED["start_timeout_s"])  # type: ignore[arg-type]
     system_message: bool = bool(SHARED["system_message"])
+
+    @property
+    def resolved_compressor(self) -> str:
+        """``anthropic`` or ``offline``: ``auto`` means anthropic when credentials are configured."""
+        if self.compressor == "auto":
+            return "anthropic" if anthropic_credentials_configured() else "offline"
+        return self.compressor
 
     @property
     def db_path(self) -> Path:
@@ -103,6 +111,7 @@ _ENV = {
     "SESSIONMEM_MAX_BODY_BYTES": "max_body_bytes",
     "SESSIONMEM_SKIP_TOOLS": "skip_tools",
     "SESSIONMEM_ACCESS_LOG": "access_log",
+    "SESSIONMEM_SHUTDOWN_TIMEOUT": "shutdown_timeout_s",
     "SESSIONMEM_CONTEXT_TOKENS": "context_token_budget",
     "SESSIONMEM_CONTEXT_OBSERVATIONS": "context_observations",
 }

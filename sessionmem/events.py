@@ -7,6 +7,9 @@ stores exactly what the actor will later receive and a replay after a crash is
 indistinguishable from live delivery.
 
 New fields must always get defaults: journals written by older versions must decode.
+Fields are never renamed on the wire: ``claude_session_id`` (Claude Code's session id,
+not the integer ``session_db_id`` of its row) is stored as ``session_id``, the name
+journals have always used.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from typing import Any
 
 import msgspec
 
+_CLAUDE_SESSION_ID = msgspec.field(name="session_id")
+
 
 class InitEvent(msgspec.Struct, frozen=True, tag="init", tag_field="kind", omit_defaults=True):
-    session_id: str
+    claude_session_id: str = _CLAUDE_SESSION_ID
     project: str
     cwd: str = ""
     prompt: str = ""
@@ -27,7 +32,7 @@ class InitEvent(msgspec.Struct, frozen=True, tag="init", tag_field="kind", omit_
 
 
 class ObservationEvent(msgspec.Struct, frozen=True, tag="observation", tag_field="kind", omit_defaults=True):
-    session_id: str
+    claude_session_id: str = _CLAUDE_SESSION_ID
     project: str
     tool_name: str
     tool_use_id: str = ""
@@ -43,7 +48,7 @@ class ObservationEvent(msgspec.Struct, frozen=True, tag="observation", tag_field
 
 
 class SummarizeEvent(msgspec.Struct, frozen=True, tag="summarize", tag_field="kind", omit_defaults=True):
-    session_id: str
+    claude_session_id: str = _CLAUDE_SESSION_ID
     project: str
     last_user_message: str = ""
     last_assistant_message: str = ""
@@ -52,7 +57,7 @@ class SummarizeEvent(msgspec.Struct, frozen=True, tag="summarize", tag_field="ki
 
 
 class CompleteEvent(msgspec.Struct, frozen=True, tag="complete", tag_field="kind", omit_defaults=True):
-    session_id: str
+    claude_session_id: str = _CLAUDE_SESSION_ID
     project: str = ""
     reason: str = ""
     key: str = ""

@@ -1,6 +1,17 @@
-"""What compression produces and storage keeps: observations and session summaries."""
+"""What compression produces and what storage keeps and returns: typed, frozen records.
+
+Compressors build :class:`CompressedObservation` and :class:`CompressedSummary`;
+storage returns rows (:class:`ObservationRow`, :class:`SummaryRow`, :class:`SessionRow`
+...). They live here, below both, so that compressors need not import storage.
+
+Naming: ``claude_session_id`` is Claude Code's session id (a string);
+``session_db_id`` is the integer key of its row in ``sessions``. Field names are
+snake_case; the HTTP edge writes them in camelCase (``sessionmem.server.jsonapi``).
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import msgspec
 
@@ -37,3 +48,101 @@ class CompressedSummary(msgspec.Struct, frozen=True):
     model: str = ""
     input_tokens: int = 0
     output_tokens: int = 0
+
+
+# -- rows -------------------------------------------------------------------------------
+
+
+class SessionInfo(msgspec.Struct, frozen=True):
+    """What a session actor needs to know about its session."""
+
+    session_db_id: int
+    claude_session_id: str
+    project: str
+    status: str
+    prompt_counter: int
+    last_prompt: str
+
+
+class SessionRow(msgspec.Struct, frozen=True):
+    session_db_id: int
+    claude_session_id: str
+    project: str
+    cwd: str | None
+    first_prompt: str | None
+    prompt_counter: int
+    status: str  # initialized | active | completed | failed
+    failure: str | None
+    input_tokens: int
+    output_tokens: int
+    created_at: float
+    updated_at: float
+    completed_at: float | None
+    observations: int
+
+
+class ObservationRow(msgspec.Struct, frozen=True):
+    id: int
+    claude_session_id: str
+    project: str
+    prompt_number: int
+    tool_name: str
+    tool_use_id: str
+    agent_id: str | None
+    agent_type: str | None
+    failed: bool
+    type: str
+    title: str
+    subtitle: str
+    facts: list[str]
+    narrative: str
+    concepts: list[str]
+    files_read: list[str]
+    files_modified: list[str]
+    compressed: bool
+    compressor: str
+    model: str | None
+    input_tokens: int
+    output_tokens: int
+    created_at: float
+
+
+class ObservationDetail(ObservationRow, frozen=True):
+    """An observation with the raw tool data it was made from (kept once, in the journal)."""
+
+    session_db_id: int
+    event_id: int
+    tool_input: Any = None
+    tool_response: Any = None
+
+
+class SummaryRow(msgspec.Struct, frozen=True):
+    id: int
+    claude_session_id: str
+    project: str
+    prompt_number: int
+    request: str
+    investigated: str
+    learned: str
+    completed: str
+    next_steps: str
+    notes: str
+    compressed: bool
+    compressor: str
+    model: str | None
+    input_tokens: int
+    output_tokens: int
+    created_at: float
+
+
+class SummaryInputs(msgspec.Struct, frozen=True):
+    """What a summary is made from: the session's prompts and observations so far."""
+
+    prompts: list[str]
+    observations: list[ObservationRow]
+
+
+class JournalCounts(msgspec.Struct, frozen=True):
+    pending: int
+    parked: int
+    done: int

@@ -1,15 +1,23 @@
-"""The long-running worker: start-up ladder, serving, and graceful shut-down.
+"""The long-running worker: start-up ladder, serving, and graceful shut-down within one budget.
 
 Start: open storage (migrate) -> start the supervisor -> queue every pending journal
-event for its actor -> serve HTTP -> record pid and port in ``worker.json``.
-Shut down (SIGTERM/SIGINT): stop accepting (Hypercorn's graceful close) -> close the
-mailboxes and let actors drain within a deadline -> commit what is queued and close
-the database. Whatever did not finish is still pending in the journal and is
-replayed by the next start.
+event for its actor -> import the spool -> serve HTTP -> record pid and port in
+``worker.json``; ready from then on.
+
+Shut down (SIGTERM/SIGINT), within ``shutdown_timeout_s`` in all, divided among the
+stages by :class:`ShutdownBudget` the way Hypercorn's ``worker_serve`` gives
+connections a graceful deadline: stop accepting and let open requests finish
+(:data:`HTTP_SHARE`) -> stop the spool import -> close the mailboxes and let actors
+drain (:data:`DRAIN_SHARE`) -> close the compressor (:data:`COMPRESSOR_SHARE`) ->
+commit what is queued and close the database (the rest). Whatever did not finish
+is still pending in the journal and is replayed by the next start. What each stage
+took is logged and written to ``worker.shutdown.json``, which ``sessionmem stop``
+prints.
 
 Resource handling:
-    Every task runs inside :func:`run_worker`'s nurseries; nothing outlives it.
-    ``worker.json`` is removed on the way out.
+    Every task runs inside :func:`run_worker`'s nurseries; nothing outlives it. Every
+    clean-up that awaits runs under a deadline. ``worker.json`` is removed on the
+    way out.
 """
 
 from __future__ import annotations
@@ -20,95 +28,95 @@ import os
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
 
+import msgspec
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from sessionmem import __version__
-from sessionmem.actors.session import ActorDeps
-from sessionmem.actors.supervisor import SessionSupervisor
+from sessionmem.actors.restart import RestartPolicy
+from sessionmem.actors.router import SessionRouter
+from sessionmem.actors.session import ActorDeps, SessionActor, park_failed_session
+from sessionmem.actors.supervisor import ActorSupervisor
 from sessionmem.broadcast import Broadcaster
-from sessionmem.compress.base import Compressor, choose_compressor
+from sessionmem.compress.base import Compressor
+from sessionmem.compress.choice import choose_compressor
 from sessionmem.config import Settings
-from sessionmem.protocol.state import WorkerState, remove_state, write_state
+from sessionmem.protocol.state import (
+    SHUTDOWN_REPORT_FILE,
+    WorkerState,
+    remove_state,
+    write_json_atomically,
+    write_state,
+)
 from sessionmem.server.app import create_app
 from sessionmem.server.ingest import Ingestor
+from sessionmem.server.services import Services, WorkerStatus
 from sessionmem.server.spool import SpoolImporter
-from sessionmem.storage.base import Store
 from sessionmem.storage.sqlite import open_sqlite_store
 
 log = logging.getLogger("sessionmem")
 
+HTTP_SHARE = 0.2  # open requests finish (Hypercorn's graceful close)
+DRAIN_SHARE = 0.5  # actors finish what they hold
+COMPRESSOR_SHARE = 0.1  # the LLM client closes its connections
 
-class Worker:
-    """The components the HTTP routes use, and the cross-cutting views over them."""
 
-    def __init__(self, settings: Settings, store: Store, compressor: Compressor,
-                 supervisor: SessionSupervisor, broadcaster: Broadcaster) -> None:
-        self.settings = settings
-        self.store = store
-        self.compressor = compressor
-        self.supervisor = supervisor
-        self.broadcaster = broadcaster
-        self.version = __version__
-        self.started_at = time.time()
-        self.ready = trio.Event()
-        self.ingestor = Ingestor(settings, store, supervisor)
-        self.spool = SpoolImporter(self.ingestor, settings.data_dir)
-        self.base_url = f"http://{settings.host}:{settings.port}"
-        self._errors = 0
-        self._last_error = ""
+class ShutdownStage(msgspec.Struct, frozen=True):
+    name: str
+    seconds: float
 
-    def count_error(self, exc: BaseException) -> None:
-        self._errors += 1
-        self._last_error = f"{type(exc).__name__}: {exc}"
 
-    async def processing_status(self, claude_session_id: str = "") -> dict[str, Any]:
-        counts = await self.store.journal_counts()
-        actors = self.supervisor.actors()
-        if claude_session_id:
-            actors = [a for a in actors if a["claudeSessionId"] == claude_session_id]
-        queued = sum(a["mailbox_depth"] + a["backlog"] + a["inflight"] for a in actors)
-        working = any(a["state"] in ("compressing", "summarizing", "storing") for a in actors)
-        return {
-            "isProcessing": bool(queued) or working or (not claude_session_id and counts.pending > 0),
-            "queueDepth": queued,
-            "pendingEvents": counts.pending,
-            "parkedEvents": counts.parked,
-        }
+class ShutdownReport(msgspec.Struct, frozen=True):
+    pid: int
+    stopped_at: float
+    budget_seconds: float
+    took_seconds: float
+    stages: list[ShutdownStage]
+    pending_events: int  # left in the journal, replayed at the next start
 
-    async def replay_parked(self, claude_session_id: str) -> int:
-        envelopes = await self.store.unpark_session(
-            claude_session_id, lambda unparked: self.supervisor.unparked(claude_session_id, unparked)
-        )
-        return len(envelopes)
 
-    async def debug_snapshot(self) -> dict[str, Any]:
-        counts = await self.store.journal_counts()
-        return {
-            "worker": {
-                "pid": os.getpid(),
-                "version": self.version,
-                "uptime_s": round(time.time() - self.started_at, 3),
-                "ready": self.ready.is_set(),
-                "dataDir": str(self.settings.data_dir),
-                "errors": self._errors,
-                "last_error": self._last_error,
-            },
-            "supervisor": self.supervisor.statistics(),
-            "actors": self.supervisor.actors(),
-            "journal": {
-                "pending": counts.pending,
-                "parked": counts.parked,
-                "done": counts.done,
-                **self.store.statistics(),
-            },
-            "compressor": self.compressor.statistics(),
-            "stream": self.broadcaster.statistics(),
-        }
+class ShutdownBudget:
+    """One deadline for the whole shut-down, shared out among its stages.
+
+    A stage gets its share of the budget, never more than what is left; what a fast
+    stage does not use is left for the later ones.
+    """
+
+    def __init__(self, total_s: float) -> None:
+        self.total_s = total_s
+        self._started: float | None = None
+        self._stage_started = 0.0
+        self.stages: list[ShutdownStage] = []
+
+    def begin(self) -> None:
+        self._started = self._stage_started = time.monotonic()
+
+    @property
+    def begun(self) -> bool:
+        return self._started is not None
+
+    def remaining(self) -> float:
+        if self._started is None:
+            return self.total_s
+        return max(0.0, self._started + self.total_s - time.monotonic())
+
+    def share(self, fraction: float) -> float:
+        """Seconds for a stage that may take ``fraction`` of the whole budget."""
+        return min(self.total_s * fraction, self.remaining())
+
+    def done(self, name: str) -> None:
+        """The stage since the last ``done`` (or ``begin``) is over."""
+        now = time.monotonic()
+        self.stages.append(ShutdownStage(name, round(now - self._stage_started, 3)))
+        self._stage_started = now
+
+    def took(self) -> float:
+        return round(time.monotonic() - self._started, 3) if self._started is not None else 0.0
 
 
 def configure_logging(settings: Settings, *, to_stderr: bool) -> None:
@@ -130,62 +138,120 @@ def configure_logging(settings: Settings, *, to_stderr: bool) -> None:
 
 async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Run the worker until SIGTERM or SIGINT; reports the bound port via ``task_status``."""
+    budget = ShutdownBudget(settings.shutdown_timeout_s)
+    async with open_services(settings, budget=budget) as services:
+        await _serve_http(services, budget, task_status)
+    _report_shutdown(settings, budget, services.status.pending_at_exit)
+
+
+@asynccontextmanager
+async def open_services(settings: Settings, *, budget: ShutdownBudget | None = None,
+                        compressor: Compressor | None = None,
+                        clock: Callable[[], float] = trio.current_time) -> AsyncIterator[Services]:
+    """The worker's components, started and ready, for the duration of the block (HTTP is the caller's).
+
+    The start-up ladder and the shut-down stages of the module docstring, but for
+    serving: :func:`run_worker` serves these services over HTTP, the in-process test
+    harness (``sessionmem.testing.harness``) drives the same app directly. ``clock``
+    is the supervisor's, for its restart window.
+
+    Resource handling:
+        Leaving the block shuts everything down within ``budget`` (begun on the way
+        out if the caller has not begun it); ``worker.json`` is removed.
+    """
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    compressor = choose_compressor(settings)
+    budget = budget or ShutdownBudget(settings.shutdown_timeout_s)
+    compressor = compressor or choose_compressor(settings)
+    status = WorkerStatus(settings)
+    compressor_closed = False
     log.info("starting sessionmem %s: data dir %s, compressor %s", __version__, settings.data_dir, compressor.name)
     try:
         async with open_sqlite_store(settings.db_path) as store:
             broadcaster = Broadcaster()
-            supervisor = SessionSupervisor(ActorDeps(settings, store, compressor, broadcaster))
+            deps = ActorDeps(settings, store, compressor, broadcaster)
+            policy = RestartPolicy(settings.max_restarts, settings.restart_window_s)
+            supervisor = ActorSupervisor(lambda child: SessionActor(child, deps).run(), policy,
+                                         give_up=partial(park_failed_session, deps), clock=clock)
+            router = SessionRouter(supervisor, mailbox_size=settings.mailbox_size, restart_policy=policy)
+            ingestor = Ingestor(settings, store, router)
+            services = Services(settings, status, store, router, supervisor, compressor, broadcaster, ingestor,
+                                SpoolImporter(ingestor, settings.data_dir))
             async with trio.open_nursery() as nursery:
                 await nursery.start(supervisor.run)
                 pending = await store.pending_events()
-                supervisor.replay(pending)
+                router.replay(pending)
                 if pending:
                     log.info("replaying %d pending journal event(s)", len(pending))
-                worker = Worker(settings, store, compressor, supervisor, broadcaster)
                 importing = trio.CancelScope()
 
                 async def import_spool(*, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
                     with importing:
-                        await worker.spool.run(task_status=task_status)
+                        await services.spool.run(task_status=task_status)
 
-                # Events hooks spooled while the worker was down are older than anything
+                # Events clients spooled while the worker was down are older than anything
                 # they send from now on: import them before reporting ready.
                 if await nursery.start(import_spool):
-                    log.info("imported events that hooks spooled while the worker was down")
-                worker.ready.set()
-                await _serve_http(worker, task_status)
-                importing.cancel(reason="shutting down")
-                supervisor.shutdown()
+                    log.info("imported events that clients spooled while the worker was down")
+                status.ready.set()
+                try:
+                    yield services
+                finally:
+                    if not budget.begun:
+                        budget.begin()
+                    importing.cancel(reason="shutting down")
+                    supervisor.shutdown(drain_s=budget.share(DRAIN_SHARE))
+            budget.done("actors")
+            with trio.move_on_after(budget.share(COMPRESSOR_SHARE), shield=True):
+                compressor_closed = True
+                await compressor.aclose()
+            budget.done("compressor")
+            with trio.move_on_after(budget.remaining(), shield=True):
+                status.pending_at_exit = (await store.journal_counts()).pending
+            store.close_timeout_s = budget.remaining()
+        budget.done("store")
     finally:
-        with trio.CancelScope(shield=True):
-            await compressor.aclose()
+        if not compressor_closed:  # the start failed, or was cancelled
+            with trio.move_on_after(1.0, shield=True):
+                await compressor.aclose()
         remove_state(str(settings.data_dir), os.getpid())
-        log.info("sessionmem worker stopped")
 
 
-async def _serve_http(worker: Worker, task_status: trio.TaskStatus[int]) -> None:
-    settings = worker.settings
+def _report_shutdown(settings: Settings, budget: ShutdownBudget, pending_left: int) -> None:
+    if not budget.begun:
+        return
+    report = ShutdownReport(os.getpid(), time.time(), budget.total_s, budget.took(), budget.stages, pending_left)
+    stages = ", ".join(f"{stage.name} {stage.seconds:.2f} s" for stage in report.stages)
+    log.info("sessionmem worker stopped in %.2f s of its %.0f s budget (%s); %d event(s) left pending for the next "
+             "start", report.took_seconds, report.budget_seconds, stages, report.pending_events)
+    try:
+        write_json_atomically(str(settings.data_dir / SHUTDOWN_REPORT_FILE), msgspec.to_builtins(report))
+    except OSError as exc:
+        log.warning("could not write the shutdown report: %s", exc)
+
+
+async def _serve_http(services: Services, budget: ShutdownBudget, task_status: trio.TaskStatus[int]) -> None:
+    settings, status = services.settings, services.status
     config = HypercornConfig()
     config.bind = [f"{settings.host}:{settings.port}"]
     config.accesslog = logging.getLogger("hypercorn.access") if settings.access_log else None
     config.errorlog = logging.getLogger("hypercorn.error")
-    config.graceful_timeout = 5.0
-    app = create_app(worker)
+    app = create_app(services)
     stop_http = trio.Event()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             binds = await nursery.start(partial(hypercorn_serve, app, config, shutdown_trigger=stop_http.wait))
             port = int(binds[0].rsplit(":", 1)[1])
-            worker.base_url = f"http://{settings.host}:{port}"
-            write_state(str(settings.data_dir),
-                        WorkerState(os.getpid(), settings.host, port, worker.started_at, __version__))
-            log.info("listening on %s", worker.base_url)
+            status.base_url = f"http://{settings.host}:{port}"
+            write_state(str(settings.data_dir), WorkerState(os.getpid(), settings.host, port, status.started_at,
+                                                           __version__))
+            log.info("listening on %s", status.base_url)
             task_status.started(port)
             async for received in signals:
-                log.info("signal %s: shutting down", signal.Signals(received).name)
+                log.info("signal %s: shutting down within %.0f s", signal.Signals(received).name, budget.total_s)
                 break
+            budget.begin()
             # Live streams end first, or the graceful close would wait for them.
-            worker.broadcaster.close()
+            services.broadcaster.close()
+            config.graceful_timeout = budget.share(HTTP_SHARE)  # read by Hypercorn once triggered
             stop_http.set()
+    budget.done("http")

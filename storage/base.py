@@ -17,12 +17,24 @@ Contract every backend keeps:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 
 from sessionmem.events import CompleteEvent, Envelope, InitEvent, ObservationEvent, SummarizeEvent
-from sessionmem.records import CompressedObservation, CompressedSummary
+from sessionmem.records import (
+    CompressedObservation,
+    CompressedSummary,
+    JournalCounts,
+    ObservationDetail,
+    ObservationRow,
+    SessionInfo,
+    SessionRow,
+    SummaryInputs,
+    SummaryRow,
+)
+from sessionmem.storage.checkpointer import CheckpointerStatistics
+from sessionmem.storage.writer import WriterStatistics
 
 
 class InitAccepted(msgspec.Struct, frozen=True):
@@ -42,26 +54,10 @@ class Accepted(msgspec.Struct, frozen=True):
     duplicate: bool = False  # an event with the same idempotency key was accepted before
 
 
-class SessionInfo(msgspec.Struct, frozen=True):
-    db_id: int
-    claude_session_id: str
-    project: str
-    status: str
-    prompt_counter: int
-    last_prompt: str
-
-
-class SummaryInputs(msgspec.Struct, frozen=True):
-    """What a summary is made from: the session's prompts and observations so far."""
-
-    prompts: list[str]
-    observations: list[dict[str, Any]]
-
-
-class JournalCounts(msgspec.Struct, frozen=True):
-    pending: int
-    parked: int
-    done: int
+class StoreStatistics(msgspec.Struct, frozen=True):
+    path: str
+    writer: WriterStatistics
+    checkpointer: CheckpointerStatistics
 
 
 OnCommit = Callable[[Envelope], None]
@@ -70,7 +66,7 @@ OnCommit = Callable[[Envelope], None]
 class Store(Protocol):
     # Backends are opened by an async context manager of their own
     # (e.g. ``open_sqlite_store``) that owns their background tasks.
-    def statistics(self) -> dict[str, Any]: ...
+    def statistics(self) -> StoreStatistics: ...
 
     # -- journal (write side, used by routes)
     async def accept_init(self, event: InitEvent, on_commit: OnCommit) -> InitAccepted: ...
@@ -98,9 +94,9 @@ class Store(Protocol):
     async def summary_inputs(self, session: SessionInfo) -> SummaryInputs: ...
 
     # -- reads (used by routes)
-    async def list_sessions(self, *, project: str | None, limit: int, offset: int) -> list[dict[str, Any]]: ...
-    async def list_observations(self, *, project: str | None, limit: int, offset: int) -> list[dict[str, Any]]: ...
-    async def get_observation(self, observation_id: int) -> dict[str, Any] | None: ...
-    async def list_summaries(self, *, project: str | None, limit: int, offset: int) -> list[dict[str, Any]]: ...
-    async def session_by_db_id(self, session_db_id: int) -> dict[str, Any] | None: ...
+    async def list_sessions(self, *, project: str | None, limit: int, offset: int) -> list[SessionRow]: ...
+    async def list_observations(self, *, project: str | None, limit: int, offset: int) -> list[ObservationRow]: ...
+    async def get_observation(self, observation_id: int) -> ObservationDetail | None: ...
+    async def list_summaries(self, *, project: str | None, limit: int, offset: int) -> list[SummaryRow]: ...
+    async def session_by_db_id(self, session_db_id: int) -> SessionRow | None: ...
     async def journal_counts(self) -> JournalCounts: ...

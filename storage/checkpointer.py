@@ -2,14 +2,14 @@
 
 SQLite's automatic checkpoint runs inside whichever commit crosses the threshold,
 so one unlucky request pays for copying the WAL into the database (and an fsync).
-The writer connection has auto-checkpoint turned off; this task checkpoints from a
-connection of its own, on a worker thread, whenever the WAL has grown past a
-threshold. PASSIVE mode never waits for readers or the writer: it copies what it
-can and tries again next time.
+The writer connection has auto-checkpoint turned off; :class:`Checkpointer`
+checkpoints from a connection of its own, on a worker thread, whenever the WAL has
+grown past a threshold. PASSIVE mode never waits for readers or the writer: it copies
+what it can and tries again next time.
 
 Resource handling:
-    The checkpoint connection belongs to :func:`run_checkpointer` and is closed when
-    it is cancelled (after one last attempt, bounded in time).
+    The checkpoint connection belongs to :meth:`Checkpointer.run` and is closed when
+    it is cancelled (after one last attempt, bounded by ``close_timeout_s``).
 """
 
 from __future__ import annotations
@@ -17,10 +17,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import apsw
+import msgspec
 import trio
 
 INTERVAL_S = 1.0
 THRESHOLD_PAGES = 1000  # SQLite's own default auto-checkpoint size
+PAGE_BYTES = 4096
+
+
+class CheckpointerStatistics(msgspec.Struct, frozen=True):
+    checkpoints: int
+    wal_bytes: int  # size of the WAL file at the last look
+    last_checkpointed_pages: int
 
 
 def _checkpoint(connection: apsw.Connection) -> tuple[int, int]:
@@ -28,26 +36,43 @@ def _checkpoint(connection: apsw.Connection) -> tuple[int, int]:
     return connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
 
 
-async def run_checkpointer(path: Path, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    connection = await trio.to_thread.run_sync(apsw.Connection, str(path))
-    limiter = trio.CapacityLimiter(1)
-    try:
-        await trio.to_thread.run_sync(connection.set_busy_timeout, 0)
-        task_status.started()
-        while True:
-            await trio.sleep(INTERVAL_S)
-            if await trio.to_thread.run_sync(_wal_pages, connection, limiter=limiter) >= THRESHOLD_PAGES:
-                await trio.to_thread.run_sync(_checkpoint, connection, limiter=limiter)
-    finally:
-        with trio.move_on_after(5, shield=True):
-            await trio.to_thread.run_sync(_checkpoint, connection, limiter=limiter)
-            await trio.to_thread.run_sync(connection.close)
-
-
-def _wal_pages(connection: apsw.Connection) -> int:
+def _wal_bytes(path: Path) -> int:
     # The file size is enough (a checkpoint resets the WAL for reuse, it does not
     # shrink it, so this over-counts right after one: harmless, the next is cheap).
     try:
-        return Path(connection.filename + "-wal").stat().st_size // 4096
+        return Path(str(path) + "-wal").stat().st_size
     except OSError:
         return 0
+
+
+class Checkpointer:
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._checkpoints = 0
+        self._wal_bytes = 0
+        self._last_pages = 0
+
+    def statistics(self) -> CheckpointerStatistics:
+        return CheckpointerStatistics(self._checkpoints, self._wal_bytes, self._last_pages)
+
+    async def run(self, *, close_timeout_s: float = 5.0,
+                  task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Checkpoint whenever the WAL passes the threshold, until cancelled."""
+        connection = await trio.to_thread.run_sync(apsw.Connection, str(self._path))
+        limiter = trio.CapacityLimiter(1)
+        try:
+            await trio.to_thread.run_sync(connection.set_busy_timeout, 0)
+            task_status.started()
+            while True:
+                await trio.sleep(INTERVAL_S)
+                self._wal_bytes = await trio.to_thread.run_sync(_wal_bytes, self._path, limiter=limiter)
+                if self._wal_bytes >= THRESHOLD_PAGES * PAGE_BYTES:
+                    await self._checkpoint(connection, limiter)
+        finally:
+            with trio.move_on_after(close_timeout_s, shield=True):
+                await self._checkpoint(connection, limiter)
+                await trio.to_thread.run_sync(connection.close)
+
+    async def _checkpoint(self, connection: apsw.Connection, limiter: trio.CapacityLimiter) -> None:
+        _, self._last_pages = await trio.to_thread.run_sync(_checkpoint, connection, limiter=limiter)
+        self._checkpoints += 1

@@ -49,8 +49,9 @@ class ReaderPool:
         finally:
             self._free_send.send_nowait(connection)
 
-    async def aclose(self) -> None:
-        with trio.move_on_after(5, shield=True):
+    async def aclose(self, *, timeout_s: float = 5.0) -> None:
+        """Wait (at most ``timeout_s``) for lent connections to come back, then close all."""
+        with trio.move_on_after(timeout_s, shield=True):
             for _ in range(len(self._all)):
                 await self._free_receive.receive()
         for connection in self._all:

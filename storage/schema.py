@@ -166,7 +166,15 @@ ALTER TABLE journal ADD COLUMN idempotency_key TEXT;
 CREATE UNIQUE INDEX journal_idempotency ON journal (idempotency_key) WHERE idempotency_key IS NOT NULL;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+# One name for one thing: the integer key of a session row is `session_db_id`
+# everywhere (`claude_session_id` is Claude Code's string id).
+_V3 = """
+ALTER TABLE user_prompts RENAME COLUMN session_id TO session_db_id;
+ALTER TABLE observations RENAME COLUMN session_id TO session_db_id;
+ALTER TABLE session_summaries RENAME COLUMN session_id TO session_db_id;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 
 
 def migrate(connection: apsw.Connection) -> int:

@@ -36,16 +36,19 @@ from sessionmem.events import (
     encode_event,
     event_kind,
 )
-from sessionmem.records import CompressedObservation, CompressedSummary
-from sessionmem.storage.base import (
-    Accepted,
-    InitAccepted,
+from sessionmem.records import (
+    CompressedObservation,
+    CompressedSummary,
     JournalCounts,
-    OnCommit,
+    ObservationDetail,
+    ObservationRow,
     SessionInfo,
+    SessionRow,
     SummaryInputs,
+    SummaryRow,
 )
-from sessionmem.storage.checkpointer import run_checkpointer
+from sessionmem.storage.base import Accepted, InitAccepted, OnCommit, StoreStatistics
+from sessionmem.storage.checkpointer import Checkpointer
 from sessionmem.storage.readers import ReaderPool
 from sessionmem.storage.schema import migrate
 from sessionmem.storage.writer import GroupCommitWriter
@@ -74,34 +77,47 @@ def open_writer(path: Path) -> apsw.Connection:
     return connection
 
 
-def _rows(cursor: apsw.Cursor) -> list[dict[str, Any]]:
-    names: list[str] | None = None
-    out = []
-    for row in cursor:
-        if names is None:
-            names = [d[0] for d in cursor.get_description()]
-        out.append(dict(zip(names, row)))
-    return out
-
-
-_JSON_LIST_COLUMNS = ("facts", "concepts", "files_read", "files_modified")
+_SESSION_COLUMNS = (
+    "id, claude_session_id, project, cwd, first_prompt, prompt_counter, status, failure, input_tokens,"
+    " output_tokens, created_at, updated_at, completed_at,"
+    " (SELECT count(*) FROM observations o WHERE o.session_db_id = s.id)"
+)
+# In ObservationRow's field order.
+_OBSERVATION_COLUMNS = (
+    "o.id, s.claude_session_id, o.project, o.prompt_number, o.tool_name, o.tool_use_id, o.agent_id, o.agent_type,"
+    " o.failed, o.type, o.title, o.subtitle, o.facts, o.narrative, o.concepts, o.files_read, o.files_modified,"
+    " o.compressed, o.compressor, o.model, o.input_tokens, o.output_tokens, o.created_at"
+)
+_OBSERVATIONS_FROM = "FROM observations o JOIN sessions s ON s.id = o.session_db_id"
+_FAILED, _FACTS, _CONCEPTS, _FILES_READ, _FILES_MODIFIED, _COMPRESSED = 8, 12, 14, 15, 16, 17
+_OBSERVATION_WIDTH = 23
 _json_list = msgspec.json.Decoder(list[str])
 
 
-def _observation_public(row: dict[str, Any]) -> dict[str, Any]:
-    for column in _JSON_LIST_COLUMNS:
-        if column in row and isinstance(row[column], str):
-            row[column] = _json_list.decode(row[column])
-    payload = row.pop("payload", None)
+def _observation_fields(row: tuple[Any, ...]) -> list[Any]:
+    """An ``_OBSERVATION_COLUMNS`` row with SQLite's integers and JSON texts decoded."""
+    fields = list(row[:_OBSERVATION_WIDTH])
+    for index in (_FACTS, _CONCEPTS, _FILES_READ, _FILES_MODIFIED):
+        fields[index] = _json_list.decode(fields[index])
+    fields[_FAILED] = bool(fields[_FAILED])
+    fields[_COMPRESSED] = bool(fields[_COMPRESSED])
+    return fields
+
+
+def _observation_row(row: tuple[Any, ...]) -> ObservationRow:
+    return ObservationRow(*_observation_fields(row))
+
+
+def _observation_detail(row: tuple[Any, ...]) -> ObservationDetail:
+    session_db_id, event_id, payload = row[_OBSERVATION_WIDTH:]
+    tool_input = tool_response = None
     if payload is not None:  # the raw tool data lives in the journal row of the event
         event = decode_event(payload)
         if isinstance(event, ObservationEvent):
-            row["tool_input"] = event.tool_input
-            row["tool_response"] = event.error if event.failed and event.tool_response is None else event.tool_response
-    for column in ("compressed", "failed"):
-        if column in row:
-            row[column] = bool(row[column])
-    return row
+            tool_input = event.tool_input
+            tool_response = event.error if event.failed and event.tool_response is None else event.tool_response
+    return ObservationDetail(*_observation_fields(row), session_db_id=session_db_id, event_id=event_id,
+                             tool_input=tool_input, tool_response=tool_response)
 
 
 def _to_json(value: Any) -> str:
@@ -130,7 +146,7 @@ def _journal(connection: apsw.Connection, event: Any, status: str, now: float) -
     connection.execute(
         "INSERT INTO journal (claude_session_id, kind, status, accepted_at, processed_at, idempotency_key)"
         " VALUES (?, ?, ?, ?, ?, ?)",
-        (event.session_id, event_kind(event), status, now, now if status == "done" else None, event.key or None),
+        (event.claude_session_id, event_kind(event), status, now, now if status == "done" else None, event.key or None),
     )
     event_id = connection.last_insert_rowid()
     connection.execute("INSERT INTO journal_payloads (id, payload) VALUES (?, ?)", (event_id, encode_event(event)))
@@ -153,12 +169,12 @@ def _accept_init(connection: apsw.Connection, event: InitEvent) -> InitAccepted:
     if earlier is not None:
         first = earlier.event
         assert isinstance(first, InitEvent)
-        found = _load_session(connection, first.session_id)
+        found = _load_session(connection, first.claude_session_id)
         return InitAccepted(earlier, found[0] if found else 0, first.prompt_number, skipped=not first.prompt,
                             reason=first.skip_reason, duplicate=True)
-    found = _load_session(connection, event.session_id)
+    found = _load_session(connection, event.claude_session_id)
     if found is None:
-        session_db_id, counter = _create_session(connection, event.session_id, event.project, event.cwd, now), 0
+        session_db_id, counter = _create_session(connection, event.claude_session_id, event.project, event.cwd, now), 0
     else:
         session_db_id, counter, _status = found
     skipped, reason = False, ""
@@ -168,7 +184,7 @@ def _accept_init(connection: apsw.Connection, event: InitEvent) -> InitAccepted:
     else:
         counter += 1
         connection.execute(
-            "INSERT INTO user_prompts (session_id, prompt_number, text, created_at) VALUES (?, ?, ?, ?)",
+            "INSERT INTO user_prompts (session_db_id, prompt_number, text, created_at) VALUES (?, ?, ?, ?)",
             (session_db_id, counter, event.prompt, now),
         )
         connection.execute(
@@ -187,15 +203,16 @@ def _accept_event(connection: apsw.Connection, event: ObservationEvent | Summari
     now = time.time()
     earlier = _already_journaled(connection, event.key)
     if earlier is not None:
-        found = _load_session(connection, earlier.event.session_id)
+        found = _load_session(connection, earlier.event.claude_session_id)
         prompt_number = getattr(earlier.event, "prompt_number", 0)
         return Accepted(earlier, found[0] if found else 0, prompt_number, parked=False, duplicate=True)
-    found = _load_session(connection, event.session_id)
+    found = _load_session(connection, event.claude_session_id)
     if found is None:
         # An event for a session we never saw init for (worker started mid-session):
         # keep it rather than lose it.
         project = event.project or "unknown"
-        session_db_id, counter, status = _create_session(connection, event.session_id, project, getattr(event, "cwd", ""), now), 0, "initialized"
+        session_db_id = _create_session(connection, event.claude_session_id, project, getattr(event, "cwd", ""), now)
+        counter, status = 0, "initialized"
     else:
         session_db_id, counter, status = found
     if not isinstance(event, CompleteEvent):
@@ -215,9 +232,13 @@ def _mark_done(connection: apsw.Connection, event_ids: Sequence[int], now: float
 async def open_sqlite_store(path: Path, *, readers: int = 4) -> AsyncIterator[SQLiteStore]:
     """Open (creating and migrating) the database at ``path`` for the duration of the block.
 
-    The writer task lives in a nursery owned by this context manager. On exit, the
-    writer stops taking submissions, commits what is queued, and every connection
-    is closed.
+    Resource handling:
+        The writer and checkpointer tasks live in a nursery owned by this context
+        manager. On exit, the writer stops taking submissions and commits what is
+        queued (a commit that started always finishes), the checkpointer makes one
+        last attempt, and every connection is closed; the clean-up after the writer's
+        drain takes at most :attr:`SQLiteStore.close_timeout_s`, which the owner may
+        lower before leaving the block (its share of a shutdown budget).
     """
     store = SQLiteStore(path, readers=readers)
     await store._open()
@@ -229,7 +250,7 @@ async def open_sqlite_store(path: Path, *, readers: int = 4) -> AsyncIterator[SQ
 
             async def checkpoint_until_closed() -> None:
                 with checkpoints:
-                    await run_checkpointer(path)
+                    await store._checkpointer.run(close_timeout_s=store.close_timeout_s)
 
             nursery.start_soon(checkpoint_until_closed)
             try:
@@ -238,7 +259,7 @@ async def open_sqlite_store(path: Path, *, readers: int = 4) -> AsyncIterator[SQ
                 store._writer.close()  # the writer drains what is queued, then returns
                 checkpoints.cancel(reason="store closing")
     finally:
-        with trio.CancelScope(shield=True):
+        with trio.move_on_after(store.close_timeout_s, shield=True):
             await store._close()
 
 
@@ -247,7 +268,9 @@ class SQLiteStore:
 
     def __init__(self, path: Path, *, readers: int = 4) -> None:
         self.path = path
+        self.close_timeout_s = 5.0
         self._readers = ReaderPool(path, readers)
+        self._checkpointer = Checkpointer(path)
         self._connection: apsw.Connection | None = None
         self._writer: GroupCommitWriter | None = None
 
@@ -259,13 +282,15 @@ class SQLiteStore:
         await self._readers.open()
 
     async def _close(self) -> None:
-        await self._readers.aclose()
+        await self._readers.aclose(timeout_s=self.close_timeout_s)
         if self._connection is not None:
             connection, self._connection = self._connection, None
             await trio.to_thread.run_sync(connection.close)
 
-    def statistics(self) -> dict[str, Any]:
-        return {"path": str(self.path), "writer": self._writer.statistics() if self._writer else None}
+    def statistics(self) -> StoreStatistics:
+        if self._writer is None:
+            raise RuntimeError("store is not open")
+        return StoreStatistics(str(self.path), self._writer.statistics(), self._checkpointer.statistics())
 
     async def _write(self, fn: Any, *args: Any, on_commit: Any = None) -> Any:
         if self._writer is None:
@@ -343,7 +368,7 @@ class SQLiteStore:
         def query(connection: apsw.Connection) -> SessionInfo | None:
             row = connection.execute(
                 "SELECT s.id, s.claude_session_id, s.project, s.status, s.prompt_counter,"
-                " coalesce((SELECT text FROM user_prompts p WHERE p.session_id = s.id"
+                " coalesce((SELECT text FROM user_prompts p WHERE p.session_db_id = s.id"
                 "           ORDER BY prompt_number DESC LIMIT 1), '')"
                 " FROM sessions s WHERE s.claude_session_id = ?",
                 (claude_session_id,),
@@ -362,12 +387,12 @@ class SQLiteStore:
             inserted = tokens_in = tokens_out = 0
             for envelope, event, obs in items:
                 connection.execute(
-                    "INSERT OR IGNORE INTO observations (session_id, project, prompt_number, event_id, tool_name,"
+                    "INSERT OR IGNORE INTO observations (session_db_id, project, prompt_number, event_id, tool_name,"
                     " tool_use_id, agent_id, agent_type, failed, type, title, subtitle, facts, narrative, concepts,"
                     " files_read, files_modified, compressed, compressor, model, input_tokens, output_tokens,"
                     " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
-                        session.db_id, session.project, event.prompt_number, envelope.event_id, event.tool_name,
+                        session.session_db_id, session.project, event.prompt_number, envelope.event_id, event.tool_name,
                         event.tool_use_id or f"event-{envelope.event_id}", event.agent_id or None,
                         event.agent_type or None, int(event.failed), obs.type, obs.title, obs.subtitle,
                         _to_json(obs.facts), obs.narrative, _to_json(obs.concepts), _to_json(obs.files_read),
@@ -382,7 +407,7 @@ class SQLiteStore:
             connection.execute(
                 "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
                 " updated_at = ? WHERE id = ?",
-                (tokens_in, tokens_out, now, session.db_id),
+                (tokens_in, tokens_out, now, session.session_db_id),
             )
             _mark_done(connection, [envelope.event_id for envelope, _, _ in items], now)
             return inserted
@@ -396,11 +421,11 @@ class SQLiteStore:
         def store(connection: apsw.Connection) -> bool:
             now = time.time()
             connection.execute(
-                "INSERT OR IGNORE INTO session_summaries (session_id, project, prompt_number, event_id, request,"
+                "INSERT OR IGNORE INTO session_summaries (session_db_id, project, prompt_number, event_id, request,"
                 " investigated, learned, completed, next_steps, notes, compressed, compressor, model,"
                 " input_tokens, output_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    session.db_id, session.project, event.prompt_number, envelope.event_id, summary.request,
+                    session.session_db_id, session.project, event.prompt_number, envelope.event_id, summary.request,
                     summary.investigated, summary.learned, summary.completed, summary.next_steps, summary.notes,
                     int(summary.compressed), summary.compressor, summary.model or None, summary.input_tokens,
                     summary.output_tokens, now,
@@ -410,7 +435,8 @@ class SQLiteStore:
             connection.execute(
                 "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
                 " updated_at = ? WHERE id = ?",
-                (summary.input_tokens if inserted else 0, summary.output_tokens if inserted else 0, now, session.db_id),
+                (summary.input_tokens if inserted else 0, summary.output_tokens if inserted else 0, now,
+                 session.session_db_id),
             )
             _mark_done(connection, [envelope.event_id], now)
             return inserted
@@ -423,7 +449,7 @@ class SQLiteStore:
             connection.execute(
                 "UPDATE sessions SET status = 'completed', completed_at = ?, updated_at = ?"
                 " WHERE id = ? AND status != 'failed'",
-                (now, now, session.db_id),
+                (now, now, session.session_db_id),
             )
             _mark_done(connection, [envelope.event_id], now)
 
@@ -434,96 +460,72 @@ class SQLiteStore:
             prompts = [
                 text
                 for (text,) in connection.execute(
-                    "SELECT text FROM user_prompts WHERE session_id = ? ORDER BY prompt_number", (session.db_id,)
+                    "SELECT text FROM user_prompts WHERE session_db_id = ? ORDER BY prompt_number",
+                    (session.session_db_id,),
                 )
             ]
-            observations = _rows(
-                connection.execute(
-                    "SELECT id, prompt_number, tool_name, failed, type, title, subtitle, facts, files_read,"
-                    " files_modified FROM observations WHERE session_id = ? ORDER BY id",
-                    (session.db_id,),
-                )
+            observations = connection.execute(
+                f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM} WHERE o.session_db_id = ? ORDER BY o.id",
+                (session.session_db_id,),
             )
-            return SummaryInputs(prompts, [_observation_public(row) for row in observations])
+            return SummaryInputs(prompts, [_observation_row(row) for row in observations])
 
         return await self._readers.run(query)
 
     # -- reads -------------------------------------------------------------------------
 
-    async def list_sessions(self, *, project: str | None, limit: int, offset: int) -> list[dict[str, Any]]:
-        def query(connection: apsw.Connection) -> list[dict[str, Any]]:
-            return _rows(
-                connection.execute(
-                    "SELECT id AS sessionDbId, claude_session_id AS claudeSessionId, project, first_prompt,"
-                    " prompt_counter, status, failure, input_tokens, output_tokens, created_at, updated_at,"
-                    " completed_at, (SELECT count(*) FROM observations o WHERE o.session_id = s.id) AS observations"
-                    " FROM sessions s WHERE (?1 IS NULL OR project = ?1) ORDER BY updated_at DESC, id DESC"
-                    " LIMIT ?2 OFFSET ?3",
-                    (project, limit, offset),
-                )
+    async def list_sessions(self, *, project: str | None, limit: int, offset: int) -> list[SessionRow]:
+        def query(connection: apsw.Connection) -> list[SessionRow]:
+            rows = connection.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE (?1 IS NULL OR project = ?1)"
+                " ORDER BY updated_at DESC, id DESC LIMIT ?2 OFFSET ?3",
+                (project, limit, offset),
             )
+            return [SessionRow(*row) for row in rows]
 
         return await self._readers.run(query)
 
-    async def session_by_db_id(self, session_db_id: int) -> dict[str, Any] | None:
-        def query(connection: apsw.Connection) -> dict[str, Any] | None:
-            rows = _rows(
-                connection.execute(
-                    "SELECT id AS sessionDbId, claude_session_id AS claudeSessionId, project, cwd, status,"
-                    " prompt_counter FROM sessions WHERE id = ?",
-                    (session_db_id,),
-                )
-            )
-            return rows[0] if rows else None
+    async def session_by_db_id(self, session_db_id: int) -> SessionRow | None:
+        def query(connection: apsw.Connection) -> SessionRow | None:
+            row = connection.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE id = ?",
+                                     (session_db_id,)).fetchone()
+            return SessionRow(*row) if row else None
 
         return await self._readers.run(query)
 
-    async def list_observations(self, *, project: str | None, limit: int, offset: int) -> list[dict[str, Any]]:
-        def query(connection: apsw.Connection) -> list[dict[str, Any]]:
-            rows = _rows(
-                connection.execute(
-                    "SELECT o.id, s.claude_session_id AS claudeSessionId, o.project, o.prompt_number, o.tool_name,"
-                    " o.tool_use_id, o.agent_id, o.agent_type, o.failed, o.type, o.title, o.subtitle, o.facts,"
-                    " o.narrative, o.concepts, o.files_read, o.files_modified, o.compressed, o.compressor,"
-                    " o.model, o.input_tokens, o.output_tokens, o.created_at"
-                    " FROM observations o JOIN sessions s ON s.id = o.session_id"
-                    " WHERE (?1 IS NULL OR o.project = ?1) ORDER BY o.id DESC LIMIT ?2 OFFSET ?3",
-                    (project, limit, offset),
-                )
+    async def list_observations(self, *, project: str | None, limit: int, offset: int) -> list[ObservationRow]:
+        def query(connection: apsw.Connection) -> list[ObservationRow]:
+            rows = connection.execute(
+                f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM}"
+                " WHERE (?1 IS NULL OR o.project = ?1) ORDER BY o.id DESC LIMIT ?2 OFFSET ?3",
+                (project, limit, offset),
             )
-            return [_observation_public(row) for row in rows]
+            return [_observation_row(row) for row in rows]
 
         return await self._readers.run(query)
 
-    async def get_observation(self, observation_id: int) -> dict[str, Any] | None:
-        def query(connection: apsw.Connection) -> dict[str, Any] | None:
-            rows = _rows(
-                connection.execute(
-                    "SELECT o.*, s.claude_session_id AS claudeSessionId, p.payload FROM observations o"
-                    " JOIN sessions s ON s.id = o.session_id LEFT JOIN journal_payloads p ON p.id = o.event_id"
-                    " WHERE o.id = ?",
-                    (observation_id,),
-                )
-            )
-            return _observation_public(rows[0]) if rows else None
+    async def get_observation(self, observation_id: int) -> ObservationDetail | None:
+        def query(connection: apsw.Connection) -> ObservationDetail | None:
+            row = connection.execute(
+                f"SELECT {_OBSERVATION_COLUMNS}, o.session_db_id, o.event_id, p.payload {_OBSERVATIONS_FROM}"
+                " LEFT JOIN journal_payloads p ON p.id = o.event_id WHERE o.id = ?",
+                (observation_id,),
+            ).fetchone()
+            return _observation_detail(row) if row else None
 
         return await self._readers.run(query)
 
-    async def list_summaries(self, *, project: str | None, limit: int, offset: int) -> list[dict[str, Any]]:
-        def query(connection: apsw.Connection) -> list[dict[str, Any]]:
-            rows = _rows(
-                connection.execute(
-                    "SELECT m.id, s.claude_session_id AS claudeSessionId, m.project, m.prompt_number, m.request,"
-                    " m.investigated, m.learned, m.completed, m.next_steps, m.notes, m.compressed, m.compressor,"
-                    " m.model, m.input_tokens, m.output_tokens, m.created_at"
-                    " FROM session_summaries m JOIN sessions s ON s.id = m.session_id"
-                    " WHERE (?1 IS NULL OR m.project = ?1) ORDER BY m.id DESC LIMIT ?2 OFFSET ?3",
-                    (project, limit, offset),
-                )
+    async def list_summaries(self, *, project: str | None, limit: int, offset: int) -> list[SummaryRow]:
+        def query(connection: apsw.Connection) -> list[SummaryRow]:
+            rows = connection.execute(
+                "SELECT m.id, s.claude_session_id, m.project, m.prompt_number, m.request, m.investigated,"
+                " m.learned, m.completed, m.next_steps, m.notes, m.compressed, m.compressor, m.model,"
+                " m.input_tokens, m.output_tokens, m.created_at"
+                " FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id"
+                " WHERE (?1 IS NULL OR m.project = ?1) ORDER BY m.id DESC LIMIT ?2 OFFSET ?3",
+                (project, limit, offset),
             )
-            for row in rows:
-                row["compressed"] = bool(row["compressed"])
-            return rows
+            return [SummaryRow(*row[:10], bool(row[10]), *row[11:]) for row in rows]
 
         return await self._readers.run(query)
 

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import apsw
+import msgspec
 import trio
 
 T = TypeVar("T")
@@ -45,21 +46,14 @@ class _Operation(Generic[T]):
         self.error: BaseException | None = None
 
 
-class WriterStatistics:
-    __slots__ = ("batches", "operations", "largest_batch", "queued", "failed_commits", "slowest_commit_ms",
-                 "commits_over_20ms")
-
-    def __init__(self) -> None:
-        self.batches = 0
-        self.operations = 0
-        self.largest_batch = 0
-        self.queued = 0
-        self.failed_commits = 0
-        self.slowest_commit_ms = 0.0
-        self.commits_over_20ms = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__slots__}
+class WriterStatistics(msgspec.Struct, frozen=True):
+    batches: int  # group commits
+    operations: int  # submissions committed in them
+    largest_batch: int
+    queued: int  # submissions waiting for the next batch
+    failed_commits: int
+    slowest_commit_ms: float
+    commits_over_20ms: int
 
 
 class GroupCommitWriter:
@@ -68,11 +62,20 @@ class GroupCommitWriter:
         self._max_batch = max_batch
         self._send, self._receive = trio.open_memory_channel[_Operation[Any]](max_batch * 4)
         self._limiter = trio.CapacityLimiter(1)
-        self._stats = WriterStatistics()
+        self._batches = self._operations = self._largest_batch = 0
+        self._failed_commits = self._commits_over_20ms = 0
+        self._slowest_commit_ms = 0.0
 
-    def statistics(self) -> dict[str, Any]:
-        self._stats.queued = self._send.statistics().current_buffer_used
-        return self._stats.as_dict()
+    def statistics(self) -> WriterStatistics:
+        return WriterStatistics(
+            batches=self._batches,
+            operations=self._operations,
+            largest_batch=self._largest_batch,
+            queued=self._send.statistics().current_buffer_used,
+            failed_commits=self._failed_commits,
+            slowest_commit_ms=round(self._slowest_commit_ms, 2),
+            commits_over_20ms=self._commits_over_20ms,
+        )
 
     async def submit(self, fn: Callable[[apsw.Connection], T], *, on_commit: Callable[[T], None] | None = None) -> T:
         """Run ``fn(connection)`` in the next group commit and return its result once durable.
@@ -115,16 +118,16 @@ class GroupCommitWriter:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self._commit_batch, batch, limiter=self._limiter)
         except Exception as exc:  # the commit failed: nothing in this batch happened
-            self._stats.failed_commits += 1
+            self._failed_commits += 1
             for operation in batch:
                 operation.error = exc
         else:
             elapsed_ms = (time.perf_counter() - started) * 1000
-            self._stats.slowest_commit_ms = round(max(self._stats.slowest_commit_ms, elapsed_ms), 2)
-            self._stats.commits_over_20ms += elapsed_ms > 20
-            self._stats.batches += 1
-            self._stats.operations += len(batch)
-            self._stats.largest_batch = max(self._stats.largest_batch, len(batch))
+            self._slowest_commit_ms = max(self._slowest_commit_ms, elapsed_ms)
+            self._commits_over_20ms += elapsed_ms > 20
+            self._batches += 1
+            self._operations += len(batch)
+            self._largest_batch = max(self._largest_batch, len(batch))
             for operation in batch:
                 if operation.error is None and operation.on_commit is not None:
                     try:

@@ -21,7 +21,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from sessionmem.protocol.state import process_alive
+from sessionmem.actors.state import ActorState
+from sessionmem.protocol.state import STATE_FILE, process_alive, read_state
+
+WORKING_STATES = tuple(state.value for state in ActorState if state.working)  # as /debug writes them
 
 
 class WorkerProcess:
@@ -38,13 +41,8 @@ class WorkerProcess:
     @classmethod
     def attach(cls, data_dir: Path) -> WorkerProcess | None:
         """The live worker recorded in ``data_dir/worker.json`` (started by a hook, say), or None."""
-        try:
-            state = json.loads((data_dir / "worker.json").read_text())
-        except (OSError, ValueError):
-            return None
-        if not process_alive(int(state["pid"])):
-            return None
-        return cls(None, data_dir, int(state["port"]), pid=int(state["pid"]))
+        state = read_state(str(data_dir))
+        return cls(None, data_dir, state.port, pid=state.pid) if state is not None else None
 
     @property
     def pid(self) -> int:
@@ -82,7 +80,7 @@ class WorkerProcess:
         """Wait until the journal has nothing pending and no actor holds work."""
         def idle() -> dict[str, Any] | None:
             debug = self.get("/debug")
-            busy = any(a["mailbox_depth"] or a["backlog"] or a["inflight"] for a in debug["actors"])
+            busy = debug["sessions"]["queued"] or any(a["state"] in WORKING_STATES for a in debug["actors"])
             return debug if debug["journal"]["pending"] == 0 and not busy else None
         return self.wait_until(idle, timeout=timeout)
 
@@ -135,7 +133,7 @@ def start_worker(data_dir: Path, *, env: dict[str, str] | None = None, timeout: 
                  log_name: str = "worker.stderr") -> WorkerProcess:
     """Start ``python -m sessionmem serve`` on a free port with ``data_dir``; wait until ready."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    state = data_dir / "worker.json"
+    state = data_dir / STATE_FILE
     state.unlink(missing_ok=True)
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONMEM_", "ANTHROPIC_"))}
     full_env.update({"SESSIONMEM_DATA_DIR": str(data_dir), "SESSIONMEM_PORT": "0", "PYTHONUNBUFFERED": "1"})

@@ -1,18 +1,29 @@
-"""Shared fixtures: real worker processes on temporary data dirs, and the scripted Messages API."""
+"""Shared fixtures: the worker in-process (the default), real worker processes where a test needs
+one, the scripted Messages API, and the recorded hook payloads."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sessionmem.records import ObservationRow, SummaryRow
+from sessionmem.testing.harness import InProcessWorker, open_worker
 from sessionmem.testing.messages_api import ScriptedMessagesAPI
 from sessionmem.testing.worker_process import WorkerProcess, start_worker
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture
+async def app(tmp_path: Path) -> AsyncIterator[InProcessWorker]:
+    """The worker in this process: real SQLite on a temporary dir, real actors, its ASGI app driven directly."""
+    async with open_worker(tmp_path / "data", batch_quiet_s=0.05) as worker:
+        yield worker
 
 
 @pytest.fixture
@@ -52,3 +63,26 @@ def payloads() -> list[dict[str, Any]]:
 def data_dir_contains(data_dir: Path, needle: bytes) -> list[str]:
     """Every file under ``data_dir`` whose bytes contain ``needle`` (database, WAL, logs)."""
     return [str(p) for p in data_dir.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+def observation_row(id: int, **fields: Any) -> ObservationRow:
+    """A stored observation as storage returns it, with plain defaults for what a test does not care about."""
+    values: dict[str, Any] = {
+        "claude_session_id": "s", "project": "proj", "prompt_number": 1, "tool_name": "Read", "tool_use_id": f"t{id}",
+        "agent_id": None, "agent_type": None, "failed": False, "type": "discovery", "title": f"observation {id}",
+        "subtitle": "", "facts": [], "narrative": "", "concepts": [], "files_read": [], "files_modified": [],
+        "compressed": True, "compressor": "offline", "model": None, "input_tokens": 0, "output_tokens": 0,
+        "created_at": time.time(),
+    }
+    values.update(fields)
+    return ObservationRow(id=id, **values)
+
+
+def summary_row(id: int, **fields: Any) -> SummaryRow:
+    values: dict[str, Any] = {
+        "claude_session_id": "s", "project": "proj", "prompt_number": 1, "request": "", "investigated": "",
+        "learned": "", "completed": "", "next_steps": "", "notes": "", "compressed": True, "compressor": "offline",
+        "model": None, "input_tokens": 0, "output_tokens": 0, "created_at": time.time(),
+    }
+    values.update(fields)
+    return SummaryRow(id=id, **values)

@@ -37,18 +37,18 @@ def test_backfill_is_complete_idempotent_and_private(worker: WorkerProcess) -> N
     assert f"unreadable: {stats.broken_lines} line(s)" in first.stdout
     worker.wait_idle(timeout=120)
     stored = worker.get("/api/observations?limit=500")["observations"]
-    assert {o["tool_use_id"] for o in stored} == expected_ids
+    assert {o["toolUseId"] for o in stored} == expected_ids
     assert len(stored) == len(expected_ids)
     summaries = len(worker.get("/api/summaries?limit=500")["summaries"])
     assert summaries == stats.stops
-    prompts_before = {s["claudeSessionId"]: s["prompt_counter"] for s in worker.get("/api/sessions?limit=500")["sessions"]}
+    prompts_before = {s["claudeSessionId"]: s["promptCounter"] for s in worker.get("/api/sessions?limit=500")["sessions"]}
 
     second = run_backfill(worker)
     assert second.returncode == 0 and " 0 new" in second.stdout, second.stdout
     worker.wait_idle(timeout=120)
     assert len(worker.get("/api/observations?limit=500")["observations"]) == len(expected_ids)
     assert len(worker.get("/api/summaries?limit=500")["summaries"]) == summaries
-    prompts_after = {s["claudeSessionId"]: s["prompt_counter"] for s in worker.get("/api/sessions?limit=500")["sessions"]}
+    prompts_after = {s["claudeSessionId"]: s["promptCounter"] for s in worker.get("/api/sessions?limit=500")["sessions"]}
     assert prompts_after == prompts_before
 
     worker.stop()

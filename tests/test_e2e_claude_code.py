@@ -155,11 +155,11 @@ def test_session_is_captured_and_private_text_is_nowhere(harness: Harness, sessi
     worker, session_id = session_one["worker"], session_one["session_id"]
     sessions = {s["claudeSessionId"]: s for s in worker.get("/api/sessions")["sessions"]}
     session = sessions[session_id]
-    assert session["status"] == "completed" and session["prompt_counter"] == 1
-    assert session["project"] == "calcproj" and session["first_prompt"] == "Fix the divide bug in calc.py"
+    assert session["status"] == "completed" and session["promptCounter"] == 1
+    assert session["project"] == "calcproj" and session["firstPrompt"] == "Fix the divide bug in calc.py"
 
     rows = observations(worker, session_id)
-    assert [r["tool_name"] for r in rows] == ["Read", "Edit", "Bash", "Write"]
+    assert [r["toolName"] for r in rows] == ["Read", "Edit", "Bash", "Write"]
     bash = rows[2]
     assert bash["failed"] is True and "Exit code 1" in json.dumps(worker.get(f"/api/observations/{bash['id']}"))
     assert all(r["compressed"] for r in rows)  # compressed through the scripted Messages API
@@ -178,10 +178,10 @@ def test_resume_continues_the_same_session(harness: Harness, session_one: dict[s
     assert output["session_id"] == session_id
     worker.wait_idle()
     after = {s["claudeSessionId"]: s for s in worker.get("/api/sessions")["sessions"]}[session_id]
-    assert after["sessionDbId"] == before["sessionDbId"] and after["prompt_counter"] == 2
+    assert after["sessionDbId"] == before["sessionDbId"] and after["promptCounter"] == 2
     write = observations(worker, session_id)[-1]
-    assert write["tool_name"] == "Write" and write["prompt_number"] == 2
-    assert write["files_modified"] == [] or write["files_modified"] == [str(harness.project / "test_calc.py")]
+    assert write["toolName"] == "Write" and write["promptNumber"] == 2
+    assert write["filesModified"] == [] or write["filesModified"] == [str(harness.project / "test_calc.py")]
 
 
 def test_new_session_receives_the_memory(harness: Harness, session_one: dict[str, Any]) -> None:

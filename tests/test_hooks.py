@@ -50,9 +50,9 @@ def test_every_stage_reaches_the_worker(worker: WorkerProcess, payloads: list[di
     worker.wait_idle()
     sessions = {s["claudeSessionId"]: s for s in worker.get("/api/sessions")["sessions"]}
     first = sessions["19a4c37f-abc8-46fc-a5e3-44d2dabf04e3"]
-    assert first["prompt_counter"] == 2  # the <task-notification> was not sent as a prompt
+    assert first["promptCounter"] == 2  # the <task-notification> was not sent as a prompt
     assert first["status"] == "completed"
-    tool_names = sorted(o["tool_name"] for o in worker.get("/api/observations?limit=100")["observations"])
+    tool_names = sorted(o["toolName"] for o in worker.get("/api/observations?limit=100")["observations"])
     assert tool_names == ["Agent", "Bash", "Bash", "Bash", "Edit", "Read", "Read", "SubagentStop", "Write"]
     assert not (worker.data_dir / "hooks.log").exists()  # nothing went wrong, nothing was logged
 
@@ -100,8 +100,8 @@ def test_huge_tool_response_is_truncated_not_lost(worker: WorkerProcess, payload
     assert_silent_success(result)
     assert time.monotonic() - started < 10
     worker.wait_idle()
-    (row,) = [o for o in worker.get("/api/observations")["observations"] if o["tool_use_id"] == "toolu_huge"]
-    stdout = worker.get(f"/api/observations/{row['id']}")["tool_response"]["stdout"]
+    (row,) = [o for o in worker.get("/api/observations")["observations"] if o["toolUseId"] == "toolu_huge"]
+    stdout = worker.get(f"/api/observations/{row['id']}")["toolResponse"]["stdout"]
     assert stdout.startswith("BEGIN") and stdout.endswith("END") and "elided" in stdout
 
 
@@ -299,10 +299,10 @@ def test_events_spooled_while_the_worker_is_down_are_imported_once(
     assert list((data_dir / "spool").glob("*.json")) == []
     observations = worker.get("/api/observations")["observations"]
     expected = [p["tool_use_id"] for p in session[:12] if p["hook_event_name"] in ("PostToolUse", "PostToolUseFailure")]
-    assert sorted(o["tool_use_id"] for o in observations if o["tool_name"] != "SubagentStop") == sorted(expected)
+    assert sorted(o["toolUseId"] for o in observations if o["toolName"] != "SubagentStop") == sorted(expected)
     (stored,) = worker.get("/api/sessions")["sessions"]
-    assert stored["prompt_counter"] == 1 and stored["first_prompt"] == "Fix the divide-by-zero bug in calc.py"
-    assert debug["actors"][0]["processed_by_kind"]["init"] == 1
+    assert stored["promptCounter"] == 1 and stored["firstPrompt"] == "Fix the divide-by-zero bug in calc.py"
+    assert debug["actors"][0]["processedByKind"]["init"] == 1
 
 
 def test_a_broken_spool_file_is_set_aside(tmp_path: Path, worker_factory: Callable[..., WorkerProcess]) -> None:
@@ -312,7 +312,7 @@ def test_a_broken_spool_file_is_set_aside(tmp_path: Path, worker_factory: Callab
     (data_dir / "spool" / "00000000000000000002-1.json").write_bytes(
         b'/api/sessions/init\n{"claudeSessionId": "s", "cwd": "/w/p", "prompt": "kept"}')
     worker = worker_factory(data_dir)
-    assert [s["first_prompt"] for s in worker.get("/api/sessions")["sessions"]] == ["kept"]
+    assert [s["firstPrompt"] for s in worker.get("/api/sessions")["sessions"]] == ["kept"]
     rejected = data_dir / "spool" / "rejected"
     assert sorted(p.name for p in rejected.iterdir()) == ["00000000000000000001-1.json",
                                                           "00000000000000000001-1.json.reason"]

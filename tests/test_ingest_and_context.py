@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import msgspec
 
 from sessionmem.protocol.limits import head_tail
@@ -13,6 +11,8 @@ from sessionmem.server.context import estimate_tokens, render_context
 from sessionmem.server.ingest import clean_tool_value as clean_value
 from sessionmem.server.ingest import init_event, observation_event
 from sessionmem.server.payloads import InitRequest, ObservationRequest
+
+from .conftest import observation_row, summary_row
 
 
 def test_project_name() -> None:
@@ -64,14 +64,10 @@ def test_api_call_mapping(payloads: list[dict]) -> None:
     assert by_event["SessionEnd"][1] == "/api/sessions/complete"
 
 
-def _observation(n: int) -> dict:
-    return {"id": n, "created_at": time.time(), "type": "change", "title": f"Edited module_{n}.py | with a pipe"}
-
-
 def test_context_respects_the_token_budget_newest_first() -> None:
-    observations = [_observation(n) for n in range(500, 0, -1)]
-    summary = {"created_at": time.time(), "request": "Fix it", "completed": "Fixed it", "learned": "",
-               "investigated": "", "next_steps": "Ship"}
+    observations = [observation_row(n, type="change", title=f"Edited module_{n}.py | with a pipe")
+                    for n in range(500, 0, -1)]
+    summary = summary_row(1, request="Fix it", completed="Fixed it", next_steps="Ship")
     text = render_context("proj", observations, summary, token_budget=600, base_url="http://127.0.0.1:37777")
     assert text.startswith("<sessionmem-context>") and text.endswith("</sessionmem-context>")
     assert estimate_tokens(text) <= 600

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessionmem.compress.base import SessionContext
+from sessionmem.compress.base import CompressorStatistics, SessionContext
 from sessionmem.compress.offline import OfflineCompressor, build_offline_observation, build_offline_summary
 from sessionmem.events import ObservationEvent, SummarizeEvent
-from sessionmem.storage.base import SummaryInputs
+from sessionmem.records import ObservationRow, SummaryInputs
 
 CONTEXT = SessionContext("s", "calcproj", "/home/dev/calcproj", "Fix the divide-by-zero bug in calc.py")
 
 
 def event_from(payload: dict[str, Any]) -> ObservationEvent:
     failed = payload["hook_event_name"] == "PostToolUseFailure"
-    return ObservationEvent(session_id=payload["session_id"], project="calcproj", tool_name=payload["tool_name"],
+    return ObservationEvent(claude_session_id=payload["session_id"], project="calcproj", tool_name=payload["tool_name"],
                             tool_use_id=payload["tool_use_id"], tool_input=payload["tool_input"],
                             tool_response=payload.get("tool_response"), cwd=payload["cwd"],
                             agent_type=payload.get("agent_type", ""), failed=failed, error=payload.get("error", ""))
@@ -62,9 +62,10 @@ async def test_summary_from_observations(payloads: list[dict[str, Any]]) -> None
     compressor = OfflineCompressor()
     events = list(by_id(payloads).values())[:4]
     observations = await compressor.compress(CONTEXT, events)
-    rows = [{"prompt_number": 1, "tool_name": e.tool_name, "failed": e.failed, "title": o.title, "facts": list(o.facts),
-             "files_read": list(o.files_read), "files_modified": list(o.files_modified)}
-            for e, o in zip(events, observations)]
+    rows = [ObservationRow(n, "s", "calcproj", 1, e.tool_name, e.tool_use_id, None, None, e.failed, o.type, o.title,
+                           o.subtitle, list(o.facts), o.narrative, list(o.concepts), list(o.files_read),
+                           list(o.files_modified), True, "offline", None, 0, 0, 0.0)
+            for n, (e, o) in enumerate(zip(events, observations))]
     summary = build_offline_summary(
         CONTEXT, SummarizeEvent("s", "calcproj", last_assistant_message="Fixed divide(). Next, add a test.",
                                 prompt_number=1),
@@ -74,4 +75,4 @@ async def test_summary_from_observations(payloads: list[dict[str, Any]]) -> None
     assert summary.completed.startswith("Modified calc.py")
     assert "Failed: Ran `python3" in summary.learned
     assert summary.next_steps == "Next, add a test."
-    assert compressor.statistics() == {"backend": "offline", "observations": 4, "summaries": 0}
+    assert compressor.statistics() == CompressorStatistics("offline", tool_uses=4, summaries=0)

@@ -15,7 +15,7 @@ from sessionmem.storage.sqlite import open_sqlite_store, open_writer
 
 
 def obs(n: int, session: str = "s1") -> ObservationEvent:
-    return ObservationEvent(session_id=session, project="proj", tool_name="Read", tool_use_id=f"t{n}",
+    return ObservationEvent(claude_session_id=session, project="proj", tool_name="Read", tool_use_id=f"t{n}",
                             tool_input={"file_path": f"/p/f{n}.py"})
 
 
@@ -26,10 +26,10 @@ async def test_concurrent_accepts_share_commits_and_deliver_in_journal_order(tmp
         async with trio.open_nursery() as nursery:
             for n in range(200):
                 nursery.start_soon(store.accept_event, obs(n), lambda e: delivered.append(e.event_id))
-        stats = store.statistics()["writer"]
+        stats = store.statistics().writer
         counts = await store.journal_counts()
     assert delivered == sorted(delivered) and len(delivered) == 201
-    assert stats["operations"] == 201 and stats["batches"] < 201  # group commit happened
+    assert stats.operations == 201 and stats.batches < 201  # group commit happened
     assert (counts.pending, counts.done) == (200, 1)  # init is stored when accepted
 
 
@@ -65,9 +65,9 @@ async def test_results_are_idempotent_and_mark_the_journal(tmp_path: Path) -> No
         assert await store.pending_events() == []
         sessions = await store.list_sessions(project="proj", limit=10, offset=0)
         observations = await store.list_observations(project="proj", limit=10, offset=0)
-    assert sessions[0]["status"] == "completed" and sessions[0]["observations"] == 3
-    assert sessions[0]["input_tokens"] == 3 * 5 + 7  # replays did not double-count tokens
-    assert [o["title"] for o in observations] == ["title 3", "title 2", "title 1"]
+    assert sessions[0].status == "completed" and sessions[0].observations == 3
+    assert sessions[0].input_tokens == 3 * 5 + 7  # replays did not double-count tokens
+    assert [o.title for o in observations] == ["title 3", "title 2", "title 1"]
 
 
 async def test_pending_events_survive_reopen_in_order(tmp_path: Path) -> None:
@@ -128,6 +128,22 @@ async def test_failed_operation_does_not_undo_others(tmp_path: Path) -> None:
         assert len(await store.pending_events()) == 2
 
 
+def test_version_2_databases_are_migrated_keeping_their_rows(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite"
+    connection = apsw.Connection(str(path))
+    for version, script in enumerate(MIGRATIONS[:2], 1):
+        with connection:
+            connection.execute(script)
+            connection.execute(f"PRAGMA user_version = {version}")
+    connection.execute("INSERT INTO sessions (id, claude_session_id, project, created_at, updated_at)"
+                       " VALUES (1, 'old', 'p', 0, 0)")
+    connection.execute("INSERT INTO user_prompts (session_id, prompt_number, text, created_at) VALUES (1, 1, 'hi', 0)")
+    connection.close()
+    migrated = open_writer(path)
+    assert migrated.execute("SELECT session_db_id, text FROM user_prompts").fetchall() == [(1, "hi")]
+    migrated.close()
+
+
 def test_migrations_are_versioned(tmp_path: Path) -> None:
     connection = open_writer(tmp_path / "db.sqlite")
     assert connection.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
@@ -144,7 +160,7 @@ async def test_idempotency_keys_journal_once(tmp_path: Path) -> None:
         first = await store.accept_init(InitEvent("s1", "proj", prompt="one", key="k-init"), delivered.append)
         again = await store.accept_init(InitEvent("s1", "proj", prompt="one", key="k-init"), delivered.append)
         second = await store.accept_init(InitEvent("s1", "proj", prompt="two", key="k-init-2"), delivered.append)
-        event = ObservationEvent(session_id="s1", project="proj", tool_name="Read", tool_use_id="t", key="k-obs")
+        event = ObservationEvent(claude_session_id="s1", project="proj", tool_name="Read", tool_use_id="t", key="k-obs")
         accepted = await store.accept_event(event, delivered.append)
         duplicate = await store.accept_event(event, delivered.append)
         counts = await store.journal_counts()

@@ -84,7 +84,7 @@ def test_kill_9_during_burst_loses_nothing(worker_factory: Callable[..., WorkerP
 
     second = worker_factory(data_dir, SESSIONMEM_BATCH_QUIET=0.05)
     debug = second.wait_idle(timeout=120)
-    assert debug["supervisor"]["replayed"] > 0, "the kill should have left journal events to replay"
+    assert debug["sessions"]["replayed"] > 0, "the kill should have left journal events to replay"
 
     counts = stored_counts(data_dir / "sessionmem.db")
     missing = set(accepted) - set(counts)

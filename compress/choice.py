@@ -1,0 +1,16 @@
+"""Which compressor the worker uses (``Settings.resolved_compressor``)."""
+
+from __future__ import annotations
+
+from sessionmem.compress.base import Compressor
+from sessionmem.compress.offline import OfflineCompressor
+from sessionmem.config import Settings
+
+
+def choose_compressor(settings: Settings) -> Compressor:
+    if settings.resolved_compressor == "anthropic":
+        # Imported only when used: the SDK costs an offline worker ~100 MB and its start-up time.
+        from sessionmem.compress.anthropic_backend import AnthropicCompressor
+
+        return AnthropicCompressor(settings)
+    return OfflineCompressor()

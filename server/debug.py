@@ -1,0 +1,62 @@
+"""What operators read: the ``/debug`` snapshot and the processing status, from typed statistics.
+
+Every long-lived component has a cheap ``statistics()`` that returns a frozen record;
+this module only puts them together. Logic reads their fields; the HTTP edge writes
+them as camelCase JSON (the shape is documented in the README).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from sessionmem.actors.child import ActorStatistics
+from sessionmem.actors.router import RouterStatistics
+from sessionmem.actors.supervisor import SupervisorStatistics
+from sessionmem.broadcast import BroadcasterStatistics
+from sessionmem.compress.base import CompressorStatistics
+from sessionmem.records import JournalCounts
+from sessionmem.server.services import Services, WorkerStatistics
+from sessionmem.server.spool import SpoolStatistics
+from sessionmem.storage.base import StoreStatistics
+
+
+class DebugSnapshot(msgspec.Struct, frozen=True):
+    worker: WorkerStatistics
+    sessions: RouterStatistics
+    supervisor: SupervisorStatistics
+    actors: list[ActorStatistics]
+    journal: JournalCounts
+    store: StoreStatistics
+    compressor: CompressorStatistics
+    stream: BroadcasterStatistics
+    spool: SpoolStatistics
+
+
+class ProcessingStatus(msgspec.Struct, frozen=True):
+    is_processing: bool
+    queue_depth: int  # events the actors still have to finish
+    pending_events: int  # journal events not processed yet (all sessions)
+    parked_events: int  # journal events of failed sessions, waiting for `sessionmem replay`
+
+
+async def debug_snapshot(services: Services) -> DebugSnapshot:
+    return DebugSnapshot(
+        worker=services.status.statistics(),
+        sessions=services.router.statistics(),
+        supervisor=services.supervisor.statistics(),
+        actors=services.router.actors(),
+        journal=await services.store.journal_counts(),
+        store=services.store.statistics(),
+        compressor=services.compressor.statistics(),
+        stream=services.broadcaster.statistics(),
+        spool=services.spool.statistics(),
+    )
+
+
+async def processing_status(services: Services, claude_session_id: str | None = None) -> ProcessingStatus:
+    """Whether one session (or the worker as a whole) still has work in hand."""
+    counts = await services.store.journal_counts()
+    queued = services.router.queued(claude_session_id)
+    working = services.router.working(claude_session_id)
+    pending = claude_session_id is None and counts.pending > 0
+    return ProcessingStatus(bool(queued) or working or pending, queued, counts.pending, counts.parked)

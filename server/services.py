@@ -1,0 +1,75 @@
+"""What the HTTP app is given: the worker's long-lived components, and the worker's own status.
+
+The worker's start-up ladder (``sessionmem.worker``) builds :class:`Services` and
+hands it to :func:`sessionmem.server.app.create_app`; the server never imports the
+worker, so the layers stay one-way.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import msgspec
+import trio
+
+from sessionmem import __version__
+from sessionmem.actors.router import SessionRouter
+from sessionmem.actors.supervisor import ActorSupervisor
+from sessionmem.broadcast import Broadcaster
+from sessionmem.compress.base import Compressor
+from sessionmem.config import Settings
+from sessionmem.server.ingest import Ingestor
+from sessionmem.server.spool import SpoolImporter
+from sessionmem.storage.base import Store
+
+
+class WorkerStatistics(msgspec.Struct, frozen=True):
+    pid: int
+    version: str
+    uptime_seconds: float
+    ready: bool
+    data_dir: str
+    base_url: str
+    errors: int  # internal errors answered as 500
+    last_error: str
+
+
+class WorkerStatus:
+    """The worker process itself: identity, readiness, address, internal errors."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.pid = os.getpid()
+        self.version = __version__
+        self.started_at = time.time()
+        self.ready = trio.Event()
+        self.base_url = f"http://{settings.host}:{settings.port}"  # the bound port once serving
+        self._data_dir = str(settings.data_dir)
+        self.pending_at_exit = -1  # journal events left pending at shut-down (-1: not known)
+        self._errors = 0
+        self._last_error = ""
+
+    def count_error(self, exc: BaseException) -> None:
+        self._errors += 1
+        self._last_error = f"{type(exc).__name__}: {exc}"
+
+    def uptime_seconds(self) -> float:
+        return round(time.time() - self.started_at, 3)
+
+    def statistics(self) -> WorkerStatistics:
+        return WorkerStatistics(self.pid, self.version, self.uptime_seconds(), self.ready.is_set(), self._data_dir,
+                                self.base_url, self._errors, self._last_error)
+
+
+@dataclass(frozen=True)
+class Services:
+    settings: Settings
+    status: WorkerStatus
+    store: Store
+    router: SessionRouter
+    supervisor: ActorSupervisor
+    compressor: Compressor
+    broadcaster: Broadcaster
+    ingestor: Ingestor
+    spool: SpoolImporter

@@ -1,0 +1,92 @@
+"""The worker in-process, for tests: real store on a temporary directory, real actors, real app.
+
+:func:`open_worker` starts exactly what ``sessionmem serve`` runs
+(:func:`sessionmem.worker.open_services`: SQLite store, supervisor and router, the
+compressor, spool import) and drives its ASGI app directly (:mod:`.asgi`), with no
+process and no socket. Tests that need a process -- ``kill -9``, hook processes, the
+Claude Code CLI -- use :mod:`.worker_process` instead.
+
+Settings come from the keyword arguments only (the developer's environment is not
+read). The supervisor's clock can be given (``clock=``): with
+``trio.testing.MockClock(autojump_threshold=0)`` as the run's clock, batch quiet
+periods, idle stops and restart windows take no wall time. Note that a task waiting
+for SQLite on a worker thread counts as blocked to an autojump clock; assert on
+outcomes, not on exact virtual times, when the real store is involved.
+
+Resource handling:
+    Leaving the block shuts the worker down as SIGTERM would.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from sessionmem.compress.base import Compressor
+from sessionmem.config import Settings, load_settings
+from sessionmem.server.app import create_app
+from sessionmem.server.debug import debug_snapshot
+from sessionmem.server.jsonapi import to_api
+from sessionmem.server.services import Services
+from sessionmem.testing.asgi import ASGIReply, asgi_request, open_asgi_stream
+from sessionmem.worker import open_services
+
+
+class InProcessWorker:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.settings: Settings = services.settings
+        self.data_dir = services.settings.data_dir
+        self.app = create_app(services)
+
+    async def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
+                      headers: dict[str, str] | None = None) -> ASGIReply:
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        return await asgi_request(self.app, method, path, data, headers=headers)
+
+    async def post(self, path: str, body: Any) -> Any:
+        """POST JSON; returns the decoded answer (any status: check it with :meth:`request` if it matters)."""
+        return (await self.request("POST", path, body)).json()
+
+    async def get(self, path: str) -> Any:
+        reply = await self.request("GET", path)
+        if reply.status != 200:
+            raise AssertionError(f"GET {path} -> {reply.status}: {reply.body[:500]!r}")
+        return reply.json() if reply.headers.get("content-type") == "application/json" else reply.body.decode()
+
+    def stream(self, path: str = "/stream") -> Any:
+        return open_asgi_stream(self.app, path)
+
+    async def debug(self) -> dict[str, Any]:
+        """The ``/debug`` document, as JSON would have it."""
+        return to_api(await debug_snapshot(self.services))  # type: ignore[no-any-return]
+
+    async def wait_idle(self, *, timeout: float = 30.0, poll: float = 0.01) -> None:
+        """Wait until the journal has nothing pending and no actor holds work."""
+        with trio.fail_after(timeout):
+            while True:
+                counts = await self.services.store.journal_counts()
+                if counts.pending == 0 and self.services.router.queued() == 0 \
+                        and not self.services.router.working():
+                    return
+                await trio.sleep(poll)
+
+
+@asynccontextmanager
+async def open_worker(data_dir: Path, *, compressor: Callable[[Settings], Compressor] | None = None,
+                      clock: Callable[[], float] = trio.current_time, **settings: Any) -> AsyncIterator[InProcessWorker]:
+    """The worker on ``data_dir`` with these settings, for the block.
+
+    ``compressor`` builds the compressor from the settings (default: the offline one,
+    whatever the environment says).
+    """
+    settings.setdefault("compressor", "offline")
+    loaded = load_settings({}, data_dir=str(data_dir), **settings)
+    built = compressor(loaded) if compressor is not None else None
+    async with open_services(loaded, compressor=built, clock=clock) as services:
+        yield InProcessWorker(services)

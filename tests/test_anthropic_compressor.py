@@ -1,0 +1,124 @@
+"""The anthropic compressor: the real ``anthropic`` client against a local scripted Messages API
+server, inside the in-process worker (batching, retries, raw fallbacks, token counts)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anthropic
+import pytest
+
+from sessionmem.compress.anthropic_backend import AnthropicCompressor
+from sessionmem.config import Settings
+from sessionmem.testing.harness import InProcessWorker, open_worker
+from sessionmem.testing.messages_api import Action, ScriptedMessagesAPI
+
+
+@pytest.fixture
+async def llm_worker(tmp_path: Path, messages_api: ScriptedMessagesAPI) -> AsyncIterator[InProcessWorker]:
+    def compressor(settings: Settings) -> AnthropicCompressor:
+        client = anthropic.AsyncAnthropic(api_key="sk-test-dummy", base_url=messages_api.url, max_retries=0,
+                                          timeout=settings.llm_timeout_s)
+        return AnthropicCompressor(settings, client=client)
+
+    async with open_worker(tmp_path / "data", compressor=compressor, llm_timeout_s=1, llm_backoff_cap_s=0.2,
+                           llm_max_attempts=3, batch_size=3, batch_quiet_s=0.1) as worker:
+        yield worker
+
+
+async def post_tool(worker: InProcessWorker, session: str, tool_use_id: str) -> None:
+    reply = await worker.request("POST", "/api/sessions/observations", {
+        "claudeSessionId": session, "cwd": "/work/llm", "tool_name": "Read", "tool_use_id": tool_use_id,
+        "tool_input": {"file_path": f"/work/llm/{tool_use_id}.py"}, "tool_response": "print('hi')\n"})
+    assert reply.status == 202
+
+
+async def observation(worker: InProcessWorker, tool_use_id: str) -> dict[str, object]:
+    rows = (await worker.get("/api/observations?limit=500"))["observations"]
+    return next(r for r in rows if r["toolUseId"] == tool_use_id)  # type: ignore[no-any-return]
+
+
+async def test_batch_is_compressed_in_one_call_and_summarized(llm_worker: InProcessWorker,
+                                                              messages_api: ScriptedMessagesAPI) -> None:
+    worker = llm_worker
+    assert (await worker.get("/api/health"))["compressor"] == "anthropic"
+    await worker.post("/api/sessions/init", {"claudeSessionId": "llm", "cwd": "/work/llm",
+                                             "prompt": "explain the module <private>hunter2</private>"})
+    for n in (1, 2, 3):
+        await post_tool(worker, "llm", f"t{n}")
+    await worker.post("/api/sessions/summarize", {"claudeSessionId": "llm", "last_assistant_message": "done"})
+    await worker.wait_idle()
+    debug = await worker.debug()
+
+    assert messages_api.statuses() == [200, 200]  # one call for three tool uses, one for the summary
+    first = messages_api.requests[0].body
+    assert first["model"] == "claude-haiku-4-5"
+    assert first["messages"][0]["content"].count("<tool_use index=") == 3
+    assert "hunter2" not in str([r.body for r in messages_api.requests])
+
+    for n in (1, 2, 3):
+        row = await observation(worker, f"t{n}")
+        assert row["compressed"] is True and row["compressor"] == "anthropic"
+        assert row["title"] == f"Scripted: Read #{n}"
+        assert row["facts"] == ["tool Read ran"] and row["concepts"] == ["how-it-works"]
+    (summary,) = (await worker.get("/api/summaries"))["summaries"]
+    assert summary["request"] == "scripted request" and summary["nextSteps"] == "scripted next steps"
+
+    (session,) = (await worker.get("/api/sessions"))["sessions"]
+    assert session["inputTokens"] == messages_api.input_tokens > 0
+    assert session["outputTokens"] == messages_api.output_tokens > 0
+    stats = debug["compressor"]
+    assert stats["calls"] == 2 and stats["retries"] == 0 and stats["toolUses"] == 3 and stats["summaries"] == 1
+    assert stats["inputTokens"] == messages_api.input_tokens
+
+
+@pytest.mark.parametrize(
+    ("fault", "statuses", "retries"),
+    [
+        (Action(status=429, retry_after=0.1), [429, 200], 1),
+        (Action(status=500), [500, 200], 1),
+        (Action(status=529), [529, 200], 1),
+        (Action(delay=2.5), [200, 200], 1),  # the first reply comes after the client's 1 s timeout
+    ],
+    ids=["rate-limited", "server-error", "overloaded", "timeout"],
+)
+async def test_transient_failures_are_retried(llm_worker: InProcessWorker, messages_api: ScriptedMessagesAPI,
+                                              fault: Action, statuses: list[int], retries: int) -> None:
+    worker = llm_worker
+    messages_api.queue(fault)
+    await post_tool(worker, "retry", "r1")
+    await worker.wait_idle()
+    debug = await worker.debug()
+    assert messages_api.statuses() == statuses
+    row = await observation(worker, "r1")
+    assert row["compressed"] is True and row["title"] == "Scripted: Read #1"
+    assert debug["compressor"]["retries"] == retries and debug["compressor"]["failures"] == 0
+
+
+async def test_malformed_reply_is_kept_raw_and_not_retried(llm_worker: InProcessWorker,
+                                                           messages_api: ScriptedMessagesAPI) -> None:
+    worker = llm_worker
+    messages_api.queue(Action(text="I am not XML at all <observation>broken"))
+    await post_tool(worker, "bad", "b1")
+    await worker.wait_idle()
+    debug = await worker.debug()
+    assert messages_api.statuses() == [200]
+    row = await observation(worker, "b1")
+    assert row["compressed"] is False and row["compressor"] == "anthropic"
+    assert row["title"] == "Read b1.py"  # built from the tool data itself
+    assert row["inputTokens"] > 0  # the call still cost tokens, and they are counted
+    assert debug["compressor"]["unparsedReplies"] == 1 and debug["compressor"]["retries"] == 0
+
+
+async def test_exhausted_retries_fall_back_to_raw(llm_worker: InProcessWorker,
+                                                  messages_api: ScriptedMessagesAPI) -> None:
+    worker = llm_worker
+    messages_api.queue(Action(status=500), Action(status=500), Action(status=500))
+    await post_tool(worker, "down", "x1")
+    await worker.wait_idle()
+    debug = await worker.debug()
+    assert messages_api.statuses() == [500, 500, 500]  # llm_max_attempts = 3, then no more
+    row = await observation(worker, "x1")
+    assert row["compressed"] is False and row["title"] == "Read x1.py"
+    assert debug["compressor"]["failures"] == 1 and debug["compressor"]["rawFallbacks"] == 1

@@ -1,0 +1,108 @@
+"""What only a real ``sessionmem serve`` process can show: the HTTP edge on a real socket, the
+environment choosing the compressor, and the operator commands against a running worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from sessionmem.testing.messages_api import ScriptedMessagesAPI
+from sessionmem.testing.worker_process import WorkerProcess
+
+pytestmark = pytest.mark.slow
+
+OBS = "/api/sessions/observations"
+
+
+def raw_exchange(worker: WorkerProcess, head: bytes, body: bytes, done: Callable[[bytes], bool]) -> bytes:
+    """Send bytes the server may refuse before reading them all (it answers, then closes)."""
+    with socket.create_connection(("127.0.0.1", worker.port), timeout=10) as sock:
+        try:
+            sock.sendall(head + body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused early: the answer is already on its way
+        reply = b""
+        while not done(reply):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    return reply
+
+
+def answered(reply: bytes) -> bool:
+    return b"\r\n\r\n" in reply and reply.rstrip().endswith(b"}")
+
+
+def test_oversized_and_chunked_bodies_on_a_real_socket(worker: WorkerProcess) -> None:
+    huge = b'{"claudeSessionId": "s", "tool_name": "Bash", "tool_response": "' + b"x" * (6 * 1024 * 1024) + b'"}'
+    head = (f"POST {OBS} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(huge)}\r\n\r\n").encode()
+    reply = raw_exchange(worker, head, huge, answered)
+    assert reply.startswith(b"HTTP/1.1 413") and b"byte limit" in reply  # refused on its Content-Length
+
+    def chunked(body: bytes, chunk: int = 64 * 1024) -> bytes:
+        parts = [b"%x\r\n%s\r\n" % (len(body[i:i + chunk]), body[i:i + chunk]) for i in range(0, len(body), chunk)]
+        return b"".join(parts) + b"0\r\n\r\n"
+
+    head = f"POST {OBS} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    small = raw_exchange(worker, head.encode(),
+                         chunked(b'{"claudeSessionId": "chunky", "tool_name": "Read", "tool_use_id": "c1"}'), answered)
+    assert small.startswith(b"HTTP/1.1 202")
+    big = raw_exchange(worker, head.encode(), chunked(huge.replace(b'"s"', b'"chunky"')), answered)
+    assert big.startswith(b"HTTP/1.1 413") and b"byte limit" in big  # counted while read, not buffered
+    worker.wait_idle()
+    assert [o["toolUseId"] for o in worker.get("/api/observations")["observations"]] == ["c1"]
+
+
+def test_auto_picks_anthropic_when_a_key_is_configured(worker_factory: Callable[..., WorkerProcess],
+                                                       messages_api: ScriptedMessagesAPI) -> None:
+    worker = worker_factory(ANTHROPIC_API_KEY="sk-test-dummy", ANTHROPIC_BASE_URL=messages_api.url,
+                            SESSIONMEM_COMPRESSOR="auto", SESSIONMEM_BATCH_QUIET=0.05)
+    assert worker.get("/api/health")["compressor"] == "anthropic"
+    worker.request("POST", OBS, {"claudeSessionId": "env", "tool_name": "Read", "tool_use_id": "e1"})
+    worker.wait_idle()
+    assert messages_api.statuses() == [200]
+    assert worker.get("/api/observations")["observations"][0]["compressor"] == "anthropic"
+
+
+def test_status_replay_and_stop_commands(worker_factory: Callable[..., WorkerProcess]) -> None:
+    worker = worker_factory(SESSIONMEM_FAULT_INJECTION=1, SESSIONMEM_MAX_RESTARTS=0, SESSIONMEM_BATCH_QUIET=0.05)
+    env = {**os.environ, "SESSIONMEM_DATA_DIR": str(worker.data_dir)}
+
+    def command(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "sessionmem", *args], env=env, capture_output=True, text=True,
+                              timeout=60)
+
+    # One crash fails the session (max_restarts 0): its events are parked.
+    worker.request("POST", OBS, {"claudeSessionId": "once", "tool_name": "SessionmemCrash", "tool_use_id": "p1",
+                                 "tool_input": {"times": 1}})
+    worker.wait_until(lambda: worker.get("/debug")["journal"]["parked"] == 1)
+    status = command("status")
+    assert status.returncode == 0, status.stderr
+    assert f"running, pid {worker.pid}, port {worker.port}" in status.stdout
+    assert "1 failed" in status.stdout and "1 parked" in status.stdout
+
+    replay = command("replay", "once")  # the crash was injected once: this time it is stored
+    assert replay.returncode == 0 and "1 parked event(s) of once queued again" in replay.stdout
+    worker.wait_idle()
+    assert [o["toolUseId"] for o in worker.get("/api/observations")["observations"]] == ["p1"]
+
+    second = command("serve")
+    assert second.returncode == 1 and "already running" in second.stderr
+    stop = command("stop")
+    assert stop.returncode == 0, stop.stderr
+    assert f"worker {worker.pid} stopped in" in stop.stdout and "0 event(s) left pending" in stop.stdout
+    assert worker.process is not None and worker.process.wait(10) == 0
+    assert not (worker.data_dir / "worker.json").exists()
+    report = json.loads((worker.data_dir / "worker.shutdown.json").read_text())
+    assert [stage["name"] for stage in report["stages"]] == ["http", "actors", "compressor", "store"]
+    assert report["took_seconds"] <= report["budget_seconds"] == 15
+    down = command("status")
+    assert down.returncode == 1 and "not running" in down.stdout
