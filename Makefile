@@ -10,7 +10,7 @@ E2E_STAMP := e2e/node_modules/.installed
 
 SOURCES := actors compress hooks replay server sessionmem storage testing
 
-.PHONY: run test clean bytecode
+.PHONY: run test lint clean bytecode
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "sessionmem needs Python 3.11, found " + sys.version' 
@@ -31,7 +31,13 @@ bytecode: $(STAMP)
 run: $(STAMP) bytecode
 	$(VENV)/bin/sessionmem serve $(ARGS)
 
-test: $(STAMP) $(E2E_STAMP) bytecode
+# Style and layers: ruff, and the import-linter contracts of pyproject.toml (which
+# tests/test_layers.py also checks, with a forbidden import shown failing).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check --quiet .
+	$(VENV)/bin/python tools/lint_imports.py --no-logo
+
+test: $(STAMP) $(E2E_STAMP) bytecode lint
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -47,6 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--round-seconds", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, default=32, help="throughput: connections")
     parser.add_argument("--context-observations", type=int, default=10_000)
+    parser.add_argument("--context-requests", type=int, default=300)
+    parser.add_argument("--baseline-runs", type=int, default=30, help="bare interpreter starts timed for proportion")
     parser.add_argument("--out", type=Path, help="report folder (default bench/results/<timestamp>)")
     parser.add_argument("--smoke", action="store_true", help="a few seconds of everything (CI)")
     args = parser.parse_args(argv)
@@ -64,9 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.limit = args.limit or 6
         args.hook_sessions = min(args.hook_sessions, 2)
-        args.openloop_rate, args.openloop_seconds, args.openloop_sessions = 100.0, 2.0, 8
-        args.rounds, args.round_seconds = 1, 1.0
-        args.context_observations = 300
+        args.openloop_rate, args.openloop_seconds, args.openloop_sessions = 100.0, 1.0, 8
+        args.rounds, args.round_seconds = 1, 0.5
+        args.context_observations, args.context_requests = 300, 50
+        args.baseline_runs = 5
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or Path(__file__).resolve().parent / "results" / stamp
     out.mkdir(parents=True, exist_ok=True)
@@ -88,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench: {len(sessions)} sessions, {stats.tool_uses} tool uses in the corpus "
           f"({stats.broken_lines} unparseable lines); writing to {out}", file=sys.stderr)
     if "replay_hooks" in chosen:
-        results["python_baseline"] = scenarios.scenario_python_baseline()
+        results["python_baseline"] = scenarios.scenario_python_baseline(args.baseline_runs)
     for name in chosen:
         print(f"bench: {name}", file=sys.stderr)
         if name == "replay_http":
@@ -107,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                                                         sessions=args.openloop_sessions,
                                                         seconds=args.openloop_seconds)
         elif name == "context":
-            results[name] = scenarios.scenario_context(ctx, observations=args.context_observations, requests=300)
+            results[name] = scenarios.scenario_context(ctx, observations=args.context_observations,
+                                                       requests=args.context_requests)
     summary = write_report(out, meta, results, ctx.plots)
     print(summary.read_text())
     lost = sum(r.get("lost", 0) + r.get("duplicates", 0) for r in results.values() if isinstance(r, dict))

@@ -256,10 +256,10 @@ def scenario_replay(ctx: Context, *, via: str, concurrency: int, speed: float | 
             "calls": calls,
             "input_tokens": api.input_tokens,
             "output_tokens": api.output_tokens,
-            "tool_uses_per_call": round(compressor.get("tool_uses", 0) / max(1, calls - _summary_calls(api)), 2),
+            "tool_uses_per_call": round(compressor.get("toolUses", 0) / max(1, calls - _summary_calls(api)), 2),
             "tokens_per_observation": round((api.input_tokens + api.output_tokens) / max(1, result["observations_stored"]), 1),
             "retries": compressor.get("retries", 0),
-            "raw_fallbacks": compressor.get("raw_fallbacks", 0),
+            "raw_fallbacks": compressor.get("rawFallbacks", 0),
         }
     ctx.plots[f"{name}_rss"] = sampler.samples
     ctx.plots[f"{name}_accept_to_stored_ms"] = [d * 1000 for d in delays]
@@ -310,11 +310,12 @@ def bare_endpoint(out: Path, kind: str = "quart") -> Iterator[int]:
 
 def scenario_throughput(ctx: Context, *, rounds: int, seconds: float, concurrency: int) -> dict[str, Any]:
     """Closed loop, as fast as it goes: durable accepts vs the bare endpoints, alternating rounds."""
-    bodies = [json.dumps(b).encode() for b in observation_bodies(ctx, 60_000, sessions=64, tag="tp")]
+    per_round = max(2_000, int(seconds * 4_000))  # more than a round can send: distinct tool uses throughout
+    bodies = [json.dumps(b).encode() for b in observation_bodies(ctx, 3 * per_round, sessions=64, tag="tp")]
     path = "/api/sessions/observations"
 
     def measure(port: int, offset: int) -> loadgen.Result:
-        requests = [loadgen.encode_post("127.0.0.1", port, path, b) for b in bodies[offset:offset + 20_000]]
+        requests = [loadgen.encode_post("127.0.0.1", port, path, b) for b in bodies[offset:offset + per_round]]
         return trio.run(partial(loadgen.closed_loop, "127.0.0.1", port, requests,
                                 concurrency=concurrency, duration=seconds))
 
@@ -324,7 +325,7 @@ def scenario_throughput(ctx: Context, *, rounds: int, seconds: float, concurrenc
             bare_endpoint(ctx.out, "quart") as quart_port, bare_endpoint(ctx.out, "asgi") as asgi_port:
         with ProcessSampler(worker.pid) as sampler:
             for round_number in range(rounds):
-                run = measure(worker.port, (round_number * 20_000) % len(bodies))
+                run = measure(worker.port, (round_number * per_round) % len(bodies))
                 rates["worker"].append(run.statuses.get(202, 0) / (run.finished - run.started))
                 worker_latency.extend(run.latencies_ms)
                 for name, port in (("bare_quart", quart_port), ("bare_asgi", asgi_port)):
@@ -377,7 +378,8 @@ def scenario_openloop(ctx: Context, *, rate: float, sessions: int, seconds: floa
 
 def scenario_context(ctx: Context, *, observations: int, requests: int) -> dict[str, Any]:
     bodies = observation_bodies(ctx, observations, sessions=20, tag="cx")
-    with ctx.worker("context", SESSIONMEM_MAILBOX_SIZE=4096) as (worker, _):
+    # A short quiet period: the seeded batches are flushed at once instead of after 2 s.
+    with ctx.worker("context", SESSIONMEM_MAILBOX_SIZE=4096, SESSIONMEM_BATCH_QUIET=0.05) as (worker, _):
         seed = [loadgen.encode_post("127.0.0.1", worker.port, "/api/sessions/observations", json.dumps(b).encode())
                 for b in bodies]
         trio.run(lambda: loadgen.closed_loop("127.0.0.1", worker.port, seed, concurrency=16))

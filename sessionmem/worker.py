@@ -28,7 +28,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 
@@ -139,8 +139,15 @@ def configure_logging(settings: Settings, *, to_stderr: bool) -> None:
 async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Run the worker until SIGTERM or SIGINT; reports the bound port via ``task_status``."""
     budget = ShutdownBudget(settings.shutdown_timeout_s)
-    async with open_services(settings, budget=budget) as services:
-        await _serve_http(services, budget, task_status)
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+
+        async def until_signalled() -> None:
+            async for received in signals:
+                log.info("signal %s: shutting down within %.0f s", signal.Signals(received).name, budget.total_s)
+                return
+
+        async with open_services(settings, budget=budget) as services:
+            await serve_http(services, budget, shutdown_trigger=until_signalled, task_status=task_status)
     _report_shutdown(settings, budget, services.status.pending_at_exit)
 
 
@@ -229,7 +236,13 @@ def _report_shutdown(settings: Settings, budget: ShutdownBudget, pending_left: i
         log.warning("could not write the shutdown report: %s", exc)
 
 
-async def _serve_http(services: Services, budget: ShutdownBudget, task_status: trio.TaskStatus[int]) -> None:
+async def serve_http(services: Services, budget: ShutdownBudget, *,
+                     shutdown_trigger: Callable[[], Awaitable[None]],
+                     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve ``services`` over HTTP until ``shutdown_trigger`` returns, then close within the budget's share.
+
+    Records pid and port in ``worker.json`` once bound and reports the port via ``task_status``.
+    """
     settings, status = services.settings, services.status
     config = HypercornConfig()
     config.bind = [f"{settings.host}:{settings.port}"]
@@ -237,21 +250,18 @@ async def _serve_http(services: Services, budget: ShutdownBudget, task_status: t
     config.errorlog = logging.getLogger("hypercorn.error")
     app = create_app(services)
     stop_http = trio.Event()
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with trio.open_nursery() as nursery:
-            binds = await nursery.start(partial(hypercorn_serve, app, config, shutdown_trigger=stop_http.wait))
-            port = int(binds[0].rsplit(":", 1)[1])
-            status.base_url = f"http://{settings.host}:{port}"
-            write_state(str(settings.data_dir), WorkerState(os.getpid(), settings.host, port, status.started_at,
-                                                           __version__))
-            log.info("listening on %s", status.base_url)
-            task_status.started(port)
-            async for received in signals:
-                log.info("signal %s: shutting down within %.0f s", signal.Signals(received).name, budget.total_s)
-                break
-            budget.begin()
-            # Live streams end first, or the graceful close would wait for them.
-            services.broadcaster.close()
-            config.graceful_timeout = budget.share(HTTP_SHARE)  # read by Hypercorn once triggered
-            stop_http.set()
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(partial(hypercorn_serve, app, config, shutdown_trigger=stop_http.wait))
+        port = int(binds[0].rsplit(":", 1)[1])
+        status.base_url = f"http://{settings.host}:{port}"
+        write_state(str(settings.data_dir), WorkerState(os.getpid(), settings.host, port, status.started_at,
+                                                       __version__))
+        log.info("listening on %s", status.base_url)
+        task_status.started(port)
+        await shutdown_trigger()
+        budget.begin()
+        # Live streams end first, or the graceful close would wait for them.
+        services.broadcaster.close()
+        config.graceful_timeout = budget.share(HTTP_SHARE)  # read by Hypercorn once triggered
+        stop_http.set()
     budget.done("http")

@@ -19,21 +19,13 @@ from urllib.parse import urlsplit
 
 import trio
 
+from sessionmem.protocol.client import Reply
+
 ASGIApp = Callable[..., Any]
 
 
-class ASGIReply:
-    __slots__ = ("status", "headers", "body")
-
-    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
-        self.status = status
-        self.headers = headers
-        self.body = body
-
-    def json(self) -> Any:
-        import json
-
-        return json.loads(self.body or b"null")
+# An answer as the clients' own HTTP client gives it: ``status``, ``headers`` (lower-case names), ``body``, ``json()``.
+ASGIReply = Reply
 
 
 def _scope(method: str, target: str, headers: dict[str, str] | None, body: bytes | None) -> dict[str, Any]:

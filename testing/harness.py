@@ -3,8 +3,11 @@
 :func:`open_worker` starts exactly what ``sessionmem serve`` runs
 (:func:`sessionmem.worker.open_services`: SQLite store, supervisor and router, the
 compressor, spool import) and drives its ASGI app directly (:mod:`.asgi`), with no
-process and no socket. Tests that need a process -- ``kill -9``, hook processes, the
-Claude Code CLI -- use :mod:`.worker_process` instead.
+process and no socket. :func:`serve_in_thread` serves the same worker over real HTTP
+from a thread of the test process, for clients that are processes (hooks, commands)
+without the cost of starting a worker process. Tests that need the worker to be a
+process of its own -- ``kill -9``, signals, ``sessionmem stop`` -- use
+:mod:`.worker_process`.
 
 Settings come from the keyword arguments only (the developer's environment is not
 read). The supervisor's clock can be given (``clock=``): with
@@ -20,8 +23,10 @@ Resource handling:
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +39,8 @@ from sessionmem.server.debug import debug_snapshot
 from sessionmem.server.jsonapi import to_api
 from sessionmem.server.services import Services
 from sessionmem.testing.asgi import ASGIReply, asgi_request, open_asgi_stream
-from sessionmem.worker import open_services
+from sessionmem.testing.worker_process import WorkerClient
+from sessionmem.worker import ShutdownBudget, open_services, serve_http
 
 
 class InProcessWorker:
@@ -90,3 +96,56 @@ async def open_worker(data_dir: Path, *, compressor: Callable[[Settings], Compre
     built = compressor(loaded) if compressor is not None else None
     async with open_services(loaded, compressor=built, clock=clock) as services:
         yield InProcessWorker(services)
+
+
+class ThreadedWorker(WorkerClient):
+    """A worker served over HTTP from a thread of this process; :meth:`stop` shuts it down gracefully."""
+
+    def __init__(self, data_dir: Path, settings: dict[str, Any], timeout: float = 30.0) -> None:
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._stop: trio.Event | None = None
+        self._port = 0
+        self._thread = threading.Thread(target=self._run, args=(data_dir, settings), name="threaded-worker",
+                                        daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout) or self._failure is not None:
+            raise RuntimeError(f"the threaded worker did not start: {self._failure!r}")
+        super().__init__(data_dir, self._port)
+
+    def _run(self, data_dir: Path, settings: dict[str, Any]) -> None:
+        try:
+            trio.run(self._serve, data_dir, settings)
+        except BaseException as exc:  # reported to the starting thread, or by stop()
+            self._failure = exc
+            self._ready.set()
+
+    async def _serve(self, data_dir: Path, settings: dict[str, Any]) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self._stop = trio.Event()
+        loaded = load_settings({}, data_dir=str(data_dir), **{"compressor": "offline", "port": 0, **settings})
+        budget = ShutdownBudget(loaded.shutdown_timeout_s)
+        async with open_services(loaded, budget=budget) as services, trio.open_nursery() as nursery:
+            self._port = await nursery.start(partial(serve_http, services, budget, shutdown_trigger=self._stop.wait))
+            self._ready.set()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self._token is not None and self._stop is not None and self._thread.is_alive():
+            trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise RuntimeError("the threaded worker did not stop")
+        if self._failure is not None:
+            raise RuntimeError("the threaded worker failed") from self._failure
+
+    def __enter__(self) -> ThreadedWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve_in_thread(data_dir: Path, **settings: Any) -> ThreadedWorker:
+    """The worker on ``data_dir`` (offline compressor, a free port), served over HTTP from a thread."""
+    return ThreadedWorker(data_dir, settings)

@@ -5,7 +5,8 @@ Tests and benchmarks point the real ``anthropic`` client at it through
 XML (one ``<observation>`` per ``<tool_use>`` in the request, or a ``<summary>``)
 after an optional delay, and counts tokens. A script of one-off behaviours can be
 queued: an HTTP error status (with ``Retry-After``), a delay longer than the
-client's timeout, or a malformed reply.
+client's timeout, or a malformed reply. :meth:`ScriptedMessagesAPI.stall` holds every
+reply until :meth:`ScriptedMessagesAPI.resume`: a model that stops answering for a while.
 
 Resource handling:
     Runs a ``ThreadingHTTPServer`` on 127.0.0.1 in a daemon thread; use it as a
@@ -26,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 _TOOL_USE = re.compile(r'<tool_use index="(\d+)" name="([^"]*)"')
+STALL_LIMIT_S = 300.0  # a stall ends on its own after this, so a forgotten resume() cannot hang a test
 
 
 @dataclass
@@ -85,6 +87,8 @@ class ScriptedMessagesAPI:
         self.input_tokens = 0
         self.output_tokens = 0
         self._lock = threading.Lock()
+        self._open = threading.Event()
+        self._open.set()
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -113,6 +117,7 @@ class ScriptedMessagesAPI:
                 with api._lock:
                     action = api.script.popleft() if api.script else Action()
                     api.requests.append(RecordedRequest(body, action.status))
+                api._open.wait(STALL_LIMIT_S)
                 time.sleep(action.delay or api.delay)
                 if action.status != 200:
                     headers = {"retry-after": str(action.retry_after)} if action.retry_after is not None else {}
@@ -198,6 +203,13 @@ class ScriptedMessagesAPI:
     def queue(self, *actions: Action) -> None:
         with self._lock:
             self.script.extend(actions)
+
+    def stall(self) -> None:
+        """Hold every reply (those in progress and new ones) until :meth:`resume`."""
+        self._open.clear()
+
+    def resume(self) -> None:
+        self._open.set()
 
     def statuses(self) -> list[int]:
         with self._lock:

@@ -27,26 +27,13 @@ from sessionmem.protocol.state import STATE_FILE, process_alive, read_state
 WORKING_STATES = tuple(state.value for state in ActorState if state.working)  # as /debug writes them
 
 
-class WorkerProcess:
-    """A worker this code started (``process``), or one found running by :meth:`attach`."""
+class WorkerClient:
+    """Blocking HTTP calls to a worker listening on ``port`` (in a process of its own, or in a thread)."""
 
-    def __init__(self, process: subprocess.Popen[bytes] | None, data_dir: Path, port: int,
-                 pid: int | None = None) -> None:
-        self.process = process
+    def __init__(self, data_dir: Path, port: int) -> None:
         self.data_dir = data_dir
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
-        self._pid = pid if pid is not None else process.pid if process is not None else 0
-
-    @classmethod
-    def attach(cls, data_dir: Path) -> WorkerProcess | None:
-        """The live worker recorded in ``data_dir/worker.json`` (started by a hook, say), or None."""
-        state = read_state(str(data_dir))
-        return cls(None, data_dir, state.port, pid=state.pid) if state is not None else None
-
-    @property
-    def pid(self) -> int:
-        return self._pid
 
     def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
                 timeout: float = 10.0) -> tuple[int, Any]:
@@ -83,6 +70,27 @@ class WorkerProcess:
             busy = debug["sessions"]["queued"] or any(a["state"] in WORKING_STATES for a in debug["actors"])
             return debug if debug["journal"]["pending"] == 0 and not busy else None
         return self.wait_until(idle, timeout=timeout)
+
+
+
+class WorkerProcess(WorkerClient):
+    """A worker this code started (``process``), or one found running by :meth:`attach`."""
+
+    def __init__(self, process: subprocess.Popen[bytes] | None, data_dir: Path, port: int,
+                 pid: int | None = None) -> None:
+        super().__init__(data_dir, port)
+        self.process = process
+        self._pid = pid if pid is not None else process.pid if process is not None else 0
+
+    @classmethod
+    def attach(cls, data_dir: Path) -> WorkerProcess | None:
+        """The live worker recorded in ``data_dir/worker.json`` (started by a hook, say), or None."""
+        state = read_state(str(data_dir))
+        return cls(None, data_dir, state.port, pid=state.pid) if state is not None else None
+
+    @property
+    def pid(self) -> int:
+        return self._pid
 
     def stop(self, timeout: float = 20.0) -> int:
         """SIGTERM, then SIGKILL after ``timeout``; returns the exit status (0 if not our child)."""

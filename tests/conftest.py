@@ -1,5 +1,6 @@
-"""Shared fixtures: the worker in-process (the default), real worker processes where a test needs
-one, the scripted Messages API, and the recorded hook payloads."""
+"""Shared fixtures: the worker in-process (``app``: its ASGI app driven directly; ``worker``: served
+over real HTTP from a thread, for hook and command processes), real worker processes where a test
+needs one (``worker_factory``), the scripted Messages API, and the recorded hook payloads."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from sessionmem.records import ObservationRow, SummaryRow
-from sessionmem.testing.harness import InProcessWorker, open_worker
+from sessionmem.testing.harness import InProcessWorker, ThreadedWorker, open_worker, serve_in_thread
 from sessionmem.testing.messages_api import ScriptedMessagesAPI
 from sessionmem.testing.worker_process import WorkerProcess, start_worker
 
@@ -43,8 +44,10 @@ def worker_factory(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
 
 
 @pytest.fixture
-def worker(worker_factory: Callable[..., WorkerProcess]) -> WorkerProcess:
-    return worker_factory(SESSIONMEM_BATCH_QUIET="0.05")
+def worker(tmp_path: Path) -> Iterator[ThreadedWorker]:
+    """The worker over real HTTP on a free port, served from a thread of the test process."""
+    with serve_in_thread(tmp_path / "data", batch_quiet_s=0.05) as threaded:
+        yield threaded
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from sessionmem.replay.convert import ConversionStats, convert, transcript_files
-from sessionmem.testing.worker_process import WorkerProcess
+from sessionmem.testing.harness import ThreadedWorker
+from sessionmem.testing.worker_process import WorkerClient
 
 from .conftest import FIXTURES, data_dir_contains
 
@@ -19,13 +20,13 @@ pytestmark = pytest.mark.slow
 SOURCE = FIXTURES / "transcripts"
 
 
-def run_backfill(worker: WorkerProcess) -> subprocess.CompletedProcess[str]:
+def run_backfill(worker: WorkerClient) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SESSIONMEM_DATA_DIR": str(worker.data_dir)}
     return subprocess.run([sys.executable, "-m", "sessionmem", "backfill", str(SOURCE)], env=env,
                           capture_output=True, text=True, timeout=300)
 
 
-def test_backfill_is_complete_idempotent_and_private(worker: WorkerProcess) -> None:
+def test_backfill_is_complete_idempotent_and_private(worker: ThreadedWorker) -> None:
     stats = ConversionStats()
     sessions = convert(transcript_files(SOURCE), stats)
     expected_ids = {e.payload["tool_use_id"] for s in sessions for e in s.events

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from sessionmem.testing.worker_process import WorkerProcess
+from sessionmem.testing.harness import serve_in_thread
+from sessionmem.testing.worker_process import WorkerClient, WorkerProcess
 
 from .conftest import FIXTURES
 
@@ -42,7 +43,7 @@ def assert_silent_success(result: subprocess.CompletedProcess[bytes]) -> None:
     assert result.stderr == b""
 
 
-def test_every_stage_reaches_the_worker(worker: WorkerProcess, payloads: list[dict[str, Any]]) -> None:
+def test_every_stage_reaches_the_worker(worker: WorkerClient, payloads: list[dict[str, Any]]) -> None:
     for payload in payloads:
         if payload["hook_event_name"] == "SessionStart":
             continue
@@ -57,7 +58,7 @@ def test_every_stage_reaches_the_worker(worker: WorkerProcess, payloads: list[di
     assert not (worker.data_dir / "hooks.log").exists()  # nothing went wrong, nothing was logged
 
 
-def test_session_start_injects_context(worker: WorkerProcess, payloads: list[dict[str, Any]]) -> None:
+def test_session_start_injects_context(worker: WorkerClient, payloads: list[dict[str, Any]]) -> None:
     for payload in payloads[:10]:
         run_hook(payload["hook_event_name"], payload, worker.data_dir)
     worker.wait_idle()
@@ -74,7 +75,7 @@ def test_session_start_injects_context(worker: WorkerProcess, payloads: list[dic
     assert "systemMessage" not in json.loads(quiet.stdout)
 
 
-def test_private_prompts_are_not_sent(worker: WorkerProcess) -> None:
+def test_private_prompts_are_not_sent(worker: WorkerClient) -> None:
     base = {"session_id": "priv", "cwd": "/tmp/privproj", "hook_event_name": "UserPromptSubmit"}
     assert_silent_success(run_hook("UserPromptSubmit", {**base, "prompt": "<private>all secret</private>"},
                                    worker.data_dir))
@@ -85,13 +86,13 @@ def test_private_prompts_are_not_sent(worker: WorkerProcess) -> None:
 
 
 @pytest.mark.parametrize("stdin", [b"", b"   \n", b"{not json", b"[1, 2, 3]", b"\xff\xfe\x00garbage", b"null"])
-def test_bad_stdin_fails_open(worker: WorkerProcess, stdin: bytes) -> None:
+def test_bad_stdin_fails_open(worker: WorkerClient, stdin: bytes) -> None:
     result = run_hook("PostToolUse", stdin, worker.data_dir)
     assert_silent_success(result)
     assert (worker.data_dir / "hooks.log").read_text().count("PostToolUse:") == 1
 
 
-def test_huge_tool_response_is_truncated_not_lost(worker: WorkerProcess, payloads: list[dict[str, Any]]) -> None:
+def test_huge_tool_response_is_truncated_not_lost(worker: WorkerClient, payloads: list[dict[str, Any]]) -> None:
     payload = dict(by_event(payloads, "PostToolUse"))
     payload["tool_response"] = {"stdout": "BEGIN" + "y" * (50 * 1024 * 1024) + "END", "stderr": ""}
     payload["tool_use_id"] = "toolu_huge"
@@ -105,7 +106,7 @@ def test_huge_tool_response_is_truncated_not_lost(worker: WorkerProcess, payload
     assert stdout.startswith("BEGIN") and stdout.endswith("END") and "elided" in stdout
 
 
-def test_stop_reads_the_transcript_when_needed(worker: WorkerProcess, tmp_path: Path) -> None:
+def test_stop_reads_the_transcript_when_needed(worker: WorkerClient, tmp_path: Path) -> None:
     base = {"session_id": "tr", "cwd": "/tmp/trproj", "hook_event_name": "Stop"}
     broken = FIXTURES / "transcripts" / "broken-lines-2.0.jsonl"
     assert_silent_success(run_hook("Stop", {**base, "transcript_path": str(FIXTURES / "transcripts" /
@@ -281,7 +282,7 @@ def test_worker_refuses_a_port_in_use(tmp_path: Path) -> None:
 
 
 def test_events_spooled_while_the_worker_is_down_are_imported_once(
-        tmp_path: Path, payloads: list[dict[str, Any]], worker_factory: Callable[..., WorkerProcess]) -> None:
+        tmp_path: Path, payloads: list[dict[str, Any]], request: pytest.FixtureRequest) -> None:
     data_dir = tmp_path / "data"
     session = [p for p in payloads if p["session_id"] == "19a4c37f-abc8-46fc-a5e3-44d2dabf04e3"
                and p["hook_event_name"] not in ("SessionStart", "PreToolUse")]
@@ -294,7 +295,8 @@ def test_events_spooled_while_the_worker_is_down_are_imported_once(
     duplicate = data_dir / "spool" / "99999999999999999999-1.json"
     duplicate.write_bytes(spooled[2].read_bytes())
 
-    worker = worker_factory(data_dir, SESSIONMEM_BATCH_QUIET=0.05)  # starts by importing the spool
+    worker = serve_in_thread(data_dir, batch_quiet_s=0.05)  # starts by importing the spool
+    request.addfinalizer(worker.stop)
     debug = worker.wait_idle()
     assert list((data_dir / "spool").glob("*.json")) == []
     observations = worker.get("/api/observations")["observations"]

@@ -13,14 +13,14 @@ from collections.abc import Callable
 import pytest
 
 from sessionmem.testing.messages_api import ScriptedMessagesAPI
-from sessionmem.testing.worker_process import WorkerProcess
+from sessionmem.testing.worker_process import WorkerClient, WorkerProcess
 
 pytestmark = pytest.mark.slow
 
 OBS = "/api/sessions/observations"
 
 
-def raw_exchange(worker: WorkerProcess, head: bytes, body: bytes, done: Callable[[bytes], bool]) -> bytes:
+def raw_exchange(worker: WorkerClient, head: bytes, body: bytes, done: Callable[[bytes], bool]) -> bytes:
     """Send bytes the server may refuse before reading them all (it answers, then closes)."""
     with socket.create_connection(("127.0.0.1", worker.port), timeout=10) as sock:
         try:
@@ -40,7 +40,7 @@ def answered(reply: bytes) -> bool:
     return b"\r\n\r\n" in reply and reply.rstrip().endswith(b"}")
 
 
-def test_oversized_and_chunked_bodies_on_a_real_socket(worker: WorkerProcess) -> None:
+def test_oversized_and_chunked_bodies_on_a_real_socket(worker: WorkerClient) -> None:
     huge = b'{"claudeSessionId": "s", "tool_name": "Bash", "tool_response": "' + b"x" * (6 * 1024 * 1024) + b'"}'
     head = (f"POST {OBS} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(huge)}\r\n\r\n").encode()

@@ -48,7 +48,8 @@ def shorten_strings(value: Any, limit: int) -> Any:
 def bound_value(value: Any, cap: int, encode: Callable[[Any], bytes], encoded: bytes | None = None) -> Any:
     """A JSON-like ``value`` whose encoding (by ``encode``) is at most about ``cap`` bytes.
 
-    A value within the cap is returned as it is. Otherwise its long strings are cut
+    A string is cut to ``cap`` characters. A structured value within the cap is
+    returned as it is. Otherwise its long strings are cut
     to head and tail (``cap / 8`` each, at least 256 characters), keeping the shape
     (a tool response's ``stdout`` stays ``stdout``); if that is still too long, the
     whole value becomes one string, the head and tail of its JSON. ``encoded`` is
@@ -65,4 +66,7 @@ def bound_value(value: Any, cap: int, encode: Callable[[Any], bytes], encoded: b
     shortened = shorten_strings(value, max(cap // 8, 256))
     if len(encode(shortened)) <= cap:
         return shortened
-    return head_tail(encoded.decode("utf-8", "replace"), cap)
+    text = encoded.decode("utf-8", "replace")
+    flat = head_tail(text, cap)
+    escaping = len(encode(flat)) - cap  # the quotes and backslashes of JSON inside a JSON string
+    return head_tail(text, max(cap - escaping, 256)) if escaping > 0 else flat

@@ -1,0 +1,86 @@
+"""The layers of pyproject.toml's import-linter contracts hold, fail when broken, and hold at run time."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LINT = [sys.executable, str(REPO / "tools" / "lint_imports.py")]
+
+# What a PostToolUse hook process may import: the standard library's C parts it needs, and the protocol.
+HOOK_IMPORTS_PREFIXES = ("sessionmem.hooks", "sessionmem.protocol")
+
+
+def lint(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*LINT, "--root", str(root)], capture_output=True, text=True, timeout=120)
+
+
+def copy_tree(tmp_path: Path) -> Path:
+    """The package folders and pyproject.toml, as a checkout would have them."""
+    root = tmp_path / "checkout"
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    for folder in set(config["tool"]["setuptools"]["package-dir"].values()):
+        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def test_the_contracts_hold() -> None:
+    result = subprocess.run(LINT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "7 kept, 0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("file", "line", "broken"),
+    [
+        ("sessionmem/protocol/routes.py", "import trio\n", "The protocol package imports nothing of ours"),
+        ("hooks/run.py", "from sessionmem.storage import schema\n", "Hooks import only the protocol package"),
+        ("replay/backfill.py", "from sessionmem.hooks import transcript\n", "Nothing outside hooks/ imports"),
+        ("compress/offline.py", "from sessionmem.storage import base\n", "Compressors do not import storage"),
+        ("storage/writer.py", "from sessionmem.server import jsonapi\n", "Storage does not import the server"),
+        ("server/jsonapi.py", "from sessionmem import worker\n", "Layers, from the top"),
+    ],
+    ids=["protocol-imports-trio", "hooks-import-storage", "backfill-imports-hooks", "compress-imports-storage",
+         "storage-imports-server", "server-imports-worker"],
+)
+def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, file: str, line: str, broken: str) -> None:
+    root = copy_tree(tmp_path)
+    target = root / file
+    text = target.read_text()
+    marker = "from __future__ import annotations\n"
+    target.write_text(text.replace(marker, marker + line, 1) if marker in text else line + text)
+    result = lint(root)
+    assert result.returncode != 0
+    broken_section = result.stdout.split("Broken contracts", 1)[1]
+    assert broken in broken_section, result.stdout
+
+
+def test_a_hook_process_loads_only_the_standard_library_and_the_protocol() -> None:
+    """Run as Claude Code runs it (``python -S``, no site-packages): nothing else is even importable.
+
+    (SessionStart alone also loads ``subprocess`` to start the worker, through ``protocol.launch``.)
+    """
+    script = (
+        "import sys\n"
+        f"g = {{'__file__': {str(REPO / 'hooks' / 'entry.py')!r}, '__name__': 'entry'}}\n"
+        f"exec(open(g['__file__']).read().split('if __name__')[0], g)\n"
+        "g['_bootstrap']()\n"
+        "before = set(sys.modules)\n"
+        "import sessionmem.hooks.run, sessionmem.protocol.state\n"  # what a PostToolUse hook runs
+
+        "print('\\n'.join(sorted(set(sys.modules) - before)))\n"
+    )
+    result = subprocess.run([sys.executable, "-S", "-c", script], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    loaded = result.stdout.split()
+    ours = [m for m in loaded if m.startswith("sessionmem")]
+    assert ours and all(m.startswith(HOOK_IMPORTS_PREFIXES) for m in ours), ours
+    # What costs a hook milliseconds stays out of its hot path.
+    assert not {"typing", "json", "re", "socket", "http", "email", "enum", "msgspec", "trio"} & set(loaded), loaded
