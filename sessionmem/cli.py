@@ -165,7 +165,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print("sessionmem: the worker must be running to replay parked events (`sessionmem serve`)", file=sys.stderr)
         return 1
     try:
-        status, body = _call(config, "POST", routes.path(routes.REPLAY, claude_session_id=args.session_id),
+        status, body = _call(config, "POST", routes.path(routes.REPLAY, claude_session_id=args.claude_session_id),
                              patience=Patience.patient(60.0))
     except WorkerUnreachable as exc:
         print(f"sessionmem: replay failed: {exc}", file=sys.stderr)
@@ -173,7 +173,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if status != 200:
         print(f"sessionmem: replay failed: {body}", file=sys.stderr)
         return 1
-    print(f"sessionmem: {body['replayed']} parked event(s) of {args.session_id} queued again")
+    print(f"sessionmem: {body['replayed']} parked event(s) of {args.claude_session_id} queued again")
     return 0
 
 
@@ -309,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     stop.set_defaults(fn=cmd_stop)
     replay = sub.add_parser("replay", help="re-queue the parked events of a failed session")
     common(replay)
-    replay.add_argument("session_id", help="the Claude session id")
+    replay.add_argument("claude_session_id", help="the Claude session id")
     replay.set_defaults(fn=cmd_replay)
     install = sub.add_parser("install", help="wire the hooks into ~/.claude/settings.json (idempotent, with a backup)")
     install.set_defaults(fn=cmd_install)

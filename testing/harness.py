@@ -34,6 +34,7 @@ import trio
 
 from sessionmem.compress.base import Compressor
 from sessionmem.config import Settings, load_settings
+from sessionmem.protocol import routes
 from sessionmem.server.app import create_app
 from sessionmem.server.debug import debug_snapshot
 from sessionmem.server.jsonapi import to_api
@@ -65,7 +66,7 @@ class InProcessWorker:
             raise AssertionError(f"GET {path} -> {reply.status}: {reply.body[:500]!r}")
         return reply.json() if reply.headers.get("content-type") == "application/json" else reply.body.decode()
 
-    def stream(self, path: str = "/stream") -> Any:
+    def stream(self, path: str = routes.STREAM) -> Any:
         return open_asgi_stream(self.app, path)
 
     async def debug(self) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sessionmem.actors.state import ActorState
+from sessionmem.protocol import routes
 from sessionmem.protocol.state import STATE_FILE, process_alive, read_state
 
 WORKING_STATES = tuple(state.value for state in ActorState if state.working)  # as /debug writes them
@@ -66,7 +67,7 @@ class WorkerClient:
     def wait_idle(self, *, timeout: float = 30.0) -> dict[str, Any]:
         """Wait until the journal has nothing pending and no actor holds work."""
         def idle() -> dict[str, Any] | None:
-            debug = self.get("/debug")
+            debug = self.get(routes.DEBUG)
             busy = debug["sessions"]["queued"] or any(a["state"] in WORKING_STATES for a in debug["actors"])
             return debug if debug["journal"]["pending"] == 0 and not busy else None
         return self.wait_until(idle, timeout=timeout)
@@ -158,7 +159,7 @@ def start_worker(data_dir: Path, *, env: dict[str, str] | None = None, timeout: 
         try:
             port = json.loads(state.read_text())["port"]
             worker = WorkerProcess(process, data_dir, port)
-            if worker.request("GET", "/api/readiness", timeout=2)[0] == 200:
+            if worker.request("GET", routes.READINESS, timeout=2)[0] == 200:
                 return worker
         except (OSError, ValueError, KeyError):
             pass
