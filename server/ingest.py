@@ -1,7 +1,7 @@
-"""From validated request bodies to journaled events: privacy, size caps, project names.
+"""From validated request bodies to journaled events: privacy, secrets, size caps, project names.
 
-Everything that reaches the journal passes through here first, so nothing private
-and nothing unbounded is ever written to disk, logged, compressed or indexed. The
+Everything that reaches the journal passes through here first, so nothing private,
+no secret and nothing unbounded is ever written to disk, logged, compressed or indexed. The
 HTTP routes and the spool import (events hooks saved while the worker was down) both
 go through :class:`Ingestor`.
 """
@@ -31,6 +31,7 @@ from sessionmem.server.payloads import (
     ToolSkipped,
     decode,
 )
+from sessionmem.server.redaction import Redactor
 
 if TYPE_CHECKING:
     from sessionmem.actors.router import SessionRouter
@@ -40,12 +41,25 @@ if TYPE_CHECKING:
 _encode = msgspec.json.Encoder().encode  # the same compact JSON, and size, as clients measure
 
 
-def clean_tool_value(value: Any, cap: int) -> Any:
-    """:func:`sessionmem.protocol.fields.clean_value` with msgspec's encoder (the hot path)."""
-    return clean_value(value, cap, _encode)
+class EdgeCleaner:
+    """What every field goes through at the edge: privacy, then secrets, then the size cap.
+
+    The contract's rules (:mod:`sessionmem.protocol.fields`, the same as the hooks'),
+    with msgspec's encoder on the hot path and the worker's :class:`Redactor`.
+    """
+
+    def __init__(self, cap: int, redactor: Redactor) -> None:
+        self.cap = cap
+        self.redactor = redactor
+
+    def text(self, text: str, cap: int | None = None) -> str:
+        return clean_text(text, self.cap if cap is None else cap, self.redactor.text)
+
+    def value(self, value: Any) -> Any:
+        return clean_value(value, self.cap, _encode, redact=self.redactor.value, redact_text=self.redactor.text)
 
 
-def init_event(request: InitRequest) -> InitEvent:
+def init_event(request: InitRequest, clean: EdgeCleaner) -> InitEvent:
     prompt, skip_reason = strip_private(request.prompt), ""
     if is_internal_prompt(request.prompt):
         prompt, skip_reason = "", "internal <task-notification>, not a user prompt"
@@ -55,44 +69,44 @@ def init_event(request: InitRequest) -> InitEvent:
         claude_session_id=request.claudeSessionId,
         project=resolve_project(request.project, request.cwd),
         cwd=request.cwd,
-        prompt=prompt,
+        prompt=clean.redactor.text(prompt),
         skip_reason=skip_reason,
         key=request.idempotencyKey,
     )
 
 
-def observation_event(request: ObservationRequest, cap: int) -> ObservationEvent:
+def observation_event(request: ObservationRequest, clean: EdgeCleaner) -> ObservationEvent:
     failed = request.failed or request.hook_event_name == "PostToolUseFailure" or bool(request.error)
     return ObservationEvent(
         claude_session_id=request.claudeSessionId,
         project=resolve_project(request.project, request.cwd),
         tool_name=request.tool_name,
         tool_use_id=request.tool_use_id,
-        tool_input=clean_tool_value(request.tool_input, cap),
-        tool_response=clean_tool_value(request.tool_response, cap),
+        tool_input=clean.value(request.tool_input),
+        tool_response=clean.value(request.tool_response),
         cwd=request.cwd,
         agent_id=request.agent_id,
         agent_type=request.agent_type,
         failed=failed,
-        error=clean_text(request.error, cap),
+        error=clean.text(request.error),
         key=request.idempotencyKey,
     )
 
 
-def summarize_event(request: SummarizeRequest, cap: int) -> SummarizeEvent:
+def summarize_event(request: SummarizeRequest, clean: EdgeCleaner) -> SummarizeEvent:
     return SummarizeEvent(
         claude_session_id=request.claudeSessionId,
         project=resolve_project(request.project, request.cwd),
-        last_user_message=clean_text(request.last_user_message, cap),
-        last_assistant_message=clean_text(request.last_assistant_message, cap),
+        last_user_message=clean.text(request.last_user_message),
+        last_assistant_message=clean.text(request.last_assistant_message),
         key=request.idempotencyKey,
     )
 
 
-def complete_event(request: CompleteRequest) -> CompleteEvent:
+def complete_event(request: CompleteRequest, clean: EdgeCleaner) -> CompleteEvent:
     project = resolve_project(request.project, request.cwd) if (request.project or request.cwd) else ""
     return CompleteEvent(claude_session_id=request.claudeSessionId, project=project,
-                         reason=strip_private(request.reason)[:MAX_REASON], key=request.idempotencyKey)
+                         reason=clean.text(request.reason, MAX_REASON)[:MAX_REASON], key=request.idempotencyKey)
 
 
 class Ingestor:
@@ -113,13 +127,14 @@ class Ingestor:
         routes.COMPLETE: CompleteRequest,
     }
 
-    def __init__(self, settings: Settings, store: Store, router: SessionRouter) -> None:
+    def __init__(self, settings: Settings, store: Store, router: SessionRouter, redactor: Redactor) -> None:
         self._settings = settings
         self._store = store
         self._router = router
+        self._clean = EdgeCleaner(settings.tool_response_cap, redactor)
 
     async def prompt(self, payload: InitRequest) -> tuple[int, IngestReply]:
-        event = init_event(payload)
+        event = init_event(payload, self._clean)
         with self._router.reservation(event.claude_session_id):
             accepted = await self._store.accept_init(event, self._router.deliver)
         return 200, PromptAccepted(accepted.session_db_id, accepted.prompt_number, accepted.skipped,
@@ -128,13 +143,13 @@ class Ingestor:
     async def observation(self, payload: ObservationRequest) -> tuple[int, IngestReply]:
         if payload.tool_name in self._settings.skip_tools:
             return 200, ToolSkipped(f"{payload.tool_name} is on the skip list")
-        return await self._accept(observation_event(payload, self._settings.tool_response_cap))
+        return await self._accept(observation_event(payload, self._clean))
 
     async def summarize(self, payload: SummarizeRequest) -> tuple[int, IngestReply]:
-        return await self._accept(summarize_event(payload, self._settings.tool_response_cap))
+        return await self._accept(summarize_event(payload, self._clean))
 
     async def complete(self, payload: CompleteRequest) -> tuple[int, IngestReply]:
-        return await self._accept(complete_event(payload))
+        return await self._accept(complete_event(payload, self._clean))
 
     async def by_path(self, path: str, body: bytes) -> tuple[int, IngestReply]:
         """The same as POSTing ``body`` to ``path`` (the fast path and the spool import use it)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,8 @@ class Settings:
     max_body_bytes: int = MAX_BODY_BYTES
     tool_response_cap: int = int(SHARED["tool_response_cap"])  # type: ignore[call-overload]
     skip_tools: tuple[str, ...] = DEFAULT_SKIP_TOOLS
+    redact_secrets: bool = True  # API keys, tokens, private keys, passwords: never stored (server/redaction.py)
+    redact_patterns: tuple[str, ...] = ()  # more regular expressions to redact (a group, if any, is the secret)
     access_log: bool = False
     shutdown_timeout_s: float = 15.0  # SIGTERM to exit, all stages together
 
@@ -110,6 +113,8 @@ _ENV = {
     "SESSIONMEM_FAULT_INJECTION": "fault_injection",
     "SESSIONMEM_MAX_BODY_BYTES": "max_body_bytes",
     "SESSIONMEM_SKIP_TOOLS": "skip_tools",
+    "SESSIONMEM_REDACT_SECRETS": "redact_secrets",
+    "SESSIONMEM_REDACT_PATTERNS": "redact_patterns",
     "SESSIONMEM_ACCESS_LOG": "access_log",
     "SESSIONMEM_SHUTDOWN_TIMEOUT": "shutdown_timeout_s",
     "SESSIONMEM_CONTEXT_TOKENS": "context_token_budget",
@@ -139,6 +144,8 @@ def _coerce(name: str, raw: Any, source: str) -> Any:
         if field_type == "float":
             return float(raw)
         if field_type == "tuple[str, ...]":
+            if isinstance(raw, str) and raw.lstrip().startswith("["):  # a JSON list (patterns may hold commas)
+                raw = json.loads(raw)
             if isinstance(raw, str):
                 return tuple(part.strip() for part in raw.split(",") if part.strip())
             if isinstance(raw, list) and all(isinstance(item, str) for item in raw):
@@ -192,6 +199,11 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
         raise SettingsError(f"port must be 0..65535, got {settings.port}")
     if settings.max_restarts < 0 or settings.restart_window_s <= 0:
         raise SettingsError("max_restarts must be >= 0 and restart_window_s > 0")
+    for pattern in settings.redact_patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise SettingsError(f"redact_patterns: {pattern!r} is not a regular expression: {exc}") from None
     if not 1024 <= settings.tool_response_cap <= settings.max_body_bytes // 4:
         # A request carries up to three capped fields: they must fit the body limit.
         raise SettingsError(f"tool_response_cap must be between 1024 and max_body_bytes / 4 "

@@ -55,6 +55,7 @@ from sessionmem.protocol.state import (
 )
 from sessionmem.server.app import create_app
 from sessionmem.server.ingest import Ingestor
+from sessionmem.server.redaction import Redactor
 from sessionmem.server.services import Services, WorkerStatus
 from sessionmem.server.spool import SpoolImporter
 from sessionmem.storage.sqlite import open_sqlite_store
@@ -180,7 +181,8 @@ async def open_services(settings: Settings, *, budget: ShutdownBudget | None = N
             supervisor = ActorSupervisor(lambda child: SessionActor(child, deps).run(), policy,
                                          give_up=partial(park_failed_session, deps), clock=clock)
             router = SessionRouter(supervisor, mailbox_size=settings.mailbox_size, restart_policy=policy)
-            ingestor = Ingestor(settings, store, router)
+            redactor = Redactor(enabled=settings.redact_secrets, extra_patterns=settings.redact_patterns)
+            ingestor = Ingestor(settings, store, router, redactor)
             services = Services(settings, status, store, router, supervisor, compressor, broadcaster, ingestor,
                                 SpoolImporter(ingestor, settings.data_dir))
             async with trio.open_nursery() as nursery:

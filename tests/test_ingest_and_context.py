@@ -8,8 +8,15 @@ from sessionmem.protocol.limits import head_tail
 from sessionmem.protocol.project import resolve_project
 from sessionmem.protocol.requests import api_call
 from sessionmem.server.context import estimate_tokens, render_context
-from sessionmem.server.ingest import clean_tool_value as clean_value
-from sessionmem.server.ingest import init_event, observation_event
+from sessionmem.server.ingest import EdgeCleaner, init_event, observation_event
+from sessionmem.server.redaction import Redactor
+
+
+def clean_value(value: object, cap: int) -> object:
+    return EdgeCleaner(cap, Redactor()).value(value)
+
+
+EDGE = EdgeCleaner(65536, Redactor())
 from sessionmem.server.payloads import InitRequest, ObservationRequest
 
 from .conftest import observation_row, summary_row
@@ -42,12 +49,12 @@ def test_head_tail_and_clean_value() -> None:
 def test_events_are_stripped_and_marked() -> None:
     event = observation_event(ObservationRequest(
         claudeSessionId="s", tool_name="Bash", cwd="/w/proj", hook_event_name="PostToolUseFailure",
-        tool_input={"command": "echo <private>pw</private>"}, error="Exit code 1 <private>pw</private>"), 1000)
+        tool_input={"command": "echo <private>pw</private>"}, error="Exit code 1 <private>pw</private>"), EDGE)
     assert event.failed and event.project == "proj"
     assert "pw" not in msgspec.json.encode(event).decode()
-    internal = init_event(InitRequest(claudeSessionId="s", prompt="<task-notification>\n<task-id>x</task-id>"))
+    internal = init_event(InitRequest(claudeSessionId="s", prompt="<task-notification>\n<task-id>x</task-id>"), EDGE)
     assert internal.prompt == "" and "task-notification" in internal.skip_reason
-    private = init_event(InitRequest(claudeSessionId="s", prompt="<private>all of it</private>"))
+    private = init_event(InitRequest(claudeSessionId="s", prompt="<private>all of it</private>"), EDGE)
     assert private.prompt == "" and private.skip_reason == "prompt is entirely private"
 
 

@@ -22,6 +22,7 @@ FIELD_CAP = 64 * 1024  # bytes of one tool input, tool response, error or messag
 MAX_SESSION_ID = 256  # characters of a Claude session id
 MAX_TOOL_NAME = 512
 MAX_REASON = 200  # characters of a SessionEnd reason
+MAX_DEPTH = 64  # nesting of a tool value kept as structure; deeper values are kept as their JSON text
 
 ELISION = "\n…[sessionmem: {n} characters elided]…\n"
 
@@ -43,6 +44,20 @@ def shorten_strings(value: Any, limit: int) -> Any:
     if isinstance(value, list):
         return [shorten_strings(v, limit) for v in value]
     return value
+
+
+def deeper_than(value: Any, limit: int) -> bool:
+    """Whether JSON-like ``value`` nests lists and dicts more than ``limit`` levels (no recursion)."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        pending.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 def bound_value(value: Any, cap: int, encode: Callable[[Any], bytes], encoded: bytes | None = None) -> Any:

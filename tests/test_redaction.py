@@ -1,0 +1,99 @@
+"""Secrets never reach the worker's disk: detect-secrets' detectors and ours, at the ingest edge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from sessionmem.config import SettingsError, load_settings
+from sessionmem.server.redaction import Redactor
+from sessionmem.testing.harness import open_worker
+
+from .conftest import data_dir_contains
+
+AWS = "AKIAIOSFODNN7EXAMPLE"
+ANTHROPIC = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789-ABCDEFGH"
+GITHUB = "ghp_abcdefghijklmnopqrstuvwxyz0123456789"
+PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAzQ8\nZmFrZSBrZXkgbWF0ZXJpYWw=\n-----END RSA PRIVATE KEY-----"
+
+
+@pytest.mark.parametrize(("text", "secret", "kind"), [
+    (f"export AWS_ACCESS_KEY_ID={AWS}", AWS, "aws-access-key"),
+    (f"ANTHROPIC_API_KEY={ANTHROPIC}", ANTHROPIC, "anthropic-key"),
+    ("OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwxyz123456", "sk-proj-abcdefghij", "api-key"),
+    (f"git remote set-url origin https://x:{GITHUB}@github.com/o/r", GITHUB, ""),
+    (f"token {GITHUB} end", GITHUB, "github-token"),
+    (f"key:\n{PEM}\nafter", "ZmFrZSBrZXkgbWF0ZXJpYWw", "private-key"),
+    ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA (cut)", "b3BlbnNzaC1rZXktdjEAAAAA", "private-key"),
+    ("password=hunter2 and more", "hunter2", "secret"),
+    ('config = {"db_password": "correct horse battery"}', "correct horse", "secret"),
+    ("mysql --password=s3cretpw -u root", "s3cretpw", "secret"),
+    ("curl -H 'Authorization: Bearer abcdef0123456789abcdef'", "abcdef0123456789abcdef", "bearer-token"),
+    ("postgresql://admin:S3cr3tPass@db.example.com:5432/app", "S3cr3tPass", "url-password"),
+    ("xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx", "AbCdEfGhIjKl", "slack-token"),
+    ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+     "dozjgNryP4J3jVmNHl0w5N", "jwt"),
+])
+def test_secrets_are_redacted(text: str, secret: str, kind: str) -> None:
+    redacted = Redactor().text(text)
+    assert secret not in redacted and "[REDACTED:" in redacted
+    assert kind == "" or f"[REDACTED:{kind}]" in redacted
+
+
+@pytest.mark.parametrize("text", [
+    "def get_password(user): return lookup(user)",
+    "password: None",
+    'api_key = os.environ["API_KEY"]',
+    "for key, value in items.items():",
+    "monkey = banana",
+    "sk-learn is a library; pip install scikit-learn",
+    "Read /home/dev/calcproj/calc.py (42 lines)",
+    "if password == expected: return token",
+])
+def test_ordinary_code_is_left_alone(text: str) -> None:
+    assert Redactor().text(text) == text
+
+
+def test_structured_values_and_custom_patterns() -> None:
+    value = {"env": {"API_KEY": "abc123def456", "tokenizer": "bert", "access_token": "zzz-yyy-xxx"},
+             "cmd": "ls", "out": "password=hunter2", "input_tokens": 5}
+    redacted = Redactor().value(value, msgspec.json.encode(value))
+    assert redacted == {"env": {"API_KEY": "[REDACTED:secret]", "tokenizer": "bert",
+                                "access_token": "[REDACTED:secret]"},
+                        "cmd": "ls", "out": "password=[REDACTED:secret]", "input_tokens": 5}
+    clean = {"file_path": "/p/a.py", "content": "x = 1\n"}
+    assert Redactor().value(clean, msgspec.json.encode(clean)) is clean  # untouched, not even copied
+    custom = Redactor(extra_patterns=[r"ACME-[0-9]{6}", r"internal-id=(\w+)"])
+    assert custom.text("ticket ACME-123456, internal-id=zz9") == "ticket [REDACTED:custom], internal-id=[REDACTED:custom]"
+    assert Redactor(enabled=False).text(f"key {AWS}") == f"key {AWS}"
+
+
+def test_bad_custom_patterns_are_refused_at_start(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="not a regular expression"):
+        load_settings({"SESSIONMEM_REDACT_PATTERNS": '["(unclosed"]'}, data_dir=str(tmp_path))
+    settings = load_settings({"SESSIONMEM_REDACT_PATTERNS": '["a{2,3}", "b"]'}, data_dir=str(tmp_path))
+    assert settings.redact_patterns == ("a{2,3}", "b")
+
+
+async def test_no_secret_reaches_the_data_dir(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    async with open_worker(data_dir, batch_quiet_s=0.05) as worker:
+        await worker.post("/api/sessions/init", {"claudeSessionId": "s", "cwd": "/w/p",
+                                                 "prompt": f"deploy with AWS_ACCESS_KEY_ID={AWS} please"})
+        await worker.post("/api/sessions/observations", {
+            "claudeSessionId": "s", "cwd": "/w/p", "tool_name": "Bash", "tool_use_id": "t1",
+            "tool_input": {"command": f"curl -H 'x-api-key: {ANTHROPIC}' https://api"},
+            "tool_response": {"stdout": f"{PEM}\nok", "stderr": f"warning: {GITHUB}"}})
+        await worker.post("/api/sessions/observations", {
+            "claudeSessionId": "s", "cwd": "/w/p", "tool_name": "Read", "tool_use_id": "t2",
+            "tool_input": {"file_path": "/w/p/.env"}, "tool_response": "DB_PASSWORD=correcthorse42\nDEBUG=1"})
+        await worker.post("/api/sessions/summarize", {"claudeSessionId": "s",
+                                                      "last_assistant_message": f"Used password=hunter2x, {AWS}"})
+        await worker.wait_idle()
+        detail = await worker.get("/api/observations/2")
+        assert detail["toolResponse"] == "DB_PASSWORD=[REDACTED:secret]\nDEBUG=1"
+    for secret in (AWS, ANTHROPIC, GITHUB, "ZmFrZSBrZXkgbWF0ZXJpYWw", "correcthorse42", "hunter2x"):
+        assert data_dir_contains(data_dir, secret.encode()) == [], secret
+    assert data_dir_contains(data_dir, b"[REDACTED:aws-access-key]")
