@@ -163,7 +163,8 @@ class SessionActor:
         return self._session
 
     def _context(self, session: SessionInfo) -> SessionContext:
-        return SessionContext(session.claude_session_id, session.project, self._cwd, self._prompt)
+        return SessionContext(session.claude_session_id, session.project, self._cwd, self._prompt,
+                              session.tokens_used)
 
     async def _flush(self) -> None:
         if not self._batch:

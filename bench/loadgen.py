@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 import trio
 
 
-def encode_post(host: str, port: int, path: str, body: bytes) -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+def encode_post(host: str, port: int, path: str, body: bytes, token: str | None = None) -> bytes:
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    return (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{auth}Content-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
 
-def encode_get(host: str, port: int, path: str) -> bytes:
-    return f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode()
+def encode_get(host: str, port: int, path: str, token: str | None = None) -> bytes:
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    return f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{auth}\r\n".encode()
 
 
 @dataclass

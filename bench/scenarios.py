@@ -129,8 +129,8 @@ async def _replay_http(worker: WorkerProcess, sessions: list[ReplaySession], *, 
                 if request is None:
                     continue
                 method, path, body = request
-                raw = loadgen.encode_post("127.0.0.1", worker.port, path, body) if body is not None \
-                    else loadgen.encode_get("127.0.0.1", worker.port, path)
+                raw = loadgen.encode_post("127.0.0.1", worker.port, path, body, worker.token) if body is not None \
+                    else loadgen.encode_get("127.0.0.1", worker.port, path, worker.token)
                 began = time.perf_counter()
                 status, reply = await connection.roundtrip(raw)
                 while status == 503:  # backpressure: retry like a hook would
@@ -315,7 +315,8 @@ def scenario_throughput(ctx: Context, *, rounds: int, seconds: float, concurrenc
     path = "/api/sessions/observations"
 
     def measure(port: int, offset: int) -> loadgen.Result:
-        requests = [loadgen.encode_post("127.0.0.1", port, path, b) for b in bodies[offset:offset + per_round]]
+        requests = [loadgen.encode_post("127.0.0.1", port, path, b, tokens.get(port))
+                    for b in bodies[offset:offset + per_round]]
         return trio.run(partial(loadgen.closed_loop, "127.0.0.1", port, requests,
                                 concurrency=concurrency, duration=seconds))
 
@@ -323,6 +324,7 @@ def scenario_throughput(ctx: Context, *, rounds: int, seconds: float, concurrenc
     worker_latency: list[float] = []
     with ctx.worker("throughput", SESSIONMEM_MAILBOX_SIZE=4096) as (worker, _), \
             bare_endpoint(ctx.out, "quart") as quart_port, bare_endpoint(ctx.out, "asgi") as asgi_port:
+        tokens = {worker.port: worker.token}  # the bare endpoints take none
         with ProcessSampler(worker.pid) as sampler:
             for round_number in range(rounds):
                 run = measure(worker.port, (round_number * per_round) % len(bodies))
@@ -356,7 +358,7 @@ def scenario_openloop(ctx: Context, *, rate: float, sessions: int, seconds: floa
     bodies = observation_bodies(ctx, count, sessions=sessions, tag="ol")
     with ctx.worker("openloop") as (worker, _):
         requests = [loadgen.encode_post("127.0.0.1", worker.port, "/api/sessions/observations",
-                                        json.dumps(b).encode()) for b in bodies]
+                                        json.dumps(b).encode(), worker.token) for b in bodies]
         with ProcessSampler(worker.pid) as sampler:
             run = trio.run(lambda: loadgen.open_loop("127.0.0.1", worker.port, requests, rate=rate))
             worker.wait_idle(timeout=600)
@@ -380,13 +382,14 @@ def scenario_context(ctx: Context, *, observations: int, requests: int) -> dict[
     bodies = observation_bodies(ctx, observations, sessions=20, tag="cx")
     # A short quiet period: the seeded batches are flushed at once instead of after 2 s.
     with ctx.worker("context", SESSIONMEM_MAILBOX_SIZE=4096, SESSIONMEM_BATCH_QUIET=0.05) as (worker, _):
-        seed = [loadgen.encode_post("127.0.0.1", worker.port, "/api/sessions/observations", json.dumps(b).encode())
+        seed = [loadgen.encode_post("127.0.0.1", worker.port, "/api/sessions/observations", json.dumps(b).encode(),
+                                    worker.token)
                 for b in bodies]
         trio.run(lambda: loadgen.closed_loop("127.0.0.1", worker.port, seed, concurrency=16))
         worker.wait_idle(timeout=1200)
         stored = worker.get("/api/sessions?project=bench-cx&limit=500")["sessions"]
         count = sum(s["observations"] for s in stored)
-        get = loadgen.encode_get("127.0.0.1", worker.port, "/api/context/inject?project=bench-cx")
+        get = loadgen.encode_get("127.0.0.1", worker.port, "/api/context/inject?project=bench-cx", worker.token)
         run = trio.run(lambda: loadgen.closed_loop("127.0.0.1", worker.port, [get] * requests, concurrency=1,
                                                    keep_bodies=True))
         size = len(run.bodies[-1]) if run.bodies else 0

@@ -5,15 +5,23 @@ One Messages API call covers a whole batch of tool uses; the reply is XML
 
 Resource handling:
     One ``AsyncAnthropic`` client (it honours ``ANTHROPIC_BASE_URL``) shared by all
-    actors, closed by :meth:`AnthropicCompressor.aclose`. A ``CapacityLimiter``
-    bounds concurrent calls across the whole worker, which bounds LLM cost.
+    actors, made on a worker thread the first time it is needed -- the SDK takes
+    over a second to import, which the worker's start must not wait for
+    (:meth:`AnthropicCompressor.warm_up` makes it early, in the background) -- and
+    closed by :meth:`AnthropicCompressor.aclose`. A ``CapacityLimiter`` bounds
+    concurrent calls across the whole worker; a daily token budget and a cap per
+    session (:mod:`.budget`) bound what they cost.
 
 Error handling:
-    429, 5xx, timeouts and connection errors are retried with exponential backoff
-    (honouring ``Retry-After``) up to ``llm_max_attempts`` calls. Other API errors,
-    exhausted retries and replies that do not parse are not retried: each tool use
-    is stored as a raw observation built from its own data and marked
-    ``compressed=False`` -- never dropped. Cancellation always propagates.
+    429, 5xx, timeouts and connection errors (a refused connection, a reply cut off
+    mid-way) are retried with exponential backoff and jitter (honouring
+    ``Retry-After``) up to ``llm_max_attempts`` calls, each under its own timeout.
+    Other API errors, exhausted retries and replies that do not parse are not
+    retried: each tool use is stored as a raw observation built from its own data
+    and marked ``compressed=False`` -- never dropped, never retried forever. Calls
+    that keep failing open a circuit breaker (:mod:`.breaker`): while it is open, and
+    while the budget is spent, batches go to the offline compressor (their
+    observations say ``compressor: offline``). Cancellation always propagates.
 """
 
 from __future__ import annotations
@@ -21,19 +29,23 @@ from __future__ import annotations
 import json
 import logging
 import random
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import msgspec
 import trio
 
 from sessionmem.compress.base import CompressorStatistics, SessionContext
-from sessionmem.compress.offline import build_offline_observation, build_offline_summary
+from sessionmem.compress.breaker import CircuitBreaker
+from sessionmem.compress.budget import TokenBudget
+from sessionmem.compress.offline import OfflineCompressor, build_offline_observation, build_offline_summary
 from sessionmem.compress.xml_reply import SUMMARY_FIELDS, parse_observations, parse_summary
 from sessionmem.config import Settings
 from sessionmem.events import ObservationEvent, SummarizeEvent
 from sessionmem.records import OBSERVATION_TYPES, CompressedObservation, CompressedSummary, SummaryInputs
+
+if TYPE_CHECKING:
+    import anthropic
 
 log = logging.getLogger(__name__)
 
@@ -97,14 +109,33 @@ class _GaveUp(Exception):
     """The call could not be made to succeed; the caller falls back to raw observations."""
 
 
+class _NotNow(Exception):
+    """No call is made (breaker open, budget spent); the caller uses the offline compressor."""
+
+
+def default_client(settings: Settings) -> anthropic.AsyncAnthropic:
+    import anthropic  # ~1.6 s: on a worker thread, once
+
+    # SDK retries off: ours count retries and honour Retry-After with a cap.
+    return anthropic.AsyncAnthropic(max_retries=0, timeout=settings.llm_timeout_s)
+
+
 class AnthropicCompressor:
     name = "anthropic"
 
-    def __init__(self, settings: Settings, *, client: anthropic.AsyncAnthropic | None = None) -> None:
+    def __init__(self, settings: Settings, *,
+                 client: Callable[[Settings], anthropic.AsyncAnthropic] = default_client) -> None:
         self._settings = settings
-        # SDK retries off: ours count retries and honour Retry-After with a cap.
-        self._client = client or anthropic.AsyncAnthropic(max_retries=0, timeout=settings.llm_timeout_s)
+        self._make_client = client
+        self._client: anthropic.AsyncAnthropic | None = None
+        self._client_lock = trio.Lock()
         self._limiter = trio.CapacityLimiter(settings.llm_concurrency)
+        self._offline = OfflineCompressor()
+        self._breaker = CircuitBreaker(threshold=settings.llm_breaker_failures, open_s=settings.llm_breaker_open_s,
+                                       max_open_s=settings.llm_breaker_open_s * 16)
+        self._budget = TokenBudget(daily_limit=settings.llm_daily_token_budget,
+                                   session_cap=settings.llm_session_token_cap)
+        self._said: set[str] = set()  # reasons already logged (once each)
         self._stats: dict[str, Any] = {
             "backend": self.name,
             "model": settings.model,
@@ -114,6 +145,7 @@ class AnthropicCompressor:
             "retries": 0,
             "unparsed_replies": 0,
             "raw_fallbacks": 0,
+            "offline_fallbacks": 0,
             "input_tokens": 0,
             "output_tokens": 0,
             "tool_uses": 0,
@@ -121,14 +153,59 @@ class AnthropicCompressor:
         }
 
     def statistics(self) -> CompressorStatistics:
-        return CompressorStatistics(**self._stats)
+        return CompressorStatistics(**self._stats, client_ready=self._client is not None,
+                                    breaker=self._breaker.statistics(), budget=self._budget.statistics())
+
+    def seed_usage(self, tokens_today: int) -> None:
+        self._budget.seed(tokens_today)
+
+    async def warm_up(self) -> None:
+        await self._api()
 
     async def aclose(self) -> None:
-        await self._client.close()
+        if self._client is not None:
+            await self._client.close()
 
-    async def _call(self, system: str, content: str) -> tuple[str, int, int]:
-        """One Messages API call with retries; returns (text, input tokens, output tokens)."""
+    async def _api(self) -> anthropic.AsyncAnthropic:
+        async with self._client_lock:
+            if self._client is None:
+                self._client = await trio.to_thread.run_sync(self._make_client, self._settings)
+            return self._client
+
+    async def _call(self, context: SessionContext, system: str, content: str) -> tuple[str, int, int]:
+        """One Messages API call with retries; returns (text, input tokens, output tokens).
+
+        Raises :class:`_NotNow` without calling when the breaker is open or the budget
+        spent, and :class:`_GaveUp` when the call failed for good.
+        """
+        refusal = self._budget.refusal(context.claude_session_id, context.tokens_used)
+        if refusal:
+            self._say_once(refusal, f"{refusal}: using the offline compressor")
+            raise _NotNow(refusal)
+        if not self._breaker.allow():
+            self._say_once("breaker", "the LLM keeps failing: offline compressor for "
+                                      f"{self._breaker.statistics().open_for_seconds:.0f} s")
+            raise _NotNow("circuit breaker open")
+        try:
+            text, tokens_in, tokens_out = await self._call_with_retries(system, content)
+        except _GaveUp:
+            self._breaker.failed()
+            raise
+        self._breaker.succeeded()
+        self._said.discard("breaker")
+        self._budget.spend(context.claude_session_id, tokens_in + tokens_out)
+        return text, tokens_in, tokens_out
+
+    def _say_once(self, key: str, message: str) -> None:
+        if key not in self._said:
+            self._said.add(key)
+            log.warning("%s", message)
+
+    async def _call_with_retries(self, system: str, content: str) -> tuple[str, int, int]:
+        import anthropic  # loaded by _api() before any call
+
         settings = self._settings
+        client = await self._api()
         attempt = 0
         while True:
             attempt += 1
@@ -138,7 +215,7 @@ class AnthropicCompressor:
                     self._stats["calls"] += 1
                     try:
                         with trio.fail_after(settings.llm_timeout_s + 5):
-                            message = await self._client.messages.create(
+                            message = await client.messages.create(
                                 model=settings.model,
                                 max_tokens=settings.llm_max_tokens,
                                 system=system,
@@ -168,8 +245,8 @@ class AnthropicCompressor:
         if response is not None:
             retry_after = response.headers.get("retry-after")
             try:
-                if retry_after is not None:
-                    return min(cap, max(0.0, float(retry_after)))
+                if retry_after is not None:  # a minimum: a little jitter spreads the callers out
+                    return min(cap, max(0.0, float(retry_after)) * random.uniform(1.0, 1.2))
             except ValueError:
                 pass
         return min(cap, 0.5 * 2 ** (attempt - 1)) * random.uniform(0.8, 1.2)
@@ -177,7 +254,11 @@ class AnthropicCompressor:
     async def compress(self, context: SessionContext, events: Sequence[ObservationEvent]) -> list[CompressedObservation]:
         self._stats["tool_uses"] += len(events)
         try:
-            text, tokens_in, tokens_out = await self._call(OBSERVATION_SYSTEM, observation_request(context, events))
+            text, tokens_in, tokens_out = await self._call(context, OBSERVATION_SYSTEM,
+                                                           observation_request(context, events))
+        except _NotNow:
+            self._stats["offline_fallbacks"] += len(events)
+            return await self._offline.compress(context, events)
         except _GaveUp:
             return self._raw(context, events)
         parsed = parse_observations(text)
@@ -224,7 +305,11 @@ class AnthropicCompressor:
     async def summarize(self, context: SessionContext, request: SummarizeEvent, inputs: SummaryInputs) -> CompressedSummary:
         self._stats["summaries"] += 1
         try:
-            text, tokens_in, tokens_out = await self._call(SUMMARY_SYSTEM, summary_request(context, request, inputs))
+            text, tokens_in, tokens_out = await self._call(context, SUMMARY_SYSTEM,
+                                                           summary_request(context, request, inputs))
+        except _NotNow:
+            self._stats["offline_fallbacks"] += 1
+            return await self._offline.summarize(context, request, inputs)
         except _GaveUp:
             self._stats["raw_fallbacks"] += 1
             return build_offline_summary(context, request, inputs, compressor=self.name, compressed=False)

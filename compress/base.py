@@ -13,6 +13,8 @@ from typing import Protocol
 
 import msgspec
 
+from sessionmem.compress.breaker import BreakerStatistics
+from sessionmem.compress.budget import BudgetStatistics
 from sessionmem.events import ObservationEvent, SummarizeEvent
 from sessionmem.records import CompressedObservation, CompressedSummary, SummaryInputs
 
@@ -24,6 +26,7 @@ class SessionContext(msgspec.Struct, frozen=True):
     project: str
     cwd: str = ""
     prompt: str = ""  # the user prompt the tool uses answer
+    tokens_used: int = 0  # LLM tokens the session had spent when its actor started
 
 
 class CompressorStatistics(msgspec.Struct, frozen=True):
@@ -39,8 +42,12 @@ class CompressorStatistics(msgspec.Struct, frozen=True):
     failures: int = 0  # calls given up after their retries
     unparsed_replies: int = 0
     raw_fallbacks: int = 0  # observations or summaries built from raw data instead
+    offline_fallbacks: int = 0  # tool uses and summaries given to the offline compressor (breaker, budget)
     input_tokens: int = 0
     output_tokens: int = 0
+    client_ready: bool = False  # the LLM client is loaded (it loads in the background after start)
+    breaker: BreakerStatistics | None = None
+    budget: BudgetStatistics | None = None
 
 
 class Compressor(Protocol):
@@ -55,5 +62,11 @@ class Compressor(Protocol):
     ) -> CompressedSummary: ...
 
     def statistics(self) -> CompressorStatistics: ...
+
+    def seed_usage(self, tokens_today: int) -> None:
+        """LLM tokens already spent today (by earlier runs), for the daily budget."""
+
+    async def warm_up(self) -> None:
+        """Load what the first call would otherwise wait for (run in the background after start)."""
 
     async def aclose(self) -> None: ...

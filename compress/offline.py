@@ -227,6 +227,12 @@ class OfflineCompressor:
     def statistics(self) -> CompressorStatistics:
         return CompressorStatistics(self.name, tool_uses=self._observations, summaries=self._summaries)
 
+    def seed_usage(self, tokens_today: int) -> None:
+        return None  # no LLM, no budget
+
+    async def warm_up(self) -> None:
+        return None
+
     async def aclose(self) -> None:
         return None
 

@@ -36,6 +36,7 @@ import time
 from sessionmem.protocol import fastjson
 from sessionmem.protocol.client import WorkerUnavailable, request
 from sessionmem.protocol.config import ClientConfig
+from sessionmem.protocol.datadir import private_umask, write_private
 from sessionmem.protocol.delivery import Patience, deliver
 from sessionmem.protocol.privacy import strip_private
 from sessionmem.protocol.project import project_of
@@ -58,14 +59,14 @@ class _Log:
 
     def __call__(self, message: str) -> None:
         try:
-            os.makedirs(os.path.dirname(self._path), exist_ok=True)
+            os.makedirs(os.path.dirname(self._path), mode=0o700, exist_ok=True)
             try:
                 if os.stat(self._path).st_size > LOG_LIMIT:
                     os.replace(self._path, self._path + ".1")  # keep one older file
             except FileNotFoundError:
                 pass
-            with open(self._path, "a", encoding="utf-8") as f:
-                f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid={os.getpid()} {self._stage}: {message}\n")
+            line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid={os.getpid()} {self._stage}: {message}\n"
+            write_private(self._path, line.encode("utf-8", "replace"), append=True)
         except OSError:
             pass
 
@@ -95,7 +96,7 @@ def session_start(payload: dict[str, Any], project: str, config: ClientConfig, l
     assert call is not None
     _, path, _ = call
     try:
-        reply = request(config.host, port, "GET", path, timeout=config.hook_timeout_s)
+        reply = request(config.host, port, "GET", path, timeout=config.hook_timeout_s, token=config.token())
     except WorkerUnavailable as exc:
         log(f"no context: {exc}")
         return None
@@ -151,6 +152,7 @@ def handle(stage: str, payload: dict[str, Any], config: ClientConfig, log: _Log)
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv if argv is None else argv
     stage = argv[1] if len(argv) > 1 else ""
+    private_umask()  # the spool, the log and the worker this hook may start: its owner's only
     config = ClientConfig()
     log = _Log(config, stage or "hook")
     budget = config.hook_timeout_s + 1.0

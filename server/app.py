@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import re
 from typing import Any
+from urllib.parse import urlencode
 
 import msgspec
 import trio
@@ -32,6 +33,7 @@ from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, READY, STARTING
 from sessionmem.server.context import render_context
 from sessionmem.server.debug import debug_snapshot, processing_status
 from sessionmem.server.fast_ingest import RETRY_AFTER_S, FastIngest, busy_message, too_large_message
+from sessionmem.server.guard import LOGIN_CODE_TTL_S, AccessGuard
 from sessionmem.server.jsonapi import encode
 from sessionmem.server.payloads import BadRequest, ErrorReply, InitRequest, LegacyInitRequest, ProcessingRequest, decode
 from sessionmem.server.services import Services
@@ -54,6 +56,12 @@ class Health(msgspec.Struct, frozen=True):
 class Replayed(msgspec.Struct, frozen=True):
     claude_session_id: str
     replayed: int
+
+
+class LoginCode(msgspec.Struct, frozen=True):
+    code: str
+    url: str  # open it in a browser: the worker sets its cookie and shows the page
+    expires_in_seconds: float
 
 
 def rule(path: str, **converters: str) -> str:
@@ -84,10 +92,12 @@ def _int_arg(name: str, default: int, *, low: int = 0, high: int = MAX_PAGE) -> 
     return value
 
 
-def create_app(services: Services) -> FastIngest:
-    """The worker's ASGI app: the hot ingest routes (:mod:`.fast_ingest`) in front of Quart."""
-    return FastIngest(create_quart_app(services), services.ingestor,
-                      max_body_bytes=services.settings.max_body_bytes, on_error=services.status.count_error)
+def create_app(services: Services) -> AccessGuard:
+    """The worker's ASGI app: the access guard (:mod:`.guard`), then the hot ingest routes
+    (:mod:`.fast_ingest`), then Quart."""
+    ingest = FastIngest(create_quart_app(services), services.ingestor,
+                        max_body_bytes=services.settings.max_body_bytes, on_error=services.status.count_error)
+    return services.guard.protect(ingest)
 
 
 def create_quart_app(services: Services) -> QuartTrio:
@@ -160,6 +170,13 @@ def create_quart_app(services: Services) -> QuartTrio:
         envelopes = await store.unpark_session(
             claude_session_id, lambda unparked: router.unparked(claude_session_id, unparked))
         return json_response(Replayed(claude_session_id, len(envelopes)))
+
+    @app.post(routes.LOGIN_CODE)
+    async def login_code() -> Response:
+        code = services.guard.login_codes.issue()
+        target = request.args.get("next") or "/"
+        query = urlencode({"code": code, "next": target})
+        return json_response(LoginCode(code, f"{status.base_url}{routes.LOGIN}?{query}", LOGIN_CODE_TTL_S))
 
     # -- reads ---------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from sessionmem.actors.supervisor import SupervisorStatistics
 from sessionmem.broadcast import BroadcasterStatistics
 from sessionmem.compress.base import CompressorStatistics
 from sessionmem.records import JournalCounts
+from sessionmem.server.guard import GuardStatistics
 from sessionmem.server.services import Services, WorkerStatistics
 from sessionmem.server.spool import SpoolStatistics
 from sessionmem.storage.base import StoreStatistics
@@ -30,6 +31,7 @@ class DebugSnapshot(msgspec.Struct, frozen=True):
     compressor: CompressorStatistics
     stream: BroadcasterStatistics
     spool: SpoolStatistics
+    access: GuardStatistics
 
 
 class ProcessingStatus(msgspec.Struct, frozen=True):
@@ -50,6 +52,7 @@ async def debug_snapshot(services: Services) -> DebugSnapshot:
         compressor=services.compressor.statistics(),
         stream=services.broadcaster.statistics(),
         spool=services.spool.statistics(),
+        access=services.guard.statistics(),
     )
 
 

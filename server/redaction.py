@@ -31,25 +31,12 @@ Error handling:
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
-
-from detect_secrets.plugins.aws import AWSKeyDetector
-from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
-from detect_secrets.plugins.basic_auth import BasicAuthDetector
-from detect_secrets.plugins.github_token import GitHubTokenDetector
-from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
-from detect_secrets.plugins.keyword import DENYLIST as SECRET_KEYWORDS
-from detect_secrets.plugins.mailchimp import MailchimpDetector
-from detect_secrets.plugins.npm import NpmDetector
-from detect_secrets.plugins.openai import OpenAIDetector
-from detect_secrets.plugins.pypi_token import PypiTokenDetector
-from detect_secrets.plugins.sendgrid import SendGridDetector
-from detect_secrets.plugins.slack import SlackDetector
-from detect_secrets.plugins.square_oauth import SquareOAuthDetector
-from detect_secrets.plugins.stripe import StripeDetector
 
 MARK = "[REDACTED:{kind}]"
 
@@ -66,58 +53,76 @@ class Detector:
     patterns: tuple[tuple[re.Pattern[str], int], ...]
 
 
-def _detect_secrets(kind: str, plugin: Any, triggers: Iterable[str], groups: dict[int, int] | None = None) -> Detector:
-    """A detect-secrets plugin's patterns; ``groups`` says which group is the secret, by pattern index."""
-    return Detector(kind, tuple(triggers),
-                    tuple((pattern, (groups or {}).get(n, 0)) for n, pattern in enumerate(plugin().denylist)))
+@dataclass(frozen=True)
+class Patterns:
+    detectors: tuple[Detector, ...]
+    keyword_at: re.Pattern[str]  # an assignment to a secret name, tried where a keyword occurs
+    keyword_flag: re.Pattern[str]  # the same names as command-line flags
+    secret_name: re.Pattern[str]  # a JSON key that names a secret
 
 
-_KEYWORDS = "|".join(SECRET_KEYWORDS)
-# Assignments to a name from detect-secrets' keyword list (with affixes, as its plugin
-# allows): optional closing quotes, '=' or ':' (or ':=', '=>'), then the value, quoted
-# (up to its quote) or bare (up to a space or punctuation, and not a call or subscript
-# such as ``os.environ[...]``). Tried only where a keyword occurs (:func:`_keyword_values`).
-_KEYWORD_AT = re.compile(
-    r"(?i)\w{0,64}?(?:" + _KEYWORDS + r")\w*['\"\]]{0,2}[ \t]*(?::=|=>|[:=])[ \t]*"
-    r"(?:\"([^\"\n]{1,256})\"|'([^'\n]{1,256})'|((?![\[{(<])[^\s'\",;(){}\[\]]{4,256}+)(?![(\[]))"
-)
-# The same names as command-line flags: ``--password hunter2``, ``-p`` is too vague to tell.
-_KEYWORD_FLAG = re.compile(r"(?i)--(?:" + _KEYWORDS + r"|token)(?:=|[ \t]+)(?![-'\"])(\S{2,256})")
-# A key of a JSON object that names a secret (``password``, ``DB_PASSWORD``, ``api_key``,
-# ``access_token``): its string value is redacted whole.
-_SECRET_NAME = re.compile(r"(?i)(?:" + _KEYWORDS + r")\w*$|token$")
+def _detect_secrets(kind: str, plugin: str, triggers: Iterable[str], groups: dict[int, int] | None = None) -> Detector:
+    """A detect-secrets plugin's patterns (``module:Class``); ``groups`` says which group is the secret."""
+    module, name = plugin.split(":")
+    denylist = getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), name)().denylist
+    return Detector(kind, tuple(triggers), tuple((pattern, (groups or {}).get(n, 0)) for n, pattern in enumerate(denylist)))
+
+
 # A value that is plainly not a secret: a placeholder, a variable, a redaction already.
 _NOT_A_SECRET = re.compile(r"(?i)^(?:\[REDACTED|none|null|true|false|undefined|\$\{?\w+\}?|<[^>]*>|\*+|x+|)$")
+KEYWORD_TRIGGERS = ("pass", "pwd", "secret", "key", "contras")  # every keyword of detect-secrets' list holds one
 
-DETECTORS: tuple[Detector, ...] = (
-    Detector("private-key", ("private key", "putty-user-key"), (
-        (re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?"
-                    r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S), 0),
-        (re.compile(r"PuTTY-User-Key-File-\d.*?(?:Private-MAC: \S+|\Z)", re.S), 0),
-    )),
-    Detector("anthropic-key", ("sk-ant-",), ((re.compile(r"sk-ant-[A-Za-z0-9_\-]{16,}"), 0),)),
-    Detector("api-key", ("sk-",), ((re.compile(r"(?<![A-Za-z0-9])sk-(?:proj-|svcacct-)?[A-Za-z0-9_\-]{20,}"), 0),)),
-    Detector("bearer-token", ("bearer",), ((re.compile(r"(?i)\bbearer\s+([A-Za-z0-9._~+/\-]{12,}=*)"), 1),)),
-    _detect_secrets("aws-access-key", AWSKeyDetector, ("akia", "asia", "abia", "acca", "a3t", "aws"), {1: 1}),
-    _detect_secrets("azure-storage-key", AzureStorageKeyDetector, ("accountkey=",)),
-    _detect_secrets("url-password", BasicAuthDetector, ("://",), {0: 1}),
-    _detect_secrets("github-token", GitHubTokenDetector, ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
-    _detect_secrets("gitlab-token", GitLabTokenDetector, ("glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "gr1348941",
-                                                          "glcbt-", "glimt-", "glptt-", "glagent-", "gloas-")),
-    # detect-secrets' JWT pattern ends lazily (it validates matches afterwards): it would leave the signature.
-    Detector("jwt", ("eyj",), ((re.compile(r"eyJ[A-Za-z0-9_=\-]+\.[A-Za-z0-9_=\-]+(?:\.[A-Za-z0-9_.+/=\-]*)?"), 0),)),
-    _detect_secrets("mailchimp-key", MailchimpDetector, ("-us",)),
-    _detect_secrets("npm-token", NpmDetector, ("_authtoken",), {0: 1}),
-    _detect_secrets("openai-key", OpenAIDetector, ("t3blbkfj",)),
-    _detect_secrets("pypi-token", PypiTokenDetector, ("pypi-",)),
-    _detect_secrets("sendgrid-key", SendGridDetector, ("sg.",)),
-    _detect_secrets("slack-token", SlackDetector, ("xox", "hooks.slack.com")),
-    _detect_secrets("square-secret", SquareOAuthDetector, ("sq0csp-",)),
-    _detect_secrets("stripe-key", StripeDetector, ("k_live_",)),
-)
-KEYWORD_TRIGGERS = ("pass", "pwd", "secret", "key", "contras")  # every keyword holds one of these
-_ALL_TRIGGERS = tuple(sorted({t for d in DETECTORS for t in d.triggers} | set(KEYWORD_TRIGGERS) | {"token"}))
-_ALL_TRIGGERS_BYTES = tuple(t.encode() for t in _ALL_TRIGGERS)
+
+@cache
+def load_patterns() -> Patterns:
+    """Import detect-secrets and compile every pattern (~0.2 s, once: the worker does it off the Trio thread)."""
+    from detect_secrets.plugins.keyword import DENYLIST as secret_keywords
+
+    keywords = "|".join(secret_keywords)
+    detectors = (
+        Detector("private-key", ("private key", "putty-user-key"), (
+            (re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?"
+                        r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S), 0),
+            (re.compile(r"PuTTY-User-Key-File-\d.*?(?:Private-MAC: \S+|\Z)", re.S), 0),
+        )),
+        Detector("anthropic-key", ("sk-ant-",), ((re.compile(r"sk-ant-[A-Za-z0-9_\-]{16,}"), 0),)),
+        Detector("api-key", ("sk-",), ((re.compile(r"(?<![A-Za-z0-9])sk-(?:proj-|svcacct-)?[A-Za-z0-9_\-]{20,}"), 0),)),
+        Detector("bearer-token", ("bearer",), ((re.compile(r"(?i)\bbearer\s+([A-Za-z0-9._~+/\-]{12,}=*)"), 1),)),
+        # detect-secrets' JWT pattern ends lazily (it validates matches afterwards): it would leave the signature.
+        Detector("jwt", ("eyj",), ((re.compile(r"eyJ[A-Za-z0-9_=\-]+\.[A-Za-z0-9_=\-]+(?:\.[A-Za-z0-9_.+/=\-]*)?"), 0),)),
+        _detect_secrets("aws-access-key", "aws:AWSKeyDetector", ("akia", "asia", "abia", "acca", "a3t", "aws"), {1: 1}),
+        _detect_secrets("azure-storage-key", "azure_storage_key:AzureStorageKeyDetector", ("accountkey=",)),
+        _detect_secrets("url-password", "basic_auth:BasicAuthDetector", ("://",), {0: 1}),
+        _detect_secrets("github-token", "github_token:GitHubTokenDetector", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
+        _detect_secrets("gitlab-token", "gitlab_token:GitLabTokenDetector", (
+            "glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "gr1348941", "glcbt-", "glimt-", "glptt-", "glagent-",
+            "gloas-")),
+        _detect_secrets("mailchimp-key", "mailchimp:MailchimpDetector", ("-us",)),
+        _detect_secrets("npm-token", "npm:NpmDetector", ("_authtoken",), {0: 1}),
+        _detect_secrets("openai-key", "openai:OpenAIDetector", ("t3blbkfj",)),
+        _detect_secrets("pypi-token", "pypi_token:PypiTokenDetector", ("pypi-",)),
+        _detect_secrets("sendgrid-key", "sendgrid:SendGridDetector", ("sg.",)),
+        _detect_secrets("slack-token", "slack:SlackDetector", ("xox", "hooks.slack.com")),
+        _detect_secrets("square-secret", "square_oauth:SquareOAuthDetector", ("sq0csp-",)),
+        _detect_secrets("stripe-key", "stripe:StripeDetector", ("k_live_",)),
+    )
+    # Assignments to a name from detect-secrets' keyword list (with affixes, as its plugin
+    # allows): optional closing quotes, '=' or ':' (or ':=', '=>'), then the value, quoted
+    # (up to its quote) or bare (up to a space or punctuation, and not a call or subscript
+    # such as ``os.environ[...]``).
+    keyword_at = re.compile(
+        r"(?i)\w{0,64}?(?:" + keywords + r")\w*['\"\]]{0,2}[ \t]*(?::=|=>|[:=])[ \t]*"
+        r"(?:\"([^\"\n]{1,256})\"|'([^'\n]{1,256})'|((?![\[{(<])[^\s'\",;(){}\[\]]{4,256}+)(?![(\[]))"
+    )
+    keyword_flag = re.compile(r"(?i)--(?:" + keywords + r"|token)(?:=|[ \t]+)(?![-'\"])(\S{2,256})")
+    # ``password``, ``DB_PASSWORD``, ``api_key``, ``access_token``: its string value is redacted whole.
+    secret_name = re.compile(r"(?i)(?:" + keywords + r")\w*$|token$")
+    return Patterns(detectors, keyword_at, keyword_flag, secret_name)
+
+
+def _triggers_bytes(patterns: Patterns) -> tuple[bytes, ...]:
+    words = {t for d in patterns.detectors for t in d.triggers} | set(KEYWORD_TRIGGERS) | {"token"}
+    return tuple(sorted(word.encode() for word in words))
 
 
 def _replace(pattern: re.Pattern[str], group: int, kind: str, text: str) -> str:
@@ -135,11 +140,11 @@ def _replace(pattern: re.Pattern[str], group: int, kind: str, text: str) -> str:
     return pattern.sub(group_only, text)
 
 
-def _keyword_values(text: str, lowered: str) -> str:
+def _keyword_values(keyword_at: re.Pattern[str], text: str, lowered: str) -> str:
     """``text`` with the values assigned to secret names redacted (``lowered`` is ``text.lower()``)."""
     mark = MARK.format(kind="secret")
     if len(lowered) != len(text):  # lower() changed some length (rare scripts): positions differ
-        candidates = range(len(text)) if any(t in lowered for t in KEYWORD_TRIGGERS) else range(0)
+        candidates: Iterable[int] = range(len(text)) if any(t in lowered for t in KEYWORD_TRIGGERS) else ()
     else:
         found = set()
         for trigger in KEYWORD_TRIGGERS:
@@ -157,7 +162,7 @@ def _keyword_values(text: str, lowered: str) -> str:
             start -= 1
         if start < done:
             continue
-        match = _KEYWORD_AT.match(text, start)
+        match = keyword_at.match(text, start)
         if match is None:
             continue
         group = next(n for n in (1, 2, 3) if match.start(n) >= 0)
@@ -179,21 +184,33 @@ class Redactor:
         self.enabled = enabled
         self._custom = tuple((compiled, 1 if compiled.groups else 0) for compiled in map(re.compile, extra_patterns))
         self.redactions = 0  # texts changed
+        self._patterns: Patterns | None = None
+        self._triggers: tuple[bytes, ...] = ()
+
+    def load(self) -> None:
+        """Import the detectors now (otherwise the first text redacted waits for them)."""
+        if self._patterns is None:
+            patterns = load_patterns()
+            self._triggers = _triggers_bytes(patterns)
+            self._patterns = patterns
 
     def text(self, text: str) -> str:
         """``text`` with every secret found replaced by its mark."""
         if not self.enabled or not text:
             return text
+        self.load()
+        patterns = self._patterns
+        assert patterns is not None
         lowered = text.lower()
         result = text
-        for detector in DETECTORS:
+        for detector in patterns.detectors:
             if any(trigger in lowered for trigger in detector.triggers):
                 for pattern, group in detector.patterns:
                     result = _replace(pattern, group, detector.kind, result)
         if any(trigger in lowered for trigger in KEYWORD_TRIGGERS):
-            result = _keyword_values(result, result.lower() if result is not text else lowered)
+            result = _keyword_values(patterns.keyword_at, result, result.lower() if result is not text else lowered)
             if "--" in result:
-                result = _replace(_KEYWORD_FLAG, 1, "secret", result)
+                result = _replace(patterns.keyword_flag, 1, "secret", result)
         for pattern, group in self._custom:
             result = _replace(pattern, group, "custom", result)
         if result != text:
@@ -211,9 +228,10 @@ class Redactor:
             return value
         if isinstance(value, str):
             return self.text(value)
+        self.load()
         if not self._custom:
             lowered = encoded.lower()
-            if not any(trigger in lowered for trigger in _ALL_TRIGGERS_BYTES):
+            if not any(trigger in lowered for trigger in self._triggers):
                 return value
         return self._walk(value)
 
@@ -224,7 +242,8 @@ class Redactor:
             out = {}
             for key, item in value.items():
                 name = self.text(str(key))
-                if isinstance(item, str) and _SECRET_NAME.search(name) and not _NOT_A_SECRET.match(item):
+                assert self._patterns is not None
+                if isinstance(item, str) and self._patterns.secret_name.search(name) and not _NOT_A_SECRET.match(item):
                     self.redactions += 1
                     out[name] = MARK.format(kind="secret")
                 else:

@@ -20,6 +20,7 @@ from sessionmem.actors.supervisor import ActorSupervisor
 from sessionmem.broadcast import Broadcaster
 from sessionmem.compress.base import Compressor
 from sessionmem.config import Settings
+from sessionmem.server.guard import AccessGuard
 from sessionmem.server.ingest import Ingestor
 from sessionmem.server.spool import SpoolImporter
 from sessionmem.storage.base import Store
@@ -73,3 +74,4 @@ class Services:
     broadcaster: Broadcaster
     ingestor: Ingestor
     spool: SpoolImporter
+    guard: AccessGuard

@@ -16,13 +16,22 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from sessionmem.config import Settings, SettingsError, load_settings
 from sessionmem.protocol import routes
 from sessionmem.protocol.config import DATA_DIR_ENV, ClientConfig
+from sessionmem.protocol.datadir import make_private, private_umask
 from sessionmem.protocol.delivery import Patience, deliver
-from sessionmem.protocol.state import SHUTDOWN_REPORT_FILE, WorkerState, process_alive, read_state
+from sessionmem.protocol.state import (
+    INSTANCE_LOCK_FILE,
+    SHUTDOWN_REPORT_FILE,
+    WorkerState,
+    process_alive,
+    read_state,
+    verified_worker,
+)
 
 PROBE = Patience(3.0, 3.0, retry_failures=False)  # is it there? (status, doctor)
 STOP_MARGIN_S = 5.0  # beyond the worker's shutdown budget: interpreter exit, a loaded machine
@@ -63,9 +72,11 @@ def _call(config: ClientConfig, method: str, path: str, *, patience: Patience = 
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import apsw
     import trio
 
-    from sessionmem.worker import configure_logging, run_worker
+    from sessionmem.server.guard import is_loopback
+    from sessionmem.worker import configure_logging, raise_file_limit, run_worker
 
     settings = _settings(args)
     running = _running_worker(settings)
@@ -73,32 +84,51 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"sessionmem: a worker is already running for {settings.data_dir} "
               f"(pid {running.pid}, port {running.port})", file=sys.stderr)
         return 1
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    # Held for the worker's lifetime: a second worker for this data dir stops here,
-    # even if the first has not written worker.json yet.
-    instance_lock = open(settings.data_dir / "worker.instance.lock", "w")
+    try:
+        make_private(str(settings.data_dir))
+        # Held for the worker's lifetime: a second worker for this data dir stops here,
+        # even if the first has not written worker.json yet.
+        instance_lock = open(settings.data_dir / INSTANCE_LOCK_FILE, "w")
+    except OSError as exc:
+        print(f"sessionmem: cannot use the data dir {settings.data_dir}: {exc.strerror or exc} "
+              f"(choose another with --data-dir or SESSIONMEM_DATA_DIR)", file=sys.stderr)
+        return 1
     try:
         fcntl.flock(instance_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         print(f"sessionmem: a worker is already running for {settings.data_dir}", file=sys.stderr)
         return 1
+    if not is_loopback(settings.host):
+        print(f"sessionmem: WARNING: binding {settings.host}, not loopback: other machines can reach this worker "
+              f"(every request but /api/health still needs the token)", file=sys.stderr)
     configure_logging(settings, to_stderr=True)
+    raise_file_limit()
     try:
         trio.run(run_worker, settings)
     except Exception as exc:
-        if not _address_in_use(exc):
-            raise
-        print(f"sessionmem: port {settings.port} on {settings.host} is already in use "
-              f"(set SESSIONMEM_PORT or --port)", file=sys.stderr)
-        return 1
+        if _caused_by(exc, lambda e: isinstance(e, OSError) and e.errno == errno.EADDRINUSE):
+            print(f"sessionmem: port {settings.port} on {settings.host} is already in use "
+                  f"(set SESSIONMEM_PORT or --port)", file=sys.stderr)
+            return 1
+        storage = (apsw.CantOpenError, apsw.ReadOnlyError, apsw.FullError, apsw.IOError, OSError)
+        failure = _caused_by(exc, lambda e: isinstance(e, storage))
+        if failure is not None:
+            print(f"sessionmem: cannot open the database in {settings.data_dir}: {failure} "
+                  f"(is the disk full or read-only?)", file=sys.stderr)
+            return 1
+        raise
     return 0
 
 
-def _address_in_use(exc: BaseException) -> bool:
-    """Whether the bind failed because the port is taken (nurseries wrap it in groups)."""
+def _caused_by(exc: BaseException, matches: Any) -> BaseException | None:
+    """The first exception in ``exc`` (nurseries wrap them in groups) for which ``matches`` is true."""
     if isinstance(exc, BaseExceptionGroup):
-        return any(_address_in_use(inner) for inner in exc.exceptions)
-    return isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE
+        for inner in exc.exceptions:
+            found = _caused_by(inner, matches)
+            if found is not None:
+                return found
+        return None
+    return exc if matches(exc) else None
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -130,6 +160,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if state is None:
         print("sessionmem: no worker running for", settings.data_dir)
         return 0
+    if verified_worker(str(settings.data_dir)) is None:
+        print(f"sessionmem: {settings.state_path} names pid {state.pid}, which is not this data dir's worker "
+              f"(a stale file); not signalling it", file=sys.stderr)
+        return 1
     pid = state.pid
     report_path = settings.data_dir / SHUTDOWN_REPORT_FILE
     report_path.unlink(missing_ok=True)
@@ -223,9 +257,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     print("sessionmem doctor")
-    data_ok = settings.data_dir.is_dir() and os.access(settings.data_dir, os.W_OK)
-    report(data_ok or not settings.data_dir.exists(),
-           f"data dir {settings.data_dir}" + ("" if settings.data_dir.exists() else " (created on first start)"))
+    report(*_data_dir_health(settings.data_dir))
     report(True, f"compressor: {settings.resolved_compressor} (setting: {settings.compressor}, "
                  f"model {settings.model})")
     config = _client(args)
@@ -252,6 +284,57 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     report(hook_entry().exists(), f"hook entry {hook_entry()}")
     print("sessionmem: all good" if not problems else f"sessionmem: {problems} problem(s)")
     return 0 if not problems else 1
+
+
+LOW_DISK_BYTES = 100 * 1024 * 1024
+
+
+def _data_dir_health(path: Path) -> tuple[bool, str]:
+    """Whether the worker can keep memory in ``path``: it exists or can be made, takes a write, has room."""
+    import shutil
+    import tempfile
+
+    if not path.exists():
+        parent = next((p for p in path.parents if p.exists()), path.anchor)
+        writable = os.access(parent, os.W_OK)
+        return writable, f"data dir {path} (created on first start)" + ("" if writable else
+                                                                          f": {parent} is not writable")
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".doctor-") as probe:
+            probe.write(b"\0" * 4096)
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as exc:
+        return False, f"data dir {path} does not take a write: {exc.strerror or exc}"
+    free = shutil.disk_usage(path).free
+    if free < LOW_DISK_BYTES:
+        return False, f"data dir {path}: only {free // (1024 * 1024)} MB free on its disk"
+    if path.stat().st_mode & 0o077:
+        return False, f"data dir {path} can be read by other users (the worker makes it private when it starts)"
+    return True, f"data dir {path} ({free // (1024 * 1024)} MB free)"
+
+
+def cmd_open(args: argparse.Namespace) -> int:
+    """Print (and open, if a browser is at hand) a single-use link that logs this browser in to the worker's pages."""
+    config = _client(args)
+    if read_state(config.data_dir) is None:
+        print("sessionmem: no worker is running (`sessionmem serve`, or start Claude Code)", file=sys.stderr)
+        return 1
+    target = {"viewer": "/", "debug": routes.DEBUG}[args.page]
+    try:
+        status, body = _call(config, "POST", f"{routes.LOGIN_CODE}?next={target}")
+    except WorkerUnreachable as exc:
+        print(f"sessionmem: {exc}", file=sys.stderr)
+        return 1
+    if status != 200:
+        print(f"sessionmem: the worker refused: {body}", file=sys.stderr)
+        return 1
+    print(f"sessionmem: open within {body['expiresInSeconds']:.0f} s (works once): {body['url']}")
+    if not args.print_only:
+        import webbrowser
+
+        webbrowser.open(body["url"])
+    return 0
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
@@ -320,6 +403,11 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("--data-dir", help="data directory (default ~/.sessionmem, env SESSIONMEM_DATA_DIR)")
     backfill.add_argument("--workers", type=int, default=4, help="sessions sent in parallel")
     backfill.set_defaults(fn=cmd_backfill)
+    open_page = sub.add_parser("open", help="log this browser in to the worker's pages (a single-use link)")
+    common(open_page)
+    open_page.add_argument("page", nargs="?", choices=("viewer", "debug"), default="viewer")
+    open_page.add_argument("--print-only", action="store_true", help="print the link, do not start a browser")
+    open_page.set_defaults(fn=cmd_open)
     doctor = sub.add_parser("doctor", help="check worker, hook wiring, data dir and compressor")
     common(doctor)
     doctor.set_defaults(fn=cmd_doctor)
@@ -328,6 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    private_umask()  # whatever a command creates in the data dir (spool files, say) is its owner's only
     try:
         return args.fn(args)
     except SettingsError as exc:

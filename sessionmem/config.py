@@ -44,6 +44,10 @@ class Settings:
     llm_max_attempts: int = 4
     llm_max_tokens: int = 2048
     llm_backoff_cap_s: float = 20.0
+    llm_breaker_failures: int = 5  # calls failed for good in a row that open the circuit breaker
+    llm_breaker_open_s: float = 60.0  # offline compressor meanwhile; doubles while trial calls fail
+    llm_daily_token_budget: int = 2_000_000  # input + output tokens a UTC day, whole worker (0: no limit)
+    llm_session_token_cap: int = 300_000  # per Claude session (0: no cap)
 
     # Actors
     batch_size: int = 8
@@ -104,6 +108,10 @@ _ENV = {
     "SESSIONMEM_LLM_TIMEOUT": "llm_timeout_s",
     "SESSIONMEM_LLM_MAX_ATTEMPTS": "llm_max_attempts",
     "SESSIONMEM_LLM_BACKOFF_CAP": "llm_backoff_cap_s",
+    "SESSIONMEM_LLM_BREAKER_FAILURES": "llm_breaker_failures",
+    "SESSIONMEM_LLM_BREAKER_OPEN": "llm_breaker_open_s",
+    "SESSIONMEM_LLM_DAILY_TOKENS": "llm_daily_token_budget",
+    "SESSIONMEM_LLM_SESSION_TOKENS": "llm_session_token_cap",
     "SESSIONMEM_BATCH_SIZE": "batch_size",
     "SESSIONMEM_BATCH_QUIET": "batch_quiet_s",
     "SESSIONMEM_IDLE_TIMEOUT": "idle_timeout_s",

@@ -62,6 +62,7 @@ class SessionInfo(msgspec.Struct, frozen=True):
     status: str
     prompt_counter: int
     last_prompt: str
+    tokens_used: int = 0  # LLM input + output tokens of its stored results
 
 
 class SessionRow(msgspec.Struct, frozen=True):

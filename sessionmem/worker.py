@@ -44,8 +44,11 @@ from sessionmem.actors.session import ActorDeps, SessionActor, park_failed_sessi
 from sessionmem.actors.supervisor import ActorSupervisor
 from sessionmem.broadcast import Broadcaster
 from sessionmem.compress.base import Compressor
+from sessionmem.compress.budget import SECONDS_PER_DAY, utc_day
 from sessionmem.compress.choice import choose_compressor
 from sessionmem.config import Settings
+from sessionmem.protocol.auth import ensure_token
+from sessionmem.protocol.datadir import make_private
 from sessionmem.protocol.state import (
     SHUTDOWN_REPORT_FILE,
     WorkerState,
@@ -54,6 +57,7 @@ from sessionmem.protocol.state import (
     write_state,
 )
 from sessionmem.server.app import create_app
+from sessionmem.server.guard import AccessGuard, is_loopback
 from sessionmem.server.ingest import Ingestor
 from sessionmem.server.redaction import Redactor
 from sessionmem.server.services import Services, WorkerStatus
@@ -120,6 +124,28 @@ class ShutdownBudget:
         return round(time.monotonic() - self._started, 3) if self._started is not None else 0.0
 
 
+FILE_LIMIT_WANTED = 65536
+
+
+def raise_file_limit() -> int:
+    """Raise this process's open-file limit towards its hard limit; returns the soft limit now.
+
+    Each connection is a file descriptor: a low default (256, 1024) would let idle
+    connections use them all (the connection cap, ``max_connections``, stays below).
+    """
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = FILE_LIMIT_WANTED if hard == resource.RLIM_INFINITY else min(FILE_LIMIT_WANTED, hard)
+    if soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            return wanted
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
 def configure_logging(settings: Settings, *, to_stderr: bool) -> None:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     handlers: list[logging.Handler] = [
@@ -167,7 +193,9 @@ async def open_services(settings: Settings, *, budget: ShutdownBudget | None = N
         Leaving the block shuts everything down within ``budget`` (begun on the way
         out if the caller has not begun it); ``worker.json`` is removed.
     """
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    for problem in make_private(str(settings.data_dir)):
+        log.warning("data dir: could not make private: %s", problem)
+    token = ensure_token(str(settings.data_dir))
     budget = budget or ShutdownBudget(settings.shutdown_timeout_s)
     compressor = compressor or choose_compressor(settings)
     status = WorkerStatus(settings)
@@ -183,8 +211,10 @@ async def open_services(settings: Settings, *, budget: ShutdownBudget | None = N
             router = SessionRouter(supervisor, mailbox_size=settings.mailbox_size, restart_policy=policy)
             redactor = Redactor(enabled=settings.redact_secrets, extra_patterns=settings.redact_patterns)
             ingestor = Ingestor(settings, store, router, redactor)
+            guard = AccessGuard(token=token, port=settings.port,
+                                extra_host="" if is_loopback(settings.host) else settings.host)
             services = Services(settings, status, store, router, supervisor, compressor, broadcaster, ingestor,
-                                SpoolImporter(ingestor, settings.data_dir))
+                                SpoolImporter(ingestor, settings.data_dir), guard)
             async with trio.open_nursery() as nursery:
                 await nursery.start(supervisor.run)
                 pending = await store.pending_events()
@@ -202,6 +232,9 @@ async def open_services(settings: Settings, *, budget: ShutdownBudget | None = N
                 if await nursery.start(import_spool):
                     log.info("imported events that clients spooled while the worker was down")
                 status.ready.set()
+                # What the first requests would otherwise wait for, loaded once the worker is ready.
+                compressor.seed_usage(await store.llm_tokens_since(utc_day(time.time()) * SECONDS_PER_DAY))
+                nursery.start_soon(_warm_up, compressor, redactor)
                 try:
                     yield services
                 finally:
@@ -223,6 +256,15 @@ async def open_services(settings: Settings, *, budget: ShutdownBudget | None = N
             with trio.move_on_after(1.0, shield=True):
                 await compressor.aclose()
         remove_state(str(settings.data_dir), os.getpid())
+
+
+async def _warm_up(compressor: Compressor, redactor: Redactor) -> None:
+    """Load the LLM client and the secret detectors off the Trio thread; a failure only costs the first use."""
+    try:
+        await trio.to_thread.run_sync(redactor.load)
+        await compressor.warm_up()
+    except Exception:
+        log.exception("warming up failed; the first use will load what it needs")
 
 
 def _report_shutdown(settings: Settings, budget: ShutdownBudget, pending_left: int) -> None:
@@ -255,6 +297,7 @@ async def serve_http(services: Services, budget: ShutdownBudget, *,
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(partial(hypercorn_serve, app, config, shutdown_trigger=stop_http.wait))
         port = int(binds[0].rsplit(":", 1)[1])
+        services.guard.bind(port)
         status.base_url = f"http://{settings.host}:{port}"
         write_state(str(settings.data_dir), WorkerState(os.getpid(), settings.host, port, status.started_at,
                                                        __version__))

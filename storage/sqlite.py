@@ -15,6 +15,7 @@ Error handling:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -66,7 +67,10 @@ def _apply_bestpractice() -> None:
 def open_writer(path: Path) -> apsw.Connection:
     """Open (creating if needed) and migrate the database; returns the writer connection."""
     _apply_bestpractice()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Created private before SQLite opens it (APSW's best practice turns WAL on right
+    # there): SQLite gives the -wal and -shm files the database file's own mode.
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
     connection = apsw.Connection(str(path))
     connection.execute("PRAGMA journal_mode = WAL")
     connection.execute("PRAGMA synchronous = FULL")
@@ -369,7 +373,7 @@ class SQLiteStore:
             row = connection.execute(
                 "SELECT s.id, s.claude_session_id, s.project, s.status, s.prompt_counter,"
                 " coalesce((SELECT text FROM user_prompts p WHERE p.session_db_id = s.id"
-                "           ORDER BY prompt_number DESC LIMIT 1), '')"
+                "           ORDER BY prompt_number DESC LIMIT 1), ''), s.input_tokens + s.output_tokens"
                 " FROM sessions s WHERE s.claude_session_id = ?",
                 (claude_session_id,),
             ).fetchone()
@@ -526,6 +530,16 @@ class SQLiteStore:
                 (project, limit, offset),
             )
             return [SummaryRow(*row[:10], bool(row[10]), *row[11:]) for row in rows]
+
+        return await self._readers.run(query)
+
+    async def llm_tokens_since(self, timestamp: float) -> int:
+        def query(connection: apsw.Connection) -> int:
+            (tokens,) = connection.execute(
+                "SELECT (SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM observations WHERE created_at >= ?1)"
+                " + (SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM session_summaries"
+                "    WHERE created_at >= ?1)", (timestamp,)).fetchone()
+            return int(tokens)
 
         return await self._readers.run(query)
 

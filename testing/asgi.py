@@ -30,10 +30,11 @@ ASGIReply = Reply
 
 def _scope(method: str, target: str, headers: dict[str, str] | None, body: bytes | None) -> dict[str, Any]:
     url = urlsplit(target)
-    raw_headers = [(b"host", b"127.0.0.1")]
+    given = {k.lower(): v for k, v in (headers or {}).items()}
+    defaults = {"host": "127.0.0.1"}
     if body is not None:
-        raw_headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    raw_headers += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+        defaults.update({"content-type": "application/json", "content-length": str(len(body))})
+    raw_headers = [(k.encode(), v.encode("latin-1")) for k, v in {**defaults, **given}.items()]
     return {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
         "path": url.path, "raw_path": url.path.encode(), "query_string": url.query.encode(), "root_path": "",

@@ -35,6 +35,7 @@ import trio
 from sessionmem.compress.base import Compressor
 from sessionmem.config import Settings, load_settings
 from sessionmem.protocol import routes
+from sessionmem.protocol.auth import bearer, read_token
 from sessionmem.server.app import create_app
 from sessionmem.server.debug import debug_snapshot
 from sessionmem.server.jsonapi import to_api
@@ -51,10 +52,20 @@ class InProcessWorker:
         self.data_dir = services.settings.data_dir
         self.app = create_app(services)
 
+    @property
+    def token(self) -> str:
+        return read_token(str(self.data_dir)) or ""
+
+    def client_headers(self, **extra: str) -> dict[str, str]:
+        """What a well-behaved local client sends: this worker's Host, and its token."""
+        return {"host": f"127.0.0.1:{self.settings.port}", "authorization": bearer(self.token), **extra}
+
     async def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
                       headers: dict[str, str] | None = None) -> ASGIReply:
+        """One request as a local client sends it (``headers`` replace or add to :meth:`client_headers`)."""
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        return await asgi_request(self.app, method, path, data, headers=headers)
+        sent = {**self.client_headers(), **(headers or {})}
+        return await asgi_request(self.app, method, path, data, headers={k: v for k, v in sent.items() if v is not None})
 
     async def post(self, path: str, body: Any) -> Any:
         """POST JSON; returns the decoded answer (any status: check it with :meth:`request` if it matters)."""
@@ -67,7 +78,7 @@ class InProcessWorker:
         return reply.json() if reply.headers.get("content-type") == "application/json" else reply.body.decode()
 
     def stream(self, path: str = routes.STREAM) -> Any:
-        return open_asgi_stream(self.app, path)
+        return open_asgi_stream(self.app, path, headers=self.client_headers())
 
     async def debug(self) -> dict[str, Any]:
         """The ``/debug`` document, as JSON would have it."""

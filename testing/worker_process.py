@@ -23,6 +23,7 @@ from typing import Any
 
 from sessionmem.actors.state import ActorState
 from sessionmem.protocol import routes
+from sessionmem.protocol.auth import bearer, read_token
 from sessionmem.protocol.state import STATE_FILE, process_alive, read_state
 
 WORKING_STATES = tuple(state.value for state in ActorState if state.working)  # as /debug writes them
@@ -36,12 +37,19 @@ class WorkerClient:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
 
+    @property
+    def token(self) -> str | None:
+        """The worker's auth token (it creates it at its first start)."""
+        return read_token(str(self.data_dir))
+
     def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
                 timeout: float = 10.0) -> tuple[int, Any]:
         """One HTTP call; returns (status, decoded JSON or text)."""
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if self.token is not None:
+            headers["Authorization"] = bearer(self.token)
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as response:
                 return response.status, _decode(response.read(), response.headers.get_content_type())

@@ -18,9 +18,8 @@ from sessionmem.testing.messages_api import Action, ScriptedMessagesAPI
 @pytest.fixture
 async def llm_worker(tmp_path: Path, messages_api: ScriptedMessagesAPI) -> AsyncIterator[InProcessWorker]:
     def compressor(settings: Settings) -> AnthropicCompressor:
-        client = anthropic.AsyncAnthropic(api_key="sk-test-dummy", base_url=messages_api.url, max_retries=0,
-                                          timeout=settings.llm_timeout_s)
-        return AnthropicCompressor(settings, client=client)
+        return AnthropicCompressor(settings, client=lambda s: anthropic.AsyncAnthropic(
+            api_key="sk-test-dummy", base_url=messages_api.url, max_retries=0, timeout=s.llm_timeout_s))
 
     async with open_worker(tmp_path / "data", compressor=compressor, llm_timeout_s=1, llm_backoff_cap_s=0.2,
                            llm_max_attempts=3, batch_size=3, batch_quiet_s=0.1) as worker:

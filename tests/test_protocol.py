@@ -31,7 +31,8 @@ from sessionmem.protocol.spool import (
     write_spool_file,
 )
 from sessionmem.protocol.state import WorkerState, read_state, remove_state, write_state
-from sessionmem.server.ingest import Ingestor, clean_tool_value
+from sessionmem.server.ingest import EdgeCleaner, Ingestor
+from sessionmem.server.redaction import Redactor
 
 # -- one definition, both sides ---------------------------------------------------------------
 
@@ -65,7 +66,7 @@ def test_every_request_a_hook_builds_uses_only_contract_fields(payloads: list[di
 ])
 def test_a_field_cleaned_by_a_hook_is_left_alone_by_the_worker(value: Any) -> None:
     from_hook = clean_value(value, FIELD_CAP)  # the hook's stdlib encoder
-    assert clean_tool_value(from_hook, FIELD_CAP) == from_hook  # the worker's msgspec pass changes nothing
+    assert EdgeCleaner(FIELD_CAP, Redactor()).value(from_hook) == from_hook  # the worker's pass changes nothing
     assert len(msgspec.json.encode(from_hook)) <= FIELD_CAP + 100
     assert "<private>" not in fastjson.dumps(from_hook)
 

@@ -344,6 +344,12 @@ class StalledCompressor:
     def statistics(self):  # type: ignore[no-untyped-def]
         return self._inner.statistics()
 
+    def seed_usage(self, tokens_today: int) -> None:
+        return None
+
+    async def warm_up(self) -> None:
+        return None
+
     async def aclose(self) -> None:
         return None
 

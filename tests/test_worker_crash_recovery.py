@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +25,7 @@ def burst(worker: WorkerProcess, accepted: list[str], sent: list[str], kill_now:
     """Post observations from several threads until the worker dies or all are sent."""
     lock = threading.Lock()
     counter = iter(range(PLANNED))
+    token = worker.token
 
     def sender() -> None:
         connection = http.client.HTTPConnection("127.0.0.1", worker.port, timeout=5)
@@ -42,7 +44,7 @@ def burst(worker: WorkerProcess, accepted: list[str], sent: list[str], kill_now:
                 sent.append(tool_use_id)
             try:
                 connection.request("POST", "/api/sessions/observations", body,
-                                   {"Content-Type": "application/json"})
+                                   {"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
                 response = connection.getresponse()
                 response.read()
             except (OSError, http.client.HTTPException):
@@ -56,7 +58,9 @@ def burst(worker: WorkerProcess, accepted: list[str], sent: list[str], kill_now:
     threads = [threading.Thread(target=sender) for _ in range(8)]
     for thread in threads:
         thread.start()
-    kill_now.wait(120)
+    deadline = time.monotonic() + 120
+    while not kill_now.wait(0.1) and any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+        pass
     worker.kill()
     for thread in threads:
         thread.join()

@@ -47,9 +47,11 @@ class Reply:
 
 
 def request(host: str, port: int, method: str, path: str, body: bytes | None = None, *,
-            timeout: float) -> Reply:
-    """Send one request and read the whole reply within ``timeout`` seconds overall."""
+            timeout: float, token: str | None = None) -> Reply:
+    """Send one request (with ``token`` as its bearer credential) and read the whole reply within ``timeout``."""
     head = [f"{method} {path} HTTP/1.1", f"Host: {host}:{port}", "Connection: close", "Accept: */*"]
+    if token is not None:
+        head.append(f"Authorization: Bearer {token}")
     if body is not None:
         head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
     data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (body or b"")

@@ -90,6 +90,12 @@ class ClientConfig:
             self.problems.append(f"{key}={value!r} is invalid; using {default!r}")
             return default
 
+    def token(self) -> str | None:
+        """The data dir's auth token (read each time: the worker may have just created it)."""
+        from sessionmem.protocol.auth import read_token
+
+        return read_token(self.data_dir)
+
     def worker_port(self) -> int:
         """The port in ``worker.json`` if that worker is alive (it may have bound port 0), else ``port``."""
         from sessionmem.protocol.state import read_state

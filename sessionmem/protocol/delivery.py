@@ -10,6 +10,8 @@ the worker answers                     the client
 (a session's mailbox is full)          then spools
 any other 5xx, a timeout, a reset,     a patient client retries with backoff while its patience
 nothing listening                      lasts; then every client spools
+401 (no token, or a stale one)         spooled: only the data dir's owner can write the spool, and
+                                       the worker imports it itself
 any other 4xx                          refused: the worker judged the request, sending it again
                                        cannot help; reported, not spooled
 =====================================  ==========================================================
@@ -114,7 +116,7 @@ def deliver(config: ClientConfig, method: str, path: str, body: bytes | None, *,
         backing_off = False
         try:
             reply = request(config.host, config.worker_port(), method, path, body,  # type: ignore[arg-type]
-                            timeout=max(0.05, min(patience.request_timeout_s, remaining)))
+                            timeout=max(0.05, min(patience.request_timeout_s, remaining)), token=config.token())
         except WorkerUnavailable as exc:
             wait, backing_off, detail = None, patience.retry_failures, str(exc)
         else:
@@ -123,6 +125,8 @@ def deliver(config: ClientConfig, method: str, path: str, body: bytes | None, *,
             detail = f"HTTP {reply.status}: {reply.body[:300].decode('utf-8', 'replace')}"
             if reply.status == 503:
                 wait = retry_after_seconds(reply)
+            elif reply.status == 401:
+                wait = None
             elif reply.status >= 500:
                 wait, backing_off = None, patience.retry_failures
             else:

@@ -38,7 +38,7 @@ POLL_S = 0.025
 def probe(config: ClientConfig, port: int, timeout: float) -> str:
     """``ready``, ``starting``, ``down`` (nothing listening) or ``foreign`` (not sessionmem)."""
     try:
-        reply = request(config.host, port, "GET", READINESS, timeout=timeout)
+        reply = request(config.host, port, "GET", READINESS, timeout=timeout, token=config.token())
     except WorkerUnavailable as exc:
         return "down" if exc.refused else "foreign"
     if reply.status == 200 and f'"{READY}"'.encode() in reply.body:

@@ -32,6 +32,10 @@ SUMMARIES = "/api/summaries"
 STREAM = "/stream"
 DEBUG = "/debug"
 
+# -- access (sessionmem.protocol.auth) ---------------------------------------------------
+LOGIN_CODE = "/api/auth/login-code"  # POST, with the token: a single-use code for a browser
+LOGIN = "/login"  # GET ?code=...&next=/path: trades the code for the worker's cookie
+
 # -- ingest body fields ------------------------------------------------------------------
 SESSION_FIELDS = ("claudeSessionId", "cwd", "project", "idempotencyKey")
 BODY_FIELDS = {

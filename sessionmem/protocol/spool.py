@@ -23,6 +23,8 @@ from __future__ import annotations
 import os
 import time
 
+from sessionmem.protocol.datadir import write_private
+
 SPOOL_DIR = "spool"
 REJECTED_DIR = "rejected"
 SUFFIX = ".json"
@@ -41,13 +43,12 @@ def write_spool_file(data_dir: str, path: str, body: bytes) -> tuple[bool, str]:
     """Save one request; returns ``(saved, reason if not)``."""
     directory = spool_dir(data_dir)
     try:
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
         if len(os.listdir(directory)) >= MAX_FILES:
             return False, f"spool full ({MAX_FILES} files)"
         name = f"{time.time_ns():020d}-{os.getpid()}{SUFFIX}"
         temporary = os.path.join(directory, f".{name}.tmp")
-        with open(temporary, "wb") as f:
-            f.write(path.encode("ascii") + b"\n" + body)
+        write_private(temporary, path.encode("ascii") + b"\n" + body)
         os.replace(temporary, os.path.join(directory, name))
     except (OSError, UnicodeEncodeError) as exc:
         return False, str(exc)
@@ -80,9 +81,8 @@ def parse_spool_file(raw: bytes, ingest_paths: tuple[str, ...]) -> tuple[str, by
 def reject_spool_file(file: str, reason: str) -> str:
     """Move ``file`` to ``spool/rejected/`` with a ``.reason`` file beside it; returns the new path."""
     directory = os.path.join(os.path.dirname(file), REJECTED_DIR)
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
     target = os.path.join(directory, os.path.basename(file))
     os.replace(file, target)
-    with open(target + ".reason", "w", encoding="utf-8") as f:
-        f.write(reason[:2000] + "\n")
+    write_private(target + ".reason", (reason[:2000] + "\n").encode("utf-8", "replace"))
     return target

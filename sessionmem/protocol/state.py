@@ -17,6 +17,7 @@ from sessionmem.protocol import fastjson
 
 STATE_FILE = "worker.json"
 SHUTDOWN_REPORT_FILE = "worker.shutdown.json"  # what the last graceful stop did (``sessionmem stop`` prints it)
+INSTANCE_LOCK_FILE = "worker.instance.lock"  # flock'ed by the running worker for its whole life
 
 
 class WorkerState:
@@ -48,6 +49,46 @@ def process_alive(pid: int) -> bool:
         return True  # no /proc: trust the signal check
 
 
+def holds_instance_lock(data_dir: str) -> bool:
+    """Whether some process holds the worker's instance lock of ``data_dir`` (a worker runs)."""
+    import fcntl  # only the commands that stop or check a worker need it
+
+    try:
+        fd = os.open(os.path.join(data_dir, INSTANCE_LOCK_FILE), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def is_sessionmem_process(pid: int) -> bool:
+    """Whether ``pid`` runs sessionmem (by its command line; without /proc, assume so)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"sessionmem" in f.read()
+    except FileNotFoundError:
+        return not os.path.isdir("/proc")
+    except OSError:
+        return False
+
+
+def verified_worker(data_dir: str) -> WorkerState | None:
+    """:func:`read_state`, and the process it names really is this data dir's worker.
+
+    What a command checks before it signals a pid: a stale ``worker.json`` whose pid
+    was reused by another program names a live process that is not ours.
+    """
+    state = read_state(data_dir)
+    if state is None or not holds_instance_lock(data_dir) or not is_sessionmem_process(state.pid):
+        return None
+    return state
+
+
 def state_path(data_dir: str) -> str:
     return os.path.join(data_dir, STATE_FILE)
 
@@ -66,9 +107,10 @@ def read_state(data_dir: str) -> WorkerState | None:
 
 def write_json_atomically(path: str, data: object) -> None:
     """Write ``data`` as JSON to ``path`` through a temporary file and a rename."""
+    from sessionmem.protocol.datadir import write_private
+
     temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w", encoding="utf-8") as f:
-        f.write(fastjson.dumps(data))
+    write_private(temporary, fastjson.dumps(data).encode("utf-8"))
     os.replace(temporary, path)
 
 

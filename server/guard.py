@@ -1,0 +1,174 @@
+"""Who may talk to the worker: the ASGI layer in front of everything else.
+
+Checks, in order, on every HTTP request (a refusal is answered here; nothing behind
+this layer runs):
+
+1. ``Host`` must name this worker on loopback (``127.0.0.1:PORT``, ``localhost:PORT``,
+   ``[::1]:PORT``; plus the configured host when the operator bound another address):
+   a web page that rebinds its own name to 127.0.0.1 (DNS rebinding) is refused (421).
+2. A request from a web page of another origin is refused (403): an ``Origin`` other
+   than the worker's own, or ``Sec-Fetch-Site: cross-site``.
+3. The token (:mod:`sessionmem.protocol.auth`): ``Authorization: Bearer <token>``, or
+   the worker's cookie; on every route but ``GET /api/health`` (401 otherwise). The
+   exchange ``GET /login?code=...`` trades a single-use code (:class:`LoginCodes`,
+   issued to an authenticated client) for the cookie.
+4. A request with a body must say it is JSON (415 otherwise): a plain HTML form, which
+   needs no CORS preflight, cannot.
+
+Error handling:
+    Refusals are counted (:class:`GuardStatistics`), never logged one by one: a
+    flood of bad requests cannot fill the log.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import time
+from urllib.parse import parse_qs
+
+import msgspec
+
+from sessionmem.protocol import routes
+from sessionmem.protocol.auth import COOKIE_NAME
+from sessionmem.server.asgi_reply import ASGIApp, Receive, Scope, Send, header, respond
+from sessionmem.server.payloads import ErrorReply
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+LOGIN_CODE_TTL_S = 300.0
+COOKIE_MAX_AGE_S = 30 * 24 * 3600
+EXEMPT_PATHS = frozenset({routes.HEALTH})
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+class GuardStatistics(msgspec.Struct, frozen=True):
+    refused_host: int
+    refused_origin: int
+    refused_token: int
+    refused_content_type: int
+    logins: int
+    refused_logins: int
+
+
+class LoginCodes:
+    """Single-use, short-lived codes that a browser trades for the worker's cookie."""
+
+    def __init__(self, ttl_s: float = LOGIN_CODE_TTL_S) -> None:
+        self._ttl_s = ttl_s
+        self._codes: dict[str, float] = {}
+
+    def issue(self) -> str:
+        now = time.monotonic()
+        self._codes = {code: expiry for code, expiry in self._codes.items() if expiry > now}
+        code = os.urandom(16).hex()
+        self._codes[code] = now + self._ttl_s
+        return code
+
+    def redeem(self, code: str) -> bool:
+        expiry = self._codes.pop(code, None)
+        return expiry is not None and expiry > time.monotonic()
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps the worker on this machine."""
+    return host in ("127.0.0.1", "localhost", "::1", "[::1]") or host.startswith("127.")
+
+
+def cookie_name(port: int) -> str:
+    """Browsers keep cookies per host, not per port: one name per worker port."""
+    return f"{COOKIE_NAME}_{port}"
+
+
+class AccessGuard:
+    """The checks of the module docstring, in front of the app given to :meth:`protect`."""
+
+    def __init__(self, *, token: str, port: int, extra_host: str = "", login_codes: LoginCodes | None = None) -> None:
+        self._app: ASGIApp | None = None
+        self._token = token.encode("ascii")
+        self._extra_host = extra_host
+        self.login_codes = login_codes or LoginCodes()
+        self._refused = {"host": 0, "origin": 0, "token": 0, "content_type": 0, "login": 0}
+        self._logins = 0
+        self.bind(port)
+
+    def protect(self, app: ASGIApp) -> AccessGuard:
+        """Guard ``app``; returns the guard, which is the ASGI app to serve."""
+        self._app = app
+        return self
+
+    def bind(self, port: int) -> None:
+        """The port the worker listens on (known once bound): what ``Host`` and ``Origin`` must name."""
+        self.port = port
+        names = (*LOOPBACK_NAMES, self._extra_host) if self._extra_host else LOOPBACK_NAMES
+        self._hosts = frozenset(f"{name}:{port}".encode() for name in names)
+        self._origins = frozenset(b"http://" + host for host in self._hosts)
+        self._cookie_prefix = cookie_name(port).encode() + b"="
+
+    def statistics(self) -> GuardStatistics:
+        r = self._refused
+        return GuardStatistics(r["host"], r["origin"], r["token"], r["content_type"], self._logins, r["login"])
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        assert self._app is not None, "protect() an app first"
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            status, kind, message, extra = refusal
+            self._refused[kind] += 1
+            await respond(send, status, ErrorReply(message), headers=extra)
+            return
+        if scope["path"] == routes.LOGIN:
+            await self._login(scope, send)
+            return
+        await self._app(scope, receive, send)
+
+    def _refusal(self, scope: Scope) -> tuple[int, str, str, list[tuple[bytes, bytes]]] | None:
+        host = header(scope, b"host")
+        if host not in self._hosts:
+            return (421, "host", f"this worker answers to http://127.0.0.1:{self.port} only "
+                                 f"(Host {(host or b'').decode('latin-1')[:100]!r} refused)", [])
+        origin = header(scope, b"origin")
+        if (origin is not None and origin not in self._origins) or header(scope, b"sec-fetch-site") == b"cross-site":
+            return 403, "origin", "requests from other origins are refused", []
+        path = scope["path"]
+        if path not in EXEMPT_PATHS and path != routes.LOGIN and not self._authenticated(scope):
+            return (401, "token", "missing or wrong token: send 'Authorization: Bearer' with the token in "
+                                  "the data dir's auth.token (or run `sessionmem open` for the web pages)",
+                    [(b"www-authenticate", b'Bearer realm="sessionmem"')])
+        if scope["method"] in BODY_METHODS:
+            content_type = (header(scope, b"content-type") or b"").split(b";", 1)[0].strip().lower()
+            if content_type != b"application/json":
+                return 415, "content_type", "request bodies must be JSON (Content-Type: application/json)", []
+        return None
+
+    def _authenticated(self, scope: Scope) -> bool:
+        authorization = header(scope, b"authorization")
+        if authorization is not None:
+            scheme, _, credential = authorization.partition(b" ")
+            return scheme.lower() == b"bearer" and hmac.compare_digest(credential.strip(), self._token)
+        cookies = header(scope, b"cookie")
+        if cookies is not None:
+            for cookie in cookies.split(b";"):
+                cookie = cookie.strip()
+                if cookie.startswith(self._cookie_prefix):
+                    return hmac.compare_digest(cookie[len(self._cookie_prefix):], self._token)
+        return False
+
+    async def _login(self, scope: Scope, send: Send) -> None:
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        code = (query.get("code") or [""])[0]
+        target = (query.get("next") or ["/"])[0]
+        if not target.startswith("/") or target.startswith("//"):
+            target = "/"  # only pages of this worker
+        if not self.login_codes.redeem(code):
+            self._refused["login"] += 1
+            await respond(send, 401, ErrorReply("this login link is not valid (any more): run `sessionmem open`"))
+            return
+        self._logins += 1
+        cookie = (cookie_name(self.port) + "=" + self._token.decode("ascii")
+                  + f"; HttpOnly; SameSite=Strict; Path=/; Max-Age={COOKIE_MAX_AGE_S}")
+        await respond(send, 303, b"", content_type=b"text/plain", headers=[
+            (b"location", target.encode("latin-1")), (b"set-cookie", cookie.encode("ascii")),
+            (b"cache-control", b"no-store")])
