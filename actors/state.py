@@ -8,7 +8,9 @@
        │                  └────────────────────────────┤
        ├──── returned (idle, or shut down) ────────────┤
        │                                               │ crash, given up
-       └──── replayed ◀──── FAILED ◀───────────────────┘
+       └──── replayed ◀──── FAILED ◀───────────────────┤
+                                                       │ the environment failed (disk full)
+                           STARTING ◀── WAITING ◀──────┘
 
 :meth:`sessionmem.actors.child.SessionChild.transition` refuses any other move, so a
 state written from the supervisor and from the actor cannot drift into nonsense.
@@ -28,6 +30,7 @@ class ActorState(enum.Enum):
     SUMMARIZING = "summarizing"  # a session summary is being made and stored
     IDLE = "idle"  # waiting for a message, nothing batched
     BATCHING = "batching"  # waiting, tool uses batched (flushed after a quiet period)
+    WAITING = "waiting"  # the environment failed (disk full): waits, then starts again; not a crash
     FAILED = "failed"  # given up after too many crashes; its events are parked in the journal
 
     @property
@@ -43,12 +46,14 @@ class ActorState(enum.Enum):
 
 _WORKING = frozenset({ActorState.RUNNING, ActorState.COMPRESSING, ActorState.STORING, ActorState.SUMMARIZING})
 _OWN_PHASES = _WORKING | {ActorState.IDLE, ActorState.BATCHING}
-_ENDINGS = frozenset({ActorState.STARTING, ActorState.FAILED, ActorState.STOPPED})  # crash, give up, return
+_ENDINGS = frozenset({ActorState.STARTING, ActorState.FAILED, ActorState.STOPPED,  # crash, give up, return
+                      ActorState.WAITING})  # the environment failed
 
 TRANSITIONS: dict[ActorState, frozenset[ActorState]] = {
     ActorState.STOPPED: frozenset({ActorState.STARTING}),
     ActorState.STARTING: frozenset({ActorState.RUNNING}) | _ENDINGS,
     ActorState.FAILED: frozenset({ActorState.STOPPED}),
+    ActorState.WAITING: frozenset({ActorState.STARTING, ActorState.STOPPED}),
     **{phase: _OWN_PHASES | _ENDINGS for phase in _OWN_PHASES},
 }
 

@@ -4,7 +4,10 @@ Each child is transient: started when it has work (:meth:`ActorSupervisor.start`
 restarted after a crash with its mailbox and unfinished messages intact, stopped when
 its actor returns idle. More crashes than the :class:`~.restart.RestartPolicy`
 allows within its period gives that child up: ``give_up`` parks its events and the
-supervisor goes on with the others. Which child gets which event is not the
+supervisor goes on with the others. An exception of a ``transient`` type (the
+database cannot write: a full disk) is not the actor's fault and is not counted: the
+child waits, longer each time up to :data:`TRANSIENT_BACKOFF_CAP_S`, and starts again
+with its messages, until the environment recovers. Which child gets which event is not the
 supervisor's business (:mod:`.router`).
 
 Resource handling:
@@ -30,8 +33,13 @@ import trio
 from sessionmem.actors.child import SessionChild
 from sessionmem.actors.restart import RestartPolicy
 from sessionmem.actors.state import ActorState
+from sessionmem.logs import log_exception
 
 log = logging.getLogger(__name__)
+
+
+TRANSIENT_BACKOFF_FIRST_S = 0.5
+TRANSIENT_BACKOFF_CAP_S = 30.0
 
 
 class SupervisorStatistics(msgspec.Struct, frozen=True):
@@ -44,12 +52,16 @@ class SupervisorStatistics(msgspec.Struct, frozen=True):
     failed_sessions: int
     parked_events: int
     idle_stops: int
+    transient_failures: int  # the environment failed (disk full): waited and restarted, not counted as crashes
 
 
 class ActorSupervisor:
     def __init__(self, run_actor: Callable[[SessionChild], Awaitable[None]], policy: RestartPolicy, *,
                  give_up: Callable[[SessionChild], Awaitable[int]],
+                 transient: tuple[type[Exception], ...] = (),
                  clock: Callable[[], float] = trio.current_time) -> None:
+        self._transient = transient
+        self._transient_failures = 0
         self._run_actor = run_actor
         self._policy = policy
         self._give_up = give_up
@@ -97,12 +109,22 @@ class ActorSupervisor:
     # -- supervision -----------------------------------------------------------------
 
     async def _supervise(self, child: SessionChild) -> None:
+        backoff = TRANSIENT_BACKOFF_FIRST_S
         try:
             while True:
                 child.started()
                 self._starts += 1
                 try:
                     await self._run_actor(child)
+                except self._transient as exc:
+                    self._transient_failures += 1
+                    child.crashed(exc)
+                    child.transition(ActorState.WAITING)
+                    log.warning("session actor %s waits %.1f s: %s", child.claude_session_id, backoff, exc)
+                    await trio.sleep(backoff)
+                    backoff = min(backoff * 2, TRANSIENT_BACKOFF_CAP_S)
+                    child.transition(ActorState.STARTING)
+                    continue
                 except Exception as exc:
                     verdict = self._crashed(child, exc)
                     if verdict == "restart":
@@ -133,7 +155,7 @@ class ActorSupervisor:
         """Record a crash: ``restart``, ``give up`` (past the policy) or ``stop`` (shutting down)."""
         self._crashes += 1
         child.crashed(exc)
-        log.error("session actor %s crashed: %s", child.claude_session_id, child.last_error, exc_info=exc)
+        log_exception(log, f"session actor {child.claude_session_id} crashed: {child.last_error}", exc)
         if self._closing:
             return "stop"
         if child.intensity.crashed(self._clock()):
@@ -146,8 +168,8 @@ class ActorSupervisor:
         child.empty_mailbox()  # the journal keeps the events; memory lets go of them
         try:
             parked = await self._give_up(child)
-        except Exception:
-            log.exception("could not park the events of %s; they stay pending", child.claude_session_id)
+        except Exception as exc:
+            log_exception(log, f"could not park the events of {child.claude_session_id}; they stay pending", exc)
             return
         self._parked += parked
         log.error("session %s failed after %d crashes; %d event(s) parked", child.claude_session_id,
@@ -164,4 +186,5 @@ class ActorSupervisor:
             failed_sessions=self._failed,
             parked_events=self._parked,
             idle_stops=self._idle_stops,
+            transient_failures=self._transient_failures,
         )

@@ -28,19 +28,29 @@ from werkzeug.exceptions import HTTPException
 
 from sessionmem.actors.child import MailboxFull
 from sessionmem.broadcast import live_event_name
+from sessionmem.logs import log_exception
 from sessionmem.protocol import routes
 from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, READY, STARTING
 from sessionmem.server.context import render_context
 from sessionmem.server.debug import debug_snapshot, processing_status
-from sessionmem.server.fast_ingest import RETRY_AFTER_S, FastIngest, busy_message, too_large_message
+from sessionmem.server.fast_ingest import (
+    RETRY_AFTER_S,
+    STORAGE_RETRY_AFTER_S,
+    FastIngest,
+    busy_message,
+    storage_message,
+    too_large_message,
+)
 from sessionmem.server.guard import LOGIN_CODE_TTL_S, AccessGuard
 from sessionmem.server.jsonapi import encode
 from sessionmem.server.payloads import BadRequest, ErrorReply, InitRequest, LegacyInitRequest, ProcessingRequest, decode
 from sessionmem.server.services import Services
+from sessionmem.storage.base import StorageUnavailable
 
 log = logging.getLogger(__name__)
 
 MAX_PAGE = 500
+ROW_ID = "int(max=9223372036854775807)"  # SQLite's largest rowid: a larger id is no route (404), not an overflow
 KEEP_ALIVE_S = 15  # an SSE comment this often keeps idle streams (and their proxies) open
 
 
@@ -114,6 +124,10 @@ def create_quart_app(services: Services) -> QuartTrio:
     async def mailbox_full(exc: MailboxFull) -> Response:
         return _error(503, busy_message(exc), retry_after=RETRY_AFTER_S)
 
+    @app.errorhandler(StorageUnavailable)
+    async def storage_unavailable(exc: StorageUnavailable) -> Response:
+        return _error(503, storage_message(exc), retry_after=STORAGE_RETRY_AFTER_S)
+
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:
         message = exc.description or exc.name
@@ -123,7 +137,7 @@ def create_quart_app(services: Services) -> QuartTrio:
 
     @app.errorhandler(Exception)
     async def internal_error(exc: Exception) -> Response:
-        log.error("internal error on %s %s", request.method, request.path, exc_info=exc)
+        log_exception(log, f"internal error on {request.method} {request.path[:200]}", exc)
         status.count_error(exc)
         return _error(500, f"internal error: {type(exc).__name__}")
 
@@ -145,7 +159,7 @@ def create_quart_app(services: Services) -> QuartTrio:
 
     # -- ingest (the four hot routes are in fast_ingest) -----------------------------------
 
-    @app.post(rule(routes.LEGACY_INIT, session_db_id="int"))
+    @app.post(rule(routes.LEGACY_INIT, session_db_id=ROW_ID))
     async def legacy_session_init(session_db_id: int) -> Response:
         payload = await body(LegacyInitRequest)
         row = await store.session_by_db_id(session_db_id)
@@ -208,7 +222,7 @@ def create_quart_app(services: Services) -> QuartTrio:
     async def list_observations() -> Response:
         return json_response({"observations": await store.list_observations(**page())})
 
-    @app.get(rule(routes.OBSERVATION, observation_id="int"))
+    @app.get(rule(routes.OBSERVATION, observation_id=ROW_ID))
     async def get_observation(observation_id: int) -> Response:
         row = await store.get_observation(observation_id)
         if row is None:

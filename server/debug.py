@@ -16,6 +16,7 @@ from sessionmem.broadcast import BroadcasterStatistics
 from sessionmem.compress.base import CompressorStatistics
 from sessionmem.records import JournalCounts
 from sessionmem.server.guard import GuardStatistics
+from sessionmem.server.http_server import ConnectionStatistics
 from sessionmem.server.services import Services, WorkerStatistics
 from sessionmem.server.spool import SpoolStatistics
 from sessionmem.storage.base import StoreStatistics
@@ -32,6 +33,7 @@ class DebugSnapshot(msgspec.Struct, frozen=True):
     stream: BroadcasterStatistics
     spool: SpoolStatistics
     access: GuardStatistics
+    connections: ConnectionStatistics
 
 
 class ProcessingStatus(msgspec.Struct, frozen=True):
@@ -53,6 +55,7 @@ async def debug_snapshot(services: Services) -> DebugSnapshot:
         stream=services.broadcaster.statistics(),
         spool=services.spool.statistics(),
         access=services.guard.statistics(),
+        connections=services.connections.statistics(),
     )
 
 

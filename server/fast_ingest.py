@@ -20,9 +20,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sessionmem.actors.child import MailboxFull
+from sessionmem.logs import log_exception
 from sessionmem.server.ingest import Ingestor
 from sessionmem.server.jsonapi import encode
 from sessionmem.server.payloads import BadRequest, ErrorReply
+from sessionmem.storage.base import StorageUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 RETRY_AFTER_S = 1  # what a 503 asks a client to wait (a mailbox drains in well under a second)
+STORAGE_RETRY_AFTER_S = 5  # the database cannot write (disk full?): clients spool meanwhile
 
 
 def too_large_message(limit: int) -> str:
@@ -40,6 +43,10 @@ def too_large_message(limit: int) -> str:
 
 def busy_message(exc: MailboxFull) -> str:
     return f"session {exc} is busy; retry shortly"
+
+
+def storage_message(exc: StorageUnavailable) -> str:
+    return f"{exc} (is the disk full?); nothing was stored; retry later"
 
 
 class FastIngest:
@@ -63,8 +70,10 @@ class FastIngest:
             await _respond(send, 400, ErrorReply(exc.message, exc.path))
         except MailboxFull as exc:
             await _respond(send, 503, ErrorReply(busy_message(exc)), retry_after=RETRY_AFTER_S)
+        except StorageUnavailable as exc:
+            await _respond(send, 503, ErrorReply(storage_message(exc)), retry_after=STORAGE_RETRY_AFTER_S)
         except Exception as exc:
-            log.error("internal error on POST %s", scope["path"], exc_info=exc)
+            log_exception(log, f"internal error on POST {scope['path']}", exc)
             self._on_error(exc)
             await _respond(send, 500, ErrorReply(f"internal error: {type(exc).__name__}"))
         else:

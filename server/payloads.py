@@ -139,3 +139,7 @@ def decode(body: bytes, kind: type[T]) -> T:
         raise BadRequest(message, path) from None
     except msgspec.DecodeError as exc:
         raise BadRequest(f"malformed JSON: {exc}") from None
+    except UnicodeDecodeError as exc:  # inside a JSON string
+        raise BadRequest(f"malformed JSON: a string is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except RecursionError:
+        raise BadRequest("malformed JSON: nested too deeply") from None

@@ -21,6 +21,7 @@ from sessionmem.broadcast import Broadcaster
 from sessionmem.compress.base import Compressor
 from sessionmem.config import Settings
 from sessionmem.server.guard import AccessGuard
+from sessionmem.server.http_server import ConnectionPool
 from sessionmem.server.ingest import Ingestor
 from sessionmem.server.spool import SpoolImporter
 from sessionmem.storage.base import Store
@@ -75,3 +76,4 @@ class Services:
     ingestor: Ingestor
     spool: SpoolImporter
     guard: AccessGuard
+    connections: ConnectionPool

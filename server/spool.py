@@ -31,6 +31,7 @@ import msgspec
 import trio
 
 from sessionmem.actors.child import MailboxFull
+from sessionmem.logs import log_exception
 from sessionmem.protocol.routes import INGEST
 from sessionmem.protocol.spool import SpoolFormatError, parse_spool_file, pending_spool_files, reject_spool_file
 from sessionmem.server.ingest import Ingestor
@@ -88,8 +89,8 @@ class SpoolImporter:
                 self._waiting = 0
         except Exception as exc:  # a broken file system or database must not take the worker down
             self._failed_rounds += 1
-            self._last_error = f"{type(exc).__name__}: {exc}"
-            log.exception("spool import failed; retrying in %.0f s", INTERVAL_S)
+            self._last_error = f"{type(exc).__name__}: {exc}"[:500]
+            log_exception(log, f"spool import failed; retrying in {INTERVAL_S:.0f} s", exc)
         if imported:
             log.info("imported %d spooled event(s)", imported)
         return imported

@@ -65,6 +65,9 @@ class Settings:
     redact_secrets: bool = True  # API keys, tokens, private keys, passwords: never stored (server/redaction.py)
     redact_patterns: tuple[str, ...] = ()  # more regular expressions to redact (a group, if any, is the secret)
     access_log: bool = False
+    max_connections: int = 512  # open at once (and below the file-descriptor limit); the quietest makes room
+    request_timeout_s: float = 30.0  # a request must be answered within this (slow-drip headers and bodies)
+    keep_alive_timeout_s: float = 5.0  # an idle keep-alive connection is closed after this
     shutdown_timeout_s: float = 15.0  # SIGTERM to exit, all stages together
 
     # Context injection
@@ -124,6 +127,9 @@ _ENV = {
     "SESSIONMEM_REDACT_SECRETS": "redact_secrets",
     "SESSIONMEM_REDACT_PATTERNS": "redact_patterns",
     "SESSIONMEM_ACCESS_LOG": "access_log",
+    "SESSIONMEM_MAX_CONNECTIONS": "max_connections",
+    "SESSIONMEM_REQUEST_TIMEOUT": "request_timeout_s",
+    "SESSIONMEM_KEEP_ALIVE_TIMEOUT": "keep_alive_timeout_s",
     "SESSIONMEM_SHUTDOWN_TIMEOUT": "shutdown_timeout_s",
     "SESSIONMEM_CONTEXT_TOKENS": "context_token_budget",
     "SESSIONMEM_CONTEXT_OBSERVATIONS": "context_observations",

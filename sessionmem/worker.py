@@ -23,10 +23,8 @@ Resource handling:
 from __future__ import annotations
 
 import logging
-import logging.handlers
 import os
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -35,9 +33,8 @@ from functools import partial
 import msgspec
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 
-from sessionmem import __version__
+from sessionmem import __version__, logs
 from sessionmem.actors.restart import RestartPolicy
 from sessionmem.actors.router import SessionRouter
 from sessionmem.actors.session import ActorDeps, SessionActor, park_failed_session
@@ -58,10 +55,13 @@ from sessionmem.protocol.state import (
 )
 from sessionmem.server.app import create_app
 from sessionmem.server.guard import AccessGuard, is_loopback
+from sessionmem.server.http_server import ConnectionPool, connection_limit
+from sessionmem.server.http_server import serve as serve_app
 from sessionmem.server.ingest import Ingestor
 from sessionmem.server.redaction import Redactor
 from sessionmem.server.services import Services, WorkerStatus
 from sessionmem.server.spool import SpoolImporter
+from sessionmem.storage.base import StorageUnavailable
 from sessionmem.storage.sqlite import open_sqlite_store
 
 log = logging.getLogger("sessionmem")
@@ -148,19 +148,7 @@ def raise_file_limit() -> int:
 
 def configure_logging(settings: Settings, *, to_stderr: bool) -> None:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    handlers: list[logging.Handler] = [
-        logging.handlers.RotatingFileHandler(settings.log_path, maxBytes=10 * 1024 * 1024, backupCount=3)
-    ]
-    if to_stderr:
-        handlers.append(logging.StreamHandler(sys.stderr))
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        handlers=handlers,
-        force=True,
-    )
-    # The SDK's HTTP client logs every request at INFO; keep the log about sessionmem.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logs.configure_logging(settings.log_path, to_stderr=to_stderr)
 
 
 async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
@@ -207,14 +195,17 @@ async def open_services(settings: Settings, *, budget: ShutdownBudget | None = N
             deps = ActorDeps(settings, store, compressor, broadcaster)
             policy = RestartPolicy(settings.max_restarts, settings.restart_window_s)
             supervisor = ActorSupervisor(lambda child: SessionActor(child, deps).run(), policy,
-                                         give_up=partial(park_failed_session, deps), clock=clock)
+                                         give_up=partial(park_failed_session, deps),
+                                         transient=(StorageUnavailable,), clock=clock)
             router = SessionRouter(supervisor, mailbox_size=settings.mailbox_size, restart_policy=policy)
             redactor = Redactor(enabled=settings.redact_secrets, extra_patterns=settings.redact_patterns)
             ingestor = Ingestor(settings, store, router, redactor)
             guard = AccessGuard(token=token, port=settings.port,
                                 extra_host="" if is_loopback(settings.host) else settings.host)
+            pool = ConnectionPool(max_connections=connection_limit(settings.max_connections),
+                                  request_timeout_s=settings.request_timeout_s)
             services = Services(settings, status, store, router, supervisor, compressor, broadcaster, ingestor,
-                                SpoolImporter(ingestor, settings.data_dir), guard)
+                                SpoolImporter(ingestor, settings.data_dir), guard, pool)
             async with trio.open_nursery() as nursery:
                 await nursery.start(supervisor.run)
                 pending = await store.pending_events()
@@ -263,8 +254,8 @@ async def _warm_up(compressor: Compressor, redactor: Redactor) -> None:
     try:
         await trio.to_thread.run_sync(redactor.load)
         await compressor.warm_up()
-    except Exception:
-        log.exception("warming up failed; the first use will load what it needs")
+    except Exception as exc:
+        logs.log_exception(log, "warming up failed; the first use will load what it needs", exc)
 
 
 def _report_shutdown(settings: Settings, budget: ShutdownBudget, pending_left: int) -> None:
@@ -292,10 +283,12 @@ async def serve_http(services: Services, budget: ShutdownBudget, *,
     config.bind = [f"{settings.host}:{settings.port}"]
     config.accesslog = logging.getLogger("hypercorn.access") if settings.access_log else None
     config.errorlog = logging.getLogger("hypercorn.error")
+    config.keep_alive_timeout = settings.keep_alive_timeout_s
     app = create_app(services)
     stop_http = trio.Event()
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(partial(hypercorn_serve, app, config, shutdown_trigger=stop_http.wait))
+        binds = await nursery.start(partial(serve_app, app, config, services.connections,
+                                            shutdown_trigger=stop_http.wait))
         port = int(binds[0].rsplit(":", 1)[1])
         services.guard.bind(port)
         status.base_url = f"http://{settings.host}:{port}"

@@ -37,6 +37,15 @@ from sessionmem.storage.checkpointer import CheckpointerStatistics
 from sessionmem.storage.writer import WriterStatistics
 
 
+class StorageUnavailable(Exception):
+    """The database cannot take writes right now (disk full, an I/O error, a read-only file).
+
+    Nothing of the failed write happened. It is the environment failing, not the
+    request or the actor: callers answer 503 and try again later (the HTTP edge), or
+    wait and retry (the actors), and carry on once space is back.
+    """
+
+
 class InitAccepted(msgspec.Struct, frozen=True):
     envelope: Envelope
     session_db_id: int

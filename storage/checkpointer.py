@@ -29,6 +29,8 @@ class CheckpointerStatistics(msgspec.Struct, frozen=True):
     checkpoints: int
     wal_bytes: int  # size of the WAL file at the last look
     last_checkpointed_pages: int
+    failures: int
+    last_error: str
 
 
 def _checkpoint(connection: apsw.Connection) -> tuple[int, int]:
@@ -51,9 +53,12 @@ class Checkpointer:
         self._checkpoints = 0
         self._wal_bytes = 0
         self._last_pages = 0
+        self._failures = 0
+        self._last_error = ""
 
     def statistics(self) -> CheckpointerStatistics:
-        return CheckpointerStatistics(self._checkpoints, self._wal_bytes, self._last_pages)
+        return CheckpointerStatistics(self._checkpoints, self._wal_bytes, self._last_pages, self._failures,
+                                      self._last_error)
 
     async def run(self, *, close_timeout_s: float = 5.0,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -67,10 +72,17 @@ class Checkpointer:
                 await trio.sleep(INTERVAL_S)
                 self._wal_bytes = await trio.to_thread.run_sync(_wal_bytes, self._path, limiter=limiter)
                 if self._wal_bytes >= THRESHOLD_PAGES * PAGE_BYTES:
-                    await self._checkpoint(connection, limiter)
+                    try:
+                        await self._checkpoint(connection, limiter)
+                    except apsw.Error as exc:  # a full disk, say: the WAL just grows until the next try
+                        self._failures += 1
+                        self._last_error = f"{type(exc).__name__}: {exc}"[:300]
         finally:
             with trio.move_on_after(close_timeout_s, shield=True):
-                await self._checkpoint(connection, limiter)
+                try:
+                    await self._checkpoint(connection, limiter)
+                except apsw.Error:
+                    pass  # the next start checkpoints
                 await trio.to_thread.run_sync(connection.close)
 
     async def _checkpoint(self, connection: apsw.Connection, limiter: trio.CapacityLimiter) -> None:

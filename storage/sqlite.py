@@ -48,11 +48,15 @@ from sessionmem.records import (
     SummaryInputs,
     SummaryRow,
 )
-from sessionmem.storage.base import Accepted, InitAccepted, OnCommit, StoreStatistics
+from sessionmem.storage.base import Accepted, InitAccepted, OnCommit, StorageUnavailable, StoreStatistics
 from sessionmem.storage.checkpointer import Checkpointer
 from sessionmem.storage.readers import ReaderPool
 from sessionmem.storage.schema import migrate
 from sessionmem.storage.writer import GroupCommitWriter
+
+# What the disk or the file system does to a write, as opposed to what a request does:
+# SQLITE_FULL, SQLITE_IOERR, SQLITE_READONLY, SQLITE_CANTOPEN.
+UNAVAILABLE = (apsw.FullError, apsw.IOError, apsw.ReadOnlyError, apsw.CantOpenError)
 
 _bestpractice_applied = False
 
@@ -299,7 +303,10 @@ class SQLiteStore:
     async def _write(self, fn: Any, *args: Any, on_commit: Any = None) -> Any:
         if self._writer is None:
             raise RuntimeError("store is not open")
-        return await self._writer.submit(lambda connection: fn(connection, *args), on_commit=on_commit)
+        try:
+            return await self._writer.submit(lambda connection: fn(connection, *args), on_commit=on_commit)
+        except UNAVAILABLE as exc:
+            raise StorageUnavailable(f"the database cannot take writes: {exc}") from exc
 
     # -- journal -------------------------------------------------------------------
 

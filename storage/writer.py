@@ -46,6 +46,14 @@ class _Operation(Generic[T]):
         self.error: BaseException | None = None
 
 
+class _TransactionLost(Exception):
+    """SQLite rolled the transaction back on its own; ``cause`` is the error that made it."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 class WriterStatistics(msgspec.Struct, frozen=True):
     batches: int  # group commits
     operations: int  # submissions committed in them
@@ -148,7 +156,10 @@ class GroupCommitWriter:
             pass  # rolled back: redo the batch isolating each operation
         for operation in batch:
             operation.result = operation.error = None
-        self._transaction(batch, isolate=True)
+        try:
+            self._transaction(batch, isolate=True)
+        except _TransactionLost as lost:
+            raise lost.cause from None  # every caller of the batch gets what failed: nothing was written
 
     def _transaction(self, batch: list[_Operation[Any]], *, isolate: bool) -> None:
         connection = self._connection
@@ -161,11 +172,20 @@ class GroupCommitWriter:
                 if not isolate:
                     operation.result = operation.fn(connection)
                     continue
+                # A savepoint: undo only this operation on failure. (Not APSW's `with
+                # connection`: its clean-up error would hide what really happened.)
+                connection.execute("SAVEPOINT operation")
                 try:
-                    with connection:  # savepoint: undo only this operation on failure
-                        operation.result = operation.fn(connection)
+                    operation.result = operation.fn(connection)
                 except Exception as exc:
                     operation.error = exc
+                    if connection.get_autocommit():
+                        # SQLite rolled the whole transaction back itself (SQLITE_FULL,
+                        # SQLITE_IOERR): no operation of this batch happened, and going
+                        # on would write the rest outside any transaction.
+                        raise _TransactionLost(exc) from exc
+                    connection.execute("ROLLBACK TO operation")
+                connection.execute("RELEASE operation")
             connection.execute("COMMIT")
         except BaseException:
             if not connection.get_autocommit():

@@ -147,8 +147,11 @@ def _decode(data: bytes, content_type: str) -> Any:
 
 
 def start_worker(data_dir: Path, *, env: dict[str, str] | None = None, timeout: float = 20.0,
-                 log_name: str = "worker.stderr") -> WorkerProcess:
-    """Start ``python -m sessionmem serve`` on a free port with ``data_dir``; wait until ready."""
+                 log_name: str = "worker.stderr", file_limit: int | None = None) -> WorkerProcess:
+    """Start ``python -m sessionmem serve`` on a free port with ``data_dir``; wait until ready.
+
+    ``file_limit`` caps the process's open files (soft and hard), as a small system would.
+    """
     data_dir.mkdir(parents=True, exist_ok=True)
     state = data_dir / STATE_FILE
     state.unlink(missing_ok=True)
@@ -156,8 +159,14 @@ def start_worker(data_dir: Path, *, env: dict[str, str] | None = None, timeout: 
     full_env.update({"SESSIONMEM_DATA_DIR": str(data_dir), "SESSIONMEM_PORT": "0", "PYTHONUNBUFFERED": "1"})
     full_env.update(env or {})
     stderr = open(data_dir / log_name, "ab")
+    def limit_files() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (file_limit, file_limit))
+
     process = subprocess.Popen([sys.executable, "-m", "sessionmem", "serve"], env=full_env,
-                               stdout=stderr, stderr=stderr, stdin=subprocess.DEVNULL)
+                               stdout=stderr, stderr=stderr, stdin=subprocess.DEVNULL,
+                               preexec_fn=limit_files if file_limit is not None else None)
     stderr.close()
     deadline = time.monotonic() + timeout
     while True:

@@ -7,6 +7,7 @@ import collections
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from sessionmem.protocol.requests import api_call
@@ -250,9 +251,73 @@ async def test_debug_document_shape(app: InProcessWorker) -> None:
     await app.wait_idle()
     debug = await app.get("/debug")
     assert set(debug) == {"worker", "sessions", "supervisor", "actors", "journal", "store", "compressor", "stream",
-                          "spool", "access"}
+                          "spool", "access", "connections"}
     (actor,) = debug["actors"]
     assert actor["state"] in ("idle", "stopped") and actor["mailboxCapacity"] == 256
     assert set(debug["store"]) == {"path", "writer", "checkpointer"} and debug["store"]["writer"]["batches"] >= 2
     assert debug["supervisor"]["maxRestarts"] == 5 and debug["sessions"]["delivered"] == 1
     assert all("_" not in key for section in debug.values() if isinstance(section, dict) for key in section)
+
+
+HOSTILE = [
+    (b'{"claudeSessionId": "s", "tool_name": "Read", "tool_response": "\xff\xfe"}', "not valid UTF-8"),
+    (b'{"claudeSessionId": "s", "tool_name": "Read", "tool_input": ' + b'[' * 5000 + b']' * 5000 + b'}',
+     "nested too deeply"),
+    (b'{"claudeSessionId": "s", "tool_name": "Read", "tool_use_id": 1' + b'0' * 5000 + b'}', "out of range"),
+    (b'{"claudeSessionId": "s\x00", "tool_name": "Read"}', "malformed JSON"),  # a raw control character
+    (b'{"claudeSessionId": "s\\u0000", "tool_name": "Read\\u0000"}', ""),  # an escaped NUL is a character
+]
+
+
+async def test_hostile_bodies_are_400_and_write_little_to_the_log(app: InProcessWorker,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    for raw, message in HOSTILE:
+        reply = await app.request("POST", OBS, raw=raw)
+        if message:
+            assert reply.status == 400 and message in reply.json()["error"], (raw[:80], reply.status, reply.body)
+        else:
+            assert reply.status == 202  # a NUL is just a character: stored as such, never a crash
+    assert (await app.request("GET", "/api/observations/" + "9" * 40)).status == 404  # no overflow
+    assert (await app.request("POST", "/sessions/" + "9" * 40 + "/init", {"userPrompt": "x"})).status == 404
+    # Deep, but within what msgspec decodes: kept whole, as text beyond 64 levels, and readable back.
+    deep = {"claudeSessionId": "deep", "tool_name": "Read", "tool_use_id": "d1", "tool_input": {}}
+    value: object = "bottom"
+    for _ in range(500):
+        value = {"a": value}
+    deep["tool_input"] = value
+    assert (await app.request("POST", OBS, deep)).status == 202
+    await app.wait_idle()
+    (row,) = [o for o in (await app.get("/api/observations?limit=100"))["observations"] if o["toolUseId"] == "d1"]
+    detail = await app.get(f"/api/observations/{row['id']}")
+    assert isinstance(detail["toolInput"], str) and "bottom" in detail["toolInput"]
+    debug = await app.debug()
+    assert debug["worker"]["errors"] == 0 and debug["supervisor"]["crashes"] == 0
+    assert sum(len(r.getMessage()) for r in caplog.records) < 20_000
+
+
+async def test_bad_spool_files_are_set_aside_and_the_rest_imported(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    spool = tmp_path / "data" / "spool"
+    spool.mkdir(parents=True)
+    files = {
+        "00000000000000000001-1.json": b'/api/sessions/observations\n{"claudeSessionId": "s", "tool_name": "R", '
+                                       b'"tool_response": "\xff\xfe"}',
+        "00000000000000000002-1.json": b'/api/sessions/observations\n{"claudeSessionId": "s", "tool_name": "R", '
+                                       b'"tool_input": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        "00000000000000000003-1.json": b"/api/sessions/init\n" + b"\x00" * 100,
+        "00000000000000000004-1.json": b"\xff\xfe/not/a/path\n{}",
+        "00000000000000000005-1.json": b'/api/sessions/init\n{"claudeSessionId": "s", "prompt": "kept",'
+                                       b' "idempotencyKey": "k5"}',
+    }
+    for name, raw in files.items():
+        (spool / name).write_bytes(raw)
+    async with open_worker(tmp_path / "data") as worker:
+        sessions = (await worker.get("/api/sessions"))["sessions"]
+        assert [s["firstPrompt"] for s in sessions] == ["kept"]
+        spool_stats = (await worker.debug())["spool"]
+    rejected = sorted(p.name for p in (spool / "rejected").iterdir() if not p.name.endswith(".reason"))
+    assert rejected == sorted(list(files)[:4]) and list(spool.glob("*.json")) == []
+    assert spool_stats["rejected"] == 4 and spool_stats["imported"] == 1 and spool_stats["failedRounds"] == 0
+    reasons = [(spool / "rejected" / f"{name}.reason").read_text() for name in rejected]
+    assert "not valid UTF-8" in reasons[0] and "nested too deeply" in reasons[1]
+    assert not any(r.exc_info for r in caplog.records) and sum(len(r.getMessage()) for r in caplog.records) < 5000

@@ -170,3 +170,40 @@ async def test_idempotency_keys_journal_once(tmp_path: Path) -> None:
     assert duplicate.prompt_number == 2
     assert len(delivered) == 3  # duplicates are not delivered again
     assert (counts.pending, counts.done) == (1, 2)
+
+
+async def test_a_full_disk_fails_the_whole_batch_and_writes_nothing(tmp_path: Path) -> None:
+    from sessionmem.storage.base import StorageUnavailable
+    from sessionmem.testing.faults import FullDisk
+
+    with FullDisk() as disk:
+        async with open_sqlite_store(tmp_path / "db.sqlite") as store:
+            await store.accept_event(obs(0), lambda e: None)
+
+            def big(n: int) -> object:
+                def write(connection: apsw.Connection) -> None:
+                    connection.execute("CREATE TABLE IF NOT EXISTS blobs (b)")
+                    if n == 1:
+                        disk.fill()  # the disk fills up in the middle of the batch
+                    connection.execute("INSERT INTO blobs VALUES (zeroblob(200000))")
+                return write
+
+            outcomes: list[object] = []
+
+            async def submit(n: int) -> None:
+                try:
+                    await store._write(big(n))
+                    outcomes.append("ok")
+                except StorageUnavailable as exc:
+                    outcomes.append(type(exc.__cause__).__name__)
+
+            async with trio.open_nursery() as nursery:
+                for n in range(3):
+                    nursery.start_soon(submit, n)
+            assert outcomes == ["FullError"] * 3  # one transaction: all of it failed, none half-written
+            disk.free()
+            await store.accept_event(obs(1), lambda e: None)
+            pending = await store.pending_events()
+    assert [e.event.tool_use_id for e in pending] == ["t0", "t1"]  # type: ignore[union-attr]
+    connection = apsw.Connection(str(tmp_path / "db.sqlite"))
+    assert connection.execute("SELECT count(*) FROM sqlite_master WHERE name = 'blobs'").fetchone()[0] == 0

@@ -19,6 +19,7 @@ from sessionmem.actors.state import TRANSITIONS, ActorState, IllegalTransition
 from sessionmem.actors.supervisor import ActorSupervisor
 from sessionmem.compress.offline import OfflineCompressor
 from sessionmem.events import Envelope, ObservationEvent
+from sessionmem.testing.faults import FullDisk
 from sessionmem.testing.harness import InProcessWorker, open_worker
 
 OBS = "/api/sessions/observations"
@@ -382,3 +383,34 @@ def test_fault_injection_is_off_by_default(tmp_path: Path) -> None:
     from sessionmem.config import load_settings
 
     assert load_settings({}, data_dir=str(tmp_path)).fault_injection is False
+
+
+async def test_a_full_disk_is_waited_out_without_losing_or_failing_anything(tmp_path: Path) -> None:
+    """The disk fills up (every SQLite write fails with SQLITE_FULL), then has room again."""
+    stalled: list[StalledCompressor] = []
+
+    def build(settings: object) -> StalledCompressor:
+        stalled.append(StalledCompressor())
+        return stalled[0]
+
+    with FullDisk() as disk:
+        async with open_worker(tmp_path / "data", compressor=build, batch_quiet_s=0.01, batch_size=1) as worker:
+            await send(worker, OBS, observation("disk", "before"), 202)  # accepted, held by the stalled compressor
+            disk.fill()
+            full = await worker.request("POST", OBS, observation("disk", "during"))
+            assert full.status == 503 and full.headers["retry-after"] == "5" and "disk full" in full.json()["error"]
+            stalled[0].gate.set()  # the actor now tries to store "before", and cannot
+            with trio.fail_after(10):
+                while (await worker.debug())["supervisor"]["transientFailures"] < 2:
+                    await trio.sleep(0.05)
+            actor = {a["claudeSessionId"]: a for a in (await worker.debug())["actors"]}["disk"]
+            assert actor["state"] in ("waiting", "starting", "running", "storing") and "full" in actor["lastError"]
+
+            disk.free()
+            await send(worker, OBS, observation("disk", "after"), 202)
+            await worker.wait_idle(timeout=60)
+            assert await observed(worker, "disk") == ["before", "after"]
+            debug = await worker.debug()
+            assert debug["supervisor"]["crashes"] == 0 and debug["supervisor"]["failedSessions"] == 0
+            assert debug["journal"]["parked"] == 0 and debug["journal"]["pending"] == 0
+            assert disk.refused_writes > 0

@@ -42,7 +42,8 @@ def answered(reply: bytes) -> bool:
 
 def test_oversized_and_chunked_bodies_on_a_real_socket(worker: WorkerClient) -> None:
     huge = b'{"claudeSessionId": "s", "tool_name": "Bash", "tool_response": "' + b"x" * (6 * 1024 * 1024) + b'"}'
-    head = (f"POST {OBS} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    auth = f"Host: 127.0.0.1:{worker.port}\r\nAuthorization: Bearer {worker.token}\r\n"
+    head = (f"POST {OBS} HTTP/1.1\r\n{auth}Content-Type: application/json\r\n"
             f"Content-Length: {len(huge)}\r\n\r\n").encode()
     reply = raw_exchange(worker, head, huge, answered)
     assert reply.startswith(b"HTTP/1.1 413") and b"byte limit" in reply  # refused on its Content-Length
@@ -51,7 +52,7 @@ def test_oversized_and_chunked_bodies_on_a_real_socket(worker: WorkerClient) -> 
         parts = [b"%x\r\n%s\r\n" % (len(body[i:i + chunk]), body[i:i + chunk]) for i in range(0, len(body), chunk)]
         return b"".join(parts) + b"0\r\n\r\n"
 
-    head = f"POST {OBS} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    head = f"POST {OBS} HTTP/1.1\r\n{auth}Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
     small = raw_exchange(worker, head.encode(),
                          chunked(b'{"claudeSessionId": "chunky", "tool_name": "Read", "tool_use_id": "c1"}'), answered)
     assert small.startswith(b"HTTP/1.1 202")

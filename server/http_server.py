@@ -1,0 +1,219 @@
+"""Serving the app over HTTP/1.1: Hypercorn speaks the protocol, this module owns the connections.
+
+Hypercorn's trio ``serve`` accepts every connection it can and holds each as long
+as the client likes: a few hundred idle or trickling connections use up the process's
+file descriptors, after which nothing is accepted (and trio logs a traceback every
+100 ms). :func:`serve` is Hypercorn's own ladder (``hypercorn.trio.run.worker_serve``:
+lifespan start-up, serve until the trigger, a graceful close) around a
+:class:`ConnectionPool` of our own:
+
+- at most ``max_connections`` at once (kept below the file-descriptor limit);
+- a newcomer at the cap is let in by closing another connection: the quietest of
+  those with no request in progress (a connection that never sent anything, a
+  keep-alive connection between requests, a live stream), else the oldest request
+  still being sent after :data:`SLOW_REQUEST_S` (a client dripping bytes); a request
+  being answered is never cut. With nothing to close, the newcomer is closed at once;
+- a request that has begun but not been answered within ``request_timeout_s``
+  (headers or a body sent a byte at a time) is cut off;
+- idle keep-alive connections are closed after ``keep_alive_timeout_s`` (Hypercorn).
+
+Pinned: ``hypercorn==0.18.0``, whose trio ``TCPServer``, ``WorkerContext`` and
+``Lifespan`` this module uses (tests/test_connections.py holds it to them).
+
+Resource handling:
+    Every connection runs in the server nursery and is closed when it ends, is
+    evicted, or at the graceful-close deadline.
+
+Error handling:
+    Running out of file descriptors (``accept`` failing with ``EMFILE``) is counted
+    and waited out quietly; other accept errors propagate.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import msgspec
+import trio
+from hypercorn.config import Config
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.utils import raise_shutdown, repr_socket_addr, wrap_app
+
+log = logging.getLogger(__name__)
+
+SLOW_REQUEST_S = 2.0  # a local request arrives in milliseconds: one still arriving after this is hostile
+SWEEP_INTERVAL_S = 1.0
+ACCEPT_RETRY_S = 0.1
+CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+RESERVED_FILES = 64  # descriptors kept for the database, logs and the spool, below the process limit
+
+
+class ConnectionStatistics(msgspec.Struct, frozen=True):
+    max_connections: int
+    open: int
+    peak: int
+    accepted: int
+    evicted: int  # closed to make room for a newcomer
+    refused: int  # closed at once: at the cap, nobody quiet enough to evict
+    timed_out: int  # a request not answered within request_timeout_s
+    accept_errors: int  # accept failed for lack of file descriptors (waited out)
+
+
+class _Connection(trio.abc.HalfCloseableStream):
+    """A socket stream that notes when it last moved bytes, and whether a request awaits its answer."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self._stream = stream
+        self.socket = stream.socket
+        self.quiet_since = trio.current_time()
+        self.request_since: float | None = None
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        self.request_since = None  # the answer has begun
+        await self._stream.send_all(data)
+        self.quiet_since = trio.current_time()
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        data = await self._stream.receive_some(max_bytes)
+        now = trio.current_time()
+        self.quiet_since = now
+        if data and self.request_since is None:
+            self.request_since = now
+        return data
+
+    async def send_eof(self) -> None:
+        await self._stream.send_eof()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class ConnectionPool:
+    """The accept loop and its limits (see the module docstring)."""
+
+    def __init__(self, *, max_connections: int, request_timeout_s: float) -> None:
+        self._max = max_connections
+        self._request_timeout_s = request_timeout_s
+        self._open: set[_Connection] = set()
+        self._peak = self._accepted = self._evicted = self._refused = self._timed_out = self._accept_errors = 0
+
+    def statistics(self) -> ConnectionStatistics:
+        return ConnectionStatistics(self._max, len(self._open), self._peak, self._accepted, self._evicted,
+                                    self._refused, self._timed_out, self._accept_errors)
+
+    async def serve(self, listener: trio.SocketListener, handler: Callable[[_Connection], Awaitable[None]],
+                    handler_nursery: trio.Nursery) -> None:
+        async with listener, trio.open_nursery() as sweeper:
+            sweeper.start_soon(self._sweep, handler_nursery)
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno not in CAPACITY_ERRNOS:
+                        raise
+                    self._accept_errors += 1
+                    await trio.sleep(ACCEPT_RETRY_S)
+                    continue
+                self._accepted += 1
+                if len(self._open) >= self._max and not self._evict(handler_nursery):
+                    self._refused += 1
+                    handler_nursery.start_soon(stream.aclose)
+                    continue
+                connection = _Connection(stream)
+                self._open.add(connection)
+                self._peak = max(self._peak, len(self._open))
+                handler_nursery.start_soon(self._run, connection, handler)
+
+    async def _run(self, connection: _Connection, handler: Callable[[_Connection], Awaitable[None]]) -> None:
+        try:
+            await handler(connection)
+        finally:
+            self._open.discard(connection)
+            with trio.CancelScope(shield=True):
+                await connection.aclose()
+
+    def _evict(self, nursery: trio.Nursery) -> bool:
+        """Close one connection to make room (see the module docstring); True if one was."""
+        idle = [c for c in self._open if c.request_since is None]
+        if idle:
+            victim = min(idle, key=lambda c: c.quiet_since)
+        else:
+            oldest = min(self._open, key=lambda c: c.request_since or 0.0, default=None)
+            if oldest is None or trio.current_time() - (oldest.request_since or 0.0) < SLOW_REQUEST_S:
+                return False
+            victim = oldest
+        self._open.discard(victim)
+        self._evicted += 1
+        nursery.start_soon(victim.aclose)  # its reader sees the stream closed and ends
+        return True
+
+    async def _sweep(self, nursery: trio.Nursery) -> None:
+        """Cut off requests that have waited for their answer too long (slow-drip headers and bodies)."""
+        while True:
+            await trio.sleep(SWEEP_INTERVAL_S)
+            deadline = trio.current_time() - self._request_timeout_s
+            for connection in [c for c in self._open if c.request_since is not None and c.request_since < deadline]:
+                self._open.discard(connection)
+                self._timed_out += 1
+                nursery.start_soon(connection.aclose)
+
+
+def connection_limit(max_connections: int) -> int:
+    """``max_connections``, kept below this process's file-descriptor limit."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(1, min(max_connections, soft - RESERVED_FILES))
+
+
+async def serve(app: Any, config: Config, pool: ConnectionPool, *, shutdown_trigger: Callable[[], Awaitable[None]],
+                task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve ``app`` (ASGI) on ``config.bind`` until ``shutdown_trigger`` returns, then close gracefully.
+
+    Reports the bound addresses (``http://host:port``) through ``task_status``.
+    """
+    wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
+    lifespan_state: dict[str, Any] = {}
+    lifespan = Lifespan(wrapped, config, lifespan_state)
+    context = WorkerContext(None)
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+        async with trio.open_nursery() as server_nursery:
+            sockets = config.create_sockets()
+            listeners, binds = [], []
+            for sock in sockets.insecure_sockets:
+                sock.listen(config.backlog)
+                listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
+                binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
+            handler = partial(TCPServer, wrapped, config, context, lifespan_state)
+            task_status.started(binds)
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(raise_shutdown, shutdown_trigger)
+                    for listener in listeners:
+                        nursery.start_soon(pool.serve, listener, handler, server_nursery)
+            except BaseExceptionGroup as error:
+                _, others = error.split(_is_shutdown)
+                if others is not None:
+                    raise others from None
+            finally:
+                await context.terminated.set()
+                server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+        await lifespan.wait_for_shutdown()
+        lifespan_nursery.cancel_scope.cancel()
+
+
+def _is_shutdown(exc: BaseException) -> bool:
+    from hypercorn.utils import ShutdownError
+
+    return isinstance(exc, ShutdownError)

@@ -1,0 +1,54 @@
+"""The worker's log: where it goes, and how much one failure may write to it.
+
+An internal error is logged with its type, its message and the innermost frames of
+its traceback, cut to :data:`MAX_ENTRY` characters: a request crafted to fail deep
+in a recursion (or a message the size of a request body) writes a few lines, not
+megabytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import sys
+import traceback
+from pathlib import Path
+
+MAX_FRAMES = 8
+MAX_ENTRY = 4000
+LOG_FILE_BYTES = 10 * 1024 * 1024
+LOG_FILES_KEPT = 3
+
+
+def bounded_exception(exc: BaseException) -> str:
+    """``exc`` as a few lines: its innermost frames, type and message, at most :data:`MAX_ENTRY` characters."""
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-MAX_FRAMES, chain=False)
+    text = "".join(lines).rstrip()
+    if len(text) > MAX_ENTRY:
+        text = text[: MAX_ENTRY // 2] + "\n…[log entry cut]…\n" + text[-MAX_ENTRY // 2:]
+    return text
+
+
+def log_exception(log: logging.Logger, message: str, exc: BaseException) -> None:
+    """``log.error(message)`` with a bounded traceback of ``exc``."""
+    log.error("%s\n%s", message[:MAX_ENTRY], bounded_exception(exc))
+
+
+def configure_logging(log_path: Path, *, to_stderr: bool) -> None:
+    """The worker's log: ``log_path`` (rotated), and stderr when running in a terminal."""
+    handlers: list[logging.Handler] = [
+        logging.handlers.RotatingFileHandler(log_path, maxBytes=LOG_FILE_BYTES, backupCount=LOG_FILES_KEPT)
+    ]
+    if to_stderr:
+        handlers.append(logging.StreamHandler(sys.stderr))
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        handlers=handlers,
+        force=True,
+    )
+    # The SDK's HTTP client logs every request at INFO; keep the log about sessionmem.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    # Trio's accept loop logs a full traceback every 100 ms while out of file descriptors;
+    # the connection cap keeps the worker below the limit, and this keeps the log readable.
+    logging.getLogger("trio.serve_listeners").setLevel(logging.CRITICAL)

@@ -1,0 +1,100 @@
+"""Connections cannot be used up: a cap below the file limit, eviction of the quietest, request timeouts.
+
+A real worker process, limited to 256 open files as a small system would be, held
+by more idle connections than it could ever accept.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+
+import pytest
+
+from sessionmem.testing.worker_process import WorkerProcess, start_worker
+
+from .test_hooks import assert_silent_success, run_hook
+
+pytestmark = pytest.mark.slow
+
+IDLE = 300
+
+
+@contextmanager
+def idle_connections(port: int, count: int) -> Iterator[list[socket.socket]]:
+    with ExitStack() as stack:
+        opened = []
+        for _ in range(count):
+            try:
+                opened.append(stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=5)))
+            except OSError:
+                break  # the kernel's backlog is full: enough
+        yield opened
+
+
+def closed_by_server(sock: socket.socket, within: float) -> bool:
+    sock.settimeout(within)
+    try:
+        return sock.recv(1) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
+@pytest.fixture
+def limited_worker(tmp_path: object) -> Iterator[WorkerProcess]:
+    worker = start_worker(tmp_path / "data", file_limit=256,  # type: ignore[operator]
+                          env={"SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_BATCH_QUIET": "0.05",
+                               "SESSIONMEM_KEEP_ALIVE_TIMEOUT": "60", "SESSIONMEM_REQUEST_TIMEOUT": "2"})
+    yield worker
+    worker.stop()
+
+
+def test_idle_connections_cannot_lock_out_hooks(limited_worker: WorkerProcess) -> None:
+    worker = limited_worker
+    with idle_connections(worker.port, IDLE) as held:
+        assert len(held) > 200
+        time.sleep(1.5)  # they are quiet now: the first to be evicted for a newcomer
+        started = time.monotonic()
+        assert worker.request("GET", "/api/health", timeout=5)[0] == 200
+        result = run_hook("PostToolUse", {"session_id": "s", "cwd": "/w/p", "tool_name": "Read",
+                                          "tool_use_id": "under-load", "tool_input": {"file_path": "/w/p/a"}},
+                          worker.data_dir)
+        assert_silent_success(result)
+        assert time.monotonic() - started < 5
+        connections = worker.get("/debug")["connections"]
+    assert connections["maxConnections"] == 256 - 64 and connections["peak"] <= 192
+    assert connections["evicted"] + connections["refused"] > 0
+    worker.wait_idle()
+    assert [o["toolUseId"] for o in worker.get("/api/observations")["observations"]] == ["under-load"]
+    log = (worker.data_dir / "worker.log").read_text()
+    assert "Traceback" not in log and "accept returned" not in log
+
+
+def test_a_request_sent_a_byte_at_a_time_is_cut_off(limited_worker: WorkerProcess) -> None:
+    worker = limited_worker
+    with socket.create_connection(("127.0.0.1", worker.port), timeout=5) as slow:
+        slow.sendall(f"POST /api/sessions/observations HTTP/1.1\r\nHost: 127.0.0.1:{worker.port}\r\n"
+                     f"Authorization: Bearer {worker.token}\r\nContent-Type: application/json\r\n"
+                     "Content-Length: 1000\r\n\r\n{".encode())
+        started = time.monotonic()
+        cut = False
+        while time.monotonic() - started < 10 and not cut:
+            try:
+                slow.sendall(b" ")
+            except (BrokenPipeError, ConnectionResetError):
+                cut = True
+                break
+            cut = closed_by_server(slow, 0.5)
+        elapsed = time.monotonic() - started
+    assert cut and elapsed < 5, elapsed  # request_timeout_s (2) and one sweep (1)
+    assert worker.get("/debug")["connections"]["timedOut"] >= 1
+
+
+def test_idle_keep_alive_connections_are_closed(worker_factory: Callable[..., WorkerProcess]) -> None:
+    worker = worker_factory(SESSIONMEM_KEEP_ALIVE_TIMEOUT=0.5)
+    with socket.create_connection(("127.0.0.1", worker.port), timeout=5) as idle:
+        assert closed_by_server(idle, 3)
