@@ -40,7 +40,7 @@ from sessionmem.protocol.datadir import private_umask, write_private
 from sessionmem.protocol.delivery import Patience, deliver
 from sessionmem.protocol.privacy import strip_private
 from sessionmem.protocol.project import project_of
-from sessionmem.protocol.requests import api_call, encoded_call, is_internal_prompt
+from sessionmem.protocol.requests import api_call, encoded_call, is_internal_prompt, text_field
 from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
@@ -118,22 +118,22 @@ def session_start(payload: dict[str, Any], project: str, config: ClientConfig, l
 
 def handle(stage: str, payload: dict[str, Any], config: ClientConfig, log: _Log) -> dict[str, Any] | None:
     """Do one stage's work; returns what to print on stdout, if anything."""
-    project = project_of(payload.get("cwd") or "")
+    project = project_of(text_field(payload, "cwd"))
     if stage == "SessionStart":
         return session_start(payload, project, config, log)
     if stage == "UserPromptSubmit":
-        prompt = str(payload.get("prompt") or "")
+        prompt = text_field(payload, "prompt")
         visible = strip_private(prompt)
         if is_internal_prompt(prompt) or not visible:
             return None  # internal protocol, or nothing left to remember
         payload = {**payload, "prompt": visible}
     elif stage == "Stop":
         payload = dict(payload)
-        if not payload.get("last_assistant_message") and payload.get("transcript_path"):
+        if not text_field(payload, "last_assistant_message") and text_field(payload, "transcript_path"):
             from sessionmem.hooks.transcript import last_turn
 
             try:
-                user, assistant, broken = last_turn(str(payload["transcript_path"]))
+                user, assistant, broken = last_turn(text_field(payload, "transcript_path"))
             except OSError as exc:
                 log(f"transcript unreadable: {exc}")
             else:
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(payload, dict):
             log("stdin is not a JSON object")
             return 0
-        stage = stage or str(payload.get("hook_event_name") or "")
+        stage = stage or text_field(payload, "hook_event_name")
         output = handle(stage, payload, config, log)
         if output is not None:
             sys.stdout.write(fastjson.dumps(output))

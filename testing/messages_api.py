@@ -38,6 +38,8 @@ class Action:
     retry_after: float | None = None
     delay: float = 0.0
     text: str | None = None  # a reply body text instead of the generated XML
+    echo: bool = False  # reply with the request's own text (system prompt and content)
+    cut: bool = False  # announce the whole reply, send half of it, and close the connection
 
 
 @dataclass
@@ -124,7 +126,12 @@ class ScriptedMessagesAPI:
                     kind = "rate_limit_error" if action.status == 429 else "api_error"
                     self._send(action.status, {"type": "error", "error": {"type": kind, "message": "scripted"}}, headers)
                     return
-                blocks = [{"type": "text", "text": action.text}] if action.text is not None else api.responder(body)
+                if action.echo:
+                    blocks = [{"type": "text", "text": json.dumps(body.get("system")) + str(body["messages"])}]
+                elif action.text is not None:
+                    blocks = [{"type": "text", "text": action.text}]
+                else:
+                    blocks = api.responder(body)
                 tokens_in = max(1, len(raw) // 4)
                 tokens_out = max(1, len(json.dumps(blocks)) // 4)
                 with api._lock:
@@ -141,10 +148,26 @@ class ScriptedMessagesAPI:
                     "stop_sequence": None,
                     "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out},
                 }
-                if body.get("stream"):
+                if action.cut:
+                    self._send_cut(message)
+                elif body.get("stream"):
                     self._stream(message)
                 else:
                     self._send(200, message)
+
+            def _send_cut(self, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data[: len(data) // 2])
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                self.close_connection = True
+                self.connection.shutdown(2)  # the reply ends mid-way
 
             def _stream(self, message: dict[str, Any]) -> None:
                 events: list[tuple[str, dict[str, Any]]] = [

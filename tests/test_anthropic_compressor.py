@@ -1,13 +1,17 @@
 """The anthropic compressor: the real ``anthropic`` client against a local scripted Messages API
-server, inside the in-process worker (batching, retries, raw fallbacks, token counts)."""
+server, inside the in-process worker (batching, retries, raw fallbacks, token counts), and a faulty
+LLM: refused connections, replies cut off or echoed, a circuit breaker, token budgets."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import logging
+import socket
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anthropic
 import pytest
+import trio
 
 from sessionmem.compress.anthropic_backend import AnthropicCompressor
 from sessionmem.config import Settings
@@ -15,14 +19,21 @@ from sessionmem.testing.harness import InProcessWorker, open_worker
 from sessionmem.testing.messages_api import Action, ScriptedMessagesAPI
 
 
-@pytest.fixture
-async def llm_worker(tmp_path: Path, messages_api: ScriptedMessagesAPI) -> AsyncIterator[InProcessWorker]:
+def scripted(url: str) -> Callable[[Settings], AnthropicCompressor]:
+    """The anthropic compressor, its client pointed at ``url``."""
     def compressor(settings: Settings) -> AnthropicCompressor:
         return AnthropicCompressor(settings, client=lambda s: anthropic.AsyncAnthropic(
-            api_key="sk-test-dummy", base_url=messages_api.url, max_retries=0, timeout=s.llm_timeout_s))
+            api_key="sk-test-dummy", base_url=url, max_retries=0, timeout=s.llm_timeout_s))
+    return compressor
 
-    async with open_worker(tmp_path / "data", compressor=compressor, llm_timeout_s=1, llm_backoff_cap_s=0.2,
-                           llm_max_attempts=3, batch_size=3, batch_quiet_s=0.1) as worker:
+
+LLM_SETTINGS = {"llm_timeout_s": 1, "llm_backoff_cap_s": 0.2, "llm_max_attempts": 3, "batch_size": 3,
+                "batch_quiet_s": 0.1}
+
+
+@pytest.fixture
+async def llm_worker(tmp_path: Path, messages_api: ScriptedMessagesAPI) -> AsyncIterator[InProcessWorker]:
+    async with open_worker(tmp_path / "data", compressor=scripted(messages_api.url), **LLM_SETTINGS) as worker:
         yield worker
 
 
@@ -79,8 +90,9 @@ async def test_batch_is_compressed_in_one_call_and_summarized(llm_worker: InProc
         (Action(status=500), [500, 200], 1),
         (Action(status=529), [529, 200], 1),
         (Action(delay=2.5), [200, 200], 1),  # the first reply comes after the client's 1 s timeout
+        (Action(cut=True), [200, 200], 1),  # the first reply stops half-way
     ],
-    ids=["rate-limited", "server-error", "overloaded", "timeout"],
+    ids=["rate-limited", "server-error", "overloaded", "timeout", "cut-off"],
 )
 async def test_transient_failures_are_retried(llm_worker: InProcessWorker, messages_api: ScriptedMessagesAPI,
                                               fault: Action, statuses: list[int], retries: int) -> None:
@@ -121,3 +133,71 @@ async def test_exhausted_retries_fall_back_to_raw(llm_worker: InProcessWorker,
     row = await observation(worker, "x1")
     assert row["compressed"] is False and row["title"] == "Read x1.py"
     assert debug["compressor"]["failures"] == 1 and debug["compressor"]["rawFallbacks"] == 1
+
+
+async def test_an_echoed_prompt_loses_nothing(llm_worker: InProcessWorker, messages_api: ScriptedMessagesAPI) -> None:
+    messages_api.queue(Action(echo=True))
+    for n in (1, 2, 3):
+        await post_tool(llm_worker, "echo", f"e{n}")
+    await llm_worker.wait_idle()
+    rows = [await observation(llm_worker, f"e{n}") for n in (1, 2, 3)]
+    assert [r["title"] for r in rows] == [f"Read e{n}.py" for n in (1, 2, 3)]  # raw, from the tool data
+    assert all(r["compressed"] is False for r in rows)
+    assert (await llm_worker.debug())["supervisor"]["crashes"] == 0
+
+
+async def test_a_refused_connection_falls_back_and_the_breaker_opens_then_closes(
+        tmp_path: Path, messages_api: ScriptedMessagesAPI) -> None:
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    settings = {**LLM_SETTINGS, "llm_max_attempts": 1, "batch_size": 1, "llm_breaker_failures": 2,
+                "llm_breaker_open_s": 0.5}
+    async with open_worker(tmp_path / "down", compressor=scripted(nowhere), **settings) as worker:
+        for n in range(4):
+            await post_tool(worker, "down", f"d{n}")
+            await worker.wait_idle()
+        stats = (await worker.debug())["compressor"]
+        rows = [await observation(worker, f"d{n}") for n in range(4)]
+    assert stats["failures"] == 2 and stats["breaker"]["state"] == "open" and stats["breaker"]["opened"] == 1
+    assert [r["compressor"] for r in rows] == ["anthropic", "anthropic", "offline", "offline"]
+    assert [r["compressed"] for r in rows] == [False, False, True, True]  # raw fallbacks, then offline ones
+
+    settings["llm_breaker_open_s"] = 0.2
+    async with open_worker(tmp_path / "flaky", compressor=scripted(messages_api.url), **settings) as worker:
+        messages_api.queue(Action(status=500), Action(status=500))
+        for n in range(3):
+            await post_tool(worker, "flaky", f"f{n}")
+            await worker.wait_idle()
+        assert (await worker.debug())["compressor"]["breaker"]["state"] == "open"
+        await trio.sleep(0.3)  # half-open: the next batch is a trial call, which succeeds
+        await post_tool(worker, "flaky", "f3")
+        await worker.wait_idle()
+        stats = (await worker.debug())["compressor"]
+        assert stats["breaker"]["state"] == "closed" and stats["offlineFallbacks"] == 1
+        assert (await observation(worker, "f3"))["title"] == "Scripted: Read #1"
+    assert messages_api.statuses() == [500, 500, 200]  # the open breaker saved a call
+
+
+async def test_token_budgets_fall_back_to_offline_and_say_so(tmp_path: Path, messages_api: ScriptedMessagesAPI,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    settings = {**LLM_SETTINGS, "batch_size": 1, "llm_daily_token_budget": 1}
+    async with open_worker(tmp_path / "daily", compressor=scripted(messages_api.url), **settings) as worker:
+        for n in range(3):
+            await post_tool(worker, "daily", f"b{n}")
+            await worker.wait_idle()
+        budget = (await worker.debug())["compressor"]["budget"]
+        rows = [await observation(worker, f"b{n}") for n in range(3)]
+    assert [r["compressor"] for r in rows] == ["anthropic", "offline", "offline"]
+    assert budget["leftToday"] == 0 and budget["usedToday"] > 1 and budget["refusedCalls"] == 2
+    assert len(messages_api.requests) == 1
+    assert sum("daily token budget" in r.getMessage() for r in caplog.records) == 1  # said once, not per batch
+
+    settings = {**LLM_SETTINGS, "batch_size": 1, "llm_session_token_cap": 1}
+    async with open_worker(tmp_path / "capped", compressor=scripted(messages_api.url), **settings) as worker:
+        for session in ("one", "one", "two"):
+            await post_tool(worker, session, f"{session}-{len(messages_api.requests)}")
+            await worker.wait_idle()
+        budget = (await worker.debug())["compressor"]["budget"]
+    assert budget["sessionsCapped"] == 1 and len(messages_api.requests) == 3  # "two" had its own cap

@@ -1,9 +1,11 @@
-"""Acceptance 4: kill -9 during a burst; after restart every accepted observation is stored exactly once."""
+"""kill -9 during a burst, and five times in a row under replay load: after the restarts every accepted
+observation is stored exactly once."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -12,6 +14,7 @@ from pathlib import Path
 import apsw
 import pytest
 
+from sessionmem.config import DEFAULT_SKIP_TOOLS
 from sessionmem.testing.worker_process import WorkerProcess
 
 pytestmark = pytest.mark.slow
@@ -96,3 +99,106 @@ def test_kill_9_during_burst_loses_nothing(worker_factory: Callable[..., WorkerP
     assert all(n == 1 for n in counts.values())
     assert set(counts) <= set(sent)  # nothing invented; in-flight unanswered ones may be stored
     assert debug["journal"]["pending"] == 0
+
+
+REPLAY_COPIES = 30  # the fixture transcripts, replayed as this many sets of sessions
+KILLS = 5
+
+
+def replay_events() -> list[tuple[str, str, str, bytes]]:
+    """(key, tool_use_id or "", path, body) of every event of the fixture transcripts, ``REPLAY_COPIES`` times."""
+    from sessionmem.protocol.requests import encoded_call
+    from sessionmem.replay.convert import convert, transcript_files
+
+    events = []
+    sessions = convert(transcript_files(Path(__file__).parent / "fixtures" / "transcripts"))
+    for copy in range(REPLAY_COPIES):
+        for session in sessions:
+            for event in session.events:
+                payload = {**event.payload, "session_id": f"{session.session_id}-{copy}"}
+                if "tool_use_id" in payload:
+                    payload["tool_use_id"] = f"{payload['tool_use_id']}-{copy}"
+                key = f"kill:{copy}:{event.key}"
+                call = encoded_call(payload, project="killed", key=key)
+                if call is not None and call[2] is not None:
+                    events.append((key, str(payload.get("tool_use_id") or ""), call[1], call[2]))
+    return events
+
+
+def send_until_killed(worker: WorkerProcess, pending: list[tuple[str, str, str, bytes]], accepted: set[str],
+                      kill_after: float) -> None:
+    """Send ``pending`` from 4 threads (each session's events in order) and ``kill -9`` after ``kill_after`` s."""
+    by_session: dict[bytes, list[tuple[str, str, str, bytes]]] = {}
+    for event in pending:
+        by_session.setdefault(json.loads(event[3])["claudeSessionId"].encode(), []).append(event)
+    queues = list(by_session.values())
+    lock = threading.Lock()
+    token = worker.token
+
+    def sender() -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", worker.port, timeout=5)
+        while True:
+            with lock:
+                if not queues:
+                    return
+                queue = queues.pop()
+            for key, _, path, body in queue:
+                try:
+                    connection.request("POST", path, body, {"Content-Type": "application/json",
+                                                            "Authorization": f"Bearer {token}"})
+                    response = connection.getresponse()
+                    response.read()
+                except (OSError, http.client.HTTPException):
+                    return  # killed: the rest of this session waits for the next round
+                if response.status in (200, 202):
+                    with lock:
+                        accepted.add(key)
+                elif response.status == 503:
+                    break  # busy: the rest of this session goes again next round, in order
+
+    threads = [threading.Thread(target=sender) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    time.sleep(kill_after)
+    worker.kill()
+    for thread in threads:
+        thread.join()
+
+
+def test_five_kills_at_random_moments_under_replay_load_lose_nothing(
+        worker_factory: Callable[..., WorkerProcess], tmp_path: Path) -> None:
+    events = replay_events()
+    data_dir = tmp_path / "data"
+    accepted: set[str] = set()
+    rng = random.Random(20261122)
+    kills = []
+    for _ in range(KILLS):
+        pending = [e for e in events if e[0] not in accepted]
+        worker = worker_factory(data_dir, SESSIONMEM_BATCH_SIZE=16, SESSIONMEM_BATCH_QUIET=0.5)
+        kill_after = rng.uniform(0.2, 0.8)
+        send_until_killed(worker, pending, accepted, kill_after)
+        kills.append((round(kill_after, 2), len(accepted)))
+    assert 0 < kills[0][1] and kills[-1][1] < len(events), kills  # every kill landed mid-replay
+
+    final = worker_factory(data_dir, SESSIONMEM_BATCH_QUIET=0.05)
+    for _key, _, path, body in [e for e in events if e[0] not in accepted]:
+        status, _ = final.request("POST", path, raw=body)
+        assert status in (200, 202)
+    debug = final.wait_idle(timeout=180)
+    counts = stored_tool_uses(data_dir / "sessionmem.db")
+    print(f"\nkills (seconds into the round, events accepted so far): {kills}; events {len(events)}; "
+          f"tool uses stored {len(counts)}, each {set(counts.values())} time(s)")
+    expected = {tool_use_id for _, tool_use_id, path, body in events if path == "/api/sessions/observations"
+                and tool_use_id and json.loads(body)["tool_name"] not in DEFAULT_SKIP_TOOLS}
+    assert set(counts) == expected  # every tool use, accepted before a kill or after
+    assert set(counts.values()) == {1}, [k for k, n in counts.items() if n > 1][:5]  # exactly once
+    assert debug["journal"]["pending"] == 0 and debug["sessions"]["failed"] == 0
+    assert debug["sessions"]["replayed"] >= 0
+
+
+def stored_tool_uses(db: Path) -> dict[str, int]:
+    connection = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return dict(connection.execute("SELECT tool_use_id, count(*) FROM observations GROUP BY tool_use_id"))
+    finally:
+        connection.close()

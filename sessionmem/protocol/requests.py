@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 TASK_NOTIFICATION = "<task-notification>"
 TOOL_FIELDS = ("tool_input", "tool_response")
-TEXT_FIELDS = ("error", "last_user_message", "last_assistant_message")
+TEXT_FIELDS = ("error", "last_user_message", "last_assistant_message", "reason")
 
 
 def is_internal_prompt(prompt: str) -> bool:
@@ -31,11 +31,23 @@ def is_internal_prompt(prompt: str) -> bool:
     return prompt.lstrip().startswith(TASK_NOTIFICATION)
 
 
+def text_field(payload: dict[str, Any], key: str) -> str:
+    """A payload field that must be text: a string as it is, anything else empty or as its JSON."""
+    value = payload.get(key)
+    if isinstance(value, str):
+        return value
+    return "" if value is None else fastjson.dumps(value)
+
+
 def api_call(payload: dict[str, Any], *, project: str | None = None) -> tuple[str, str, dict[str, Any] | None] | None:
-    """``(method, path, body)`` for a hook payload, or ``None`` when nothing is sent."""
-    event = payload.get("hook_event_name") or payload.get("event") or ""
-    session_id = payload.get("session_id") or ""
-    cwd = payload.get("cwd") or ""
+    """``(method, path, body)`` for a hook payload, or ``None`` when nothing is sent.
+
+    Claude Code's fields are taken as they come; a text field of another type (from
+    a broken or hostile payload) is sent as its JSON text, never an error.
+    """
+    event = text_field(payload, "hook_event_name") or text_field(payload, "event")
+    session_id = text_field(payload, "session_id")
+    cwd = text_field(payload, "cwd")
     project = project or project_of(cwd)
     base = {"claudeSessionId": session_id, "cwd": cwd, "project": project}
 
@@ -44,47 +56,47 @@ def api_call(payload: dict[str, Any], *, project: str | None = None) -> tuple[st
 
         return "GET", CONTEXT + "?" + urllib.parse.urlencode({"project": project}), None
     if event == "UserPromptSubmit":
-        return "POST", INIT, {**base, "prompt": payload.get("prompt") or ""}
+        return "POST", INIT, {**base, "prompt": text_field(payload, "prompt")}
     if event in ("PostToolUse", "PostToolUseFailure"):
         body = {
             **base,
-            "tool_name": payload.get("tool_name") or "",
+            "tool_name": text_field(payload, "tool_name"),
             "tool_input": payload.get("tool_input"),
             "tool_response": payload.get("tool_response"),
-            "tool_use_id": payload.get("tool_use_id") or "",
-            "agent_id": payload.get("agent_id") or "",
-            "agent_type": payload.get("agent_type") or "",
+            "tool_use_id": text_field(payload, "tool_use_id"),
+            "agent_id": text_field(payload, "agent_id"),
+            "agent_type": text_field(payload, "agent_type"),
             "hook_event_name": event,
         }
         if event == "PostToolUseFailure":
             body["failed"] = True
-            body["error"] = str(payload.get("error") or "")
+            body["error"] = text_field(payload, "error")
         return "POST", OBSERVATIONS, body
     if event == "SubagentStop":
         # A background subagent's findings reach the main agent only as a
         # <task-notification>, which is not a user prompt: keep them as an observation.
-        report = str(payload.get("last_assistant_message") or "")
-        agent_id = str(payload.get("agent_id") or "")
+        report = text_field(payload, "last_assistant_message")
+        agent_id = text_field(payload, "agent_id")
         if not report:
             return None
         return "POST", OBSERVATIONS, {
             **base,
             "tool_name": "SubagentStop",
             "tool_use_id": f"subagent-{agent_id}" if agent_id else "",
-            "tool_input": {"agent_type": payload.get("agent_type") or ""},
+            "tool_input": {"agent_type": text_field(payload, "agent_type")},
             "tool_response": report,
             "agent_id": agent_id,
-            "agent_type": payload.get("agent_type") or "",
+            "agent_type": text_field(payload, "agent_type"),
             "hook_event_name": event,
         }
     if event == "Stop":
         return "POST", SUMMARIZE, {
             **base,
-            "last_user_message": payload.get("last_user_message") or "",
-            "last_assistant_message": payload.get("last_assistant_message") or "",
+            "last_user_message": text_field(payload, "last_user_message"),
+            "last_assistant_message": text_field(payload, "last_assistant_message"),
         }
     if event == "SessionEnd":
-        return "POST", COMPLETE, {**base, "reason": payload.get("reason") or ""}
+        return "POST", COMPLETE, {**base, "reason": text_field(payload, "reason")}
     return None
 
 
