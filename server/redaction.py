@@ -20,9 +20,10 @@ What is found, and replaced by ``[REDACTED:<kind>]``:
 - the patterns of the ``redact_patterns`` setting (regular expressions; a group, if
   any, is what is redacted).
 
-Cost: each kind has a few literal triggers; the regular expressions of a kind run
-only on text where one of its triggers occurs, so text without anything secret-like
-costs a handful of substring searches.
+Cost: each kind has a few literal triggers, all found in one pass over the text by
+an Aho-Corasick automaton (``pyahocorasick``); the regular expressions of a kind run
+only on text holding one of its triggers, and the keyword rule only where a keyword
+occurs. ``bench/edge_cost.py`` measures it on the corpus.
 
 Error handling:
     A bad pattern in the settings is refused when the settings are read. Redaction
@@ -38,19 +39,24 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+import msgspec
+
 MARK = "[REDACTED:{kind}]"
 
 
 @dataclass(frozen=True)
 class Detector:
-    """One kind of secret: literal triggers (lower case), and the patterns that find it.
+    """One kind of secret: literal triggers, and the patterns that find it.
 
-    Each pattern comes with the group that is the secret (0: the whole match).
+    The patterns run only on text holding one of the triggers (as written, or in any
+    case when ``any_case``). Each pattern comes with the group that is the secret
+    (0: the whole match).
     """
 
     kind: str
     triggers: tuple[str, ...]
     patterns: tuple[tuple[re.Pattern[str], int], ...]
+    any_case: bool = False
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,13 @@ class Patterns:
     detectors: tuple[Detector, ...]
     keyword_at: re.Pattern[str]  # an assignment to a secret name, tried where a keyword occurs
     keyword_flag: re.Pattern[str]  # the same names as command-line flags
-    secret_name: re.Pattern[str]  # a JSON key that names a secret
+    secret_name: re.Pattern[str]  # a JSON key that names a token
+    triggers: Any  # ahocorasick.Automaton: word -> (what it triggers, its length)
+
+
+# What a trigger word starts besides a detector (whose index is >= 0).
+KEYWORD, FLAG, TOKEN = -1, -2, -3
+KEYWORD_TRIGGERS = ("pass", "pwd", "secret", "key", "contras")  # every keyword of detect-secrets' list holds one
 
 
 def _detect_secrets(kind: str, plugin: str, triggers: Iterable[str], groups: dict[int, int] | None = None) -> Detector:
@@ -70,7 +82,8 @@ def _detect_secrets(kind: str, plugin: str, triggers: Iterable[str], groups: dic
 
 # A value that is plainly not a secret: a placeholder, a variable, a redaction already.
 _NOT_A_SECRET = re.compile(r"(?i)^(?:\[REDACTED|none|null|true|false|undefined|\$\{?\w+\}?|<[^>]*>|\*+|x+|)$")
-KEYWORD_TRIGGERS = ("pass", "pwd", "secret", "key", "contras")  # every keyword of detect-secrets' list holds one
+# The walk's rule for a key that names a secret (when the JSON text could not be redacted whole).
+_SECRET_KEY = re.compile(r"(?i)(?:pass|pwd|secret|api_?key|auth_?key|private_?key|token)\w*$")
 
 
 @cache
@@ -80,28 +93,29 @@ def load_patterns() -> Patterns:
 
     keywords = "|".join(secret_keywords)
     detectors = (
-        Detector("private-key", ("private key", "putty-user-key"), (
+        Detector("private-key", ("PRIVATE KEY", "PuTTY-User-Key"), (
             (re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?"
                         r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S), 0),
             (re.compile(r"PuTTY-User-Key-File-\d.*?(?:Private-MAC: \S+|\Z)", re.S), 0),
         )),
         Detector("anthropic-key", ("sk-ant-",), ((re.compile(r"sk-ant-[A-Za-z0-9_\-]{16,}"), 0),)),
         Detector("api-key", ("sk-",), ((re.compile(r"(?<![A-Za-z0-9])sk-(?:proj-|svcacct-)?[A-Za-z0-9_\-]{20,}"), 0),)),
-        Detector("bearer-token", ("bearer",), ((re.compile(r"(?i)\bbearer\s+([A-Za-z0-9._~+/\-]{12,}=*)"), 1),)),
+        Detector("bearer-token", ("bearer",), ((re.compile(r"(?i)\bbearer\s+([A-Za-z0-9._~+/\-]{12,}=*)"), 1),),
+                 any_case=True),
         # detect-secrets' JWT pattern ends lazily (it validates matches afterwards): it would leave the signature.
-        Detector("jwt", ("eyj",), ((re.compile(r"eyJ[A-Za-z0-9_=\-]+\.[A-Za-z0-9_=\-]+(?:\.[A-Za-z0-9_.+/=\-]*)?"), 0),)),
-        _detect_secrets("aws-access-key", "aws:AWSKeyDetector", ("akia", "asia", "abia", "acca", "a3t", "aws"), {1: 1}),
-        _detect_secrets("azure-storage-key", "azure_storage_key:AzureStorageKeyDetector", ("accountkey=",)),
+        Detector("jwt", ("eyJ",), ((re.compile(r"eyJ[A-Za-z0-9_=\-]+\.[A-Za-z0-9_=\-]+(?:\.[A-Za-z0-9_.+/=\-]*)?"), 0),)),
+        _detect_secrets("aws-access-key", "aws:AWSKeyDetector", ("AKIA", "ASIA", "ABIA", "ACCA", "A3T", "aws"), {1: 1}),
+        _detect_secrets("azure-storage-key", "azure_storage_key:AzureStorageKeyDetector", ("AccountKey=",)),
         _detect_secrets("url-password", "basic_auth:BasicAuthDetector", ("://",), {0: 1}),
         _detect_secrets("github-token", "github_token:GitHubTokenDetector", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
         _detect_secrets("gitlab-token", "gitlab_token:GitLabTokenDetector", (
-            "glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "gr1348941", "glcbt-", "glimt-", "glptt-", "glagent-",
+            "glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "GR1348941", "glcbt-", "glimt-", "glptt-", "glagent-",
             "gloas-")),
-        _detect_secrets("mailchimp-key", "mailchimp:MailchimpDetector", ("-us",)),
-        _detect_secrets("npm-token", "npm:NpmDetector", ("_authtoken",), {0: 1}),
-        _detect_secrets("openai-key", "openai:OpenAIDetector", ("t3blbkfj",)),
-        _detect_secrets("pypi-token", "pypi_token:PypiTokenDetector", ("pypi-",)),
-        _detect_secrets("sendgrid-key", "sendgrid:SendGridDetector", ("sg.",)),
+        _detect_secrets("mailchimp-key", "mailchimp:MailchimpDetector", tuple(f"-us{digit}" for digit in range(10))),
+        _detect_secrets("npm-token", "npm:NpmDetector", ("_authToken",), {0: 1}),
+        _detect_secrets("openai-key", "openai:OpenAIDetector", ("T3BlbkFJ",)),
+        _detect_secrets("pypi-token", "pypi_token:PypiTokenDetector", ("pypi-Ag",)),
+        _detect_secrets("sendgrid-key", "sendgrid:SendGridDetector", ("SG.",)),
         _detect_secrets("slack-token", "slack:SlackDetector", ("xox", "hooks.slack.com")),
         _detect_secrets("square-secret", "square_oauth:SquareOAuthDetector", ("sq0csp-",)),
         _detect_secrets("stripe-key", "stripe:StripeDetector", ("k_live_",)),
@@ -115,14 +129,31 @@ def load_patterns() -> Patterns:
         r"(?:\"([^\"\n]{1,256})\"|'([^'\n]{1,256})'|((?![\[{(<])[^\s'\",;(){}\[\]]{4,256}+)(?![(\[]))"
     )
     keyword_flag = re.compile(r"(?i)--(?:" + keywords + r"|token)(?:=|[ \t]+)(?![-'\"])(\S{2,256})")
-    # ``password``, ``DB_PASSWORD``, ``api_key``, ``access_token``: its string value is redacted whole.
-    secret_name = re.compile(r"(?i)(?:" + keywords + r")\w*$|token$")
-    return Patterns(detectors, keyword_at, keyword_flag, secret_name)
+    # A JSON key naming a token (``"access_token": "..."``): its string value. (Other
+    # secret names are caught by ``keyword_at``, in JSON as anywhere.)
+    secret_name = re.compile(r'(?i)"\w*token"[ \t]*:[ \t]*"([^"\\\n]{1,256})"')
+    return Patterns(detectors, keyword_at, keyword_flag, secret_name, _trigger_automaton(detectors))
 
 
-def _triggers_bytes(patterns: Patterns) -> tuple[bytes, ...]:
-    words = {t for d in patterns.detectors for t in d.triggers} | set(KEYWORD_TRIGGERS) | {"token"}
-    return tuple(sorted(word.encode() for word in words))
+def _spellings(word: str) -> set[str]:
+    """How a case-blind word is written in practice: lower, UPPER, Title (camelCase ends in Title)."""
+    return {word, word.lower(), word.upper(), word.title()}
+
+
+def _trigger_automaton(detectors: tuple[Detector, ...]) -> Any:
+    import ahocorasick
+
+    automaton = ahocorasick.Automaton()
+    for index, detector in enumerate(detectors):
+        for trigger in detector.triggers:
+            for spelling in _spellings(trigger) if detector.any_case else {trigger}:
+                automaton.add_word(spelling, (index, len(spelling)))
+    for words, what in ((KEYWORD_TRIGGERS, KEYWORD), (("--",), FLAG), (("token",), TOKEN)):
+        for word in words:
+            for spelling in _spellings(word):
+                automaton.add_word(spelling, (what, len(spelling)))
+    automaton.make_automaton()
+    return automaton
 
 
 def _replace(pattern: re.Pattern[str], group: int, kind: str, text: str) -> str:
@@ -140,19 +171,9 @@ def _replace(pattern: re.Pattern[str], group: int, kind: str, text: str) -> str:
     return pattern.sub(group_only, text)
 
 
-def _keyword_values(keyword_at: re.Pattern[str], text: str, lowered: str) -> str:
-    """``text`` with the values assigned to secret names redacted (``lowered`` is ``text.lower()``)."""
+def _keyword_values(keyword_at: re.Pattern[str], text: str, candidates: list[int]) -> str:
+    """``text`` with the values assigned to secret names redacted; ``candidates`` are where keywords start."""
     mark = MARK.format(kind="secret")
-    if len(lowered) != len(text):  # lower() changed some length (rare scripts): positions differ
-        candidates: Iterable[int] = range(len(text)) if any(t in lowered for t in KEYWORD_TRIGGERS) else ()
-    else:
-        found = set()
-        for trigger in KEYWORD_TRIGGERS:
-            position = lowered.find(trigger)
-            while position >= 0:
-                found.add(position)
-                position = lowered.find(trigger, position + 1)
-        candidates = sorted(found)
     out: list[str] = []
     done = 0  # text before this is settled
     for candidate in candidates:
@@ -185,14 +206,11 @@ class Redactor:
         self._custom = tuple((compiled, 1 if compiled.groups else 0) for compiled in map(re.compile, extra_patterns))
         self.redactions = 0  # texts changed
         self._patterns: Patterns | None = None
-        self._triggers: tuple[bytes, ...] = ()
 
     def load(self) -> None:
         """Import the detectors now (otherwise the first text redacted waits for them)."""
         if self._patterns is None:
-            patterns = load_patterns()
-            self._triggers = _triggers_bytes(patterns)
-            self._patterns = patterns
+            self._patterns = load_patterns()
 
     def text(self, text: str) -> str:
         """``text`` with every secret found replaced by its mark."""
@@ -201,16 +219,20 @@ class Redactor:
         self.load()
         patterns = self._patterns
         assert patterns is not None
-        lowered = text.lower()
+        kinds, keywords, flags, tokens = self._scan(text)
         result = text
-        for detector in patterns.detectors:
-            if any(trigger in lowered for trigger in detector.triggers):
-                for pattern, group in detector.patterns:
-                    result = _replace(pattern, group, detector.kind, result)
-        if any(trigger in lowered for trigger in KEYWORD_TRIGGERS):
-            result = _keyword_values(patterns.keyword_at, result, result.lower() if result is not text else lowered)
-            if "--" in result:
-                result = _replace(patterns.keyword_flag, 1, "secret", result)
+        for index in sorted(kinds):
+            detector = patterns.detectors[index]
+            for pattern, group in detector.patterns:
+                result = _replace(pattern, group, detector.kind, result)
+        if keywords:
+            if result is not text and result != text:  # positions moved: find the keywords again (rare)
+                keywords = self._scan(result)[1]
+            result = _keyword_values(patterns.keyword_at, result, keywords)
+        if flags and keywords:
+            result = _replace(patterns.keyword_flag, 1, "secret", result)
+        if tokens:
+            result = _replace(patterns.secret_name, 1, "secret", result)
         for pattern, group in self._custom:
             result = _replace(pattern, group, "custom", result)
         if result != text:
@@ -218,22 +240,43 @@ class Redactor:
             return result
         return text
 
-    def value(self, value: Any, encoded: bytes) -> Any:
-        """A JSON-like value with secrets redacted; ``encoded`` is its JSON (to look for triggers cheaply).
+    def _scan(self, text: str) -> tuple[set[int], list[int], bool, bool]:
+        """One pass: the detectors ``text`` may hold, where keywords start, any ``--`` flag, any ``token``."""
+        assert self._patterns is not None
+        kinds: set[int] = set()
+        keywords: set[int] = set()
+        flags = tokens = False
+        for end, (what, length) in self._patterns.triggers.iter(text):
+            if what >= 0:
+                kinds.add(what)
+            elif what == KEYWORD:
+                keywords.add(end - length + 1)
+            elif what == FLAG:
+                flags = True
+            else:
+                tokens = True
+        return kinds, sorted(keywords), flags, tokens
 
-        Strings are redacted like :meth:`text`; the string value of a key that names a
-        secret (``{"password": "..."}``, ``"API_KEY"``) is redacted whole.
+    def value(self, value: Any, encoded: bytes) -> Any:
+        """A JSON-like value with secrets redacted; ``encoded`` is its JSON.
+
+        The JSON text is redacted as a whole, in one pass -- a key that names a secret
+        (``{"password": "..."}``) is an assignment there like any other -- and decoded
+        again; if a replacement broke the JSON (a secret with an escaped quote, a key
+        block running past its string), each string is redacted on its own instead.
         """
         if not self.enabled or value is None or isinstance(value, (bool, int, float)):
             return value
         if isinstance(value, str):
             return self.text(value)
-        self.load()
-        if not self._custom:
-            lowered = encoded.lower()
-            if not any(trigger in lowered for trigger in self._triggers):
-                return value
-        return self._walk(value)
+        text = encoded.decode("utf-8", "replace")
+        redacted = self.text(text)
+        if redacted is text:
+            return value
+        try:
+            return msgspec.json.decode(redacted)
+        except msgspec.DecodeError:
+            return self._walk(value)
 
     def _walk(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -242,8 +285,7 @@ class Redactor:
             out = {}
             for key, item in value.items():
                 name = self.text(str(key))
-                assert self._patterns is not None
-                if isinstance(item, str) and self._patterns.secret_name.search(name) and not _NOT_A_SECRET.match(item):
+                if isinstance(item, str) and _SECRET_KEY.search(name) and not _NOT_A_SECRET.match(item):
                     self.redactions += 1
                     out[name] = MARK.format(kind="secret")
                 else:
