@@ -69,3 +69,5 @@ def test_fifty_hooks_against_a_full_mailbox_lose_nothing(worker_factory: Callabl
     assert set(counts.values()) == {1}  # exactly once: nothing lost, nothing twice
     assert debug["spool"]["imported"] + debug["spool"]["duplicates"] == spooled
     assert debug["spool"]["rejected"] == 0 and debug["journal"]["pending"] == 0
+    print(f"\n{HOOKS} hooks: {debug['sessions']['rejectedFull']} answers 503, {spooled} events spooled and imported, "
+          f"{len(counts)} stored, each {set(counts.values())} time(s)")
