@@ -1,0 +1,23 @@
+"""Which embedder the worker runs, by name (the ``embedder`` setting)."""
+
+from __future__ import annotations
+
+from sessionmem.embed.base import Embedder
+from sessionmem.embed.minilm import MiniLMEmbedder
+from sessionmem.embed.none import NoEmbedder
+
+EMBEDDERS = ("minilm", "none")
+
+
+def choose_embedder(name: str) -> Embedder:
+    """A new, not yet loaded embedder: ``"minilm"`` (the default) or ``"none"`` (vectors off).
+
+    Raises ``ValueError`` naming the choices for any other name.
+    """
+    match name:
+        case "minilm":
+            return MiniLMEmbedder()
+        case "none":
+            return NoEmbedder()
+        case _:
+            raise ValueError(f"unknown embedder {name!r}: choose one of {', '.join(map(repr, EMBEDDERS))}")

