@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from sessionmem.config import EMBEDDERS
 from sessionmem.embed.base import Embedder
 from sessionmem.embed.minilm import MiniLMEmbedder
 from sessionmem.embed.none import NoEmbedder
-
-EMBEDDERS = ("minilm", "none")
 
 
 def choose_embedder(name: str) -> Embedder:

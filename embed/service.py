@@ -1,9 +1,12 @@
 """The embedder on the Trio side: one model, one worker thread at a time, small batches.
 
 Resource handling:
-    :class:`EmbedderService` owns one embedder and a ``trio.CapacityLimiter(1)``: whoever
-    asks, at most one worker thread runs the model, and another caller waits for the
-    limiter rather than competing for the machine's two cores. A request is cut into
+    :class:`EmbedderService` owns one embedder and two lanes, each a
+    ``trio.CapacityLimiter(1)``: background work (the vector index catching up) and
+    urgent work (a search query, a few milliseconds). In each lane at most one worker
+    thread runs the model (an onnxruntime session may run on several threads at once),
+    so a query never waits behind a catch-up chunk, and the two never take more than the
+    machine's two cores. A request is cut into
     chunks of at most ``batch_size`` texts, each its own trip to a worker thread, so a
     request of a thousand texts holds the thread one chunk at a time and other callers
     get their turn between chunks. With the default of 16 and the minilm embedder, a
@@ -50,7 +53,8 @@ class EmbedderService:
             raise ValueError("batch_size must be at least 1")
         self._embedder = embedder
         self._batch_size = batch_size
-        self._limiter = trio.CapacityLimiter(1)
+        self._limiter = trio.CapacityLimiter(1)  # background
+        self._urgent = trio.CapacityLimiter(1)
         self._requests = 0
 
     @property
@@ -65,14 +69,18 @@ class EmbedderService:
     def model_id(self) -> str:
         return self._embedder.model_id
 
-    async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Unit vectors of ``texts``, float32 ``(len(texts), dimensions)``, computed off the Trio thread."""
+    async def embed(self, texts: Sequence[str], *, urgent: bool = False) -> np.ndarray:
+        """Unit vectors of ``texts``, float32 ``(len(texts), dimensions)``, computed off the Trio thread.
+
+        ``urgent``: someone waits for the answer (a search); it runs in its own lane.
+        """
         self._requests += 1
+        limiter = self._urgent if urgent else self._limiter
         vectors = np.zeros((len(texts), self._embedder.dimensions), dtype=np.float32)
         for start in range(0, len(texts), self._batch_size):
             chunk = list(texts[start : start + self._batch_size])
             vectors[start : start + len(chunk)] = await trio.to_thread.run_sync(
-                self._embedder.embed, chunk, limiter=self._limiter)
+                self._embedder.embed, chunk, limiter=limiter)
         return vectors
 
     async def warm_up(self) -> None:
@@ -86,6 +94,6 @@ class EmbedderService:
                                          busy=limiter.borrowed_tokens > 0, waiting=limiter.tasks_waiting)
 
     async def aclose(self) -> None:
-        """Close the embedder, after the chunk running on the thread (if any) has finished."""
-        async with self._limiter:
+        """Close the embedder, after the chunks running on threads (if any) have finished."""
+        async with self._limiter, self._urgent:
             self._embedder.close()

@@ -16,7 +16,6 @@ Error handling:
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 from urllib.parse import urlencode
 
@@ -31,6 +30,7 @@ from sessionmem.broadcast import live_event_name
 from sessionmem.logs import log_exception
 from sessionmem.protocol import routes
 from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, READY, STARTING
+from sessionmem.search.hybrid import MAX_QUERY_CHARS
 from sessionmem.server.context import render_context
 from sessionmem.server.debug import debug_snapshot, processing_status
 from sessionmem.server.fast_ingest import (
@@ -43,14 +43,17 @@ from sessionmem.server.fast_ingest import (
 )
 from sessionmem.server.guard import LOGIN_CODE_TTL_S, AccessGuard
 from sessionmem.server.jsonapi import encode
-from sessionmem.server.payloads import BadRequest, ErrorReply, InitRequest, LegacyInitRequest, ProcessingRequest, decode
+from sessionmem.server.payloads import BadRequest, InitRequest, LegacyInitRequest, ProcessingRequest, decode
+from sessionmem.server.routing import ROW_ID, error_response, int_arg, json_response, rule, text_arg
+from sessionmem.server.search_api import add_search_routes
 from sessionmem.server.services import Services
 from sessionmem.storage.base import StorageUnavailable
 
 log = logging.getLogger(__name__)
 
-MAX_PAGE = 500
-ROW_ID = "int(max=9223372036854775807)"  # SQLite's largest rowid: a larger id is no route (404), not an overflow
+# SessionStart sources that continue earlier work: its latest prompt is the focus the
+# injected memories are ranked against (a fresh start has none: the most recent).
+FOCUSED_SOURCES = ("clear", "compact", "resume")
 KEEP_ALIVE_S = 15  # an SSE comment this often keeps idle streams (and their proxies) open
 
 
@@ -74,34 +77,6 @@ class LoginCode(msgspec.Struct, frozen=True):
     expires_in_seconds: float
 
 
-def rule(path: str, **converters: str) -> str:
-    """A contract path (``/api/observations/{observation_id}``) as a Quart rule (``<int:observation_id>``)."""
-    return re.sub(r"\{(\w+)\}", lambda m: f"<{converters[m[1]]}:{m[1]}>" if m[1] in converters else f"<{m[1]}>",
-                  path)
-
-
-def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(encode(data), status=status, headers=headers, content_type="application/json")
-
-
-def _error(status: int, message: str, *, path: str = "", retry_after: int | None = None) -> Response:
-    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-    return json_response(ErrorReply(message, path), status, headers)
-
-
-def _int_arg(name: str, default: int, *, low: int = 0, high: int = MAX_PAGE) -> int:
-    raw = request.args.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"query parameter {name!r} must be an integer, got {raw!r}", f"?{name}") from None
-    if not low <= value <= high:
-        raise BadRequest(f"query parameter {name!r} must be between {low} and {high}", f"?{name}")
-    return value
-
-
 def create_app(services: Services) -> AccessGuard:
     """The worker's ASGI app: the access guard (:mod:`.guard`), then the hot ingest routes
     (:mod:`.fast_ingest`), then Quart."""
@@ -118,28 +93,28 @@ def create_quart_app(services: Services) -> QuartTrio:
 
     @app.errorhandler(BadRequest)
     async def bad_request(exc: BadRequest) -> Response:
-        return _error(400, exc.message, path=exc.path)
+        return error_response(400, exc.message, path=exc.path)
 
     @app.errorhandler(MailboxFull)
     async def mailbox_full(exc: MailboxFull) -> Response:
-        return _error(503, busy_message(exc), retry_after=RETRY_AFTER_S)
+        return error_response(503, busy_message(exc), retry_after=RETRY_AFTER_S)
 
     @app.errorhandler(StorageUnavailable)
     async def storage_unavailable(exc: StorageUnavailable) -> Response:
-        return _error(503, storage_message(exc), retry_after=STORAGE_RETRY_AFTER_S)
+        return error_response(503, storage_message(exc), retry_after=STORAGE_RETRY_AFTER_S)
 
     @app.errorhandler(HTTPException)
-    async def http_error(exc: HTTPException) -> Response:
+    async def httperror_response(exc: HTTPException) -> Response:
         message = exc.description or exc.name
         if exc.code == 413:
             message = too_large_message(settings.max_body_bytes)
-        return _error(exc.code or 500, message)
+        return error_response(exc.code or 500, message)
 
     @app.errorhandler(Exception)
-    async def internal_error(exc: Exception) -> Response:
+    async def internalerror_response(exc: Exception) -> Response:
         log_exception(log, f"internal error on {request.method} {request.path[:200]}", exc)
-        status.count_error(exc)
-        return _error(500, f"internal error: {type(exc).__name__}")
+        status.counterror_response(exc)
+        return error_response(500, f"internal error: {type(exc).__name__}")
 
     async def body(kind: type) -> Any:
         return decode(await request.get_data(cache=False), kind)
@@ -155,7 +130,7 @@ def create_quart_app(services: Services) -> QuartTrio:
     async def readiness() -> Response:
         if status.ready.is_set():
             return json_response({"status": READY})
-        return _error(503, f"{STARTING}: replaying the journal", retry_after=RETRY_AFTER_S)
+        return error_response(503, f"{STARTING}: replaying the journal", retry_after=RETRY_AFTER_S)
 
     # -- ingest (the four hot routes are in fast_ingest) -----------------------------------
 
@@ -164,7 +139,7 @@ def create_quart_app(services: Services) -> QuartTrio:
         payload = await body(LegacyInitRequest)
         row = await store.session_by_db_id(session_db_id)
         if row is None:
-            return _error(404, f"no session with sessionDbId {session_db_id}")
+            return error_response(404, f"no session with sessionDbId {session_db_id}")
         code, reply = await services.ingestor.prompt(InitRequest(
             claudeSessionId=row.claude_session_id, cwd=row.cwd or "",
             project=payload.project or row.project, prompt=payload.userPrompt))
@@ -199,20 +174,25 @@ def create_quart_app(services: Services) -> QuartTrio:
         project = request.args.get("project", "").strip()
         if not project:
             raise BadRequest("query parameter 'project' is required", "?project")
-        budget = _int_arg("tokens", settings.context_token_budget, low=100, high=100_000)
-        observations = await store.list_observations(project=project, limit=settings.context_observations, offset=0)
-        summaries = await store.list_summaries(project=project, limit=1, offset=0)
-        text = render_context(project, observations, summaries[0] if summaries else None,
-                              token_budget=budget, base_url=status.base_url)
+        budget = int_arg("tokens", settings.context_token_budget, low=100, high=100_000)
+        focus = text_arg("q", limit=MAX_QUERY_CHARS) or ""
+        focus_prompt_id = None
+        if not focus and (request.args.get("source") or "") in FOCUSED_SOURCES:
+            latest = await store.latest_prompt(project)
+            if latest is not None:
+                focus_prompt_id, focus = latest
+        plan = await services.context.plan(project, focus=focus, focus_prompt_id=focus_prompt_id)
+        text, named = render_context(plan, token_budget=budget)
         return Response(text, content_type="text/markdown; charset=utf-8", headers={
-            CONTEXT_COUNT_HEADER: str(text.count("\n| #")),
-            "X-Sessionmem-Summary": "1" if summaries else "0",
+            CONTEXT_COUNT_HEADER: str(named),
+            "X-Sessionmem-Summary": "1" if plan.summary is not None else "0",
+            "X-Sessionmem-Ranking": plan.ranking,
         })
 
     def page() -> dict[str, Any]:
         """``project``, ``limit`` and ``offset`` from the query string, validated."""
         return {"project": request.args.get("project") or None,
-                "limit": _int_arg("limit", 50, low=1), "offset": _int_arg("offset", 0, high=10**9)}
+                "limit": int_arg("limit", 50, low=1), "offset": int_arg("offset", 0, high=10**9)}
 
     @app.get(routes.SESSIONS)
     async def sessions() -> Response:
@@ -226,7 +206,7 @@ def create_quart_app(services: Services) -> QuartTrio:
     async def get_observation(observation_id: int) -> Response:
         row = await store.get_observation(observation_id)
         if row is None:
-            return _error(404, f"no observation with id {observation_id}")
+            return error_response(404, f"no observation with id {observation_id}")
         return json_response(row)
 
     @app.get(routes.SUMMARIES)
@@ -261,5 +241,7 @@ def create_quart_app(services: Services) -> QuartTrio:
     @app.get(routes.DEBUG)
     async def debug() -> Response:
         return json_response(await debug_snapshot(services))
+
+    add_search_routes(app, services)
 
     return app

@@ -1,9 +1,10 @@
-"""The markdown injected at SessionStart: the latest summary plus a compact index.
+"""The markdown injected at SessionStart, from a :class:`~sessionmem.search.context.ContextPlan`.
 
 Everything is wrapped in ``<sessionmem-context>`` -- the worker strips that tag from
 whatever it ingests, so injected memory is never stored again as new memory.
-Output stays within a token budget (estimated at four characters a token); the
-newest observations are kept first.
+Output stays within a token budget (estimated at four characters a token), filled in
+this order: the latest session's summary, the chosen memories (best session first),
+then one line for each earlier session; what does not fit is left out whole.
 
 Stored text is untrusted (it came from tool output, web pages, files): every field
 printed here is neutralized (:func:`neutral`) -- our tags in any spelling are removed,
@@ -18,9 +19,13 @@ import re
 import time
 
 from sessionmem.protocol.privacy import CONTEXT_TAG, strip_private
-from sessionmem.records import ObservationRow, SummaryRow
+from sessionmem.records import SummaryRow
+from sessionmem.search.context import ContextLine, ContextPlan, SessionGroup
 
 CHARS_PER_TOKEN = 4
+EARLIER_SHARE = 0.2  # of the budget kept for earlier sessions' one-liners, when there are some
+FOOTER = ("More: the sessionmem MCP tools (`search`, `timeline`, `get_observations`), or "
+          '`sessionmem search "<words>"` and `sessionmem show <id>` in a shell.')
 
 
 def estimate_tokens(text: str) -> int:
@@ -41,49 +46,94 @@ def neutral(text: str) -> str:
     return strip_private(_INVISIBLE.sub("", str(text)))
 
 
-def _one_line(text: str, limit: int) -> str:
-    text = " ".join(neutral(text).split()).replace("|", "\\|")
+def one_line(text: str, limit: int) -> str:
+    text = " ".join(neutral(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def render_context(
-    project: str,
-    observations: list[ObservationRow],
-    summary: SummaryRow | None,
-    *,
-    token_budget: int,
-    base_url: str,
-) -> str:
-    """Build the injected context; ``observations`` newest first."""
-    if not observations and summary is None:
-        return ""
-    head = [f"<{CONTEXT_TAG}>", f"# Memory of {_one_line(project, 200)}", ""]
-    if summary is not None:
-        head.append(f"## Last session summary ({_when(summary.created_at)})")
-        for label, key in (("Request", "request"), ("Completed", "completed"), ("Learned", "learned"),
-                           ("Investigated", "investigated"), ("Next steps", "next_steps")):
-            if getattr(summary, key):
-                head.append(f"- **{label}:** {_one_line(getattr(summary, key), 400)}")
-        head.append("")
-    tail = ["", f"Details of an observation: `curl {base_url}/api/observations/<id>`", f"</{CONTEXT_TAG}>"]
+def _ids(ids: list[int]) -> str:
+    shown = ", ".join(f"#{i}" for i in ids[-3:])
+    return (f"#{ids[0]}…" + shown if len(ids) > 3 else shown) + (f" (×{len(ids)})" if len(ids) > 1 else "")
 
-    used = estimate_tokens("\n".join(head + tail))
-    rows: list[str] = []
-    if observations:
-        header = ["## Recent observations (newest first)", "| id | time | type | title |", "|---|---|---|---|"]
-        used += estimate_tokens("\n".join(header))
-        for observation in observations:
-            row = (f"| #{observation.id} | {_when(observation.created_at)} | {observation.type} | "
-                   f"{_one_line(observation.title, 120)} |")
-            cost = estimate_tokens(row) + 1
-            if used + cost > token_budget:
-                break
-            rows.append(row)
-            used += cost
-        if rows:
-            rows = header + rows
-    if used > token_budget and not rows:
-        # Even the summary alone is over budget: keep the frame, trim the summary lines.
-        while len(head) > 3 and estimate_tokens("\n".join(head + tail)) > token_budget:
-            head.pop(-2 if head[-1] == "" else -1)
-    return "\n".join(head + rows + tail)
+
+def _line(line: ContextLine) -> str:
+    detail = f" — {one_line(line.detail, 160)}" if line.detail else ""
+    return f"- {_ids(line.ids)} {line.type}: {one_line(line.title, 120)}{detail}"
+
+
+def _group_header(group: SessionGroup) -> str:
+    about = f" · {one_line(group.request, 100)}" if group.request else ""
+    return f"### {_when(group.started_at)}{about}"
+
+
+def _summary_lines(summary: SummaryRow) -> list[str]:
+    lines = [f"## Last session ({_when(summary.created_at)})"]
+    for label, text in (("Request", summary.request), ("Completed", summary.completed),
+                        ("Learned", summary.learned), ("Investigated", summary.investigated),
+                        ("Next steps", summary.next_steps)):
+        if text:
+            lines.append(f"- **{label}:** {one_line(text, 400)}")
+    return lines + [""]
+
+
+def _earlier_line(summary: SummaryRow) -> str:
+    outcome = summary.completed or summary.learned or summary.investigated
+    return (f"- {_when(summary.created_at)} · {one_line(summary.request or '(no request)', 100)}"
+            + (f" → {one_line(outcome, 160)}" if outcome else ""))
+
+
+class _Budget:
+    def __init__(self, tokens: int) -> None:
+        self.left = tokens
+
+    def take(self, lines: list[str]) -> bool:
+        cost = sum(estimate_tokens(line) + 1 for line in lines)
+        if cost > self.left:
+            return False
+        self.left -= cost
+        return True
+
+
+def render_context(plan: ContextPlan, *, token_budget: int) -> tuple[str, int]:
+    """The injected text (``""`` when there is no memory) and how many observations it names."""
+    if plan.summary is None and not plan.groups and not plan.earlier:
+        return "", 0
+    head = [f"<{CONTEXT_TAG}>", f"# Memory of {one_line(plan.project, 200)}", ""]
+    tail = ["", FOOTER, f"</{CONTEXT_TAG}>"]
+    budget = _Budget(token_budget)
+    budget.take(head + tail)
+    summary = _summary_lines(plan.summary) if plan.summary is not None else []
+    while summary and not budget.take(summary):
+        summary = summary[:-2] + [""] if len(summary) > 2 else []  # drop the least important field
+    earlier = ["## Earlier sessions", *map(_earlier_line, plan.earlier)] if plan.earlier else []
+    reserve = min(int(token_budget * EARLIER_SHARE), sum(estimate_tokens(line) + 1 for line in earlier))
+    budget.left -= reserve
+
+    body: list[str] = []
+    named = 0
+    if plan.groups:
+        title = (f'## Relevant to "{one_line(plan.focus, 80)}"' if plan.focus else "## Recent work")
+        if budget.take([title]):
+            body.append(title)
+            for group in plan.groups:
+                header = _group_header(group)
+                lines = [_line(line) for line in group.lines]
+                if not budget.take([header] + lines[:1]):
+                    break
+                body += [header, lines[0]]
+                named += len(group.lines[0].ids)
+                for line, text in zip(group.lines[1:], lines[1:]):
+                    if not budget.take([text]):
+                        break
+                    body.append(text)
+                    named += len(line.ids)
+            body.append("")
+    budget.left += reserve
+    kept_earlier = earlier[:1] if earlier and budget.take(earlier[:1]) else []
+    for line in earlier[1:] if kept_earlier else []:
+        if not budget.take([line]):
+            break
+        kept_earlier.append(line)
+    if len(kept_earlier) <= 1:
+        kept_earlier = []
+    return "\n".join(head + summary + body + kept_earlier + tail), named

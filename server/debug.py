@@ -14,6 +14,8 @@ from sessionmem.actors.router import RouterStatistics
 from sessionmem.actors.supervisor import SupervisorStatistics
 from sessionmem.broadcast import BroadcasterStatistics
 from sessionmem.compress.base import CompressorStatistics
+from sessionmem.embed.service import EmbedderServiceStatistics
+from sessionmem.index.actor import IndexStatistics
 from sessionmem.records import JournalCounts
 from sessionmem.server.guard import GuardStatistics
 from sessionmem.server.http_server import ConnectionStatistics
@@ -34,6 +36,8 @@ class DebugSnapshot(msgspec.Struct, frozen=True):
     spool: SpoolStatistics
     access: GuardStatistics
     connections: ConnectionStatistics
+    index: IndexStatistics
+    embedder: EmbedderServiceStatistics
 
 
 class ProcessingStatus(msgspec.Struct, frozen=True):
@@ -56,6 +60,8 @@ async def debug_snapshot(services: Services) -> DebugSnapshot:
         spool=services.spool.statistics(),
         access=services.guard.statistics(),
         connections=services.connections.statistics(),
+        index=services.index.statistics(),
+        embedder=services.embedder.statistics(),
     )
 
 

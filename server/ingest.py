@@ -133,6 +133,10 @@ class Ingestor:
         self._router = router
         self._clean = EdgeCleaner(settings.tool_response_cap, redactor)
 
+    @property
+    def redactor(self) -> Redactor:
+        return self._clean.redactor
+
     async def prompt(self, payload: InitRequest) -> tuple[int, IngestReply]:
         event = init_event(payload, self._clean)
         with self._router.reservation(event.claude_session_id):

@@ -20,6 +20,10 @@ from sessionmem.actors.supervisor import ActorSupervisor
 from sessionmem.broadcast import Broadcaster
 from sessionmem.compress.base import Compressor
 from sessionmem.config import Settings
+from sessionmem.embed.service import EmbedderService
+from sessionmem.index.actor import VectorIndex
+from sessionmem.search.context import ContextPlanner
+from sessionmem.search.hybrid import SearchService
 from sessionmem.server.guard import AccessGuard
 from sessionmem.server.http_server import ConnectionPool
 from sessionmem.server.ingest import Ingestor
@@ -77,3 +81,7 @@ class Services:
     spool: SpoolImporter
     guard: AccessGuard
     connections: ConnectionPool
+    embedder: EmbedderService
+    index: VectorIndex
+    search: SearchService
+    context: ContextPlanner

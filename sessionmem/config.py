@@ -73,6 +73,14 @@ class Settings:
     # Context injection
     context_token_budget: int = 2000
     context_observations: int = 50
+    file_recall: bool = True  # PostToolUse on a file: past observations about it, as additionalContext
+    file_recall_max: int = 3  # observations a tool use may recall
+    prompt_recall: bool = False  # UserPromptSubmit: the most relevant past observations (opt-in)
+    prompt_recall_max: int = 3
+
+    # Search and the vector index
+    embedder: str = "minilm"  # minilm | none (full-text search only)
+    index_save_interval_s: float = 120.0  # the vector index is saved this often while it changes
 
     # Hooks (read by the hook processes through sessionmem.protocol.config)
     hook_timeout_s: float = float(SHARED["hook_timeout_s"])  # type: ignore[arg-type]
@@ -89,6 +97,11 @@ class Settings:
     @property
     def db_path(self) -> Path:
         return self.data_dir / "sessionmem.db"
+
+    @property
+    def index_dir(self) -> Path:
+        """Where the vector index is saved."""
+        return self.data_dir / "index"
 
     @property
     def log_path(self) -> Path:
@@ -133,8 +146,15 @@ _ENV = {
     "SESSIONMEM_SHUTDOWN_TIMEOUT": "shutdown_timeout_s",
     "SESSIONMEM_CONTEXT_TOKENS": "context_token_budget",
     "SESSIONMEM_CONTEXT_OBSERVATIONS": "context_observations",
+    "SESSIONMEM_FILE_RECALL": "file_recall",
+    "SESSIONMEM_FILE_RECALL_MAX": "file_recall_max",
+    "SESSIONMEM_PROMPT_RECALL": "prompt_recall",
+    "SESSIONMEM_PROMPT_RECALL_MAX": "prompt_recall_max",
+    "SESSIONMEM_EMBEDDER": "embedder",
+    "SESSIONMEM_INDEX_SAVE_INTERVAL": "index_save_interval_s",
 }
 _COMPRESSORS = ("auto", "anthropic", "offline")
+EMBEDDERS = ("minilm", "none")  # what sessionmem.embed.choice builds
 
 
 def _coerce(name: str, raw: Any, source: str) -> Any:
@@ -209,6 +229,8 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
     settings = Settings(**values)
     if settings.compressor not in _COMPRESSORS:
         raise SettingsError(f"compressor must be one of {', '.join(_COMPRESSORS)}, got {settings.compressor!r}")
+    if settings.embedder not in EMBEDDERS:
+        raise SettingsError(f"embedder must be one of {', '.join(EMBEDDERS)}, got {settings.embedder!r}")
     if not 0 <= settings.port <= 65535:
         raise SettingsError(f"port must be 0..65535, got {settings.port}")
     if settings.max_restarts < 0 or settings.restart_window_s <= 0:

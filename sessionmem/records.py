@@ -147,3 +147,77 @@ class JournalCounts(msgspec.Struct, frozen=True):
     pending: int
     parked: int
     done: int
+
+
+# -- the read half: documents, search, timeline -------------------------------------------
+
+# What is searchable, each kind from its own table; a search result or a vector is
+# labelled by its kind and its row id there.
+OBSERVATION, SUMMARY, PROMPT = "observation", "summary", "prompt"
+DOCUMENT_KINDS = (OBSERVATION, SUMMARY, PROMPT)
+
+
+class Document(msgspec.Struct, frozen=True):
+    """One searchable row as the text its vector is made from."""
+
+    kind: str
+    row_id: int
+    text: str
+
+
+class SearchFilters(msgspec.Struct, frozen=True, kw_only=True):
+    """What narrows a search; ``None`` or empty means no restriction.
+
+    ``kinds`` is the kinds of document wanted; ``types`` narrows observations to
+    those types, ``file`` and ``concept`` narrow them to those touching a file (a path,
+    or its end: ``src/app.py`` matches ``/home/me/proj/src/app.py``) or naming a
+    concept. Any filter that only observations have leaves only observations.
+    """
+
+    project: str | None = None
+    kinds: tuple[str, ...] = DOCUMENT_KINDS
+    types: tuple[str, ...] = ()
+    since: float | None = None  # created at or after (Unix seconds)
+    until: float | None = None  # created before
+    file: str | None = None
+    concept: str | None = None
+    claude_session_id: str | None = None
+
+    def wanted_kinds(self) -> tuple[str, ...]:
+        if self.types or self.file or self.concept:
+            return tuple(kind for kind in self.kinds if kind == OBSERVATION)
+        return self.kinds
+
+
+class RankedKey(msgspec.Struct, frozen=True, array_like=True):
+    """A document found by one retriever, with that retriever's score (higher is better)."""
+
+    kind: str
+    row_id: int
+    score: float
+
+
+class DocumentCard(msgspec.Struct, frozen=True):
+    """What a search result or a timeline entry shows of a document: enough to choose, not all of it."""
+
+    kind: str
+    id: int
+    claude_session_id: str
+    project: str
+    prompt_number: int
+    created_at: float
+    type: str  # the observation's type; "summary" or "prompt" for the others
+    title: str
+    text: str  # the body a snippet is cut from (narrative and facts; a summary's fields; the prompt)
+    files: list[str]  # files read or modified (observations)
+
+
+class FileMemory(msgspec.Struct, frozen=True):
+    """A past observation touching a file (file-aware recall)."""
+
+    id: int
+    claude_session_id: str
+    created_at: float
+    type: str
+    title: str
+    modified: bool  # the file was modified (not only read)

@@ -44,6 +44,9 @@ from sessionmem.compress.base import Compressor
 from sessionmem.compress.budget import SECONDS_PER_DAY, utc_day
 from sessionmem.compress.choice import choose_compressor
 from sessionmem.config import Settings
+from sessionmem.embed.choice import choose_embedder
+from sessionmem.embed.service import EmbedderService
+from sessionmem.index.actor import VectorIndex
 from sessionmem.protocol.auth import ensure_token
 from sessionmem.protocol.datadir import make_private
 from sessionmem.protocol.state import (
@@ -53,6 +56,8 @@ from sessionmem.protocol.state import (
     write_json_atomically,
     write_state,
 )
+from sessionmem.search.context import ContextPlanner
+from sessionmem.search.hybrid import SearchService
 from sessionmem.server.app import create_app
 from sessionmem.server.guard import AccessGuard, is_loopback
 from sessionmem.server.http_server import ConnectionPool, connection_limit
@@ -61,14 +66,15 @@ from sessionmem.server.ingest import Ingestor
 from sessionmem.server.redaction import Redactor
 from sessionmem.server.services import Services, WorkerStatus
 from sessionmem.server.spool import SpoolImporter
-from sessionmem.storage.base import StorageUnavailable
+from sessionmem.storage.base import StorageUnavailable, Store
 from sessionmem.storage.sqlite import open_sqlite_store
 
 log = logging.getLogger("sessionmem")
 
 HTTP_SHARE = 0.2  # open requests finish (Hypercorn's graceful close)
-DRAIN_SHARE = 0.5  # actors finish what they hold
-COMPRESSOR_SHARE = 0.1  # the LLM client closes its connections
+DRAIN_SHARE = 0.45  # actors finish what they hold
+INDEX_SHARE = 0.15  # the vector index saves what changed since its last save
+COMPRESSOR_SHARE = 0.1  # the LLM client and the embedding model close
 
 
 class ShutdownStage(msgspec.Struct, frozen=True):
@@ -189,54 +195,61 @@ async def open_services(settings: Settings, *, budget: ShutdownBudget | None = N
     status = WorkerStatus(settings)
     compressor_closed = False
     log.info("starting sessionmem %s: data dir %s, compressor %s", __version__, settings.data_dir, compressor.name)
+    embedder = EmbedderService(choose_embedder(settings.embedder))
     try:
         async with open_sqlite_store(settings.db_path) as store:
-            broadcaster = Broadcaster()
-            deps = ActorDeps(settings, store, compressor, broadcaster)
-            policy = RestartPolicy(settings.max_restarts, settings.restart_window_s)
-            supervisor = ActorSupervisor(lambda child: SessionActor(child, deps).run(), policy,
-                                         give_up=partial(park_failed_session, deps),
-                                         transient=(StorageUnavailable,), clock=clock)
-            router = SessionRouter(supervisor, mailbox_size=settings.mailbox_size, restart_policy=policy)
-            redactor = Redactor(enabled=settings.redact_secrets, extra_patterns=settings.redact_patterns)
-            ingestor = Ingestor(settings, store, router, redactor)
-            guard = AccessGuard(token=token, port=settings.port,
-                                extra_host="" if is_loopback(settings.host) else settings.host)
-            pool = ConnectionPool(max_connections=connection_limit(settings.max_connections),
-                                  request_timeout_s=settings.request_timeout_s)
-            services = Services(settings, status, store, router, supervisor, compressor, broadcaster, ingestor,
-                                SpoolImporter(ingestor, settings.data_dir), guard, pool)
-            async with trio.open_nursery() as nursery:
-                await nursery.start(supervisor.run)
-                pending = await store.pending_events()
-                router.replay(pending)
-                if pending:
-                    log.info("replaying %d pending journal event(s)", len(pending))
-                importing = trio.CancelScope()
+            async with trio.open_nursery() as outer:
+                broadcaster = Broadcaster()
+                index = VectorIndex(store, embedder, settings.index_dir, save_interval_s=settings.index_save_interval_s)
+                broadcaster.watch(index.notify)
+                indexing = trio.CancelScope()
 
-                async def import_spool(*, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-                    with importing:
-                        await services.spool.run(task_status=task_status)
+                async def run_index(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                    with indexing:
+                        await index.run(task_status=task_status)
 
-                # Events clients spooled while the worker was down are older than anything
-                # they send from now on: import them before reporting ready.
-                if await nursery.start(import_spool):
-                    log.info("imported events that clients spooled while the worker was down")
-                status.ready.set()
-                # What the first requests would otherwise wait for, loaded once the worker is ready.
-                compressor.seed_usage(await store.llm_tokens_since(utc_day(time.time()) * SECONDS_PER_DAY))
-                nursery.start_soon(_warm_up, compressor, redactor)
-                try:
-                    yield services
-                finally:
-                    if not budget.begun:
-                        budget.begin()
-                    importing.cancel(reason="shutting down")
-                    supervisor.shutdown(drain_s=budget.share(DRAIN_SHARE))
-            budget.done("actors")
+                # Loads (or rebuilds) in the background: searches use words alone meanwhile.
+                await outer.start(run_index)
+                services = _services(settings, status, store, compressor, broadcaster, embedder, index,
+                                     token=token, clock=clock)
+                supervisor, router = services.supervisor, services.router
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(supervisor.run)
+                    pending = await store.pending_events()
+                    router.replay(pending)
+                    if pending:
+                        log.info("replaying %d pending journal event(s)", len(pending))
+                    importing = trio.CancelScope()
+
+                    async def import_spool(*, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+                        with importing:
+                            await services.spool.run(task_status=task_status)
+
+                    # Events clients spooled while the worker was down are older than anything
+                    # they send from now on: import them before reporting ready.
+                    if await nursery.start(import_spool):
+                        log.info("imported events that clients spooled while the worker was down")
+                    status.ready.set()
+                    # What the first requests would otherwise wait for, loaded once the worker is ready.
+                    compressor.seed_usage(await store.llm_tokens_since(utc_day(time.time()) * SECONDS_PER_DAY))
+                    nursery.start_soon(_warm_up, compressor, services.ingestor.redactor, embedder)
+                    try:
+                        yield services
+                    finally:
+                        if not budget.begun:
+                            budget.begin()
+                        importing.cancel(reason="shutting down")
+                        supervisor.shutdown(drain_s=budget.share(DRAIN_SHARE))
+                budget.done("actors")
+                # The index saves what it added (what it could not embed in time is
+                # embedded again at the next start).
+                index.close_timeout_s = budget.share(INDEX_SHARE)
+                indexing.cancel(reason="shutting down")
+            budget.done("index")
             with trio.move_on_after(budget.share(COMPRESSOR_SHARE), shield=True):
                 compressor_closed = True
                 await compressor.aclose()
+                await embedder.aclose()
             budget.done("compressor")
             with trio.move_on_after(budget.remaining(), shield=True):
                 status.pending_at_exit = (await store.journal_counts()).pending
@@ -246,14 +259,39 @@ async def open_services(settings: Settings, *, budget: ShutdownBudget | None = N
         if not compressor_closed:  # the start failed, or was cancelled
             with trio.move_on_after(1.0, shield=True):
                 await compressor.aclose()
+                await embedder.aclose()
         remove_state(str(settings.data_dir), os.getpid())
 
 
-async def _warm_up(compressor: Compressor, redactor: Redactor) -> None:
-    """Load the LLM client and the secret detectors off the Trio thread; a failure only costs the first use."""
+def _services(settings: Settings, status: WorkerStatus, store: Store, compressor: Compressor,
+              broadcaster: Broadcaster, embedder: EmbedderService, index: VectorIndex, *, token: str,
+              clock: Callable[[], float]) -> Services:
+    """The components that need nothing started: actors, routing, the HTTP edge, search."""
+    deps = ActorDeps(settings, store, compressor, broadcaster)
+    policy = RestartPolicy(settings.max_restarts, settings.restart_window_s)
+    supervisor = ActorSupervisor(lambda child: SessionActor(child, deps).run(), policy,
+                                 give_up=partial(park_failed_session, deps),
+                                 transient=(StorageUnavailable,), clock=clock)
+    router = SessionRouter(supervisor, mailbox_size=settings.mailbox_size, restart_policy=policy)
+    redactor = Redactor(enabled=settings.redact_secrets, extra_patterns=settings.redact_patterns)
+    ingestor = Ingestor(settings, store, router, redactor)
+    guard = AccessGuard(token=token, port=settings.port,
+                        extra_host="" if is_loopback(settings.host) else settings.host)
+    pool = ConnectionPool(max_connections=connection_limit(settings.max_connections),
+                          request_timeout_s=settings.request_timeout_s)
+    return Services(settings, status, store, router, supervisor, compressor, broadcaster, ingestor,
+                    SpoolImporter(ingestor, settings.data_dir), guard, pool, embedder, index,
+                    SearchService(store, index, embedder),
+                    ContextPlanner(store, index, embedder, observations=settings.context_observations))
+
+
+async def _warm_up(compressor: Compressor, redactor: Redactor, embedder: EmbedderService) -> None:
+    """Load the LLM client, the secret detectors and the embedding model off the Trio thread; a failure
+    only costs the first use."""
     try:
         await trio.to_thread.run_sync(redactor.load)
         await compressor.warm_up()
+        await embedder.warm_up()
     except Exception as exc:
         logs.log_exception(log, "warming up failed; the first use will load what it needs", exc)
 

@@ -25,9 +25,14 @@ from sessionmem.events import CompleteEvent, Envelope, InitEvent, ObservationEve
 from sessionmem.records import (
     CompressedObservation,
     CompressedSummary,
+    Document,
+    DocumentCard,
+    FileMemory,
     JournalCounts,
     ObservationDetail,
     ObservationRow,
+    RankedKey,
+    SearchFilters,
     SessionInfo,
     SessionRow,
     SummaryInputs,
@@ -111,3 +116,33 @@ class Store(Protocol):
     async def journal_counts(self) -> JournalCounts: ...
     async def llm_tokens_since(self, timestamp: float) -> int:
         """LLM tokens (input + output) of the results stored since ``timestamp`` (the daily budget's seed)."""
+
+    # -- the read half (search, timeline, the vector index's documents, file recall).
+    # A document is named by its key: (kind, row id), kind one of records.DOCUMENT_KINDS.
+    async def search_text(self, query: str, filters: SearchFilters, limit: int) -> list[RankedKey]:
+        """Full-text search: the best ``limit`` documents of each wanted kind, best first.
+
+        ``query`` is a user's text, never query syntax: any string is safe.
+        """
+
+    async def keep_matching(self, keys: Sequence[tuple[str, int]], filters: SearchFilters) -> set[tuple[str, int]]:
+        """Those of ``keys`` that exist and pass ``filters``."""
+
+    async def cards(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], DocumentCard]: ...
+    async def documents(self, keys: Sequence[tuple[str, int]]) -> list[Document]:
+        """The texts the vector index embeds, of those ``keys`` that exist, in order."""
+
+    async def document_ids(self, *, after: dict[str, int] | None = None,
+                           limit: int | None = None) -> dict[str, list[int]]:
+        """Row ids by kind, ascending (those above ``after[kind]``, at most ``limit`` a kind)."""
+
+    async def timeline(self, anchor: tuple[str, int], *, before: int, after: int) -> list[DocumentCard] | None:
+        """The documents of the anchor's project around it in time, oldest first; ``None`` if no anchor."""
+
+    async def observations_by_ids(self, ids: Sequence[int]) -> list[ObservationRow]:
+        """Those of ``ids`` that exist, in the order asked."""
+
+    async def file_memories(self, project: str, path: str, *, exclude_session: str,
+                            limit: int) -> list[FileMemory]: ...
+    async def latest_prompt(self, project: str) -> tuple[int, str] | None:
+        """The newest stored prompt of ``project`` (its row id and text)."""

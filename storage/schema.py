@@ -174,7 +174,62 @@ ALTER TABLE observations RENAME COLUMN session_id TO session_db_id;
 ALTER TABLE session_summaries RENAME COLUMN session_id TO session_db_id;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+# The read half.
+# - observation_files: which files each observation read or modified, one row each,
+#   kept by a trigger, so file filters and file-aware recall are index lookups. A
+#   path is found whole or by its end (``src/app.py``): ``basename`` narrows that.
+# - The full-text tables again, with Porter stemming (``fixing`` finds ``fixed``), and
+#   rebuilt from their content tables.
+# - created_at indexes for the timeline.
+_V4 = """
+CREATE TABLE observation_files (
+    observation_id INTEGER NOT NULL REFERENCES observations (id) ON DELETE CASCADE,
+    path           TEXT NOT NULL,
+    basename       TEXT NOT NULL,
+    modified       INTEGER NOT NULL,
+    PRIMARY KEY (observation_id, path, modified)
+) WITHOUT ROWID;
+CREATE INDEX observation_files_path ON observation_files (path, observation_id);
+CREATE INDEX observation_files_basename ON observation_files (basename, observation_id);
+CREATE TRIGGER observation_files_ai AFTER INSERT ON observations BEGIN
+    INSERT OR IGNORE INTO observation_files (observation_id, path, basename, modified)
+    SELECT new.id, value, replace(value, rtrim(value, replace(value, '/', '')), ''), 0
+    FROM json_each(new.files_read) WHERE value != '';
+    INSERT OR IGNORE INTO observation_files (observation_id, path, basename, modified)
+    SELECT new.id, value, replace(value, rtrim(value, replace(value, '/', '')), ''), 1
+    FROM json_each(new.files_modified) WHERE value != '';
+END;
+INSERT OR IGNORE INTO observation_files (observation_id, path, basename, modified)
+SELECT o.id, j.value, replace(j.value, rtrim(j.value, replace(j.value, '/', '')), ''), 0
+FROM observations o, json_each(o.files_read) j WHERE j.value != '';
+INSERT OR IGNORE INTO observation_files (observation_id, path, basename, modified)
+SELECT o.id, j.value, replace(j.value, rtrim(j.value, replace(j.value, '/', '')), ''), 1
+FROM observations o, json_each(o.files_modified) j WHERE j.value != '';
+
+CREATE INDEX observations_created ON observations (project, created_at);
+CREATE INDEX summaries_created ON session_summaries (project, created_at);
+CREATE INDEX prompts_created ON user_prompts (created_at);
+
+DROP TABLE observations_fts;
+CREATE VIRTUAL TABLE observations_fts USING fts5 (
+    title, subtitle, narrative, facts, concepts, content='observations', content_rowid='id',
+    tokenize='porter unicode61 remove_diacritics 2'
+);
+INSERT INTO observations_fts (observations_fts) VALUES ('rebuild');
+DROP TABLE summaries_fts;
+CREATE VIRTUAL TABLE summaries_fts USING fts5 (
+    request, investigated, learned, completed, next_steps, notes,
+    content='session_summaries', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2'
+);
+INSERT INTO summaries_fts (summaries_fts) VALUES ('rebuild');
+DROP TABLE prompts_fts;
+CREATE VIRTUAL TABLE prompts_fts USING fts5 (
+    text, content='user_prompts', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2'
+);
+INSERT INTO prompts_fts (prompts_fts) VALUES ('rebuild');
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 
 
 def migrate(connection: apsw.Connection) -> int:

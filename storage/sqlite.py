@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +41,20 @@ from sessionmem.events import (
 from sessionmem.records import (
     CompressedObservation,
     CompressedSummary,
+    Document,
+    DocumentCard,
+    FileMemory,
     JournalCounts,
     ObservationDetail,
     ObservationRow,
+    RankedKey,
+    SearchFilters,
     SessionInfo,
     SessionRow,
     SummaryInputs,
     SummaryRow,
 )
+from sessionmem.storage import recall
 from sessionmem.storage.base import Accepted, InitAccepted, OnCommit, StorageUnavailable, StoreStatistics
 from sessionmem.storage.checkpointer import Checkpointer
 from sessionmem.storage.readers import ReaderPool
@@ -559,5 +566,63 @@ class SQLiteStore:
             (total,) = connection.execute("SELECT coalesce(max(id), 0) FROM journal").fetchone()
             pending, parked = counts.get("pending", 0), counts.get("parked", 0)
             return JournalCounts(pending, parked, total - pending - parked)
+
+        return await self._readers.run(query)
+
+    # -- the read half (SQL in storage/recall.py) -------------------------------------------
+
+    async def search_text(self, query: str, filters: SearchFilters, limit: int) -> list[RankedKey]:
+        expression = recall.fts_expression(query)
+        if expression is None:
+            return []
+        return await self._readers.run(partial(recall.search_text, expression=expression, filters=filters,
+                                               limit=limit))
+
+    async def keep_matching(self, keys: Sequence[tuple[str, int]], filters: SearchFilters) -> set[tuple[str, int]]:
+        return await self._readers.run(partial(recall.keep_matching, keys=keys, filters=filters))
+
+    async def cards(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], DocumentCard]:
+        return await self._readers.run(partial(recall.cards, keys=keys))
+
+    async def documents(self, keys: Sequence[tuple[str, int]]) -> list[Document]:
+        return await self._readers.run(partial(recall.documents, keys=keys))
+
+    async def document_ids(self, *, after: dict[str, int] | None = None,
+                           limit: int | None = None) -> dict[str, list[int]]:
+        return await self._readers.run(partial(recall.document_ids, after=after, limit=limit))
+
+    async def timeline(self, anchor: tuple[str, int], *, before: int, after: int) -> list[DocumentCard] | None:
+        def query(connection: apsw.Connection) -> list[DocumentCard] | None:
+            found = recall.created_at(connection, *anchor)
+            if found is None:
+                return None
+            moment, project = found
+            keys = recall.around(connection, project, moment, anchor, before=before, after=after)
+            by_key = recall.cards(connection, keys)
+            return [by_key[key] for key in keys if key in by_key]
+
+        return await self._readers.run(query)
+
+    async def observations_by_ids(self, ids: Sequence[int]) -> list[ObservationRow]:
+        def query(connection: apsw.Connection) -> list[ObservationRow]:
+            rows = connection.execute(
+                f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM} WHERE o.id IN (SELECT value FROM json_each(?))",
+                (_to_json(list(ids)),))
+            by_id = {row.id: row for row in map(_observation_row, rows)}
+            return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
+
+        return await self._readers.run(query)
+
+    async def file_memories(self, project: str, path: str, *, exclude_session: str,
+                            limit: int) -> list[FileMemory]:
+        return await self._readers.run(partial(recall.file_memories, project=project, path=path,
+                                               exclude_session=exclude_session, limit=limit))
+
+    async def latest_prompt(self, project: str) -> tuple[int, str] | None:
+        def query(connection: apsw.Connection) -> tuple[int, str] | None:
+            row = connection.execute(
+                "SELECT p.id, p.text FROM user_prompts p JOIN sessions s ON s.id = p.session_db_id"
+                " WHERE s.project = ? ORDER BY p.id DESC LIMIT 1", (project,)).fetchone()
+            return (row[0], row[1]) if row else None
 
         return await self._readers.run(query)

@@ -103,7 +103,7 @@ def test_status_replay_and_stop_commands(worker_factory: Callable[..., WorkerPro
     assert worker.process is not None and worker.process.wait(10) == 0
     assert not (worker.data_dir / "worker.json").exists()
     report = json.loads((worker.data_dir / "worker.shutdown.json").read_text())
-    assert [stage["name"] for stage in report["stages"]] == ["http", "actors", "compressor", "store"]
+    assert [stage["name"] for stage in report["stages"]] == ["http", "actors", "index", "compressor", "store"]
     assert report["took_seconds"] <= report["budget_seconds"] == 15
     down = command("status")
     assert down.returncode == 1 and "not running" in down.stdout

@@ -54,7 +54,8 @@ def api_call(payload: dict[str, Any], *, project: str | None = None) -> tuple[st
     if event == "SessionStart":
         import urllib.parse  # only this stage needs it
 
-        return "GET", CONTEXT + "?" + urllib.parse.urlencode({"project": project}), None
+        query = {"project": project, "session": session_id, "source": text_field(payload, "source")}
+        return "GET", CONTEXT + "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v}), None
     if event == "UserPromptSubmit":
         return "POST", INIT, {**base, "prompt": text_field(payload, "prompt")}
     if event in ("PostToolUse", "PostToolUseFailure"):

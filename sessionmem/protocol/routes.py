@@ -29,6 +29,9 @@ SESSIONS = "/api/sessions"
 OBSERVATION_LIST = "/api/observations"
 OBSERVATION = "/api/observations/{observation_id}"
 SUMMARIES = "/api/summaries"
+SEARCH = "/api/search"  # GET ?q=&mode=&project=&kind=&type=&since=&until=&file=&concept=&session=&limit=&offset=
+TIMELINE = "/api/timeline"  # GET ?anchor=<observation id | kind:id>&before=&after=, or ?q= (and filters)
+OBSERVATION_BATCH = "/api/observations/batch"  # POST {"ids": [...]}: full observations, in the order asked
 STREAM = "/stream"
 DEBUG = "/debug"
 

@@ -1,0 +1,1 @@
+"""The vector index: hnswlib owned by one actor."""

@@ -1,0 +1,328 @@
+"""The vector index actor: the one owner of the hnswlib index, kept in step with SQLite.
+
+What it does, in its own nursery (:meth:`VectorIndex.run`):
+
+- **Load or rebuild.** The saved index is loaded (off the Trio thread) if it is of the
+  embedder's model and dimensions and whole (:meth:`HnswIndex.load`); otherwise a new,
+  empty one is made and the reason counted as a rebuild.
+- **Reconcile, then follow.** It compares the index's labels with the documents in
+  SQLite: vectors of rows that are gone are removed, rows without a vector are queued.
+  From then on, whatever the worker stores (prompts, observations, summaries) wakes it
+  (:meth:`notify`, wired to the broadcaster by the worker); it reads the rows above the
+  newest it knows, *after* their commit, and queues them ahead of any older backlog, so
+  fresh memory is searchable first. Queued documents are embedded a chunk at a time
+  (:class:`~sessionmem.embed.service.EmbedderService`, its background lane) and added.
+- **Save.** Every ``save_interval_s`` while something changed, and once on the way
+  out, atomically (:meth:`HnswIndex.save`). What a crash loses since the last save is
+  re-embedded by the next start's reconcile.
+
+Every call on the index (add, remove, query, save) runs on a worker thread while
+holding the actor's lane (a FIFO ``trio.Lock``): never two at once, never on the Trio
+thread. A query that cannot get the lane within ``query_wait_s`` (a save of a large
+index holds it for a second) is answered ``None``, and the search goes on with
+full-text results only, saying so.
+
+Resource handling:
+    Everything runs inside :meth:`run`; cancelling it stops catch-up between chunks (a
+    call already on a thread finishes) and saves within :attr:`close_timeout_s`
+    (shielded). Nothing else holds the index.
+
+Error handling:
+    A failed load is a rebuild, never a crash. An embedding or index error during
+    catch-up is logged and counted (``lastError``), and the chunk is tried again after a
+    growing pause (up to a minute): documents are never dropped. A failed save is
+    logged; the previous files stay. With vectors off (the ``none`` embedder) the actor
+    does nothing and every query answers ``None``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from enum import Enum
+from pathlib import Path
+from typing import TypeVar
+
+import msgspec
+import numpy as np
+import trio
+
+from sessionmem.embed.service import EmbedderService
+from sessionmem.index.hnsw import HnswIndex, key_of, label_of
+from sessionmem.logs import log_exception
+from sessionmem.records import DOCUMENT_KINDS
+from sessionmem.storage.base import Store
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CHUNK = 16  # documents per embedding run and per add
+QUERY_WAIT_S = 0.25
+ERROR_PAUSE_MAX_S = 60.0
+
+
+class IndexState(str, Enum):
+    OFF = "off"  # vectors are off (the none embedder)
+    LOADING = "loading"
+    CATCHING_UP = "catching-up"  # documents are waiting for their vectors
+    READY = "ready"  # every stored document has its vector
+    FAILED = "failed"  # the last catch-up attempt failed; retried after a pause
+
+
+class IndexStatistics(msgspec.Struct, frozen=True):
+    state: IndexState
+    model_id: str
+    dimensions: int
+    vectors: int
+    capacity: int
+    pending: int  # stored documents waiting for their vectors
+    added: int  # vectors added since the worker started
+    removed: int
+    queries: int
+    busy_queries: int  # queries answered without vectors: the index was busy (a save) or loading
+    rebuilds: int
+    last_rebuild_reason: str
+    load_seconds: float
+    embed_seconds: float  # time spent embedding documents
+    catch_up_per_second: float  # documents embedded and added per second, over the last 30 s of work
+    saves: int
+    last_save_at: float | None
+    last_save_seconds: float
+    last_save_bytes: int
+    failures: int
+    last_error: str
+
+
+class VectorIndex:
+    """See the module docstring."""
+
+    def __init__(self, store: Store, embedder: EmbedderService, directory: Path, *,
+                 save_interval_s: float = 120.0, query_wait_s: float = QUERY_WAIT_S, chunk: int = CHUNK) -> None:
+        self._store = store
+        self._embedder = embedder
+        self._directory = directory
+        self._save_interval_s = save_interval_s
+        self._query_wait_s = query_wait_s
+        self._chunk = chunk
+        self.close_timeout_s = 10.0  # the owner lowers it to its share of a shutdown budget
+        self._index: HnswIndex | None = None
+        self._lane = trio.Lock()
+        self._wake = trio.Event()
+        self._backlog: deque[tuple[str, int]] = deque()
+        self._newest: dict[str, int] = {}
+        self._state = IndexState.OFF if embedder.dimensions == 0 else IndexState.LOADING
+        self._dirty = False
+        # statistics
+        self._added = self._removed = self._queries = self._busy_queries = 0
+        self._rebuilds = self._saves = self._failures = 0
+        self._last_rebuild_reason = self._last_error = ""
+        self._load_seconds = self._embed_seconds = self._last_save_seconds = 0.0
+        self._last_save_at: float | None = None
+        self._last_save_bytes = 0
+        self._recent: deque[tuple[float, int]] = deque()  # (when, documents) of recent chunks
+
+    # -- what others call ---------------------------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        return self._state is not IndexState.OFF
+
+    def unavailable_reason(self) -> str:
+        """Why a query got no vectors: ``off``, ``loading`` or ``busy``."""
+        if not self.enabled:
+            return "off"
+        return "loading" if self._index is None else "busy"
+
+    def notify(self, *_: object) -> None:
+        """Something was stored: look for new documents (never blocks, never fails)."""
+        self._wake.set()
+
+    async def caught_up(self, *, poll_s: float = 0.02) -> None:
+        """Wait until every document stored so far has its vector (tests, the bench)."""
+        while self.enabled and (self._backlog or self._wake.is_set() or self._state is not IndexState.READY):
+            await trio.sleep(poll_s)
+
+    async def nearest(self, vector: np.ndarray, k: int) -> list[tuple[str, int, float]] | None:
+        """The ``k`` nearest documents (kind, row id, cosine distance), nearest first.
+
+        ``None`` when there are no vectors to ask: vectors off, the index loading, or busy
+        past ``query_wait_s``.
+        """
+        self._queries += 1
+        found = await self._call_briefly(lambda index: index.nearest(vector, k))
+        if found is None:
+            return None
+        return [(*key_of(label), distance) for label, distance in found]
+
+    async def vector_of(self, kind: str, row_id: int) -> np.ndarray | None:
+        """The stored vector of a document, if it has one (and the index answers in time)."""
+        return await self._call_briefly(lambda index: index.vector_of(label_of(kind, row_id)))
+
+    def statistics(self) -> IndexStatistics:
+        index = self._index
+        now = time.monotonic()
+        while self._recent and self._recent[0][0] < now - 30:
+            self._recent.popleft()
+        rate = 0.0
+        if len(self._recent) >= 2:
+            span = self._recent[-1][0] - self._recent[0][0]
+            rate = round(sum(n for _, n in list(self._recent)[1:]) / span, 1) if span > 0 else 0.0
+        return IndexStatistics(
+            self._state, self._embedder.model_id, self._embedder.dimensions,
+            index.vectors if index else 0, index.capacity if index else 0, len(self._backlog), self._added,
+            self._removed, self._queries, self._busy_queries, self._rebuilds, self._last_rebuild_reason,
+            round(self._load_seconds, 3), round(self._embed_seconds, 3), rate, self._saves, self._last_save_at,
+            round(self._last_save_seconds, 3), self._last_save_bytes, self._failures, self._last_error)
+
+    # -- the actor ---------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Load, reconcile, follow and save until cancelled; started at once (loading goes on in the background)."""
+        task_status.started()
+        if not self.enabled:
+            return
+        try:
+            await self._load()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._save_periodically)
+                await self._follow()
+        finally:
+            if self._index is not None and self._dirty:
+                with trio.move_on_after(self.close_timeout_s, shield=True):
+                    await self._save()
+
+    async def _load(self) -> None:
+        started = time.perf_counter()
+        self._directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        dimensions, model_id = self._embedder.dimensions, self._embedder.model_id
+        index, reason = await trio.to_thread.run_sync(HnswIndex.load, self._directory, dimensions, model_id)
+        if index is None:
+            if reason != "no saved index":
+                log.warning("vector index: rebuilding (%s)", reason)
+                self._rebuilds += 1
+                self._last_rebuild_reason = reason
+            index = HnswIndex(dimensions, model_id)
+            self._dirty = True
+        self._index = index
+        self._load_seconds = time.perf_counter() - started
+        log.info("vector index: %d vectors loaded in %.2f s", index.vectors, self._load_seconds)
+
+    async def _follow(self) -> None:
+        await self._reconcile()
+        pause = 1.0
+        while True:
+            if self._wake.is_set():
+                self._wake = trio.Event()  # before reading: a later commit wakes us again
+                await self._queue_new()
+            if not self._backlog:
+                self._state = IndexState.READY
+                await self._wake.wait()
+                continue
+            self._state = IndexState.CATCHING_UP
+            chunk = [self._backlog.popleft() for _ in range(min(self._chunk, len(self._backlog)))]
+            try:
+                await self._embed_and_add(chunk)
+            except Exception as exc:
+                self._backlog.extendleft(reversed(chunk))
+                self._failures += 1
+                self._last_error = f"{type(exc).__name__}: {exc}"
+                self._state = IndexState.FAILED
+                log_exception(log, f"vector index: embedding {len(chunk)} document(s) failed; retrying in "
+                                   f"{pause:.0f} s", exc)
+                await trio.sleep(pause)
+                pause = min(pause * 2, ERROR_PAUSE_MAX_S)
+            else:
+                pause = 1.0
+
+    async def _reconcile(self) -> None:
+        """Queue every stored document without a vector; remove vectors of rows that are gone."""
+        self._wake = trio.Event()
+        stored = await self._store.document_ids()
+        live = await self._call(lambda index: index.labels())
+        wanted = {label_of(kind, row_id) for kind, ids in stored.items() for row_id in ids}
+        stale = sorted(live - wanted)
+        if stale:
+            await self._call(lambda index: index.remove(stale))
+            self._removed += len(stale)
+            self._dirty = True
+            log.info("vector index: removed %d vector(s) of rows that are gone", len(stale))
+        missing = sorted((key_of(label) for label in wanted - live), key=lambda key: key[1], reverse=True)
+        self._backlog.extend(missing)  # newest first
+        self._newest = {kind: max(stored.get(kind) or [0]) for kind in DOCUMENT_KINDS}
+        if missing:
+            log.info("vector index: %d stored document(s) to embed", len(missing))
+
+    async def _queue_new(self) -> None:
+        new = await self._store.document_ids(after=self._newest)
+        keys = [(kind, row_id) for kind, ids in new.items() for row_id in ids]
+        for kind, ids in new.items():
+            if ids:
+                self._newest[kind] = ids[-1]
+        # Ahead of the older backlog, newest first.
+        self._backlog.extendleft(sorted(keys, key=lambda key: key[1]))
+
+    async def _embed_and_add(self, chunk: list[tuple[str, int]]) -> None:
+        documents = await self._store.documents(chunk)  # rows deleted meanwhile are simply absent
+        if not documents:
+            return
+        started = time.perf_counter()
+        vectors = await self._embedder.embed([document.text for document in documents])
+        self._embed_seconds += time.perf_counter() - started
+        labels = np.array([label_of(document.kind, document.row_id) for document in documents], dtype=np.uint64)
+        await self._call(lambda index: index.add(labels, vectors))
+        self._added += len(documents)
+        self._dirty = True
+        self._recent.append((time.monotonic(), len(documents)))
+
+    async def _save_periodically(self) -> None:
+        while True:
+            await trio.sleep(self._save_interval_s)
+            if self._dirty:
+                await self._save()
+
+    async def _save(self) -> None:
+        started = time.perf_counter()
+        self._dirty = False  # changes during the save make it dirty again
+        try:
+            size = await self._call(lambda index: index.save(self._directory))
+        except Exception as exc:
+            self._dirty = True
+            self._failures += 1
+            self._last_error = f"save: {type(exc).__name__}: {exc}"
+            log_exception(log, "vector index: save failed; the previous files stay", exc)
+            return
+        self._saves += 1
+        self._last_save_at = time.time()
+        self._last_save_seconds = time.perf_counter() - started
+        self._last_save_bytes = size
+
+    # -- the lane -------------------------------------------------------------------------
+
+    async def _call(self, fn: Callable[[HnswIndex], T]) -> T:
+        index = self._index
+        assert index is not None
+        async with self._lane:
+            return await trio.to_thread.run_sync(fn, index)
+
+    async def _call_briefly(self, fn: Callable[[HnswIndex], T]) -> T | None:
+        """``fn`` on the index if the lane is free within ``query_wait_s``; ``None`` if not (or no index)."""
+        index = self._index
+        if self._state is IndexState.OFF:
+            return None
+        if index is None:  # still loading
+            self._busy_queries += 1
+            return None
+        acquired = False
+        with trio.move_on_after(self._query_wait_s):
+            await self._lane.acquire()
+            acquired = True
+        if not acquired:
+            self._busy_queries += 1
+            return None
+        try:
+            return await trio.to_thread.run_sync(fn, index)
+        finally:
+            self._lane.release()

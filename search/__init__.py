@@ -1,0 +1,1 @@
+"""Search: words, meaning, both; what the injected context recalls."""

@@ -1,0 +1,156 @@
+"""What the injected context holds: the latest summary, then what is relevant, collapsed and grouped.
+
+:class:`ContextPlanner` chooses; :mod:`sessionmem.server.context` renders the choice
+within the token budget.
+
+- **What is relevant.** When a focus is known (a prompt: the session's or project's
+  latest when a session is cleared, compacted or resumed, or a text the caller gives),
+  the project's observations are ranked by closeness to it: the prompt's own stored
+  vector when it has one (no embedding at request time), else the text embedded (a few
+  ms), else full-text search when vectors are off. That ranking is fused with recency
+  (reciprocal rank, recency weighing less), so among equally relevant memories the
+  newer comes first. Without a focus: the most recent.
+- **Collapsed.** The same action on the same file (``Read src/app.py`` five times, or
+  three edits of it) is one line with its ids and a count.
+- **Grouped** by session, each under its first prompt, the sessions holding the best
+  memories first; within a session, in the order things happened.
+- **Earlier sessions** are one line each, from their summaries.
+
+Error handling:
+    The vector side may be unavailable (loading, busy, off): the plan falls back to
+    words, then to recency, and says which it used (``ranking``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from sessionmem.embed.service import EmbedderService
+from sessionmem.index.actor import VectorIndex
+from sessionmem.records import (
+    OBSERVATION,
+    PROMPT,
+    ObservationRow,
+    RankedKey,
+    SearchFilters,
+    SessionRow,
+    SummaryRow,
+)
+from sessionmem.search.hybrid import fuse
+from sessionmem.storage.base import Store
+
+CANDIDATES = 200  # recent observations considered, and nearest vectors asked for
+RECENCY_WEIGHT = 0.5  # against 1.0 for relevance in the fusion
+EARLIER_SESSIONS = 5
+_COUNTS = re.compile(r"\s*\((?:-\d+ \+\d+|\d+) lines?\)$")
+_DULL_FACT = re.compile(r"^(command: |exit status 0$|\S+ has \d+ lines$|\d+ lines read$|\d+ match)")
+
+
+class ContextLine(msgspec.Struct, frozen=True):
+    ids: list[int]  # oldest first
+    type: str
+    title: str
+    detail: str  # the most telling fact, if any
+    created_at: float  # of the newest
+
+
+class SessionGroup(msgspec.Struct, frozen=True):
+    claude_session_id: str
+    started_at: float
+    request: str  # its first prompt
+    lines: list[ContextLine]
+
+
+class ContextPlan(msgspec.Struct, frozen=True):
+    project: str
+    summary: SummaryRow | None  # the latest
+    focus: str  # the text memories were ranked against ("" : by recency)
+    ranking: str  # meaning | words | recency
+    groups: list[SessionGroup]  # best first
+    earlier: list[SummaryRow]  # summaries of earlier sessions, newest first
+
+    @property
+    def observations(self) -> int:
+        return sum(len(line.ids) for group in self.groups for line in group.lines)
+
+
+def collapse_key(row: ObservationRow) -> tuple[str, str]:
+    return row.type if row.type != "failure" else f"failure-{row.id}", _COUNTS.sub("", row.title)
+
+
+def telling_fact(row: ObservationRow) -> str:
+    for fact in row.facts:
+        if not _DULL_FACT.match(fact):
+            return fact
+    return row.subtitle if row.type != "discovery" else ""
+
+
+class ContextPlanner:
+    def __init__(self, store: Store, index: VectorIndex, embedder: EmbedderService, *,
+                 observations: int = 50) -> None:
+        self._store = store
+        self._index = index
+        self._embedder = embedder
+        self._observations = observations
+
+    async def plan(self, project: str, *, focus: str = "", focus_prompt_id: int | None = None) -> ContextPlan:
+        """The plan for ``project``; ``focus`` ranks by relevance (``focus_prompt_id``: that prompt's vector)."""
+        summaries = await self._store.list_summaries(project=project, limit=EARLIER_SESSIONS + 1, offset=0)
+        recent = await self._store.list_observations(project=project, limit=CANDIDATES, offset=0)
+        ranking = "recency"
+        rows = recent[: self._observations]
+        if focus and recent:
+            relevant, ranking = await self._relevant(project, focus, focus_prompt_id)
+            if relevant:
+                by_recency = [RankedKey(OBSERVATION, row.id, 0.0) for row in recent]
+                fused = fuse(relevant, by_recency, (1.0, RECENCY_WEIGHT))[: self._observations]
+                known = {row.id: row for row in recent}
+                missing = [row_id for _, row_id, _ in fused if row_id not in known]
+                known.update({row.id: row for row in await self._store.observations_by_ids(missing)})
+                rows = [known[row_id] for _, row_id, _ in fused if row_id in known]
+            else:
+                ranking = "recency"
+        sessions = {row.claude_session_id: row for row in
+                    await self._store.list_sessions(project=project, limit=100, offset=0)}
+        return ContextPlan(project, summaries[0] if summaries else None, focus if ranking != "recency" else "",
+                           ranking, group(rows, sessions), summaries[1:])
+
+    async def _relevant(self, project: str, focus: str, prompt_id: int | None) -> tuple[list[RankedKey], str]:
+        filters = SearchFilters(project=project, kinds=(OBSERVATION,))
+        vector = None
+        if self._index.enabled:
+            if prompt_id is not None:
+                vector = await self._index.vector_of(PROMPT, prompt_id)
+            if vector is None:
+                vector = (await self._embedder.embed([focus], urgent=True))[0]
+            nearest = await self._index.nearest(vector, CANDIDATES)
+            if nearest:
+                keys = [(kind, row_id) for kind, row_id, _ in nearest if kind == OBSERVATION]
+                kept = await self._store.keep_matching(keys, filters)
+                found = [RankedKey(kind, row_id, 1.0 - distance) for kind, row_id, distance in nearest
+                         if (kind, row_id) in kept]
+                if found:
+                    return found, "meaning"
+        return await self._store.search_text(focus, filters, CANDIDATES // 4), "words"
+
+
+def group(rows: list[ObservationRow], sessions: dict[str, SessionRow]) -> list[SessionGroup]:
+    """``rows`` (best first) grouped by session (best first), collapsed, each group in time order."""
+    order: dict[str, list[ObservationRow]] = {}
+    for row in rows:
+        order.setdefault(row.claude_session_id, []).append(row)
+    groups = []
+    for claude_session_id, members in order.items():
+        lines: dict[tuple[str, str], list[ObservationRow]] = {}
+        for row in sorted(members, key=lambda member: member.id):
+            lines.setdefault(collapse_key(row), []).append(row)
+        session = sessions.get(claude_session_id)
+        groups.append(SessionGroup(
+            claude_session_id, session.created_at if session else members[0].created_at,
+            (session.first_prompt or "") if session else "",
+            [ContextLine([row.id for row in same], same[-1].type, title, next(
+                (fact for fact in map(telling_fact, reversed(same)) if fact), ""), same[-1].created_at)
+             for (_, title), same in lines.items()]))
+    return groups

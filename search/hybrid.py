@@ -1,0 +1,154 @@
+"""Search: by words (FTS5 bm25), by meaning (vector kNN), or both fused by reciprocal rank.
+
+``hybrid`` (the default) asks both retrievers for their best candidates under the same
+filters and fuses the two rankings with reciprocal rank fusion: a document's score is
+the sum over the rankings it is in of ``weight / (RRF_K + rank)``. Neither retriever's
+raw scores need to be comparable, and a document both find rises to the top. ``fts``
+and ``vector`` use one retriever alone.
+
+The vector side: the query is embedded in the embedder's urgent lane (a few ms), the
+index returns the nearest vectors, and SQLite keeps those that pass the filters; when
+filters leave too few, the index is asked again for more (up to the whole index).
+When the vector index cannot answer (vectors off, loading, busy with a save) the search
+goes on with words alone and says so in ``vectors``.
+
+Error handling:
+    Any query string is safe (no FTS5 syntax reaches SQLite). A failing embedder is
+    logged and the search degrades to words (``vectors: "failed"``); storage errors
+    propagate.
+"""
+
+from __future__ import annotations
+
+import logging
+from enum import Enum
+
+import msgspec
+
+from sessionmem.embed.service import EmbedderService
+from sessionmem.index.actor import VectorIndex
+from sessionmem.logs import log_exception
+from sessionmem.records import RankedKey, SearchFilters
+from sessionmem.search.snippets import snippet
+from sessionmem.storage.base import Store
+from sessionmem.storage.recall import query_terms
+
+log = logging.getLogger(__name__)
+
+RRF_K = 60
+# A vector this far (cosine distance) from the query is not a match, only the least
+# unlike document: beyond it, vector candidates are dropped.
+MAX_VECTOR_DISTANCE = 0.8
+MIN_DEPTH = 50  # candidates asked of each retriever, at least
+MAX_QUERY_CHARS = 4000
+
+
+class SearchMode(str, Enum):
+    HYBRID = "hybrid"
+    FTS = "fts"
+    VECTOR = "vector"
+
+
+class SearchResult(msgspec.Struct, frozen=True):
+    kind: str  # observation | summary | prompt
+    id: int
+    score: float  # hybrid: fused reciprocal rank; fts: bm25 (negated); vector: cosine similarity
+    matched_by: list[str]  # "words", "meaning"
+    claude_session_id: str
+    project: str
+    prompt_number: int
+    created_at: float
+    type: str
+    title: str
+    snippet: str
+    files: list[str]
+
+
+class SearchResults(msgspec.Struct, frozen=True):
+    query: str
+    mode: SearchMode
+    vectors: str  # used | off | loading | busy | failed | not asked
+    results: list[SearchResult]
+    offset: int
+    limit: int
+    more: bool  # more results past this page
+
+
+class SearchService:
+    def __init__(self, store: Store, index: VectorIndex, embedder: EmbedderService, *,
+                 weights: tuple[float, float] = (1.0, 1.0)) -> None:
+        self._store = store
+        self._index = index
+        self._embedder = embedder
+        self._weights = weights  # (words, meaning) in the fusion
+        self.searches = 0
+
+    async def search(self, query: str, filters: SearchFilters, *, mode: SearchMode = SearchMode.HYBRID,
+                     limit: int = 20, offset: int = 0) -> SearchResults:
+        self.searches += 1
+        depth = max(MIN_DEPTH, (offset + limit) * 3)
+        words: list[RankedKey] = []
+        meaning: list[RankedKey] = []
+        vectors = "not asked"
+        if mode is not SearchMode.VECTOR:
+            words = (await self._store.search_text(query, filters, depth))[:depth]
+        if mode is not SearchMode.FTS:
+            meaning, vectors = await self._by_meaning(query, filters, depth)
+        if mode is SearchMode.HYBRID:
+            ranked = fuse(words, meaning, self._weights)
+        else:
+            ranked = [(key.kind, key.row_id, key.score) for key in (words or meaning)]
+        page = ranked[offset : offset + limit]
+        cards = await self._store.cards([(kind, row_id) for kind, row_id, _ in page])
+        terms = query_terms(query)
+        found_by_words = {(key.kind, key.row_id) for key in words}
+        found_by_meaning = {(key.kind, key.row_id) for key in meaning}
+        results = []
+        for kind, row_id, score in page:
+            card = cards.get((kind, row_id))
+            if card is None:  # deleted between the two reads
+                continue
+            matched_by = [name for name, found in (("words", found_by_words), ("meaning", found_by_meaning))
+                          if (kind, row_id) in found]
+            results.append(SearchResult(
+                kind, row_id, round(score, 6), matched_by, card.claude_session_id, card.project,
+                card.prompt_number, card.created_at, card.type, card.title,
+                snippet(card.text if kind != "prompt" else card.title, terms), card.files))
+        return SearchResults(query, mode, vectors, results, offset, limit, more=len(ranked) > offset + limit)
+
+    async def _by_meaning(self, query: str, filters: SearchFilters, depth: int) -> tuple[list[RankedKey], str]:
+        if not self._index.enabled:
+            return [], "off"
+        try:
+            vector = (await self._embedder.embed([query], urgent=True))[0]
+        except Exception as exc:
+            log_exception(log, "search: embedding the query failed; searching by words only", exc)
+            return [], "failed"
+        narrowing = bool(filters.types or filters.file or filters.concept or filters.claude_session_id
+                         or filters.since is not None or filters.until is not None
+                         or filters.kinds != SearchFilters().kinds)
+        k = depth * (4 if narrowing else 2)
+        while True:
+            nearest = await self._index.nearest(vector, k)
+            if nearest is None:
+                return [], self._index.unavailable_reason()
+            close = [(kind, row_id, distance) for kind, row_id, distance in nearest
+                     if distance <= MAX_VECTOR_DISTANCE]
+            kept = await self._store.keep_matching([(kind, row_id) for kind, row_id, _ in close], filters)
+            found = [RankedKey(kind, row_id, 1.0 - distance) for kind, row_id, distance in close
+                     if (kind, row_id) in kept]
+            exhausted = len(nearest) < k or len(close) < len(nearest)
+            if len(found) >= depth or exhausted:
+                return found[:depth], "used"
+            k *= 4
+
+
+def fuse(words: list[RankedKey], meaning: list[RankedKey],
+         weights: tuple[float, float] = (1.0, 1.0)) -> list[tuple[str, int, float]]:
+    """Reciprocal rank fusion of two rankings (best first): (kind, row id, score), best first."""
+    scores: dict[tuple[str, int], float] = {}
+    for weight, ranking in zip(weights, (words, meaning)):
+        for rank, key in enumerate(ranking, start=1):
+            scores[(key.kind, key.row_id)] = scores.get((key.kind, key.row_id), 0.0) + weight / (RRF_K + rank)
+    ordered = sorted(scores.items(), key=lambda item: item[1], reverse=True)
+    return [(kind, row_id, score) for (kind, row_id), score in ordered]

@@ -1,0 +1,176 @@
+"""The read half over HTTP: search, timeline, and observations by id.
+
+``GET /api/search``, ``GET /api/timeline`` and ``POST /api/observations/batch``
+(paths in :mod:`sessionmem.protocol.routes`). Query parameters are checked here and
+a bad one is a 400 naming it (``?since``); the answers are typed records.
+
+Dates (``since``, ``until``) are ISO 8601 (``2026-11-01``, ``2026-11-01T14:30``,
+with or without an offset; local time without one), Unix seconds, or an age:
+``30m``, ``12h``, ``7d``, ``2w`` ago.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime
+from typing import Annotated
+
+import msgspec
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from sessionmem.protocol import routes
+from sessionmem.records import (
+    DOCUMENT_KINDS,
+    OBSERVATION,
+    OBSERVATION_TYPES,
+    DocumentCard,
+    ObservationRow,
+    SearchFilters,
+)
+from sessionmem.search.hybrid import MAX_QUERY_CHARS, SearchMode
+from sessionmem.search.snippets import snippet
+from sessionmem.server.payloads import BadRequest, decode
+from sessionmem.server.routing import error_response, int_arg, json_response, list_arg, text_arg
+from sessionmem.server.services import Services
+
+MAX_RESULTS = 100
+MAX_TIMELINE_SIDE = 50
+MAX_BATCH = 100
+_AGE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
+_AGE_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+class BatchRequest(msgspec.Struct, frozen=True):
+    ids: Annotated[list[Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]], msgspec.Meta(max_length=MAX_BATCH)]
+
+
+class BatchReply(msgspec.Struct, frozen=True):
+    observations: list[ObservationRow]  # in the order asked
+    missing: list[int]
+
+
+class TimelineEntry(msgspec.Struct, frozen=True):
+    kind: str
+    id: int
+    anchor: bool
+    claude_session_id: str
+    prompt_number: int
+    created_at: float
+    type: str
+    title: str
+    snippet: str
+    files: list[str]
+
+
+class Timeline(msgspec.Struct, frozen=True):
+    anchor_kind: str
+    anchor_id: int
+    project: str
+    entries: list[TimelineEntry]  # oldest first
+
+
+def parse_moment(raw: str, name: str, *, now: float | None = None) -> float:
+    """A date parameter (see the module docstring) as Unix seconds; :class:`BadRequest` if it is none."""
+    text = raw.strip()
+    age = _AGE.match(text.lower())
+    if age:
+        return (time.time() if now is None else now) - float(age[1]) * _AGE_SECONDS[age[2]]
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise BadRequest(f"query parameter {name!r} must be a date (2026-11-01, 2026-11-01T14:30), Unix seconds "
+                         f"or an age (12h, 7d), got {raw[:100]!r}", f"?{name}") from None
+    return moment.timestamp()  # naive: local time
+
+
+def filters_from_query() -> SearchFilters:
+    """``project``, ``kind``, ``type``, ``since``, ``until``, ``file``, ``concept``, ``session``."""
+    since, until = request.args.get("since"), request.args.get("until")
+    return SearchFilters(
+        project=text_arg("project"),
+        kinds=list_arg("kind", DOCUMENT_KINDS) or DOCUMENT_KINDS,
+        types=list_arg("type", OBSERVATION_TYPES),
+        since=parse_moment(since, "since") if since and since.strip() else None,
+        until=parse_moment(until, "until") if until and until.strip() else None,
+        file=text_arg("file", limit=4096),
+        concept=text_arg("concept", limit=200),
+        claude_session_id=text_arg("session", limit=256),
+    )
+
+
+def query_text(*, required: bool) -> str:
+    raw = request.args.get("q", "")
+    if len(raw) > MAX_QUERY_CHARS:
+        raise BadRequest(f"query parameter 'q' is longer than {MAX_QUERY_CHARS} characters", "?q")
+    if required and not raw.strip():
+        raise BadRequest("query parameter 'q' is required: the words or the meaning to look for", "?q")
+    return raw.strip()
+
+
+def _entry(card: DocumentCard, anchor: tuple[str, int]) -> TimelineEntry:
+    return TimelineEntry(card.kind, card.id, (card.kind, card.id) == anchor, card.claude_session_id,
+                         card.prompt_number, card.created_at, card.type, card.title, snippet(card.text, []),
+                         card.files)
+
+
+def _anchor(raw: str) -> tuple[str, int]:
+    """``123`` (an observation) or ``summary:12`` / ``prompt:7`` / ``observation:123``."""
+    kind, _, number = raw.strip().rpartition(":")
+    kind = kind.lower() or OBSERVATION
+    if kind not in DOCUMENT_KINDS or not number.isdigit() or not 0 < int(number) < 2**63:
+        raise BadRequest(f"query parameter 'anchor' must be an observation id, or kind:id with a kind of "
+                         f"{', '.join(DOCUMENT_KINDS)}; got {raw[:100]!r}", "?anchor")
+    return kind, int(number)
+
+
+def add_search_routes(app: QuartTrio, services: Services) -> None:
+    search = services.search
+
+    @app.get(routes.SEARCH)
+    async def search_route() -> Response:
+        query = query_text(required=True)
+        mode_raw = (request.args.get("mode") or SearchMode.HYBRID.value).lower()
+        try:
+            mode = SearchMode(mode_raw)
+        except ValueError:
+            raise BadRequest(f"query parameter 'mode' must be one of {', '.join(m.value for m in SearchMode)}",
+                             "?mode") from None
+        results = await search.search(
+            query, filters_from_query(), mode=mode, limit=int_arg("limit", 20, low=1, high=MAX_RESULTS),
+            offset=int_arg("offset", 0, low=0, high=10_000))
+        return json_response(results)
+
+    @app.get(routes.TIMELINE)
+    async def timeline_route() -> Response:
+        before = int_arg("before", 5, low=0, high=MAX_TIMELINE_SIDE)
+        after = int_arg("after", 5, low=0, high=MAX_TIMELINE_SIDE)
+        raw_anchor = request.args.get("anchor", "")
+        if raw_anchor.strip():
+            anchor = _anchor(raw_anchor)
+        else:
+            query = query_text(required=False)
+            if not query:
+                raise BadRequest("give 'anchor' (an observation id, or kind:id) or 'q' (a search whose best "
+                                 "result is the anchor)", "?anchor")
+            best = await search.search(query, filters_from_query(), limit=1)
+            if not best.results:
+                return error_response(404, f"nothing found for {query[:100]!r}", path="?q")
+            anchor = (best.results[0].kind, best.results[0].id)
+        cards = await services.store.timeline(anchor, before=before, after=after)
+        if cards is None:
+            return error_response(404, f"no {anchor[0]} with id {anchor[1]}", path="?anchor")
+        project = next((card.project for card in cards if (card.kind, card.id) == anchor), "")
+        return json_response(Timeline(anchor[0], anchor[1], project, [_entry(card, anchor) for card in cards]))
+
+    @app.post(routes.OBSERVATION_BATCH)
+    async def observations_batch() -> Response:
+        wanted = decode(await request.get_data(cache=False), BatchRequest).ids
+        found = await services.store.observations_by_ids(wanted)
+        present = {row.id for row in found}
+        return json_response(BatchReply(found, [i for i in dict.fromkeys(wanted) if i not in present]))

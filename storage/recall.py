@@ -1,0 +1,311 @@
+"""The read half's SQL: full-text search, filters, cards, documents to embed, timelines, files.
+
+Each function takes a read connection and runs on a reader thread
+(:class:`~sessionmem.storage.readers.ReaderPool`); the SQLite store's async methods
+wrap them. Three kinds of document are searchable (``sessionmem.records.DOCUMENT_KINDS``),
+each from its own table and full-text table.
+
+User text never reaches FTS5's query language: :func:`fts_expression` keeps the words
+of a query (letters and digits, any script), drops the rest (quotes, ``*``, ``NEAR(``,
+``AND``/``OR``, ``col:``), and asks for any of them, each as a quoted string, so
+bm25 ranks documents with more and rarer words first.
+
+Error handling:
+    Nothing a user can type raises here: a query without words finds nothing. SQL
+    errors (a broken database) propagate.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import apsw
+import msgspec
+
+from sessionmem.records import (
+    DOCUMENT_KINDS,
+    OBSERVATION,
+    PROMPT,
+    SUMMARY,
+    Document,
+    DocumentCard,
+    FileMemory,
+    RankedKey,
+    SearchFilters,
+)
+
+MAX_QUERY_TERMS = 32
+# Words that almost every document holds: asking for them costs a scan of their long
+# posting lists and ranks nothing. Kept when a query has nothing else.
+_STOPWORDS = frozenset(
+    "a an and are as at be but by do does for from has have how i in is it its me my of on or so that the "
+    "then there this to was we what when where which who why will with you your".split())
+_WORD = re.compile(r"\w+")
+
+# Per kind: its table, full-text table and bm25 column weights, and the SQL naming its
+# project, creation time and Claude session. Observation titles weigh most.
+_TABLES = {
+    OBSERVATION: ("observations", "observations_fts", "4.0, 2.0, 1.0, 1.0, 0.5"),
+    SUMMARY: ("session_summaries", "summaries_fts", "2.0, 1.0, 1.5, 1.5, 1.0, 0.5"),
+    PROMPT: ("user_prompts", "prompts_fts", "1.0"),
+}
+_ALIAS = {OBSERVATION: "o", SUMMARY: "m", PROMPT: "p"}
+_PROJECT = {OBSERVATION: "o.project", SUMMARY: "m.project", PROMPT: "s.project"}
+_json_list = msgspec.json.Decoder(list[str])
+
+
+def query_terms(query: str) -> list[str]:
+    """The words of ``query`` that a search looks for (lowercase, unique, stopwords dropped if others remain)."""
+    words = list(dict.fromkeys(word.lower() for word in _WORD.findall(query)))
+    meaningful = [word for word in words if word not in _STOPWORDS]
+    return (meaningful or words)[:MAX_QUERY_TERMS]
+
+
+def fts_expression(query: str) -> str | None:
+    """An FTS5 MATCH expression for any of the words of ``query``; ``None`` if it has none."""
+    terms = query_terms(query)
+    return " OR ".join(f'"{term}"' for term in terms) if terms else None
+
+
+def _like_escaped(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _filter_sql(kind: str, filters: SearchFilters, params: dict[str, Any]) -> tuple[str, str]:
+    """(joins, conditions) restricting rows of ``kind`` (aliased as in ``_ALIAS``) to ``filters``."""
+    alias = _ALIAS[kind]
+    joins = f" JOIN sessions s ON s.id = {alias}.session_db_id"
+    conditions: list[str] = []
+    if filters.project is not None:
+        params["project"] = filters.project
+        conditions.append(f"{_PROJECT[kind]} = :project")
+    if filters.since is not None:
+        params["since"] = filters.since
+        conditions.append(f"{alias}.created_at >= :since")
+    if filters.until is not None:
+        params["until"] = filters.until
+        conditions.append(f"{alias}.created_at < :until")
+    if filters.claude_session_id is not None:
+        params["session"] = filters.claude_session_id
+        conditions.append("s.claude_session_id = :session")
+    if kind == OBSERVATION:
+        if filters.types:
+            names = []
+            for index, type_ in enumerate(filters.types):
+                params[f"type{index}"] = type_
+                names.append(f":type{index}")
+            conditions.append(f"o.type IN ({', '.join(names)})")
+        if filters.file:
+            params.update(file_params(filters.file))
+            conditions.append("o.id IN (SELECT observation_id FROM observation_files WHERE " + file_match() + ")")
+        if filters.concept:
+            params["concept"] = filters.concept
+            conditions.append("EXISTS (SELECT 1 FROM json_each(o.concepts) WHERE value = :concept)")
+    return joins, " AND ".join(conditions) or "1"
+
+
+def file_match(alias: str = "") -> str:
+    """SQL finding a file in ``observation_files`` (aliased ``alias``) by its whole path, or by the
+    end of one (``src/app.py``); parameters from :func:`file_params`."""
+    prefix = f"{alias}." if alias else ""
+    return (f"({prefix}path = :file OR ({prefix}basename = :file_base"
+            f" AND {prefix}path LIKE :file_suffix ESCAPE '\\'))")
+
+
+def file_params(path: str) -> dict[str, str]:
+    path = path.strip()
+    base = path.rstrip("/").rsplit("/", 1)[-1]
+    return {"file": path, "file_base": base, "file_suffix": "%/" + _like_escaped(path.lstrip("/"))}
+
+
+def search_text(connection: apsw.Connection, expression: str, filters: SearchFilters,
+                limit: int) -> list[RankedKey]:
+    """The best ``limit`` documents of each wanted kind matching ``expression``, best first.
+
+    Scores are bm25's, negated (higher is better); kinds are merged by score.
+    """
+    found: list[RankedKey] = []
+    for kind in filters.wanted_kinds():
+        table, fts, weights = _TABLES[kind]
+        params: dict[str, Any] = {"match": expression, "limit": limit}
+        joins, where = _filter_sql(kind, filters, params)
+        alias = _ALIAS[kind]
+        rows = connection.execute(
+            f"SELECT {alias}.id, bm25({fts}, {weights}) AS score FROM {fts}"
+            f" JOIN {table} {alias} ON {alias}.id = {fts}.rowid{joins}"
+            f" WHERE {fts} MATCH :match AND {where} ORDER BY score LIMIT :limit", params)
+        found.extend(RankedKey(kind, row_id, -score) for row_id, score in rows)
+    found.sort(key=lambda key: key.score, reverse=True)
+    return found
+
+
+def keep_matching(connection: apsw.Connection, keys: Sequence[tuple[str, int]],
+                  filters: SearchFilters) -> set[tuple[str, int]]:
+    """Those of ``keys`` whose rows exist and pass ``filters`` (vector candidates are checked here)."""
+    kept: set[tuple[str, int]] = set()
+    for kind in filters.wanted_kinds():
+        ids = [row_id for key_kind, row_id in keys if key_kind == kind]
+        if not ids:
+            continue
+        table = _TABLES[kind][0]
+        alias = _ALIAS[kind]
+        params: dict[str, Any] = {"ids": msgspec.json.encode(ids).decode()}
+        joins, where = _filter_sql(kind, filters, params)
+        rows = connection.execute(
+            f"SELECT {alias}.id FROM {table} {alias}{joins}"
+            f" WHERE {alias}.id IN (SELECT value FROM json_each(:ids)) AND {where}", params)
+        kept.update((kind, row_id) for (row_id,) in rows)
+    return kept
+
+
+def _ids_json(keys: Iterable[tuple[str, int]], kind: str) -> str:
+    return msgspec.json.encode([row_id for key_kind, row_id in keys if key_kind == kind]).decode()
+
+
+_CARD_SQL = {
+    OBSERVATION: (
+        "SELECT o.id, s.claude_session_id, o.project, o.prompt_number, o.created_at, o.type, o.title,"
+        " o.subtitle, o.narrative, o.facts, o.files_read, o.files_modified"
+        " FROM observations o JOIN sessions s ON s.id = o.session_db_id"
+        " WHERE o.id IN (SELECT value FROM json_each(?))"),
+    SUMMARY: (
+        "SELECT m.id, s.claude_session_id, m.project, m.prompt_number, m.created_at, m.request, m.investigated,"
+        " m.learned, m.completed, m.next_steps"
+        " FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id"
+        " WHERE m.id IN (SELECT value FROM json_each(?))"),
+    PROMPT: (
+        "SELECT p.id, s.claude_session_id, s.project, p.prompt_number, p.created_at, p.text"
+        " FROM user_prompts p JOIN sessions s ON s.id = p.session_db_id"
+        " WHERE p.id IN (SELECT value FROM json_each(?))"),
+}
+
+
+def _card(kind: str, row: tuple[Any, ...]) -> DocumentCard:
+    row_id, session, project, prompt_number, created_at = row[:5]
+    if kind == OBSERVATION:
+        type_, title, subtitle, narrative, facts, files_read, files_modified = row[5:]
+        body = " ".join(part for part in (subtitle, narrative, *_json_list.decode(facts)) if part)
+        files = list(dict.fromkeys(_json_list.decode(files_modified) + _json_list.decode(files_read)))
+        return DocumentCard(kind, row_id, session, project, prompt_number, created_at, type_, title, body, files)
+    if kind == SUMMARY:
+        request, investigated, learned, completed, next_steps = row[5:]
+        body = " ".join(f"{label}: {text}" for label, text in (
+            ("Completed", completed), ("Learned", learned), ("Investigated", investigated),
+            ("Next", next_steps)) if text)
+        return DocumentCard(kind, row_id, session, project, prompt_number, created_at, SUMMARY,
+                            request or "(session summary)", body, [])
+    (text,) = row[5:]
+    return DocumentCard(kind, row_id, session, project, prompt_number, created_at, PROMPT, text, text, [])
+
+
+def cards(connection: apsw.Connection, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], DocumentCard]:
+    """The cards of ``keys`` that exist, by key."""
+    found: dict[tuple[str, int], DocumentCard] = {}
+    for kind in DOCUMENT_KINDS:
+        if any(key_kind == kind for key_kind, _ in keys):
+            for row in connection.execute(_CARD_SQL[kind], (_ids_json(keys, kind),)):
+                found[(kind, row[0])] = _card(kind, row)
+    return found
+
+
+# -- documents to embed -----------------------------------------------------------------
+
+# A document's text is cut here before tokenizing: the embedder reads ~256 tokens.
+DOCUMENT_CHARS = 1200
+
+
+def document_text(card: DocumentCard) -> str:
+    """What a document's vector is made from: its title, then its body (once, not twice)."""
+    title, body = card.title.strip(), card.text.strip()
+    if card.kind == PROMPT:
+        return title[:DOCUMENT_CHARS]
+    text = body if title and title.lower() in body.lower() else f"{title}. {body}" if body else title
+    return text[:DOCUMENT_CHARS]
+
+
+def documents(connection: apsw.Connection, keys: Sequence[tuple[str, int]]) -> list[Document]:
+    """The documents of ``keys`` that exist, in the order of ``keys``."""
+    found = cards(connection, keys)
+    return [Document(kind, row_id, document_text(found[(kind, row_id)]))
+            for kind, row_id in keys if (kind, row_id) in found]
+
+
+def document_ids(connection: apsw.Connection, *, after: dict[str, int] | None = None,
+                 limit: int | None = None) -> dict[str, list[int]]:
+    """Row ids of every kind, ascending; those above ``after[kind]`` only, at most ``limit`` of each."""
+    found: dict[str, list[int]] = {}
+    for kind in DOCUMENT_KINDS:
+        table = _TABLES[kind][0]
+        rows = connection.execute(f"SELECT id FROM {table} WHERE id > ? ORDER BY id LIMIT ?",
+                                  ((after or {}).get(kind, 0), -1 if limit is None else limit))
+        found[kind] = [row_id for (row_id,) in rows]
+    return found
+
+
+# -- timeline -----------------------------------------------------------------------------
+
+
+def created_at(connection: apsw.Connection, kind: str, row_id: int) -> tuple[float, str] | None:
+    """When the row was created, and its project; ``None`` if it does not exist."""
+    table, alias = _TABLES[kind][0], _ALIAS[kind]
+    row = connection.execute(
+        f"SELECT {alias}.created_at, {_PROJECT[kind]} FROM {table} {alias}"
+        f" JOIN sessions s ON s.id = {alias}.session_db_id WHERE {alias}.id = ?", (row_id,)).fetchone()
+    return (row[0], row[1]) if row else None
+
+
+def around(connection: apsw.Connection, project: str, moment: float, anchor: tuple[str, int], *,
+           before: int, after: int) -> list[tuple[str, int]]:
+    """Keys of the ``before`` documents of ``project`` created before ``anchor`` and the ``after``
+    ones after it, with the anchor between them, oldest first (ties ordered by kind and id)."""
+    earlier: list[tuple[float, str, int]] = []
+    later: list[tuple[float, str, int]] = []
+    for kind in DOCUMENT_KINDS:
+        table, alias = _TABLES[kind][0], _ALIAS[kind]
+        base = (f"SELECT {alias}.created_at, {alias}.id FROM {table} {alias}"
+                f" JOIN sessions s ON s.id = {alias}.session_db_id WHERE {_PROJECT[kind]} = :project")
+        params = {"project": project, "moment": moment, "id": anchor[1] if kind == anchor[0] else -1,
+                  "before": before, "after": after}
+        earlier += [(at, kind, row_id) for at, row_id in connection.execute(
+            base + f" AND ({alias}.created_at < :moment OR ({alias}.created_at = :moment AND {alias}.id < :id))"
+            f" ORDER BY {alias}.created_at DESC, {alias}.id DESC LIMIT :before", params)]
+        later += [(at, kind, row_id) for at, row_id in connection.execute(
+            base + f" AND ({alias}.created_at > :moment OR ({alias}.created_at = :moment AND {alias}.id > :id"
+            f" AND :id >= 0)) ORDER BY {alias}.created_at, {alias}.id LIMIT :after", params)]
+    earlier = sorted(earlier)[-before:] if before else []
+    later = sorted(later)[:after]
+    return [(kind, row_id) for _, kind, row_id in earlier] + [anchor] + [(kind, row_id) for _, kind, row_id in later]
+
+
+# -- files ----------------------------------------------------------------------------------
+
+
+def file_memories(connection: apsw.Connection, project: str, path: str, *, exclude_session: str,
+                  limit: int) -> list[FileMemory]:
+    """The newest observations of ``project`` about ``path`` from other sessions than ``exclude_session``,
+    one per title, those that modified it first.
+
+    An observation the offline compressor made of a mere read ("Read src/app.py",
+    its line count) says nothing worth recalling and is left out; an LLM's
+    observation of a read (what was learned) is kept.
+    """
+    params: dict[str, Any] = {**file_params(path), "project": project, "session": exclude_session,
+                              "limit": limit * 4}
+    rows = connection.execute(
+        "SELECT o.id, s.claude_session_id, o.created_at, o.type, o.title, max(f.modified)"
+        " FROM observation_files f JOIN observations o ON o.id = f.observation_id"
+        " JOIN sessions s ON s.id = o.session_db_id"
+        f" WHERE {file_match('f')} AND o.project = :project AND s.claude_session_id != :session"
+        " GROUP BY o.id HAVING max(f.modified) = 1 OR o.type != 'discovery' OR o.compressor != 'offline'"
+        " ORDER BY o.id DESC LIMIT :limit", params)
+    seen: set[str] = set()
+    memories: list[FileMemory] = []
+    for row_id, session, at, type_, title, modified in rows:
+        if title in seen:
+            continue
+        seen.add(title)
+        memories.append(FileMemory(row_id, session, at, type_, title, bool(modified)))
+    memories.sort(key=lambda memory: (not memory.modified, -memory.id))
+    return memories[:limit]
