@@ -10,6 +10,9 @@ One entry for every stage (the stage is the first argument, else the payload's
   ``<task-notification>`` is not sent at all.
 - PostToolUse / PostToolUseFailure: the tool use (failures marked), private spans
   removed, long strings cut to head + tail so the request stays under the body limit.
+  When the worker's answer recalls past work on the file the tool touched, it is
+  printed as ``additionalContext`` for Claude (UserPromptSubmit likewise, when
+  prompt recall is on).
 - Stop: ``last_assistant_message`` from the payload (Claude Code >= 2.1.72), else the
   last turn read from the end of ``transcript_path``.
 - SubagentStop: the subagent's final report, as an observation (for a background
@@ -37,7 +40,7 @@ from sessionmem.protocol import fastjson
 from sessionmem.protocol.client import WorkerUnavailable, request
 from sessionmem.protocol.config import ClientConfig
 from sessionmem.protocol.datadir import private_umask, write_private
-from sessionmem.protocol.delivery import Patience, deliver
+from sessionmem.protocol.delivery import Outcome, Patience, deliver
 from sessionmem.protocol.privacy import strip_private
 from sessionmem.protocol.project import project_of
 from sessionmem.protocol.requests import api_call, encoded_call, is_internal_prompt, text_field
@@ -77,12 +80,31 @@ def _arm_deadline(seconds: float) -> None:
     _signal.setitimer(_signal.ITIMER_REAL, seconds)
 
 
-def _send(config: ClientConfig, method: str, path: str, encoded: bytes | None, log: _Log) -> None:
+def _send(config: ClientConfig, method: str, path: str, encoded: bytes | None, log: _Log) -> Outcome:
     outcome = deliver(config, method, path, encoded, patience=Patience.hook(config))
     if outcome.status == "spooled":
         log(f"{method} {path}: event spooled ({outcome.detail})")
     elif not outcome.delivered:
         log(f"{method} {path}: event {outcome.status} ({outcome.detail})")
+    return outcome
+
+
+# Stages whose answer may carry recalled memory (file recall, prompt recall) for Claude.
+RECALL_STAGES = ("PostToolUse", "UserPromptSubmit")
+
+
+def recalled(stage: str, outcome: Outcome) -> dict[str, Any] | None:
+    """The hook output handing the worker's recalled memory to Claude, if its answer has any."""
+    reply = outcome.reply
+    if not outcome.delivered or reply is None or b'"additionalContext"' not in reply.body:
+        return None  # the usual case, decided without parsing
+    try:
+        context = reply.json().get("additionalContext")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(context, str) or not context:
+        return None
+    return {"hookSpecificOutput": {"hookEventName": stage, "additionalContext": context}}
 
 
 def session_start(payload: dict[str, Any], project: str, config: ClientConfig, log: _Log) -> dict[str, Any] | None:
@@ -144,9 +166,10 @@ def handle(stage: str, payload: dict[str, Any], config: ClientConfig, log: _Log)
     # worker stores it once.
     call = encoded_call({**payload, "hook_event_name": stage}, project=project,
                         key=f"hook-{os.urandom(12).hex()}", cap=config.tool_response_cap)  # type: ignore[arg-type]
-    if call is not None:
-        _send(config, *call, log)
-    return None
+    if call is None:
+        return None
+    outcome = _send(config, *call, log)
+    return recalled(stage, outcome) if stage in RECALL_STAGES else None
 
 
 def main(argv: list[str] | None = None) -> int:

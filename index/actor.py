@@ -115,6 +115,7 @@ class VectorIndex:
         self._newest: dict[str, int] = {}
         self._state = IndexState.OFF if embedder.dimensions == 0 else IndexState.LOADING
         self._dirty = False
+        self._fresh_because = ""  # why the index was started empty (no file, a bad file)
         # statistics
         self._added = self._removed = self._queries = self._busy_queries = 0
         self._rebuilds = self._saves = self._failures = 0
@@ -139,6 +140,8 @@ class VectorIndex:
     def notify(self, *_: object) -> None:
         """Something was stored: look for new documents (never blocks, never fails)."""
         self._wake.set()
+        if self._state is IndexState.READY:
+            self._state = IndexState.CATCHING_UP  # until the new rows are read and embedded
 
     async def caught_up(self, *, poll_s: float = 0.02) -> None:
         """Wait until every document stored so far has its vector (tests, the bench)."""
@@ -200,10 +203,8 @@ class VectorIndex:
         dimensions, model_id = self._embedder.dimensions, self._embedder.model_id
         index, reason = await trio.to_thread.run_sync(HnswIndex.load, self._directory, dimensions, model_id)
         if index is None:
-            if reason != "no saved index":
-                log.warning("vector index: rebuilding (%s)", reason)
-                self._rebuilds += 1
-                self._last_rebuild_reason = reason
+            # Counted as a rebuild by the reconcile, if there is anything to embed again.
+            self._fresh_because = reason
             index = HnswIndex(dimensions, model_id)
             self._dirty = True
         self._index = index
@@ -252,7 +253,11 @@ class VectorIndex:
         missing = sorted((key_of(label) for label in wanted - live), key=lambda key: key[1], reverse=True)
         self._backlog.extend(missing)  # newest first
         self._newest = {kind: max(stored.get(kind) or [0]) for kind in DOCUMENT_KINDS}
-        if missing:
+        if missing and self._fresh_because:
+            self._rebuilds += 1
+            self._last_rebuild_reason = self._fresh_because
+            log.warning("vector index: rebuilding, %d document(s) to embed (%s)", len(missing), self._fresh_because)
+        elif missing:
             log.info("vector index: %d stored document(s) to embed", len(missing))
 
     async def _queue_new(self) -> None:

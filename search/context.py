@@ -7,9 +7,11 @@ within the token budget.
   latest when a session is cleared, compacted or resumed, or a text the caller gives),
   the project's observations are ranked by closeness to it: the prompt's own stored
   vector when it has one (no embedding at request time), else the text embedded (a few
-  ms), else full-text search when vectors are off. That ranking is fused with recency
-  (reciprocal rank, recency weighing less), so among equally relevant memories the
-  newer comes first. Without a focus: the most recent.
+  ms), else full-text search when vectors are off. A small recency bonus
+  (:data:`RECENCY_WEIGHT`) orders memories about as relevant, newer first. Without a
+  focus: the most recent.
+- **Telling first.** What the offline compressor made of a mere look (a read, a
+  search: where Claude looked, not what it learned) comes after everything else.
 - **Collapsed.** The same action on the same file (``Read src/app.py`` five times, or
   three edits of it) is one line with its ids and a count.
 - **Grouped** by session, each under its first prompt, the sessions holding the best
@@ -32,17 +34,20 @@ from sessionmem.index.actor import VectorIndex
 from sessionmem.records import (
     OBSERVATION,
     PROMPT,
+    FileMemory,
     ObservationRow,
     RankedKey,
     SearchFilters,
     SessionRow,
     SummaryRow,
 )
-from sessionmem.search.hybrid import fuse
 from sessionmem.storage.base import Store
 
 CANDIDATES = 200  # recent observations considered, and nearest vectors asked for
-RECENCY_WEIGHT = 0.5  # against 1.0 for relevance in the fusion
+# Relevance is in [0, 1] (cosine similarity, or bm25 relative to the best match);
+# recency adds up to this much (the newest of the recent candidates most): among
+# memories about as relevant, the newer first, but never a newer one that is unrelated.
+RECENCY_WEIGHT = 0.1
 EARLIER_SESSIONS = 5
 _COUNTS = re.compile(r"\s*\((?:-\d+ \+\d+|\d+) lines?\)$")
 _DULL_FACT = re.compile(r"^(command: |exit status 0$|\S+ has \d+ lines$|\d+ lines read$|\d+ match)")
@@ -76,11 +81,21 @@ class ContextPlan(msgspec.Struct, frozen=True):
         return sum(len(line.ids) for group in self.groups for line in group.lines)
 
 
+# What the offline compressor makes of a look (a read, a search) says where Claude
+# looked, not what it learned: such lines go after the others.
+_LOOKS = ("Read", "Grep", "Glob", "LS")
+
+
+def is_bare(row: ObservationRow) -> bool:
+    return row.compressor == "offline" and row.type == "discovery" and row.tool_name in _LOOKS
+
+
 def collapse_key(row: ObservationRow) -> tuple[str, str]:
     return row.type if row.type != "failure" else f"failure-{row.id}", _COUNTS.sub("", row.title)
 
 
-def telling_fact(row: ObservationRow) -> str:
+def telling_fact(row: ObservationRow | FileMemory) -> str:
+    """The fact of an observation most worth a line: not the command echoed, not a line count."""
     for fact in row.facts:
         if not _DULL_FACT.match(fact):
             return fact
@@ -104,14 +119,14 @@ class ContextPlanner:
         if focus and recent:
             relevant, ranking = await self._relevant(project, focus, focus_prompt_id)
             if relevant:
-                by_recency = [RankedKey(OBSERVATION, row.id, 0.0) for row in recent]
-                fused = fuse(relevant, by_recency, (1.0, RECENCY_WEIGHT))[: self._observations]
+                best = ranked(relevant, recent)[: self._observations]
                 known = {row.id: row for row in recent}
-                missing = [row_id for _, row_id, _ in fused if row_id not in known]
-                known.update({row.id: row for row in await self._store.observations_by_ids(missing)})
-                rows = [known[row_id] for _, row_id, _ in fused if row_id in known]
+                known.update({row.id: row for row in
+                              await self._store.observations_by_ids([i for i in best if i not in known])})
+                rows = [known[row_id] for row_id in best if row_id in known]
             else:
                 ranking = "recency"
+        rows = [row for row in rows if not is_bare(row)] + [row for row in rows if is_bare(row)]
         sessions = {row.claude_session_id: row for row in
                     await self._store.list_sessions(project=project, limit=100, offset=0)}
         return ContextPlan(project, summaries[0] if summaries else None, focus if ranking != "recency" else "",
@@ -134,6 +149,16 @@ class ContextPlanner:
                 if found:
                     return found, "meaning"
         return await self._store.search_text(focus, filters, CANDIDATES // 4), "words"
+
+
+def ranked(relevant: list[RankedKey], recent: list[ObservationRow]) -> list[int]:
+    """Observation ids, best first: relevance (normalized to [0, 1]) plus a small recency bonus."""
+    top = max((key.score for key in relevant), default=0.0)
+    relevance = {key.row_id: key.score / top for key in relevant} if top > 0 else {}
+    recency = {row.id: 1.0 - rank / len(recent) for rank, row in enumerate(recent)}
+    scores = {row_id: relevance.get(row_id, 0.0) + RECENCY_WEIGHT * recency.get(row_id, 0.0)
+              for row_id in relevance.keys() | recency.keys()}
+    return sorted(scores, key=lambda row_id: scores[row_id], reverse=True)
 
 
 def group(rows: list[ObservationRow], sessions: dict[str, SessionRow]) -> list[SessionGroup]:

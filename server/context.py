@@ -6,21 +6,18 @@ Output stays within a token budget (estimated at four characters a token), fille
 this order: the latest session's summary, the chosen memories (best session first),
 then one line for each earlier session; what does not fit is left out whole.
 
-Stored text is untrusted (it came from tool output, web pages, files): every field
-printed here is neutralized (:func:`neutral`) -- our tags in any spelling are removed,
-so nothing can close the wrapper early and speak outside it, and control and
-bidirectional-override characters are dropped, so nothing hides or reorders what a
-reader of the context sees.
+Stored text is untrusted: every field printed here is neutralized
+(:func:`sessionmem.search.safe_text.neutral`).
 """
 
 from __future__ import annotations
 
-import re
 import time
 
-from sessionmem.protocol.privacy import CONTEXT_TAG, strip_private
+from sessionmem.protocol.privacy import CONTEXT_TAG
 from sessionmem.records import SummaryRow
 from sessionmem.search.context import ContextLine, ContextPlan, SessionGroup
+from sessionmem.search.safe_text import one_line
 
 CHARS_PER_TOKEN = 4
 EARLIER_SHARE = 0.2  # of the budget kept for earlier sessions' one-liners, when there are some
@@ -34,21 +31,6 @@ def estimate_tokens(text: str) -> int:
 
 def _when(timestamp: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp))
-
-
-# C0 and C1 controls (whitespace aside), and the characters that reorder or hide text:
-# bidirectional embeddings, overrides and isolates, marks, and zero-width joiners.
-_INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
-
-
-def neutral(text: str) -> str:
-    """Stored text made safe to print inside the wrapper (see the module docstring)."""
-    return strip_private(_INVISIBLE.sub("", str(text)))
-
-
-def one_line(text: str, limit: int) -> str:
-    text = " ".join(neutral(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _ids(ids: list[int]) -> str:
@@ -127,13 +109,12 @@ def render_context(plan: ContextPlan, *, token_budget: int) -> tuple[str, int]:
                         break
                     body.append(text)
                     named += len(line.ids)
-            body.append("")
     budget.left += reserve
-    kept_earlier = earlier[:1] if earlier and budget.take(earlier[:1]) else []
+    kept_earlier = ["", *earlier[:1]] if earlier and budget.take(earlier[:1]) else []
     for line in earlier[1:] if kept_earlier else []:
         if not budget.take([line]):
             break
         kept_earlier.append(line)
-    if len(kept_earlier) <= 1:
+    if len(kept_earlier) <= 2:  # a heading alone says nothing
         kept_earlier = []
     return "\n".join(head + summary + body + kept_earlier + tail), named

@@ -36,6 +36,7 @@ from sessionmem.server.redaction import Redactor
 if TYPE_CHECKING:
     from sessionmem.actors.router import SessionRouter
     from sessionmem.config import Settings
+    from sessionmem.search.recall import Recall
     from sessionmem.storage.base import Store
 
 _encode = msgspec.json.Encoder().encode  # the same compact JSON, and size, as clients measure
@@ -127,27 +128,41 @@ class Ingestor:
         routes.COMPLETE: CompleteRequest,
     }
 
-    def __init__(self, settings: Settings, store: Store, router: SessionRouter, redactor: Redactor) -> None:
+    def __init__(self, settings: Settings, store: Store, router: SessionRouter, redactor: Redactor, *,
+                 recall: Recall | None = None) -> None:
         self._settings = settings
         self._store = store
         self._router = router
+        self._recall = recall
         self._clean = EdgeCleaner(settings.tool_response_cap, redactor)
 
     @property
     def redactor(self) -> Redactor:
         return self._clean.redactor
 
-    async def prompt(self, payload: InitRequest) -> tuple[int, IngestReply]:
+    async def prompt(self, payload: InitRequest, *, recall: bool = True) -> tuple[int, IngestReply]:
         event = init_event(payload, self._clean)
         with self._router.reservation(event.claude_session_id):
             accepted = await self._store.accept_init(event, self._router.deliver)
+        recalled = ""
+        if recall and self._recall is not None and self._settings.prompt_recall and not accepted.skipped \
+                and not accepted.duplicate:
+            recalled = await self._recall.for_prompt(event.project, event.claude_session_id, event.prompt)
         return 200, PromptAccepted(accepted.session_db_id, accepted.prompt_number, accepted.skipped,
-                                   accepted.reason or None, accepted.duplicate)
+                                   accepted.reason or None, accepted.duplicate, recalled)
 
-    async def observation(self, payload: ObservationRequest) -> tuple[int, IngestReply]:
+    async def observation(self, payload: ObservationRequest, *, recall: bool = True) -> tuple[int, IngestReply]:
         if payload.tool_name in self._settings.skip_tools:
             return 200, ToolSkipped(f"{payload.tool_name} is on the skip list")
-        return await self._accept(observation_event(payload, self._clean))
+        event = observation_event(payload, self._clean)
+        status, reply = await self._accept(event)
+        if recall and self._recall is not None and self._settings.file_recall and reply.status == "accepted" \
+                and not event.failed:
+            recalled = await self._recall.for_file(event.project, event.claude_session_id, event.tool_name,
+                                                   event.tool_input)
+            if recalled:
+                reply = msgspec.structs.replace(reply, additional_context=recalled)
+        return status, reply
 
     async def summarize(self, payload: SummarizeRequest) -> tuple[int, IngestReply]:
         return await self._accept(summarize_event(payload, self._clean))
@@ -155,21 +170,24 @@ class Ingestor:
     async def complete(self, payload: CompleteRequest) -> tuple[int, IngestReply]:
         return await self._accept(complete_event(payload, self._clean))
 
-    async def by_path(self, path: str, body: bytes) -> tuple[int, IngestReply]:
-        """The same as POSTing ``body`` to ``path`` (the fast path and the spool import use it)."""
+    async def by_path(self, path: str, body: bytes, *, recall: bool = True) -> tuple[int, IngestReply]:
+        """The same as POSTing ``body`` to ``path`` (the fast path and the spool import use it).
+
+        ``recall``: whether the reply may carry recalled memory (nobody reads a spool import's).
+        """
         kind = self.PATHS.get(path)
         if kind is None:
             raise BadRequest(f"not an ingest route: {path}")
         payload = decode(body, kind)
         if isinstance(payload, InitRequest):
-            return await self.prompt(payload)
+            return await self.prompt(payload, recall=recall)
         if isinstance(payload, ObservationRequest):
-            return await self.observation(payload)
+            return await self.observation(payload, recall=recall)
         if isinstance(payload, SummarizeRequest):
             return await self.summarize(payload)
         return await self.complete(payload)  # type: ignore[arg-type]
 
-    async def _accept(self, event: ObservationEvent | SummarizeEvent | CompleteEvent) -> tuple[int, IngestReply]:
+    async def _accept(self, event: ObservationEvent | SummarizeEvent | CompleteEvent) -> tuple[int, EventAccepted]:
         with self._router.reservation(event.claude_session_id):
             accepted = await self._store.accept_event(event, self._router.deliver)
         status = "duplicate" if accepted.duplicate else "parked" if accepted.parked else "accepted"

@@ -72,7 +72,7 @@ T = TypeVar("T")
 # -- replies ------------------------------------------------------------------------------
 
 
-class PromptAccepted(msgspec.Struct, frozen=True):
+class PromptAccepted(msgspec.Struct, frozen=True, omit_defaults=True):
     """``POST /api/sessions/init``: the prompt is stored (or why it was not)."""
 
     session_db_id: int
@@ -80,15 +80,17 @@ class PromptAccepted(msgspec.Struct, frozen=True):
     skipped: bool
     reason: str | None
     duplicate: bool  # an event with the same idempotency key was accepted before
+    additional_context: str = ""  # past work relevant to the prompt (prompt recall, opt-in), for Claude
 
 
-class EventAccepted(msgspec.Struct, frozen=True):
+class EventAccepted(msgspec.Struct, frozen=True, omit_defaults=True):
     """The other ingest routes: the event is journaled (202)."""
 
     status: str  # accepted | duplicate | parked (its session failed: kept, not processed)
     event_id: int
     session_db_id: int
     prompt_number: int
+    additional_context: str = ""  # past work on the file the tool touched (file recall), for Claude
 
     @property
     def duplicate(self) -> bool:

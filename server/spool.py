@@ -105,7 +105,7 @@ class SpoolImporter:
         give_up_at = trio.current_time() + BLOCKED_WAIT_S
         while True:
             try:
-                _, reply = await self._ingestor.by_path(path, body)
+                _, reply = await self._ingestor.by_path(path, body, recall=False)
                 break
             except MailboxFull:
                 if trio.current_time() >= give_up_at:

@@ -1,4 +1,5 @@
-"""``sessionmem`` command line: serve, status, stop, replay, backfill, install, uninstall, doctor.
+"""``sessionmem`` command line: serve, status, stop, replay, backfill, install, uninstall, doctor, open;
+search and show (:mod:`sessionmem.search_cli`).
 
 The client commands (status, stop, replay, doctor) talk to the worker the way every
 client does (:mod:`sessionmem.protocol`: its state file, its HTTP client, its one
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sessionmem import search_cli
 from sessionmem.config import Settings, SettingsError, load_settings
 from sessionmem.protocol import routes
 from sessionmem.protocol.config import DATA_DIR_ENV, ClientConfig
@@ -411,6 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="check worker, hook wiring, data dir and compressor")
     common(doctor)
     doctor.set_defaults(fn=cmd_doctor)
+    search_cli.add_commands(sub, common, _client)
     return parser
 
 

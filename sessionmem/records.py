@@ -220,4 +220,6 @@ class FileMemory(msgspec.Struct, frozen=True):
     created_at: float
     type: str
     title: str
+    subtitle: str
+    facts: list[str]
     modified: bool  # the file was modified (not only read)

@@ -58,6 +58,7 @@ from sessionmem.protocol.state import (
 )
 from sessionmem.search.context import ContextPlanner
 from sessionmem.search.hybrid import SearchService
+from sessionmem.search.recall import Recall
 from sessionmem.server.app import create_app
 from sessionmem.server.guard import AccessGuard, is_loopback
 from sessionmem.server.http_server import ConnectionPool, connection_limit
@@ -274,15 +275,16 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
                                  transient=(StorageUnavailable,), clock=clock)
     router = SessionRouter(supervisor, mailbox_size=settings.mailbox_size, restart_policy=policy)
     redactor = Redactor(enabled=settings.redact_secrets, extra_patterns=settings.redact_patterns)
-    ingestor = Ingestor(settings, store, router, redactor)
+    search = SearchService(store, index, embedder)
+    recall = Recall(store, search, file_max=settings.file_recall_max, prompt_max=settings.prompt_recall_max)
+    ingestor = Ingestor(settings, store, router, redactor, recall=recall)
     guard = AccessGuard(token=token, port=settings.port,
                         extra_host="" if is_loopback(settings.host) else settings.host)
     pool = ConnectionPool(max_connections=connection_limit(settings.max_connections),
                           request_timeout_s=settings.request_timeout_s)
     return Services(settings, status, store, router, supervisor, compressor, broadcaster, ingestor,
                     SpoolImporter(ingestor, settings.data_dir), guard, pool, embedder, index,
-                    SearchService(store, index, embedder),
-                    ContextPlanner(store, index, embedder, observations=settings.context_observations))
+                    search, ContextPlanner(store, index, embedder, observations=settings.context_observations))
 
 
 async def _warm_up(compressor: Compressor, redactor: Redactor, embedder: EmbedderService) -> None:

@@ -63,11 +63,10 @@ class Checkpointer:
     async def run(self, *, close_timeout_s: float = 5.0,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Checkpoint whenever the WAL passes the threshold, until cancelled."""
-        connection = await trio.to_thread.run_sync(apsw.Connection, str(self._path))
+        task_status.started()
+        connection = await self._connect()
         limiter = trio.CapacityLimiter(1)
         try:
-            await trio.to_thread.run_sync(connection.set_busy_timeout, 0)
-            task_status.started()
             while True:
                 await trio.sleep(INTERVAL_S)
                 self._wal_bytes = await trio.to_thread.run_sync(_wal_bytes, self._path, limiter=limiter)
@@ -75,8 +74,7 @@ class Checkpointer:
                     try:
                         await self._checkpoint(connection, limiter)
                     except apsw.Error as exc:  # a full disk, say: the WAL just grows until the next try
-                        self._failures += 1
-                        self._last_error = f"{type(exc).__name__}: {exc}"[:300]
+                        self._failed(exc)
         finally:
             with trio.move_on_after(close_timeout_s, shield=True):
                 try:
@@ -84,6 +82,24 @@ class Checkpointer:
                 except apsw.Error:
                     pass  # the next start checkpoints
                 await trio.to_thread.run_sync(connection.close)
+
+    async def _connect(self) -> apsw.Connection:
+        """Its own connection; while the database cannot be opened (a full disk), it tries again later."""
+        def connect() -> apsw.Connection:
+            connection = apsw.Connection(str(self._path))
+            connection.set_busy_timeout(0)
+            return connection
+
+        while True:
+            try:
+                return await trio.to_thread.run_sync(connect)
+            except apsw.Error as exc:
+                self._failed(exc)
+            await trio.sleep(INTERVAL_S)
+
+    def _failed(self, exc: apsw.Error) -> None:
+        self._failures += 1
+        self._last_error = f"{type(exc).__name__}: {exc}"[:300]
 
     async def _checkpoint(self, connection: apsw.Connection, limiter: trio.CapacityLimiter) -> None:
         _, self._last_pages = await trio.to_thread.run_sync(_checkpoint, connection, limiter=limiter)

@@ -186,7 +186,9 @@ def _card(kind: str, row: tuple[Any, ...]) -> DocumentCard:
     row_id, session, project, prompt_number, created_at = row[:5]
     if kind == OBSERVATION:
         type_, title, subtitle, narrative, facts, files_read, files_modified = row[5:]
-        body = " ".join(part for part in (subtitle, narrative, *_json_list.decode(facts)) if part)
+        # The offline compressor's narrative repeats the prompt its subtitle holds: say it once.
+        lead = (subtitle,) if subtitle and subtitle not in narrative else ()
+        body = " ".join(part for part in (*lead, narrative, *_json_list.decode(facts)) if part)
         files = list(dict.fromkeys(_json_list.decode(files_modified) + _json_list.decode(files_read)))
         return DocumentCard(kind, row_id, session, project, prompt_number, created_at, type_, title, body, files)
     if kind == SUMMARY:
@@ -294,7 +296,7 @@ def file_memories(connection: apsw.Connection, project: str, path: str, *, exclu
     params: dict[str, Any] = {**file_params(path), "project": project, "session": exclude_session,
                               "limit": limit * 4}
     rows = connection.execute(
-        "SELECT o.id, s.claude_session_id, o.created_at, o.type, o.title, max(f.modified)"
+        "SELECT o.id, s.claude_session_id, o.created_at, o.type, o.title, o.subtitle, o.facts, max(f.modified)"
         " FROM observation_files f JOIN observations o ON o.id = f.observation_id"
         " JOIN sessions s ON s.id = o.session_db_id"
         f" WHERE {file_match('f')} AND o.project = :project AND s.claude_session_id != :session"
@@ -302,10 +304,11 @@ def file_memories(connection: apsw.Connection, project: str, path: str, *, exclu
         " ORDER BY o.id DESC LIMIT :limit", params)
     seen: set[str] = set()
     memories: list[FileMemory] = []
-    for row_id, session, at, type_, title, modified in rows:
+    for row_id, session, at, type_, title, subtitle, facts, modified in rows:
         if title in seen:
             continue
         seen.add(title)
-        memories.append(FileMemory(row_id, session, at, type_, title, bool(modified)))
+        memories.append(FileMemory(row_id, session, at, type_, title, subtitle, _json_list.decode(facts),
+                                   bool(modified)))
     memories.sort(key=lambda memory: (not memory.modified, -memory.id))
     return memories[:limit]

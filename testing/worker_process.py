@@ -72,6 +72,14 @@ class WorkerClient:
                 raise TimeoutError(f"condition not met within {timeout}s")
             time.sleep(interval)
 
+    def wait_indexed(self, *, timeout: float = 60.0) -> dict[str, Any]:
+        """Wait until every stored document has its vector (or vectors are off); returns ``/debug``."""
+        def indexed() -> dict[str, Any] | None:
+            debug = self.get(routes.DEBUG)
+            index = debug["index"]
+            return debug if index["state"] in ("ready", "off") and index["pending"] == 0 else None
+        return self.wait_until(indexed, timeout=timeout)
+
     def wait_idle(self, *, timeout: float = 30.0) -> dict[str, Any]:
         """Wait until the journal has nothing pending and no actor holds work."""
         def idle() -> dict[str, Any] | None:

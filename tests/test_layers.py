@@ -84,3 +84,26 @@ def test_a_hook_process_loads_only_the_standard_library_and_the_protocol() -> No
     assert ours and all(m.startswith(HOOK_IMPORTS_PREFIXES) for m in ours), ours
     # What costs a hook milliseconds stays out of its hot path.
     assert not {"typing", "json", "re", "socket", "http", "email", "enum", "msgspec", "trio"} & set(loaded), loaded
+
+
+def _our_top_level_modules(config: dict) -> set[str]:
+    names = {name for name in config["tool"]["setuptools"]["package-dir"] if name.count(".") == 1}
+    names |= {f"sessionmem.{path.stem}" for path in (REPO / "sessionmem").glob("*.py")
+              if path.stem not in ("__init__", "__main__")}
+    names |= {f"sessionmem.{path.parent.name}" for path in (REPO / "sessionmem").glob("*/__init__.py")}
+    return names
+
+
+def test_every_module_of_ours_is_placed_by_the_contracts() -> None:
+    """A new top-level module cannot slip past the layers: each one is forbidden to the protocol and
+    the hooks, and stands in a layer (the lists are written out in pyproject.toml, so this keeps them whole)."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    contracts = {contract["name"]: contract for contract in config["tool"]["importlinter"]["contracts"]}
+    ours = _our_top_level_modules(config)
+    assert {"sessionmem.protocol", "sessionmem.search", "sessionmem.index", "sessionmem.cli"} <= ours
+    protocol = contracts["The protocol package imports nothing of ours and only the standard library"]
+    hooks = contracts["Hooks import only the protocol package and the standard library"]
+    assert ours - {"sessionmem.protocol"} - set(protocol["forbidden_modules"]) == set()
+    assert ours - {"sessionmem.protocol", "sessionmem.hooks"} - set(hooks["forbidden_modules"]) == set()
+    layered = {name.strip() for layer in contracts["Layers, from the top"]["layers"] for name in layer.split("|")}
+    assert ours - {"sessionmem.hooks"} - layered == set()

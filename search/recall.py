@@ -1,0 +1,122 @@
+"""Memory that arrives on its own while Claude works: about a file it touches, about a prompt.
+
+- **File-aware recall** (:meth:`Recall.for_file`, on by default: ``file_recall``): when a
+  tool reads or edits a file, the few most telling past observations about that file
+  from *other* sessions (edits first, then failures and decisions; an offline
+  compressor's bare "Read x" says nothing and is left out). The answer to the hook's
+  own request carries them, and the hook hands them to Claude as ``additionalContext``
+  -- no request of its own, so it costs the hook nothing when there is nothing to say.
+- **Prompt recall** (:meth:`Recall.for_prompt`, opt-in: ``prompt_recall``): the few
+  past observations and summaries most relevant to a new prompt (hybrid search),
+  within :data:`PROMPT_RECALL_BUDGET_S`, else nothing.
+
+Within a session each memory is recalled once: what Claude was already told is not
+told again (bounded: the newest :data:`SESSIONS_TRACKED` sessions are remembered).
+
+Everything printed is neutralized like the SessionStart context and wrapped in the
+same tag, which the worker strips from whatever it ingests.
+
+Error handling:
+    Recall is a courtesy: any failure (storage, embedding, a timeout) is logged and
+    means no recall; the event itself is already journaled by then.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+
+import trio
+
+from sessionmem.logs import log_exception
+from sessionmem.records import OBSERVATION, SUMMARY, SearchFilters
+from sessionmem.search.context import telling_fact
+from sessionmem.search.hybrid import SearchService
+from sessionmem.search.safe_text import one_line, wrap
+from sessionmem.storage.base import Store
+
+log = logging.getLogger(__name__)
+
+# Tools whose input names the one file they touched, and the field that names it.
+FILE_TOOLS = {"Read": "file_path", "Edit": "file_path", "MultiEdit": "file_path", "Write": "file_path",
+              "NotebookEdit": "notebook_path"}
+SESSIONS_TRACKED = 1000
+RECALLED_PER_SESSION = 500
+PROMPT_RECALL_BUDGET_S = 0.5
+
+
+def _when(timestamp: float) -> str:
+    return time.strftime("%Y-%m-%d", time.localtime(timestamp))
+
+
+class Recall:
+    def __init__(self, store: Store, search: SearchService, *, file_max: int = 3, prompt_max: int = 3) -> None:
+        self._store = store
+        self._search = search
+        self._file_max = file_max
+        self._prompt_max = prompt_max
+        self._recalled: OrderedDict[str, set[int]] = OrderedDict()
+        self.file_recalls = 0
+        self.prompt_recalls = 0
+
+    def _unseen(self, claude_session_id: str, ids: list[int]) -> list[int]:
+        seen = self._recalled.setdefault(claude_session_id, set())
+        self._recalled.move_to_end(claude_session_id)
+        while len(self._recalled) > SESSIONS_TRACKED:
+            self._recalled.popitem(last=False)
+        fresh = [i for i in ids if i not in seen]
+        if len(seen) + len(fresh) <= RECALLED_PER_SESSION:
+            seen.update(fresh)
+        return fresh
+
+    async def for_file(self, project: str, claude_session_id: str, tool_name: str, tool_input: object) -> str:
+        """The ``additionalContext`` for a tool use of a file, or ``""``."""
+        field = FILE_TOOLS.get(tool_name)
+        path = tool_input.get(field) if field and isinstance(tool_input, dict) else None
+        if not isinstance(path, str) or not path.strip():
+            return ""
+        try:
+            memories = await self._store.file_memories(project, path, exclude_session=claude_session_id,
+                                                      limit=self._file_max * 2)
+        except Exception as exc:
+            log_exception(log, "file recall failed", exc)
+            return ""
+        fresh = set(self._unseen(claude_session_id, [memory.id for memory in memories]))
+        chosen = [memory for memory in memories if memory.id in fresh][: self._file_max]
+        if not chosen:
+            return ""
+        self.file_recalls += 1
+        lines = [f"Memory of {one_line(path, 300)} from earlier sessions (sessionmem):"]
+        for memory in chosen:
+            fact = telling_fact(memory)
+            lines.append(f"- #{memory.id} ({_when(memory.created_at)}) {memory.type}: {one_line(memory.title, 120)}"
+                         + (f" — {one_line(fact, 160)}" if fact else ""))
+        return wrap(lines)
+
+    async def for_prompt(self, project: str, claude_session_id: str, prompt: str) -> str:
+        """The ``additionalContext`` for a new prompt, or ``""`` (nothing relevant, or not in time)."""
+        if not prompt.strip():
+            return ""
+        results = None
+        try:
+            with trio.move_on_after(PROMPT_RECALL_BUDGET_S):
+                results = await self._search.search(
+                    prompt, SearchFilters(project=project, kinds=(OBSERVATION, SUMMARY)),
+                    limit=self._prompt_max * 3)
+        except Exception as exc:
+            log_exception(log, "prompt recall failed", exc)
+        if results is None:
+            return ""
+        others = [result for result in results.results if result.claude_session_id != claude_session_id]
+        fresh = set(self._unseen(claude_session_id, [result.id for result in others if result.kind == OBSERVATION]))
+        chosen = [result for result in others if result.kind != OBSERVATION or result.id in fresh][: self._prompt_max]
+        if not chosen:
+            return ""
+        self.prompt_recalls += 1
+        lines = ["Past work that may be relevant to this prompt (sessionmem):"]
+        for result in chosen:
+            label = f"#{result.id}" if result.kind == OBSERVATION else f"summary {result.id}"
+            detail = f" — {one_line(result.snippet, 200)}" if result.snippet and result.snippet != result.title else ""
+            lines.append(f"- {label} ({_when(result.created_at)}) {result.type}: {one_line(result.title, 120)}{detail}")
+        return wrap(lines)

@@ -1,0 +1,35 @@
+"""Stored text made safe to hand to an agent inside ``<sessionmem-context>``.
+
+Stored text is untrusted (it came from tool output, web pages, files). Every field put
+into injected context goes through :func:`neutral`: our tags in any spelling are
+removed, so nothing can close the wrapper early and speak outside it, and control and
+bidirectional-override characters are dropped, so nothing hides or reorders what a
+reader sees. :func:`wrap` adds the wrapper, which the worker strips from whatever it
+ingests, so injected memory is never stored again as new memory.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sessionmem.protocol.privacy import CONTEXT_TAG, strip_private
+
+# C0 and C1 controls (whitespace aside), and the characters that reorder or hide text:
+# bidirectional embeddings, overrides and isolates, marks, and zero-width joiners.
+_INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+
+
+def neutral(text: str) -> str:
+    """Stored text made safe to print inside the wrapper (see the module docstring)."""
+    return strip_private(_INVISIBLE.sub("", str(text)))
+
+
+def one_line(text: str, limit: int) -> str:
+    """:func:`neutral` text on one line, cut to ``limit`` characters."""
+    text = " ".join(neutral(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def wrap(lines: list[str]) -> str:
+    """``lines`` (already neutral) inside the context wrapper."""
+    return "\n".join([f"<{CONTEXT_TAG}>", *lines, f"</{CONTEXT_TAG}>"])

@@ -1,0 +1,140 @@
+"""``sessionmem search`` and ``sessionmem show``: memory from a terminal.
+
+Both ask the running worker (``GET /api/search``, ``POST /api/observations/batch``)
+like every client, with the install's token; standard library only. ``--json``
+prints the worker's answer as it is, for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+from urllib.parse import urlencode
+
+from sessionmem.protocol import routes
+from sessionmem.protocol.config import ClientConfig
+from sessionmem.protocol.delivery import Patience, deliver
+from sessionmem.protocol.project import project_of
+
+# The first search after a start may load the embedding model (~0.3 s); a page of
+# results is otherwise a few milliseconds.
+READ = Patience(15.0, 15.0, retry_failures=False)
+WIDTH = 100
+
+
+def _ask(config: ClientConfig, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    outcome = deliver(config, method, path, json.dumps(body).encode() if body is not None else None, patience=READ)
+    if outcome.reply is None:
+        raise ConnectionError(f"the worker on {config.host}:{config.worker_port()} did not answer ({outcome.detail}); "
+                              f"is it running? (`sessionmem serve`, or start Claude Code)")
+    try:
+        return outcome.reply.status, outcome.reply.json()
+    except ValueError:
+        raise ConnectionError(f"not a sessionmem answer: HTTP {outcome.reply.status}") from None
+
+
+def _fail(status: int, answer: Any) -> int:
+    message = answer.get("error", answer) if isinstance(answer, dict) else answer
+    print(f"sessionmem: {message} (HTTP {status})", file=sys.stderr)
+    return 2 if 400 <= status < 500 else 1
+
+
+def _date(timestamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp))
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
+    query: dict[str, Any] = {"q": args.query, "mode": args.mode, "limit": args.limit}
+    project = project_of(os.getcwd()) if args.project == "." else args.project
+    for name, value in (("project", project), ("type", args.type), ("since", args.since), ("until", args.until),
+                        ("file", args.file), ("kind", args.kind)):
+        if value:
+            query[name] = value
+    try:
+        status, answer = _ask(config, "GET", f"{routes.SEARCH}?{urlencode(query)}")
+    except ConnectionError as exc:
+        print(f"sessionmem: {exc}", file=sys.stderr)
+        return 1
+    if status != 200:
+        return _fail(status, answer)
+    if args.json:
+        print(json.dumps(answer, indent=2, ensure_ascii=False))
+        return 0
+    results = answer["results"]
+    vectors = "" if answer["vectors"] in ("used", "not asked") else f" (vectors {answer['vectors']}: words only)"
+    print(f"{len(results)} result(s) for {args.query!r}, {answer['mode']}{vectors}")
+    for result in results:
+        label = f"#{result['id']}" if result["kind"] == "observation" else f"{result['kind']} {result['id']}"
+        found = "+".join(result["matchedBy"])
+        print(f"\n{label:>10}  {_date(result['createdAt'])}  {result['project']}  {result['type']}  [{found}]")
+        print(f"{'':>10}  {_clip(result['title'], WIDTH)}")
+        if result["snippet"] and result["snippet"] != result["title"]:
+            print(f"{'':>10}  {_clip(result['snippet'], WIDTH)}")
+    if answer["more"]:
+        print(f"\nmore with --limit {args.limit * 2}")
+    if results:
+        print("\nfull records: sessionmem show " + " ".join(
+            str(r["id"]) for r in results[:5] if r["kind"] == "observation"))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, config: ClientConfig) -> int:
+    try:
+        status, answer = _ask(config, "POST", routes.OBSERVATION_BATCH, {"ids": args.ids})
+    except ConnectionError as exc:
+        print(f"sessionmem: {exc}", file=sys.stderr)
+        return 1
+    if status != 200:
+        return _fail(status, answer)
+    if args.json:
+        print(json.dumps(answer, indent=2, ensure_ascii=False))
+        return 0 if not answer["missing"] else 1
+    for row in answer["observations"]:
+        print(f"#{row['id']}  {_date(row['createdAt'])}  {row['project']}  session {row['claudeSessionId']}"
+              f"  prompt {row['promptNumber']}")
+        print(f"  {row['type']}: {row['title']}  ({row['toolName']}, {row['compressor']})")
+        for label, value in (("subtitle", row["subtitle"]), ("narrative", row["narrative"])):
+            if value:
+                print(f"  {label}: {value}")
+        for fact in row["facts"]:
+            print(f"  - {fact}")
+        for label in ("filesRead", "filesModified", "concepts"):
+            if row[label]:
+                print(f"  {label}: {', '.join(row[label])}")
+        print()
+    if answer["missing"]:
+        print(f"no observation with id {', '.join(map(str, answer['missing']))}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_commands(sub: Any, common: Any, client: Any) -> None:
+    """Register ``search`` and ``show`` (``client(args)`` gives the command's ClientConfig)."""
+    search = sub.add_parser("search", help="search memory: by words, by meaning, or both")
+    common(search)
+    search.add_argument("query", help="what to look for (plain words; no query syntax)")
+    search.add_argument("--project", help="one project (`.`: the current directory's); default all")
+    search.add_argument("--mode", choices=("hybrid", "fts", "vector"), default="hybrid",
+                        help="hybrid (default): words and meaning; fts: words; vector: meaning")
+    search.add_argument("--type", help="observation types, comma-separated (bugfix, feature, discovery, ...)")
+    search.add_argument("--kind", help="observation, summary, prompt (comma-separated)")
+    search.add_argument("--since", help="a date (2026-11-01), Unix seconds or an age (12h, 7d)")
+    search.add_argument("--until", help="likewise")
+    search.add_argument("--file", help="observations that read or modified this file (a path or its end)")
+    search.add_argument("--limit", type=int, default=10, help="results (1-100, default 10)")
+    search.add_argument("--json", action="store_true", help="the worker's JSON answer")
+    search.set_defaults(fn=lambda args: cmd_search(args, client(args)))
+    show = sub.add_parser("show", help="full records of observations by id")
+    common(show)
+    show.add_argument("ids", nargs="+", type=int, help="observation ids (#123 in the context: 123)")
+    show.add_argument("--json", action="store_true", help="the worker's JSON answer")
+    show.set_defaults(fn=lambda args: cmd_show(args, client(args)))

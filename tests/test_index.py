@@ -1,0 +1,172 @@
+"""The vector index: hnswlib's file and its rules (hnsw.py), and the actor that keeps it in step with SQLite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import trio
+
+from sessionmem.index.hnsw import DESCRIPTION_FILE, INDEX_FILE, HnswIndex, key_of, label_of
+from sessionmem.testing.harness import InProcessWorker, open_worker
+
+DIMENSIONS = 16
+
+
+def unit_vectors(count: int, seed: int = 0) -> np.ndarray:
+    vectors = np.random.default_rng(seed).normal(size=(count, DIMENSIONS)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def labels(*keys: tuple[str, int]) -> np.ndarray:
+    return np.array([label_of(kind, row_id) for kind, row_id in keys], dtype=np.uint64)
+
+
+def test_labels_name_kind_and_row() -> None:
+    for key in [("observation", 1), ("summary", 1), ("prompt", 1), ("observation", 2**40)]:
+        assert key_of(label_of(*key)) == key
+    assert len({label_of(kind, 7) for kind in ("observation", "summary", "prompt")}) == 3
+
+
+def test_a_saved_index_loads_whole(tmp_path: Path) -> None:
+    index = HnswIndex(DIMENSIONS, "model-a")
+    vectors = unit_vectors(50)
+    index.add(labels(*[("observation", n) for n in range(1, 51)]), vectors)
+    index.remove([label_of("observation", 7)])
+    size = index.save(tmp_path)
+    assert (tmp_path / INDEX_FILE).stat().st_size == size
+    assert (tmp_path / INDEX_FILE).stat().st_mode & 0o777 == 0o600
+
+    loaded, reason = HnswIndex.load(tmp_path, DIMENSIONS, "model-a")
+    assert loaded is not None and reason == ""
+    assert loaded.vectors == 49 and label_of("observation", 7) not in loaded.labels()
+    nearest = loaded.nearest(vectors[2], 3)
+    assert key_of(nearest[0][0]) == ("observation", 3) and nearest[0][1] < 1e-5
+    assert all(key_of(label) != ("observation", 7) for label, _ in loaded.nearest(vectors[6], 49))
+
+
+@pytest.mark.parametrize("damage", ["other model", "other dimensions", "cut-off save", "corrupt file",
+                                    "no description"])
+def test_a_damaged_or_foreign_index_is_refused_with_a_reason(tmp_path: Path, damage: str) -> None:
+    index = HnswIndex(DIMENSIONS, "model-a")
+    index.add(labels(*[("summary", n) for n in range(1, 21)]), unit_vectors(20))
+    index.save(tmp_path)
+    model, dimensions = "model-a", DIMENSIONS
+    if damage == "other model":
+        model = "model-b"
+    elif damage == "other dimensions":
+        dimensions = 32
+    elif damage == "cut-off save":
+        with open(tmp_path / INDEX_FILE, "r+b") as file:
+            file.truncate(1000)
+    elif damage == "corrupt file":
+        data = bytearray((tmp_path / INDEX_FILE).read_bytes())
+        data[:64] = b"\xff" * 64  # the header: sizes hnswlib trusts
+        (tmp_path / INDEX_FILE).write_bytes(bytes(data))
+    else:
+        (tmp_path / DESCRIPTION_FILE).unlink()
+    loaded, reason = HnswIndex.load(tmp_path, dimensions, model)
+    assert loaded is None and reason
+    assert HnswIndex.load(tmp_path / "elsewhere", DIMENSIONS, "model-a") == (None, "no saved index")
+
+
+def test_capacity_grows_and_k_is_clamped() -> None:
+    index = HnswIndex(DIMENSIONS, "m", capacity=16)
+    vectors = unit_vectors(300)
+    for start in range(0, 300, 50):
+        index.add(labels(*[("prompt", n) for n in range(start + 1, start + 51)]), vectors[start:start + 50])
+    assert index.vectors == 300 and index.capacity >= 300
+    assert len(index.nearest(vectors[0], 10_000)) == 300  # k beyond what it holds: all of it, no error
+    assert HnswIndex(DIMENSIONS, "m").nearest(vectors[0], 5) == []
+
+
+def test_a_removed_document_can_come_back_with_a_new_vector() -> None:
+    index = HnswIndex(DIMENSIONS, "m")
+    old, new = unit_vectors(2, seed=1)
+    index.add(labels(("observation", 1)), old[None])
+    index.remove([label_of("observation", 1)])
+    assert index.vectors == 0 and index.nearest(old, 1) == []
+    index.add(labels(("observation", 1)), new[None])
+    assert index.vectors == 1
+    ((label, distance),) = index.nearest(new, 1)
+    assert key_of(label) == ("observation", 1) and distance < 1e-5
+
+
+# -- the actor, with the real store and the real embedder ------------------------------------------
+
+PROJECT_CWD = "/home/me/shop"
+
+
+async def remember(worker: InProcessWorker, session: str, prompt: str, tools: list[tuple[str, dict[str, Any]]]) -> None:
+    await worker.post("/api/sessions/init", {"claudeSessionId": session, "cwd": PROJECT_CWD, "prompt": prompt})
+    for number, (tool, tool_input) in enumerate(tools):
+        await worker.post("/api/sessions/observations", {
+            "claudeSessionId": session, "cwd": PROJECT_CWD, "tool_name": tool, "tool_input": tool_input,
+            "tool_response": "done", "tool_use_id": f"{session}-{number}"})
+    await worker.post("/api/sessions/summarize", {"claudeSessionId": session, "cwd": PROJECT_CWD,
+                                                  "last_assistant_message": f"Done: {prompt}."})
+    await worker.wait_idle()
+    with trio.fail_after(60):
+        await worker.services.index.caught_up()
+
+
+async def index_stats(worker: InProcessWorker) -> dict[str, Any]:
+    return (await worker.debug())["index"]
+
+
+async def test_the_index_follows_every_commit_and_comes_back_after_a_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    async with open_worker(data, embedder="minilm", batch_quiet_s=0.05) as worker:
+        await remember(worker, "s1", "make checkout refuse an empty cart", [
+            ("Edit", {"file_path": f"{PROJECT_CWD}/cart.py", "old_string": "pass", "new_string": "raise Empty"}),
+            ("Bash", {"command": "pytest tests/test_cart.py", "description": "run the cart tests"})])
+        stats = await index_stats(worker)
+        # a prompt, two observations, a summary: each stored row has its vector
+        assert stats["state"] == "ready" and stats["vectors"] == 4 and stats["pending"] == 0
+        assert stats["added"] == 4 and stats["modelId"].startswith("all-MiniLM-L6-v2")
+    # the shutdown saved it
+    assert (data / "index" / INDEX_FILE).exists()
+
+    async with open_worker(data, embedder="minilm", batch_quiet_s=0.05) as worker:
+        await remember(worker, "s2", "show prices with two decimals", [
+            ("Edit", {"file_path": f"{PROJECT_CWD}/price.py", "old_string": "{}", "new_string": "{:.2f}"})])
+        stats = await index_stats(worker)
+        assert stats["vectors"] == 7 and stats["added"] == 3  # loaded four, embedded only the new three
+        assert stats["rebuilds"] == 0
+
+    (data / "index" / INDEX_FILE).write_bytes(b"not an index")
+    async with open_worker(data, embedder="minilm", batch_quiet_s=0.05) as worker:
+        with trio.fail_after(60):
+            await worker.services.index.caught_up()
+        stats = await index_stats(worker)
+        assert stats["rebuilds"] == 1 and "match" in stats["lastRebuildReason"]  # size no longer matches
+        assert stats["vectors"] == 7 and stats["added"] == 7
+        found = await worker.get("/api/search?q=shopping+basket+cannot+be+empty&mode=vector&limit=3")
+        assert found["vectors"] == "used" and "cart" in " ".join(r["title"] + r["snippet"] for r in found["results"])
+
+
+async def test_a_busy_index_answers_at_once_and_search_falls_back_to_words(tmp_path: Path) -> None:
+    async with open_worker(tmp_path / "data", embedder="minilm", batch_quiet_s=0.05) as worker:
+        await remember(worker, "s1", "rename the invoice module", [
+            ("Edit", {"file_path": f"{PROJECT_CWD}/invoice.py", "old_string": "a", "new_string": "b"})])
+        index = worker.services.index
+        async with index._lane:  # what a save of a large index does for about a second
+            with trio.fail_after(2):
+                found = await worker.get("/api/search?q=invoice&limit=5")
+        assert found["vectors"] == "busy" and found["results"]
+        assert all(result["matchedBy"] == ["words"] for result in found["results"])
+        assert (await index_stats(worker))["busyQueries"] == 1
+
+
+async def test_vectors_off_means_words_only(tmp_path: Path) -> None:
+    async with open_worker(tmp_path / "data", embedder="none", batch_quiet_s=0.05) as worker:
+        await remember(worker, "s1", "add a discount code field", [
+            ("Edit", {"file_path": f"{PROJECT_CWD}/discount.py", "old_string": "a", "new_string": "b"})])
+        stats = await index_stats(worker)
+        assert stats["state"] == "off" and stats["vectors"] == 0
+        hybrid = await worker.get("/api/search?q=discount")
+        assert hybrid["vectors"] == "off" and hybrid["results"]
+        assert (await worker.get("/api/search?q=discount&mode=vector"))["results"] == []
+        assert not (tmp_path / "data" / "index" / INDEX_FILE).exists()

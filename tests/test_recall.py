@@ -1,0 +1,132 @@
+"""Memory that arrives on its own: file-aware recall, prompt recall, and the ranked SessionStart context."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessionmem.testing.harness import InProcessWorker, open_worker, serve_in_thread
+
+from .test_hooks import run_hook
+from .test_search import store_session
+
+SHOP = "/home/me/shop"
+
+
+def tool_use(session: str, tool: str, tool_input: dict[str, Any], *, number: int = 0) -> dict[str, Any]:
+    return {"session_id": session, "cwd": SHOP, "hook_event_name": "PostToolUse", "tool_name": tool,
+            "tool_input": tool_input, "tool_response": {"type": "text", "file": {"content": "x = 1\n"}},
+            "tool_use_id": f"{session}-{tool}-{number}"}
+
+
+def printed_context(result: Any, stage: str) -> str:
+    assert result.returncode == 0 and result.stderr == b"", result.stderr
+    if not result.stdout:
+        return ""
+    output = json.loads(result.stdout)
+    assert output["hookSpecificOutput"]["hookEventName"] == stage
+    return output["hookSpecificOutput"]["additionalContext"]
+
+
+@pytest.mark.slow
+def test_a_hook_touching_a_file_hands_claude_its_past_once(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with serve_in_thread(data, embedder="none", batch_quiet_s=0.05) as worker:
+        for number, payload in enumerate([
+            {"session_id": "before", "cwd": SHOP, "hook_event_name": "UserPromptSubmit",
+             "prompt": "fix the session cookie that expires too early"},
+            tool_use("before", "Edit", {"file_path": f"{SHOP}/src/auth.py", "old_string": "max_age=60",
+                                        "new_string": "max_age=3600"}),
+            tool_use("before", "Read", {"file_path": f"{SHOP}/src/util.py"}, number=1),
+        ]):
+            assert run_hook(payload["hook_event_name"], payload, data).returncode == 0, number
+        worker.wait_idle()
+
+        read = tool_use("now", "Read", {"file_path": f"{SHOP}/src/auth.py"})
+        context = printed_context(run_hook("PostToolUse", read, data), "PostToolUse")
+        assert context.startswith("<sessionmem-context>") and context.endswith("</sessionmem-context>")
+        assert "Memory of /home/me/shop/src/auth.py" in context
+        assert "bugfix: Edited src/auth.py" in context and "replaced `max_age=60` with `max_age=3600`" in context
+
+        again = tool_use("now", "Read", {"file_path": f"{SHOP}/src/auth.py"}, number=1)
+        assert printed_context(run_hook("PostToolUse", again, data), "PostToolUse") == ""  # told once
+        bare = tool_use("now", "Read", {"file_path": f"{SHOP}/src/util.py"}, number=2)
+        assert printed_context(run_hook("PostToolUse", bare, data), "PostToolUse") == ""  # a read says nothing
+        own = tool_use("before", "Read", {"file_path": f"{SHOP}/src/auth.py"}, number=3)
+        assert printed_context(run_hook("PostToolUse", own, data), "PostToolUse") == ""  # its own session
+        failed = {**tool_use("other", "Read", {"file_path": f"{SHOP}/src/auth.py"}),
+                  "hook_event_name": "PostToolUseFailure", "error": "EACCES"}
+        assert printed_context(run_hook("PostToolUseFailure", failed, data), "PostToolUseFailure") == ""
+        # a prompt gets nothing unless prompt recall is on
+        prompt = {"session_id": "later", "cwd": SHOP, "hook_event_name": "UserPromptSubmit",
+                  "prompt": "users are logged out after a minute, the cookie again"}
+        assert printed_context(run_hook("UserPromptSubmit", prompt, data), "UserPromptSubmit") == ""
+        assert not (data / "hooks.log").exists()
+
+
+@pytest.mark.slow
+def test_prompt_recall_when_switched_on(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with serve_in_thread(data, embedder="minilm", batch_quiet_s=0.05, prompt_recall=True) as worker:
+        first = {"session_id": "before", "cwd": SHOP, "hook_event_name": "UserPromptSubmit",
+                 "prompt": "fix the session cookie that expires too early"}
+        run_hook("UserPromptSubmit", first, data)
+        run_hook("PostToolUse", tool_use("before", "Edit", {"file_path": f"{SHOP}/src/auth.py",
+                                                            "old_string": "max_age=60", "new_string": "max_age=3600"}),
+                 data)
+        run_hook("Stop", {"session_id": "before", "cwd": SHOP, "hook_event_name": "Stop",
+                          "last_assistant_message": "The cookie now lasts an hour."}, data)
+        worker.wait_idle()
+        assert worker.wait_indexed()["index"]["vectors"] >= 3
+        prompt = {"session_id": "later", "cwd": SHOP, "hook_event_name": "UserPromptSubmit",
+                  "prompt": "users are logged out after a minute"}
+        context = printed_context(run_hook("UserPromptSubmit", prompt, data), "UserPromptSubmit")
+        assert "Past work that may be relevant" in context and "cookie" in context
+        # then the file recall does not repeat what the prompt recall told
+        read = tool_use("later", "Read", {"file_path": f"{SHOP}/src/auth.py"})
+        assert "max_age" not in printed_context(run_hook("PostToolUse", read, data), "PostToolUse")
+
+
+async def test_file_recall_can_be_switched_off(tmp_path: Path) -> None:
+    async with open_worker(tmp_path / "data", embedder="none", batch_quiet_s=0.05, file_recall=False) as worker:
+        await store_session(worker, "before", SHOP, "fix the cookie", [
+            ("Edit", {"file_path": f"{SHOP}/src/auth.py", "old_string": "a", "new_string": "b"})])
+        reply = await worker.post("/api/sessions/observations", {
+            "claudeSessionId": "now", "cwd": SHOP, "tool_name": "Read",
+            "tool_input": {"file_path": f"{SHOP}/src/auth.py"}, "tool_response": "x"})
+        assert reply["status"] == "accepted" and "additionalContext" not in reply
+
+
+async def context(worker: InProcessWorker, query: str) -> tuple[str, dict[str, str]]:
+    reply = await worker.request("GET", f"/api/context/inject?project=shop&{query}")
+    assert reply.status == 200, reply.body
+    return reply.body.decode(), reply.headers
+
+
+async def test_session_start_ranks_memories_by_the_prompt_it_continues(tmp_path: Path) -> None:
+    async with open_worker(tmp_path / "data", embedder="minilm", batch_quiet_s=0.05) as worker:
+        await store_session(worker, "cookies", SHOP, "fix the session cookie that expires too early", [
+            ("Edit", {"file_path": f"{SHOP}/src/auth.py", "old_string": "max_age=60", "new_string": "max_age=3600"}),
+        ], summary="The login cookie now lasts an hour.")
+        for number in range(12):  # much newer, and about something else
+            await store_session(worker, f"css-{number}", SHOP, f"restyle the footer links, part {number}", [
+                ("Edit", {"file_path": f"{SHOP}/static/footer{number}.css", "old_string": "color: red",
+                          "new_string": "color: navy"})])
+        await store_session(worker, "now", SHOP, "users get logged out after a minute", [])
+        await worker.services.index.caught_up()
+
+        recent, headers = await context(worker, "source=startup")
+        assert headers["x-sessionmem-ranking"] == "recency" and "## Recent work" in recent
+        focused, headers = await context(worker, "source=compact")
+        assert headers["x-sessionmem-ranking"] == "meaning"
+        assert '## Relevant to "users get logged out after a minute"' in focused
+        relevant = focused.split("## Relevant to", 1)[1]
+        assert relevant.index("Edited src/auth.py") < relevant.index("footer")  # the old cookie fix first
+        assert int(headers["x-sessionmem-observations"]) >= 1
+        small, _ = await context(worker, "source=compact&tokens=300")
+        assert len(small) <= 300 * 4 and "Edited src/auth.py" in small
+        words, headers = await context(worker, "q=cookie+max_age")
+        assert headers["x-sessionmem-ranking"] == "meaning" and "Edited src/auth.py" in words

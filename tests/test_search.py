@@ -1,0 +1,188 @@
+"""Search, timeline and observations by id over the HTTP API: modes, filters, hostile queries."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sessionmem.testing.harness import InProcessWorker, open_worker
+
+SHOP, BLOG = "/home/me/shop", "/home/me/blog"
+
+
+async def store_session(worker: InProcessWorker, session: str, cwd: str, prompt: str,
+                        tools: list[tuple[str, dict[str, Any]]], *, summary: str = "") -> None:
+    await worker.post("/api/sessions/init", {"claudeSessionId": session, "cwd": cwd, "prompt": prompt})
+    for number, (tool, tool_input) in enumerate(tools):
+        reply = await worker.request("POST", "/api/sessions/observations", {
+            "claudeSessionId": session, "cwd": cwd, "tool_name": tool, "tool_input": tool_input,
+            "tool_response": "ok", "tool_use_id": f"{session}-{number}"})
+        assert reply.status == 202, reply.body
+    if summary:
+        await worker.post("/api/sessions/summarize", {"claudeSessionId": session, "cwd": cwd,
+                                                      "last_assistant_message": summary})
+    await worker.wait_idle()
+
+
+@pytest.fixture
+async def memory(tmp_path: Path) -> AsyncIterator[InProcessWorker]:
+    """Two projects' memories, every row embedded."""
+    async with open_worker(tmp_path / "data", embedder="minilm", batch_quiet_s=0.05) as worker:
+        await store_session(worker, "shop-1", SHOP, "make checkout refuse an empty cart", [
+            ("Edit", {"file_path": f"{SHOP}/src/cart.py", "old_string": "return total",
+                      "new_string": "if not items: raise EmptyCart"}),
+            ("Bash", {"command": "pytest tests/test_cart.py", "description": "run the cart tests"}),
+        ], summary="Checkout now refuses an empty cart; next: show a friendly message.")
+        await store_session(worker, "shop-2", SHOP, "prices should show two decimals", [
+            ("Read", {"file_path": f"{SHOP}/src/price.py"}),
+            ("Edit", {"file_path": f"{SHOP}/src/price.py", "old_string": "str(amount)",
+                      "new_string": "f'{amount:.2f}'"}),
+        ])
+        await store_session(worker, "blog-1", BLOG, "fix the broken RSS feed dates", [
+            ("Edit", {"file_path": f"{BLOG}/feed.py", "old_string": "strftime('%d')",
+                      "new_string": "isoformat()"}),
+        ])
+        with trio.fail_after(60):
+            await worker.services.index.caught_up()
+        yield worker
+
+
+def titles(answer: dict[str, Any]) -> list[str]:
+    return [result["title"] for result in answer["results"]]
+
+
+async def test_each_mode_finds_what_it_should(memory: InProcessWorker) -> None:
+    words = await memory.get("/api/search?q=cart&mode=fts")
+    assert words["vectors"] == "not asked" and words["results"]
+    assert all(result["matchedBy"] == ["words"] for result in words["results"])
+    assert any("cart" in title.lower() for title in titles(words))
+
+    # No word in common with what it should find: only meaning can.
+    question = "shopping basket with nothing in it"
+    assert (await memory.get(f"/api/search?q={question}&mode=fts"))["results"] == []
+    by_meaning = await memory.get(f"/api/search?q={question}&mode=vector&limit=3")
+    assert by_meaning["vectors"] == "used" and "cart" in " ".join(titles(by_meaning)).lower()
+    hybrid = await memory.get(f"/api/search?q={question}&limit=3")
+    assert "cart" in " ".join(titles(hybrid)).lower()
+
+    # Found by both retrievers: first in hybrid, and says so.
+    both = await memory.get("/api/search?q=empty+cart+checkout&limit=5")
+    assert both["results"][0]["matchedBy"] == ["words", "meaning"]
+    assert both["results"][0]["score"] >= max(result["score"] for result in both["results"])
+    assert both["mode"] == "hybrid" and {"kind", "id", "snippet", "createdAt", "files"} <= set(both["results"][0])
+
+
+async def test_filters_narrow_every_mode(memory: InProcessWorker) -> None:
+    for mode in ("hybrid", "fts", "vector"):
+        shop = await memory.get(f"/api/search?q=fix+dates+cart+prices&mode={mode}&project=shop&limit=50")
+        assert shop["results"] and {r["project"] for r in shop["results"]} == {"shop"}, mode
+        edits = await memory.get(f"/api/search?q=cart+prices+feed&mode={mode}&type=bugfix,feature,change&limit=50")
+        assert edits["results"] and all(r["kind"] == "observation" and r["type"] != "discovery"
+                                        for r in edits["results"]), mode
+        by_file = await memory.get(f"/api/search?q=prices+decimals&mode={mode}&file=src/price.py&limit=50")
+        assert by_file["results"] and all(any(f.endswith("/src/price.py") for f in r["files"])
+                                          for r in by_file["results"]), mode
+        prompts = await memory.get(f"/api/search?q=cart&mode={mode}&kind=prompt&limit=50")
+        assert prompts["results"] and {r["kind"] for r in prompts["results"]} == {"prompt"}, mode
+        session = await memory.get(f"/api/search?q=cart+prices&mode={mode}&session=shop-2&limit=50")
+        assert session["results"] and {r["claudeSessionId"] for r in session["results"]} == {"shop-2"}, mode
+    future = await memory.get("/api/search?q=cart&since=1d")
+    assert future["results"]  # stored just now
+    assert (await memory.get(f"/api/search?q=cart&until={time.time() - 3600:.0f}"))["results"] == []
+    assert (await memory.get("/api/search?q=cart&since=2999-01-01"))["results"] == []
+    assert (await memory.get("/api/search?q=cart&file=nowhere.py"))["results"] == []
+
+
+async def test_paging(memory: InProcessWorker) -> None:
+    first = await memory.get("/api/search?q=cart+prices+feed+tests&limit=2")
+    second = await memory.get("/api/search?q=cart+prices+feed+tests&limit=2&offset=2")
+    assert first["more"] and len(first["results"]) == 2 and second["results"]
+    assert not {(r["kind"], r["id"]) for r in first["results"]} & {(r["kind"], r["id"]) for r in second["results"]}
+
+
+# Full-text query syntax never reaches SQLite: each is a search for its words, or a clear 400.
+HOSTILE_QUERIES = ['"', '"unbalanced', "*", "cart*", "NEAR(cart price)", "cart AND OR NOT", "title:cart",
+                   "{title subtitle}:cart", "^cart", "cart -price", "'; DROP TABLE observations; --", "\x00",
+                   "((((", "cart\u202e", "a" * 3999, "漢字 カート", "🛒"]
+
+
+@pytest.mark.parametrize("query", HOSTILE_QUERIES, ids=range(len(HOSTILE_QUERIES)))
+async def test_query_syntax_is_never_passed_through(memory: InProcessWorker, query: str) -> None:
+    for mode in ("fts", "hybrid"):
+        reply = await memory.request("GET", "/api/search?" + _encode({"q": query, "mode": mode}))
+        assert reply.status == 200, (query, reply.body)
+    if "cart" in query:
+        assert any("cart" in title.lower()
+                   for title in titles((await memory.request("GET", "/api/search?" + _encode(
+                       {"q": query, "mode": "fts"}))).json()))
+
+
+def _encode(params: dict[str, str]) -> str:
+    from urllib.parse import urlencode
+
+    return urlencode(params)
+
+
+@pytest.mark.parametrize(("query", "problem"), [
+    ("", "?q"), ("q=%20%20", "?q"), ("q=" + "x" * 4001, "?q"), ("q=cart&mode=fuzzy", "?mode"),
+    ("q=cart&limit=0", "?limit"), ("q=cart&limit=101", "?limit"), ("q=cart&type=nonsense", "?type"),
+    ("q=cart&kind=file", "?kind"), ("q=cart&since=last+tuesday", "?since"), ("q=cart&offset=-1", "?offset"),
+])
+async def test_bad_parameters_are_a_clear_400(memory: InProcessWorker, query: str, problem: str) -> None:
+    reply = await memory.request("GET", "/api/search?" + query)
+    assert reply.status == 400 and reply.json()["path"] == problem, reply.body
+
+
+async def test_random_queries_never_fail(memory: InProcessWorker) -> None:
+    """Hypothesis over query text and filters: a 200 or a 400, never a 5xx."""
+    seen: list[int] = []
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(q=st.text(max_size=300), mode=st.sampled_from(["hybrid", "fts", "vector"]),
+           file=st.text(max_size=50), since=st.text(max_size=20))
+    def check(q: str, mode: str, file: str, since: str) -> None:
+        async def ask() -> None:
+            reply = await memory.request("GET", "/api/search?" + _encode(
+                {"q": q, "mode": mode, "file": file, "since": since}))
+            seen.append(reply.status)
+            assert reply.status in (200, 400), reply.body
+
+        trio.from_thread.run(ask)
+
+    await trio.to_thread.run_sync(check)
+    assert 200 in seen
+
+
+async def test_timeline_around_an_observation(memory: InProcessWorker) -> None:
+    found = await memory.get("/api/search?q=decimals&kind=observation&mode=fts")
+    anchor = found["results"][0]["id"]
+    timeline = await memory.get(f"/api/timeline?anchor={anchor}&before=2&after=2")
+    entries = timeline["entries"]
+    assert timeline["anchorKind"] == "observation" and timeline["anchorId"] == anchor
+    assert timeline["project"] == "shop" and [e["anchor"] for e in entries].count(True) == 1
+    assert [e["createdAt"] for e in entries] == sorted(e["createdAt"] for e in entries)
+    assert len(entries) <= 5 and all(e["claudeSessionId"].startswith("shop") for e in entries)
+    assert (await memory.get("/api/timeline?q=RSS+feed&before=1&after=1"))["project"] == "blog"
+    prompt = await memory.get("/api/timeline?anchor=prompt:1&before=0&after=1")
+    assert prompt["entries"][0]["kind"] == "prompt" and prompt["entries"][0]["anchor"]
+    for query, status in [("anchor=99999", 404), ("anchor=file:3", 400), ("anchor=x", 400), ("", 400),
+                          ("q=zzzzqqq&mode=fts", 404), ("anchor=1&before=51", 400)]:
+        reply = await memory.request("GET", f"/api/timeline?{query}")
+        assert reply.status == status, (query, reply.body)
+
+
+async def test_observations_by_id_in_the_order_asked(memory: InProcessWorker) -> None:
+    reply = await memory.request("POST", "/api/observations/batch", {"ids": [3, 1, 424242, 3]})
+    assert reply.status == 200
+    body = reply.json()
+    assert [row["id"] for row in body["observations"]] == [3, 1] and body["missing"] == [424242]
+    assert {"narrative", "facts", "filesModified", "toolName"} <= set(body["observations"][0])
+    for bad in [{"ids": list(range(1, 102))}, {"ids": ["1"]}, {"ids": [0]}, {"ids": [2**63]}, {}, []]:
+        assert (await memory.request("POST", "/api/observations/batch", bad)).status == 400, bad
