@@ -7,12 +7,13 @@ compiler at install time, ``chroma-hnswlib`` has manylinux wheels.
 A document (``kind``, ``row_id``) is the label ``row_id * 4 + code(kind)``, so labels of
 different kinds never collide and a label tells which row it is.
 
-Files, in the data dir: ``vectors.hnsw`` (hnswlib's own format) and ``vectors.json``
-(what it holds: the embedding model, dimensions, the file's size and checksum, deleted
-labels). A
-save writes both under temporary names, fsyncs, and renames the index file before the
-description: a crash leaves the old pair, or a new index whose size the old
-description does not match, which a load refuses (and the owner rebuilds).
+Files, in the data dir: ``vectors.json`` names the index file of the last save and
+says what it holds (the embedding model, dimensions, the file's size and checksum,
+deleted labels); the index file, ``vectors.<n>.hnsw``, is in hnswlib's own format. A
+save writes a new index file, fsyncs it, then replaces ``vectors.json`` atomically
+(write, fsync, rename): that rename is the moment the new save counts. A crash at any
+point leaves the description naming a whole file, the old one or the new one; files
+it does not name (a save cut off) are removed by the next save.
 
 Resource handling:
     Not thread-safe, by hnswlib's own rules (concurrent add and query can crash the
@@ -37,9 +38,9 @@ import numpy as np
 
 from sessionmem.records import DOCUMENT_KINDS
 
-INDEX_FILE = "vectors.hnsw"
 DESCRIPTION_FILE = "vectors.json"
-FORMAT = 2
+INDEX_FILES = "vectors.*.hnsw"
+FORMAT = 3
 # Graph parameters. M=16 and ef_construction=100: ~0.97 recall@10 on MiniLM vectors at
 # ef=64 while an add stays well under a millisecond (bench/search.py measures both).
 M = 16
@@ -61,6 +62,7 @@ def key_of(label: int) -> tuple[str, int]:
 
 class IndexDescription(msgspec.Struct, frozen=True):
     format: int
+    index_file: str  # vectors.<n>.hnsw, in the same directory
     model_id: str
     dimensions: int
     index_bytes: int  # the size of vectors.hnsw when this description was written
@@ -135,16 +137,15 @@ class HnswIndex:
     # -- files ------------------------------------------------------------------------
 
     def save(self, directory: Path) -> int:
-        """Write the index and its description atomically (see the module docstring); returns the bytes written."""
-        index_path, description_path = directory / INDEX_FILE, directory / DESCRIPTION_FILE
-        temporary = directory / (INDEX_FILE + ".tmp")
-        self._index.save_index(str(temporary))
-        _fsync(temporary)
-        size, checksum = _size_and_checksum(temporary)
-        os.chmod(temporary, 0o600)
-        os.replace(temporary, index_path)
-        description = IndexDescription(FORMAT, self.model_id, self.dimensions, size, checksum, self.vectors,
-                                       sorted(self._deleted), time.time())
+        """Write the index and switch the description to it (see the module docstring); returns its bytes."""
+        index_file = f"vectors.{time.time_ns()}.hnsw"
+        index_path = directory / index_file
+        self._index.save_index(str(index_path))
+        os.chmod(index_path, 0o600)
+        _fsync(index_path)
+        size, checksum = _size_and_checksum(index_path)
+        description = IndexDescription(FORMAT, index_file, self.model_id, self.dimensions, size, checksum,
+                                       self.vectors, sorted(self._deleted), time.time())
         temporary = directory / (DESCRIPTION_FILE + ".tmp")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -152,15 +153,27 @@ class HnswIndex:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(temporary, description_path)
-        _fsync(directory)  # the renames
+        os.replace(temporary, directory / DESCRIPTION_FILE)
+        _fsync(directory)  # the rename
+        for stale in directory.glob(INDEX_FILES):
+            if stale.name != index_file:
+                stale.unlink(missing_ok=True)
         return size
+
+    @staticmethod
+    def current_file(directory: Path) -> Path | None:
+        """The index file the description names, if there is a readable description."""
+        try:
+            description = msgspec.json.decode((directory / DESCRIPTION_FILE).read_bytes(), type=IndexDescription)
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        return directory / description.index_file
 
     @classmethod
     def load(cls, directory: Path, dimensions: int, model_id: str) -> tuple[HnswIndex | None, str]:
         """The saved index, or ``None`` and why it cannot be used."""
-        index_path, description_path = directory / INDEX_FILE, directory / DESCRIPTION_FILE
-        if not index_path.exists():
+        description_path = directory / DESCRIPTION_FILE
+        if not description_path.exists():
             return None, "no saved index"
         try:
             description = msgspec.json.decode(description_path.read_bytes(), type=IndexDescription)
@@ -171,6 +184,9 @@ class HnswIndex:
         if description.model_id != model_id or description.dimensions != dimensions:
             return None, (f"index of {description.model_id} ({description.dimensions} dimensions); the embedder is "
                           f"{model_id} ({dimensions})")
+        index_path = directory / description.index_file
+        if "/" in description.index_file or not index_path.is_file():
+            return None, f"the index file {description.index_file!r} is missing"
         if index_path.stat().st_size != description.index_bytes:
             return None, "index file and description do not match (a save was cut off)"
         # Never hand hnswlib a damaged file: it reads its header's sizes on trust (a

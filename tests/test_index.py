@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import trio
 
-from sessionmem.index.hnsw import DESCRIPTION_FILE, INDEX_FILE, HnswIndex, key_of, label_of
+from sessionmem.index.hnsw import DESCRIPTION_FILE, HnswIndex, key_of, label_of
 from sessionmem.testing.harness import InProcessWorker, open_worker
 
 DIMENSIONS = 16
@@ -35,9 +35,12 @@ def test_a_saved_index_loads_whole(tmp_path: Path) -> None:
     vectors = unit_vectors(50)
     index.add(labels(*[("observation", n) for n in range(1, 51)]), vectors)
     index.remove([label_of("observation", 7)])
+    index.save(tmp_path)  # an earlier save, replaced by the next
+    (tmp_path / "vectors.1.hnsw").write_bytes(b"what a save cut off leaves")
     size = index.save(tmp_path)
-    assert (tmp_path / INDEX_FILE).stat().st_size == size
-    assert (tmp_path / INDEX_FILE).stat().st_mode & 0o777 == 0o600
+    (saved,) = tmp_path.glob("vectors.*.hnsw")  # the old files are gone
+    assert saved == HnswIndex.current_file(tmp_path) and saved.stat().st_size == size
+    assert saved.stat().st_mode & 0o777 == 0o600 and (tmp_path / DESCRIPTION_FILE).stat().st_mode & 0o777 == 0o600
 
     loaded, reason = HnswIndex.load(tmp_path, DIMENSIONS, "model-a")
     assert loaded is not None and reason == ""
@@ -48,23 +51,27 @@ def test_a_saved_index_loads_whole(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", ["other model", "other dimensions", "cut-off save", "corrupt file",
-                                    "no description"])
+                                    "no description", "no index file"])
 def test_a_damaged_or_foreign_index_is_refused_with_a_reason(tmp_path: Path, damage: str) -> None:
     index = HnswIndex(DIMENSIONS, "model-a")
     index.add(labels(*[("summary", n) for n in range(1, 21)]), unit_vectors(20))
     index.save(tmp_path)
+    index_file = HnswIndex.current_file(tmp_path)
+    assert index_file is not None
     model, dimensions = "model-a", DIMENSIONS
     if damage == "other model":
         model = "model-b"
     elif damage == "other dimensions":
         dimensions = 32
     elif damage == "cut-off save":
-        with open(tmp_path / INDEX_FILE, "r+b") as file:
+        with open(index_file, "r+b") as file:
             file.truncate(1000)
     elif damage == "corrupt file":
-        data = bytearray((tmp_path / INDEX_FILE).read_bytes())
+        data = bytearray(index_file.read_bytes())
         data[:64] = b"\xff" * 64  # the header: sizes hnswlib trusts
-        (tmp_path / INDEX_FILE).write_bytes(bytes(data))
+        index_file.write_bytes(bytes(data))
+    elif damage == "no index file":
+        index_file.unlink()
     else:
         (tmp_path / DESCRIPTION_FILE).unlink()
     loaded, reason = HnswIndex.load(tmp_path, dimensions, model)
@@ -127,7 +134,7 @@ async def test_the_index_follows_every_commit_and_comes_back_after_a_restart(tmp
         assert stats["state"] == "ready" and stats["vectors"] == 4 and stats["pending"] == 0
         assert stats["added"] == 4 and stats["modelId"].startswith("all-MiniLM-L6-v2")
     # the shutdown saved it
-    assert (data / "index" / INDEX_FILE).exists()
+    assert HnswIndex.current_file(data / "index") is not None
 
     async with open_worker(data, embedder="minilm", batch_quiet_s=0.05) as worker:
         await remember(worker, "s2", "show prices with two decimals", [
@@ -136,7 +143,9 @@ async def test_the_index_follows_every_commit_and_comes_back_after_a_restart(tmp
         assert stats["vectors"] == 7 and stats["added"] == 3  # loaded four, embedded only the new three
         assert stats["rebuilds"] == 0
 
-    (data / "index" / INDEX_FILE).write_bytes(b"not an index")
+    index_file = HnswIndex.current_file(data / "index")
+    assert index_file is not None
+    index_file.write_bytes(b"not an index")
     async with open_worker(data, embedder="minilm", batch_quiet_s=0.05) as worker:
         with trio.fail_after(60):
             await worker.services.index.caught_up()
@@ -169,4 +178,4 @@ async def test_vectors_off_means_words_only(tmp_path: Path) -> None:
         hybrid = await worker.get("/api/search?q=discount")
         assert hybrid["vectors"] == "off" and hybrid["results"]
         assert (await worker.get("/api/search?q=discount&mode=vector"))["results"] == []
-        assert not (tmp_path / "data" / "index" / INDEX_FILE).exists()
+        assert not list((tmp_path / "data" / "index").glob("vectors*"))

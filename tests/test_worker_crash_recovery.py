@@ -174,7 +174,9 @@ def test_five_kills_at_random_moments_under_replay_load_lose_nothing(
     kills = []
     for _ in range(KILLS):
         pending = [e for e in events if e[0] not in accepted]
-        worker = worker_factory(data_dir, SESSIONMEM_BATCH_SIZE=16, SESSIONMEM_BATCH_QUIET=0.5)
+        # The vector index saves every half second: kills land mid-save too.
+        worker = worker_factory(data_dir, SESSIONMEM_BATCH_SIZE=16, SESSIONMEM_BATCH_QUIET=0.5,
+                                SESSIONMEM_INDEX_SAVE_INTERVAL=0.5)
         kill_after = rng.uniform(0.2, 0.8)
         send_until_killed(worker, pending, accepted, kill_after)
         kills.append((round(kill_after, 2), len(accepted)))
@@ -194,6 +196,21 @@ def test_five_kills_at_random_moments_under_replay_load_lose_nothing(
     assert set(counts.values()) == {1}, [k for k, n in counts.items() if n > 1][:5]  # exactly once
     assert debug["journal"]["pending"] == 0 and debug["sessions"]["failed"] == 0
     assert debug["sessions"]["replayed"] >= 0
+    # The vector index catches up with SQLite: one vector for every stored document.
+    index = final.wait_indexed(timeout=600)["index"]
+    documents = stored_documents(data_dir / "sessionmem.db")
+    print(f"vector index: {index['vectors']} vectors for {documents} documents, {index['rebuilds']} rebuild(s), "
+          f"{index['catchUpPerSecond']} documents/s")
+    assert index["vectors"] == documents and index["failures"] == 0
+
+
+def stored_documents(db: Path) -> int:
+    connection = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return sum(connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                   for table in ("observations", "session_summaries", "user_prompts"))
+    finally:
+        connection.close()
 
 
 def stored_tool_uses(db: Path) -> dict[str, int]:
