@@ -1,10 +1,16 @@
-"""Time the PostToolUse hook of two source trees side by side, against one worker (A/B, interleaved).
+"""Time the PostToolUse hook side by side (A/B, interleaved): two source trees, or file recall on and off.
 
     python bench/hook_ab.py OTHER_TREE [--runs N]
+    python bench/hook_ab.py --recall [--runs N]
 
-Both trees' ``hooks/entry.py`` run with ``python -S``, as Claude Code runs them, on the
-same genuine payload, alternating, so a noisy machine slows both alike. Prints the
-median and p95 wall time of each and of a bare ``python -S -c pass``.
+Hooks run with ``python -S``, as Claude Code runs them, on a genuine payload,
+alternating, so a noisy machine slows both alike. Prints the median and p95 wall time
+of each and of a bare ``python -S -c pass``.
+
+``--recall`` runs this tree's hook against two workers: one where the file the tool
+touched has a past in another session and every run is a new session, so the worker
+looks it up *and* the hook prints it every time (file-aware recall's worst case); one
+with ``file_recall`` off.
 """
 
 from __future__ import annotations
@@ -45,11 +51,56 @@ def summary(values: list[float]) -> str:
     return f"median {statistics.median(ordered):.1f} ms, p95 {ordered[int(0.95 * len(ordered))]:.1f} ms"
 
 
+def recall_ab(runs: int) -> None:
+    event = json.loads(payload(0))
+    path = event["tool_input"].get("file_path") or event["tool_input"].get("notebook_path")
+    if event["tool_name"] not in ("Read", "Edit", "Write", "MultiEdit") or not path:
+        raise SystemExit(f"the fixture's PostToolUse is {event['tool_name']}, not a file tool")
+    with tempfile.TemporaryDirectory() as on_dir, tempfile.TemporaryDirectory() as off_dir:
+        workers = {"recall on": start_worker(Path(on_dir), env={"SESSIONMEM_COMPRESSOR": "offline",
+                                                                  "SESSIONMEM_EMBEDDER": "none"}),
+                   "recall off": start_worker(Path(off_dir), env={"SESSIONMEM_COMPRESSOR": "offline",
+                                                                    "SESSIONMEM_EMBEDDER": "none",
+                                                                    "SESSIONMEM_FILE_RECALL": "0"})}
+        try:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONMEM_")}
+            entry = [sys.executable, "-S", str(REPO / "hooks" / "entry.py"), "PostToolUse"]
+            edit = {**event, "session_id": "earlier", "tool_name": "Edit", "tool_use_id": "toolu_earlier",
+                    "tool_input": {"file_path": path, "old_string": "a = 1", "new_string": "a = 2"}}
+            for name, worker in workers.items():
+                run(entry, json.dumps(edit).encode(), {**env, "SESSIONMEM_DATA_DIR": str(worker.data_dir)})
+                worker.wait_idle()
+            times: dict[str, list[float]] = {name: [] for name in [*workers, "python -S -c pass"]}
+            printed = 0
+            for n in range(runs):
+                stdin = json.dumps({**event, "session_id": f"ab-{n}", "tool_use_id": f"toolu_ab_{n}"}).encode()
+                for name, worker in workers.items():
+                    hook_env = {**env, "SESSIONMEM_DATA_DIR": str(worker.data_dir)}
+                    times[name].append(run(entry, stdin, hook_env))
+                times["python -S -c pass"].append(run([sys.executable, "-S", "-c", "pass"], b"", env))
+            last = subprocess.run(entry, input=json.dumps({**event, "session_id": "check"}).encode(),
+                                  env={**env, "SESSIONMEM_DATA_DIR": str(workers["recall on"].data_dir)},
+                                  capture_output=True, check=True)
+            printed = len(last.stdout)
+        finally:
+            for worker in workers.values():
+                worker.stop()
+    for name, values in times.items():
+        print(f"{name}: {summary(values)} ({len(values)} runs)")
+    print(f"a recalling hook prints {printed} bytes of additionalContext")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("other", type=Path, help="another source tree (a git worktree of another commit)")
+    parser.add_argument("other", type=Path, nargs="?", help="another source tree (a git worktree of another commit)")
+    parser.add_argument("--recall", action="store_true", help="file recall on against off, this tree")
     parser.add_argument("--runs", type=int, default=150)
     args = parser.parse_args()
+    if args.recall:
+        recall_ab(args.runs)
+        return
+    if args.other is None:
+        parser.error("give OTHER_TREE, or --recall")
     with tempfile.TemporaryDirectory() as data_dir:
         worker = start_worker(Path(data_dir), env={"SESSIONMEM_COMPRESSOR": "offline"})
         try:
