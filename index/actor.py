@@ -28,11 +28,13 @@ Resource handling:
     (shielded). Nothing else holds the index.
 
 Error handling:
-    A failed load is a rebuild, never a crash. An embedding or index error during
-    catch-up is logged and counted (``lastError``), and the chunk is tried again after a
-    growing pause (up to a minute): documents are never dropped. A failed save is
-    logged; the previous files stay. With vectors off (the ``none`` embedder) the actor
-    does nothing and every query answers ``None``.
+    Nothing here stops the worker. A saved index that cannot be used is a rebuild; an
+    index directory that cannot be created leaves the worker searching by words. A
+    storage, embedding or index error while catching up is logged and counted
+    (``failures``, ``lastError``, state ``failed``) and tried again after a growing
+    pause (up to a minute): documents are never dropped. A failed save is logged; the
+    previous files stay. With vectors off (the ``none`` embedder) the actor does
+    nothing and every query answers ``None``.
 """
 
 from __future__ import annotations
@@ -132,10 +134,12 @@ class VectorIndex:
         return self._state is not IndexState.OFF
 
     def unavailable_reason(self) -> str:
-        """Why a query got no vectors: ``off``, ``loading`` or ``busy``."""
+        """Why a query got no vectors: ``off``, ``loading``, ``failed`` (no index could be loaded) or ``busy``."""
         if not self.enabled:
             return "off"
-        return "loading" if self._index is None else "busy"
+        if self._index is None:
+            return "failed" if self._state is IndexState.FAILED else "loading"
+        return "busy"
 
     def notify(self, *_: object) -> None:
         """Something was stored: look for new documents (never blocks, never fails)."""
@@ -183,12 +187,22 @@ class VectorIndex:
     # -- the actor ---------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Load, reconcile, follow and save until cancelled; started at once (loading goes on in the background)."""
+        """Load, reconcile, follow and save until cancelled; started at once (loading goes on in the background).
+
+        Never raises but for cancellation: without a usable index directory the worker
+        runs on, searching by words (state ``failed``, the reason in ``lastError``).
+        """
         task_status.started()
         if not self.enabled:
             return
         try:
             await self._load()
+        except Exception as exc:
+            self._failed(exc)
+            log_exception(log, f"vector index: cannot load or create it in {self._directory}; "
+                               "searching by words only", exc)
+            return
+        try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._save_periodically)
                 await self._follow()
@@ -196,6 +210,11 @@ class VectorIndex:
             if self._index is not None and self._dirty:
                 with trio.move_on_after(self.close_timeout_s, shield=True):
                     await self._save()
+
+    def _failed(self, exc: Exception) -> None:
+        self._failures += 1
+        self._last_error = f"{type(exc).__name__}: {exc}"[:500]
+        self._state = IndexState.FAILED
 
     async def _load(self) -> None:
         started = time.perf_counter()
@@ -212,31 +231,31 @@ class VectorIndex:
         log.info("vector index: %d vectors loaded in %.2f s", index.vectors, self._load_seconds)
 
     async def _follow(self) -> None:
-        await self._reconcile()
         pause = 1.0
+        reconciled = False
         while True:
-            if self._wake.is_set():
-                self._wake = trio.Event()  # before reading: a later commit wakes us again
-                await self._queue_new()
-            if not self._backlog:
-                self._state = IndexState.READY
-                await self._wake.wait()
-                continue
-            self._state = IndexState.CATCHING_UP
-            chunk = [self._backlog.popleft() for _ in range(min(self._chunk, len(self._backlog)))]
+            chunk: list[tuple[str, int]] = []
             try:
+                if not reconciled:
+                    await self._reconcile()
+                    reconciled = True
+                if self._wake.is_set():
+                    self._wake = trio.Event()  # before reading: a later commit wakes us again
+                    await self._queue_new()
+                if not self._backlog:
+                    self._state = IndexState.READY
+                    await self._wake.wait()
+                    continue
+                self._state = IndexState.CATCHING_UP
+                chunk = [self._backlog.popleft() for _ in range(min(self._chunk, len(self._backlog)))]
                 await self._embed_and_add(chunk)
-            except Exception as exc:
-                self._backlog.extendleft(reversed(chunk))
-                self._failures += 1
-                self._last_error = f"{type(exc).__name__}: {exc}"
-                self._state = IndexState.FAILED
-                log_exception(log, f"vector index: embedding {len(chunk)} document(s) failed; retrying in "
-                                   f"{pause:.0f} s", exc)
+                pause = 1.0
+            except Exception as exc:  # the store, the embedder or the index failed: wait, then again
+                self._backlog.extendleft(reversed(chunk))  # never dropped
+                self._failed(exc)
+                log_exception(log, f"vector index: catching up failed; trying again in {pause:.0f} s", exc)
                 await trio.sleep(pause)
                 pause = min(pause * 2, ERROR_PAUSE_MAX_S)
-            else:
-                pause = 1.0
 
     async def _reconcile(self) -> None:
         """Queue every stored document without a vector; remove vectors of rows that are gone."""
@@ -296,7 +315,7 @@ class VectorIndex:
         except Exception as exc:
             self._dirty = True
             self._failures += 1
-            self._last_error = f"save: {type(exc).__name__}: {exc}"
+            self._last_error = f"save: {type(exc).__name__}: {exc}"[:500]
             log_exception(log, "vector index: save failed; the previous files stay", exc)
             return
         self._saves += 1

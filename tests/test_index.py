@@ -179,3 +179,23 @@ async def test_vectors_off_means_words_only(tmp_path: Path) -> None:
         assert hybrid["vectors"] == "off" and hybrid["results"]
         assert (await worker.get("/api/search?q=discount&mode=vector"))["results"] == []
         assert not list((tmp_path / "data" / "index").glob("vectors*"))
+
+
+async def test_an_unusable_index_directory_leaves_the_worker_searching_by_words(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "index").write_text("a file where the index directory should be")
+    async with open_worker(data, embedder="minilm", batch_quiet_s=0.05) as worker:
+        await store_some(worker)
+        stats = await index_stats(worker)
+        assert stats["state"] == "failed" and "index" in stats["lastError"] and stats["failures"] == 1
+        found = await worker.get("/api/search?q=invoice")
+        assert found["results"] and found["vectors"] == "failed"  # no index: words only
+
+
+async def store_some(worker: InProcessWorker) -> None:
+    await worker.post("/api/sessions/init", {"claudeSessionId": "s", "cwd": PROJECT_CWD, "prompt": "invoice totals"})
+    await worker.post("/api/sessions/observations", {
+        "claudeSessionId": "s", "cwd": PROJECT_CWD, "tool_name": "Edit", "tool_use_id": "t",
+        "tool_input": {"file_path": f"{PROJECT_CWD}/invoice.py", "old_string": "a", "new_string": "b"}})
+    await worker.wait_idle()
