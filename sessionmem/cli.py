@@ -149,6 +149,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"  sessions: {sessions['known']} ({sessions['alive']} active, {sessions['failed']} failed), "
           f"{sessions['queued']} event(s) queued; restarts {supervisor['restarts']}")
     print(f"  journal: {journal['pending']} pending, {journal['parked']} parked, {journal['done']} done")
+    index = debug.get("index")
+    if index:
+        waiting = f", {index['pending']} document(s) to embed" if index["pending"] else ""
+        print(f"  vector index: {index['state']}, {index['vectors']} vectors{waiting}"
+              + (f" (last error: {index['lastError']})" if index["state"] == "failed" else ""))
     if sessions["failed"]:
         failed = [a["claudeSessionId"] for a in debug["actors"] if a["state"] == "failed"]
         print(f"  failed sessions (`sessionmem replay SESSION_ID` once fixed): {', '.join(failed)}")

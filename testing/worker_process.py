@@ -56,6 +56,13 @@ class WorkerClient:
         except urllib.error.HTTPError as exc:
             return exc.code, _decode(exc.read(), exc.headers.get_content_type())
 
+    def post(self, path: str, body: Any) -> Any:
+        """POST JSON; the decoded answer, which must be a success."""
+        status, answer = self.request("POST", path, body)
+        if status >= 300:
+            raise AssertionError(f"POST {path} -> {status}: {answer}")
+        return answer
+
     def get(self, path: str) -> Any:
         status, body = self.request("GET", path)
         if status != 200:

@@ -1,0 +1,62 @@
+"""``sessionmem search`` and ``sessionmem show`` (and the index line of ``status``) against a real worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sessionmem.testing.harness import serve_in_thread
+
+pytestmark = pytest.mark.slow
+
+SHOP = "/home/me/shop"
+
+
+def sessionmem(data: Path, port: int, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONMEM_")}
+    return subprocess.run([sys.executable, "-m", "sessionmem", *args, "--data-dir", str(data), "--port", str(port)],
+                          env=env, capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with serve_in_thread(data, embedder="minilm", batch_quiet_s=0.05) as worker:
+        worker.post("/api/sessions/init", {"claudeSessionId": "s1", "cwd": SHOP,
+                                          "prompt": "make checkout refuse an empty cart"})
+        worker.post("/api/sessions/observations", {
+            "claudeSessionId": "s1", "cwd": SHOP, "tool_name": "Edit", "tool_use_id": "t1",
+            "tool_input": {"file_path": f"{SHOP}/src/cart.py", "old_string": "return total",
+                           "new_string": "if not items: raise EmptyCart"}})
+        worker.wait_idle()
+        worker.wait_indexed()
+
+        found = sessionmem(data, worker.port, "search", "basket with nothing in it", "--project", "shop")
+        assert found.returncode == 0, found.stderr
+        assert "result(s) for 'basket with nothing in it', hybrid" in found.stdout
+        assert "Edited src/cart.py" in found.stdout and "[meaning]" in found.stdout
+        assert "full records: sessionmem show 1" in found.stdout
+
+        as_json = json.loads(sessionmem(data, worker.port, "search", "cart", "--json", "--mode", "fts").stdout)
+        assert as_json["mode"] == "fts" and as_json["results"][0]["matchedBy"] == ["words"]
+        here = tmp_path / "shop"
+        here.mkdir()
+        assert "Edited src/cart.py" in sessionmem(data, worker.port, "search", "cart", "--project", ".",
+                                                  cwd=here).stdout
+        assert "0 result(s)" in sessionmem(data, worker.port, "search", "cart", "--project", "blog").stdout
+
+        shown = sessionmem(data, worker.port, "show", "1", "999")
+        assert shown.returncode == 1 and "no observation with id 999" in shown.stderr
+        assert "#1 " in shown.stdout and "replaced `return total` with `if not items: raise EmptyCart`" in shown.stdout
+
+        bad = sessionmem(data, worker.port, "search", "cart", "--since", "last tuesday")
+        assert bad.returncode == 2 and "'since' must be a date" in bad.stderr
+
+        status = sessionmem(data, worker.port, "status")
+        assert "vector index: ready, 2 vectors" in status.stdout  # the prompt and the edit, nothing pending
+    down = sessionmem(data, worker.port, "search", "cart")
+    assert down.returncode == 1 and "did not answer" in down.stderr
