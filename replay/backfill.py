@@ -4,7 +4,9 @@ Converts a directory of Claude Code transcripts (default ``~/.claude/projects``)
 hook events (:mod:`sessionmem.replay.convert`) and sends them to the worker through
 the same API and the same edge processing (privacy stripping, size bounds) as live
 capture; the worker applies the skip list. Every event carries an idempotency key
-derived from the transcript, so running it twice stores nothing twice.
+derived from the transcript, so running it twice stores nothing twice, and the time
+the transcript gives it, so sessions, prompts, observations and summaries keep their
+own times (ordering, "recent" and timelines follow them).
 
 Error handling:
     Unparseable lines and files are counted and reported, never fatal. The worker's
@@ -69,9 +71,10 @@ class BackfillReport:
 
 
 def send_event(config: ClientConfig, payload: dict[str, object], key: str, project: str,
-               patience: Patience) -> Outcome | None:
+               patience: Patience, *, occurred_at: float = 0.0) -> Outcome | None:
     """Deliver one hook event as its API call; ``None`` when the event sends nothing."""
-    call = encoded_call(payload, project=project, key=key, cap=config.tool_response_cap)  # type: ignore[arg-type]
+    call = encoded_call(payload, project=project, key=key, cap=config.tool_response_cap,  # type: ignore[arg-type]
+                        occurred_at=occurred_at)
     if call is None or call[2] is None:  # nothing to send, or SessionStart (a read)
         return None
     method, path, encoded = call
@@ -96,7 +99,8 @@ def backfill(root: Path, config: ClientConfig, *, workers: int = 4, patience: Pa
     def one_session(session: ReplaySession) -> None:
         project = project_of(session.cwd)
         for event in session.events:
-            outcome = send_event(config, event.payload, f"backfill:{event.key}", project, patience)
+            outcome = send_event(config, event.payload, f"backfill:{event.key}", project, patience,
+                                 occurred_at=event.at)
             if outcome is not None:
                 with lock:
                     error = report.count(outcome)

@@ -8,6 +8,7 @@ go through :class:`Ingestor`.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from sessionmem.search.recall import Recall
     from sessionmem.storage.base import Store
 
+FUTURE_SLACK_S = 300  # clocks differ a little; a time further ahead is not believed
 _encode = msgspec.json.Encoder().encode  # the same compact JSON, and size, as clients measure
 
 
@@ -60,6 +62,11 @@ class EdgeCleaner:
         return clean_value(value, self.cap, _encode, redact=self.redactor.value, redact_text=self.redactor.text)
 
 
+def occurred_at(request: InitRequest | ObservationRequest | SummarizeRequest | CompleteRequest) -> float:
+    """When the client says the event happened; 0 (on arrival) for none, or for a time still to come."""
+    return request.occurredAt if request.occurredAt <= time.time() + FUTURE_SLACK_S else 0.0
+
+
 def init_event(request: InitRequest, clean: EdgeCleaner) -> InitEvent:
     prompt, skip_reason = strip_private(request.prompt), ""
     if is_internal_prompt(request.prompt):
@@ -73,6 +80,7 @@ def init_event(request: InitRequest, clean: EdgeCleaner) -> InitEvent:
         prompt=clean.redactor.text(prompt),
         skip_reason=skip_reason,
         key=request.idempotencyKey,
+        occurred_at=occurred_at(request),
     )
 
 
@@ -91,6 +99,7 @@ def observation_event(request: ObservationRequest, clean: EdgeCleaner) -> Observ
         failed=failed,
         error=clean.text(request.error),
         key=request.idempotencyKey,
+        occurred_at=occurred_at(request),
     )
 
 
@@ -101,13 +110,15 @@ def summarize_event(request: SummarizeRequest, clean: EdgeCleaner) -> SummarizeE
         last_user_message=clean.text(request.last_user_message),
         last_assistant_message=clean.text(request.last_assistant_message),
         key=request.idempotencyKey,
+        occurred_at=occurred_at(request),
     )
 
 
 def complete_event(request: CompleteRequest, clean: EdgeCleaner) -> CompleteEvent:
     project = resolve_project(request.project, request.cwd) if (request.project or request.cwd) else ""
     return CompleteEvent(claude_session_id=request.claudeSessionId, project=project,
-                         reason=clean.text(request.reason, MAX_REASON)[:MAX_REASON], key=request.idempotencyKey)
+                         reason=clean.text(request.reason, MAX_REASON)[:MAX_REASON], key=request.idempotencyKey,
+                         occurred_at=occurred_at(request))
 
 
 class Ingestor:

@@ -27,6 +27,7 @@ class _SessionBody(msgspec.Struct, frozen=True, kw_only=True):
     cwd: str = ""
     project: str = ""
     idempotencyKey: str = ""  # an event with a key seen before is not stored again
+    occurredAt: Annotated[float, msgspec.Meta(ge=0, le=1e11)] = 0.0  # when it happened (Unix s); 0: on arrival
 
 
 class InitRequest(_SessionBody, frozen=True, kw_only=True):

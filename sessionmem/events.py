@@ -7,6 +7,8 @@ stores exactly what the actor will later receive and a replay after a crash is
 indistinguishable from live delivery.
 
 New fields must always get defaults: journals written by older versions must decode.
+``occurred_at`` is when the event happened, when a client knows better than the
+arrival (backfill: the transcript's time); 0 means "when it arrived".
 Fields are never renamed on the wire: ``claude_session_id`` (Claude Code's session id,
 not the integer ``session_db_id`` of its row) is stored as ``session_id``, the name
 journals have always used.
@@ -29,6 +31,7 @@ class InitEvent(msgspec.Struct, frozen=True, tag="init", tag_field="kind", omit_
     prompt_number: int = 0
     skip_reason: str = ""  # why ``prompt`` is empty although the hook sent one
     key: str = ""  # idempotency key: a second event with the same key is not journaled again
+    occurred_at: float = 0.0
 
 
 class ObservationEvent(msgspec.Struct, frozen=True, tag="observation", tag_field="kind", omit_defaults=True):
@@ -45,6 +48,7 @@ class ObservationEvent(msgspec.Struct, frozen=True, tag="observation", tag_field
     error: str = ""
     prompt_number: int = 0
     key: str = ""
+    occurred_at: float = 0.0
 
 
 class SummarizeEvent(msgspec.Struct, frozen=True, tag="summarize", tag_field="kind", omit_defaults=True):
@@ -54,6 +58,7 @@ class SummarizeEvent(msgspec.Struct, frozen=True, tag="summarize", tag_field="ki
     last_assistant_message: str = ""
     prompt_number: int = 0
     key: str = ""
+    occurred_at: float = 0.0
 
 
 class CompleteEvent(msgspec.Struct, frozen=True, tag="complete", tag_field="kind", omit_defaults=True):
@@ -61,6 +66,7 @@ class CompleteEvent(msgspec.Struct, frozen=True, tag="complete", tag_field="kind
     project: str = ""
     reason: str = ""
     key: str = ""
+    occurred_at: float = 0.0
 
 
 Event = InitEvent | ObservationEvent | SummarizeEvent | CompleteEvent

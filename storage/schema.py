@@ -229,7 +229,21 @@ CREATE VIRTUAL TABLE prompts_fts USING fts5 (
 INSERT INTO prompts_fts (prompts_fts) VALUES ('rebuild');
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+# Times of their own: ``created_at`` is when a prompt, observation or summary happened
+# (for backfill, the transcript's time), ``stored_at`` when this database stored it
+# (what the LLM token budget counts). Indexes for newest-first lists of all projects.
+_V5 = """
+ALTER TABLE observations ADD COLUMN stored_at REAL;
+UPDATE observations SET stored_at = created_at;
+ALTER TABLE session_summaries ADD COLUMN stored_at REAL;
+UPDATE session_summaries SET stored_at = created_at;
+CREATE INDEX observations_stored ON observations (stored_at);
+CREATE INDEX summaries_stored ON session_summaries (stored_at);
+CREATE INDEX observations_time ON observations (created_at);
+CREATE INDEX summaries_time ON session_summaries (created_at);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 
 
 def migrate(connection: apsw.Connection) -> int:

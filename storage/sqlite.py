@@ -157,6 +157,12 @@ def _create_session(connection: apsw.Connection, claude_session_id: str, project
     return connection.last_insert_rowid()
 
 
+def _touch_session(connection: apsw.Connection, session_db_id: int, when: float) -> None:
+    """The session spans ``when``: events may arrive out of their time order (a backfill after live use)."""
+    connection.execute("UPDATE sessions SET created_at = min(created_at, ?1), updated_at = max(updated_at, ?1)"
+                       " WHERE id = ?2", (when, session_db_id))
+
+
 def _journal(connection: apsw.Connection, event: Any, status: str, now: float) -> Envelope:
     connection.execute(
         "INSERT INTO journal (claude_session_id, kind, status, accepted_at, processed_at, idempotency_key)"
@@ -180,6 +186,7 @@ def _already_journaled(connection: apsw.Connection, key: str) -> Envelope | None
 
 def _accept_init(connection: apsw.Connection, event: InitEvent) -> InitAccepted:
     now = time.time()
+    when = event.occurred_at or now
     earlier = _already_journaled(connection, event.key)
     if earlier is not None:
         first = earlier.event
@@ -189,25 +196,27 @@ def _accept_init(connection: apsw.Connection, event: InitEvent) -> InitAccepted:
                             reason=first.skip_reason, duplicate=True)
     found = _load_session(connection, event.claude_session_id)
     if found is None:
-        session_db_id, counter = _create_session(connection, event.claude_session_id, event.project, event.cwd, now), 0
+        session_db_id, counter = _create_session(connection, event.claude_session_id, event.project, event.cwd,
+                                                 when), 0
     else:
         session_db_id, counter, _status = found
     skipped, reason = False, ""
     if not event.prompt:
         skipped, reason = True, event.skip_reason or "prompt is empty"
-        connection.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_db_id))
+        _touch_session(connection, session_db_id, when)
     else:
         counter += 1
         connection.execute(
             "INSERT INTO user_prompts (session_db_id, prompt_number, text, created_at) VALUES (?, ?, ?, ?)",
-            (session_db_id, counter, event.prompt, now),
+            (session_db_id, counter, event.prompt, when),
         )
         connection.execute(
             "UPDATE sessions SET prompt_counter = ?, first_prompt = coalesce(first_prompt, ?),"
             " status = CASE status WHEN 'failed' THEN 'failed' ELSE 'active' END,"
-            " completed_at = NULL, updated_at = ? WHERE id = ?",
-            (counter, event.prompt, now, session_db_id),
+            " completed_at = NULL WHERE id = ?",
+            (counter, event.prompt, session_db_id),
         )
+        _touch_session(connection, session_db_id, when)
     stamped = msgspec.structs.replace(event, prompt_number=counter)
     # The prompt is stored right here, in the accepting transaction: init needs no replay.
     envelope = _journal(connection, stamped, "done", now)
@@ -226,7 +235,8 @@ def _accept_event(connection: apsw.Connection, event: ObservationEvent | Summari
         # An event for a session we never saw init for (worker started mid-session):
         # keep it rather than lose it.
         project = event.project or "unknown"
-        session_db_id = _create_session(connection, event.claude_session_id, project, getattr(event, "cwd", ""), now)
+        session_db_id = _create_session(connection, event.claude_session_id, project, getattr(event, "cwd", ""),
+                                        event.occurred_at or now)
         counter, status = 0, "initialized"
     else:
         session_db_id, counter, status = found
@@ -408,14 +418,15 @@ class SQLiteStore:
                     "INSERT OR IGNORE INTO observations (session_db_id, project, prompt_number, event_id, tool_name,"
                     " tool_use_id, agent_id, agent_type, failed, type, title, subtitle, facts, narrative, concepts,"
                     " files_read, files_modified, compressed, compressor, model, input_tokens, output_tokens,"
-                    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " created_at, stored_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         session.session_db_id, session.project, event.prompt_number, envelope.event_id, event.tool_name,
                         event.tool_use_id or f"event-{envelope.event_id}", event.agent_id or None,
                         event.agent_type or None, int(event.failed), obs.type, obs.title, obs.subtitle,
                         _to_json(obs.facts), obs.narrative, _to_json(obs.concepts), _to_json(obs.files_read),
                         _to_json(obs.files_modified), int(obs.compressed), obs.compressor, obs.model or None,
-                        obs.input_tokens, obs.output_tokens, now,
+                        obs.input_tokens, obs.output_tokens, event.occurred_at or now, now,
                     ),
                 )
                 if connection.changes():
@@ -423,10 +434,10 @@ class SQLiteStore:
                     tokens_in += obs.input_tokens
                     tokens_out += obs.output_tokens
             connection.execute(
-                "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
-                " updated_at = ? WHERE id = ?",
-                (tokens_in, tokens_out, now, session.session_db_id),
+                "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ? WHERE id = ?",
+                (tokens_in, tokens_out, session.session_db_id),
             )
+            _touch_session(connection, session.session_db_id, max(event.occurred_at or now for _, event, _ in items))
             _mark_done(connection, [envelope.event_id for envelope, _, _ in items], now)
             return inserted
 
@@ -441,21 +452,22 @@ class SQLiteStore:
             connection.execute(
                 "INSERT OR IGNORE INTO session_summaries (session_db_id, project, prompt_number, event_id, request,"
                 " investigated, learned, completed, next_steps, notes, compressed, compressor, model,"
-                " input_tokens, output_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " input_tokens, output_tokens, created_at, stored_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     session.session_db_id, session.project, event.prompt_number, envelope.event_id, summary.request,
                     summary.investigated, summary.learned, summary.completed, summary.next_steps, summary.notes,
                     int(summary.compressed), summary.compressor, summary.model or None, summary.input_tokens,
-                    summary.output_tokens, now,
+                    summary.output_tokens, event.occurred_at or now, now,
                 ),
             )
             inserted = connection.changes() > 0
             connection.execute(
-                "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
-                " updated_at = ? WHERE id = ?",
-                (summary.input_tokens if inserted else 0, summary.output_tokens if inserted else 0, now,
+                "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ? WHERE id = ?",
+                (summary.input_tokens if inserted else 0, summary.output_tokens if inserted else 0,
                  session.session_db_id),
             )
+            _touch_session(connection, session.session_db_id, event.occurred_at or now)
             _mark_done(connection, [envelope.event_id], now)
             return inserted
 
@@ -464,11 +476,12 @@ class SQLiteStore:
     async def complete_session(self, session: SessionInfo, envelope: Envelope) -> None:
         def complete(connection: apsw.Connection) -> None:
             now = time.time()
+            when = getattr(envelope.event, "occurred_at", 0.0) or now
             connection.execute(
-                "UPDATE sessions SET status = 'completed', completed_at = ?, updated_at = ?"
-                " WHERE id = ? AND status != 'failed'",
-                (now, now, session.session_db_id),
+                "UPDATE sessions SET status = 'completed', completed_at = ? WHERE id = ? AND status != 'failed'",
+                (when, session.session_db_id),
             )
+            _touch_session(connection, session.session_db_id, when)
             _mark_done(connection, [envelope.event_id], now)
 
         await self._write(complete)
@@ -515,7 +528,7 @@ class SQLiteStore:
         def query(connection: apsw.Connection) -> list[ObservationRow]:
             rows = connection.execute(
                 f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM}"
-                " WHERE (?1 IS NULL OR o.project = ?1) ORDER BY o.id DESC LIMIT ?2 OFFSET ?3",
+                " WHERE (?1 IS NULL OR o.project = ?1) ORDER BY o.created_at DESC, o.id DESC LIMIT ?2 OFFSET ?3",
                 (project, limit, offset),
             )
             return [_observation_row(row) for row in rows]
@@ -540,7 +553,7 @@ class SQLiteStore:
                 " m.learned, m.completed, m.next_steps, m.notes, m.compressed, m.compressor, m.model,"
                 " m.input_tokens, m.output_tokens, m.created_at"
                 " FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id"
-                " WHERE (?1 IS NULL OR m.project = ?1) ORDER BY m.id DESC LIMIT ?2 OFFSET ?3",
+                " WHERE (?1 IS NULL OR m.project = ?1) ORDER BY m.created_at DESC, m.id DESC LIMIT ?2 OFFSET ?3",
                 (project, limit, offset),
             )
             return [SummaryRow(*row[:10], bool(row[10]), *row[11:]) for row in rows]
@@ -550,9 +563,9 @@ class SQLiteStore:
     async def llm_tokens_since(self, timestamp: float) -> int:
         def query(connection: apsw.Connection) -> int:
             (tokens,) = connection.execute(
-                "SELECT (SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM observations WHERE created_at >= ?1)"
+                "SELECT (SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM observations WHERE stored_at >= ?1)"
                 " + (SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM session_summaries"
-                "    WHERE created_at >= ?1)", (timestamp,)).fetchone()
+                "    WHERE stored_at >= ?1)", (timestamp,)).fetchone()
             return int(tokens)
 
         return await self._readers.run(query)
@@ -622,7 +635,7 @@ class SQLiteStore:
         def query(connection: apsw.Connection) -> tuple[int, str] | None:
             row = connection.execute(
                 "SELECT p.id, p.text FROM user_prompts p JOIN sessions s ON s.id = p.session_db_id"
-                " WHERE s.project = ? ORDER BY p.id DESC LIMIT 1", (project,)).fetchone()
+                " WHERE s.project = ? ORDER BY p.created_at DESC, p.id DESC LIMIT 1", (project,)).fetchone()
             return (row[0], row[1]) if row else None
 
         return await self._readers.run(query)

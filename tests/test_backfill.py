@@ -42,6 +42,16 @@ def test_backfill_is_complete_idempotent_and_private(worker: ThreadedWorker) -> 
     assert len(stored) == len(expected_ids)
     summaries = len(worker.get("/api/summaries?limit=500")["summaries"])
     assert summaries == stats.stops
+    # Everything keeps the time the transcript gives it, not the time of the import.
+    at = {e.payload["tool_use_id"]: e.at for s in sessions for e in s.events if "tool_use_id" in e.payload}
+    assert all(o["createdAt"] == at[o["toolUseId"]] for o in stored if o["toolUseId"] in at)
+    assert [o["createdAt"] for o in stored] == sorted((o["createdAt"] for o in stored), reverse=True)  # newest first
+    stops = sorted(e.at for s in sessions for e in s.events if e.stage == "Stop")
+    assert sorted(m["createdAt"] for m in worker.get("/api/summaries?limit=500")["summaries"]) == stops
+    span = {s.session_id: [e.at for e in s.events if e.stage != "SessionStart"] for s in sessions}
+    for session in worker.get("/api/sessions?limit=500")["sessions"]:
+        times = span[session["claudeSessionId"]]
+        assert (session["createdAt"], session["updatedAt"]) == (min(times), max(times))
     prompts_before = {s["claudeSessionId"]: s["promptCounter"] for s in worker.get("/api/sessions?limit=500")["sessions"]}
 
     second = run_backfill(worker)

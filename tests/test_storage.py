@@ -207,3 +207,28 @@ async def test_a_full_disk_fails_the_whole_batch_and_writes_nothing(tmp_path: Pa
     assert [e.event.tool_use_id for e in pending] == ["t0", "t1"]  # type: ignore[union-attr]
     connection = apsw.Connection(str(tmp_path / "db.sqlite"))
     assert connection.execute("SELECT count(*) FROM sqlite_master WHERE name = 'blobs'").fetchone()[0] == 0
+
+
+async def test_events_keep_their_own_time_and_the_budget_counts_when_stored(tmp_path: Path) -> None:
+    """Backfill sends the transcript's times: rows are dated by them, ordered by them, and the LLM
+    budget still counts today's spending (by when the row was stored)."""
+    import time
+
+    long_ago, later = 1_600_000_000.0, 1_600_000_500.0
+    async with open_sqlite_store(tmp_path / "db.sqlite") as store:
+        await store.accept_init(InitEvent("old", "proj", prompt="then", occurred_at=long_ago), lambda e: None)
+        envelopes: list[Envelope] = []
+        for n, at in ((1, later), (2, long_ago + 10)):  # arrive out of their time order
+            event = ObservationEvent(claude_session_id="old", project="proj", tool_name="Read", tool_use_id=f"t{n}",
+                                     occurred_at=at)
+            await store.accept_event(event, envelopes.append)
+        info = await store.session_info("old")
+        assert info is not None
+        await store.store_observations(info, [(e, e.event, CompressedObservation("discovery", f"t {e.event_id}",
+                                                                                 input_tokens=7)) for e in envelopes])
+        observations = await store.list_observations(project="proj", limit=10, offset=0)
+        (session,) = await store.list_sessions(project="proj", limit=10, offset=0)
+        spent_today = await store.llm_tokens_since(time.time() - 3600)
+    assert [o.created_at for o in observations] == [later, long_ago + 10]  # newest first, by their time
+    assert (session.created_at, session.updated_at) == (long_ago, later)
+    assert spent_today == 14

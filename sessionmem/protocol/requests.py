@@ -15,7 +15,7 @@ from sessionmem.protocol.fields import clean_text, clean_value
 from sessionmem.protocol.limits import FIELD_CAP
 from sessionmem.protocol.privacy import strip_private
 from sessionmem.protocol.project import project_of
-from sessionmem.protocol.routes import COMPLETE, CONTEXT, IDEMPOTENCY_KEY, INIT, OBSERVATIONS, SUMMARIZE
+from sessionmem.protocol.routes import COMPLETE, CONTEXT, IDEMPOTENCY_KEY, INIT, OBSERVATIONS, OCCURRED_AT, SUMMARIZE
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -119,9 +119,10 @@ def clean_body(body: dict[str, Any], cap: int = FIELD_CAP) -> dict[str, Any]:
     return cleaned
 
 
-def encoded_call(payload: dict[str, Any], *, project: str, key: str = "",
-                 cap: int = FIELD_CAP) -> tuple[str, str, bytes | None] | None:
-    """:func:`api_call` ready to send: fields cleaned and bounded, an idempotency key if given, JSON bytes."""
+def encoded_call(payload: dict[str, Any], *, project: str, key: str = "", cap: int = FIELD_CAP,
+                 occurred_at: float = 0.0) -> tuple[str, str, bytes | None] | None:
+    """:func:`api_call` ready to send: fields cleaned and bounded, an idempotency key and the time the
+    event happened if given (backfill knows it from the transcript), JSON bytes."""
     call = api_call(payload, project=project)
     if call is None:
         return None
@@ -131,4 +132,6 @@ def encoded_call(payload: dict[str, Any], *, project: str, key: str = "",
     body = clean_body(body, cap)
     if key:
         body[IDEMPOTENCY_KEY] = key
+    if occurred_at > 0:
+        body[OCCURRED_AT] = occurred_at
     return method, path, fastjson.dumps(body).encode("utf-8")

@@ -40,7 +40,7 @@ LOGIN_CODE = "/api/auth/login-code"  # POST, with the token: a single-use code f
 LOGIN = "/login"  # GET ?code=...&next=/path: trades the code for the worker's cookie
 
 # -- ingest body fields ------------------------------------------------------------------
-SESSION_FIELDS = ("claudeSessionId", "cwd", "project", "idempotencyKey")
+SESSION_FIELDS = ("claudeSessionId", "cwd", "project", "idempotencyKey", "occurredAt")
 BODY_FIELDS = {
     INIT: SESSION_FIELDS + ("prompt",),
     OBSERVATIONS: SESSION_FIELDS + ("tool_name", "tool_input", "tool_response", "tool_use_id", "agent_id",
@@ -49,6 +49,7 @@ BODY_FIELDS = {
     COMPLETE: SESSION_FIELDS + ("reason",),
 }
 IDEMPOTENCY_KEY = "idempotencyKey"  # an event with a key seen before is answered as a duplicate, not stored
+OCCURRED_AT = "occurredAt"  # when the event happened, Unix seconds (backfill); absent: when it arrived
 
 # -- replies -----------------------------------------------------------------------------
 READY = "ready"  # GET /api/readiness: 200 {"status": "ready"}
