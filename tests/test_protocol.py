@@ -248,3 +248,22 @@ def test_a_full_spool_loses_the_event_and_says_so(tmp_path: Path, monkeypatch: p
     config = ClientConfig({"SESSIONMEM_DATA_DIR": str(tmp_path), "SESSIONMEM_PORT": "9"})
     outcome = send(config, Patience.hook(config), FakeTime())
     assert outcome.status == "lost" and "spool full" in outcome.detail
+
+
+@pytest.mark.parametrize(("cwd", "project"), [
+    ("/home/me/projects/spotter-worktrees/spotter-0rt", "spotter"),  # side by side (seen in the corpus)
+    ("/home/me/projects/spotter-worktrees/spotter-fum/assets", "spotter"),  # a directory below one
+    ("C:\\Users\\Mischa\\.claude-worktrees\\M-Claude\\unruffled-mcclintock", "M-Claude"),  # Claude Desktop
+    ("C:\\Users\\Mischa\\Documents\\M-Claude", "M-Claude"),  # a Windows path read on Linux
+    ("/gone/repo/.claude/worktrees/agent-1/src", "repo"),  # Claude Code --worktree
+    ("/gone/repo/.worktrees/feature", "repo"),
+    ("/Users/me/conductor/workspaces/shop/lisbon", "shop"),
+    ("/gone/plain/project", "project"),  # nothing to go by: the directory's name
+    ("/gone/foo-worktrees", "foo-worktrees"),  # the container itself is no worktree
+    ("C:\\", "unknown"),
+    ("", "unknown"),
+])
+def test_worktrees_that_are_gone_still_name_their_repository(cwd: str, project: str) -> None:
+    from sessionmem.protocol.project import project_of
+
+    assert project_of(cwd) == project

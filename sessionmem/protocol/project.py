@@ -3,8 +3,17 @@
 The one definition for every client and the worker: the project is the name of the
 git work tree root that contains ``cwd``, so every subdirectory belongs to the same
 project. A linked worktree (its ``.git`` is a file pointing into
-``<main>/.git/worktrees/<name>``) maps to its main repository's name. Outside git, or
-for a path that no longer exists, it is ``basename(cwd)``, as in the reference.
+``<main>/.git/worktrees/<name>``) maps to its main repository's name.
+
+When no git work tree contains ``cwd`` -- outside git, or a path that no longer exists,
+as in old transcripts that backfill reads -- the usual worktree layouts still name the
+repository (:data:`WORKTREE_LAYOUTS`): ``<repo>/.claude/worktrees/<name>`` (Claude
+Code), ``~/.claude-worktrees/<repo>/<name>`` (Claude Desktop),
+``<repo>/.worktrees/<name>``, ``<repo>-worktrees/<name>`` (side by side),
+``conductor/workspaces/<repo>/<name>``, and any directory below them. Otherwise it is
+``basename(cwd)``, as in the reference: what cannot be known from a path alone is the
+root of a repository that is gone (its subdirectory ``/old/repo/src`` is project
+``src``). Windows paths (``C:\\Users\\me\\repo``) are read as Windows paths.
 Clients send the project they computed; the worker computes it the same way only
 for a request that names none (:func:`resolve_project`).
 """
@@ -41,10 +50,48 @@ def _main_repository_of_worktree(git_file: str, root: str) -> str | None:
     return common  # a bare repository: its own name is the best we have
 
 
+# (the directory names before the repository, the names after it): a path holding
+# them in a row, then one more name, is a worktree of the repository that name marks.
+WORKTREE_LAYOUTS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    ((), (".claude", "worktrees")),  # <repo>/.claude/worktrees/<name>
+    ((), (".worktrees",)),  # <repo>/.worktrees/<name>
+    ((".claude-worktrees",), ()),  # ~/.claude-worktrees/<repo>/<name>
+    (("conductor", "workspaces"), ()),  # ~/conductor/workspaces/<repo>/<name>
+)
+SIDE_BY_SIDE = "-worktrees"  # <repo>-worktrees/<name>
+
+
+def project_from_layout(parts: list[str]) -> str | None:
+    """The repository a worktree path names by its layout (see the module docstring), if any."""
+    for index in range(len(parts) - 1, -1, -1):  # the innermost layout wins
+        name = parts[index]
+        for before, after in WORKTREE_LAYOUTS:
+            if before and tuple(parts[index - len(before) + 1 : index + 1]) == before \
+                    and index + 2 < len(parts):
+                return parts[index + 1]
+            if after and tuple(parts[index + 1 : index + 1 + len(after)]) == after \
+                    and index + len(after) + 1 < len(parts):
+                return name
+        if name.endswith(SIDE_BY_SIDE) and not name.startswith(".") and len(name) > len(SIDE_BY_SIDE) \
+                and index + 1 < len(parts):
+            return name[: -len(SIDE_BY_SIDE)]
+    return None
+
+
+def _split(path: str) -> list[str]:
+    """The names of a path, a Windows one (``C:\\Users\\me``) too."""
+    if "\\" in path and "/" not in path:
+        path = path.replace("\\", "/")
+    return [part for part in path.split("/") if part and not part.endswith(":")]
+
+
 def project_of(cwd: str) -> str:
     """The project name for ``cwd`` (see the module docstring)."""
     if not cwd:
         return "unknown"
+    if "\\" in cwd and "/" not in cwd:  # a Windows path, in a transcript read here
+        parts = _split(cwd)
+        return project_from_layout(parts) or (parts[-1] if parts else "unknown")
     path = os.path.abspath(cwd)
     current = path
     while True:
@@ -56,7 +103,8 @@ def project_of(cwd: str) -> str:
             return os.path.basename(main or current) or "unknown"
         parent = os.path.dirname(current)
         if parent == current:
-            return os.path.basename(path.rstrip(os.sep)) or "unknown"
+            parts = _split(path)
+            return project_from_layout(parts) or (parts[-1] if parts else "unknown")
         current = parent
 
 
