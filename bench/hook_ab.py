@@ -67,7 +67,7 @@ def recall_ab(runs: int) -> None:
             entry = [sys.executable, "-S", str(REPO / "hooks" / "entry.py"), "PostToolUse"]
             edit = {**event, "session_id": "earlier", "tool_name": "Edit", "tool_use_id": "toolu_earlier",
                     "tool_input": {"file_path": path, "old_string": "a = 1", "new_string": "a = 2"}}
-            for name, worker in workers.items():
+            for worker in workers.values():
                 run(entry, json.dumps(edit).encode(), {**env, "SESSIONMEM_DATA_DIR": str(worker.data_dir)})
                 worker.wait_idle()
             times: dict[str, list[float]] = {name: [] for name in [*workers, "python -S -c pass"]}

@@ -43,6 +43,7 @@ from sessionmem.server.fast_ingest import (
 )
 from sessionmem.server.guard import LOGIN_CODE_TTL_S, AccessGuard
 from sessionmem.server.jsonapi import encode
+from sessionmem.server.maintenance_api import add_maintenance_routes
 from sessionmem.server.payloads import BadRequest, InitRequest, LegacyInitRequest, ProcessingRequest, decode
 from sessionmem.server.routing import ROW_ID, error_response, int_arg, json_response, rule, text_arg
 from sessionmem.server.search_api import add_search_routes
@@ -243,5 +244,6 @@ def create_quart_app(services: Services) -> QuartTrio:
         return json_response(await debug_snapshot(services))
 
     add_search_routes(app, services)
+    add_maintenance_routes(app, services)
 
     return app

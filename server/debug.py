@@ -22,6 +22,7 @@ from sessionmem.server.http_server import ConnectionStatistics
 from sessionmem.server.services import Services, WorkerStatistics
 from sessionmem.server.spool import SpoolStatistics
 from sessionmem.storage.base import StoreStatistics
+from sessionmem.storage.pruner import PrunerStatistics
 
 
 class DebugSnapshot(msgspec.Struct, frozen=True):
@@ -38,6 +39,7 @@ class DebugSnapshot(msgspec.Struct, frozen=True):
     connections: ConnectionStatistics
     index: IndexStatistics
     embedder: EmbedderServiceStatistics
+    retention: PrunerStatistics
 
 
 class ProcessingStatus(msgspec.Struct, frozen=True):
@@ -62,6 +64,7 @@ async def debug_snapshot(services: Services) -> DebugSnapshot:
         connections=services.connections.statistics(),
         index=services.index.statistics(),
         embedder=services.embedder.statistics(),
+        retention=services.pruner.statistics(),
     )
 
 

@@ -29,6 +29,7 @@ from sessionmem.server.http_server import ConnectionPool
 from sessionmem.server.ingest import Ingestor
 from sessionmem.server.spool import SpoolImporter
 from sessionmem.storage.base import Store
+from sessionmem.storage.pruner import Pruner
 
 
 class WorkerStatistics(msgspec.Struct, frozen=True):
@@ -85,3 +86,4 @@ class Services:
     index: VectorIndex
     search: SearchService
     context: ContextPlanner
+    pruner: Pruner

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sessionmem import search_cli
+from sessionmem import data_cli, search_cli
 from sessionmem.config import Settings, SettingsError, load_settings
 from sessionmem.protocol import routes
 from sessionmem.protocol.config import DATA_DIR_ENV, ClientConfig
@@ -149,6 +149,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"  sessions: {sessions['known']} ({sessions['alive']} active, {sessions['failed']} failed), "
           f"{sessions['queued']} event(s) queued; restarts {supervisor['restarts']}")
     print(f"  journal: {journal['pending']} pending, {journal['parked']} parked, {journal['done']} done")
+    try:
+        _, storage = _call(config, "GET", routes.STORAGE)
+        print(f"  storage: {data_cli.size_line(storage)}")
+    except (WorkerUnreachable, KeyError):
+        pass
     index = debug.get("index")
     if index:
         waiting = f", {index['pending']} document(s) to embed" if index["pending"] else ""
@@ -419,6 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(doctor)
     doctor.set_defaults(fn=cmd_doctor)
     search_cli.add_commands(sub, common, _client)
+    data_cli.add_commands(sub, common, _client)
     return parser
 
 

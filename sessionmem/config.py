@@ -78,6 +78,9 @@ class Settings:
     prompt_recall: bool = False  # UserPromptSubmit: the most relevant past observations (opt-in)
     prompt_recall_max: int = 3
 
+    # Retention
+    raw_retention_days: float = 30.0  # raw tool input/output of stored observations kept this long (0: always)
+
     # Search and the vector index
     embedder: str = "minilm"  # minilm | none (full-text search only)
     index_save_interval_s: float = 120.0  # the vector index is saved this often while it changes
@@ -150,6 +153,7 @@ _ENV = {
     "SESSIONMEM_FILE_RECALL_MAX": "file_recall_max",
     "SESSIONMEM_PROMPT_RECALL": "prompt_recall",
     "SESSIONMEM_PROMPT_RECALL_MAX": "prompt_recall_max",
+    "SESSIONMEM_RAW_RETENTION_DAYS": "raw_retention_days",
     "SESSIONMEM_EMBEDDER": "embedder",
     "SESSIONMEM_INDEX_SAVE_INTERVAL": "index_save_interval_s",
 }

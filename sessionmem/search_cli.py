@@ -15,32 +15,12 @@ import time
 from typing import Any
 from urllib.parse import urlencode
 
+from sessionmem.command_client import WorkerDown, ask, down, fail
 from sessionmem.protocol import routes
 from sessionmem.protocol.config import ClientConfig
-from sessionmem.protocol.delivery import Patience, deliver
 from sessionmem.protocol.project import project_of
 
-# The first search after a start may load the embedding model (~0.3 s); a page of
-# results is otherwise a few milliseconds.
-READ = Patience(15.0, 15.0, retry_failures=False)
 WIDTH = 100
-
-
-def _ask(config: ClientConfig, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
-    outcome = deliver(config, method, path, json.dumps(body).encode() if body is not None else None, patience=READ)
-    if outcome.reply is None:
-        raise ConnectionError(f"the worker on {config.host}:{config.worker_port()} did not answer ({outcome.detail}); "
-                              f"is it running? (`sessionmem serve`, or start Claude Code)")
-    try:
-        return outcome.reply.status, outcome.reply.json()
-    except ValueError:
-        raise ConnectionError(f"not a sessionmem answer: HTTP {outcome.reply.status}") from None
-
-
-def _fail(status: int, answer: Any) -> int:
-    message = answer.get("error", answer) if isinstance(answer, dict) else answer
-    print(f"sessionmem: {message} (HTTP {status})", file=sys.stderr)
-    return 2 if 400 <= status < 500 else 1
 
 
 def _date(timestamp: float) -> str:
@@ -60,12 +40,11 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
         if value:
             query[name] = value
     try:
-        status, answer = _ask(config, "GET", f"{routes.SEARCH}?{urlencode(query)}")
-    except ConnectionError as exc:
-        print(f"sessionmem: {exc}", file=sys.stderr)
-        return 1
+        status, answer = ask(config, "GET", f"{routes.SEARCH}?{urlencode(query)}")
+    except WorkerDown as exc:
+        return down(exc)
     if status != 200:
-        return _fail(status, answer)
+        return fail(status, answer)
     if args.json:
         print(json.dumps(answer, indent=2, ensure_ascii=False))
         return 0
@@ -89,12 +68,11 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
 
 def cmd_show(args: argparse.Namespace, config: ClientConfig) -> int:
     try:
-        status, answer = _ask(config, "POST", routes.OBSERVATION_BATCH, {"ids": args.ids})
-    except ConnectionError as exc:
-        print(f"sessionmem: {exc}", file=sys.stderr)
-        return 1
+        status, answer = ask(config, "POST", routes.OBSERVATION_BATCH, {"ids": args.ids})
+    except WorkerDown as exc:
+        return down(exc)
     if status != 200:
-        return _fail(status, answer)
+        return fail(status, answer)
     if args.json:
         print(json.dumps(answer, indent=2, ensure_ascii=False))
         return 0 if not answer["missing"] else 1

@@ -68,6 +68,7 @@ from sessionmem.server.redaction import Redactor
 from sessionmem.server.services import Services, WorkerStatus
 from sessionmem.server.spool import SpoolImporter
 from sessionmem.storage.base import StorageUnavailable, Store
+from sessionmem.storage.pruner import Pruner
 from sessionmem.storage.sqlite import open_sqlite_store
 
 log = logging.getLogger("sessionmem")
@@ -234,12 +235,20 @@ async def open_services(settings: Settings, *, budget: ShutdownBudget | None = N
                     # What the first requests would otherwise wait for, loaded once the worker is ready.
                     compressor.seed_usage(await store.llm_tokens_since(utc_day(time.time()) * SECONDS_PER_DAY))
                     nursery.start_soon(_warm_up, compressor, services.ingestor.redactor, embedder)
+                    maintenance = trio.CancelScope()
+
+                    async def prune_periodically() -> None:
+                        with maintenance:
+                            await services.pruner.run()
+
+                    nursery.start_soon(prune_periodically)
                     try:
                         yield services
                     finally:
                         if not budget.begun:
                             budget.begin()
                         importing.cancel(reason="shutting down")
+                        maintenance.cancel(reason="shutting down")
                         supervisor.shutdown(drain_s=budget.share(DRAIN_SHARE))
                 budget.done("actors")
                 # The index saves what it added (what it could not embed in time is
@@ -284,7 +293,8 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
                           request_timeout_s=settings.request_timeout_s)
     return Services(settings, status, store, router, supervisor, compressor, broadcaster, ingestor,
                     SpoolImporter(ingestor, settings.data_dir), guard, pool, embedder, index,
-                    search, ContextPlanner(store, index, embedder, observations=settings.context_observations))
+                    search, ContextPlanner(store, index, embedder, observations=settings.context_observations),
+                    Pruner(store, retention_days=settings.raw_retention_days))
 
 
 async def _warm_up(compressor: Compressor, redactor: Redactor, embedder: EmbedderService) -> None:

@@ -39,6 +39,7 @@ from sessionmem.records import (
     SummaryRow,
 )
 from sessionmem.storage.checkpointer import CheckpointerStatistics
+from sessionmem.storage.retention import StorageReport
 from sessionmem.storage.writer import WriterStatistics
 
 
@@ -116,6 +117,13 @@ class Store(Protocol):
     async def journal_counts(self) -> JournalCounts: ...
     async def llm_tokens_since(self, timestamp: float) -> int:
         """LLM tokens (input + output) of the results stored since ``timestamp`` (the daily budget's seed)."""
+
+    # -- retention
+    async def prune_payloads(self, before: float) -> int:
+        """Strip raw tool data from stored observations that happened before ``before``; returns how many."""
+
+    async def reclaim_space(self, *, full: bool = False) -> None: ...
+    async def storage_report(self) -> StorageReport: ...
 
     # -- the read half (search, timeline, the vector index's documents, file recall).
     # A document is named by its key: (kind, row id), kind one of records.DOCUMENT_KINDS.

@@ -7,6 +7,14 @@ checkpoints from a connection of its own, on a worker thread, whenever the WAL h
 grown past a threshold. PASSIVE mode never waits for readers or the writer: it copies
 what it can and tries again next time.
 
+The WAL file never shrinks by itself: under steady load a PASSIVE checkpoint can
+rarely reset it, and a burst leaves it at its largest (151 MB after a backfill, once).
+So when nothing has been committed for ``idle_s`` -- or when the WAL is past
+:data:`WAL_LIMIT_BYTES` -- the checkpointer tries a TRUNCATE checkpoint, which copies
+everything back and cuts the file to zero bytes. It does not wait: if a reader or the
+writer is busy it tries again a second later. (The writer also sets
+``journal_size_limit``, so a WAL reset after a burst is cut back to the limit.)
+
 Resource handling:
     The checkpoint connection belongs to :meth:`Checkpointer.run` and is closed when
     it is cancelled (after one last attempt, bounded by ``close_timeout_s``).
@@ -23,6 +31,8 @@ import trio
 INTERVAL_S = 1.0
 THRESHOLD_PAGES = 1000  # SQLite's own default auto-checkpoint size
 PAGE_BYTES = 4096
+IDLE_S = 10.0  # no commit for this long: truncate the WAL
+WAL_LIMIT_BYTES = 64 << 20
 
 
 class CheckpointerStatistics(msgspec.Struct, frozen=True):
@@ -31,11 +41,26 @@ class CheckpointerStatistics(msgspec.Struct, frozen=True):
     last_checkpointed_pages: int
     failures: int
     last_error: str
+    truncations: int = 0  # TRUNCATE checkpoints that cut the WAL to zero bytes
 
 
 def _checkpoint(connection: apsw.Connection) -> tuple[int, int]:
     """(pages in the WAL, pages checkpointed)."""
     return connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+
+
+def _truncate(connection: apsw.Connection) -> bool:
+    """Checkpoint everything and cut the WAL to nothing; False if a reader or the writer was in the way."""
+    try:
+        connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+    except apsw.BusyError:
+        return False
+    return True
+
+
+def _data_version(connection: apsw.Connection) -> int:
+    """Changes whenever another connection commits (SQLite's ``PRAGMA data_version``)."""
+    return connection.execute("PRAGMA data_version").fetchone()[0]
 
 
 def _wal_bytes(path: Path) -> int:
@@ -48,8 +73,10 @@ def _wal_bytes(path: Path) -> int:
 
 
 class Checkpointer:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, idle_s: float = IDLE_S) -> None:
         self._path = path
+        self._idle_s = idle_s
+        self._truncations = 0
         self._checkpoints = 0
         self._wal_bytes = 0
         self._last_pages = 0
@@ -58,7 +85,7 @@ class Checkpointer:
 
     def statistics(self) -> CheckpointerStatistics:
         return CheckpointerStatistics(self._checkpoints, self._wal_bytes, self._last_pages, self._failures,
-                                      self._last_error)
+                                      self._last_error, self._truncations)
 
     async def run(self, *, close_timeout_s: float = 5.0,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -67,14 +94,23 @@ class Checkpointer:
         connection = await self._connect()
         limiter = trio.CapacityLimiter(1)
         try:
+            version, changed_at = None, trio.current_time()
             while True:
                 await trio.sleep(INTERVAL_S)
                 self._wal_bytes = await trio.to_thread.run_sync(_wal_bytes, self._path, limiter=limiter)
-                if self._wal_bytes >= THRESHOLD_PAGES * PAGE_BYTES:
-                    try:
+                try:
+                    now_version = await trio.to_thread.run_sync(_data_version, connection, limiter=limiter)
+                    if now_version != version:
+                        version, changed_at = now_version, trio.current_time()
+                    idle = trio.current_time() - changed_at >= self._idle_s
+                    if self._wal_bytes and (idle or self._wal_bytes > WAL_LIMIT_BYTES):
+                        if await trio.to_thread.run_sync(_truncate, connection, limiter=limiter):
+                            self._truncations += 1
+                            self._wal_bytes = 0
+                    elif self._wal_bytes >= THRESHOLD_PAGES * PAGE_BYTES:
                         await self._checkpoint(connection, limiter)
-                    except apsw.Error as exc:  # a full disk, say: the WAL just grows until the next try
-                        self._failed(exc)
+                except apsw.Error as exc:  # a full disk, say: the WAL just grows until the next try
+                    self._failed(exc)
         finally:
             with trio.move_on_after(close_timeout_s, shield=True):
                 try:

@@ -54,9 +54,9 @@ from sessionmem.records import (
     SummaryInputs,
     SummaryRow,
 )
-from sessionmem.storage import recall
+from sessionmem.storage import recall, retention
 from sessionmem.storage.base import Accepted, InitAccepted, OnCommit, StorageUnavailable, StoreStatistics
-from sessionmem.storage.checkpointer import Checkpointer
+from sessionmem.storage.checkpointer import IDLE_S, WAL_LIMIT_BYTES, Checkpointer
 from sessionmem.storage.readers import ReaderPool
 from sessionmem.storage.schema import migrate
 from sessionmem.storage.writer import GroupCommitWriter
@@ -83,8 +83,12 @@ def open_writer(path: Path) -> apsw.Connection:
     # there): SQLite gives the -wal and -shm files the database file's own mode.
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
     connection = apsw.Connection(str(path))
+    retention.use_incremental_vacuum_if_new(connection)
     connection.execute("PRAGMA journal_mode = WAL")
     connection.execute("PRAGMA synchronous = FULL")
+    # A WAL that grew during a burst is cut back to this when it restarts (checkpoints
+    # beside the writer truncate it whenever the database is idle).
+    connection.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
     # Checkpoints run beside the writer (storage/checkpointer.py), not inside a commit.
     connection.execute("PRAGMA wal_autocheckpoint = 0")
     connection.set_busy_timeout(5000)
@@ -254,7 +258,8 @@ def _mark_done(connection: apsw.Connection, event_ids: Sequence[int], now: float
 
 
 @asynccontextmanager
-async def open_sqlite_store(path: Path, *, readers: int = 4) -> AsyncIterator[SQLiteStore]:
+async def open_sqlite_store(path: Path, *, readers: int = 4,
+                            checkpoint_idle_s: float = IDLE_S) -> AsyncIterator[SQLiteStore]:
     """Open (creating and migrating) the database at ``path`` for the duration of the block.
 
     Resource handling:
@@ -265,7 +270,7 @@ async def open_sqlite_store(path: Path, *, readers: int = 4) -> AsyncIterator[SQ
         drain takes at most :attr:`SQLiteStore.close_timeout_s`, which the owner may
         lower before leaving the block (its share of a shutdown budget).
     """
-    store = SQLiteStore(path, readers=readers)
+    store = SQLiteStore(path, readers=readers, checkpoint_idle_s=checkpoint_idle_s)
     await store._open()
     try:
         async with trio.open_nursery() as nursery:
@@ -291,11 +296,11 @@ async def open_sqlite_store(path: Path, *, readers: int = 4) -> AsyncIterator[SQ
 class SQLiteStore:
     """SQLite in WAL mode under ``path``; see the module docstring. Use :func:`open_sqlite_store`."""
 
-    def __init__(self, path: Path, *, readers: int = 4) -> None:
+    def __init__(self, path: Path, *, readers: int = 4, checkpoint_idle_s: float = IDLE_S) -> None:
         self.path = path
         self.close_timeout_s = 5.0
         self._readers = ReaderPool(path, readers)
-        self._checkpointer = Checkpointer(path)
+        self._checkpointer = Checkpointer(path, idle_s=checkpoint_idle_s)
         self._connection: apsw.Connection | None = None
         self._writer: GroupCommitWriter | None = None
 
@@ -581,6 +586,30 @@ class SQLiteStore:
             return JournalCounts(pending, parked, total - pending - parked)
 
         return await self._readers.run(query)
+
+    # -- retention (storage/retention.py) ------------------------------------------------
+
+    async def prune_payloads(self, before: float) -> int:
+        """Strip raw tool data from stored observations that happened before ``before``, a batch a
+        transaction (other writes go between them); returns how many."""
+        pruned, after = 0, 0
+        while True:
+            count, after = await self._write(partial(retention.prune_payloads, before=before, after_id=after))
+            pruned += count
+            if after == 0:
+                return pruned
+
+    async def reclaim_space(self, *, full: bool = False) -> None:
+        """Give freed pages back to the file system: incrementally, or by a full VACUUM (``full``)."""
+        if self._writer is None:
+            raise RuntimeError("store is not open")
+        try:
+            await self._writer.run_alone(retention.vacuum if full else retention.reclaim)
+        except UNAVAILABLE as exc:
+            raise StorageUnavailable(f"the database cannot take writes: {exc}") from exc
+
+    async def storage_report(self) -> retention.StorageReport:
+        return await self._readers.run(partial(retention.report, path=self.path))
 
     # -- the read half (SQL in storage/recall.py) -------------------------------------------
 

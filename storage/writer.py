@@ -101,6 +101,13 @@ class GroupCommitWriter:
             raise operation.error
         return operation.result  # type: ignore[return-value]
 
+    async def run_alone(self, fn: Callable[[apsw.Connection], T]) -> T:
+        """Run ``fn(connection)`` between two group commits, outside any transaction (VACUUM, say).
+
+        Its errors are its caller's alone. Like a commit, it is never abandoned on a thread.
+        """
+        return await trio.to_thread.run_sync(fn, self._connection, limiter=self._limiter)
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve submissions until the channel is closed by :meth:`close`."""
         task_status.started()

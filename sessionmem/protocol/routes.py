@@ -22,6 +22,8 @@ HEALTH = "/api/health"
 READINESS = "/api/readiness"
 PROCESSING = "/api/processing"
 REPLAY = "/api/sessions/{claude_session_id}/replay"
+STORAGE = "/api/storage"  # GET: sizes on disk and what holds them
+PRUNE = "/api/maintenance/prune"  # POST {"olderThanDays": 30, "vacuum": false}: raw tool data pruned now
 
 # -- reads -------------------------------------------------------------------------------
 CONTEXT = "/api/context/inject"

@@ -1,0 +1,111 @@
+"""What the database keeps, and for how long: raw tool payloads pruned, space given back, sizes told.
+
+The journal keeps every event as it arrived, raw tool input and output included, so
+that an event can be replayed until its observation is stored and so that
+``GET /api/observations/{id}`` can show what the tool really did. Once an observation
+is stored and older than the retention age, its raw payload has served: :func:`prune_payloads`
+rewrites the journal entry without ``tool_input`` and ``tool_response`` (the entry stays,
+with its idempotency key, so a re-sent event is still recognised as a duplicate).
+
+Space: a database created by this version uses SQLite's incremental auto-vacuum, and
+:func:`reclaim` hands freed pages back to the file system after a prune. An older
+database is converted by one full :func:`vacuum` (``sessionmem prune --vacuum``).
+
+Each function runs on the writer's thread: :func:`prune_payloads` inside a group commit,
+the others outside any transaction (SQLite refuses VACUUM inside one).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import apsw
+import msgspec
+
+PRUNE_BATCH = 500  # journal entries rewritten per transaction: other writers wait at most this long
+
+
+class StorageReport(msgspec.Struct, frozen=True):
+    database_bytes: int
+    wal_bytes: int
+    observations: int
+    raw_payload_bytes: int  # journal payloads still holding raw tool data
+    raw_payloads: int
+    auto_vacuum: str  # incremental | none (pruning frees pages for reuse; `prune --vacuum` gives them back)
+    free_pages: int
+
+    @property
+    def bytes_per_observation(self) -> float:
+        return round(self.database_bytes / self.observations, 1) if self.observations else 0.0
+
+
+def prune_payloads(connection: apsw.Connection, before: float, *, after_id: int = 0,
+                   limit: int = PRUNE_BATCH) -> tuple[int, int]:
+    """Strip the raw tool data of stored observations that happened before ``before`` (by the time the
+    event carries, else its arrival), among up to ``limit`` journal entries after ``after_id``;
+    returns (pruned, the last entry looked at, or 0 once at the end)."""
+    rows = connection.execute(
+        "SELECT j.id, j.kind = 'observation' AND j.status = 'done'"
+        " AND coalesce(json_extract(CAST(p.payload AS TEXT), '$.occurred_at'), j.accepted_at) < ?"
+        " AND json_type(CAST(p.payload AS TEXT), '$.pruned') IS NULL"
+        " FROM journal j JOIN journal_payloads p ON p.id = j.id WHERE j.id > ? ORDER BY j.id LIMIT ?",
+        (before, after_id, limit)).fetchall()
+    ids = [(row_id,) for row_id, prunable in rows if prunable]
+    connection.executemany(
+        "UPDATE journal_payloads SET payload = CAST(json_set(json_remove(CAST(payload AS TEXT),"
+        " '$.tool_input', '$.tool_response'), '$.pruned', json('true')) AS BLOB) WHERE id = ?", ids)
+    return len(ids), (rows[-1][0] if len(rows) == limit else 0)
+
+
+def reclaim(connection: apsw.Connection) -> int:
+    """Give free pages back to the file system (incremental auto-vacuum); returns the pages freed."""
+    (before,) = connection.execute("PRAGMA freelist_count").fetchone()
+    connection.execute("PRAGMA incremental_vacuum").fetchall()  # runs a page per row: read them all
+    (after,) = connection.execute("PRAGMA freelist_count").fetchone()
+    if before != after:
+        _write_back(connection)
+    return before - after
+
+
+def vacuum(connection: apsw.Connection) -> None:
+    """Rewrite the whole database compactly, switching it to incremental auto-vacuum."""
+    connection.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    connection.execute("VACUUM")
+    _write_back(connection)
+
+
+def _write_back(connection: apsw.Connection) -> None:
+    """Copy the WAL into the database file and empty it, so the file is its new size now (if no
+    reader is in the way; else the checkpointer does it when the database is idle)."""
+    try:
+        connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+    except apsw.BusyError:
+        pass
+
+
+def use_incremental_vacuum_if_new(connection: apsw.Connection) -> None:
+    """A database without tables yet gets incremental auto-vacuum (it cannot be turned on later
+    without a full VACUUM)."""
+    (tables,) = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    if tables == 0:
+        vacuum(connection)
+
+
+def report(connection: apsw.Connection, path: Path) -> StorageReport:
+    """Sizes on disk and what holds them (a scan of the journal's payloads: for an operator, not a hot path)."""
+    (observations,) = connection.execute("SELECT count(*) FROM observations").fetchone()
+    raw_bytes, raw_count = connection.execute(
+        "SELECT coalesce(sum(length(p.payload)), 0), count(*) FROM journal j JOIN journal_payloads p ON p.id = j.id"
+        " WHERE j.kind = 'observation' AND json_type(CAST(p.payload AS TEXT), '$.pruned') IS NULL").fetchone()
+    (mode,) = connection.execute("PRAGMA auto_vacuum").fetchone()
+    (free,) = connection.execute("PRAGMA freelist_count").fetchone()
+    return StorageReport(_size(path), _size(Path(str(path) + "-wal")), observations, raw_bytes, raw_count,
+                         {0: "none", 1: "full", 2: "incremental"}.get(mode, str(mode)), free)
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0

@@ -1,0 +1,93 @@
+"""What the database keeps: raw tool data pruned when old, space given back, a WAL that does not stay large."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from sessionmem.events import ObservationEvent
+from sessionmem.storage.sqlite import open_sqlite_store
+from sessionmem.testing.harness import open_worker
+
+DAY = 86400.0
+BIG = "x" * 50_000  # a large tool output, as a Read of a big file returns
+
+
+async def test_old_raw_tool_data_is_pruned_and_the_file_shrinks(tmp_path: Path) -> None:
+    async with open_worker(tmp_path / "data", embedder="none", batch_quiet_s=0.05) as worker:
+        for number in range(60):
+            old = number < 40
+            reply = await worker.request("POST", "/api/sessions/observations", {
+                "claudeSessionId": "old" if old else "new", "cwd": "/w/proj", "tool_name": "Read",
+                "tool_use_id": f"t{number}", "tool_input": {"file_path": f"/w/proj/f{number}.py"},
+                "tool_response": BIG + str(number), "idempotencyKey": f"k{number}",
+                "occurredAt": time.time() - (40 if old else 1) * DAY})
+            assert reply.status == 202
+        await worker.wait_idle()
+        before = await worker.get("/api/storage")
+        assert before["autoVacuum"] == "incremental" and before["observations"] == 60 and before["rawPayloads"] == 60
+
+        report = (await worker.request("POST", "/api/maintenance/prune", {"olderThanDays": 30, "vacuum": True})).json()
+        assert report["pruned"] == 40 and report["after"]["rawPayloads"] == 20
+        on_disk = {moment: report[moment]["databaseBytes"] + report[moment]["walBytes"] for moment in ("before", "after")}
+        assert on_disk["after"] < on_disk["before"] - 40 * 40_000  # given back to the file system
+
+        old = await worker.get("/api/observations/1")
+        new = await worker.get("/api/observations/60")
+        assert old["toolInput"] is None and old["toolResponse"] is None and old["title"] == "Read f0.py"
+        assert new["toolResponse"].startswith("xxx")
+        # the journal entry is still there: the same event sent again is a duplicate, not a second row
+        again = await worker.post("/api/sessions/observations", {
+            "claudeSessionId": "old", "cwd": "/w/proj", "tool_name": "Read", "tool_use_id": "t0",
+            "tool_response": "again", "idempotencyKey": "k0"})
+        assert again["status"] == "duplicate"
+        await worker.wait_idle()
+        assert len((await worker.get("/api/observations?limit=100"))["observations"]) == 60
+        nothing_left = (await worker.request("POST", "/api/maintenance/prune", {"olderThanDays": 30})).json()
+        assert nothing_left["pruned"] == 0
+        assert (await worker.request("POST", "/api/maintenance/prune", {"olderThanDays": -1})).status == 400
+        retention = (await worker.debug())["retention"]
+        assert (retention["retentionDays"], retention["rounds"], retention["pruned"], retention["failures"]) == (
+            30.0, 2, 40, 0) and retention["lastRoundAt"] > time.time() - 60
+
+
+async def test_the_wal_is_cut_back_once_the_database_is_idle(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite"
+    async with open_sqlite_store(path, checkpoint_idle_s=0.5) as store:
+        for number in range(120):
+            event = ObservationEvent(claude_session_id="s", project="p", tool_name="Read", tool_use_id=f"t{number}",
+                                     tool_response=BIG)
+            await store.accept_event(event, lambda envelope: None)
+        assert os.path.getsize(str(path) + "-wal") > 5_000_000
+        with trio.fail_after(10):
+            while os.path.getsize(str(path) + "-wal") > 0:
+                await trio.sleep(0.1)
+        assert store.statistics().checkpointer.truncations >= 1
+        assert len(await store.pending_events()) == 120  # all of it is in the database itself
+
+
+@pytest.mark.slow
+def test_prune_and_status_from_a_terminal(tmp_path: Path) -> None:
+    from sessionmem.testing.harness import serve_in_thread
+
+    from .test_search_cli import sessionmem
+
+    data = tmp_path / "data"
+    with serve_in_thread(data, embedder="none", batch_quiet_s=0.05) as worker:
+        for number in range(5):
+            worker.post("/api/sessions/observations", {
+                "claudeSessionId": "s", "cwd": "/w/p", "tool_name": "Read", "tool_use_id": f"t{number}",
+                "tool_response": BIG, "occurredAt": time.time() - 90 * DAY})
+        worker.wait_idle()
+        status = sessionmem(data, worker.port, "status")
+        assert "storage: " in status.stdout and "5 observations" in status.stdout
+        assert "raw tool data kept for 5" in status.stdout
+        pruned = sessionmem(data, worker.port, "prune", "--older-than", "60", "--vacuum")
+        assert pruned.returncode == 0, pruned.stderr
+        assert "raw tool data of 5 observation(s) older than 60 day(s) pruned" in pruned.stdout
+        assert "after:  " in pruned.stdout and "raw tool data kept for 0" in pruned.stdout
+        assert sessionmem(data, worker.port, "prune", "--older-than", "-3").returncode == 2
