@@ -113,7 +113,7 @@ def create_quart_app(services: Services) -> QuartTrio:
     @app.errorhandler(Exception)
     async def internalerror_response(exc: Exception) -> Response:
         log_exception(log, f"internal error on {request.method} {request.path[:200]}", exc)
-        status.counterror_response(exc)
+        status.count_error(exc)
         return error_response(500, f"internal error: {type(exc).__name__}")
 
     async def body(kind: type) -> Any:
