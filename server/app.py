@@ -32,7 +32,8 @@ from sessionmem.protocol import routes
 from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, READY, STARTING
 from sessionmem.search.hybrid import MAX_QUERY_CHARS
 from sessionmem.server.context import render_context
-from sessionmem.server.debug import debug_snapshot, processing_status
+from sessionmem.server.debug import processing_status
+from sessionmem.server.debug_routes import add_debug_routes
 from sessionmem.server.fast_ingest import (
     RETRY_AFTER_S,
     STORAGE_RETRY_AFTER_S,
@@ -43,11 +44,22 @@ from sessionmem.server.fast_ingest import (
 )
 from sessionmem.server.guard import LOGIN_CODE_TTL_S, AccessGuard
 from sessionmem.server.jsonapi import encode
+from sessionmem.server.pages import add_page_routes
 from sessionmem.server.payloads import BadRequest, InitRequest, LegacyInitRequest, ProcessingRequest, decode
-from sessionmem.server.routing import ROW_ID, error_response, int_arg, json_response, rule, text_arg
+from sessionmem.server.routing import (
+    ROW_ID,
+    error_response,
+    int_arg,
+    json_response,
+    rule,
+    sse_message,
+    sse_response,
+    text_arg,
+)
 from sessionmem.server.search_api import add_search_routes
 from sessionmem.server.services import Services
 from sessionmem.storage.base import StorageUnavailable
+from sessionmem.web.assets import PageAssets
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +210,10 @@ def create_quart_app(services: Services) -> QuartTrio:
     async def sessions() -> Response:
         return json_response({"sessions": await store.list_sessions(**page())})
 
+    @app.get(routes.PROJECTS)
+    async def projects() -> Response:
+        return json_response({"projects": await store.list_projects(limit=int_arg("limit", 200, low=1))})
+
     @app.get(routes.OBSERVATION_LIST)
     async def list_observations() -> Response:
         return json_response({"observations": await store.list_observations(**page())})
@@ -231,17 +247,13 @@ def create_quart_app(services: Services) -> QuartTrio:
                     if item is None:
                         yield b": keep-alive\n\n"
                         continue
-                    yield b"event: " + live_event_name(item).encode() + b"\ndata: " + encode(item) + b"\n\n"
+                    yield sse_message(live_event_name(item), encode(item))
 
-        response = Response(events(), content_type="text/event-stream")
-        response.headers["Cache-Control"] = "no-cache"
-        response.timeout = None
-        return response
+        return sse_response(events())
 
-    @app.get(routes.DEBUG)
-    async def debug() -> Response:
-        return json_response(await debug_snapshot(services))
-
+    pages = PageAssets()
+    add_page_routes(app, pages)
+    add_debug_routes(app, services, pages)
     add_search_routes(app, services)
 
     return app
