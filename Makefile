@@ -7,10 +7,15 @@ STAMP := $(VENV)/.installed
 # The pinned Claude Code CLI for the end-to-end tests (its native binary is an
 # optional dependency from the npm registry; no other download).
 E2E_STAMP := e2e/node_modules/.installed
+# Debian's Chromium and ChromeDriver for the web pages' browser tests (tests/test_web_browser.py):
+# installed with apt-get when missing (CI runs as root); the stamp is made again whenever one is gone.
+# Should the install fail, make goes on and those tests fail saying what is missing.
+BROWSER := /usr/bin/chromium /usr/bin/chromedriver
+BROWSER_STAMP := build/.browser-installed
 
-SOURCES := actors compress embed hooks index replay search server sessionmem storage testing
+SOURCES := actors compress embed hooks index replay search server sessionmem storage testing web
 
-.PHONY: run test lint clean bytecode
+.PHONY: run test lint clean bytecode FORCE
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "sessionmem needs Python 3.11, found " + sys.version' 
@@ -22,6 +27,16 @@ $(STAMP): pyproject.toml
 $(E2E_STAMP): e2e/package.json e2e/package-lock.json
 	cd e2e && npm ci --no-audit --no-fund --loglevel=error
 	@touch $(E2E_STAMP)
+
+$(BROWSER_STAMP): $(if $(filter-out $(wildcard $(BROWSER)),$(BROWSER)),FORCE)
+	@if [ -n "$(filter-out $(wildcard $(BROWSER)),$(BROWSER))" ]; then \
+		echo "installing Debian's chromium and chromium-driver for the browser tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) \
+			|| echo "WARNING: could not install chromium and chromium-driver: the browser tests will fail"; \
+	fi
+	@mkdir -p build && if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then touch $@; fi
+
+FORCE:
 
 # Hook processes start ~10 ms faster from compiled bytecode; compile it explicitly
 # because environments may set PYTHONDONTWRITEBYTECODE (only changed files are redone).
@@ -37,7 +52,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check --quiet .
 	$(VENV)/bin/python tools/lint_imports.py --no-logo
 
-test: $(STAMP) $(E2E_STAMP) bytecode lint
+test: $(STAMP) $(E2E_STAMP) $(BROWSER_STAMP) bytecode lint
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 clean:

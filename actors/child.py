@@ -4,7 +4,9 @@ The mailbox, the messages taken but not yet finished (``inflight``), the journal
 backlog being replayed, the actor's state (:mod:`.state`), its restart intensity
 (:mod:`.restart`) and its counters all live here, owned by the supervisor, so a
 crashed actor's replacement picks up exactly where its predecessor stopped, in the
-same order. :meth:`SessionChild.statistics` is the typed snapshot ``/debug`` shows.
+same order. :meth:`SessionChild.statistics` is the typed snapshot ``/debug`` shows;
+:meth:`SessionChild.history` adds the last few messages and errors (bounded:
+:data:`HISTORY_MESSAGES`, :data:`HISTORY_ERRORS`) for the ``/debug`` page's actor detail.
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ import trio
 
 from sessionmem.actors.restart import RestartIntensity, RestartPolicy
 from sessionmem.actors.state import TRANSITIONS, ActorState, IllegalTransition
-from sessionmem.events import Envelope, event_kind
+from sessionmem.events import Envelope, ObservationEvent, event_kind
+
+HISTORY_MESSAGES = 20  # finished messages kept per session for /debug (a few KB at most)
+HISTORY_ERRORS = 10
+HISTORY_TEXT_CHARS = 500  # an error's text is cut to this
 
 
 class MailboxFull(Exception):
@@ -46,6 +52,28 @@ class ActorStatistics(msgspec.Struct, frozen=True):
     idle_seconds: float  # since the last finished message
 
 
+class ActorMessage(msgspec.Struct, frozen=True):
+    """A message the actor finished (its result is durable)."""
+
+    event_id: int
+    kind: str  # init | observation | summarize | complete
+    tool_name: str  # observations only
+    finished_at: float
+
+
+class ActorError(msgspec.Struct, frozen=True):
+    at: float
+    error: str  # "ExceptionType: message", cut to HISTORY_TEXT_CHARS
+
+
+class ActorHistory(msgspec.Struct, frozen=True):
+    """One actor's statistics with its recent past, newest first."""
+
+    statistics: ActorStatistics
+    recent_messages: list[ActorMessage]
+    recent_errors: list[ActorError]
+
+
 class SessionChild:
     def __init__(self, claude_session_id: str, mailbox_size: int, restart_policy: RestartPolicy) -> None:
         self.claude_session_id = claude_session_id
@@ -68,6 +96,8 @@ class SessionChild:
         self._last_error = ""
         self._last_error_at: float | None = None
         self._last_active = time.time()
+        self._recent_messages: collections.deque[ActorMessage] = collections.deque(maxlen=HISTORY_MESSAGES)
+        self._recent_errors: collections.deque[ActorError] = collections.deque(maxlen=HISTORY_ERRORS)
 
     # -- state ------------------------------------------------------------------------
 
@@ -167,6 +197,7 @@ class SessionChild:
     def crashed(self, exc: BaseException) -> None:
         self._last_error = f"{type(exc).__name__}: {exc}"
         self._last_error_at = time.time()
+        self._recent_errors.append(ActorError(self._last_error_at, self._last_error[:HISTORY_TEXT_CHARS]))
 
     def clear_error(self) -> None:
         self._last_error = ""
@@ -186,8 +217,11 @@ class SessionChild:
         except ValueError:
             pass
         self._processed += 1
-        self._processed_by_kind[event_kind(envelope.event)] += 1
+        kind = event_kind(envelope.event)
+        self._processed_by_kind[kind] += 1
         self._last_active = time.time()
+        tool_name = envelope.event.tool_name if isinstance(envelope.event, ObservationEvent) else ""
+        self._recent_messages.append(ActorMessage(envelope.event_id, kind, tool_name[:100], self._last_active))
 
     @property
     def peak_depth(self) -> int:
@@ -220,3 +254,7 @@ class SessionChild:
             last_error_at=self._last_error_at,
             idle_seconds=round(time.time() - self._last_active, 3),
         )
+
+    def history(self) -> ActorHistory:
+        return ActorHistory(self.statistics(), list(reversed(self._recent_messages)),
+                            list(reversed(self._recent_errors)))

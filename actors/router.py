@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 import msgspec
 
-from sessionmem.actors.child import ActorStatistics, MailboxFull, SessionChild
+from sessionmem.actors.child import ActorHistory, ActorStatistics, MailboxFull, SessionChild
 from sessionmem.actors.restart import RestartPolicy
 from sessionmem.actors.state import ActorState
 from sessionmem.actors.supervisor import ActorSupervisor
@@ -137,6 +137,11 @@ class SessionRouter:
 
     def actors(self) -> list[ActorStatistics]:
         return [child.statistics() for child in self._children.values()]
+
+    def history(self, claude_session_id: str) -> ActorHistory | None:
+        """The actor's statistics with its recent messages and errors; ``None`` for a session without one."""
+        child = self._children.get(claude_session_id)
+        return child.history() if child is not None else None
 
     def statistics(self) -> RouterStatistics:
         children = list(self._children.values())

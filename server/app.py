@@ -32,7 +32,8 @@ from sessionmem.protocol import routes
 from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, READY, STARTING
 from sessionmem.search.hybrid import MAX_QUERY_CHARS
 from sessionmem.server.context import render_context
-from sessionmem.server.debug import debug_snapshot, processing_status
+from sessionmem.server.debug import processing_status
+from sessionmem.server.debug_routes import add_debug_routes
 from sessionmem.server.fast_ingest import (
     RETRY_AFTER_S,
     STORAGE_RETRY_AFTER_S,
@@ -44,11 +45,22 @@ from sessionmem.server.fast_ingest import (
 from sessionmem.server.guard import LOGIN_CODE_TTL_S, AccessGuard
 from sessionmem.server.jsonapi import encode
 from sessionmem.server.maintenance_api import add_maintenance_routes
+from sessionmem.server.pages import add_page_routes
 from sessionmem.server.payloads import BadRequest, InitRequest, LegacyInitRequest, ProcessingRequest, decode
-from sessionmem.server.routing import ROW_ID, error_response, int_arg, json_response, rule, text_arg
+from sessionmem.server.routing import (
+    ROW_ID,
+    error_response,
+    int_arg,
+    json_response,
+    rule,
+    sse_message,
+    sse_response,
+    text_arg,
+)
 from sessionmem.server.search_api import add_search_routes
 from sessionmem.server.services import Services
 from sessionmem.storage.base import StorageUnavailable
+from sessionmem.web.assets import PageAssets
 
 log = logging.getLogger(__name__)
 
@@ -105,16 +117,16 @@ def create_quart_app(services: Services) -> QuartTrio:
         return error_response(503, storage_message(exc), retry_after=STORAGE_RETRY_AFTER_S)
 
     @app.errorhandler(HTTPException)
-    async def httperror_response(exc: HTTPException) -> Response:
+    async def http_error(exc: HTTPException) -> Response:
         message = exc.description or exc.name
         if exc.code == 413:
             message = too_large_message(settings.max_body_bytes)
         return error_response(exc.code or 500, message)
 
     @app.errorhandler(Exception)
-    async def internalerror_response(exc: Exception) -> Response:
+    async def internal_error(exc: Exception) -> Response:
         log_exception(log, f"internal error on {request.method} {request.path[:200]}", exc)
-        status.counterror_response(exc)
+        status.count_error(exc)
         return error_response(500, f"internal error: {type(exc).__name__}")
 
     async def body(kind: type) -> Any:
@@ -199,6 +211,10 @@ def create_quart_app(services: Services) -> QuartTrio:
     async def sessions() -> Response:
         return json_response({"sessions": await store.list_sessions(**page())})
 
+    @app.get(routes.PROJECTS)
+    async def projects() -> Response:
+        return json_response({"projects": await store.list_projects(limit=int_arg("limit", 200, low=1))})
+
     @app.get(routes.OBSERVATION_LIST)
     async def list_observations() -> Response:
         return json_response({"observations": await store.list_observations(**page())})
@@ -232,17 +248,13 @@ def create_quart_app(services: Services) -> QuartTrio:
                     if item is None:
                         yield b": keep-alive\n\n"
                         continue
-                    yield b"event: " + live_event_name(item).encode() + b"\ndata: " + encode(item) + b"\n\n"
+                    yield sse_message(live_event_name(item), encode(item))
 
-        response = Response(events(), content_type="text/event-stream")
-        response.headers["Cache-Control"] = "no-cache"
-        response.timeout = None
-        return response
+        return sse_response(events())
 
-    @app.get(routes.DEBUG)
-    async def debug() -> Response:
-        return json_response(await debug_snapshot(services))
-
+    pages = PageAssets()
+    add_page_routes(app, pages)
+    add_debug_routes(app, services, pages)
     add_search_routes(app, services)
     add_maintenance_routes(app, services)
 

@@ -7,6 +7,7 @@ A bad query argument raises :class:`~sessionmem.server.payloads.BadRequest` nami
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 from quart import Response, request
@@ -26,6 +27,19 @@ def rule(path: str, **converters: str) -> str:
 
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(encode(data), status=status, headers=headers, content_type="application/json")
+
+
+def sse_message(event: str, data: bytes) -> bytes:
+    """One Server-Sent Event: ``data`` is one line of JSON."""
+    return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+
+
+def sse_response(events: AsyncIterator[bytes]) -> Response:
+    """An open-ended ``text/event-stream`` answer (no response timeout) of ``events``."""
+    response = Response(events, content_type="text/event-stream")
+    response.headers["Cache-Control"] = "no-cache"
+    response.timeout = None
+    return response
 
 
 def error_response(status: int, message: str, *, path: str = "", retry_after: int | None = None) -> Response:

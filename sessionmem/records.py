@@ -82,6 +82,12 @@ class SessionRow(msgspec.Struct, frozen=True):
     observations: int
 
 
+class ProjectRow(msgspec.Struct, frozen=True):
+    project: str
+    sessions: int
+    last_active_at: float  # the latest update of any of its sessions
+
+
 class ObservationRow(msgspec.Struct, frozen=True):
     id: int
     claude_session_id: str

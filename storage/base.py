@@ -31,6 +31,7 @@ from sessionmem.records import (
     JournalCounts,
     ObservationDetail,
     ObservationRow,
+    ProjectRow,
     RankedKey,
     SearchFilters,
     SessionInfo,
@@ -110,6 +111,9 @@ class Store(Protocol):
 
     # -- reads (used by routes)
     async def list_sessions(self, *, project: str | None, limit: int, offset: int) -> list[SessionRow]: ...
+    async def list_projects(self, *, limit: int) -> list[ProjectRow]:
+        """Projects with sessions, the most recently active first."""
+
     async def list_observations(self, *, project: str | None, limit: int, offset: int) -> list[ObservationRow]: ...
     async def get_observation(self, observation_id: int) -> ObservationDetail | None: ...
     async def list_summaries(self, *, project: str | None, limit: int, offset: int) -> list[SummaryRow]: ...

@@ -47,6 +47,7 @@ from sessionmem.records import (
     JournalCounts,
     ObservationDetail,
     ObservationRow,
+    ProjectRow,
     RankedKey,
     SearchFilters,
     SessionInfo,
@@ -518,6 +519,15 @@ class SQLiteStore:
                 (project, limit, offset),
             )
             return [SessionRow(*row) for row in rows]
+
+        return await self._readers.run(query)
+
+    async def list_projects(self, *, limit: int) -> list[ProjectRow]:
+        def query(connection: apsw.Connection) -> list[ProjectRow]:
+            rows = connection.execute(  # the sessions_project index (project, updated_at) covers it
+                "SELECT project, count(*), max(updated_at) FROM sessions GROUP BY project"
+                " ORDER BY max(updated_at) DESC, project LIMIT ?", (limit,))
+            return [ProjectRow(*row) for row in rows]
 
         return await self._readers.run(query)
 

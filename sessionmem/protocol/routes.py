@@ -34,8 +34,18 @@ SUMMARIES = "/api/summaries"
 SEARCH = "/api/search"  # GET ?q=&mode=&project=&kind=&type=&since=&until=&file=&concept=&session=&limit=&offset=
 TIMELINE = "/api/timeline"  # GET ?anchor=<observation id | kind:id>&before=&after=, or ?q= (and filters)
 OBSERVATION_BATCH = "/api/observations/batch"  # POST {"ids": [...]}: full observations, in the order asked
+PROJECTS = "/api/projects"  # GET ?limit=: projects with sessions, the most recently active first
 STREAM = "/stream"
-DEBUG = "/debug"
+
+# -- operators ---------------------------------------------------------------------------
+DEBUG = "/debug"  # the /debug page for a browser (Accept prefers text/html); the JSON snapshot for anyone else
+DEBUG_JSON = "/debug.json"  # the JSON snapshot, whatever the Accept header says
+DEBUG_STREAM = "/debug/stream"  # Server-Sent Events: `snapshot`, the JSON snapshot, each second
+DEBUG_ACTOR = "/debug/actors/{claude_session_id}"  # a session actor's statistics, recent messages and errors
+
+# -- web pages (sessionmem.web) ----------------------------------------------------------
+VIEWER = "/"  # the memory viewer
+ASSETS = "/assets/{name}"  # the pages' scripts and styles, served from the package
 
 # -- access (sessionmem.protocol.auth) ---------------------------------------------------
 LOGIN_CODE = "/api/auth/login-code"  # POST, with the token: a single-use code for a browser

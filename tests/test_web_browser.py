@@ -1,0 +1,261 @@
+"""The web pages in a real browser: Debian's headless Chromium driven by Selenium (tests/browser.py).
+
+- The memory viewer: log in through a `/login?code=` link, replay a recorded Claude Code
+  session (the genuine 2.1.328 transcript) and watch its observations appear without a
+  reload, search with filters, open a record, open its session's timeline.
+- The /debug page: an actor's mailbox and counts change while events arrive (the model
+  stalls, then answers); sorting, filtering, the actor's detail; a failed session is
+  marked and its Replay button re-queues its parked events.
+- Stored text with `<script>`, `onerror=` and `javascript:` payloads renders as text and
+  runs nothing, on both pages.
+- Every page load asks this worker only: no other host, no console error (a CSP
+  violation would be one).
+
+Screenshots go to build/screenshots/ (docs/ holds one of each page, for the README).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessionmem.protocol.requests import api_call
+from sessionmem.replay.convert import convert, transcript_files
+from sessionmem.testing.harness import ThreadedWorker, serve_in_thread
+from sessionmem.testing.messages_api import ScriptedMessagesAPI
+from sessionmem.testing.worker_process import WorkerClient, WorkerProcess
+
+from .browser import Browser, open_browser
+
+pytestmark = pytest.mark.slow
+
+RECORDED = Path(__file__).parent / "fixtures" / "transcripts" / "session-2.1.328.jsonl"
+TOOL_STAGES = ("PostToolUse", "PostToolUseFailure")
+VIEWER_TITLE = "sessionmem · memory"
+DEBUG_TITLE = "sessionmem · operator"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with open_browser() as opened:
+        yield opened
+
+
+@pytest.fixture
+def threaded(tmp_path: Path) -> Iterator[ThreadedWorker]:
+    with serve_in_thread(tmp_path / "data", batch_quiet_s=0.05, fault_injection=True, max_restarts=1) as worker:
+        yield worker
+
+
+def send(worker: WorkerClient, payload: dict[str, Any]) -> None:
+    """One hook payload as the hook would send it (SessionStart is a read: not sent)."""
+    call = api_call(payload)
+    if call is not None and call[2] is not None:
+        status, body = worker.request(call[0], call[1], call[2])
+        assert status < 300, (status, body)
+
+
+def feed_keys(browser: Browser, kind: str = "") -> list[str]:
+    return [key for key in browser.js("return [...document.querySelectorAll('#list .item')].map(li => li.dataset.key)")
+            if key.startswith(kind)]
+
+
+def assert_only_this_worker(browser: Browser, worker: WorkerClient) -> None:
+    hosts = browser.requested_hosts(worker.url + "/")
+    assert hosts == {worker.url}, f"the pages asked {hosts - {worker.url}} too"
+    assert browser.console_errors() == []
+
+
+def test_the_viewer_shows_a_replayed_session_live_searches_opens_and_times_it(browser: Browser,
+                                                                           threaded: ThreadedWorker) -> None:
+    browser.login(threaded, "/")
+    assert browser.driver.title == VIEWER_TITLE
+    browser.wait(lambda: browser.text("#live") == "live", "the live stream to connect")
+    browser.one("#list .empty", "the empty feed")
+    browser.js("window.sameDocument = true")  # gone if the page reloads
+
+    (session,) = convert(transcript_files(RECORDED))
+    shown = 0
+    for event in session.events:
+        send(threaded, event.payload)
+        if event.stage in TOOL_STAGES:
+            shown += 1
+            browser.wait(lambda n=shown: len(feed_keys(browser, "observation:")) == n,
+                         f"observation {shown} of the replayed session to appear live")
+            assert browser.js("return document.querySelector('#list .item').classList.contains('fresh')")
+    browser.wait(lambda: len(feed_keys(browser, "summary:")) == 2, "the session's two summaries")
+    assert browser.js("return window.sameDocument") is True, "the page reloaded"
+    stored = threaded.get("/api/observations?limit=100")["observations"]
+    assert sorted(feed_keys(browser, "observation:")) == sorted(f"observation:{row['id']}" for row in stored)
+    browser.wait(lambda: "calcproj" in browser.text("#project"), "the new project in the project choice")
+    browser.screenshot("viewer-feed")
+
+    # Search: words and filters (type, file, dates); the page's fragment keeps the state.
+    browser.one("#q").send_keys("divide")
+    browser.click("#search button[type=submit]")
+    browser.wait(lambda: browser.text("#list-title") == "Search results", "search results")
+    found = browser.wait(lambda: feed_keys(browser), "results for 'divide'")
+    assert "observation:4" in found and "summary:1" in found
+    browser.click("#type option[value=bugfix]")
+    browser.one("#file").send_keys("calc.py")
+    browser.click("#search button[type=submit]")
+    browser.wait(lambda: feed_keys(browser) == ["observation:3"], "only the bugfix touching calc.py")
+    assert "type=bugfix" in browser.driver.current_url and "file=calc.py" in browser.driver.current_url
+    browser.screenshot("viewer-search")
+
+    # The full record, then its session's timeline.
+    browser.click('#list .item[data-key="observation:3"]')
+    browser.wait(lambda: browser.text("#detail .record-title") == "Edited calc.py (-1 +3 lines)", "the record")
+    assert "calc.py" in browser.content("#detail .raw pre")  # the tool input it was made from
+    browser.screenshot("viewer-record")
+    browser.click("#detail .timeline-button")
+    timeline = browser.wait(lambda: browser.css("#detail .timeline .item"), "the session's timeline")
+    keys = [item.get_attribute("data-key") for item in timeline]
+    assert browser.one("#detail .item.anchor").get_attribute("data-key") == "observation:3"
+    assert {"prompt:1", "observation:1", "observation:2", "observation:4"} <= set(keys)
+    browser.click('#detail .item[data-key="observation:1"]')
+    browser.wait(lambda: browser.text("#detail .record-title") == "Read calc.py", "a timeline entry's record")
+    browser.driver.back()
+    browser.one("#detail .timeline", "the timeline again after Back")
+    assert_only_this_worker(browser, threaded)
+
+
+HOSTILE_PROMPT = ("<script>window.pwned = 'prompt'</script><img src=x onerror=\"window.pwned = 'img'; "
+                  "document.title = 'pwned'\"> see [this](javascript:window.pwned='link')")
+HOSTILE_CWD = "/w/xss<img src=x onerror=window.pwned='project'>"
+
+
+def plant_hostile_memory(worker: WorkerClient) -> None:
+    base = {"session_id": "hostile", "cwd": HOSTILE_CWD}
+    send(worker, {**base, "hook_event_name": "UserPromptSubmit", "prompt": HOSTILE_PROMPT})
+    send(worker, {**base, "hook_event_name": "PostToolUse", "tool_name": "Bash", "tool_use_id": "t1",
+                  "tool_input": {"command": "echo '<img src=x onerror=\"window.pwned=`title`\">'"},
+                  "tool_response": {"stdout": "<script>window.pwned = 'output'</script>"}})
+    send(worker, {**base, "hook_event_name": "PostToolUse", "tool_name": "Read", "tool_use_id": "t2",
+                  "tool_input": {"file_path": "/w/<svg onload=\"window.pwned='path'\">.py"},
+                  "tool_response": "<iframe src=\"javascript:window.pwned='frame'\"></iframe>"})
+    send(worker, {**base, "hook_event_name": "Stop",
+                  "last_assistant_message": "<a href=\"javascript:window.pwned='summary'\">done</a>"})
+    worker.wait_idle()
+
+
+def assert_inert(browser: Browser, title: str) -> None:
+    assert browser.js("return window.pwned") is None, "a payload ran"
+    assert browser.driver.title == title
+    planted = browser.js("return document.querySelectorAll('main img, main script, main iframe, main svg, "
+                         "#actors img, #actors svg, a[href^=\"javascript\"]').length")
+    assert planted == 0, "stored text became markup"
+
+
+def test_hostile_text_renders_as_text_and_runs_nothing(browser: Browser, threaded: ThreadedWorker) -> None:
+    plant_hostile_memory(threaded)
+    browser.login(threaded, "/")
+    browser.wait(lambda: len(feed_keys(browser)) == 3, "the planted memory")  # two observations, one summary
+    assert browser.one("#project").get_attribute("value") == "xss<img src=x onerror=window.pwned='project'>"
+    assert "<img src=x onerror=\"window.pwned=`title`\">" in browser.text("#list")
+    assert "/w/<svg onload=\"window.pwned='path'\">.py" in browser.js(
+        "return [...document.querySelectorAll('#list .chip')].map(c => c.title).join(' ')")
+    assert_inert(browser, VIEWER_TITLE)
+    for key in ("observation:1", "observation:2", "summary:1"):
+        browser.click(f'#list .item[data-key="{key}"]')
+        browser.wait(lambda k=key: browser.css(f'#detail [data-key="{k}"]'), f"the record of {key}")
+        assert_inert(browser, VIEWER_TITLE)
+    browser.click('#list .item[data-key="observation:1"]')
+    browser.wait(lambda: "<script>window.pwned = 'output'</script>" in browser.content("#detail .raw"),
+                 "the tool output, as text")
+    browser.one("#q").send_keys("script")
+    browser.click("#search button[type=submit]")
+    browser.wait(lambda: "prompt:1" in feed_keys(browser), "the hostile prompt found")
+    browser.click('#list .item[data-key="prompt:1"]')
+    browser.wait(lambda: "<script>window.pwned = 'prompt'</script>" in browser.text("#detail .record-title"),
+                 "the prompt, as text")
+    browser.click("#detail .timeline-button")
+    browser.one("#detail .timeline .item.anchor", "the prompt's timeline")
+    assert_inert(browser, VIEWER_TITLE)
+    browser.screenshot("viewer-hostile-text")
+
+    browser.driver.get(threaded.url + "/debug")
+    browser.wait(lambda: browser.css('#actors tr[data-session="hostile"]'), "the hostile session's actor")
+    assert "xss<img src=x onerror=window.pwned='project'>" in browser.text('#actors tr[data-session="hostile"]')
+    browser.click('#actors tr[data-session="hostile"]')
+    browser.one("#actor-detail .messages", "the actor's detail")
+    assert_inert(browser, DEBUG_TITLE)
+    assert_only_this_worker(browser, threaded)
+
+
+def cell(browser: Browser, session: str, column: str) -> str:
+    cells = browser.css(f'#actors tr[data-session="{session}"] td[data-column="{column}"]')
+    return cells[0].text if cells else ""
+
+
+def test_debug_shows_an_actors_mailbox_and_counts_change_live(
+        browser: Browser, worker_factory: Callable[..., WorkerProcess], messages_api: ScriptedMessagesAPI) -> None:
+    messages_api.stall()  # the model holds every reply: the session's mailbox fills
+    worker = worker_factory(ANTHROPIC_API_KEY="sk-test-dummy", ANTHROPIC_BASE_URL=messages_api.url,
+                            SESSIONMEM_COMPRESSOR="anthropic", SESSIONMEM_BATCH_SIZE=1, SESSIONMEM_BATCH_QUIET=0.05,
+                            SESSIONMEM_LLM_TIMEOUT=120)
+    browser.login(worker, "/debug")
+    assert browser.driver.title == DEBUG_TITLE
+    browser.wait(lambda: browser.text("#live") == "live", "the snapshot stream")
+    base = {"session_id": "busy", "cwd": "/work/busy"}
+    send(worker, {**base, "hook_event_name": "UserPromptSubmit", "prompt": "read everything"})
+    send(worker, {"session_id": "calm", "cwd": "/work/calm", "hook_event_name": "UserPromptSubmit", "prompt": "hi"})
+    for n in range(6):
+        send(worker, {**base, "hook_event_name": "PostToolUse", "tool_name": "Read", "tool_use_id": f"t{n}",
+                      "tool_input": {"file_path": f"/work/busy/f{n}.py"}, "tool_response": f"line {n}\n"})
+    browser.wait(lambda: cell(browser, "busy", "mailboxDepth").startswith("5 / "), "five events waiting in its mailbox")
+    assert cell(browser, "busy", "state") == "compressing" and cell(browser, "busy", "processed").startswith("1\n")
+    browser.wait(lambda: browser.text('[data-chart="queued"] .chart-value') == "6", "the queued chart")
+    browser.screenshot("debug-busy")
+
+    # Sort by a heading, filter, and open the actor's detail.
+    heading = browser.one('#actors th[data-key="queued"]')
+    heading.click()
+    assert heading.get_attribute("aria-sort") == "ascending"
+    order = lambda: [row.get_attribute("data-session") for row in browser.css("#actors tbody tr")]  # noqa: E731
+    assert order() == ["calm", "busy"]
+    heading.click()
+    assert heading.get_attribute("aria-sort") == "descending" and order() == ["busy", "calm"]
+    browser.one("#actor-filter").send_keys("calm")
+    browser.wait(lambda: order() == ["calm"], "the filter to leave one actor")
+    browser.one("#actor-filter").clear()
+    browser.one("#actor-filter").send_keys(" ")  # an input event with an empty filter
+    browser.wait(lambda: len(order()) == 2, "both actors again")
+    browser.click('#actors tr[data-session="busy"]')
+    browser.wait(lambda: "init" in browser.text("#actor-detail .messages"), "its recent messages")
+
+    messages_api.resume()
+    browser.wait(lambda: cell(browser, "busy", "mailboxDepth").startswith("0 / ")
+                 and cell(browser, "busy", "processed").startswith("7\n"), "the mailbox to drain", timeout=60)
+    browser.wait(lambda: browser.text("#actor-detail .messages").count("Read") == 6, "the detail, refreshed live")
+    calls = browser.one('#figures dd[data-field="calls"]').get_attribute("data-value")
+    assert int(calls) >= 6
+    assert browser.one('[data-section="breaker"] dd[data-field="state"]').text == "closed"
+    browser.screenshot("debug")
+    assert_only_this_worker(browser, worker)
+
+
+def test_a_failed_session_is_marked_and_replayed_from_the_page(browser: Browser, threaded: ThreadedWorker) -> None:
+    browser.login(threaded, "/debug")
+    send(threaded, {"session_id": "fine", "cwd": "/w/ok", "hook_event_name": "UserPromptSubmit", "prompt": "hi"})
+    # Two crashes in the window (max_restarts=1) fail the session; its event is parked.
+    send(threaded, {"session_id": "doomed", "cwd": "/w/ok", "hook_event_name": "PostToolUse",
+                    "tool_name": "SessionmemCrash", "tool_use_id": "boom", "tool_input": {"times": 2}})
+    browser.wait(lambda: browser.css('#actors tr.failed[data-session="doomed"]'), "the failed session marked")
+    assert "InjectedCrash" in cell(browser, "doomed", "lastError")
+    browser.click("#failed-only")
+    browser.wait(lambda: [r.get_attribute("data-session") for r in browser.css("#actors tbody tr")] == ["doomed"],
+                 "only the failed session")
+    browser.click('#actors tr[data-session="doomed"]')
+    browser.wait(lambda: "InjectedCrash" in browser.text("#actor-detail .errors"), "its recent errors")
+    browser.screenshot("debug-failed")
+    browser.click('#actors tr[data-session="doomed"] button.replay')
+    browser.wait(lambda: "1 parked event(s) queued again" in browser.text("#replay-status"), "the replay's answer")
+    browser.click("#failed-only")
+    browser.wait(lambda: cell(browser, "doomed", "state") != "failed"
+                 and cell(browser, "doomed", "processed").startswith("1\n"), "the parked event processed")
+    assert not browser.css('#actors tr[data-session="doomed"] button.replay')
+    assert_only_this_worker(browser, threaded)

@@ -1,0 +1,73 @@
+// The list entries of the memory viewer: feed rows (observations and summaries, newest
+// first), search results and timeline entries. Text only: see dom.js.
+
+import {h} from "./dom.js";
+import {ago, shortPath, when} from "./format.js";
+
+const MAX_FILE_CHIPS = 4;
+
+export function badge(text, kind = text) {
+  return h("span", {class: "badge", dataset: {kind}}, text);
+}
+
+export function fileChips(files) {
+  const shown = files.slice(0, MAX_FILE_CHIPS).map((file) => h("span", {class: "chip", title: file}, shortPath(file)));
+  const more = files.length > MAX_FILE_CHIPS ? h("span", {class: "chip more"}, `+${files.length - MAX_FILE_CHIPS}`) : null;
+  return files.length ? h("div", {class: "files"}, shown, more) : null;
+}
+
+export function time(seconds) {
+  return h("time", {datetime: new Date(seconds * 1000).toISOString(), title: when(seconds)}, ago(seconds));
+}
+
+/** One clickable entry of a list: ``key`` is "kind:id", what the detail pane opens. */
+function item(key, {fresh, selected, onOpen}, ...children) {
+  const open = () => onOpen(key);
+  return h("li", {
+    class: ["item", fresh && "fresh", selected && "selected"], tabindex: 0, dataset: {key},
+    on: {click: open, keydown: (event) => { if (event.key === "Enter") open(); }},
+  }, children);
+}
+
+export function observationFiles(row) {
+  return [...new Set([...(row.filesModified ?? []), ...(row.filesRead ?? [])])];
+}
+
+/** A feed entry: ``entry`` is {kind: "observation" | "summary", row}. */
+export function feedItem(entry, options) {
+  const {kind, row} = entry;
+  if (kind === "summary") {
+    return item(`summary:${row.id}`, options,
+      h("div", {class: "line"}, badge("summary"), h("span", {class: "title"}, row.request || "Session summary")),
+      row.completed ? h("p", {class: "snippet"}, row.completed) : null,
+      h("div", {class: "meta"}, time(row.createdAt), ` · prompt ${row.promptNumber}`));
+  }
+  return item(`observation:${row.id}`, options,
+    h("div", {class: "line"}, badge(row.type), h("span", {class: "title"}, row.title || "(untitled)"),
+      row.failed ? badge("failed") : null),
+    h("div", {class: "meta"}, row.toolName, " · ", time(row.createdAt)),
+    fileChips(observationFiles(row)));
+}
+
+/** A search result (a DocumentCard with its score and what matched it). */
+export function resultItem(result, options) {
+  const label = result.kind === "observation" ? result.type : result.kind;
+  return item(`${result.kind}:${result.id}`, options,
+    h("div", {class: "line"}, badge(label), h("span", {class: "title"}, result.title || "(untitled)")),
+    result.snippet ? h("p", {class: "snippet"}, result.snippet) : null,
+    h("div", {class: "meta"}, result.project, " · ", time(result.createdAt),
+      result.matchedBy?.length ? ` · matched by ${result.matchedBy.join(" and ")}` : ""),
+    fileChips(result.files ?? []));
+}
+
+/** A timeline entry; the anchor is marked. */
+export function timelineItem(entry, options) {
+  const label = entry.kind === "observation" ? entry.type : entry.kind;
+  const li = item(`${entry.kind}:${entry.id}`, {...options, selected: entry.anchor},
+    h("div", {class: "line"}, badge(label), h("span", {class: "title"}, entry.title || "(untitled)")),
+    entry.snippet ? h("p", {class: "snippet"}, entry.snippet) : null,
+    h("div", {class: "meta"}, `prompt ${entry.promptNumber} · `, time(entry.createdAt)),
+    fileChips(entry.files ?? []));
+  if (entry.anchor) li.classList.add("anchor");
+  return li;
+}
