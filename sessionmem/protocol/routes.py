@@ -30,6 +30,7 @@ OBSERVATION_LIST = "/api/observations"
 OBSERVATION = "/api/observations/{observation_id}"
 SUMMARIES = "/api/summaries"
 SEARCH = "/api/search"  # GET ?q=&mode=&project=&kind=&type=&since=&until=&file=&concept=&session=&limit=&offset=
+SEARCH_MODES = ("hybrid", "fts", "vector")  # ?mode= of SEARCH; the first is the default
 TIMELINE = "/api/timeline"  # GET ?anchor=<observation id | kind:id>&before=&after=, or ?q= (and filters)
 OBSERVATION_BATCH = "/api/observations/batch"  # POST {"ids": [...]}: full observations, in the order asked
 STREAM = "/stream"
