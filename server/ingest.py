@@ -147,6 +147,8 @@ class Ingestor:
     async def observation(self, payload: ObservationRequest) -> tuple[int, IngestReply]:
         if payload.tool_name in self._settings.skip_tools:
             return 200, ToolSkipped(f"{payload.tool_name} is on the skip list")
+        if payload.tool_name.startswith(routes.OWN_TOOL_PREFIXES):
+            return 200, ToolSkipped(f"{payload.tool_name} reads sessionmem's own memory")
         return await self._accept(observation_event(payload, self._clean))
 
     async def summarize(self, payload: SummarizeRequest) -> tuple[int, IngestReply]:

@@ -57,6 +57,13 @@ STARTING = "starting"  # ... or 503 whose error says "starting" while the journa
 RETRY_AFTER = "retry-after"  # on a 503: seconds to wait before sending again
 CONTEXT_COUNT_HEADER = "x-sessionmem-observations"  # observations in the injected context
 
+# -- the MCP server (``sessionmem mcp``) -------------------------------------------------
+MCP_SERVER_NAME = "sessionmem"  # its name in Claude Code's mcpServers (plugin/.mcp.json says the same)
+# Claude Code calls its tools ``mcp__<server>__<tool>`` (user scope, --mcp-config) or
+# ``mcp__plugin_<plugin>_<server>__<tool>`` (the plugin). Their use is not recorded: memory
+# read back must not become new memory (as an injected <sessionmem-context> is stripped).
+OWN_TOOL_PREFIXES = (f"mcp__{MCP_SERVER_NAME}__", f"mcp__plugin_sessionmem_{MCP_SERVER_NAME}__")
+
 
 def path(template: str, **values: object) -> str:
     """``template`` with its ``{name}`` parameters filled in, percent-encoded."""
