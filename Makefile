@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # optional dependency from the npm registry; no other download).
 E2E_STAMP := e2e/node_modules/.installed
 
-SOURCES := actors compress embed hooks index replay search server sessionmem storage testing
+SOURCES := actors compress embed hooks index mcpserver replay search server sessionmem storage testing
 
 .PHONY: run test lint clean bytecode
 

@@ -12,6 +12,7 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +101,9 @@ class Harness:
         env.update(extra)
         return env
 
-    def claude(self, prompt: str, *extra_args: str, plugin: bool = True, **env: str) -> tuple[dict[str, Any], float]:
-        args = [str(CLAUDE), "-p", prompt, "--output-format", "json", "--allowedTools", ALLOWED_TOOLS, *extra_args]
+    def claude(self, prompt: str, *extra_args: str, plugin: bool = True, allowed_tools: str = ALLOWED_TOOLS,
+               **env: str) -> tuple[dict[str, Any], float]:
+        args = [str(CLAUDE), "-p", prompt, "--output-format", "json", "--allowedTools", allowed_tools, *extra_args]
         if plugin:
             args += ["--plugin-dir", str(REPO / "plugin")]
         started = time.monotonic()
@@ -123,14 +125,14 @@ class Harness:
             worker.stop()
 
 
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+@contextmanager
+def claude_harness(root: Path, conversation: type[Conversation] = Conversation) -> Iterator[Harness]:
+    """The scripted Messages API answering as ``conversation`` does, and a harness to run the CLI against it."""
     if not CLAUDE.exists():
         pytest.fail(f"{CLAUDE} is missing: `make test` installs the pinned Claude Code CLI (npm ci in e2e/)")
-    root = tmp_path_factory.mktemp("e2e")
     with ScriptedMessagesAPI() as api:
         h = Harness(root, api)
-        api.responder = Conversation(h.project)
+        api.responder = conversation(h.project)
         try:
             yield h
         finally:
@@ -138,7 +140,18 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
 
 
 @pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    with claude_harness(tmp_path_factory.mktemp("e2e")) as h:
+        yield h
+
+
+@pytest.fixture(scope="module")
 def session_one(harness: Harness) -> dict[str, Any]:
+    return first_session(harness)
+
+
+def first_session(harness: Harness) -> dict[str, Any]:
+    """The divide bug fixed in four tool uses, captured by the hooks; returns its session id and the worker, idle."""
     output, _ = harness.claude("Fix the divide bug in calc.py <private>secret</private>")
     worker = harness.worker()
     assert worker is not None, "SessionStart should have started the worker"
