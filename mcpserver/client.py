@@ -30,6 +30,7 @@ Error handling:
 from __future__ import annotations
 
 import json
+import logging
 from functools import partial
 from typing import Any
 from urllib.parse import urlencode
@@ -41,6 +42,8 @@ from sessionmem.protocol import routes
 from sessionmem.protocol.config import ClientConfig
 from sessionmem.protocol.delivery import Patience, deliver
 from sessionmem.protocol.launch import ensure_worker
+
+log = logging.getLogger(__name__)
 
 CONCURRENT_CALLS = 4  # a model rarely runs more than a few tools at once; the rest wait their turn
 # Reads wait for a busy worker (503 Retry-After) but do not retry a failure: a failing
@@ -88,7 +91,12 @@ class MemoryClient:
     def _call_blocking(self, method: str, path: str, body: bytes | None) -> dict[str, Any]:
         if self._start_worker:
             problems: list[str] = []
-            if ensure_worker(self._config, problems.append) is None:
+
+            def note(message: str) -> None:  # to stderr, which Claude Code keeps in its MCP logs
+                problems.append(message)
+                log.warning("%s", message)
+
+            if ensure_worker(self._config, note) is None:
                 raise MemoryUnavailable(
                     f"the sessionmem worker is not running and could not be started "
                     f"({'; '.join(problems) or 'no reason given'}); `sessionmem doctor` says why")
