@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from sessionmem.protocol.state import process_alive
 from sessionmem.testing.messages_api import ScriptedMessagesAPI, default_reply
 from sessionmem.testing.worker_process import WorkerProcess
 
@@ -119,10 +122,44 @@ class Harness:
         """The worker the hooks started, if it is running."""
         return WorkerProcess.attach(self.data_dir)
 
+    def started_worker(self, timeout: float = 30.0) -> WorkerProcess:
+        """The worker a hook started. SessionStart waits for it only ``start_timeout_s`` (2 s): on a
+        loaded machine it comes up after the session that started it has ended."""
+        deadline = time.monotonic() + timeout
+        while (worker := self.worker()) is None:
+            assert time.monotonic() < deadline, f"no worker came up within {timeout} s"
+            time.sleep(0.05)
+        return worker
+
     def stop_worker(self) -> None:
         worker = self.worker()
         if worker is not None:
             worker.stop()
+
+    def stop_workers(self, timeout: float = 30.0) -> None:
+        """Stop every worker the hooks started, one still starting included (it records itself in
+        ``worker.json`` only once it listens): none may outlive the test, importing the spool of a
+        data dir that is gone -- or of the next test run's, should it get the same path."""
+        log = self.data_dir / "hooks.log"
+        started = re.findall(r"started worker pid (\d+)", log.read_text()) if log.exists() else []
+        deadline = time.monotonic() + timeout
+        for pid in map(int, started):
+            while self._runs_a_worker_of_ours(pid):
+                worker = self.worker()
+                if worker is not None and worker.pid == pid:
+                    worker.stop()
+                elif time.monotonic() > deadline:
+                    os.kill(pid, signal.SIGKILL)
+                else:
+                    time.sleep(0.05)
+
+    def _runs_a_worker_of_ours(self, pid: int) -> bool:
+        """``pid`` is alive and is a worker of this data dir (not a later process that got the same pid)."""
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            return False
+        return process_alive(pid) and f"SESSIONMEM_DATA_DIR={self.data_dir}".encode() in environ.split(b"\0")
 
 
 @contextmanager
@@ -136,7 +173,7 @@ def claude_harness(root: Path, conversation: type[Conversation] = Conversation) 
         try:
             yield h
         finally:
-            h.stop_worker()  # no leaked side processes
+            h.stop_workers()  # no leaked side processes
 
 
 @pytest.fixture(scope="module")
@@ -153,8 +190,7 @@ def session_one(harness: Harness) -> dict[str, Any]:
 def first_session(harness: Harness) -> dict[str, Any]:
     """The divide bug fixed in four tool uses, captured by the hooks; returns its session id and the worker, idle."""
     output, _ = harness.claude("Fix the divide bug in calc.py <private>secret</private>")
-    worker = harness.worker()
-    assert worker is not None, "SessionStart should have started the worker"
+    worker = harness.started_worker()
     worker.wait_idle()
     return {"session_id": output["session_id"], "worker": worker}
 
@@ -223,8 +259,10 @@ def test_hooks_fail_open_and_next_start_restarts_the_worker(harness: Harness, se
 
     # The next SessionStart starts the worker again, and capture resumes.
     output, _ = harness.claude("What did we change last time?")
-    worker = harness.worker()
-    assert worker is not None
+    worker = harness.started_worker()
+    # On a loaded machine it starts after this session's hooks spooled their events: its next spool
+    # round (every 5 s) imports them.
+    worker.wait_until(lambda: not list((harness.data_dir / "spool").glob("*.json")), timeout=60)
     worker.wait_idle()
     sessions = {s["claudeSessionId"]: s for s in worker.get("/api/sessions")["sessions"]}
     assert sessions[output["session_id"]]["status"] == "completed"
