@@ -13,7 +13,7 @@ E2E_STAMP := e2e/node_modules/.installed
 BROWSER := /usr/bin/chromium /usr/bin/chromedriver
 BROWSER_STAMP := build/.browser-installed
 
-SOURCES := actors compress embed hooks index replay search server sessionmem storage testing web
+SOURCES := actors compress embed hooks index mcpserver replay search server sessionmem storage testing web
 
 .PHONY: run test lint clean bytecode FORCE
 

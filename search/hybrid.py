@@ -40,7 +40,6 @@ RRF_K = 60
 # unlike document: beyond it, vector candidates are dropped.
 MAX_VECTOR_DISTANCE = 0.8
 MIN_DEPTH = 50  # candidates asked of each retriever, at least
-MAX_QUERY_CHARS = 4000
 
 
 class SearchMode(str, Enum):

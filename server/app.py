@@ -29,8 +29,8 @@ from sessionmem.actors.child import MailboxFull
 from sessionmem.broadcast import live_event_name
 from sessionmem.logs import log_exception
 from sessionmem.protocol import routes
+from sessionmem.protocol.limits import MAX_QUERY_CHARS
 from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, READY, STARTING
-from sessionmem.search.hybrid import MAX_QUERY_CHARS
 from sessionmem.server.context import render_context
 from sessionmem.server.debug import processing_status
 from sessionmem.server.debug_routes import add_debug_routes

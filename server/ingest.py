@@ -165,6 +165,8 @@ class Ingestor:
     async def observation(self, payload: ObservationRequest, *, recall: bool = True) -> tuple[int, IngestReply]:
         if payload.tool_name in self._settings.skip_tools:
             return 200, ToolSkipped(f"{payload.tool_name} is on the skip list")
+        if payload.tool_name.startswith(routes.OWN_TOOL_PREFIXES):
+            return 200, ToolSkipped(f"{payload.tool_name} reads sessionmem's own memory")
         event = observation_event(payload, self._clean)
         status, reply = await self._accept(event)
         if recall and self._recall is not None and self._settings.file_recall and reply.status == "accepted" \

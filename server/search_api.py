@@ -21,6 +21,13 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from sessionmem.protocol import routes
+from sessionmem.protocol.limits import (
+    MAX_BATCH_IDS,
+    MAX_QUERY_CHARS,
+    MAX_SEARCH_OFFSET,
+    MAX_SEARCH_RESULTS,
+    MAX_TIMELINE_SIDE,
+)
 from sessionmem.records import (
     DOCUMENT_KINDS,
     OBSERVATION,
@@ -29,21 +36,18 @@ from sessionmem.records import (
     ObservationRow,
     SearchFilters,
 )
-from sessionmem.search.hybrid import MAX_QUERY_CHARS, SearchMode
+from sessionmem.search.hybrid import SearchMode
 from sessionmem.search.snippets import snippet
 from sessionmem.server.payloads import BadRequest, decode
 from sessionmem.server.routing import error_response, int_arg, json_response, list_arg, text_arg
 from sessionmem.server.services import Services
 
-MAX_RESULTS = 100
-MAX_TIMELINE_SIDE = 50
-MAX_BATCH = 100
 _AGE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _AGE_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 class BatchRequest(msgspec.Struct, frozen=True):
-    ids: Annotated[list[Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]], msgspec.Meta(max_length=MAX_BATCH)]
+    ids: Annotated[list[Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]], msgspec.Meta(max_length=MAX_BATCH_IDS)]
 
 
 class BatchReply(msgspec.Struct, frozen=True):
@@ -142,8 +146,8 @@ def add_search_routes(app: QuartTrio, services: Services) -> None:
             raise BadRequest(f"query parameter 'mode' must be one of {', '.join(m.value for m in SearchMode)}",
                              "?mode") from None
         results = await search.search(
-            query, filters_from_query(), mode=mode, limit=int_arg("limit", 20, low=1, high=MAX_RESULTS),
-            offset=int_arg("offset", 0, low=0, high=10_000))
+            query, filters_from_query(), mode=mode, limit=int_arg("limit", 20, low=1, high=MAX_SEARCH_RESULTS),
+            offset=int_arg("offset", 0, low=0, high=MAX_SEARCH_OFFSET))
         return json_response(results)
 
     @app.get(routes.TIMELINE)

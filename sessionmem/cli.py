@@ -1,5 +1,5 @@
-"""``sessionmem`` command line: serve, status, stop, replay, backfill, install, uninstall, doctor, open;
-search and show (:mod:`sessionmem.search_cli`).
+"""``sessionmem`` command line: serve, status, stop, replay, backfill, install, uninstall, doctor, open, mcp;
+search and show (:mod:`sessionmem.search_cli`), prune (:mod:`sessionmem.data_cli`).
 
 The client commands (status, stop, replay, doctor) talk to the worker the way every
 client does (:mod:`sessionmem.protocol`: its state file, its HTTP client, its one
@@ -224,30 +224,41 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from sessionmem.install import InstallError, install
+    from sessionmem.install import InstallError, install, install_mcp
 
     try:
         path, backup = install()
+        print(f"sessionmem: hooks installed in {path}" + (f" (backup: {backup})" if backup else ""))
+        if args.mcp:
+            path, backup, registered = install_mcp()
+            if registered:
+                print(f"sessionmem: MCP server `{routes.MCP_SERVER_NAME}` (search, timeline, get_observations) "
+                      f"registered in {path}" + (f" (backup: {backup})" if backup else ""))
+            else:
+                print(f"sessionmem: {path} already has an MCP server named `{routes.MCP_SERVER_NAME}` that is not "
+                      f"sessionmem's; left as it is", file=sys.stderr)
     except InstallError as exc:
         print(f"sessionmem: {exc}", file=sys.stderr)
         return 1
-    print(f"sessionmem: hooks installed in {path}" + (f" (backup: {backup})" if backup else ""))
     print("sessionmem: the next Claude Code session starts the worker and records its work")
     return 0
 
 
 def cmd_uninstall(args: argparse.Namespace) -> int:
-    from sessionmem.install import InstallError, uninstall
+    from sessionmem.install import InstallError, uninstall, uninstall_mcp
 
     try:
         path, removed, backup = uninstall()
+        if not removed:
+            print(f"sessionmem: no sessionmem hooks in {path}")
+        else:
+            print(f"sessionmem: removed {removed} hook(s) from {path} (backup: {backup})")
+        path, removed_server, backup = uninstall_mcp()
+        if removed_server:
+            print(f"sessionmem: removed the MCP server `{routes.MCP_SERVER_NAME}` from {path} (backup: {backup})")
     except InstallError as exc:
         print(f"sessionmem: {exc}", file=sys.stderr)
         return 1
-    if not removed:
-        print(f"sessionmem: no sessionmem hooks in {path}")
-    else:
-        print(f"sessionmem: removed {removed} hook(s) from {path} (backup: {backup})")
     return 0
 
 
@@ -256,7 +267,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from sessionmem.install import (
         STAGES,
         claude_settings_path,
+        claude_user_config_path,
         hook_entry,
+        installed_mcp,
         installed_stages,
     )
 
@@ -294,6 +307,17 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if not os.path.exists(interpreter):
             report(False, f"{stage}: interpreter {interpreter} does not exist (re-run `sessionmem install`)")
     report(hook_entry().exists(), f"hook entry {hook_entry()}")
+    try:
+        server = installed_mcp()
+    except Exception as exc:  # as for settings.json: worth reporting, not crashing on
+        report(False, f"cannot read {claude_user_config_path()}: {exc}")
+    else:
+        if server is None:
+            report(True, f"MCP server not in {claude_user_config_path()} (the plugin registers its own; "
+                         f"`sessionmem install` adds it for every project)")
+        else:
+            report(os.path.exists(server["command"]), f"MCP server `{routes.MCP_SERVER_NAME}` in "
+                                                      f"{claude_user_config_path()}: {server['command']}")
     print("sessionmem: all good" if not problems else f"sessionmem: {problems} problem(s)")
     return 0 if not problems else 1
 
@@ -383,6 +407,15 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     return 0 if not report.errors and not report.lost else 1
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """Serve the MCP tools on stdin/stdout (Claude Code starts this; see ``plugin/.mcp.json``)."""
+    from sessionmem.mcpserver.server import run
+    from sessionmem.protocol.project import project_of
+
+    run(_client(args), project_of(os.getcwd()))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sessionmem", description="Persistent memory for Claude Code sessions.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -406,9 +439,12 @@ def build_parser() -> argparse.ArgumentParser:
     common(replay)
     replay.add_argument("claude_session_id", help="the Claude session id")
     replay.set_defaults(fn=cmd_replay)
-    install = sub.add_parser("install", help="wire the hooks into ~/.claude/settings.json (idempotent, with a backup)")
+    install = sub.add_parser("install", help="wire the hooks into ~/.claude/settings.json and register the MCP "
+                                             "server in ~/.claude.json (idempotent, with backups)")
+    install.add_argument("--no-mcp", dest="mcp", action="store_false",
+                         help="hooks only: do not register the MCP server (the plugin has its own)")
     install.set_defaults(fn=cmd_install)
-    uninstall = sub.add_parser("uninstall", help="remove exactly the hooks `install` added")
+    uninstall = sub.add_parser("uninstall", help="remove exactly the hooks and the MCP server `install` added")
     uninstall.set_defaults(fn=cmd_uninstall)
     backfill = sub.add_parser("backfill", help="import past sessions from Claude Code transcripts (idempotent)")
     backfill.add_argument("path", nargs="?", default="~/.claude/projects", help="a transcript or a directory of them")
@@ -425,6 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.set_defaults(fn=cmd_doctor)
     search_cli.add_commands(sub, common, _client)
     data_cli.add_commands(sub, common, _client)
+    mcp = sub.add_parser("mcp", help="serve memory search to Claude as an MCP server (stdio)")
+    common(mcp)
+    mcp.set_defaults(fn=cmd_mcp)
     return parser
 
 

@@ -1,13 +1,23 @@
-"""Wiring the hooks into Claude Code's ``settings.json``, and taking them out again.
+"""Wiring sessionmem into Claude Code, and taking it out again: the hooks and the MCP server.
 
-Every command sessionmem adds ends with the shell comment :data:`MARKER`, which is
-how ``uninstall`` removes exactly what ``install`` added and nothing else. Installing
-twice replaces our entries instead of adding more. Before any change the file is
-copied to ``settings.json.sessionmem-backup-<time>``. Standard library only.
+**Hooks** go in ``settings.json``. Every command sessionmem adds ends with the shell
+comment :data:`MARKER`, which is how ``uninstall`` removes exactly what ``install``
+added and nothing else. Installing twice replaces our entries instead of adding more.
+
+**The MCP server** goes in Claude Code's user-scope MCP configuration: the
+``mcpServers`` object at the top of ``~/.claude.json`` (``$CLAUDE_CONFIG_DIR/.claude.json``
+when that is set), where ``claude mcp add --scope user`` writes too. A JSON entry has
+no room for a comment, so ours is recognized by its name, :data:`~sessionmem.protocol.routes.MCP_SERVER_NAME`,
+*and* its arguments (``-m sessionmem mcp``): an entry of that name that runs something
+else is the user's, and is neither replaced nor removed.
+
+Before any change a file is copied to ``<name>.sessionmem-backup-<time>``, and the
+new content replaces it atomically with the same permissions (``~/.claude.json`` is
+private). Standard library only.
 
 Error handling:
-    A ``settings.json`` that is not a JSON object raises :class:`InstallError` and is
-    left untouched.
+    A file that is not a JSON object raises :class:`InstallError` and is left
+    untouched.
 """
 
 from __future__ import annotations
@@ -20,7 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sessionmem.protocol.routes import MCP_SERVER_NAME
+
 MARKER = "# sessionmem-hook"
+# `-P`: the user's project directory is not put on sys.path, so a folder of theirs named
+# `mcp` or `sessionmem` cannot shadow the packages the server imports.
+MCP_ARGS = ("-P", "-m", "sessionmem", "mcp")
 
 # stage -> (matcher or None, timeout in seconds)
 STAGES: dict[str, tuple[str | None, int]] = {
@@ -41,6 +56,22 @@ class InstallError(Exception):
 def claude_settings_path() -> Path:
     config_dir = os.environ.get("CLAUDE_CONFIG_DIR")
     return Path(config_dir) / "settings.json" if config_dir else Path.home() / ".claude" / "settings.json"
+
+
+def claude_user_config_path() -> Path:
+    """Where Claude Code keeps user-scope MCP servers: ``$CLAUDE_CONFIG_DIR/.claude.json``, else ``~/.claude.json``."""
+    config_dir = os.environ.get("CLAUDE_CONFIG_DIR")
+    return (Path(config_dir) if config_dir else Path.home()) / ".claude.json"
+
+
+def mcp_server_entry(*, python: str | None = None) -> dict[str, Any]:
+    """The user-scope ``mcpServers`` entry that runs ``sessionmem mcp`` with this interpreter."""
+    return {"type": "stdio", "command": python or sys.executable, "args": list(MCP_ARGS), "env": {}}
+
+
+def _is_our_server(entry: Any) -> bool:
+    args = entry.get("args") if isinstance(entry, dict) else None
+    return isinstance(args, list) and args[-3:] == list(MCP_ARGS[-3:])
 
 
 def hook_entry() -> Path:
@@ -110,6 +141,8 @@ def _write(path: Path, settings: dict[str, Any]) -> Path | None:
         shutil.copy2(path, backup)
     tmp = path.with_name(path.name + ".sessionmem-tmp")
     tmp.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    if path.exists():
+        shutil.copymode(path, tmp)  # ~/.claude.json holds credentials and history: it stays private
     os.replace(tmp, path)
     return backup
 
@@ -150,3 +183,46 @@ def installed_stages(path: Path | None = None) -> dict[str, str]:
                 if _is_ours(hook):
                     found[stage] = hook["command"]
     return found
+
+
+def install_mcp(path: Path | None = None) -> tuple[Path, Path | None, bool]:
+    """Register (or refresh) the MCP server at user scope; returns (config path, backup, registered).
+
+    ``registered`` is false when an entry of our name that is not ours is there: it is kept.
+    """
+    path = path or claude_user_config_path()
+    config = _load(path)
+    servers = config.get("mcpServers")
+    if servers is not None and not isinstance(servers, dict):
+        raise InstallError(f"{path}: mcpServers is not a JSON object")
+    present = (servers or {}).get(MCP_SERVER_NAME)
+    if present is not None and not _is_our_server(present):
+        return path, None, False
+    entry = mcp_server_entry()
+    if present == entry:
+        return path, None, True  # nothing to change: no write, no backup
+    config["mcpServers"] = {**(servers or {}), MCP_SERVER_NAME: entry}
+    return path, _write(path, config), True
+
+
+def uninstall_mcp(path: Path | None = None) -> tuple[Path, bool, Path | None]:
+    """Remove the MCP server entry ``install_mcp`` added; returns (config path, removed, backup)."""
+    path = path or claude_user_config_path()
+    if not path.exists():
+        return path, False, None
+    config = _load(path)
+    servers = config.get("mcpServers")
+    if not isinstance(servers, dict) or not _is_our_server(servers.get(MCP_SERVER_NAME)):
+        return path, False, None
+    kept = {name: entry for name, entry in servers.items() if name != MCP_SERVER_NAME}
+    config = {key: value for key, value in config.items() if key != "mcpServers" or kept}
+    if kept:
+        config["mcpServers"] = kept
+    return path, True, _write(path, config)
+
+
+def installed_mcp(path: Path | None = None) -> dict[str, Any] | None:
+    """Our MCP server entry in the user-scope configuration, if it is there."""
+    servers = _load(path or claude_user_config_path()).get("mcpServers")
+    entry = servers.get(MCP_SERVER_NAME) if isinstance(servers, dict) else None
+    return entry if _is_our_server(entry) else None

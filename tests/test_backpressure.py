@@ -57,8 +57,9 @@ def test_fifty_hooks_against_a_full_mailbox_lose_nothing(worker_factory: Callabl
     debug = worker.get("/debug")
     assert debug["sessions"]["rejectedFull"] > 0
     log = (worker.data_dir / "hooks.log").read_text()
-    spooled = log.count("event spooled (")  # after 503s, or a timeout on a loaded machine
     assert log.count("event spooled (HTTP 503") > 0 and "lost" not in log and "refused" not in log
+    # On a loaded machine a hook may also run out of its 2 s budget and spool for that.
+    spooled = log.count("event spooled")
     assert len(stored(worker.data_dir)) < HOOKS
 
     messages_api.resume()

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sessionmem.protocol.state import process_alive
 from sessionmem.testing.messages_api import ScriptedMessagesAPI, default_reply
 from sessionmem.testing.worker_process import WorkerProcess
 
@@ -100,8 +104,9 @@ class Harness:
         env.update(extra)
         return env
 
-    def claude(self, prompt: str, *extra_args: str, plugin: bool = True, **env: str) -> tuple[dict[str, Any], float]:
-        args = [str(CLAUDE), "-p", prompt, "--output-format", "json", "--allowedTools", ALLOWED_TOOLS, *extra_args]
+    def claude(self, prompt: str, *extra_args: str, plugin: bool = True, allowed_tools: str = ALLOWED_TOOLS,
+               **env: str) -> tuple[dict[str, Any], float]:
+        args = [str(CLAUDE), "-p", prompt, "--output-format", "json", "--allowedTools", allowed_tools, *extra_args]
         if plugin:
             args += ["--plugin-dir", str(REPO / "plugin")]
         started = time.monotonic()
@@ -117,31 +122,75 @@ class Harness:
         """The worker the hooks started, if it is running."""
         return WorkerProcess.attach(self.data_dir)
 
+    def started_worker(self, timeout: float = 30.0) -> WorkerProcess:
+        """The worker a hook started. SessionStart waits for it only ``start_timeout_s`` (2 s): on a
+        loaded machine it comes up after the session that started it has ended."""
+        deadline = time.monotonic() + timeout
+        while (worker := self.worker()) is None:
+            assert time.monotonic() < deadline, f"no worker came up within {timeout} s"
+            time.sleep(0.05)
+        return worker
+
     def stop_worker(self) -> None:
         worker = self.worker()
         if worker is not None:
             worker.stop()
 
+    def stop_workers(self, timeout: float = 30.0) -> None:
+        """Stop every worker the hooks started, one still starting included (it records itself in
+        ``worker.json`` only once it listens): none may outlive the test, importing the spool of a
+        data dir that is gone -- or of the next test run's, should it get the same path."""
+        log = self.data_dir / "hooks.log"
+        started = re.findall(r"started worker pid (\d+)", log.read_text()) if log.exists() else []
+        deadline = time.monotonic() + timeout
+        for pid in map(int, started):
+            while self._runs_a_worker_of_ours(pid):
+                worker = self.worker()
+                if worker is not None and worker.pid == pid:
+                    worker.stop()
+                elif time.monotonic() > deadline:
+                    os.kill(pid, signal.SIGKILL)
+                else:
+                    time.sleep(0.05)
 
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    def _runs_a_worker_of_ours(self, pid: int) -> bool:
+        """``pid`` is alive and is a worker of this data dir (not a later process that got the same pid)."""
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            return False
+        return process_alive(pid) and f"SESSIONMEM_DATA_DIR={self.data_dir}".encode() in environ.split(b"\0")
+
+
+@contextmanager
+def claude_harness(root: Path, conversation: type[Conversation] = Conversation) -> Iterator[Harness]:
+    """The scripted Messages API answering as ``conversation`` does, and a harness to run the CLI against it."""
     if not CLAUDE.exists():
         pytest.fail(f"{CLAUDE} is missing: `make test` installs the pinned Claude Code CLI (npm ci in e2e/)")
-    root = tmp_path_factory.mktemp("e2e")
     with ScriptedMessagesAPI() as api:
         h = Harness(root, api)
-        api.responder = Conversation(h.project)
+        api.responder = conversation(h.project)
         try:
             yield h
         finally:
-            h.stop_worker()  # no leaked side processes
+            h.stop_workers()  # no leaked side processes
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    with claude_harness(tmp_path_factory.mktemp("e2e")) as h:
+        yield h
 
 
 @pytest.fixture(scope="module")
 def session_one(harness: Harness) -> dict[str, Any]:
+    return first_session(harness)
+
+
+def first_session(harness: Harness) -> dict[str, Any]:
+    """The divide bug fixed in four tool uses, captured by the hooks; returns its session id and the worker, idle."""
     output, _ = harness.claude("Fix the divide bug in calc.py <private>secret</private>")
-    worker = harness.worker()
-    assert worker is not None, "SessionStart should have started the worker"
+    worker = harness.started_worker()
     worker.wait_idle()
     return {"session_id": output["session_id"], "worker": worker}
 
@@ -210,8 +259,10 @@ def test_hooks_fail_open_and_next_start_restarts_the_worker(harness: Harness, se
 
     # The next SessionStart starts the worker again, and capture resumes.
     output, _ = harness.claude("What did we change last time?")
-    worker = harness.worker()
-    assert worker is not None
+    worker = harness.started_worker()
+    # On a loaded machine it starts after this session's hooks spooled their events: its next spool
+    # round (every 5 s) imports them.
+    worker.wait_until(lambda: not list((harness.data_dir / "spool").glob("*.json")), timeout=60)
     worker.wait_idle()
     sessions = {s["claudeSessionId"]: s for s in worker.get("/api/sessions")["sessions"]}
     assert sessions[output["session_id"]]["status"] == "completed"

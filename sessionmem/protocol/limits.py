@@ -24,6 +24,14 @@ MAX_TOOL_NAME = 512
 MAX_REASON = 200  # characters of a SessionEnd reason
 MAX_DEPTH = 64  # nesting of a tool value kept as structure; deeper values are kept as their JSON text
 
+# -- the read API (``/api/search``, ``/api/timeline``, ``/api/observations/batch``) -------
+# The worker answers a 400 beyond these; the MCP server's tool schemas state the same numbers.
+MAX_QUERY_CHARS = 4000  # characters of a search query
+MAX_SEARCH_RESULTS = 100  # results of one search page (``limit``)
+MAX_SEARCH_OFFSET = 10_000
+MAX_TIMELINE_SIDE = 50  # entries before, and after, a timeline's anchor
+MAX_BATCH_IDS = 100  # observations fetched by id at once
+
 ELISION = "\n…[sessionmem: {n} characters elided]…\n"
 
 

@@ -32,6 +32,7 @@ OBSERVATION_LIST = "/api/observations"
 OBSERVATION = "/api/observations/{observation_id}"
 SUMMARIES = "/api/summaries"
 SEARCH = "/api/search"  # GET ?q=&mode=&project=&kind=&type=&since=&until=&file=&concept=&session=&limit=&offset=
+SEARCH_MODES = ("hybrid", "fts", "vector")  # ?mode= of SEARCH; the first is the default
 TIMELINE = "/api/timeline"  # GET ?anchor=<observation id | kind:id>&before=&after=, or ?q= (and filters)
 OBSERVATION_BATCH = "/api/observations/batch"  # POST {"ids": [...]}: full observations, in the order asked
 PROJECTS = "/api/projects"  # GET ?limit=: projects with sessions, the most recently active first
@@ -68,6 +69,13 @@ READY = "ready"  # GET /api/readiness: 200 {"status": "ready"}
 STARTING = "starting"  # ... or 503 whose error says "starting" while the journal is replayed
 RETRY_AFTER = "retry-after"  # on a 503: seconds to wait before sending again
 CONTEXT_COUNT_HEADER = "x-sessionmem-observations"  # observations in the injected context
+
+# -- the MCP server (``sessionmem mcp``) -------------------------------------------------
+MCP_SERVER_NAME = "sessionmem"  # its name in Claude Code's mcpServers (plugin/.mcp.json says the same)
+# Claude Code calls its tools ``mcp__<server>__<tool>`` (user scope, --mcp-config) or
+# ``mcp__plugin_<plugin>_<server>__<tool>`` (the plugin). Their use is not recorded: memory
+# read back must not become new memory (as an injected <sessionmem-context> is stripped).
+OWN_TOOL_PREFIXES = (f"mcp__{MCP_SERVER_NAME}__", f"mcp__plugin_sessionmem_{MCP_SERVER_NAME}__")
 
 
 def path(template: str, **values: object) -> str:

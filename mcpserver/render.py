@@ -1,0 +1,130 @@
+"""What the tools answer, as text for a model: a compact index first, full records on request.
+
+The three layers of progressive disclosure, cheapest first:
+
+1. :func:`search_index` -- one line a hit: its reference, date, type, title, the files
+   it touched and a few words of snippet. About 30 tokens a hit, so twenty hits cost
+   less than one full observation.
+2. :func:`timeline_text` -- the same lines for what happened around one hit, in order,
+   with a line where a session or a prompt begins.
+3. :func:`observation_records` -- everything stored of the observations asked for.
+
+A reference is an observation's id (``42``) or ``kind:id`` for the other kinds
+(``summary:3``, ``prompt:7``): what ``timeline(anchor=...)`` takes, and, for
+observations, what ``get_observations(ids=[...])`` takes. Times are local.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from sessionmem.records import OBSERVATION
+
+SNIPPET_CHARS = 100  # of a hit's snippet in the index: enough to tell two similar titles apart
+TITLE_CHARS = 120
+FILES_SHOWN = 2
+
+
+def reference(kind: str, row_id: int) -> str:
+    """``42`` for an observation, ``summary:3`` for the others."""
+    return str(row_id) if kind == OBSERVATION else f"{kind}:{row_id}"
+
+
+def when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _files(paths: list[str]) -> str:
+    if not paths:
+        return ""
+    names = [os.path.basename(path.rstrip("/")) or path for path in paths[:FILES_SHOWN]]
+    more = f" +{len(paths) - FILES_SHOWN}" if len(paths) > FILES_SHOWN else ""
+    return f" [{', '.join(names)}{more}]"
+
+
+def index_line(entry: dict[str, Any]) -> str:
+    """One search hit or timeline entry: ``42 | 2026-11-20 14:03 | bugfix | Title [calc.py] — snippet``."""
+    line = (f"{reference(entry['kind'], entry['id'])} | {when(entry['createdAt'])} | {entry['type']} | "
+            f"{_cut(entry['title'], TITLE_CHARS) or '(untitled)'}{_files(entry.get('files') or [])}")
+    snippet = _cut(entry.get("snippet") or "", SNIPPET_CHARS)
+    return f"{line} — {snippet}" if snippet else line
+
+
+def search_index(reply: dict[str, Any], *, scope: str) -> str:
+    """The answer of ``/api/search`` as an index; ``scope`` says where it looked (``project calcproj``)."""
+    results = reply["results"]
+    query = _cut(reply["query"], 200)
+    if not results:
+        if reply["offset"]:
+            return f'No more results for "{query}" in {scope} past offset {reply["offset"]}.'
+        return f'Nothing found for "{query}" in {scope}.'
+    first = reply["offset"] + 1
+    head = f'Results {first}-{first + len(results) - 1} for "{query}" in {scope} ({reply["mode"]} search'
+    if reply["mode"] != "fts" and reply["vectors"] != "used":
+        head += f"; meaning unavailable ({reply['vectors']}), words only"
+    lines = [head + "):"]
+    lines += [index_line(result) for result in results]
+    observations = [str(r["id"]) for r in results if r["kind"] == OBSERVATION][:5]
+    hints = []
+    if reply["more"]:
+        hints.append(f"more with offset={reply['offset'] + len(results)}")
+    if observations:
+        hints.append(f"full records: get_observations(ids=[{', '.join(observations)}])")
+    hints.append(f"what happened around one: timeline(anchor={reference(results[0]['kind'], results[0]['id'])})")
+    lines.append("Next: " + "; ".join(hints) + ".")
+    return "\n".join(lines)
+
+
+def timeline_text(reply: dict[str, Any]) -> str:
+    """The answer of ``/api/timeline``: oldest first, the anchor marked ``>>``, a line per session and prompt."""
+    lines = [f"Timeline around {reply['anchorKind']} {reply['anchorId']} (project {reply['project'] or 'unknown'}), "
+             f"oldest first:"]
+    turn: tuple[str, int] | None = None
+    for entry in reply["entries"]:
+        if (entry["claudeSessionId"], entry["promptNumber"]) != turn:
+            turn = (entry["claudeSessionId"], entry["promptNumber"])
+            lines.append(f"-- session {entry['claudeSessionId']}, prompt {entry['promptNumber']}")
+        lines.append(("> " if entry["anchor"] else "  ") + index_line(entry))
+    return "\n".join(lines)
+
+
+def _section(title: str, items: list[str]) -> list[str]:
+    return [f"{title}:", *(f"- {item}" for item in items)] if items else []
+
+
+def observation_record(row: dict[str, Any]) -> str:
+    """Everything stored of one observation (``/api/observations/batch``'s row)."""
+    tool = row["toolName"] + (" (failed)" if row["failed"] else "")
+    agent = f", in subagent {row['agentType'] or row['agentId']}" if row.get("agentId") else ""
+    lines = [
+        f"## {row['id']} | {row['type']} | {row['title']}",
+        f"project {row['project']} | session {row['claudeSessionId']}, prompt {row['promptNumber']} | "
+        f"{when(row['createdAt'])} | tool {tool}{agent}",
+    ]
+    if row["subtitle"]:
+        lines.append(row["subtitle"])
+    if row["narrative"]:
+        lines += ["", row["narrative"], ""]
+    lines += _section("Facts", row["facts"])
+    lines += _section("Files read", row["filesRead"])
+    lines += _section("Files modified", row["filesModified"])
+    if row["concepts"]:
+        lines.append("Concepts: " + ", ".join(row["concepts"]))
+    if not row["compressed"]:
+        lines.append("(stored from the raw tool use: the compressor could not summarize it)")
+    return "\n".join(lines)
+
+
+def observation_records(reply: dict[str, Any]) -> str:
+    """The answer of ``/api/observations/batch``, in the order asked, then the ids not found."""
+    parts = [observation_record(row) for row in reply["observations"]]
+    if reply["missing"]:
+        parts.append(f"Not found: {', '.join(str(i) for i in reply['missing'])} (ids come from search or timeline).")
+    return "\n\n".join(parts)

@@ -1,0 +1,182 @@
+"""``sessionmem mcp``: a stdio MCP server with three tools over the worker's memory.
+
+Built on the official SDK's :class:`~mcp.server.mcpserver.MCPServer`; each tool is a
+typed function whose parameters (pydantic ``Field`` s with descriptions and limits)
+become its JSON schema. The tools follow claude-mem's progressive disclosure, cheapest
+first, and say so in their descriptions so the model uses them in that order:
+
+=====================  =====================================================  ==================
+tool                   answers                                                cost
+=====================  =====================================================  ==================
+``search``             a compact index: one line a hit (id, date, type,       ~30 tokens a hit
+                       title, files, a few words)
+``timeline``           the same lines for what happened before and after      ~30 tokens a line
+                       one hit, in order
+``get_observations``   everything stored of the observations asked for        ~150-500 each
+=====================  =====================================================  ==================
+
+The project filter defaults to the project of the server's working directory (Claude
+Code starts MCP servers in the session's directory), computed as the hooks compute it
+(:func:`~sessionmem.protocol.project.project_of`); ``project="*"`` searches them all.
+
+This module's annotations are evaluated (no ``from __future__ import annotations``):
+the SDK reads them at run time to build each tool's schema.
+
+Error handling:
+    Bad arguments (the schema's, or the worker's own 400 naming the parameter), an
+    unknown id, and a worker that cannot be reached or started are tool errors
+    (``isError``) with a message for the model; anything unexpected is a tool error
+    too (the SDK's), logged to stderr. The server itself never stops for a tool call.
+"""
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal, TypeVar
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from sessionmem import __version__
+from sessionmem.mcpserver import render
+from sessionmem.mcpserver.client import MemoryClient, MemoryRefused, MemoryUnavailable
+from sessionmem.protocol.config import ClientConfig
+from sessionmem.protocol.limits import (
+    MAX_BATCH_IDS,
+    MAX_QUERY_CHARS,
+    MAX_SEARCH_OFFSET,
+    MAX_SEARCH_RESULTS,
+    MAX_TIMELINE_SIDE,
+)
+from sessionmem.protocol.routes import MCP_SERVER_NAME, SEARCH_MODES
+from sessionmem.records import DOCUMENT_KINDS, OBSERVATION_TYPES
+
+P = TypeVar("P")
+
+ALL_PROJECTS = "*"
+DEFAULT_LIMIT = 20
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+
+Kind = Literal[DOCUMENT_KINDS]  # type: ignore[valid-type]
+ObservationType = Literal[OBSERVATION_TYPES]  # type: ignore[valid-type]
+Mode = Literal[SEARCH_MODES]  # type: ignore[valid-type]
+Moment = Annotated[str | None, Field(
+    max_length=64, description="A date (2026-11-01, 2026-11-01T14:30; local time), Unix seconds, "
+                               "or an age: 30m, 12h, 7d, 2w ago.")]
+
+
+def instructions(project: str) -> str:
+    return (
+        f"sessionmem is the memory of past Claude Code sessions: what was done, found and decided, "
+        f"compressed into observations (one per tool use), session summaries and prompts. Use it "
+        f"before re-investigating something that may have been done before. Work from cheap to "
+        f"expensive: `search` for a compact index of hits, `timeline` for what happened around one, "
+        f"`get_observations` for the full records of the few that matter. The current project is "
+        f"{project!r}; pass project=\"*\" to search all projects.")
+
+
+def _project_param(project: str | None, default: str) -> dict[str, str]:
+    """The ``project`` query parameter: the default project, none for ``*``, or the one named."""
+    chosen = default if project is None else project.strip()
+    return {} if chosen in (ALL_PROJECTS, "") else {"project": chosen}
+
+
+def _scope(params: dict[str, str | int]) -> str:
+    return f"project {params['project']}" if "project" in params else "all projects"
+
+
+def build_server(client: MemoryClient, default_project: str) -> MCPServer:
+    """The MCP server with its three tools, asking ``client``; ``default_project`` is searched unless told otherwise."""
+    server: MCPServer = MCPServer(MCP_SERVER_NAME, version=__version__, instructions=instructions(default_project),
+                                  log_level="WARNING")
+
+    async def ask(call: Callable[[P], Awaitable[dict[str, Any]]], params: P) -> dict[str, Any]:
+        try:
+            return await call(params)
+        except (MemoryRefused, MemoryUnavailable) as exc:
+            raise ToolError(str(exc)) from None
+
+    async def search(
+        query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS,
+                                    description="What to look for: words, a question, or the meaning of what was "
+                                                "done (e.g. 'why did the login test fail').")],
+        project: Annotated[str | None, Field(
+            max_length=1000, description=f"Project to search. Default: the current project ({default_project!r}). "
+                                         f"'*' searches every project.")] = None,
+        kinds: Annotated[list[Kind] | None, Field(
+            max_length=len(DOCUMENT_KINDS), description="What to search: observations (one per tool use), "
+                                                        "session summaries, user prompts. Default: all three.")] = None,
+        types: Annotated[list[ObservationType] | None, Field(
+            max_length=len(OBSERVATION_TYPES), description="Only observations of these types.")] = None,
+        file: Annotated[str | None, Field(
+            max_length=4096, description="Only observations that read or modified this file (a path, or its end: "
+                                         "'src/app.py').")] = None,
+        concept: Annotated[str | None, Field(max_length=200, description="Only observations tagged with this "
+                                                                         "concept (e.g. 'gotcha').")] = None,
+        session: Annotated[str | None, Field(max_length=256, description="Only this Claude session id.")] = None,
+        since: Moment = None,
+        until: Moment = None,
+        mode: Annotated[Mode, Field(description="hybrid: words and meaning (best); fts: exact words only; "
+                                                "vector: meaning only.")] = SEARCH_MODES[0],
+        limit: Annotated[int, Field(ge=1, le=MAX_SEARCH_RESULTS, description="Hits per page.")] = DEFAULT_LIMIT,
+        offset: Annotated[int, Field(ge=0, le=MAX_SEARCH_OFFSET, description="Hits to skip (next page).")] = 0,
+    ) -> str:
+        params: dict[str, str | int] = {"q": query, "mode": mode, "limit": limit, "offset": offset,
+                                        **_project_param(project, default_project)}
+        optional = {"kind": ",".join(kinds or ()), "type": ",".join(types or ()), "file": file,
+                    "concept": concept, "session": session, "since": since, "until": until}
+        params.update({name: value for name, value in optional.items() if value})
+        return render.search_index(await ask(client.search, params), scope=_scope(params))
+
+    async def timeline(
+        anchor: Annotated[int | str | None, Field(
+            description="The hit to center on: an observation id (42) or kind:id (summary:3, prompt:7), as "
+                        "search shows them.")] = None,
+        query: Annotated[str | None, Field(
+            max_length=MAX_QUERY_CHARS, description="Instead of an anchor: center on the best search hit for "
+                                                    "this query.")] = None,
+        project: Annotated[str | None, Field(
+            max_length=1000, description=f"With query: the project to search (default {default_project!r}; "
+                                         f"'*' for all).")] = None,
+        before: Annotated[int, Field(ge=0, le=MAX_TIMELINE_SIDE, description="Entries before the anchor.")] = 5,
+        after: Annotated[int, Field(ge=0, le=MAX_TIMELINE_SIDE, description="Entries after the anchor.")] = 5,
+    ) -> str:
+        params: dict[str, str | int] = {"before": before, "after": after}
+        if anchor is not None and str(anchor).strip():
+            params["anchor"] = str(anchor).strip()
+        elif query is not None and query.strip():
+            params.update(q=query, **_project_param(project, default_project))
+        else:
+            raise ToolError("give an anchor (an id from search: 42, summary:3) or a query")
+        return render.timeline_text(await ask(client.timeline, params))
+
+    async def get_observations(
+        ids: Annotated[list[Annotated[int, Field(ge=1, le=2**63 - 1)]], Field(
+            min_length=1, max_length=MAX_BATCH_IDS,
+            description="Observation ids, as search and timeline show them (plain numbers).")],
+    ) -> str:
+        return render.observation_records(await ask(client.observations, ids))
+
+    server.add_tool(search, title="Search memory", annotations=READ_ONLY, structured_output=False, description=(
+        f"Search the memory of past Claude Code sessions (project {default_project!r} unless `project` says "
+        f"otherwise) by words and meaning. Returns a compact index, one line a hit: "
+        f"`id | date | type | title [files] — snippet`; an observation's id is a number, other kinds are "
+        f"`summary:3`, `prompt:7`. Start here: it is cheap. Then call `get_observations` with the ids that "
+        f"matter for their full records (facts, narrative, files), or `timeline` with one id for what "
+        f"happened before and after it."))
+    server.add_tool(timeline, title="Timeline around a memory", annotations=READ_ONLY, structured_output=False,
+                    description=(
+        "What happened around one point of past work, oldest first, in the compact line format of `search` "
+        "(the anchor marked `>`, a line where a session or a prompt begins). Give `anchor` (an id from "
+        "`search`) or `query` (its best hit becomes the anchor). Use `get_observations` for full records."))
+    server.add_tool(get_observations, title="Full observations", annotations=READ_ONLY, structured_output=False,
+                    description=(
+        f"Full records of past observations by id (up to {MAX_BATCH_IDS}): title, type, date, session, "
+        f"tool, subtitle, narrative, facts, files read and modified, concepts. Costs far more than a "
+        f"`search` line: ask only for the ids you need, as `search` or `timeline` listed them."))
+    return server
+
+
+def run(config: ClientConfig, project: str) -> None:
+    """Serve MCP on stdin/stdout until the client closes it."""
+    build_server(MemoryClient(config), project).run("stdio")
