@@ -1,4 +1,8 @@
-"""Storage over HTTP: what is on disk (``GET /api/storage``), and a prune now (``POST /api/maintenance/prune``)."""
+"""Storage over HTTP: what is on disk (``GET /api/storage``), a prune now (``POST /api/maintenance/prune``),
+export (``GET /api/export``, a page at a time) and import (``POST /api/import``).
+
+Imported rows are searchable at once by words; the vector index is told, and embeds them.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +14,29 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from sessionmem.protocol import routes
-from sessionmem.server.payloads import decode
-from sessionmem.server.routing import json_response
+from sessionmem.server.payloads import BadRequest, decode
+from sessionmem.server.routing import int_arg, json_response, text_arg
+from sessionmem.server.search_api import parse_moment
 from sessionmem.server.services import Services
 from sessionmem.storage.retention import StorageReport
+from sessionmem.storage.transfer import FORMAT, VERSION, Header, Record
+
+MAX_IMPORT = 2000  # records a request (the body limit bounds their size too)
 
 
 class PruneRequest(msgspec.Struct, frozen=True):
     olderThanDays: Annotated[float, msgspec.Meta(ge=0, le=36500)] = 30.0
     vacuum: bool = False  # a full VACUUM: the file shrinks (and an older database gets incremental vacuum)
+
+
+class ExportPage(msgspec.Struct, frozen=True):
+    header: Header
+    records: list[Record]
+    next: int  # the `after` of the next page; 0: this was the last
+
+
+class ImportRequest(msgspec.Struct, frozen=True):
+    records: Annotated[list[Record], msgspec.Meta(max_length=MAX_IMPORT)]
 
 
 class PruneReport(msgspec.Struct, frozen=True):
@@ -44,3 +62,24 @@ def add_maintenance_routes(app: QuartTrio, services: Services) -> None:
         pruned = await services.pruner.prune(wanted.olderThanDays, full_vacuum=wanted.vacuum)
         after = await store.storage_report()
         return json_response(PruneReport(pruned, before, after, round(time.perf_counter() - started, 3)))
+
+    @app.get(routes.EXPORT)
+    async def export() -> Response:
+        project = text_arg("project")
+        since_raw = text_arg("since", limit=100)
+        since = parse_moment(since_raw, "since") if since_raw else None
+        after = int_arg("after", 0, low=0, high=2**63 - 1)
+        records, following = await store.export_page(project=project, since=since, after_session=after)
+        # The records are written as they are (their own camelCase names), not through jsonapi.
+        page = ExportPage(Header(FORMAT, VERSION, time.time(), project, since), records, following)
+        return Response(msgspec.json.encode(page), content_type="application/json")
+
+    @app.post(routes.IMPORT)
+    async def import_() -> Response:
+        try:
+            wanted = msgspec.json.decode(await request.get_data(cache=False), type=ImportRequest)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise BadRequest(f"not an import request: {exc}") from None
+        counts = await store.import_records(wanted.records)
+        services.index.notify()
+        return json_response(counts)

@@ -1,12 +1,20 @@
-"""``sessionmem prune``: what the database keeps, on demand (the worker also prunes on its own).
+"""``sessionmem prune``, ``export`` and ``import``: what the database keeps, and memories moved between data dirs.
 
-Through the running worker, the owner of the database's one writer.
+Through the running worker, the owner of the database's one writer. An export is JSON
+Lines (a header, then the records; ``storage/transfer.py`` in the worker defines them);
+import reads one and sends it in batches, reporting a line that is not a record by its
+number.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
+import sys
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from sessionmem.command_client import WorkerDown, ask, down, fail
 from sessionmem.protocol import routes
@@ -40,8 +48,95 @@ def cmd_prune(args: argparse.Namespace, config: ClientConfig) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace, config: ClientConfig) -> int:
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    counts: dict[str, int] = {}
+    after, first = 0, True
+    try:
+        while True:
+            query = {key: value for key, value in (("project", args.project), ("since", args.since),
+                                                   ("after", after)) if value}
+            try:
+                status, page = ask(config, "GET", f"{routes.EXPORT}?{urlencode(query)}")
+            except WorkerDown as exc:
+                return down(exc)
+            if status != 200:
+                return fail(status, page)
+            if first:
+                out.write(json.dumps(page["header"], ensure_ascii=False) + "\n")
+                first = False
+            for record in page["records"]:
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                counts[record["kind"]] = counts.get(record["kind"], 0) + 1
+            after = page["next"]
+            if not after:
+                break
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    summary = ", ".join(f"{counts.get(kind, 0)} {kind}s" for kind in ("session", "prompt", "observation", "summary"))
+    print(f"exported {summary}" + (f" to {args.output}" if args.output else ""), file=sys.stderr)
+    return 0
+
+
+IMPORT_BATCH = 500
+TOTALS = ("sessions", "prompts", "observations", "summaries", "alreadyThere")
+
+
+def cmd_import(args: argparse.Namespace, config: ClientConfig) -> int:
+    path = Path(args.file)
+    if not path.is_file():
+        print(f"sessionmem: {path} does not exist", file=sys.stderr)
+        return 1
+    totals = dict.fromkeys(TOTALS, 0)
+    batch: list[Any] = []
+    line_numbers: list[int] = []
+
+    def send() -> int:
+        try:
+            status, answer = ask(config, "POST", routes.IMPORT, {"records": batch})
+        except WorkerDown as exc:
+            return down(exc)
+        if status != 200:
+            at = re.search(r"\$\.records\[(\d+)\]", str(answer.get("error", "")) if isinstance(answer, dict) else "")
+            if at and int(at[1]) < len(line_numbers):
+                print(f"sessionmem: {path}:{line_numbers[int(at[1])]} is not a record this version can import; "
+                      "the batch it is in was not imported", file=sys.stderr)
+            return fail(status, answer)
+        for key in TOTALS:
+            totals[key] += answer[key]
+        batch.clear()
+        line_numbers.clear()
+        return 0
+
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                print(f"sessionmem: {path}:{number} is not JSON ({exc}); nothing after it was imported",
+                      file=sys.stderr)
+                return 2
+            if number == 1 and isinstance(record, dict) and record.get("kind") == "header":
+                if record.get("format") != "sessionmem-export":
+                    print(f"sessionmem: {path} is not a sessionmem export", file=sys.stderr)
+                    return 2
+                continue
+            batch.append(record)
+            line_numbers.append(number)
+            if len(batch) >= IMPORT_BATCH and (code := send()):
+                return code
+    if batch and (code := send()):
+        return code
+    print(f"imported {totals['sessions']} sessions, {totals['prompts']} prompts, {totals['observations']} "
+          f"observations, {totals['summaries']} summaries; {totals['alreadyThere']} were there already")
+    return 0
+
+
 def add_commands(sub: Any, common: Any, client: Any) -> None:
-    """Register ``prune`` (``client(args)`` gives the command's ClientConfig)."""
+    """Register ``prune``, ``export`` and ``import`` (``client(args)`` gives the command's ClientConfig)."""
     prune = sub.add_parser("prune", help="drop raw tool data of old observations now, and give space back")
     common(prune)
     prune.add_argument("--older-than", type=float, default=30.0, metavar="DAYS",
@@ -49,3 +144,13 @@ def add_commands(sub: Any, common: Any, client: Any) -> None:
     prune.add_argument("--vacuum", action="store_true",
                        help="rewrite the whole database compactly (the file shrinks; takes a while on a large one)")
     prune.set_defaults(fn=lambda args: cmd_prune(args, client(args)))
+    export = sub.add_parser("export", help="write memories as JSON Lines (stdout, or --output)")
+    common(export)
+    export.add_argument("--project", help="one project (default: all)")
+    export.add_argument("--since", help="what happened since: a date (2026-11-01), Unix seconds or an age (30d)")
+    export.add_argument("--output", "-o", help="a file to write instead of stdout")
+    export.set_defaults(fn=lambda args: cmd_export(args, client(args)))
+    import_ = sub.add_parser("import", help="read memories exported by `sessionmem export` (idempotent)")
+    common(import_)
+    import_.add_argument("file", help="an export (JSON Lines)")
+    import_.set_defaults(fn=lambda args: cmd_import(args, client(args)))

@@ -41,6 +41,7 @@ from sessionmem.records import (
 )
 from sessionmem.storage.checkpointer import CheckpointerStatistics
 from sessionmem.storage.retention import StorageReport
+from sessionmem.storage.transfer import ImportCounts, Record
 from sessionmem.storage.writer import WriterStatistics
 
 
@@ -128,6 +129,14 @@ class Store(Protocol):
 
     async def reclaim_space(self, *, full: bool = False) -> None: ...
     async def storage_report(self) -> StorageReport: ...
+
+    # -- export and import (records of storage/transfer.py, which documents their identity rules)
+    async def export_page(self, *, project: str | None, since: float | None,
+                          after_session: int) -> tuple[list[Record], int]:
+        """The records of a page of sessions after ``after_session``; the next ``after_session`` (0: done)."""
+
+    async def import_records(self, records: Sequence[Record]) -> ImportCounts:
+        """Store exported records, idempotently, with new row ids."""
 
     # -- the read half (search, timeline, the vector index's documents, file recall).
     # A document is named by its key: (kind, row id), kind one of records.DOCUMENT_KINDS.

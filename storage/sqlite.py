@@ -55,7 +55,7 @@ from sessionmem.records import (
     SummaryInputs,
     SummaryRow,
 )
-from sessionmem.storage import recall, retention
+from sessionmem.storage import recall, retention, transfer
 from sessionmem.storage.base import Accepted, InitAccepted, OnCommit, StorageUnavailable, StoreStatistics
 from sessionmem.storage.checkpointer import IDLE_S, WAL_LIMIT_BYTES, Checkpointer
 from sessionmem.storage.readers import ReaderPool
@@ -620,6 +620,16 @@ class SQLiteStore:
 
     async def storage_report(self) -> retention.StorageReport:
         return await self._readers.run(partial(retention.report, path=self.path))
+
+    # -- export and import (storage/transfer.py) ---------------------------------------------
+
+    async def export_page(self, *, project: str | None, since: float | None,
+                          after_session: int) -> tuple[list[transfer.Record], int]:
+        return await self._readers.run(partial(transfer.export_page, project=project, since=since,
+                                               after_session=after_session))
+
+    async def import_records(self, records: Sequence[transfer.Record]) -> transfer.ImportCounts:
+        return await self._write(partial(transfer.import_records, records=records, now=time.time()))
 
     # -- the read half (SQL in storage/recall.py) -------------------------------------------
 

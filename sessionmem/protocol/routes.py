@@ -24,6 +24,8 @@ PROCESSING = "/api/processing"
 REPLAY = "/api/sessions/{claude_session_id}/replay"
 STORAGE = "/api/storage"  # GET: sizes on disk and what holds them
 PRUNE = "/api/maintenance/prune"  # POST {"olderThanDays": 30, "vacuum": false}: raw tool data pruned now
+EXPORT = "/api/export"  # GET ?project=&since=&after=: a page of exported records, and where the next starts
+IMPORT = "/api/import"  # POST {"records": [...]}: exported records stored (idempotent)
 
 # -- reads -------------------------------------------------------------------------------
 CONTEXT = "/api/context/inject"

@@ -1,0 +1,225 @@
+"""Memories out and in: the export file's records, reading them page by page, and importing them.
+
+An export is JSON Lines: a header, then per session its ``session`` record followed by
+its ``prompt``, ``observation`` and ``summary`` records, each naming its session by
+Claude's session id (never by a row id of the database it came from). What an
+observation was made from -- the raw tool data in the journal -- is not exported.
+
+Import is idempotent and keeps ids apart: rows get new ids in the receiving database; a
+session is the same session if its Claude session id is; a prompt is the same if its
+session and number are; an observation if its session and tool use id are; a summary
+if its session, prompt number and time are. Sessions already there keep their status,
+and span the times of what is imported into them. Imported observations and summaries
+have no journal event of their own: their ``event_id`` is 0 (observations) or a
+negative number derived from the summary's identity (the column is unique).
+
+Each function runs on a reader (export) or inside the writer's transaction (import).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import apsw
+import msgspec
+
+FORMAT = "sessionmem-export"
+VERSION = 1
+PAGE = 200  # sessions a page of an export
+
+
+class Header(msgspec.Struct, frozen=True, rename="camel", tag="header", tag_field="kind"):
+    format: str
+    version: int
+    exported_at: float
+    project: str | None = None
+    since: float | None = None
+
+
+class SessionRecord(msgspec.Struct, frozen=True, rename="camel", tag="session", tag_field="kind"):
+    claude_session_id: str
+    project: str
+    cwd: str | None = None
+    first_prompt: str | None = None
+    status: str = "completed"
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    completed_at: float | None = None
+
+
+class PromptRecord(msgspec.Struct, frozen=True, rename="camel", tag="prompt", tag_field="kind"):
+    claude_session_id: str
+    prompt_number: int
+    text: str
+    created_at: float
+
+
+class ObservationRecord(msgspec.Struct, frozen=True, rename="camel", tag="observation", tag_field="kind"):
+    claude_session_id: str
+    project: str
+    prompt_number: int
+    tool_name: str
+    tool_use_id: str
+    type: str
+    title: str
+    created_at: float
+    agent_id: str | None = None
+    agent_type: str | None = None
+    failed: bool = False
+    subtitle: str = ""
+    facts: list[str] = []
+    narrative: str = ""
+    concepts: list[str] = []
+    files_read: list[str] = []
+    files_modified: list[str] = []
+    compressed: bool = True
+    compressor: str = "offline"
+    model: str | None = None
+
+
+class SummaryRecord(msgspec.Struct, frozen=True, rename="camel", tag="summary", tag_field="kind"):
+    claude_session_id: str
+    project: str
+    prompt_number: int
+    created_at: float
+    request: str = ""
+    investigated: str = ""
+    learned: str = ""
+    completed: str = ""
+    next_steps: str = ""
+    notes: str = ""
+    compressed: bool = True
+    compressor: str = "offline"
+    model: str | None = None
+
+
+Record = SessionRecord | PromptRecord | ObservationRecord | SummaryRecord
+Line = Header | Record
+
+
+class ImportCounts(msgspec.Struct, frozen=True):
+    sessions: int = 0
+    prompts: int = 0
+    observations: int = 0
+    summaries: int = 0
+    already_there: int = 0  # records that were imported before (or stored live): nothing changed
+
+
+_json_list = msgspec.json.Decoder(list[str])
+
+
+# -- export -------------------------------------------------------------------------------
+
+
+def export_page(connection: apsw.Connection, *, project: str | None, since: float | None,
+                after_session: int) -> tuple[list[Record], int]:
+    """The records of up to :data:`PAGE` sessions (by row id, after ``after_session``) of ``project``
+    that have anything since ``since``; and the last session's row id (0: no more)."""
+    sessions = connection.execute(
+        "SELECT id, claude_session_id, project, cwd, first_prompt, status, created_at, updated_at, completed_at"
+        " FROM sessions WHERE id > ?1 AND (?2 IS NULL OR project = ?2) AND (?3 IS NULL OR updated_at >= ?3)"
+        " ORDER BY id LIMIT ?4", (after_session, project, since, PAGE)).fetchall()
+    records: list[Record] = []
+    for row_id, claude_id, session_project, cwd, first, status, created, updated, completed in sessions:
+        records.append(SessionRecord(claude_id, session_project, cwd, first, status, created, updated, completed))
+        window = (row_id, since)
+        records += [PromptRecord(claude_id, number, text, at) for number, text, at in connection.execute(
+            "SELECT prompt_number, text, created_at FROM user_prompts WHERE session_db_id = ?1"
+            " AND (?2 IS NULL OR created_at >= ?2) ORDER BY prompt_number", window)]
+        for row in connection.execute(
+                "SELECT project, prompt_number, tool_name, tool_use_id, type, title, created_at, agent_id, agent_type,"
+                " failed, subtitle, facts, narrative, concepts, files_read, files_modified, compressed, compressor,"
+                " model FROM observations WHERE session_db_id = ?1 AND (?2 IS NULL OR created_at >= ?2) ORDER BY id",
+                window):
+            fields = list(row)
+            for index in (11, 13, 14, 15):
+                fields[index] = _json_list.decode(fields[index])
+            fields[9], fields[16] = bool(fields[9]), bool(fields[16])
+            records.append(ObservationRecord(claude_id, *fields))
+        records += [SummaryRecord(claude_id, *row[:3], *row[3:9], bool(row[9]), *row[10:]) for row in connection.execute(
+            "SELECT project, prompt_number, created_at, request, investigated, learned, completed, next_steps, notes,"
+            " compressed, compressor, model FROM session_summaries WHERE session_db_id = ?1"
+            " AND (?2 IS NULL OR created_at >= ?2) ORDER BY id", window)]
+    last = sessions[-1][0] if len(sessions) == PAGE else 0
+    return records, last
+
+
+# -- import -------------------------------------------------------------------------------
+
+
+def _summary_event_id(record: SummaryRecord) -> int:
+    """A negative id, the same for the same summary: imported summaries have no journal event."""
+    identity = f"{record.claude_session_id}\0{record.prompt_number}\0{record.created_at!r}".encode()
+    return -(zlib.crc32(identity) | ((zlib.adler32(identity) & 0x3FFFFFFF) << 32)) - 1  # within SQLite's int64
+
+
+def _session(connection: apsw.Connection, claude_session_id: str, project: str, at: float) -> int:
+    row = connection.execute("SELECT id FROM sessions WHERE claude_session_id = ?", (claude_session_id,)).fetchone()
+    if row:
+        return row[0]
+    connection.execute(
+        "INSERT INTO sessions (claude_session_id, project, status, created_at, updated_at) VALUES (?, ?, 'completed', ?, ?)",
+        (claude_session_id, project, at, at))
+    return connection.last_insert_rowid()
+
+
+def import_records(connection: apsw.Connection, records: Sequence[Record], now: float) -> ImportCounts:
+    """Store ``records`` (a page of an export; a session record before its rows); see the module docstring."""
+    counts: dict[str, int] = {"sessions": 0, "prompts": 0, "observations": 0, "summaries": 0, "already_there": 0}
+
+    def stored(kind: str) -> None:
+        counts[kind if connection.changes() else "already_there"] += 1
+
+    projects: dict[str, str] = {}
+    for record in records:
+        if isinstance(record, SessionRecord):
+            connection.execute(
+                "INSERT OR IGNORE INTO sessions (claude_session_id, project, cwd, first_prompt, status, created_at,"
+                " updated_at, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (record.claude_session_id, record.project, record.cwd, record.first_prompt,
+                 record.status if record.status != "failed" else "completed", record.created_at, record.updated_at,
+                 record.completed_at))
+            stored("sessions")
+            projects[record.claude_session_id] = record.project
+            connection.execute(
+                "UPDATE sessions SET created_at = min(created_at, ?1), updated_at = max(updated_at, ?2)"
+                " WHERE claude_session_id = ?3", (record.created_at, record.updated_at, record.claude_session_id))
+            continue
+        project = getattr(record, "project", None) or projects.get(record.claude_session_id, "unknown")
+        session = _session(connection, record.claude_session_id, project, record.created_at)
+        if isinstance(record, PromptRecord):
+            connection.execute(
+                "INSERT OR IGNORE INTO user_prompts (session_db_id, prompt_number, text, created_at) VALUES (?, ?, ?, ?)",
+                (session, record.prompt_number, record.text, record.created_at))
+            stored("prompts")
+            connection.execute(
+                "UPDATE sessions SET prompt_counter = max(prompt_counter, ?1), first_prompt = coalesce(first_prompt, ?2)"
+                " WHERE id = ?3", (record.prompt_number, record.text, session))
+        elif isinstance(record, ObservationRecord):
+            connection.execute(
+                "INSERT OR IGNORE INTO observations (session_db_id, project, prompt_number, event_id, tool_name,"
+                " tool_use_id, agent_id, agent_type, failed, type, title, subtitle, facts, narrative, concepts,"
+                " files_read, files_modified, compressed, compressor, model, created_at, stored_at)"
+                " VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (session, record.project, record.prompt_number, record.tool_name, record.tool_use_id,
+                 record.agent_id, record.agent_type, int(record.failed), record.type, record.title, record.subtitle,
+                 _json(record.facts), record.narrative, _json(record.concepts), _json(record.files_read),
+                 _json(record.files_modified), int(record.compressed), record.compressor, record.model,
+                 record.created_at, now))
+            stored("observations")
+        else:
+            connection.execute(
+                "INSERT OR IGNORE INTO session_summaries (session_db_id, project, prompt_number, event_id, request,"
+                " investigated, learned, completed, next_steps, notes, compressed, compressor, model, created_at,"
+                " stored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (session, record.project, record.prompt_number, _summary_event_id(record), record.request,
+                 record.investigated, record.learned, record.completed, record.next_steps, record.notes,
+                 int(record.compressed), record.compressor, record.model, record.created_at, now))
+            stored("summaries")
+    return ImportCounts(**counts)
+
+
+def _json(value: Any) -> str:
+    return msgspec.json.encode(value).decode()

@@ -1,0 +1,115 @@
+"""Export and import: a round trip into an empty data dir finds the same memories, and importing twice adds nothing."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from sessionmem.storage import transfer
+from sessionmem.testing.harness import InProcessWorker, open_worker, serve_in_thread
+
+from .test_search import BLOG, SHOP, store_session
+
+QUERIES = ["empty cart", "prices two decimals", "RSS feed dates", "shopping basket with nothing in it"]
+
+
+async def remember(worker: InProcessWorker) -> None:
+    await store_session(worker, "shop-1", SHOP, "make checkout refuse an empty cart", [
+        ("Edit", {"file_path": f"{SHOP}/src/cart.py", "old_string": "return total",
+                  "new_string": "if not items: raise EmptyCart"}),
+        ("Bash", {"command": "pytest tests/test_cart.py", "description": "run the cart tests"}),
+    ], summary="Checkout now refuses an empty cart.")
+    await store_session(worker, "shop-2", SHOP, "prices should show two decimals", [
+        ("Edit", {"file_path": f"{SHOP}/src/price.py", "old_string": "str(amount)", "new_string": "f'{amount:.2f}'"}),
+    ], summary="Prices show two decimals.")
+    await store_session(worker, "blog-1", BLOG, "fix the broken RSS feed dates", [
+        ("Edit", {"file_path": f"{BLOG}/feed.py", "old_string": "strftime('%d')", "new_string": "isoformat()"}),
+    ])
+
+
+async def export_all(worker: InProcessWorker, query: str = "") -> list[dict[str, Any]]:
+    lines: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        page = await worker.get(f"/api/export?after={after}{query}")
+        lines += page["records"]
+        after = page["next"]
+        if not after:
+            return lines
+
+
+async def found(worker: InProcessWorker, mode: str) -> list[list[tuple[str, str]]]:
+    answers = []
+    for query in QUERIES:
+        result = await worker.get(f"/api/search?q={query}&mode={mode}&limit=5")
+        answers.append([(r["kind"], r["title"]) for r in result["results"]])
+    return answers
+
+
+async def test_a_round_trip_finds_the_same_memories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transfer, "PAGE", 2)  # several pages
+    async with open_worker(tmp_path / "a", embedder="minilm", batch_quiet_s=0.05) as source:
+        await remember(source)
+        await source.services.index.caught_up()
+        exported = await export_all(source)
+        expected = {mode: await found(source, mode) for mode in ("fts", "hybrid")}
+        shop_only = await export_all(source, "&project=shop")
+        recent = await export_all(source, f"&since={time.time() + 60:.0f}")
+    kinds = [record["kind"] for record in exported]
+    assert kinds.count("session") == 3 and kinds.count("prompt") == 3 and kinds.count("observation") == 4
+    assert kinds.count("summary") == 2 and not any("toolInput" in r or "toolResponse" in r for r in exported)
+    assert {r["claudeSessionId"] for r in shop_only} == {"shop-1", "shop-2"} and recent == []
+
+    async with open_worker(tmp_path / "b", embedder="minilm", batch_quiet_s=0.05) as target:
+        await store_session(target, "already-here", SHOP, "a session of the target's own", [])
+        counts = (await target.request("POST", "/api/import", {"records": exported})).json()
+        assert counts == {"sessions": 3, "prompts": 3, "observations": 4, "summaries": 2, "alreadyThere": 0}
+        with trio.fail_after(60):
+            await target.services.index.caught_up()
+        assert (await target.debug())["index"]["vectors"] == 3 + 4 + 2 + 1  # imported rows are embedded too
+        for mode in ("fts", "hybrid"):
+            assert await found(target, mode) == expected[mode], mode
+        again = (await target.request("POST", "/api/import", {"records": exported})).json()
+        assert again == {"sessions": 0, "prompts": 0, "observations": 0, "summaries": 0, "alreadyThere": 12}
+        sessions = {s["claudeSessionId"]: s for s in (await target.get("/api/sessions"))["sessions"]}
+        assert sessions["shop-1"]["promptCounter"] == 1 and sessions["shop-1"]["observations"] == 2
+        assert [r["createdAt"] for r in exported if r["kind"] == "observation"] == [
+            r["createdAt"] for r in await export_all(target) if r["kind"] == "observation"]  # their own times
+        bad = await target.request("POST", "/api/import", {"records": [{"kind": "observation", "title": 3}]})
+        assert bad.status == 400 and "records[0]" in bad.json()["error"]
+
+
+@pytest.mark.slow
+def test_export_and_import_from_a_terminal(tmp_path: Path) -> None:
+    from .test_search_cli import sessionmem
+
+    file = tmp_path / "memories.jsonl"
+    with serve_in_thread(tmp_path / "a", embedder="none", batch_quiet_s=0.05) as source:
+        source.post("/api/sessions/init", {"claudeSessionId": "s1", "cwd": SHOP, "prompt": "make checkout safer"})
+        source.post("/api/sessions/observations", {
+            "claudeSessionId": "s1", "cwd": SHOP, "tool_name": "Edit", "tool_use_id": "t1",
+            "tool_input": {"file_path": f"{SHOP}/cart.py", "old_string": "a", "new_string": "b"}})
+        source.wait_idle()
+        exported = sessionmem(tmp_path / "a", source.port, "export", "--output", str(file))
+        assert exported.returncode == 0 and "exported 1 sessions, 1 prompts, 1 observations" in exported.stderr
+    header, *records = [json.loads(line) for line in file.read_text().splitlines()]
+    assert header["format"] == "sessionmem-export" and len(records) == 3
+
+    with serve_in_thread(tmp_path / "b", embedder="none", batch_quiet_s=0.05) as target:
+        imported = sessionmem(tmp_path / "b", target.port, "import", str(file))
+        assert imported.returncode == 0 and "imported 1 sessions, 1 prompts, 1 observations" in imported.stdout
+        assert "0 observations, 0 summaries; 3 were there already" in sessionmem(
+            tmp_path / "b", target.port, "import", str(file)).stdout
+        assert "Edited cart.py" in sessionmem(tmp_path / "b", target.port, "search", "checkout").stdout
+        broken = tmp_path / "broken.jsonl"
+        broken.write_text(file.read_text() + '{"kind": "observation", "title": 3}\nnot json\n')
+        refused = sessionmem(tmp_path / "b", target.port, "import", str(broken))
+        assert refused.returncode == 2 and "broken.jsonl:6 is not JSON" in refused.stderr
+        broken.write_text(file.read_text() + '{"kind": "observation", "title": 3}\n')
+        refused = sessionmem(tmp_path / "b", target.port, "import", str(broken))
+        assert refused.returncode == 2 and "broken.jsonl:5 is not a record" in refused.stderr
