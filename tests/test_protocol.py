@@ -241,6 +241,24 @@ def test_nothing_listening_spools_ingest_and_fails_reads(tmp_path: Path) -> None
     assert len(pending_spool_files(config.data_dir)) == 1  # the GET was not spooled
 
 
+def test_a_hook_queues_behind_spooled_events_and_a_patient_client_does_not(scripted: Any) -> None:
+    server, config = scripted()
+    # The session's init was spooled while its worker started; the worker is up now.
+    write_spool_file(config.data_dir, routes.INIT, b'{"claudeSessionId": "s"}')
+    outcome = send(config, Patience.hook(config), FakeTime())
+    assert outcome.status == "spooled" and outcome.detail == "behind spooled events" and server.seen == []
+    first, second = pending_spool_files(config.data_dir)
+    assert parse_spool_file(Path(first).read_bytes(), routes.INGEST)[0] == routes.INIT
+    assert parse_spool_file(Path(second).read_bytes(), routes.INGEST) == (routes.OBSERVATIONS, BODY)
+
+    assert send(config, Patience.patient(), FakeTime()).status == "delivered"  # backfill: past sessions
+    assert send(config, Patience.hook(config), FakeTime(), method="GET", path=routes.HEALTH).delivered
+    for file in pending_spool_files(config.data_dir):
+        os.unlink(file)
+    assert send(config, Patience.hook(config), FakeTime()).status == "delivered"  # the spool drained
+    assert len(server.seen) == 3
+
+
 def test_a_full_spool_loses_the_event_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sessionmem.protocol.spool as spool
 

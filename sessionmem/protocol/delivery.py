@@ -16,9 +16,16 @@ any other 4xx                          refused: the worker judged the request, s
                                        cannot help; reported, not spooled
 =====================================  ==========================================================
 
-Patience is the only difference between clients: a hook has its hook budget
+Patience is the main difference between clients: a hook has its hook budget
 (``hook_timeout_s``, 2 s by default) because Claude Code waits for it; backfill and the
-``sessionmem`` commands have minutes. Only ingest requests are spooled (:mod:`.spool`);
+``sessionmem`` commands have minutes.
+
+Order: a hook's event goes to the spool, not the worker, while the spool still holds
+events (``keep_order``). A session's events must arrive in order (``init`` before its
+observations, ``complete`` last), and the worker imports the spool only every few
+seconds: an event posted straight past its session's spooled ``init`` would reach the
+worker first. Backfill and the commands send past sessions, which live events cannot
+overtake, so they do not wait behind the spool. Only ingest requests are spooled (:mod:`.spool`);
 they carry an idempotency key, so a request that reached a slow worker *and* was
 spooled is stored once. A read (a GET) that cannot be answered is simply unavailable.
 
@@ -33,7 +40,7 @@ import time
 
 from sessionmem.protocol.client import WorkerUnavailable, request
 from sessionmem.protocol.routes import INGEST, RETRY_AFTER
-from sessionmem.protocol.spool import write_spool_file
+from sessionmem.protocol.spool import spool_pending, write_spool_file
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -52,21 +59,24 @@ class Patience:
 
     ``retry_failures``: whether 5xx answers and unreachable workers are retried (with
     backoff) or spooled at once. A 503's ``Retry-After`` is always honoured while
-    ``total_s`` lasts.
+    ``total_s`` lasts. ``keep_order``: whether an ingest request queues behind the
+    spooled ones (see the module's docstring).
     """
 
-    __slots__ = ("total_s", "request_timeout_s", "retry_failures")
+    __slots__ = ("total_s", "request_timeout_s", "retry_failures", "keep_order")
 
-    def __init__(self, total_s: float, request_timeout_s: float, *, retry_failures: bool) -> None:
+    def __init__(self, total_s: float, request_timeout_s: float, *, retry_failures: bool,
+                 keep_order: bool = False) -> None:
         self.total_s = total_s
         self.request_timeout_s = request_timeout_s
         self.retry_failures = retry_failures
+        self.keep_order = keep_order
 
     @classmethod
     def hook(cls, config: ClientConfig) -> Patience:
         """A hook's: its HTTP budget, no retry of failures (the spool is faster than a broken worker)."""
         budget = float(config.hook_timeout_s)  # type: ignore[arg-type]
-        return cls(budget, budget, retry_failures=False)
+        return cls(budget, budget, retry_failures=False, keep_order=True)
 
     @classmethod
     def patient(cls, total_s: float = 300.0) -> Patience:
@@ -108,6 +118,8 @@ def deliver(config: ClientConfig, method: str, path: str, body: bytes | None, *,
     """Send one request to the worker of ``config`` under the policy of this module."""
     deadline = clock() + patience.total_s
     spoolable = method == "POST" and body is not None and path in INGEST
+    if spoolable and patience.keep_order and spool_pending(config.data_dir):
+        return _spool(config, path, body, "behind spooled events", 0)  # type: ignore[arg-type]
     attempts = 0
     backoff = BACKOFF_FIRST_S
     while True:
@@ -138,7 +150,11 @@ def deliver(config: ClientConfig, method: str, path: str, body: bytes | None, *,
             continue
         if not spoolable:
             return Outcome("unavailable", None, detail, attempts)
-        saved, reason = write_spool_file(config.data_dir, path, body)  # type: ignore[arg-type]
-        if saved:
-            return Outcome("spooled", None, detail, attempts)
-        return Outcome("lost", None, f"{detail}; not spooled: {reason}", attempts)
+        return _spool(config, path, body, detail, attempts)  # type: ignore[arg-type]
+
+
+def _spool(config: ClientConfig, path: str, body: bytes, detail: str, attempts: int) -> Outcome:
+    saved, reason = write_spool_file(config.data_dir, path, body)
+    if saved:
+        return Outcome("spooled", None, detail, attempts)
+    return Outcome("lost", None, f"{detail}; not spooled: {reason}", attempts)

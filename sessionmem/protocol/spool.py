@@ -66,6 +66,15 @@ def pending_spool_files(data_dir: str) -> list[str]:
             if name.endswith(SUFFIX) and not name.startswith(".")]
 
 
+def spool_pending(data_dir: str) -> bool:
+    """Whether any spooled request waits for the worker (stops at the first one found)."""
+    try:
+        with os.scandir(spool_dir(data_dir)) as entries:
+            return any(entry.name.endswith(SUFFIX) and not entry.name.startswith(".") for entry in entries)
+    except OSError:
+        return False
+
+
 def parse_spool_file(raw: bytes, ingest_paths: tuple[str, ...]) -> tuple[str, bytes]:
     """``(route path, body)`` of a spool file's bytes; the path must be one of ``ingest_paths``."""
     head, newline, body = raw.partition(b"\n")
