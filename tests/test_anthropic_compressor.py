@@ -49,9 +49,16 @@ async def observation(worker: InProcessWorker, tool_use_id: str) -> dict[str, ob
     return next(r for r in rows if r["toolUseId"] == tool_use_id)  # type: ignore[no-any-return]
 
 
-async def test_batch_is_compressed_in_one_call_and_summarized(llm_worker: InProcessWorker,
+async def test_batch_is_compressed_in_one_call_and_summarized(tmp_path: Path,
                                                               messages_api: ScriptedMessagesAPI) -> None:
-    worker = llm_worker
+    # A quiet time no loaded machine reaches between two posts: the batch closes because it is full.
+    settings = {**LLM_SETTINGS, "batch_quiet_s": 60}
+    async with open_worker(tmp_path / "data", compressor=scripted(messages_api.url), **settings) as worker:
+        await batch_is_compressed_in_one_call_and_summarized(worker, messages_api)
+
+
+async def batch_is_compressed_in_one_call_and_summarized(worker: InProcessWorker,
+                                                         messages_api: ScriptedMessagesAPI) -> None:
     assert (await worker.get("/api/health"))["compressor"] == "anthropic"
     await worker.post("/api/sessions/init", {"claudeSessionId": "llm", "cwd": "/work/llm",
                                              "prompt": "explain the module <private>hunter2</private>"})
