@@ -524,6 +524,15 @@ class SQLiteStore:
 
         return await self._readers.run(query)
 
+    async def sessions_by_ids(self, claude_session_ids: Sequence[str]) -> list[SessionRow]:
+        def query(connection: apsw.Connection) -> list[SessionRow]:
+            rows = connection.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions s"
+                " WHERE claude_session_id IN (SELECT value FROM json_each(?))", (_to_json(list(claude_session_ids)),))
+            return [SessionRow(*row) for row in rows]
+
+        return await self._readers.run(query)
+
     async def list_projects(self, *, limit: int) -> list[ProjectRow]:
         def query(connection: apsw.Connection) -> list[ProjectRow]:
             rows = connection.execute(  # the sessions_project index (project, updated_at) covers it
@@ -684,7 +693,9 @@ class SQLiteStore:
     async def latest_prompt(self, project: str) -> tuple[int, str] | None:
         def query(connection: apsw.Connection) -> tuple[int, str] | None:
             row = connection.execute(
-                "SELECT p.id, p.text FROM user_prompts p JOIN sessions s ON s.id = p.session_db_id"
+                # Newest prompts first until one is of the project: the planner's own choice (every
+                # prompt of the project, then a sort) took 8.6 ms at 7,700 prompts, this 0.07 ms.
+                "SELECT p.id, p.text FROM user_prompts p CROSS JOIN sessions s ON s.id = p.session_db_id"
                 " WHERE s.project = ? ORDER BY p.created_at DESC, p.id DESC LIMIT 1", (project,)).fetchone()
             return (row[0], row[1]) if row else None
 
