@@ -1,16 +1,17 @@
 """Retrieval quality on the corpus: recall@5, recall@10 and MRR of ``hybrid``, ``fts`` and ``vector``.
 
-    .venv/bin/python bench/retrieval.py [--projects N] [--out FILE]
+    .venv/bin/python bench/retrieval.py [--projects N] [--sweep] [--out FILE] [--smoke]
 
 How the evaluation is built (bench/README.md, "Search quality and latency", says why):
 
 1. **Replay.** Each corpus repository (``transcripts/<owner>__<repo>``) is one project,
    named after the repository. Its sessions are replayed in the order they started, one
-   at a time, each session's events in order, into a worker in this process
+   at a time, each session's events in order and dated by the transcript (``occurredAt``,
+   as ``sessionmem backfill`` sends them), into a worker in this process
    (:func:`sessionmem.testing.harness.open_worker`: the offline compressor, the real
    MiniLM embedder, the real vector index). Before each prompt the worker is left to
-   finish (every earlier event stored as observations), so a prompt's row is stored
-   after everything that came before it. At the end the vector index catches up.
+   finish, so everything before a prompt is stored as the compressor would have it.
+   At the end the vector index catches up.
 2. **Queries.** Every stored prompt is a query: its text, cut to the API's
    ``MAX_QUERY_CHARS``, searched in its own project among the observations stored before
    it (``until=`` the prompt's ``created_at``, ``kind=observation``).
@@ -28,6 +29,16 @@ How the evaluation is built (bench/README.md, "Search quality and latency", says
 5. **Metrics**, per query, averaged: recall@k = relevant among the first k results /
    min(k, relevant) (capped, so a query with 40 relevant observations can reach 1.0);
    MRR = 1 / rank of the first relevant result (0 when none is in the first 10).
+6. **Two scopes**: everything stored before the prompt (``earlier``), and only what
+   earlier sessions stored (``earlier_sessions``: memory proper; a session's own turns
+   are still in Claude's context). Two baselines beside the modes: the newest eligible
+   observations whatever the query (``recency``), and SessionStart's ranking (nearest by
+   meaning plus a recency bonus).
+
+``--sweep`` evaluates again under other fusion constants, weights, vector cut-offs and
+full-text budgets (module constants patched for the run; each query embedded once).
+``--smoke`` replays the test fixtures' transcripts and a seeded two-session project
+(:func:`seeded_project`) in a few seconds, and reports where each mode ranks its answer.
 
 Every search goes through the worker's own path (``SearchService.search``, what
 ``GET /api/search`` calls) with the worker's settings.
@@ -80,9 +91,9 @@ BASELINES = (RECENCY, MEANING_AND_RECENCY)
 FUSION_DEPTH = 50
 CUTOFFS = (5, 10)
 DEPTH = max(CUTOFFS)
-# The default subset (a few minutes on 2 cores): the projects with the most prompts
-# spread over several sessions, so that later prompts have earlier work to find.
-DEFAULT_PROJECTS = 3
+# Every project of the corpus by default (about 6 minutes on 2 cores, most of it
+# embedding); --projects N takes the N with the most prompts.
+DEFAULT_PROJECTS = 0
 
 
 @dataclass
@@ -428,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS,
                         help="transcripts, one folder per project (the shared corpus by default)")
     parser.add_argument("--projects", type=int, default=DEFAULT_PROJECTS,
-                        help="replay the N projects with the most prompts (0: all)")
+                        help="replay the N projects with the most prompts (default 0: all)")
     parser.add_argument("--out", type=Path, help="write the figures here as JSON")
     parser.add_argument("--data-dir", type=Path, help="keep the worker's data here (default: a temporary dir)")
     parser.add_argument("--reuse", action="store_true",

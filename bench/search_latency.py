@@ -513,7 +513,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", type=Path, help="a data dir with replayed corpus and its vectors "
                         "(default: replay --projects projects and time the catch-up)")
     parser.add_argument("--corpus", type=Path, default=retrieval.DEFAULT_CORPUS)
-    parser.add_argument("--projects", type=int, default=retrieval.DEFAULT_PROJECTS)
+    parser.add_argument("--projects", type=int, default=3,
+                        help="corpus projects replayed for the source (the most prompts first; 0: all)")
     parser.add_argument("--observations", type=int, default=100_000)
     parser.add_argument("--fts-observations", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=300, help="measured rounds of every request kind")
