@@ -127,8 +127,10 @@ class ContextPlanner:
             else:
                 ranking = "recency"
         rows = [row for row in rows if not is_bare(row)] + [row for row in rows if is_bare(row)]
-        sessions = {row.claude_session_id: row for row in
-                    await self._store.list_sessions(project=project, limit=100, offset=0)}
+        # Only the sessions the plan names (a page of the project's sessions, each with its
+        # observations counted, took 6 ms at 769 sessions).
+        named = list(dict.fromkeys(row.claude_session_id for row in rows))
+        sessions = {row.claude_session_id: row for row in await self._store.sessions_by_ids(named)}
         return ContextPlan(project, summaries[0] if summaries else None, focus if ranking != "recency" else "",
                            ranking, group(rows, sessions), summaries[1:])
 

@@ -2,13 +2,13 @@
 
 ``hybrid`` (the default) asks both retrievers for their best candidates under the same
 filters and fuses the two rankings with reciprocal rank fusion: a document's score is
-the sum over the rankings it is in of ``weight / (RRF_K + rank)``. Neither retriever's
-raw scores need to be comparable, and a document both find rises to the top. ``fts``
-and ``vector`` use one retriever alone.
+the sum over the rankings it is in of ``weight / (SEARCH_RRF_K + rank)``. Neither
+retriever's raw scores need to be comparable, and a document both find rises to the
+top. ``fts`` and ``vector`` use one retriever alone; in ``hybrid`` the two run at once.
 
 The vector side: the query is embedded in the embedder's urgent lane (a few ms), the
 index returns the nearest vectors, and SQLite keeps those that pass the filters; when
-filters leave too few, the index is asked again for more (up to the whole index).
+filters leave too few, the index is asked again for more (up to ``MAX_NEAREST``).
 When the vector index cannot answer (vectors off, loading, busy with a save) the search
 goes on with words alone and says so in ``vectors``.
 
@@ -24,6 +24,7 @@ import logging
 from enum import Enum
 
 import msgspec
+import trio
 
 from sessionmem.embed.service import EmbedderService
 from sessionmem.index.actor import VectorIndex
@@ -35,11 +36,25 @@ from sessionmem.storage.recall import query_terms
 
 log = logging.getLogger(__name__)
 
+# Reciprocal rank fusion's constant: 60 is the classic one (Cormack et al. 2009).
 RRF_K = 60
+# Search fuses words and meaning with a much smaller one, so that being near the top of
+# either ranking counts for more than being found by both at middling ranks. On the
+# corpus evaluation (bench/retrieval.py; bench/README.md, "Search quality and latency")
+# hybrid with 60 fell below full-text search in recall@10 and below vectors in MRR;
+# with 5 it is at or above both (10 and 20 land between).
+SEARCH_RRF_K = 5
 # A vector this far (cosine distance) from the query is not a match, only the least
-# unlike document: beyond it, vector candidates are dropped.
-MAX_VECTOR_DISTANCE = 0.8
+# unlike document: beyond it, vector candidates are dropped. MiniLM puts a relevant
+# memory of a terse or chatty prompt as far as 0.8-1.0, so only vectors pointing away
+# from the query are dropped: on the same evaluation, 0.8 lost two thirds of what
+# vectors found for queries sharing no word with their answers (recall@10 0.06 -> 0.19).
+MAX_VECTOR_DISTANCE = 1.0
 MIN_DEPTH = 50  # candidates asked of each retriever, at least
+# When filters leave too few of the nearest vectors, more are asked for, up to this many
+# (hnswlib's ef is at least k, and its cost grows with it); what filters leave beyond
+# them, words find.
+MAX_NEAREST = 4096
 
 
 class SearchMode(str, Enum):
@@ -89,12 +104,24 @@ class SearchService:
         words: list[RankedKey] = []
         meaning: list[RankedKey] = []
         vectors = "not asked"
-        if mode is not SearchMode.VECTOR:
+
+        async def by_words() -> None:
+            nonlocal words
             words = (await self._store.search_text(query, filters, depth))[:depth]
-        if mode is not SearchMode.FTS:
+
+        async def by_meaning() -> None:
+            nonlocal meaning, vectors
             meaning, vectors = await self._by_meaning(query, filters, depth)
+
+        # Both at once: full-text search runs on a reader thread while the query is
+        # embedded on the embedder's, so hybrid waits for the slower of the two, not both.
+        async with trio.open_nursery() as nursery:
+            if mode is not SearchMode.VECTOR:
+                nursery.start_soon(by_words)
+            if mode is not SearchMode.FTS:
+                nursery.start_soon(by_meaning)
         if mode is SearchMode.HYBRID:
-            ranked = fuse(words, meaning, self._weights)
+            ranked = fuse(words, meaning, self._weights, k=SEARCH_RRF_K)
         else:
             ranked = [(key.kind, key.row_id, key.score) for key in (words or meaning)]
         page = ranked[offset : offset + limit]
@@ -136,18 +163,19 @@ class SearchService:
             kept = await self._store.keep_matching([(kind, row_id) for kind, row_id, _ in close], filters)
             found = [RankedKey(kind, row_id, 1.0 - distance) for kind, row_id, distance in close
                      if (kind, row_id) in kept]
-            exhausted = len(nearest) < k or len(close) < len(nearest)
+            exhausted = len(nearest) < k or len(close) < len(nearest) or k >= MAX_NEAREST
             if len(found) >= depth or exhausted:
                 return found[:depth], "used"
-            k *= 4
+            k = min(k * 4, MAX_NEAREST)
 
 
-def fuse(words: list[RankedKey], meaning: list[RankedKey],
-         weights: tuple[float, float] = (1.0, 1.0)) -> list[tuple[str, int, float]]:
-    """Reciprocal rank fusion of two rankings (best first): (kind, row id, score), best first."""
+def fuse(words: list[RankedKey], meaning: list[RankedKey], weights: tuple[float, float] = (1.0, 1.0), *,
+         k: int = RRF_K) -> list[tuple[str, int, float]]:
+    """Reciprocal rank fusion of two rankings (best first) with constant ``k``: (kind, row id, score),
+    best first."""
     scores: dict[tuple[str, int], float] = {}
     for weight, ranking in zip(weights, (words, meaning)):
         for rank, key in enumerate(ranking, start=1):
-            scores[(key.kind, key.row_id)] = scores.get((key.kind, key.row_id), 0.0) + weight / (RRF_K + rank)
+            scores[(key.kind, key.row_id)] = scores.get((key.kind, key.row_id), 0.0) + weight / (k + rank)
     ordered = sorted(scores.items(), key=lambda item: item[1], reverse=True)
     return [(kind, row_id, score) for (kind, row_id), score in ordered]

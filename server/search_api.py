@@ -136,15 +136,18 @@ def _anchor(raw: str) -> tuple[str, int]:
 def add_search_routes(app: QuartTrio, services: Services) -> None:
     search = services.search
 
-    @app.get(routes.SEARCH)
-    async def search_route() -> Response:
-        query = query_text(required=True)
+    def mode_arg() -> SearchMode:
         mode_raw = (request.args.get("mode") or SearchMode.HYBRID.value).lower()
         try:
-            mode = SearchMode(mode_raw)
+            return SearchMode(mode_raw)
         except ValueError:
             raise BadRequest(f"query parameter 'mode' must be one of {', '.join(m.value for m in SearchMode)}",
                              "?mode") from None
+
+    @app.get(routes.SEARCH)
+    async def search_route() -> Response:
+        query = query_text(required=True)
+        mode = mode_arg()
         results = await search.search(
             query, filters_from_query(), mode=mode, limit=int_arg("limit", 20, low=1, high=MAX_SEARCH_RESULTS),
             offset=int_arg("offset", 0, low=0, high=MAX_SEARCH_OFFSET))
@@ -162,7 +165,7 @@ def add_search_routes(app: QuartTrio, services: Services) -> None:
             if not query:
                 raise BadRequest("give 'anchor' (an observation id, or kind:id) or 'q' (a search whose best "
                                  "result is the anchor)", "?anchor")
-            best = await search.search(query, filters_from_query(), limit=1)
+            best = await search.search(query, filters_from_query(), mode=mode_arg(), limit=1)
             if not best.results:
                 return error_response(404, f"nothing found for {query[:100]!r}", path="?q")
             anchor = (best.results[0].kind, best.results[0].id)

@@ -112,6 +112,9 @@ class Store(Protocol):
 
     # -- reads (used by routes)
     async def list_sessions(self, *, project: str | None, limit: int, offset: int) -> list[SessionRow]: ...
+    async def sessions_by_ids(self, claude_session_ids: Sequence[str]) -> list[SessionRow]:
+        """The sessions of these Claude session ids that exist, in no particular order."""
+
     async def list_projects(self, *, limit: int) -> list[ProjectRow]:
         """Projects with sessions, the most recently active first."""
 

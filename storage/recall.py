@@ -5,10 +5,11 @@ Each function takes a read connection and runs on a reader thread
 wrap them. Three kinds of document are searchable (``sessionmem.records.DOCUMENT_KINDS``),
 each from its own table and full-text table.
 
-User text never reaches FTS5's query language: :func:`fts_expression` keeps the words
-of a query (letters and digits, any script), drops the rest (quotes, ``*``, ``NEAR(``,
-``AND``/``OR``, ``col:``), and asks for any of them, each as a quoted string, so
-bm25 ranks documents with more and rarer words first.
+User text never reaches FTS5's query language: :func:`query_terms` keeps the words
+of a query (letters and digits, any script) and drops the rest (quotes, ``*``,
+``NEAR(``, ``AND``/``OR``, ``col:``); a search asks for any of them, each as a quoted
+string, so bm25 ranks documents with more and rarer words first -- the rarer ones
+only, when common words would make it slow (:func:`affordable_match`).
 
 Error handling:
     Nothing a user can type raises here: a query without words finds nothing. SQL
@@ -43,6 +44,13 @@ _STOPWORDS = frozenset(
     "a an and are as at be but by do does for from has have how i in is it its me my of on or so that the "
     "then there this to was we what when where which who why will with you your".split())
 _WORD = re.compile(r"\w+")
+# Full-text search costs what the rows its terms match cost: FTS5 scores and sorts every
+# one (at 100,000 observations a four-word query matched ~20,000 rows and took 35 ms).
+# A query keeps its rarer terms while their rows together stay within this budget
+# (affordable_match), and those rows are ranked in the full-text table alone: the best
+# RANK_FIRST x limit of them are checked against the filters, more if too few pass.
+MATCH_BUDGET = 4000
+RANK_FIRST = 2
 
 # Per kind: its table, full-text table and bm25 column weights, and the SQL naming its
 # project, creation time and Claude session. Observation titles weigh most.
@@ -76,7 +84,9 @@ def _like_escaped(text: str) -> str:
 def _filter_sql(kind: str, filters: SearchFilters, params: dict[str, Any]) -> tuple[str, str]:
     """(joins, conditions) restricting rows of ``kind`` (aliased as in ``_ALIAS``) to ``filters``."""
     alias = _ALIAS[kind]
-    joins = f" JOIN sessions s ON s.id = {alias}.session_db_id"
+    # Each row is joined to its session, never the other way (the planner once chose to walk
+    # every session of a project first).
+    joins = f" CROSS JOIN sessions s ON s.id = {alias}.session_db_id"
     conditions: list[str] = []
     if filters.project is not None:
         params["project"] = filters.project
@@ -120,25 +130,86 @@ def file_params(path: str) -> dict[str, str]:
     return {"file": path, "file_base": base, "file_suffix": "%/" + _like_escaped(path.lstrip("/"))}
 
 
-def search_text(connection: apsw.Connection, expression: str, filters: SearchFilters,
-                limit: int) -> list[RankedKey]:
-    """The best ``limit`` documents of each wanted kind matching ``expression``, best first.
+def _quoted(terms: Iterable[str]) -> list[str]:
+    return [f'"{term}"' for term in terms]
 
-    Scores are bm25's, negated (higher is better); kinds are merged by score.
+
+def affordable_match(connection: apsw.Connection, kind: str, terms: Sequence[str]) -> tuple[str, int] | None:
+    """The MATCH expression for ``terms`` in the full-text table of ``kind`` that stays within
+    :data:`MATCH_BUDGET`, and an upper bound of the rows it matches (-1: not known); ``None`` when no term
+    is in any row.
+
+    Any of the rarer terms, rarest first, while their rows together stay within the
+    budget; a term too common to fit is left out (bm25 would rank it low anyway). When
+    even the rarest term is that common, the rows holding every term (AND).
+    """
+    table, fts, _ = _TABLES[kind]
+    every = " OR ".join(_quoted(terms))
+    (highest,) = connection.execute(f"SELECT coalesce(max(id), 0) FROM {table}").fetchone()
+    if highest <= MATCH_BUDGET:  # a small table: every term is affordable
+        return every, highest
+    count = f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT {MATCH_BUDGET + 1})"
+    (matched,) = connection.execute(count, (every,)).fetchone()
+    if matched <= MATCH_BUDGET:
+        return every, matched
+    counted = sorted((connection.execute(count, (f'"{term}"',)).fetchone()[0], term) for term in terms)
+    present = [(rows, term) for rows, term in counted if rows]
+    if not present:
+        return None
+    kept, total = [], 0
+    for rows, term in present:
+        if total + rows > MATCH_BUDGET:
+            break
+        kept.append(term)
+        total += rows
+    if kept:
+        return " OR ".join(_quoted(kept)), total
+    return " AND ".join(_quoted(term for _, term in present)), -1
+
+
+def search_text(connection: apsw.Connection, terms: Sequence[str], filters: SearchFilters,
+                limit: int) -> list[RankedKey]:
+    """The best ``limit`` documents of each wanted kind matching ``terms`` (see :func:`affordable_match`),
+    best first.
+
+    Scores are bm25's, negated (higher is better); kinds are merged by score. Matches
+    are ranked in the full-text table alone and only the best are checked against
+    ``filters``, more of them when too few pass.
     """
     found: list[RankedKey] = []
     for kind in filters.wanted_kinds():
-        table, fts, weights = _TABLES[kind]
-        params: dict[str, Any] = {"match": expression, "limit": limit}
-        joins, where = _filter_sql(kind, filters, params)
-        alias = _ALIAS[kind]
-        rows = connection.execute(
-            f"SELECT {alias}.id, bm25({fts}, {weights}) AS score FROM {fts}"
-            f" JOIN {table} {alias} ON {alias}.id = {fts}.rowid{joins}"
-            f" WHERE {fts} MATCH :match AND {where} ORDER BY score LIMIT :limit", params)
-        found.extend(RankedKey(kind, row_id, -score) for row_id, score in rows)
+        _, fts, weights = _TABLES[kind]
+        match = affordable_match(connection, kind, terms) if terms else None
+        if match is None:
+            continue
+        expression, at_most = match
+        ranked = limit * RANK_FIRST
+        while True:
+            best = connection.execute(
+                f"SELECT rowid, bm25({fts}, {weights}) AS score FROM {fts} WHERE {fts} MATCH ?"
+                " ORDER BY score LIMIT ?", (expression, ranked)).fetchall()
+            kept = _passing(connection, kind, [row_id for row_id, _ in best], filters)
+            passed = [RankedKey(kind, row_id, -score) for row_id, score in best if row_id in kept]
+            if len(passed) >= limit or len(best) < ranked or 0 <= at_most <= ranked:
+                break
+            ranked *= 8
+        found.extend(passed[:limit])
     found.sort(key=lambda key: key.score, reverse=True)
     return found
+
+
+def _passing(connection: apsw.Connection, kind: str, ids: Sequence[int], filters: SearchFilters) -> set[int]:
+    """Those of ``ids`` (rows of ``kind``) that exist and pass ``filters``."""
+    if not ids:
+        return set()
+    table = _TABLES[kind][0]
+    alias = _ALIAS[kind]
+    params: dict[str, Any] = {"ids": msgspec.json.encode(ids).decode()}
+    joins, where = _filter_sql(kind, filters, params)
+    rows = connection.execute(
+        f"SELECT {alias}.id FROM json_each(:ids) j CROSS JOIN {table} {alias} ON {alias}.id = j.value{joins}"
+        f" WHERE {where}", params)
+    return {row_id for (row_id,) in rows}
 
 
 def keep_matching(connection: apsw.Connection, keys: Sequence[tuple[str, int]],
@@ -147,16 +218,7 @@ def keep_matching(connection: apsw.Connection, keys: Sequence[tuple[str, int]],
     kept: set[tuple[str, int]] = set()
     for kind in filters.wanted_kinds():
         ids = [row_id for key_kind, row_id in keys if key_kind == kind]
-        if not ids:
-            continue
-        table = _TABLES[kind][0]
-        alias = _ALIAS[kind]
-        params: dict[str, Any] = {"ids": msgspec.json.encode(ids).decode()}
-        joins, where = _filter_sql(kind, filters, params)
-        rows = connection.execute(
-            f"SELECT {alias}.id FROM {table} {alias}{joins}"
-            f" WHERE {alias}.id IN (SELECT value FROM json_each(:ids)) AND {where}", params)
-        kept.update((kind, row_id) for (row_id,) in rows)
+        kept.update((kind, row_id) for row_id in _passing(connection, kind, ids, filters))
     return kept
 
 

@@ -513,11 +513,22 @@ class SQLiteStore:
 
     async def list_sessions(self, *, project: str | None, limit: int, offset: int) -> list[SessionRow]:
         def query(connection: apsw.Connection) -> list[SessionRow]:
+            # The page first, then its observation counts: counted for every session of the
+            # project before the sort, they cost 8 ms for 769 sessions of 130 observations.
             rows = connection.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE (?1 IS NULL OR project = ?1)"
-                " ORDER BY updated_at DESC, id DESC LIMIT ?2 OFFSET ?3",
+                f"SELECT {_SESSION_COLUMNS} FROM (SELECT * FROM sessions WHERE (?1 IS NULL OR project = ?1)"
+                " ORDER BY updated_at DESC, id DESC LIMIT ?2 OFFSET ?3) s ORDER BY updated_at DESC, id DESC",
                 (project, limit, offset),
             )
+            return [SessionRow(*row) for row in rows]
+
+        return await self._readers.run(query)
+
+    async def sessions_by_ids(self, claude_session_ids: Sequence[str]) -> list[SessionRow]:
+        def query(connection: apsw.Connection) -> list[SessionRow]:
+            rows = connection.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions s"
+                " WHERE claude_session_id IN (SELECT value FROM json_each(?))", (_to_json(list(claude_session_ids)),))
             return [SessionRow(*row) for row in rows]
 
         return await self._readers.run(query)
@@ -634,11 +645,10 @@ class SQLiteStore:
     # -- the read half (SQL in storage/recall.py) -------------------------------------------
 
     async def search_text(self, query: str, filters: SearchFilters, limit: int) -> list[RankedKey]:
-        expression = recall.fts_expression(query)
-        if expression is None:
+        terms = recall.query_terms(query)
+        if not terms:
             return []
-        return await self._readers.run(partial(recall.search_text, expression=expression, filters=filters,
-                                               limit=limit))
+        return await self._readers.run(partial(recall.search_text, terms=terms, filters=filters, limit=limit))
 
     async def keep_matching(self, keys: Sequence[tuple[str, int]], filters: SearchFilters) -> set[tuple[str, int]]:
         return await self._readers.run(partial(recall.keep_matching, keys=keys, filters=filters))
@@ -683,7 +693,9 @@ class SQLiteStore:
     async def latest_prompt(self, project: str) -> tuple[int, str] | None:
         def query(connection: apsw.Connection) -> tuple[int, str] | None:
             row = connection.execute(
-                "SELECT p.id, p.text FROM user_prompts p JOIN sessions s ON s.id = p.session_db_id"
+                # Newest prompts first until one is of the project: the planner's own choice (every
+                # prompt of the project, then a sort) took 8.6 ms at 7,700 prompts, this 0.07 ms.
+                "SELECT p.id, p.text FROM user_prompts p CROSS JOIN sessions s ON s.id = p.session_db_id"
                 " WHERE s.project = ? ORDER BY p.created_at DESC, p.id DESC LIMIT 1", (project,)).fetchone()
             return (row[0], row[1]) if row else None
 

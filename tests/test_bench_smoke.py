@@ -36,3 +36,43 @@ def test_bench_smoke_run_writes_a_report_with_no_loss(tmp_path: Path) -> None:
         assert (out / plot).stat().st_size > 1000
     summary = (out / "summary.md").read_text()
     assert "| replay_http:" in summary and "## Targets" in summary
+
+
+def test_retrieval_smoke_reports_recall_and_finds_the_seeded_answer(tmp_path: Path) -> None:
+    out = tmp_path / "retrieval.json"
+    result = subprocess.run([sys.executable, str(REPO / "bench" / "retrieval.py"), "--smoke", "--out", str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    scope = report["scopes"]["earlier"]
+    assert scope["queries"] >= 1
+    for subset in ("all", "no_shared_words"):
+        for mode in ("hybrid", "fts", "vector"):
+            figures = scope["metrics"][subset][mode]
+            assert all(0.0 <= figures[name] <= 1.0 for name in ("recall@5", "recall@10", "mrr")), figures
+    assert scope["metrics"]["all"]["hybrid"]["queries"] == scope["queries"]
+    assert report["vectors"] > 0 and scope["vectors_in_searches"] == {"used": 2 * scope["queries"]}
+    # Two sessions a day apart about one file: the later prompt finds the earlier work, first.
+    assert report["seeded"]["first_relevant_rank"]["hybrid"] == 1
+    assert "| all (" in result.stdout and "| hybrid |" in result.stdout
+
+
+def test_search_latency_smoke_measures_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "latency.json"
+    result = subprocess.run([sys.executable, str(REPO / "bench" / "search_latency.py"), "--smoke",
+                             "--work", str(tmp_path / "work"), "--out", str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["catch_up"]["documents"] > 0 and report["catch_up"]["documents_per_second"] > 0
+    assert report["build_scale"]["observations"] == 2000 and report["build_scale"]["index_build_vectors_per_second"] > 0
+    latency = report["scale"]["latency_ms"]
+    for name in ("search_hybrid", "search_fts", "search_vector", "context_inject_compact", "health"):
+        assert latency[name]["n"] == 10 and latency[name]["p50"] > 0, name
+    assert report["scale"]["results_per_search"]["hybrid"] > 0
+    assert report["scale"]["context_ranking"] == "meaning"
+    assert report["scale"]["rss_mb"]["index_and_embedder_loaded"] > report["scale"]["rss_mb"]["worker_vectors_off"]
+    fts = report["fts"]["latency_ms"]
+    assert fts["ours_fts_http_observations"]["n"] == 10 and fts["claude_mem_sql_observations"]["n"] == 10
+    cold = report["cold_session_start"]["scale"]
+    assert cold["runs"] == 1 and cold["context_chars"]["min"] > 0

@@ -186,3 +186,45 @@ async def test_observations_by_id_in_the_order_asked(memory: InProcessWorker) ->
     assert {"narrative", "facts", "filesModified", "toolName"} <= set(body["observations"][0])
     for bad in [{"ids": list(range(1, 102))}, {"ids": ["1"]}, {"ids": [0]}, {"ids": [2**63]}, {}, []]:
         assert (await memory.request("POST", "/api/observations/batch", bad)).status == 400, bad
+
+
+def _observations_db(path: Path, titles: list[str]) -> Any:
+    """A database holding one observation per title (project ``shop``, one a second), for the SQL alone."""
+    from sessionmem.storage.sqlite import open_writer
+
+    connection = open_writer(path)
+    with connection:
+        connection.execute("INSERT INTO sessions (id, claude_session_id, project, cwd, first_prompt, prompt_counter,"
+                           " status, created_at, updated_at) VALUES (1, 's1', 'shop', '/shop', '', 1, 'completed',"
+                           " 0, 0)")
+        connection.executemany(
+            "INSERT INTO observations (id, session_db_id, project, prompt_number, event_id, tool_name, tool_use_id,"
+            " type, title, subtitle, facts, narrative, concepts, files_read, files_modified, compressed, compressor,"
+            " created_at, stored_at) VALUES (?1, 1, 'shop', 1, ?1, 'Bash', 't' || ?1, 'discovery', ?2, '', '[]',"
+            " '', '[]', '[]', '[]', 1, 'offline', ?1, ?1)", list(enumerate(titles, start=1)))
+    return connection
+
+
+def test_full_text_search_keeps_the_rarer_words_within_its_budget(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from sessionmem.records import OBSERVATION, SearchFilters
+    from sessionmem.storage import recall
+
+    titles = ["common"] * 6 + ["common middling"] * 3 + ["common middling rare"]
+    connection = _observations_db(tmp_path / "db", titles)
+    monkeypatch.setattr(recall, "MATCH_BUDGET", 5)
+    # 10 rows hold "common", 4 "middling", 1 "rare": the two rarer fit in 5 rows, "common" does not.
+    assert recall.affordable_match(connection, OBSERVATION, ["common", "middling", "rare"]) == (
+        '"rare" OR "middling"', 5)
+    assert recall.affordable_match(connection, OBSERVATION, ["rare", "middling"]) == ('"rare" OR "middling"', 4)
+    # Only words too common to afford: the rows holding all of them.
+    assert recall.affordable_match(connection, OBSERVATION, ["common"]) == ('"common"', -1)
+    assert recall.affordable_match(connection, OBSERVATION, ["absent"]) == ('"absent"', 0)
+    # Ranked in the full-text table, then filtered: asking for more when the filters leave too few.
+    found = recall.search_text(connection, ["common", "middling", "rare"], SearchFilters(project="shop"), 10)
+    assert [key.row_id for key in found][:1] == [10] and {key.row_id for key in found} == {7, 8, 9, 10}
+    # The best two matches are too late for the filter: more are ranked until one passes.
+    early = recall.search_text(connection, ["middling"], SearchFilters(project="shop", until=7.5), 1)
+    assert [key.row_id for key in early] == [7]
+    assert recall.search_text(connection, ["common"], SearchFilters(project="blog"), 5) == []
+    connection.close()

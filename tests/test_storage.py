@@ -65,7 +65,9 @@ async def test_results_are_idempotent_and_mark_the_journal(tmp_path: Path) -> No
         assert await store.pending_events() == []
         sessions = await store.list_sessions(project="proj", limit=10, offset=0)
         observations = await store.list_observations(project="proj", limit=10, offset=0)
+        named = await store.sessions_by_ids(["s1", "no-such-session"])
     assert sessions[0].status == "completed" and sessions[0].observations == 3
+    assert named == sessions[:1]
     assert sessions[0].input_tokens == 3 * 5 + 7  # replays did not double-count tokens
     assert [o.title for o in observations] == ["title 3", "title 2", "title 1"]
 

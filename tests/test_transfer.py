@@ -44,10 +44,11 @@ async def export_all(worker: InProcessWorker, query: str = "") -> list[dict[str,
 
 
 async def found(worker: InProcessWorker, mode: str) -> list[list[tuple[str, str]]]:
+    """What each query finds, every match (vectors match loosely), the target's own session left out."""
     answers = []
     for query in QUERIES:
-        result = await worker.get(f"/api/search?q={query}&mode={mode}&limit=5")
-        answers.append([(r["kind"], r["title"]) for r in result["results"]])
+        result = await worker.get(f"/api/search?q={query}&mode={mode}&limit=20")
+        answers.append([(r["kind"], r["title"]) for r in result["results"] if r["claudeSessionId"] != "already-here"])
     return answers
 
 

@@ -1,0 +1,588 @@
+"""Search and SessionStart latency at 100,000 observations, and what the index costs.
+
+    .venv/bin/python bench/search_latency.py [--source DATA_DIR] [--observations N] [--out DIR]
+
+How the 100,000 observations are made (bench/README.md, "Search quality and latency"):
+
+1. **Real text and real vectors.** A source data dir holds corpus sessions replayed by
+   the offline compressor, with vectors from the real MiniLM embedder: by default this
+   script replays ``--projects`` corpus projects with vectors off, then starts a worker
+   with MiniLM on that data dir and times how fast it catches up (every document
+   embedded and added: the **catch-up rate**). ``--source`` reuses a data dir instead
+   (``bench/retrieval.py --data-dir`` leaves one).
+2. **Scale-up.** Observation ``i`` of the synthetic store takes the title, subtitle,
+   facts, files, type and concepts of real observation ``i mod R`` and the narrative of
+   real observation ``(7919 i + 13) mod R``, so texts are real sentences of this corpus
+   in combinations that repeat rarely; its vector is those two real vectors mixed
+   (0.8 : 0.2) plus Gaussian noise, renormalized (cosine ~0.9 to the first). Prompts
+   and summaries are real ones, one of each per 13 observations (the corpus ratio).
+   Rows go into SQLite in one transaction through the schema's own triggers (full-text
+   tables, ``observation_files``); the vectors are added to an :class:`HnswIndex`
+   (the **build rate**) and saved (**save time, file size**). A worker process then
+   starts on that data dir: it loads the index (**load time**) and reconciles it with
+   SQLite (nothing to embed). For latency this is fair: the index holds as many
+   vectors, of the same dimension and norm, clustered as real ones are; FTS5 posting
+   lists hold real vocabulary at 100,000 rows.
+3. **Measured** over HTTP on one keep-alive connection to the worker process, one
+   request at a time, the kinds interleaved so a noisy machine slows all alike:
+   ``GET /api/search`` in each mode (the query embedded at request time, every time),
+   ``GET /api/context/inject?source=compact`` (relevance ranking: the header says
+   ``meaning``), and ``GET /api/health`` (the HTTP round trip alone). At 10,000
+   observations, ``mode=fts`` is set beside claude-mem's full-text query run on the
+   same database from this process (its SQL, no HTTP). Worker RSS comes from /proc.
+4. **Cold SessionStart**: no worker running, the real hook
+   (``python -S hooks/entry.py SessionStart``) is spawned and timed until it exits
+   with the context printed (it starts the worker and waits for it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import apsw
+import numpy as np
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import loadgen  # noqa: E402
+import retrieval  # noqa: E402
+from sampler import _rss_mb  # noqa: E402
+from scenarios import percentiles  # noqa: E402
+
+from sessionmem.embed.minilm import DIMENSIONS, MiniLMEmbedder  # noqa: E402
+from sessionmem.index.hnsw import HnswIndex, label_of  # noqa: E402
+from sessionmem.protocol import routes  # noqa: E402
+from sessionmem.records import OBSERVATION, PROMPT, SUMMARY, SearchFilters  # noqa: E402
+from sessionmem.replay.convert import ConversionStats  # noqa: E402
+from sessionmem.storage import recall  # noqa: E402
+from sessionmem.storage.sqlite import open_writer  # noqa: E402
+from sessionmem.testing.harness import open_worker  # noqa: E402
+from sessionmem.testing.worker_process import WorkerProcess, start_worker  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+HOOK_ENTRY = REPO / "hooks" / "entry.py"
+PROJECT = "bench-scale"
+OBSERVATIONS_PER_SESSION = 130
+OBSERVATIONS_PER_TURN = 13  # the corpus: 6,622 tool uses for 514 prompts
+NARRATIVE_STRIDE = 7919
+NOISE = 0.35  # norm of the Gaussian noise added to a unit vector (cosine ~0.9 to its source)
+QUERY_WORDS = 4
+ADD_CHUNK = 1000
+
+
+# -- the source: real texts, real vectors -------------------------------------------------
+
+
+@dataclass
+class Pool:
+    observations: list[tuple[Any, ...]]  # type, title, subtitle, facts, narrative, concepts, files_read, files_modified, tool_name
+    observation_vectors: np.ndarray
+    prompts: list[str]
+    prompt_vectors: np.ndarray
+    summaries: list[tuple[Any, ...]]  # request, investigated, learned, completed, next_steps, notes
+    summary_vectors: np.ndarray
+
+
+async def _replay_source(data_dir: Path, projects: list[retrieval.Project]) -> dict[str, Any]:
+    """Replay with vectors off, then time a MiniLM worker catching up on every document."""
+    async with open_worker(data_dir, embedder="none", batch_quiet_s=0.05, mailbox_size=4096) as worker:
+        await retrieval.replay(worker, projects)
+    started = time.monotonic()
+    async with open_worker(data_dir, batch_quiet_s=0.05) as worker:
+        await worker.services.index.caught_up()
+        seconds = time.monotonic() - started
+        stats = worker.services.index.statistics()
+    return {"documents": stats.added, "seconds": round(seconds, 1),
+            "documents_per_second": round(stats.added / seconds, 1),
+            "embed_seconds": stats.embed_seconds, "load_seconds_at_start": stats.load_seconds}
+
+
+def load_pool(source: Path) -> Pool:
+    model_id = MiniLMEmbedder().model_id
+    index, reason = HnswIndex.load(source / "index", DIMENSIONS, model_id)
+    if index is None:
+        raise SystemExit(f"no usable vector index in {source / 'index'}: {reason}")
+    connection = apsw.Connection(str(source / "sessionmem.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        def with_vectors(kind: str, sql: str) -> tuple[list[tuple[Any, ...]], np.ndarray]:
+            rows, vectors = [], []
+            for row_id, *fields in connection.execute(sql):
+                vector = index.vector_of(label_of(kind, row_id))
+                if vector is not None:
+                    rows.append(tuple(fields))
+                    vectors.append(vector)
+            return rows, np.array(vectors, dtype=np.float32)
+
+        observations, observation_vectors = with_vectors(OBSERVATION, (
+            "SELECT id, type, title, subtitle, facts, narrative, concepts, files_read, files_modified, tool_name"
+            " FROM observations ORDER BY id"))
+        prompts, prompt_vectors = with_vectors(PROMPT, "SELECT id, text FROM user_prompts ORDER BY id")
+        summaries, summary_vectors = with_vectors(SUMMARY, (
+            "SELECT id, request, investigated, learned, completed, next_steps, notes FROM session_summaries"
+            " ORDER BY id"))
+    finally:
+        connection.close()
+    return Pool(observations, observation_vectors, [text for (text,) in prompts], prompt_vectors, summaries,
+                summary_vectors)
+
+
+# -- the synthetic store --------------------------------------------------------------------
+
+
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+
+
+def synthesize(pool: Pool, data_dir: Path, observations: int, *, seed: int = 7) -> dict[str, Any]:
+    """A data dir holding ``observations`` scaled-up observations (module docstring), its index built and saved."""
+    rng = np.random.default_rng(seed)
+    real = len(pool.observations)
+    turns = max(1, observations // OBSERVATIONS_PER_TURN)
+    sessions = max(1, observations // OBSERVATIONS_PER_SESSION)
+    now = time.time() - observations  # one row a second, ending now
+    data_dir.mkdir(parents=True, exist_ok=True)
+    connection = open_writer(data_dir / "sessionmem.db")
+    started = time.perf_counter()
+    try:
+        with connection:
+            connection.executemany(
+                "INSERT INTO sessions (id, claude_session_id, project, cwd, first_prompt, prompt_counter, status,"
+                " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'completed', ?, ?)",
+                [(s + 1, f"synthetic-{s}", PROJECT, f"/synthetic/{PROJECT}", pool.prompts[s % len(pool.prompts)],
+                  turns // sessions, now + s * OBSERVATIONS_PER_SESSION, now + (s + 1) * OBSERVATIONS_PER_SESSION)
+                 for s in range(sessions)])
+
+            def session_of(i: int) -> int:
+                return min(i // OBSERVATIONS_PER_SESSION, sessions - 1) + 1
+
+            def prompt_number(i: int) -> int:
+                return (i % OBSERVATIONS_PER_SESSION) // OBSERVATIONS_PER_TURN + 1
+
+            rows = []
+            for i in range(observations):
+                a, b = i % real, (NARRATIVE_STRIDE * i + 13) % real
+                type_, title, subtitle, facts, _, concepts, files_read, files_modified, tool = pool.observations[a]
+                narrative = pool.observations[b][4]
+                rows.append((i + 1, session_of(i), PROJECT, prompt_number(i), i + 1, tool, f"synthetic-{i}", type_,
+                             title, subtitle, facts, narrative, concepts, files_read, files_modified, now + i))
+            connection.executemany(
+                "INSERT INTO observations (id, session_db_id, project, prompt_number, event_id, tool_name, tool_use_id,"
+                " type, title, subtitle, facts, narrative, concepts, files_read, files_modified, compressed,"
+                " compressor, created_at, stored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 'offline', ?,"
+                " ?16)", rows)
+            turn_rows = [(t + 1, session_of(t * OBSERVATIONS_PER_TURN), prompt_number(t * OBSERVATIONS_PER_TURN),
+                          now + t * OBSERVATIONS_PER_TURN) for t in range(turns)]
+            # A prompt number is unique within a session: a session's turns are numbered in order.
+            connection.executemany(
+                "INSERT OR IGNORE INTO user_prompts (id, session_db_id, prompt_number, text, created_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                [(t, s, n, pool.prompts[t % len(pool.prompts)], at - 0.5) for t, s, n, at in turn_rows])
+            connection.executemany(
+                "INSERT INTO session_summaries (id, session_db_id, project, prompt_number, event_id, request,"
+                " investigated, learned, completed, next_steps, notes, compressed, compressor, created_at, stored_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 'offline', ?12, ?12)",
+                [(t, s, PROJECT, n, -t, *pool.summaries[t % len(pool.summaries)], at + OBSERVATIONS_PER_TURN - 0.5)
+                 for t, s, n, at in turn_rows])
+        prompt_ids = [row_id for (row_id,) in connection.execute("SELECT id FROM user_prompts ORDER BY id")]
+        connection.execute("PRAGMA optimize")
+    finally:
+        connection.close()
+    inserted = time.perf_counter() - started
+
+    # The vectors, in the order the rows were made.
+    ids = np.arange(observations)
+    vectors = 0.8 * pool.observation_vectors[ids % real] \
+        + 0.2 * pool.observation_vectors[(NARRATIVE_STRIDE * ids + 13) % real]
+    vectors = _unit(_unit(vectors) + rng.normal(0, NOISE / np.sqrt(DIMENSIONS), vectors.shape))
+    labels = [np.array([label_of(OBSERVATION, int(i) + 1) for i in ids], dtype=np.uint64)]
+    parts = [vectors]
+    parts.append(_unit(pool.prompt_vectors[np.array(prompt_ids) % len(pool.prompts)]
+                       + rng.normal(0, 0.05 / np.sqrt(DIMENSIONS), (len(prompt_ids), DIMENSIONS))))
+    labels.append(np.array([label_of(PROMPT, row_id) for row_id in prompt_ids], dtype=np.uint64))
+    summary_ids = np.arange(1, turns + 1)
+    parts.append(_unit(pool.summary_vectors[summary_ids % len(pool.summaries)]
+                       + rng.normal(0, 0.05 / np.sqrt(DIMENSIONS), (turns, DIMENSIONS))))
+    labels.append(np.array([label_of(SUMMARY, int(t)) for t in summary_ids], dtype=np.uint64))
+    all_vectors, all_labels = np.concatenate(parts), np.concatenate(labels)
+
+    index = HnswIndex(DIMENSIONS, MiniLMEmbedder().model_id)
+    started = time.perf_counter()
+    for start in range(0, len(all_labels), ADD_CHUNK):
+        index.add(all_labels[start:start + ADD_CHUNK], all_vectors[start:start + ADD_CHUNK])
+    built = time.perf_counter() - started
+    accuracy = ann_recall(index, all_vectors, all_labels, rng)
+    (data_dir / "index").mkdir(mode=0o700, exist_ok=True)
+    started = time.perf_counter()
+    size = index.save(data_dir / "index")
+    saved = time.perf_counter() - started
+    return {"observations": observations, "prompts": len(prompt_ids), "summaries": turns, "sessions": sessions,
+            "vectors": index.vectors, "sqlite_insert_seconds": round(inserted, 1),
+            "index_build_seconds": round(built, 1), "index_build_vectors_per_second": round(index.vectors / built),
+            "index_save_seconds": round(saved, 2), "index_file_mb": round(size / 2**20, 1),
+            "index_recall_at_10": accuracy,
+            "database_mb": round((data_dir / "sessionmem.db").stat().st_size / 2**20, 1)}
+
+
+def ann_recall(index: HnswIndex, vectors: np.ndarray, labels: np.ndarray, rng: np.random.Generator, *,
+               queries: int = 200) -> dict[str, float]:
+    """How many of the exact 10 nearest the index returns (queries: stored vectors, perturbed), asked for
+    10 (ef 64) and for 120 (what a search asks, ef 120)."""
+    picked = vectors[rng.choice(len(vectors), size=queries, replace=False)]
+    probes = _unit(picked + rng.normal(0, NOISE / np.sqrt(DIMENSIONS), picked.shape))
+    exact = np.argsort(-(probes @ vectors.T), axis=1)[:, :10]
+    found: dict[str, float] = {}
+    for k in (10, 120):
+        hits = 0
+        for probe, truth in zip(probes, exact):
+            returned = {label for label, _ in index.nearest(probe, k)[:10]}
+            hits += len(returned.intersection(int(labels[i]) for i in truth))
+        found[f"k={k}"] = round(hits / (10 * queries), 4)
+    return found
+
+
+# -- measuring ---------------------------------------------------------------------------------
+
+
+def queries_from(pool: Pool) -> list[str]:
+    """Short queries (the first few words of real prompts that have them), as a search tool is asked."""
+    found = []
+    for prompt in pool.prompts:
+        terms = recall.query_terms(prompt)
+        if len(terms) >= QUERY_WORDS and all(len(term) < 30 for term in terms[:QUERY_WORDS]):
+            found.append(" ".join(terms[:QUERY_WORDS]))
+    return list(dict.fromkeys(found))
+
+
+def prompt_queries_from(pool: Pool) -> list[str]:
+    """Whole real prompts (cut at 500 characters), as SessionStart and prompt injection would use them."""
+    return list(dict.fromkeys(p[:500] for p in pool.prompts if len(recall.query_terms(p)) >= 3))
+
+
+def _search_path(query: str, mode: str, limit: int = 20, kind: str = "") -> str:
+    arguments = {"q": query, "mode": mode, "project": PROJECT, "limit": limit}
+    return routes.SEARCH + "?" + urllib.parse.urlencode({**arguments, "kind": kind} if kind else arguments)
+
+
+class Timer:
+    """Latencies by name, in ms, and the blocks they fell in (for the spread)."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, list[float]] = {}
+
+    def add(self, name: str, seconds: float) -> None:
+        self.samples.setdefault(name, []).append(seconds * 1000)
+
+    def summary(self) -> dict[str, Any]:
+        result = {}
+        for name, values in self.samples.items():
+            figures = percentiles(values)
+            thirds = [values[i * len(values) // 3:(i + 1) * len(values) // 3] for i in range(3)]
+            figures["p50_by_third"] = [round(statistics.median(t), 3) for t in thirds if t]
+            result[name] = figures
+        return result
+
+
+class _Client:
+    """One keep-alive connection to the worker, timing each GET; a connection the server closed is opened
+    again (and counted) and the request sent again, untimed."""
+
+    def __init__(self, worker: WorkerProcess) -> None:
+        self._worker = worker
+        self._connection: loadgen.Connection | None = None
+        self.reconnects = 0
+
+    async def get(self, path: str, timer: Timer | None = None, name: str = "") -> bytes:
+        request = loadgen.encode_get("127.0.0.1", self._worker.port, path, self._worker.token)
+        for attempt in range(2):
+            if self._connection is None:
+                self._connection = await loadgen.Connection.open("127.0.0.1", self._worker.port)
+            started = time.perf_counter()
+            try:
+                status, body = await self._connection.roundtrip(request)
+            except (ConnectionError, OSError, trio.BrokenResourceError):
+                if attempt:
+                    raise
+                self.reconnects += 1
+                await self.aclose()
+                continue
+            if timer is not None:
+                timer.add(name, time.perf_counter() - started)
+            if status != 200:
+                raise RuntimeError(f"GET {path} -> {status}: {body[:300]!r}")
+            return body
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            await connection.aclose()
+
+
+def _rss(pid: int) -> float:
+    return round(_rss_mb(pid), 1)
+
+
+def _wait_index_ready(worker: WorkerProcess, timeout: float = 600) -> dict[str, Any]:
+    return worker.wait_until(lambda: (d := worker.get(routes.DEBUG))["index"]["state"] == "ready"
+                             and d["embedder"]["embedder"]["loaded"] and d, timeout=timeout)
+
+
+async def _measure_scale(worker: WorkerProcess, queries: list[str], prompts: list[str], runs: int) -> dict[str, Any]:
+    timer = Timer()
+    found: dict[str, list[int]] = {}
+    client = _Client(worker)
+    context_path = routes.CONTEXT + "?" + urllib.parse.urlencode({"project": PROJECT, "source": "compact"})
+    try:
+        for warm in range(5):  # first requests load what is lazy
+            await client.get(_search_path(queries[warm], "hybrid"))
+        for i in range(runs):
+            query = queries[i % len(queries)]
+            for mode in ("hybrid", "fts", "vector"):
+                body = await client.get(_search_path(query, mode), timer, f"search_{mode}")
+                found.setdefault(mode, []).append(len(json.loads(body)["results"]))
+            await client.get(_search_path(prompts[i % len(prompts)], "hybrid"), timer, "search_hybrid_whole_prompt")
+            await client.get(context_path, timer, "context_inject_compact")
+            await client.get(routes.HEALTH, timer, "health")
+    finally:
+        await client.aclose()
+    headers = _context_headers(worker, context_path)
+    return {"latency_ms": timer.summary(), "context_ranking": headers.get("x-sessionmem-ranking"),
+            "context_observations_named": headers.get("x-sessionmem-observations"),
+            "results_per_search": {mode: statistics.median(n) for mode, n in found.items()},
+            "reconnects": client.reconnects}
+
+
+def _context_headers(worker: WorkerProcess, path: str) -> dict[str, str]:
+    import urllib.request
+
+    request = urllib.request.Request(worker.url + path, headers={"Authorization": f"Bearer {worker.token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return {k.lower(): v for k, v in response.headers.items()}
+
+
+CLAUDE_MEM_SQL = (
+    # claude-mem's SessionSearch.searchObservations (src/services/sqlite/SessionSearch.ts): the
+    # query's tokens each quoted and ANDed, the project filter, FTS5's rank, LIMIT/OFFSET.
+    "SELECT o.* FROM observations o JOIN observations_fts ON observations_fts.rowid = o.id"
+    " WHERE observations_fts MATCH ? AND o.project = ? ORDER BY observations_fts.rank ASC LIMIT ? OFFSET ?")
+
+
+def claude_mem_match(query: str) -> str:
+    tokens = [token for token in query.split() if any(c.isalnum() for c in token)]
+    return " AND ".join('"' + token.replace('"', '""') + '"' for token in tokens)
+
+
+async def _measure_fts(worker: WorkerProcess, queries: list[str], runs: int) -> dict[str, Any]:
+    """Ours over HTTP, claude-mem's SQL direct, our SQL direct, the HTTP round trip alone: interleaved."""
+    timer = Timer()
+    counts: dict[str, list[int]] = {"ours": [], "claude_mem": []}
+    database = apsw.Connection(str(worker.data_dir / "sessionmem.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    plan = [row[3] for row in database.execute("EXPLAIN QUERY PLAN " + CLAUDE_MEM_SQL, ('"x"', PROJECT, 20, 0))]
+    client = _Client(worker)
+    filters = SearchFilters(project=PROJECT, kinds=(OBSERVATION,))
+    try:
+        for warm in range(5):
+            await client.get(_search_path(queries[warm], "fts"))
+        for i in range(runs):
+            query = queries[i % len(queries)]
+            body = await client.get(_search_path(query, "fts", kind=OBSERVATION), timer, "ours_fts_http_observations")
+            counts["ours"].append(len(json.loads(body)["results"]))
+            await client.get(_search_path(query, "fts"), timer, "ours_fts_http_all_kinds")
+            started = time.perf_counter()
+            rows = database.execute(CLAUDE_MEM_SQL, (claude_mem_match(query), PROJECT, 20, 0)).fetchall()
+            timer.add("claude_mem_sql_observations", time.perf_counter() - started)
+            counts["claude_mem"].append(len(rows))
+            started = time.perf_counter()
+            # What the worker's fts mode runs in SQL for one page (depth 60, as SearchService asks).
+            keys = recall.search_text(database, recall.query_terms(query), filters, 60)
+            recall.cards(database, [(key.kind, key.row_id) for key in keys[:20]])
+            timer.add("ours_sql_observations", time.perf_counter() - started)
+            await client.get(routes.HEALTH, timer, "health_http")
+    finally:
+        await client.aclose()
+        database.close()
+    return {"latency_ms": timer.summary(), "claude_mem_plan": plan, "reconnects": client.reconnects,
+            "results": {name: {"median": statistics.median(n), "zero": sum(1 for x in n if x == 0), "of": len(n)}
+                        for name, n in counts.items()}}
+
+
+def _stop(pid: int, data_dir: Path, timeout: float = 60) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+
+
+def cold_session_start(data_dir: Path, runs: int, project: str = PROJECT) -> dict[str, Any]:
+    """Spawn the real SessionStart hook with no worker running; time it until it printed the context."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONMEM_", "ANTHROPIC_"))}
+    env.update(SESSIONMEM_DATA_DIR=str(data_dir), SESSIONMEM_PORT="0", SESSIONMEM_COMPRESSOR="offline")
+    payload = json.dumps({"session_id": "cold-start", "hook_event_name": "SessionStart", "source": "startup",
+                          "cwd": f"/synthetic/{project}", "transcript_path": ""}).encode()
+    wall: list[float] = []
+    injected: list[int] = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        result = subprocess.run([sys.executable, "-S", str(HOOK_ENTRY), "SessionStart"], input=payload, env=env,
+                                capture_output=True, timeout=60)
+        wall.append((time.perf_counter() - started) * 1000)
+        output = json.loads(result.stdout) if result.stdout.strip() else {}
+        injected.append(len(output.get("hookSpecificOutput", {}).get("additionalContext", "")))
+        state = json.loads((data_dir / "worker.json").read_text()) if (data_dir / "worker.json").exists() else None
+        if state is not None:
+            _stop(state["pid"], data_dir)
+        time.sleep(0.5)
+    return {"runs": runs, "wall_ms": percentiles(wall), "all_ms": [round(w) for w in wall],
+            "context_chars": {"min": min(injected), "max": max(injected)}}
+
+
+def _largest_project(data_dir: Path) -> str:
+    connection = apsw.Connection(str(data_dir / "sessionmem.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return connection.execute("SELECT project FROM observations GROUP BY project ORDER BY count(*) DESC"
+                                  " LIMIT 1").fetchone()[0]
+    finally:
+        connection.close()
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    started = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - started
+
+
+def summary(result: dict[str, Any]) -> str:
+    """The figures the targets are about, as a markdown table (every figure is in the JSON)."""
+    scale, fts = result["scale"]["latency_ms"], result["fts"]["latency_ms"]
+    build = result.get("build_scale", {})
+    n_scale, n_fts = build.get("observations", "?"), result.get("build_fts", {}).get("observations", "?")
+
+    def ms(figures: dict[str, Any]) -> str:
+        return f"{figures['p50']:.1f} ms (p95 {figures['p95']:.1f})"
+
+    rows = [
+        (f"hybrid search, {n_scale} observations, query embedded (4-word queries)", ms(scale["search_hybrid"])),
+        (f"hybrid search, {n_scale}, a whole prompt as the query", ms(scale["search_hybrid_whole_prompt"])),
+        (f"fts search, {n_scale}", ms(scale["search_fts"])),
+        (f"vector search, {n_scale}", ms(scale["search_vector"])),
+        (f"SessionStart context (source=compact, ranking {result['scale']['context_ranking']}), {n_scale}",
+         ms(scale["context_inject_compact"])),
+        ("HTTP round trip alone (GET /api/health)", ms(scale["health"])),
+        (f"fts search over HTTP, {n_fts}, observations", ms(fts["ours_fts_http_observations"])),
+        (f"fts search over HTTP, {n_fts}, every kind", ms(fts["ours_fts_http_all_kinds"])),
+        (f"our fts SQL in-process, {n_fts}, observations", ms(fts["ours_sql_observations"])),
+        (f"claude-mem's FTS5 query in-process, {n_fts}", ms(fts["claude_mem_sql_observations"])),
+        ("cold SessionStart (hook + worker start), large store",
+         ms(result["cold_session_start"]["scale"]["wall_ms"])),
+        ("cold SessionStart, replayed corpus", ms(result["cold_session_start"]["source"]["wall_ms"])),
+    ]
+    if build:
+        rows.append(("index build (hnswlib add)", f"{build['index_build_vectors_per_second']} vectors/s"))
+    if "catch_up" in result:
+        rows.append(("catch-up (embed + add, MiniLM)", f"{result['catch_up']['documents_per_second']} documents/s"))
+    rss = result["scale"]["rss_mb"]
+    rows.append(("worker RSS: vectors off / index and embedder loaded",
+                 f"{rss['worker_vectors_off']} / {rss['index_and_embedder_loaded']} MiB"))
+    return "\n".join(["| figure | measured |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--source", type=Path, help="a data dir with replayed corpus and its vectors "
+                        "(default: replay --projects projects and time the catch-up)")
+    parser.add_argument("--corpus", type=Path, default=retrieval.DEFAULT_CORPUS)
+    parser.add_argument("--projects", type=int, default=3,
+                        help="corpus projects replayed for the source (the most prompts first; 0: all)")
+    parser.add_argument("--observations", type=int, default=100_000)
+    parser.add_argument("--fts-observations", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=300, help="measured rounds of every request kind")
+    parser.add_argument("--cold-runs", type=int, default=10)
+    parser.add_argument("--work", type=Path, help="where the data dirs go (default: a temporary dir)")
+    parser.add_argument("--out", type=Path, help="write the figures here as JSON")
+    parser.add_argument("--reuse", action="store_true", help="measure the stores already built in --work")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a few seconds of everything: the test fixtures' transcripts, 2,000 and 1,000 observations")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        if args.corpus == retrieval.DEFAULT_CORPUS:
+            args.corpus = retrieval.SMOKE_CORPUS
+        args.projects, args.observations, args.fts_observations = 0, 2000, 1000
+        args.runs, args.cold_runs = 10, 1
+
+    result: dict[str, Any] = {"meta": {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                                       "command": " ".join(sys.argv), "cores": os.cpu_count()}}
+    with tempfile.TemporaryDirectory(prefix="sessionmem-latency-") as temporary:
+        work = args.work or Path(temporary)
+        source = args.source
+        if source is None:
+            source = work / "source"
+            projects = retrieval.load_projects(args.corpus, ConversionStats())[: args.projects or None]
+            print(f"search_latency: replaying {len(projects)} projects, then timing the catch-up", file=sys.stderr)
+            result["catch_up"] = trio.run(_replay_source, source, projects)
+        pool = load_pool(source)
+        result["pool"] = {"observations": len(pool.observations), "prompts": len(pool.prompts),
+                          "summaries": len(pool.summaries)}
+        queries, prompts = queries_from(pool), prompt_queries_from(pool)
+        result["queries"] = {"short": len(queries), "examples": queries[:5], "whole_prompts": len(prompts)}
+
+        for name, count in (("scale", args.observations), ("fts", args.fts_observations)):
+            if args.reuse and (work / name / "sessionmem.db").exists():
+                continue
+            print(f"search_latency: building {count} observations", file=sys.stderr)
+            result[f"build_{name}"] = synthesize(pool, work / name, count)
+
+        print("search_latency: worker RSS without vectors", file=sys.stderr)
+        with start_worker(work / "scale", env={"SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_EMBEDDER": "none"},
+                          timeout=120) as bare:
+            time.sleep(1.0)
+            rss_without = _rss(bare.pid)
+        print("search_latency: the worker on the large store", file=sys.stderr)
+        with start_worker(work / "scale", env={"SESSIONMEM_COMPRESSOR": "offline"}, timeout=120) as worker:
+            rss_ready = _rss(worker.pid)
+            debug, waited = _timed(lambda: _wait_index_ready(worker))
+            rss_loaded = _rss(worker.pid)
+            result["scale"] = trio.run(_measure_scale, worker, queries, prompts, args.runs)
+            result["scale"]["index"] = {k: debug["index"][k] for k in (
+                "vectors", "capacity", "pending", "loadSeconds", "rebuilds", "lastRebuildReason")}
+            result["scale"]["rss_mb"] = {"worker_vectors_off": rss_without, "at_ready": rss_ready,
+                                         "index_and_embedder_loaded": rss_loaded,
+                                         "after_measuring": _rss(worker.pid)}
+            result["scale"]["seconds_until_index_ready"] = round(waited, 1)
+        print("search_latency: fts beside claude-mem's query", file=sys.stderr)
+        with start_worker(work / "fts", env={"SESSIONMEM_COMPRESSOR": "offline"}, timeout=120) as worker:
+            _wait_index_ready(worker)
+            result["fts"] = trio.run(_measure_fts, worker, queries, args.runs)
+        print("search_latency: cold SessionStart", file=sys.stderr)
+        result["cold_session_start"] = {"scale": cold_session_start(work / "scale", args.cold_runs),
+                                        "source": cold_session_start(source, args.cold_runs, _largest_project(source))}
+    print(summary(result))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
