@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                                                       rate=args.rate, name=name)
         elif name == "replay_hooks":
             hook_ctx = scenarios.Context(out=out, sessions=sessions[: args.hook_sessions], llm=args.llm,
-                                         llm_delay=args.llm_delay, plots=ctx.plots)
+                                         llm_delay=args.llm_delay, plots=ctx.plots, disk=ctx.disk)
             results[name] = scenarios.scenario_replay(hook_ctx, via="hooks", concurrency=min(args.sessions, 4),
                                                       speed=None, rate=None, name=name)
         elif name == "throughput":
@@ -112,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         elif name == "context":
             results[name] = scenarios.scenario_context(ctx, observations=args.context_observations,
                                                        requests=args.context_requests)
+        if name in ctx.disk and isinstance(results.get(name), dict):
+            results[name]["data_dir_bytes"] = ctx.disk[name]  # type: ignore[index]
     summary = write_report(out, meta, results, ctx.plots)
     print(summary.read_text())
     lost = sum(r.get("lost", 0) + r.get("duplicates", 0) for r in results.values() if isinstance(r, dict))

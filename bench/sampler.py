@@ -1,10 +1,11 @@
-"""Samples a process's resident memory and CPU use from /proc while a scenario runs."""
+"""Samples a process's resident memory and CPU use from /proc, and a data dir's WAL, while a scenario runs."""
 
 from __future__ import annotations
 
 import os
 import threading
 import time
+from pathlib import Path
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -55,6 +56,47 @@ class ProcessSampler:
         return max((s[1] for s in self.samples), default=0.0)
 
     def __enter__(self) -> ProcessSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def data_dir_bytes(data_dir: Path) -> dict[str, int]:
+    """Bytes on disk of a worker's data dir: the database, its WAL, the vector index, everything."""
+    database = data_dir / "sessionmem.db"
+    index = sum(_size(p) for p in (data_dir / "index").rglob("*") if p.is_file()) if (data_dir / "index").is_dir() \
+        else 0
+    total = sum(_size(p) for p in data_dir.rglob("*") if p.is_file())
+    return {"db": _size(database), "wal": _size(Path(f"{database}-wal")), "index": index, "total": total}
+
+
+class WalWatcher:
+    """Use as a context manager: the largest size the data dir's WAL file reached while it ran."""
+
+    def __init__(self, data_dir: Path, interval: float = 0.25) -> None:
+        self.wal = data_dir / "sessionmem.db-wal"
+        self.interval = interval
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            self.peak_bytes = max(self.peak_bytes, _size(self.wal))
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> WalWatcher:
         self._thread.start()
         return self
 

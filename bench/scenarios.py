@@ -26,7 +26,7 @@ from typing import Any
 import apsw
 import loadgen
 import trio
-from sampler import ProcessSampler
+from sampler import ProcessSampler, WalWatcher, data_dir_bytes
 from tqdm import tqdm
 
 from sessionmem.protocol.project import project_of
@@ -61,6 +61,9 @@ class Context:
     llm: str = "offline"  # offline | scripted
     llm_delay: float = 0.2
     plots: dict[str, Any] = field(default_factory=dict)  # raw series for report.py
+    # Per worker (named as its scenario): bytes of its data dir when the scenario's load
+    # was done (the worker still running) and after it stopped, and the WAL's peak.
+    disk: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @contextmanager
     def worker(self, name: str, **env: Any) -> Iterator[tuple[WorkerProcess, ScriptedMessagesAPI | None]]:
@@ -73,11 +76,15 @@ class Context:
         settings.update({k: str(v) for k, v in env.items()})
         worker = start_worker(self.out / "data" / name, env=settings, timeout=60)
         try:
-            yield worker, api
+            with WalWatcher(worker.data_dir) as wal:
+                yield worker, api
+                at_end = data_dir_bytes(worker.data_dir)
         finally:
             worker.stop()
             if api is not None:
                 api.close()
+        self.disk[name] = {"at_end": at_end, "after_stop": data_dir_bytes(worker.data_dir),
+                           "wal_peak": max(wal.peak_bytes, at_end["wal"])}
 
 
 def _debug_summary(worker: WorkerProcess) -> dict[str, Any]:
@@ -88,6 +95,7 @@ def _debug_summary(worker: WorkerProcess) -> dict[str, Any]:
         "actor_crashes": debug["supervisor"]["crashes"],
         "actors": debug["sessions"]["known"],
         "writer": debug["store"]["writer"],
+        "checkpointer": debug["store"]["checkpointer"],
         "compressor": debug["compressor"],
     }
 
@@ -341,6 +349,7 @@ def scenario_throughput(ctx: Context, *, rounds: int, seconds: float, concurrenc
     return {
         "rounds": rounds, "seconds_per_round": seconds, "concurrency": concurrency,
         "worker_accepts_per_s": [round(r, 1) for r in rates["worker"]],
+        "worker_last_to_first": round(rates["worker"][-1] / rates["worker"][0], 3) if rates["worker"][0] else 0.0,
         "bare_accepts_per_s": [round(r, 1) for r in rates["bare_quart"]],
         "bare_asgi_accepts_per_s": [round(r, 1) for r in rates["bare_asgi"]],
         "worker_median_per_s": round(medians["worker"], 1),

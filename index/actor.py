@@ -12,6 +12,12 @@ What it does, in its own nursery (:meth:`VectorIndex.run`):
   newest it knows, *after* their commit, and queues them ahead of any older backlog, so
   fresh memory is searchable first. Queued documents are embedded a chunk at a time
   (:class:`~sessionmem.embed.service.EmbedderService`, its background lane) and added.
+- **Yield to accepting.** A chunk starts only once the database has taken no write for
+  ``quiet_s`` (and at least every ``max_yield_s``): while hooks arrive, the model does
+  not compete with their accepts for the CPU -- or for the GIL, which a low-priority
+  thread may hold while it waits for a core. Between bursts, and once a backfill is
+  done, it catches up at full speed. (Run beside the accept path, catching up took a
+  core and cost the bench's later rounds a tenth of their throughput.)
 - **Save.** Every ``save_interval_s`` while something changed, and once on the way
   out, atomically (:meth:`HnswIndex.save`). What a crash loses since the last save is
   re-embedded by the next start's reconcile.
@@ -62,6 +68,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CHUNK = 16  # documents per embedding run and per add
+QUIET_S = 0.25  # a chunk waits until the database has taken no write for this long...
+MAX_YIELD_S = 5.0  # ...but no longer than this (a steady stream of writes does not stop catching up)
 QUERY_WAIT_S = 0.25
 ERROR_PAUSE_MAX_S = 60.0
 
@@ -96,14 +104,19 @@ class IndexStatistics(msgspec.Struct, frozen=True):
     last_save_bytes: int
     failures: int
     last_error: str
+    yields: int = 0  # chunks that first waited for the database to be quiet (hooks were arriving)
 
 
 class VectorIndex:
     """See the module docstring."""
 
     def __init__(self, store: Store, embedder: EmbedderService, directory: Path, *,
-                 save_interval_s: float = 120.0, query_wait_s: float = QUERY_WAIT_S, chunk: int = CHUNK) -> None:
+                 save_interval_s: float = 120.0, query_wait_s: float = QUERY_WAIT_S, chunk: int = CHUNK,
+                 quiet_s: float = QUIET_S, max_yield_s: float = MAX_YIELD_S) -> None:
         self._store = store
+        self._quiet_s = quiet_s
+        self._max_yield_s = max_yield_s
+        self._writes_seen = -1  # the store's committed writes when a chunk last started
         self._embedder = embedder
         self._directory = directory
         self._save_interval_s = save_interval_s
@@ -120,6 +133,7 @@ class VectorIndex:
         self._fresh_because = ""  # why the index was started empty (no file, a bad file)
         # statistics
         self._added = self._removed = self._queries = self._busy_queries = 0
+        self._yields = 0  # chunks that waited for the database to be quiet
         self._rebuilds = self._saves = self._failures = 0
         self._last_rebuild_reason = self._last_error = ""
         self._load_seconds = self._embed_seconds = self._last_save_seconds = 0.0
@@ -182,7 +196,8 @@ class VectorIndex:
             index.vectors if index else 0, index.capacity if index else 0, len(self._backlog), self._added,
             self._removed, self._queries, self._busy_queries, self._rebuilds, self._last_rebuild_reason,
             round(self._load_seconds, 3), round(self._embed_seconds, 3), rate, self._saves, self._last_save_at,
-            round(self._last_save_seconds, 3), self._last_save_bytes, self._failures, self._last_error)
+            round(self._last_save_seconds, 3), self._last_save_bytes, self._failures, self._last_error,
+            yields=self._yields)
 
     # -- the actor ---------------------------------------------------------------------
 
@@ -247,6 +262,7 @@ class VectorIndex:
                     await self._wake.wait()
                     continue
                 self._state = IndexState.CATCHING_UP
+                await self._wait_quiet()
                 chunk = [self._backlog.popleft() for _ in range(min(self._chunk, len(self._backlog)))]
                 await self._embed_and_add(chunk)
                 pause = 1.0
@@ -256,6 +272,23 @@ class VectorIndex:
                 log_exception(log, f"vector index: catching up failed; trying again in {pause:.0f} s", exc)
                 await trio.sleep(pause)
                 pause = min(pause * 2, ERROR_PAUSE_MAX_S)
+
+    def _writes(self) -> int:
+        return self._store.statistics().writer.operations
+
+    async def _wait_quiet(self) -> None:
+        """Return once the store has committed nothing for ``quiet_s`` -- at once if nothing was written since
+        the last chunk started -- or after ``max_yield_s`` in any case."""
+        writes = self._writes()
+        if writes != self._writes_seen:
+            self._yields += 1
+            with trio.move_on_after(self._max_yield_s):
+                while True:
+                    await trio.sleep(self._quiet_s)
+                    writes, before = self._writes(), writes
+                    if writes == before:
+                        break
+        self._writes_seen = writes
 
     async def _reconcile(self) -> None:
         """Queue every stored document without a vector; remove vectors of rows that are gone."""

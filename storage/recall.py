@@ -346,23 +346,43 @@ def around(connection: apsw.Connection, project: str, moment: float, anchor: tup
 # -- files ----------------------------------------------------------------------------------
 
 
+# How many of a file's newest uses (by whole path, and again by path end) file recall
+# looks at: its cost is bounded by this, not by how much the project has stored.
+FILE_LOOKBACK = 200
+
+
 def file_memories(connection: apsw.Connection, project: str, path: str, *, exclude_session: str,
-                  limit: int) -> list[FileMemory]:
+                  limit: int, lookback: int = FILE_LOOKBACK) -> list[FileMemory]:
     """The newest observations of ``project`` about ``path`` from other sessions than ``exclude_session``,
-    one per title, those that modified it first.
+    one per title, those that modified it first, among the file's newest ``lookback`` uses.
 
     An observation the offline compressor made of a mere read ("Read src/app.py",
     its line count) says nothing worth recalling and is left out; an LLM's
     observation of a read (what was learned) is kept.
+
+    It runs on every PostToolUse of a file, before the hook's answer, so its cost must not
+    grow with the memory: the file's rows in ``observation_files`` drive it (newest first,
+    at most ``lookback`` by each index), and only their observations are read. (Left to
+    itself SQLite walked every observation of the project, ``observations_project``,
+    and looked each one up in ``observation_files``: a few milliseconds at 8,000
+    observations, growing without end -- the throughput that sagged from one bench round
+    to the next. CROSS JOIN keeps the order.)
     """
     params: dict[str, Any] = {**file_params(path), "project": project, "session": exclude_session,
-                              "limit": limit * 4}
+                              "limit": limit * 4, "lookback": lookback}
     rows = connection.execute(
-        "SELECT o.id, s.claude_session_id, o.created_at, o.type, o.title, o.subtitle, o.facts, max(f.modified)"
-        " FROM observation_files f JOIN observations o ON o.id = f.observation_id"
-        " JOIN sessions s ON s.id = o.session_db_id"
-        f" WHERE {file_match('f')} AND o.project = :project AND s.claude_session_id != :session"
-        " GROUP BY o.id HAVING max(f.modified) = 1 OR o.type != 'discovery' OR o.compressor != 'offline'"
+        "WITH touches (observation_id, modified) AS ("
+        "  SELECT * FROM (SELECT observation_id, modified FROM observation_files WHERE path = :file"
+        "                 ORDER BY observation_id DESC LIMIT :lookback)"
+        "  UNION ALL"
+        "  SELECT * FROM (SELECT observation_id, modified FROM observation_files"
+        "                 WHERE basename = :file_base AND path LIKE :file_suffix ESCAPE '\\'"
+        "                 ORDER BY observation_id DESC LIMIT :lookback))"
+        " SELECT o.id, s.claude_session_id, o.created_at, o.type, o.title, o.subtitle, o.facts, max(t.modified)"
+        " FROM touches t CROSS JOIN observations o ON o.id = t.observation_id"
+        " CROSS JOIN sessions s ON s.id = o.session_db_id"
+        " WHERE o.project = :project AND s.claude_session_id != :session"
+        " GROUP BY o.id HAVING max(t.modified) = 1 OR o.type != 'discovery' OR o.compressor != 'offline'"
         " ORDER BY o.id DESC LIMIT :limit", params)
     seen: set[str] = set()
     memories: list[FileMemory] = []

@@ -32,10 +32,13 @@ def test_bench_smoke_run_writes_a_report_with_no_loss(tmp_path: Path) -> None:
     assert results["throughput"]["worker_median_per_s"] > 0 and results["throughput"]["bare_median_per_s"] > 0
     assert results["openloop"]["statuses"] == {"202": results["openloop"]["requests"]}
     assert results["context"]["observations_in_project"] == 300
+    for name in ("replay_http", "replay_hooks", "throughput", "openloop", "context"):
+        disk = results[name]["data_dir_bytes"]  # what the worker left on disk, the WAL's size with it
+        assert disk["at_end"]["db"] > 0 and 0 <= disk["at_end"]["wal"] <= disk["wal_peak"], (name, disk)
     for plot in ("accept_latency.png", "hook_wall_time.png", "worker_rss_cpu.png", "accept_to_stored.png"):
         assert (out / plot).stat().st_size > 1000
     summary = (out / "summary.md").read_text()
-    assert "| replay_http:" in summary and "## Targets" in summary
+    assert "| replay_http:" in summary and "## Targets" in summary and "| WAL at the end of each scenario" in summary
 
 
 def test_retrieval_smoke_reports_recall_and_finds_the_seeded_answer(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -22,7 +23,7 @@ from sessionmem.embed.base import EmbedderClosedError, EmbedderStatistics
 from sessionmem.embed.choice import choose_embedder
 from sessionmem.embed.minilm import DIMENSIONS, TOKENIZER_PATH, MiniLMEmbedder
 from sessionmem.embed.none import NoEmbedder
-from sessionmem.embed.service import EmbedderService
+from sessionmem.embed.service import BACKGROUND_NICE, EmbedderService
 
 REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "minilm-reference.json").read_text(encoding="utf-8"))
 TEXTS = [
@@ -144,12 +145,15 @@ class RecordingEmbedder:
 
     def __init__(self, seconds_per_call: float = 0.0) -> None:
         self.calls: list[tuple[int, int]] = []  # (texts, thread id)
+        self.nice: list[int] = []  # the calling thread's nice value, per call
         self.seconds_per_call = seconds_per_call
         self.closed = False
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         time.sleep(self.seconds_per_call)
         self.calls.append((len(texts), threading.get_ident()))
+        if sys.platform.startswith("linux"):
+            self.nice.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         vectors = np.zeros((len(texts), 3), dtype=np.float32)
         vectors[:, 0] = [len(text) for text in texts]  # says which text each row came from
         return vectors
@@ -176,6 +180,23 @@ async def test_the_service_embeds_in_chunks_on_a_worker_thread() -> None:
     assert (stats.embedder.texts, stats.embedder.batches) == (40, 3)
     await service.aclose()
     assert fake.closed
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a nice value per thread is Linux's")
+async def test_catching_up_runs_at_the_lowest_priority_and_a_search_does_not() -> None:
+    fake = RecordingEmbedder()
+    service = EmbedderService(fake, batch_size=2)
+    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    await service.embed(["a", "b", "c"])  # the vector index catching up
+    await service.embed(["query"], urgent=True)
+    await service.embed(["d"])
+    background = {thread for _, thread in fake.calls[:2]} | {fake.calls[3][1]}
+    assert len(background) == 1 and fake.calls[2][1] not in background  # a thread of its own
+    assert fake.nice == [BACKGROUND_NICE, BACKGROUND_NICE, own, BACKGROUND_NICE]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own  # nothing else lowered
+    await service.aclose()
+    with pytest.raises(EmbedderClosedError):
+        await service.embed(["after close"])
 
 
 async def test_cancelling_waits_for_the_chunk_on_the_thread_and_runs_no_more() -> None:

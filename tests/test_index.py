@@ -199,3 +199,73 @@ async def store_some(worker: InProcessWorker) -> None:
         "claudeSessionId": "s", "cwd": PROJECT_CWD, "tool_name": "Edit", "tool_use_id": "t",
         "tool_input": {"file_path": f"{PROJECT_CWD}/invoice.py", "old_string": "a", "new_string": "b"}})
     await worker.wait_idle()
+
+
+class CountingEmbedder:
+    """Unit vectors, and when each chunk ran (trio time)."""
+
+    name = "counting"
+    model_id = "counting@1"
+    dimensions = DIMENSIONS
+
+    def __init__(self) -> None:
+        self.chunks_at: list[float] = []
+        self.token = trio.lowlevel.current_trio_token()
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.chunks_at.append(trio.from_thread.run_sync(trio.current_time, trio_token=self.token))
+        return unit_vectors(len(texts), seed=len(self.chunks_at))
+
+    def statistics(self) -> Any:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+async def test_catching_up_waits_while_the_database_takes_writes(tmp_path: Path) -> None:
+    from sessionmem.embed.service import EmbedderService
+    from sessionmem.events import InitEvent, ObservationEvent
+    from sessionmem.index.actor import VectorIndex
+    from sessionmem.storage.sqlite import open_sqlite_store
+
+    async with open_sqlite_store(tmp_path / "db.sqlite") as store:
+        for n in range(40):  # forty prompts: stored as they are accepted, each a document
+            await store.accept_init(InitEvent(f"s{n}", "proj", prompt=f"prompt {n}"), lambda e: None)
+        embedder = CountingEmbedder()
+        index = VectorIndex(store, EmbedderService(embedder, background_nice=0), tmp_path / "index", chunk=8,
+                            quiet_s=0.1, max_yield_s=60)
+        writing = True
+
+        async def keep_writing() -> None:  # hooks arriving: a write every 20 ms
+            n = 0
+            while writing:
+                await store.accept_event(ObservationEvent("busy", "proj", tool_name="Read", tool_use_id=f"t{n}"),
+                                         lambda e: None)
+                n += 1
+                await trio.sleep(0.02)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(keep_writing)
+            await nursery.start(index.run)
+            await trio.sleep(1.0)
+            assert embedder.chunks_at == []  # nothing embedded while writes went on
+            writing, quiet_from = False, trio.current_time()
+            with trio.fail_after(30):
+                await index.caught_up()
+            stats = index.statistics()
+            assert stats.vectors == 40 and len(embedder.chunks_at) == 5
+            assert embedder.chunks_at[0] >= quiet_from + 0.1 and stats.yields == 1  # then one after the other
+            # A steady stream of writes delays a chunk by at most max_yield_s.
+            index._max_yield_s = 0.3
+            writing = True
+            nursery.start_soon(keep_writing)
+            for n in range(8):
+                await store.accept_init(InitEvent(f"later{n}", "proj", prompt=f"later {n}"), lambda e: None)
+            index.notify()
+            began = trio.current_time()
+            with trio.fail_after(30):
+                await index.caught_up()
+            assert stats.vectors + 8 == index.statistics().vectors and embedder.chunks_at[-1] - began < 2
+            writing = False
+            nursery.cancel_scope.cancel()

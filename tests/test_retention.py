@@ -63,11 +63,43 @@ async def test_the_wal_is_cut_back_once_the_database_is_idle(tmp_path: Path) -> 
                                      tool_response=BIG)
             await store.accept_event(event, lambda envelope: None)
         assert os.path.getsize(str(path) + "-wal") > 5_000_000
-        with trio.fail_after(10):
-            while os.path.getsize(str(path) + "-wal") > 0:
+        with trio.fail_after(10):  # the file is cut on the checkpointer's thread, then counted on Trio's
+            while os.path.getsize(str(path) + "-wal") > 0 or store.statistics().checkpointer.truncations < 1:
                 await trio.sleep(0.1)
-        assert store.statistics().checkpointer.truncations >= 1
         assert len(await store.pending_events()) == 120  # all of it is in the database itself
+
+
+async def test_past_the_limit_the_wal_is_still_checkpointed_while_it_cannot_be_cut(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader in the way of the truncation: the frames it does not need are copied meanwhile, so the
+    truncation, once it can run (holding the write lock), has little left to copy."""
+    import apsw
+
+    from sessionmem.storage import checkpointer
+
+    monkeypatch.setattr(checkpointer, "WAL_LIMIT_BYTES", 1_000_000)
+    path = tmp_path / "db.sqlite"
+    async with open_sqlite_store(path, checkpoint_idle_s=60) as store:
+        async def write(count: int, first: int) -> None:
+            for number in range(first, first + count):
+                event = ObservationEvent(claude_session_id="s", project="p", tool_name="Read",
+                                         tool_use_id=f"t{number}", tool_response=BIG)
+                await store.accept_event(event, lambda envelope: None)
+
+        await write(40, 0)
+        reader = apsw.Connection(str(path))
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM journal").fetchone() == (40,)  # holds its snapshot
+        await write(40, 40)
+        await trio.sleep(2.5)
+        stats = store.statistics().checkpointer
+        assert os.path.getsize(str(path) + "-wal") > 1_000_000 and stats.truncations == 0  # the reader is in the way
+        assert stats.checkpoints >= 1  # copied what it could all the same
+        reader.execute("COMMIT")
+        reader.close()
+        with trio.fail_after(10):
+            while os.path.getsize(str(path) + "-wal") > 0 or store.statistics().checkpointer.truncations < 1:
+                await trio.sleep(0.1)
 
 
 @pytest.mark.slow

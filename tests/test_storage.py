@@ -10,6 +10,7 @@ import trio
 
 from sessionmem.events import CompleteEvent, Envelope, InitEvent, ObservationEvent, SummarizeEvent
 from sessionmem.records import CompressedObservation, CompressedSummary
+from sessionmem.storage import recall
 from sessionmem.storage.schema import MIGRATIONS, migrate
 from sessionmem.storage.sqlite import open_sqlite_store, open_writer
 
@@ -234,3 +235,61 @@ async def test_events_keep_their_own_time_and_the_budget_counts_when_stored(tmp_
     assert [o.created_at for o in observations] == [later, long_ago + 10]  # newest first, by their time
     assert (session.created_at, session.updated_at) == (long_ago, later)
     assert spent_today == 14
+
+
+# -- file recall: its cost follows the file, not the project ---------------------------------
+
+
+def _observe(connection: apsw.Connection, session_db_id: int, n: int, path: str, *, modified: bool = False,
+             type_: str = "discovery") -> None:
+    files = f'["{path}"]'
+    connection.execute(
+        "INSERT INTO observations (session_db_id, project, prompt_number, event_id, tool_name, tool_use_id, type,"
+        " title, files_read, files_modified, compressed, compressor, created_at)"
+        " VALUES (?, 'proj', 1, ?, 'Edit', ?, ?, ?, ?, ?, 1, 'offline', ?)",
+        (session_db_id, n, f"t{n}", type_, f"{'Edited' if modified else 'Read'} {path} #{n}",
+         "[]" if modified else files, files if modified else "[]", float(n)))
+
+
+def _file_recall_steps(connection: apsw.Connection, path: str, **kwargs: object) -> tuple[list[int], int]:
+    """(ids recalled, SQLite virtual machine steps the recall took)."""
+    steps: list[int] = []
+    connection.trace_v2(apsw.SQLITE_TRACE_PROFILE,
+                        lambda event: steps.append(event["stmt_status"]["SQLITE_STMTSTATUS_VM_STEP"]))
+    try:
+        found = recall.file_memories(connection, "proj", path, exclude_session="now", limit=3, **kwargs)
+    finally:
+        connection.trace_v2(0, None)
+    return [memory.id for memory in found], sum(steps)
+
+
+def test_file_recall_reads_the_files_uses_not_the_whole_project(tmp_path: Path) -> None:
+    connection = open_writer(tmp_path / "db.sqlite")
+    connection.execute("INSERT INTO sessions (id, claude_session_id, project, created_at, updated_at)"
+                       " VALUES (1, 'before', 'proj', 0, 0), (2, 'now', 'proj', 0, 0)")
+    with connection:
+        for n in range(1, 21):
+            _observe(connection, 1, n, "/p/app.py", modified=n % 5 == 0)
+    wanted, steps_small = _file_recall_steps(connection, "/p/app.py")
+    assert wanted == [20, 15, 10]  # edits, newest first
+    with connection:  # the project grows; the file does not
+        for n in range(21, 5021):
+            _observe(connection, 1 + n % 2, n, f"/p/other{n}.py", modified=n % 3 == 0)
+    found, steps_large = _file_recall_steps(connection, "/p/app.py")
+    assert found == wanted
+    # The same work, whatever else the project holds (walking the project, it went from 900 steps to 55,900).
+    assert steps_large == steps_small, (steps_small, steps_large)
+    assert _file_recall_steps(connection, "app.py")[0] == wanted  # by the path's end too
+
+
+def test_file_recall_looks_at_the_newest_uses_of_a_file(tmp_path: Path) -> None:
+    connection = open_writer(tmp_path / "db.sqlite")
+    connection.execute("INSERT INTO sessions (id, claude_session_id, project, created_at, updated_at)"
+                       " VALUES (1, 'before', 'proj', 0, 0), (2, 'now', 'proj', 0, 0)")
+    with connection:
+        _observe(connection, 1, 1, "/p/app.py", modified=True)
+        for n in range(2, 12):  # ten bare reads since
+            _observe(connection, 1, n, "/p/app.py")
+    assert _file_recall_steps(connection, "/p/app.py")[0] == [1]
+    assert _file_recall_steps(connection, "/p/app.py", lookback=10)[0] == []  # older than the look-back
+    assert _file_recall_steps(connection, "/p/app.py", lookback=11)[0] == [1]
