@@ -113,19 +113,17 @@ class ContextPlanner:
     async def plan(self, project: str, *, focus: str = "", focus_prompt_id: int | None = None) -> ContextPlan:
         """The plan for ``project``; ``focus`` ranks by relevance (``focus_prompt_id``: that prompt's vector)."""
         summaries = await self._store.list_summaries(project=project, limit=EARLIER_SESSIONS + 1, offset=0)
-        recent = await self._store.list_observations(project=project, limit=CANDIDATES, offset=0)
+        # Ids only: decoding 200 candidate rows cost more than the ranking; only the chosen are read.
+        recent = await self._store.recent_observation_ids(project, limit=CANDIDATES)
         ranking = "recency"
-        rows = recent[: self._observations]
+        chosen = recent[: self._observations]
         if focus and recent:
             relevant, ranking = await self._relevant(project, focus, focus_prompt_id)
             if relevant:
-                best = ranked(relevant, recent)[: self._observations]
-                known = {row.id: row for row in recent}
-                known.update({row.id: row for row in
-                              await self._store.observations_by_ids([i for i in best if i not in known])})
-                rows = [known[row_id] for row_id in best if row_id in known]
+                chosen = ranked(relevant, recent)[: self._observations]
             else:
                 ranking = "recency"
+        rows = await self._store.observations_by_ids(chosen)
         rows = [row for row in rows if not is_bare(row)] + [row for row in rows if is_bare(row)]
         # Only the sessions the plan names (a page of the project's sessions, each with its
         # observations counted, took 6 ms at 769 sessions).
@@ -153,11 +151,11 @@ class ContextPlanner:
         return await self._store.search_text(focus, filters, CANDIDATES // 4), "words"
 
 
-def ranked(relevant: list[RankedKey], recent: list[ObservationRow]) -> list[int]:
+def ranked(relevant: list[RankedKey], recent: list[int]) -> list[int]:
     """Observation ids, best first: relevance (normalized to [0, 1]) plus a small recency bonus."""
     top = max((key.score for key in relevant), default=0.0)
     relevance = {key.row_id: key.score / top for key in relevant} if top > 0 else {}
-    recency = {row.id: 1.0 - rank / len(recent) for rank, row in enumerate(recent)}
+    recency = {row_id: 1.0 - rank / len(recent) for rank, row_id in enumerate(recent)}
     scores = {row_id: relevance.get(row_id, 0.0) + RECENCY_WEIGHT * recency.get(row_id, 0.0)
               for row_id in relevance.keys() | recency.keys()}
     return sorted(scores, key=lambda row_id: scores[row_id], reverse=True)

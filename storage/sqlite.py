@@ -561,6 +561,15 @@ class SQLiteStore:
 
         return await self._readers.run(query)
 
+    async def recent_observation_ids(self, project: str, *, limit: int) -> list[int]:
+        def query(connection: apsw.Connection) -> list[int]:
+            rows = connection.execute(  # observations_created (project, created_at) covers it
+                "SELECT id FROM observations WHERE project = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+                (project, limit))
+            return [row_id for (row_id,) in rows]
+
+        return await self._readers.run(query)
+
     async def get_observation(self, observation_id: int) -> ObservationDetail | None:
         def query(connection: apsw.Connection) -> ObservationDetail | None:
             row = connection.execute(

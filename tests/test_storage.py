@@ -67,10 +67,13 @@ async def test_results_are_idempotent_and_mark_the_journal(tmp_path: Path) -> No
         sessions = await store.list_sessions(project="proj", limit=10, offset=0)
         observations = await store.list_observations(project="proj", limit=10, offset=0)
         named = await store.sessions_by_ids(["s1", "no-such-session"])
+        newest_ids = await store.recent_observation_ids("proj", limit=2)
+        other_project = await store.recent_observation_ids("elsewhere", limit=2)
     assert sessions[0].status == "completed" and sessions[0].observations == 3
     assert named == sessions[:1]
     assert sessions[0].input_tokens == 3 * 5 + 7  # replays did not double-count tokens
     assert [o.title for o in observations] == ["title 3", "title 2", "title 1"]
+    assert newest_ids == [o.id for o in observations[:2]] and other_project == []
 
 
 async def test_pending_events_survive_reopen_in_order(tmp_path: Path) -> None:
