@@ -19,11 +19,13 @@ from urllib.parse import quote
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from werkzeug.exceptions import HTTPException
 
 from sessionmem.protocol import fastjson, privacy
 from sessionmem.protocol.project import project_of
 from sessionmem.protocol.requests import encoded_call, text_field
-from sessionmem.testing.harness import ThreadedWorker, serve_in_thread
+from sessionmem.server.app import create_quart_app
+from sessionmem.testing.harness import ThreadedWorker, open_worker, serve_in_thread
 
 from .test_hooks import run_hook
 
@@ -64,10 +66,13 @@ bodies = st.one_of(
 )
 POSTS = ["/api/sessions/init", "/api/sessions/observations", "/api/sessions/summarize", "/api/sessions/complete",
          "/api/processing", "/sessions/1/init", "/sessions/99999999999999999999999/init", "/api/sessions/x/replay",
-         "/api/auth/login-code"]
+         "/api/auth/login-code", "/api/observations/batch", "/api/maintenance/prune", "/api/import"]
 GETS = ["/api/observations", "/api/sessions", "/api/summaries", "/api/context/inject", "/api/observations/1",
-        "/api/processing", "/debug", "/api/health", "/api/readiness", "/login", "/no/such"]
-QUERY_KEYS = ["project", "limit", "offset", "tokens", "code", "next", "q", "mode"]
+        "/api/processing", "/debug", "/api/health", "/api/readiness", "/login", "/no/such", "/api/projects",
+        "/stream", "/", "/assets/viewer.js", "/assets/..%2Fpages%2Fviewer.html", "/static/x", "/debug.json",
+        "/debug/stream", "/debug/actors/x", "/api/search", "/api/timeline", "/api/storage", "/api/export"]
+QUERY_KEYS = ["project", "limit", "offset", "tokens", "code", "next", "q", "mode", "source", "anchor", "before",
+              "after", "since", "until", "type", "kind", "file", "concept", "session"]
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +101,23 @@ def send(worker: ThreadedWorker, method: str, path: str, body: bytes | None) -> 
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                          HealthCheck.data_too_large])
+
+
+async def test_the_fuzzed_paths_reach_every_route(tmp_path: Path) -> None:
+    """A route added later must be added above, or this fails."""
+    async with open_worker(tmp_path / "data") as worker:
+        rules = create_quart_app(worker.services).url_map
+    matcher = rules.bind("127.0.0.1")
+    reached = set()
+    for method, paths in (("POST", POSTS), ("GET", GETS)):
+        for path in paths:
+            try:
+                reached.add((method, matcher.match(path, method=method, return_rule=True)[0].rule))
+            except HTTPException:
+                pass  # a path no rule takes (404), or one that answers 405: fuzzed all the same
+    served = {(method, rule.rule) for rule in rules.iter_rules() for method in (rule.methods or set())
+              if method in ("GET", "POST")}
+    assert served - reached == set()
 
 
 @FUZZ
