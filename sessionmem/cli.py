@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sessionmem import data_cli, search_cli
+from sessionmem.command_client import CommandFailed, call
 from sessionmem.config import Settings, SettingsError, load_settings
 from sessionmem.protocol import routes
 from sessionmem.protocol.config import DATA_DIR_ENV, ClientConfig
@@ -210,15 +211,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if read_state(config.data_dir) is None:
         print("sessionmem: the worker must be running to replay parked events (`sessionmem serve`)", file=sys.stderr)
         return 1
-    try:
-        status, body = _call(config, "POST", routes.path(routes.REPLAY, claude_session_id=args.claude_session_id),
-                             patience=Patience.patient(60.0))
-    except WorkerUnreachable as exc:
-        print(f"sessionmem: replay failed: {exc}", file=sys.stderr)
-        return 1
-    if status != 200:
-        print(f"sessionmem: replay failed: {body}", file=sys.stderr)
-        return 1
+    body = call(config, "POST", routes.path(routes.REPLAY, claude_session_id=args.claude_session_id), {},
+                patience=Patience.patient(60.0))
     print(f"sessionmem: {body['replayed']} parked event(s) of {args.claude_session_id} queued again")
     return 0
 
@@ -357,14 +351,7 @@ def cmd_open(args: argparse.Namespace) -> int:
         print("sessionmem: no worker is running (`sessionmem serve`, or start Claude Code)", file=sys.stderr)
         return 1
     target = {"viewer": "/", "debug": routes.DEBUG}[args.page]
-    try:
-        status, body = _call(config, "POST", f"{routes.LOGIN_CODE}?next={target}")
-    except WorkerUnreachable as exc:
-        print(f"sessionmem: {exc}", file=sys.stderr)
-        return 1
-    if status != 200:
-        print(f"sessionmem: the worker refused: {body}", file=sys.stderr)
-        return 1
+    body = call(config, "POST", f"{routes.LOGIN_CODE}?next={target}", {}, patience=PROBE)
     print(f"sessionmem: open within {body['expiresInSeconds']:.0f} s (works once): {body['url']}")
     if not args.print_only:
         import webbrowser
@@ -475,6 +462,9 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"sessionmem: {exc}", file=sys.stderr)
         return 2
+    except CommandFailed as exc:
+        print(f"sessionmem: {exc}", file=sys.stderr)
+        return exc.code
 
 
 if __name__ == "__main__":

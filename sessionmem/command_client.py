@@ -6,7 +6,6 @@ Standard library only, through :mod:`sessionmem.protocol` (its token, its delive
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 from sessionmem.protocol.config import ClientConfig
@@ -17,31 +16,30 @@ from sessionmem.protocol.delivery import Patience, deliver
 PATIENCE = Patience(120.0, 120.0, retry_failures=False)
 
 
-class WorkerDown(Exception):
-    """The worker did not answer (not running, or not a sessionmem worker)."""
+class CommandFailed(Exception):
+    """A call that did not succeed. ``code`` is the command's exit status (2: the request was
+    wrong, 1: the worker is down or failed); ``answer`` is the worker's decoded answer, if any.
+    ``sessionmem``'s ``main`` prints the message and exits with the code."""
+
+    def __init__(self, message: str, code: int = 1, answer: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.answer = answer
 
 
-def ask(config: ClientConfig, method: str, path: str, body: Any = None,
-        patience: Patience = PATIENCE) -> tuple[int, Any]:
-    """``(HTTP status, decoded JSON)`` of one call; raises :class:`WorkerDown`."""
+def call(config: ClientConfig, method: str, path: str, body: Any = None, patience: Patience = PATIENCE) -> Any:
+    """The decoded JSON answer of one successful (200) call; raises :class:`CommandFailed`."""
     encoded = json.dumps(body).encode() if body is not None else None
     outcome = deliver(config, method, path, encoded, patience=patience)
     if outcome.reply is None:
-        raise WorkerDown(f"the worker on {config.host}:{config.worker_port()} did not answer ({outcome.detail}); "
-                         f"is it running? (`sessionmem serve`, or start Claude Code)")
+        raise CommandFailed(f"the worker on {config.host}:{config.worker_port()} did not answer ({outcome.detail}); "
+                            f"is it running? (`sessionmem serve`, or start Claude Code)")
+    status = outcome.reply.status
     try:
-        return outcome.reply.status, outcome.reply.json()
+        answer = outcome.reply.json()
     except ValueError:
-        raise WorkerDown(f"not a sessionmem answer: HTTP {outcome.reply.status}") from None
-
-
-def fail(status: int, answer: Any) -> int:
-    """Report a refused call on stderr; the exit status (2: the request was wrong, 1: the worker failed)."""
-    message = answer.get("error", answer) if isinstance(answer, dict) else answer
-    print(f"sessionmem: {message} (HTTP {status})", file=sys.stderr)
-    return 2 if 400 <= status < 500 else 1
-
-
-def down(exc: WorkerDown) -> int:
-    print(f"sessionmem: {exc}", file=sys.stderr)
-    return 1
+        raise CommandFailed(f"not a sessionmem answer: HTTP {status}") from None
+    if status != 200:
+        message = answer.get("error", answer) if isinstance(answer, dict) else answer
+        raise CommandFailed(f"{message} (HTTP {status})", 2 if 400 <= status < 500 else 1, answer)
+    return answer

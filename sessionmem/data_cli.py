@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from sessionmem.command_client import WorkerDown, ask, down, fail
+from sessionmem.command_client import CommandFailed, call
 from sessionmem.protocol import routes
 from sessionmem.protocol.config import ClientConfig
 
@@ -33,12 +33,7 @@ def size_line(report: dict[str, Any]) -> str:
 
 
 def cmd_prune(args: argparse.Namespace, config: ClientConfig) -> int:
-    try:
-        status, answer = ask(config, "POST", routes.PRUNE, {"olderThanDays": args.older_than, "vacuum": args.vacuum})
-    except WorkerDown as exc:
-        return down(exc)
-    if status != 200:
-        return fail(status, answer)
+    answer = call(config, "POST", routes.PRUNE, {"olderThanDays": args.older_than, "vacuum": args.vacuum})
     print(f"raw tool data of {answer['pruned']} observation(s) older than {args.older_than:g} day(s) pruned "
           f"in {answer['seconds']:.1f} s")
     print(f"  before: {size_line(answer['before'])}")
@@ -56,12 +51,7 @@ def cmd_export(args: argparse.Namespace, config: ClientConfig) -> int:
         while True:
             query = {key: value for key, value in (("project", args.project), ("since", args.since),
                                                    ("after", after)) if value}
-            try:
-                status, page = ask(config, "GET", f"{routes.EXPORT}?{urlencode(query)}")
-            except WorkerDown as exc:
-                return down(exc)
-            if status != 200:
-                return fail(status, page)
+            page = call(config, "GET", f"{routes.EXPORT}?{urlencode(query)}")
             if first:
                 out.write(json.dumps(page["header"], ensure_ascii=False) + "\n")
                 first = False
@@ -92,22 +82,20 @@ def cmd_import(args: argparse.Namespace, config: ClientConfig) -> int:
     batch: list[Any] = []
     line_numbers: list[int] = []
 
-    def send() -> int:
+    def send() -> None:
         try:
-            status, answer = ask(config, "POST", routes.IMPORT, {"records": batch})
-        except WorkerDown as exc:
-            return down(exc)
-        if status != 200:
-            at = re.search(r"\$\.records\[(\d+)\]", str(answer.get("error", "")) if isinstance(answer, dict) else "")
+            answer = call(config, "POST", routes.IMPORT, {"records": batch})
+        except CommandFailed as exc:
+            refused = exc.answer.get("error", "") if isinstance(exc.answer, dict) else ""
+            at = re.search(r"\$\.records\[(\d+)\]", str(refused))
             if at and int(at[1]) < len(line_numbers):
                 print(f"sessionmem: {path}:{line_numbers[int(at[1])]} is not a record this version can import; "
                       "the batch it is in was not imported", file=sys.stderr)
-            return fail(status, answer)
+            raise
         for key in TOTALS:
             totals[key] += answer[key]
         batch.clear()
         line_numbers.clear()
-        return 0
 
     with open(path, encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
@@ -126,10 +114,10 @@ def cmd_import(args: argparse.Namespace, config: ClientConfig) -> int:
                 continue
             batch.append(record)
             line_numbers.append(number)
-            if len(batch) >= IMPORT_BATCH and (code := send()):
-                return code
-    if batch and (code := send()):
-        return code
+            if len(batch) >= IMPORT_BATCH:
+                send()
+    if batch:
+        send()
     print(f"imported {totals['sessions']} sessions, {totals['prompts']} prompts, {totals['observations']} "
           f"observations, {totals['summaries']} summaries; {totals['alreadyThere']} were there already")
     return 0

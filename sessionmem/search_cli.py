@@ -15,7 +15,7 @@ import time
 from typing import Any
 from urllib.parse import urlencode
 
-from sessionmem.command_client import WorkerDown, ask, down, fail
+from sessionmem.command_client import call
 from sessionmem.protocol import routes
 from sessionmem.protocol.config import ClientConfig
 from sessionmem.protocol.project import project_of
@@ -39,12 +39,7 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
                         ("file", args.file), ("kind", args.kind)):
         if value:
             query[name] = value
-    try:
-        status, answer = ask(config, "GET", f"{routes.SEARCH}?{urlencode(query)}")
-    except WorkerDown as exc:
-        return down(exc)
-    if status != 200:
-        return fail(status, answer)
+    answer = call(config, "GET", f"{routes.SEARCH}?{urlencode(query)}")
     if args.json:
         print(json.dumps(answer, indent=2, ensure_ascii=False))
         return 0
@@ -67,12 +62,7 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
 
 
 def cmd_show(args: argparse.Namespace, config: ClientConfig) -> int:
-    try:
-        status, answer = ask(config, "POST", routes.OBSERVATION_BATCH, {"ids": args.ids})
-    except WorkerDown as exc:
-        return down(exc)
-    if status != 200:
-        return fail(status, answer)
+    answer = call(config, "POST", routes.OBSERVATION_BATCH, {"ids": args.ids})
     if args.json:
         print(json.dumps(answer, indent=2, ensure_ascii=False))
         return 0 if not answer["missing"] else 1

@@ -58,5 +58,10 @@ def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
 
         status = sessionmem(data, worker.port, "status")
         assert "vector index: ready, 2 vectors" in status.stdout  # the prompt and the edit, nothing pending
+
+        opened = sessionmem(data, worker.port, "open", "debug", "--print-only")
+        assert opened.returncode == 0 and "(works once): http://" in opened.stdout, opened.stderr
+        unknown = sessionmem(data, worker.port, "replay", "no-such-session")
+        assert unknown.returncode == 0 and "0 parked event(s) of no-such-session" in unknown.stdout, unknown.stderr
     down = sessionmem(data, worker.port, "search", "cart")
     assert down.returncode == 1 and "did not answer" in down.stderr
