@@ -92,6 +92,7 @@ class Harness:
         self.home = root / "home"
         self.project = root / "calcproj"
         self.data_dir = root / "data"
+        self.extra_env: dict[str, str] = {}  # for every command this harness runs
         self.home.mkdir()
         self.project.mkdir()
         (self.project / "calc.py").write_text(CALC)
@@ -101,6 +102,7 @@ class Harness:
         env.update(HOME=str(self.home), ANTHROPIC_BASE_URL=self.api.url, ANTHROPIC_API_KEY="sk-e2e-dummy",
                    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", SESSIONMEM_DATA_DIR=str(self.data_dir),
                    SESSIONMEM_PORT="0", SESSIONMEM_BATCH_QUIET="0.1")
+        env.update(self.extra_env)
         env.update(extra)
         return env
 

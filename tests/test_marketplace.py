@@ -132,13 +132,7 @@ def test_installed_from_a_marketplace_it_bootstraps_itself_and_remembers(tmp_pat
     with claude_harness(tmp_path) as harness:
         # The user's pip cache (the test's HOME is empty): the install still resolves every
         # dependency from the package index, without downloading what this machine has.
-        pip_cache = Path(os.environ.get("PIP_CACHE_DIR") or Path.home() / ".cache" / "pip")
-        harness_env = harness.env
-
-        def env(**extra: str) -> dict[str, str]:
-            return {**harness_env(**extra), "PIP_CACHE_DIR": str(pip_cache)}
-
-        harness.env = env  # type: ignore[method-assign]
+        harness.extra_env["PIP_CACHE_DIR"] = os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")
         claude_cli(harness, "plugin", "marketplace", "add", str(plugin_source(tmp_path)))
         claude_cli(harness, "plugin", "install", "sessionmem@sessionmem")
         data_dirs = harness.home / ".claude" / "plugins" / "data"
