@@ -14,7 +14,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from sessionmem.protocol import routes
-from sessionmem.server.payloads import BadRequest, decode
+from sessionmem.server.payloads import decode
 from sessionmem.server.routing import int_arg, json_response, text_arg
 from sessionmem.server.search_api import parse_moment
 from sessionmem.server.services import Services
@@ -76,10 +76,7 @@ def add_maintenance_routes(app: QuartTrio, services: Services) -> None:
 
     @app.post(routes.IMPORT)
     async def import_() -> Response:
-        try:
-            wanted = msgspec.json.decode(await request.get_data(cache=False), type=ImportRequest)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise BadRequest(f"not an import request: {exc}") from None
+        wanted = decode(await request.get_data(cache=False), ImportRequest)
         counts = await store.import_records(wanted.records)
         services.index.notify()
         return json_response(counts)
