@@ -86,8 +86,8 @@ def cmd_import(args: argparse.Namespace, config: ClientConfig) -> int:
         try:
             answer = call(config, "POST", routes.IMPORT, {"records": batch})
         except CommandFailed as exc:
-            refused = exc.answer.get("error", "") if isinstance(exc.answer, dict) else ""
-            at = re.search(r"\$\.records\[(\d+)\]", str(refused))
+            at_fault = exc.answer.get("path", "") if isinstance(exc.answer, dict) else ""  # the JSON path of a 400
+            at = re.match(r"\$\.records\[(\d+)\]", str(at_fault))
             if at and int(at[1]) < len(line_numbers):
                 print(f"sessionmem: {path}:{line_numbers[int(at[1])]} is not a record this version can import; "
                       "the batch it is in was not imported", file=sys.stderr)
