@@ -65,18 +65,29 @@ class ConnectionStatistics(msgspec.Struct, frozen=True):
     accept_errors: int  # accept failed for lack of file descriptors (waited out)
 
 
+EOF_WAIT_S = 1.0  # how long a close waits for a send in progress before it closes without an EOF
+
+
 class _Connection(trio.abc.HalfCloseableStream):
-    """A socket stream that notes when it last moved bytes, and whether a request awaits its answer."""
+    """A socket stream that notes when it last moved bytes, and whether a request awaits its answer.
+
+    Sends and the EOF take turns. Hypercorn's close (``TCPServer._close``) sends the EOF
+    without its send lock, so under load it could run while a response's last write was
+    under way (after ``keep_alive_max_requests``, or a client gone): trio refused one of
+    them with ``BusyResourceError`` and a traceback was logged as "Error in ASGI Framework".
+    """
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self._stream = stream
+        self._turn = trio.Lock()
         self.socket = stream.socket
         self.quiet_since = trio.current_time()
         self.request_since: float | None = None
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         self.request_since = None  # the answer has begun
-        await self._stream.send_all(data)
+        async with self._turn:
+            await self._stream.send_all(data)
         self.quiet_since = trio.current_time()
 
     async def wait_send_all_might_not_block(self) -> None:
@@ -91,7 +102,11 @@ class _Connection(trio.abc.HalfCloseableStream):
         return data
 
     async def send_eof(self) -> None:
-        await self._stream.send_eof()
+        # A send stuck on a client that does not read must not hold the close: the
+        # ``aclose`` that follows ends the connection all the same.
+        with trio.move_on_after(EOF_WAIT_S):
+            async with self._turn:
+                await self._stream.send_eof()
 
     async def aclose(self) -> None:
         await self._stream.aclose()

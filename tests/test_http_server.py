@@ -1,0 +1,63 @@
+"""The connection wrapper under Hypercorn: a close and a response's last write take turns."""
+
+from __future__ import annotations
+
+import socket
+
+import trio
+
+from sessionmem.server.http_server import EOF_WAIT_S, _Connection
+
+
+def connection_pair() -> tuple[_Connection, socket.socket]:
+    ours, theirs = socket.socketpair()
+    return _Connection(trio.SocketStream(trio.socket.from_stdlib_socket(ours))), theirs
+
+
+async def test_an_eof_during_a_send_waits_for_it_instead_of_failing_it() -> None:
+    """Hypercorn's close sends the EOF outside its send lock; trio refused the write that came
+    during it (BusyResourceError, logged as "Error in ASGI Framework" under load)."""
+    connection, client = connection_pair()
+    with client:
+        failures: list[BaseException] = []
+
+        async def last_write() -> None:
+            try:
+                await connection.send_all(b"0\r\n\r\n")
+            except trio.ClosedResourceError:
+                pass  # written after the EOF: Hypercorn takes that as the connection closed
+            except trio.BusyResourceError as exc:
+                failures.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(connection.send_eof)  # first: it holds the stream across a checkpoint
+            nursery.start_soon(last_write)
+        assert failures == []
+        client.settimeout(5)
+        received = b""
+        while chunk := client.recv(100):
+            received += chunk
+        assert received in (b"", b"0\r\n\r\n")  # the write, if it came first, then the EOF
+        await connection.aclose()
+
+
+async def test_an_eof_behind_a_stuck_send_gives_up_and_the_close_goes_on() -> None:
+    connection, client = connection_pair()
+    with client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        ended: list[type[BaseException]] = []
+
+        async def stuck_send() -> None:
+            try:
+                await connection.send_all(b"x" * 50_000_000)  # the client never reads
+            except trio.ClosedResourceError as exc:
+                ended.append(type(exc))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stuck_send)
+            await trio.sleep(0.1)
+            with trio.fail_after(EOF_WAIT_S + 5):
+                await connection.send_eof()  # gives up after EOF_WAIT_S
+                await connection.aclose()
+        assert ended == [trio.ClosedResourceError]  # the close ended the stuck send
+
