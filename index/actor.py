@@ -178,9 +178,22 @@ class VectorIndex:
             return None
         return [(*key_of(label), distance) for label, distance in found]
 
-    async def vector_of(self, kind: str, row_id: int) -> np.ndarray | None:
-        """The stored vector of a document, if it has one (and the index answers in time)."""
-        return await self._call_briefly(lambda index: index.vector_of(label_of(kind, row_id)))
+    async def nearest_to(self, kind: str, row_id: int, k: int) -> list[tuple[str, int, float]] | None:
+        """The ``k`` documents nearest to a stored document's own vector, as :meth:`nearest` (it among them).
+
+        ``None`` when that document has no vector yet, or as :meth:`nearest`. One call on the
+        index: no embedding, one thread hop.
+        """
+        self._queries += 1
+
+        def query(index: HnswIndex) -> list[tuple[int, float]] | None:
+            vector = index.vector_of(label_of(kind, row_id))
+            return None if vector is None else index.nearest(vector, k)
+
+        found = await self._call_briefly(query)
+        if found is None:
+            return None
+        return [(*key_of(label), distance) for label, distance in found]
 
     def statistics(self) -> IndexStatistics:
         index = self._index

@@ -189,12 +189,8 @@ def create_quart_app(services: Services) -> QuartTrio:
             raise BadRequest("query parameter 'project' is required", "?project")
         budget = int_arg("tokens", settings.context_token_budget, low=100, high=100_000)
         focus = text_arg("q", limit=MAX_QUERY_CHARS) or ""
-        focus_prompt_id = None
-        if not focus and (request.args.get("source") or "") in FOCUSED_SOURCES:
-            latest = await store.latest_prompt(project)
-            if latest is not None:
-                focus_prompt_id, focus = latest
-        plan = await services.context.plan(project, focus=focus, focus_prompt_id=focus_prompt_id)
+        plan = await services.context.plan(
+            project, focus=focus, focus_latest_prompt=(request.args.get("source") or "") in FOCUSED_SOURCES)
         text, named = render_context(plan, token_budget=budget)
         return Response(text, content_type="text/markdown; charset=utf-8", headers={
             CONTEXT_COUNT_HEADER: str(named),

@@ -229,3 +229,19 @@ class FileMemory(msgspec.Struct, frozen=True):
     subtitle: str
     facts: list[str]
     modified: bool  # the file was modified (not only read)
+
+
+class ContextStart(msgspec.Struct, frozen=True):
+    """What a SessionStart context plan starts from, read together (one read, one snapshot)."""
+
+    summaries: list[SummaryRow]  # the project's newest first
+    recent: list[int]  # ids of the project's newest observations, newest first
+    latest_prompt: tuple[int, str] | None  # (row id, text) of its newest prompt, when asked for
+
+
+class ContextRows(msgspec.Struct, frozen=True):
+    """The observations a context plan chose, in its order, and the sessions they belong to."""
+
+    observations: list[ObservationRow]
+    sessions: list[SessionRow]
+

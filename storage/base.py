@@ -25,6 +25,8 @@ from sessionmem.events import CompleteEvent, Envelope, InitEvent, ObservationEve
 from sessionmem.records import (
     CompressedObservation,
     CompressedSummary,
+    ContextRows,
+    ContextStart,
     Document,
     DocumentCard,
     FileMemory,
@@ -112,16 +114,10 @@ class Store(Protocol):
 
     # -- reads (used by routes)
     async def list_sessions(self, *, project: str | None, limit: int, offset: int) -> list[SessionRow]: ...
-    async def sessions_by_ids(self, claude_session_ids: Sequence[str]) -> list[SessionRow]:
-        """The sessions of these Claude session ids that exist, in no particular order."""
-
     async def list_projects(self, *, limit: int) -> list[ProjectRow]:
         """Projects with sessions, the most recently active first."""
 
     async def list_observations(self, *, project: str | None, limit: int, offset: int) -> list[ObservationRow]: ...
-    async def recent_observation_ids(self, project: str, *, limit: int) -> list[int]:
-        """The ids of ``project``'s newest observations, newest first (no row is decoded)."""
-
     async def get_observation(self, observation_id: int) -> ObservationDetail | None: ...
     async def list_summaries(self, *, project: str | None, limit: int, offset: int) -> list[SummaryRow]: ...
     async def session_by_db_id(self, session_db_id: int) -> SessionRow | None: ...
@@ -171,5 +167,14 @@ class Store(Protocol):
 
     async def file_memories(self, project: str, path: str, *, exclude_session: str,
                             limit: int) -> list[FileMemory]: ...
-    async def latest_prompt(self, project: str) -> tuple[int, str] | None:
-        """The newest stored prompt of ``project`` (its row id and text)."""
+
+    # -- the SessionStart context, in two reads (each one snapshot, one thread hop)
+    async def context_start(self, project: str, *, summaries: int, recent: int,
+                            latest_prompt: bool) -> ContextStart:
+        """The project's ``summaries`` newest summaries, ``recent`` newest observation ids, and its latest
+        prompt if ``latest_prompt``."""
+
+    async def context_rows(self, candidates: Sequence[tuple[str, int]], filters: SearchFilters,
+                           choose: Callable[[set[int]], list[int]]) -> ContextRows:
+        """The observations ``choose`` picks, given which ``candidates`` pass ``filters`` (their ids),
+        and their sessions. ``choose`` runs on the reader's thread: pure computation only."""

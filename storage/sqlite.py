@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -39,8 +39,11 @@ from sessionmem.events import (
     event_kind,
 )
 from sessionmem.records import (
+    OBSERVATION,
     CompressedObservation,
     CompressedSummary,
+    ContextRows,
+    ContextStart,
     Document,
     DocumentCard,
     FileMemory,
@@ -142,6 +145,64 @@ def _observation_detail(row: tuple[Any, ...]) -> ObservationDetail:
 
 def _to_json(value: Any) -> str:
     return msgspec.json.encode(value).decode()
+
+
+# ---------------------------------------------------------------------------
+# Reads: each runs on a reader thread with a pooled read connection; some
+# methods run several of them in one job (a thread hop costs 0.1-0.2 ms on a busy machine).
+
+
+@contextmanager
+def _snapshot(connection: apsw.Connection) -> Iterator[None]:
+    """Reads inside see one state of the database (a read transaction)."""
+    connection.execute("BEGIN")
+    try:
+        yield
+    finally:
+        connection.execute("COMMIT")
+
+
+def _sessions_by_ids(connection: apsw.Connection, *, claude_session_ids: Sequence[str]) -> list[SessionRow]:
+    rows = connection.execute(
+        f"SELECT {_SESSION_COLUMNS} FROM sessions s"
+        " WHERE claude_session_id IN (SELECT value FROM json_each(?))", (_to_json(list(claude_session_ids)),))
+    return [SessionRow(*row) for row in rows]
+
+
+def _recent_observation_ids(connection: apsw.Connection, *, project: str, limit: int) -> list[int]:
+    rows = connection.execute(  # observations_created (project, created_at) covers it
+        "SELECT id FROM observations WHERE project = ? ORDER BY created_at DESC, id DESC LIMIT ?", (project, limit))
+    return [row_id for (row_id,) in rows]
+
+
+def _list_summaries(connection: apsw.Connection, *, project: str | None, limit: int,
+                    offset: int) -> list[SummaryRow]:
+    rows = connection.execute(
+        "SELECT m.id, s.claude_session_id, m.project, m.prompt_number, m.request, m.investigated,"
+        " m.learned, m.completed, m.next_steps, m.notes, m.compressed, m.compressor, m.model,"
+        " m.input_tokens, m.output_tokens, m.created_at"
+        " FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id"
+        " WHERE (?1 IS NULL OR m.project = ?1) ORDER BY m.created_at DESC, m.id DESC LIMIT ?2 OFFSET ?3",
+        (project, limit, offset),
+    )
+    return [SummaryRow(*row[:10], bool(row[10]), *row[11:]) for row in rows]
+
+
+def _observations_by_ids(connection: apsw.Connection, *, ids: Sequence[int]) -> list[ObservationRow]:
+    rows = connection.execute(
+        f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM} WHERE o.id IN (SELECT value FROM json_each(?))",
+        (_to_json(list(ids)),))
+    by_id = {row.id: row for row in map(_observation_row, rows)}
+    return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
+
+
+def _latest_prompt(connection: apsw.Connection, *, project: str) -> tuple[int, str] | None:
+    row = connection.execute(
+        # Newest prompts first until one is of the project: the planner's own choice (every
+        # prompt of the project, then a sort) took 8.6 ms at 7,700 prompts, this 0.07 ms.
+        "SELECT p.id, p.text FROM user_prompts p CROSS JOIN sessions s ON s.id = p.session_db_id"
+        " WHERE s.project = ? ORDER BY p.created_at DESC, p.id DESC LIMIT 1", (project,)).fetchone()
+    return (row[0], row[1]) if row else None
 
 
 # ---------------------------------------------------------------------------
@@ -524,15 +585,6 @@ class SQLiteStore:
 
         return await self._readers.run(query)
 
-    async def sessions_by_ids(self, claude_session_ids: Sequence[str]) -> list[SessionRow]:
-        def query(connection: apsw.Connection) -> list[SessionRow]:
-            rows = connection.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM sessions s"
-                " WHERE claude_session_id IN (SELECT value FROM json_each(?))", (_to_json(list(claude_session_ids)),))
-            return [SessionRow(*row) for row in rows]
-
-        return await self._readers.run(query)
-
     async def list_projects(self, *, limit: int) -> list[ProjectRow]:
         def query(connection: apsw.Connection) -> list[ProjectRow]:
             rows = connection.execute(  # the sessions_project index (project, updated_at) covers it
@@ -561,15 +613,6 @@ class SQLiteStore:
 
         return await self._readers.run(query)
 
-    async def recent_observation_ids(self, project: str, *, limit: int) -> list[int]:
-        def query(connection: apsw.Connection) -> list[int]:
-            rows = connection.execute(  # observations_created (project, created_at) covers it
-                "SELECT id FROM observations WHERE project = ? ORDER BY created_at DESC, id DESC LIMIT ?",
-                (project, limit))
-            return [row_id for (row_id,) in rows]
-
-        return await self._readers.run(query)
-
     async def get_observation(self, observation_id: int) -> ObservationDetail | None:
         def query(connection: apsw.Connection) -> ObservationDetail | None:
             row = connection.execute(
@@ -582,18 +625,7 @@ class SQLiteStore:
         return await self._readers.run(query)
 
     async def list_summaries(self, *, project: str | None, limit: int, offset: int) -> list[SummaryRow]:
-        def query(connection: apsw.Connection) -> list[SummaryRow]:
-            rows = connection.execute(
-                "SELECT m.id, s.claude_session_id, m.project, m.prompt_number, m.request, m.investigated,"
-                " m.learned, m.completed, m.next_steps, m.notes, m.compressed, m.compressor, m.model,"
-                " m.input_tokens, m.output_tokens, m.created_at"
-                " FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id"
-                " WHERE (?1 IS NULL OR m.project = ?1) ORDER BY m.created_at DESC, m.id DESC LIMIT ?2 OFFSET ?3",
-                (project, limit, offset),
-            )
-            return [SummaryRow(*row[:10], bool(row[10]), *row[11:]) for row in rows]
-
-        return await self._readers.run(query)
+        return await self._readers.run(partial(_list_summaries, project=project, limit=limit, offset=offset))
 
     async def llm_tokens_since(self, timestamp: float) -> int:
         def query(connection: apsw.Connection) -> int:
@@ -685,27 +717,32 @@ class SQLiteStore:
         return await self._readers.run(query)
 
     async def observations_by_ids(self, ids: Sequence[int]) -> list[ObservationRow]:
-        def query(connection: apsw.Connection) -> list[ObservationRow]:
-            rows = connection.execute(
-                f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM} WHERE o.id IN (SELECT value FROM json_each(?))",
-                (_to_json(list(ids)),))
-            by_id = {row.id: row for row in map(_observation_row, rows)}
-            return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
-
-        return await self._readers.run(query)
+        return await self._readers.run(partial(_observations_by_ids, ids=ids))
 
     async def file_memories(self, project: str, path: str, *, exclude_session: str,
                             limit: int) -> list[FileMemory]:
         return await self._readers.run(partial(recall.file_memories, project=project, path=path,
                                                exclude_session=exclude_session, limit=limit))
 
-    async def latest_prompt(self, project: str) -> tuple[int, str] | None:
-        def query(connection: apsw.Connection) -> tuple[int, str] | None:
-            row = connection.execute(
-                # Newest prompts first until one is of the project: the planner's own choice (every
-                # prompt of the project, then a sort) took 8.6 ms at 7,700 prompts, this 0.07 ms.
-                "SELECT p.id, p.text FROM user_prompts p CROSS JOIN sessions s ON s.id = p.session_db_id"
-                " WHERE s.project = ? ORDER BY p.created_at DESC, p.id DESC LIMIT 1", (project,)).fetchone()
-            return (row[0], row[1]) if row else None
+    async def context_start(self, project: str, *, summaries: int, recent: int,
+                            latest_prompt: bool) -> ContextStart:
+        def query(connection: apsw.Connection) -> ContextStart:
+            with _snapshot(connection):
+                return ContextStart(
+                    _list_summaries(connection, project=project, limit=summaries, offset=0),
+                    _recent_observation_ids(connection, project=project, limit=recent),
+                    _latest_prompt(connection, project=project) if latest_prompt else None)
+
+        return await self._readers.run(query)
+
+    async def context_rows(self, candidates: Sequence[tuple[str, int]], filters: SearchFilters,
+                           choose: Callable[[set[int]], list[int]]) -> ContextRows:
+        def query(connection: apsw.Connection) -> ContextRows:
+            with _snapshot(connection):
+                kept = recall.keep_matching(connection, candidates, filters) if candidates else set()
+                observations = _observations_by_ids(
+                    connection, ids=choose({row_id for kind, row_id in kept if kind == OBSERVATION}))
+                named = list(dict.fromkeys(row.claude_session_id for row in observations))
+                return ContextRows(observations, _sessions_by_ids(connection, claude_session_ids=named))
 
         return await self._readers.run(query)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
+from sessionmem.records import OBSERVATION
 from sessionmem.testing.harness import InProcessWorker, open_worker, serve_in_thread
 
 from .test_hooks import run_hook
@@ -130,3 +132,40 @@ async def test_session_start_ranks_memories_by_the_prompt_it_continues(tmp_path:
         assert len(small) <= 300 * 4 and "Edited src/auth.py" in small
         words, headers = await context(worker, "q=cookie+max_age")
         assert headers["x-sessionmem-ranking"] == "meaning" and "Edited src/auth.py" in words
+
+
+async def test_session_start_falls_back_to_words_when_nothing_near_is_of_the_project(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nearest vector is another project's observation: the project's own words rank its memories."""
+    monkeypatch.setattr("sessionmem.search.context.CANDIDATES", 1)
+    async with open_worker(tmp_path / "data", embedder="minilm", batch_quiet_s=0.05) as worker:
+        await store_session(worker, "shop-old", SHOP, "the banner overlaps the footer", [
+            ("Edit", {"file_path": f"{SHOP}/static/banner.css", "old_string": "z-index: 1",
+                      "new_string": "z-index: 10"})])
+        await store_session(worker, "shop-new", SHOP, "rename the helpers", [
+            ("Bash", {"command": "git mv util.py helpers.py", "description": "rename util"})])
+        await store_session(worker, "blog", "/home/me/blog", "users get logged out after a minute", [
+            ("Edit", {"file_path": "/home/me/blog/src/session.py", "old_string": "ttl=60", "new_string": "ttl=3600"})])
+        await worker.services.index.caught_up()
+        blog = (await worker.get("/api/observations?project=blog"))["observations"][0]["id"]
+        [document] = await worker.services.store.documents([(OBSERVATION, blog)])
+        # Asked with the blog observation's own text: it is the nearest vector, of another project.
+        focused, headers = await context(worker, "q=" + quote(document.text))
+    assert headers["x-sessionmem-ranking"] == "words"  # not recency: "Edited" is in the shop's edit too
+    relevant = focused.split("## Relevant to", 1)[1].split("\n", 1)[1]  # after the heading (the focus)
+    assert "banner.css" in relevant and "session.py" not in relevant
+
+
+async def test_session_start_ranks_by_words_with_vectors_off(tmp_path: Path) -> None:
+    async with open_worker(tmp_path / "data", embedder="none", batch_quiet_s=0.05) as worker:
+        await store_session(worker, "old", SHOP, "the cookie banner overlaps the footer", [
+            ("Edit", {"file_path": f"{SHOP}/static/banner.css", "old_string": "a", "new_string": "b"})])
+        for number in range(3):
+            await store_session(worker, f"new-{number}", SHOP, f"rename module {number}", [
+                ("Edit", {"file_path": f"{SHOP}/src/mod{number}.py", "old_string": "a", "new_string": "b"})])
+        await store_session(worker, "now", SHOP, "the banner is wrong again", [])
+        focused, headers = await context(worker, "source=compact")
+        recent, recent_headers = await context(worker, "source=startup")
+    assert headers["x-sessionmem-ranking"] == "words" and recent_headers["x-sessionmem-ranking"] == "recency"
+    relevant = focused.split("## Relevant to", 1)[1]
+    assert relevant.index("banner.css") < relevant.index("mod2.py")  # the older one about the banner first

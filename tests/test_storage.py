@@ -9,7 +9,14 @@ import pytest
 import trio
 
 from sessionmem.events import CompleteEvent, Envelope, InitEvent, ObservationEvent, SummarizeEvent
-from sessionmem.records import CompressedObservation, CompressedSummary
+from sessionmem.records import (
+    OBSERVATION,
+    SUMMARY,
+    CompressedObservation,
+    CompressedSummary,
+    ContextStart,
+    SearchFilters,
+)
 from sessionmem.storage import recall
 from sessionmem.storage.schema import MIGRATIONS, migrate
 from sessionmem.storage.sqlite import open_sqlite_store, open_writer
@@ -66,14 +73,24 @@ async def test_results_are_idempotent_and_mark_the_journal(tmp_path: Path) -> No
         assert await store.pending_events() == []
         sessions = await store.list_sessions(project="proj", limit=10, offset=0)
         observations = await store.list_observations(project="proj", limit=10, offset=0)
-        named = await store.sessions_by_ids(["s1", "no-such-session"])
-        newest_ids = await store.recent_observation_ids("proj", limit=2)
-        other_project = await store.recent_observation_ids("elsewhere", limit=2)
+        start = await store.context_start("proj", summaries=5, recent=2, latest_prompt=True)
+        elsewhere = await store.context_start("elsewhere", summaries=5, recent=2, latest_prompt=False)
+        offered: list[set[int]] = []
+        oldest, newest = observations[-1].id, observations[0].id
+        chosen = await store.context_rows(
+            [(OBSERVATION, oldest), (OBSERVATION, 10_000), (SUMMARY, start.summaries[0].id)],
+            SearchFilters(project="proj", kinds=(OBSERVATION,)),
+            lambda kept: offered.append(kept) or [oldest, 10_000, newest])
+        unfiltered = await store.context_rows([], SearchFilters(project="elsewhere"), lambda kept: [newest])
     assert sessions[0].status == "completed" and sessions[0].observations == 3
-    assert named == sessions[:1]
     assert sessions[0].input_tokens == 3 * 5 + 7  # replays did not double-count tokens
     assert [o.title for o in observations] == ["title 3", "title 2", "title 1"]
-    assert newest_ids == [o.id for o in observations[:2]] and other_project == []
+    assert start.recent == [o.id for o in observations[:2]] and start.latest_prompt is None  # no prompt stored
+    assert [m.request for m in start.summaries] == ["r"]
+    assert elsewhere == ContextStart([], [], None)
+    assert offered == [{oldest}]  # only the candidate that exists, is an observation and passes the filter
+    assert [o.id for o in chosen.observations] == [oldest, newest] and chosen.sessions == sessions[:1]
+    assert [o.id for o in unfiltered.observations] == [newest]  # choose reads what it names, filters aside
 
 
 async def test_pending_events_survive_reopen_in_order(tmp_path: Path) -> None:
