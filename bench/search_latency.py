@@ -65,6 +65,7 @@ from scenarios import percentiles  # noqa: E402
 
 from sessionmem.embed.minilm import DIMENSIONS, MiniLMEmbedder  # noqa: E402
 from sessionmem.index.hnsw import HnswIndex, label_of  # noqa: E402
+from sessionmem.protocol import client as hook_client  # noqa: E402
 from sessionmem.protocol import routes  # noqa: E402
 from sessionmem.records import OBSERVATION, PROMPT, SUMMARY, SearchFilters  # noqa: E402
 from sessionmem.replay.convert import ConversionStats  # noqa: E402
@@ -366,6 +367,24 @@ async def _measure_scale(worker: WorkerProcess, queries: list[str], prompts: lis
             "reconnects": client.reconnects}
 
 
+def _measure_as_the_hook_asks(worker: WorkerProcess, runs: int) -> dict[str, Any]:
+    """The SessionStart context and the health route through the hook's own client
+    (``sessionmem.protocol.client``: blocking, a new connection each, ``Connection: close``),
+    one after the other, nothing else in between: what a SessionStart hook waits for."""
+    timer = Timer()
+    context_path = routes.CONTEXT + "?" + urllib.parse.urlencode({"project": PROJECT, "source": "compact"})
+    for _ in range(20):
+        hook_client.request("127.0.0.1", worker.port, "GET", context_path, timeout=10, token=worker.token)
+    for _ in range(runs):
+        for name, path in (("context_inject_compact", context_path), ("health", routes.HEALTH)):
+            started = time.perf_counter()
+            reply = hook_client.request("127.0.0.1", worker.port, "GET", path, timeout=10, token=worker.token)
+            timer.add(name, time.perf_counter() - started)
+            if reply.status != 200:
+                raise RuntimeError(f"GET {path} -> {reply.status}")
+    return {"latency_ms": timer.summary()}
+
+
 def _context_headers(worker: WorkerProcess, path: str) -> dict[str, str]:
     import urllib.request
 
@@ -476,6 +495,7 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 def summary(result: dict[str, Any]) -> str:
     """The figures the targets are about, as a markdown table (every figure is in the JSON)."""
     scale, fts = result["scale"]["latency_ms"], result["fts"]["latency_ms"]
+    hook = result["scale"]["as_the_hook_asks"]["latency_ms"]
     build = result.get("build_scale", {})
     n_scale, n_fts = build.get("observations", "?"), result.get("build_fts", {}).get("observations", "?")
 
@@ -490,6 +510,9 @@ def summary(result: dict[str, Any]) -> str:
         (f"SessionStart context (source=compact, ranking {result['scale']['context_ranking']}), {n_scale}",
          ms(scale["context_inject_compact"])),
         ("HTTP round trip alone (GET /api/health)", ms(scale["health"])),
+        (f"SessionStart context as the hook asks (its client, a connection each, nothing in between), {n_scale}",
+         ms(hook["context_inject_compact"])),
+        ("HTTP round trip alone, as the hook asks", ms(hook["health"])),
         (f"fts search over HTTP, {n_fts}, observations", ms(fts["ours_fts_http_observations"])),
         (f"fts search over HTTP, {n_fts}, every kind", ms(fts["ours_fts_http_all_kinds"])),
         (f"our fts SQL in-process, {n_fts}, observations", ms(fts["ours_sql_observations"])),
@@ -564,6 +587,7 @@ def main(argv: list[str] | None = None) -> int:
             debug, waited = _timed(lambda: _wait_index_ready(worker))
             rss_loaded = _rss(worker.pid)
             result["scale"] = trio.run(_measure_scale, worker, queries, prompts, args.runs)
+            result["scale"]["as_the_hook_asks"] = _measure_as_the_hook_asks(worker, args.runs)
             result["scale"]["index"] = {k: debug["index"][k] for k in (
                 "vectors", "capacity", "pending", "loadSeconds", "rebuilds", "lastRebuildReason")}
             result["scale"]["rss_mb"] = {"worker_vectors_off": rss_without, "at_ready": rss_ready,

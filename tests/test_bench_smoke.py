@@ -72,6 +72,8 @@ def test_search_latency_smoke_measures_every_figure(tmp_path: Path) -> None:
     latency = report["scale"]["latency_ms"]
     for name in ("search_hybrid", "search_fts", "search_vector", "context_inject_compact", "health"):
         assert latency[name]["n"] == 10 and latency[name]["p50"] > 0, name
+    as_the_hook_asks = report["scale"]["as_the_hook_asks"]["latency_ms"]
+    assert as_the_hook_asks["context_inject_compact"]["n"] == 10 and as_the_hook_asks["health"]["p50"] > 0
     assert report["scale"]["results_per_search"]["hybrid"] > 0
     assert report["scale"]["context_ranking"] == "meaning"
     assert report["scale"]["rss_mb"]["index_and_embedder_loaded"] > report["scale"]["rss_mb"]["worker_vectors_off"]
