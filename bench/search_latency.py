@@ -486,6 +486,14 @@ def _largest_project(data_dir: Path) -> str:
         connection.close()
 
 
+def _count_observations(data_dir: Path) -> int:
+    database = apsw.Connection(str(data_dir / "sessionmem.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return int(database.execute("SELECT count(*) FROM observations").fetchone()[0])
+    finally:
+        database.close()
+
+
 def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     started = time.perf_counter()
     value = fn()
@@ -497,7 +505,7 @@ def summary(result: dict[str, Any]) -> str:
     scale, fts = result["scale"]["latency_ms"], result["fts"]["latency_ms"]
     hook = result["scale"]["as_the_hook_asks"]["latency_ms"]
     build = result.get("build_scale", {})
-    n_scale, n_fts = build.get("observations", "?"), result.get("build_fts", {}).get("observations", "?")
+    n_scale, n_fts = result["stored_observations"]["scale"], result["stored_observations"]["fts"]
 
     def ms(figures: dict[str, Any]) -> str:
         return f"{figures['p50']:.1f} ms (p95 {figures['p95']:.1f})"
@@ -575,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"search_latency: building {count} observations", file=sys.stderr)
             result[f"build_{name}"] = synthesize(pool, work / name, count)
+        result["stored_observations"] = {name: _count_observations(work / name) for name in ("scale", "fts")}
 
         print("search_latency: worker RSS without vectors", file=sys.stderr)
         with start_worker(work / "scale", env={"SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_EMBEDDER": "none"},
