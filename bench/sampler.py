@@ -6,6 +6,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Self
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -24,15 +25,34 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
 
 
-class ProcessSampler:
+class _Poller:
+    """A daemon thread running :meth:`_run` while the ``with`` block runs; ``_run`` polls every
+    ``interval`` until ``_stop`` is set."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class ProcessSampler(_Poller):
     """Use as a context manager; ``samples`` holds (seconds since start, RSS MiB, CPU %)."""
 
     def __init__(self, pid: int, interval: float = 0.25) -> None:
+        super().__init__(interval)
         self.pid = pid
-        self.interval = interval
         self.samples: list[tuple[float, float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
         self.cpu_seconds = 0.0
 
     def _run(self) -> None:
@@ -55,14 +75,6 @@ class ProcessSampler:
     def peak_rss_mb(self) -> float:
         return max((s[1] for s in self.samples), default=0.0)
 
-    def __enter__(self) -> ProcessSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
 
 def _size(path: Path) -> int:
     try:
@@ -80,15 +92,13 @@ def data_dir_bytes(data_dir: Path) -> dict[str, int]:
     return {"db": _size(database), "wal": _size(Path(f"{database}-wal")), "index": index, "total": total}
 
 
-class WalWatcher:
+class WalWatcher(_Poller):
     """Use as a context manager: the largest size the data dir's WAL file reached while it ran."""
 
     def __init__(self, data_dir: Path, interval: float = 0.25) -> None:
+        super().__init__(interval)
         self.wal = data_dir / "sessionmem.db-wal"
-        self.interval = interval
         self.peak_bytes = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while True:
@@ -96,10 +106,3 @@ class WalWatcher:
             if self._stop.wait(self.interval):
                 return
 
-    def __enter__(self) -> WalWatcher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
