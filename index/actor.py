@@ -172,11 +172,7 @@ class VectorIndex:
         ``None`` when there are no vectors to ask: vectors off, the index loading, or busy
         past ``query_wait_s``.
         """
-        self._queries += 1
-        found = await self._call_briefly(lambda index: index.nearest(vector, k))
-        if found is None:
-            return None
-        return [(*key_of(label), distance) for label, distance in found]
+        return await self._ask(lambda index: index.nearest(vector, k))
 
     async def nearest_to(self, kind: str, row_id: int, k: int) -> list[tuple[str, int, float]] | None:
         """The ``k`` documents nearest to a stored document's own vector, as :meth:`nearest` (it among them).
@@ -184,12 +180,17 @@ class VectorIndex:
         ``None`` when that document has no vector yet, or as :meth:`nearest`. One call on the
         index: no embedding, one thread hop.
         """
-        self._queries += 1
 
         def query(index: HnswIndex) -> list[tuple[int, float]] | None:
             vector = index.vector_of(label_of(kind, row_id))
             return None if vector is None else index.nearest(vector, k)
 
+        return await self._ask(query)
+
+    async def _ask(self, query: Callable[[HnswIndex], list[tuple[int, float]] | None]
+                   ) -> list[tuple[str, int, float]] | None:
+        """A query on the index, briefly (see :meth:`_call_briefly`), its labels named as documents."""
+        self._queries += 1
         found = await self._call_briefly(query)
         if found is None:
             return None
