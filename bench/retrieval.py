@@ -21,8 +21,8 @@ How the evaluation is built (bench/README.md, "Search quality and latency", says
    prompt whose turn touched no file that anything before it had touched has no
    relevant observation and is not a query.
 4. **No shared words.** A query belongs to the no-shared-words subset when the
-   full-text expression of the search itself (``storage.recall.fts_expression``: the
-   query's words less stopwords) matches none of its relevant observations in
+   search's own words of the query (``storage.recall.query_terms``: its words less
+   stopwords, any of them) match none of its relevant observations in
    ``observations_fts`` -- the same tokenizer and the same Porter stemming as the
    search, so ``fixing`` and ``fixed`` count as shared. Full-text search cannot find
    any answer of these queries; only meaning can.
@@ -68,11 +68,9 @@ from sessionmem.protocol.limits import MAX_QUERY_CHARS
 from sessionmem.protocol.requests import encoded_call
 from sessionmem.records import OBSERVATION, RankedKey, SearchFilters
 from sessionmem.replay.convert import ConversionStats, HookEvent, ReplaySession, convert, transcript_files
-from sessionmem.search import hybrid
-from sessionmem.search.context import RECENCY_WEIGHT
+from sessionmem.search import context, hybrid
 from sessionmem.search.hybrid import SearchMode, SearchService
 from sessionmem.storage import recall
-from sessionmem.storage.recall import fts_expression
 from sessionmem.testing.harness import InProcessWorker, open_worker
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "transcripts"
@@ -86,9 +84,8 @@ SCOPE_TITLES = {"earlier": "Eligible: everything stored before the prompt",
 # Baselines beside the three modes: the newest eligible observations first, whatever the
 # query; and SessionStart's ranking (nearest by meaning fused with recency).
 RECENCY = "recency (baseline)"
-MEANING_AND_RECENCY = "meaning + recency (SessionStart's fusion)"
+MEANING_AND_RECENCY = "meaning + recency (SessionStart's ranking)"
 BASELINES = (RECENCY, MEANING_AND_RECENCY)
-FUSION_DEPTH = 50
 CUTOFFS = (5, 10)
 DEPTH = max(CUTOFFS)
 # Every project of the corpus by default (about 6 minutes on 2 cores, most of it
@@ -239,9 +236,10 @@ def build_queries(db_path: Path, scope: str) -> list[Query]:
             query = Query(prompt_id, project, text[:MAX_QUERY_CHARS], until, files, relevant)
             query.recent = [row_id for (row_id,) in connection.execute(
                 "SELECT id FROM observations WHERE project = ? AND created_at < ? ORDER BY created_at DESC, id DESC"
-                " LIMIT ?", (project, until, FUSION_DEPTH))]
-            expression = fts_expression(query.text)
-            query.shares_words = expression is not None and connection.execute(
+                " LIMIT ?", (project, until, context.CANDIDATES))]
+            terms = recall.query_terms(query.text)
+            expression = " OR ".join(f'"{term}"' for term in terms)
+            query.shares_words = bool(terms) and connection.execute(
                 "SELECT count(*) FROM observations_fts WHERE observations_fts MATCH ?"
                 " AND rowid IN (SELECT value FROM json_each(?))",
                 (expression, json.dumps(sorted(relevant)))).fetchone()[0] > 0
@@ -268,12 +266,11 @@ async def evaluate(search: SearchService, queries: list[Query], modes: Sequence[
             rankings[mode.value] = [result.id for result in results.results]
         if baselines:
             rankings[RECENCY] = query.recent[:DEPTH]
-            # SessionStart's ranking (search/context.py): nearest by meaning, fused with recency.
-            nearest = await search.search(query.text, filters, mode=SearchMode.VECTOR, limit=FUSION_DEPTH)
-            fused = hybrid.fuse([RankedKey(OBSERVATION, r.id, r.score) for r in nearest.results],
-                                [RankedKey(OBSERVATION, row_id, 0.0) for row_id in query.recent],
-                                (1.0, RECENCY_WEIGHT))
-            rankings[MEANING_AND_RECENCY] = [row_id for _, row_id, _ in fused[:DEPTH]]
+            # SessionStart's own ranking (search/context.py): closeness to the prompt plus a
+            # recency bonus, over as many nearest and recent candidates as it reads.
+            nearest = await search.search(query.text, filters, mode=SearchMode.VECTOR, limit=context.CANDIDATES)
+            relevant = [RankedKey(OBSERVATION, r.id, r.score) for r in nearest.results]
+            rankings[MEANING_AND_RECENCY] = context.ranked(relevant, query.recent)[:DEPTH]
         for name, found in rankings.items():
             for subset in ("all", query.project) + (() if query.shares_words else ("no_shared_words",)):
                 scores[subset][name].add(found, query.relevant)
@@ -319,7 +316,7 @@ async def sweep(worker: InProcessWorker, queries: dict[str, list[Query]]) -> lis
     module constants patched for the run)."""
     services = worker.services
     embedder: Any = _RememberingEmbedder(services.embedder)
-    saved = hybrid.SEARCH_RRF_K, hybrid.MAX_VECTOR_DISTANCE, recall.MATCH_BUDGET
+    saved = hybrid.RRF_K, hybrid.MAX_VECTOR_DISTANCE, recall.MATCH_BUDGET
     settings: list[Setting] = [(SearchMode.FTS, None, None, None, budget) for budget in SWEEP_MATCH_BUDGET]
     settings += [(SearchMode.VECTOR, None, None, distance, None) for distance in SWEEP_MAX_DISTANCE]
     settings += [(SearchMode.HYBRID, k, weights, distance, None) for k, weights, distance
@@ -327,7 +324,7 @@ async def sweep(worker: InProcessWorker, queries: dict[str, list[Query]]) -> lis
     rows = []
     try:
         for mode, k, weights, distance, budget in settings:
-            hybrid.SEARCH_RRF_K = k or saved[0]
+            hybrid.RRF_K = k or saved[0]
             hybrid.MAX_VECTOR_DISTANCE = saved[1] if distance is None else distance
             recall.MATCH_BUDGET = budget or saved[2]
             search = SearchService(services.store, services.index, embedder, weights=weights or (1.0, 1.0))
@@ -338,7 +335,7 @@ async def sweep(worker: InProcessWorker, queries: dict[str, list[Query]]) -> lis
                 row[scope] = {subset: metrics[subset][mode.value] for subset in ("all", "no_shared_words")}
             rows.append(row)
     finally:
-        hybrid.SEARCH_RRF_K, hybrid.MAX_VECTOR_DISTANCE, recall.MATCH_BUDGET = saved
+        hybrid.RRF_K, hybrid.MAX_VECTOR_DISTANCE, recall.MATCH_BUDGET = saved
     return rows
 
 

@@ -2,7 +2,7 @@
 
 ``hybrid`` (the default) asks both retrievers for their best candidates under the same
 filters and fuses the two rankings with reciprocal rank fusion: a document's score is
-the sum over the rankings it is in of ``weight / (SEARCH_RRF_K + rank)``. Neither
+the sum over the rankings it is in of ``weight / (RRF_K + rank)``. Neither
 retriever's raw scores need to be comparable, and a document both find rises to the
 top. ``fts`` and ``vector`` use one retriever alone; in ``hybrid`` the two run at once.
 
@@ -36,14 +36,13 @@ from sessionmem.storage.recall import query_terms
 
 log = logging.getLogger(__name__)
 
-# Reciprocal rank fusion's constant: 60 is the classic one (Cormack et al. 2009).
-RRF_K = 60
-# Search fuses words and meaning with a much smaller one, so that being near the top of
+# Reciprocal rank fusion's constant. 60 is the classic one (Cormack et al. 2009); search
+# fuses words and meaning with a much smaller one, so that being near the top of
 # either ranking counts for more than being found by both at middling ranks. On the
 # corpus evaluation (bench/retrieval.py; bench/README.md, "Search quality and latency")
 # hybrid with 60 fell below full-text search in recall@10 and below vectors in MRR;
 # with 5 it is at or above both (10 and 20 land between).
-SEARCH_RRF_K = 5
+RRF_K = 5
 # A vector this far (cosine distance) from the query is not a match, only the least
 # unlike document: beyond it, vector candidates are dropped. MiniLM puts a relevant
 # memory of a terse or chatty prompt as far as 0.8-1.0, so only vectors pointing away
@@ -121,7 +120,7 @@ class SearchService:
             if mode is not SearchMode.FTS:
                 nursery.start_soon(by_meaning)
         if mode is SearchMode.HYBRID:
-            ranked = fuse(words, meaning, self._weights, k=SEARCH_RRF_K)
+            ranked = fuse(words, meaning, self._weights)
         else:
             ranked = [(key.kind, key.row_id, key.score) for key in (words or meaning)]
         page = ranked[offset : offset + limit]
@@ -169,13 +168,12 @@ class SearchService:
             k = min(k * 4, MAX_NEAREST)
 
 
-def fuse(words: list[RankedKey], meaning: list[RankedKey], weights: tuple[float, float] = (1.0, 1.0), *,
-         k: int = RRF_K) -> list[tuple[str, int, float]]:
-    """Reciprocal rank fusion of two rankings (best first) with constant ``k``: (kind, row id, score),
-    best first."""
+def fuse(words: list[RankedKey], meaning: list[RankedKey],
+         weights: tuple[float, float] = (1.0, 1.0)) -> list[tuple[str, int, float]]:
+    """Reciprocal rank fusion of two rankings (best first): (kind, row id, score), best first."""
     scores: dict[tuple[str, int], float] = {}
     for weight, ranking in zip(weights, (words, meaning)):
         for rank, key in enumerate(ranking, start=1):
-            scores[(key.kind, key.row_id)] = scores.get((key.kind, key.row_id), 0.0) + weight / (k + rank)
+            scores[(key.kind, key.row_id)] = scores.get((key.kind, key.row_id), 0.0) + weight / (RRF_K + rank)
     ordered = sorted(scores.items(), key=lambda item: item[1], reverse=True)
     return [(kind, row_id, score) for (kind, row_id), score in ordered]

@@ -71,12 +71,6 @@ def query_terms(query: str) -> list[str]:
     return (meaningful or words)[:MAX_QUERY_TERMS]
 
 
-def fts_expression(query: str) -> str | None:
-    """An FTS5 MATCH expression for any of the words of ``query``; ``None`` if it has none."""
-    terms = query_terms(query)
-    return " OR ".join(f'"{term}"' for term in terms) if terms else None
-
-
 def _like_escaped(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 

@@ -91,7 +91,9 @@ def session_start_notice(data: str, state: str) -> None:
     else:
         message = ("sessionmem is installing its Python environment in the background (the first time takes a "
                    "minute or two); this session is recorded, and memory comes with the next ones")
-    sys.stdout.write('{"systemMessage": "%s"}' % message.replace("\\", "\\\\").replace('"', '\\"'))
+    import json  # only here: a SessionStart while the environment is missing
+
+    sys.stdout.write(json.dumps({"systemMessage": message}))
 
 
 def main(argv: list[str]) -> int:
@@ -115,7 +117,6 @@ def main(argv: list[str]) -> int:
         return 0
     # Only SessionStart starts a worker, so this one, with no environment, spools its event.
     os.execv(sys.executable, [sys.executable, "-S", entry, stage])
-    return 0
 
 
 if __name__ == "__main__":
