@@ -244,4 +244,3 @@ class ContextRows(msgspec.Struct, frozen=True):
 
     observations: list[ObservationRow]
     sessions: list[SessionRow]
-
