@@ -38,6 +38,33 @@ def _first_line(text: str) -> str:
     return ""
 
 
+def _edit_fact(old: str, new: str) -> str:
+    """What an edit changed, by its first differing line: ``replaced `a` with `b```, ``added `b```,
+    ``removed `a```; "" for no text at all.
+
+    Lines the two sides share at the start and at the end (indentation aside) are skipped,
+    so an edit whose ``old_string`` is context kept around one new line says what is new,
+    not that a line was replaced by itself.
+    """
+    before = [line.strip() for line in old.splitlines()]
+    after = [line.strip() for line in new.splitlines()]
+    start = 0
+    while start < min(len(before), len(after)) and before[start] == after[start]:
+        start += 1
+    end = 0
+    while end < min(len(before), len(after)) - start and before[-1 - end] == after[-1 - end]:
+        end += 1
+    removed = _first_line("\n".join(before[start:len(before) - end]))
+    added = _first_line("\n".join(after[start:len(after) - end]))
+    if removed and added:
+        return f"replaced `{removed}` with `{added}`"
+    if added:
+        return f"added `{added}`"
+    if removed:
+        return f"removed `{removed}`"
+    return "changed whitespace only" if old != new else ""
+
+
 def _relative(path: str, cwd: str) -> str:
     if cwd and path.startswith(cwd.rstrip("/") + "/"):
         return path[len(cwd.rstrip("/")) + 1 :]
@@ -111,12 +138,9 @@ def _describe(event: ObservationEvent, context: SessionContext) -> _Draft:
         added = sum(_line_count(str(e.get("new_string", e.get("new_source", "")))) for e in edits if isinstance(e, dict))
         draft = _Draft(_change_type(context.prompt), f"Edited {rel or 'a file'} (-{removed} +{added} lines)")
         for edit in edits[:3]:
-            if not isinstance(edit, dict):
-                continue
-            old = _first_line(str(edit.get("old_string", "")))
-            new = _first_line(str(edit.get("new_string", edit.get("new_source", ""))))
-            if old or new:
-                draft.facts.append(_clip(f"replaced `{old}` with `{new}`", _FACT_MAX))
+            if isinstance(edit, dict) and (fact := _edit_fact(str(edit.get("old_string", "")),
+                                                              str(edit.get("new_string", edit.get("new_source", ""))))):
+                draft.facts.append(_clip(fact, _FACT_MAX))
         draft.subtitle = _clip(context.prompt, 120) if context.prompt else ""
         draft.files_modified.append(path)
         draft.concepts.append("what-changed")

@@ -52,7 +52,7 @@ WORD_CANDIDATES = 50  # observations asked of full-text search when there are no
 RECENCY_WEIGHT = 0.1
 EARLIER_SESSIONS = 5
 _COUNTS = re.compile(r"\s*\((?:-\d+ \+\d+|\d+) lines?\)$")
-_DULL_FACT = re.compile(r"^(command: |exit status 0$|\S+ has \d+ lines$|\d+ lines read$|\d+ match)")
+_DULL_FACT = re.compile(r"^(command: |exit status \d+$|command failed$|\S+ has \d+ lines$|\d+ lines read$|\d+ match)")
 
 
 class ContextLine(msgspec.Struct, frozen=True):

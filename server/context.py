@@ -35,7 +35,8 @@ def _when(timestamp: float) -> str:
 
 def _ids(ids: list[int]) -> str:
     shown = ", ".join(f"#{i}" for i in ids[-3:])
-    return (f"#{ids[0]}…" + shown if len(ids) > 3 else shown) + (f" (×{len(ids)})" if len(ids) > 1 else "")
+    # "#54…#72" would read as a range; the ids between are elided, not all of 54 to 72.
+    return (f"#{ids[0]}, …, " + shown if len(ids) > 3 else shown) + (f" (×{len(ids)})" if len(ids) > 1 else "")
 
 
 def _line(line: ContextLine) -> str:

@@ -102,9 +102,10 @@ def test_repeats_collapse_into_one_line_and_sessions_group() -> None:
     other = [observation_row(9, claude_session_id="other", title="Ran `make test`", type="failure",
                              facts=["command: make test", "exit status 2", "error: 3 failed"])]
     text, named = render_context(plan(other + reads + edits), token_budget=2000)
-    assert text.count("Read src/app.py") == 1 and "#3, #4, #5 (×5)" in text  # five reads, one line
+    assert text.count("Read src/app.py") == 1 and "#1, …, #3, #4, #5 (×5)" in text  # five reads, one line
     assert text.count("Edited src/app.py") == 1 and "(×3)" in text and "replaced `a8` with `b8`" in text
-    assert "exit status 2" in text and "command: make test" not in text  # the telling fact, not the echo
+    # The telling fact: the error, not the command echoed or its exit status.
+    assert "error: 3 failed" in text and "exit status 2" not in text and "command: make test" not in text
     assert text.index("Ran `make test`") < text.index("Read src/app.py")  # the best session first
     assert text.count("### ") == 2 and named == 9
 

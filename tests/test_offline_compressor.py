@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from sessionmem.compress.base import CompressorStatistics, SessionContext
 from sessionmem.compress.offline import OfflineCompressor, build_offline_observation, build_offline_summary
 from sessionmem.events import ObservationEvent, SummarizeEvent
@@ -34,7 +36,8 @@ def test_observations_from_genuine_payloads(payloads: list[dict[str, Any]]) -> N
     edit = build_offline_observation(CONTEXT, events["toolu_c03"])
     assert edit.type == "bugfix" and edit.title == "Edited calc.py (-1 +3 lines)"
     assert edit.files_modified == ("/home/dev/calcproj/calc.py",)
-    assert any("replaced `return a / b` with `if b == 0:`" in fact for fact in edit.facts)
+    # The edit kept `return a / b` below two new lines: what is new, not "replaced x with x".
+    assert "added `if b == 0:`" in edit.facts
 
     grep = build_offline_observation(CONTEXT, events["toolu_c02"])
     assert grep.title == "Ran `grep -n 'def ' calc.py`" and "exit status 0" in grep.facts
@@ -51,6 +54,20 @@ def test_observations_from_genuine_payloads(payloads: list[dict[str, Any]]) -> N
 
     sub = build_offline_observation(CONTEXT, events["toolu_s01"])
     assert "done by the general-purpose subagent" in sub.facts
+
+
+@pytest.mark.parametrize(("old", "new", "fact"), [
+    ("numpy>=1.21\nscipy", "numpy>=1.21\nscipy\ntorch", "added `torch`"),  # not "replaced `numpy>=1.21` with itself"
+    ("a = 1\nb = 2\nc = 3", "a = 1\nb = 20\nc = 3", "replaced `b = 2` with `b = 20`"),
+    ("a = 1\nb = 2\nc = 3", "a = 1\nc = 3", "removed `b = 2`"),
+    ("    x = 1", "x = 1", "changed whitespace only"),
+    ("", "first line\nsecond", "added `first line`"),
+])
+def test_an_edit_is_told_by_its_first_changed_line(old: str, new: str, fact: str) -> None:
+    event = ObservationEvent(claude_session_id="s", project="calcproj", tool_name="Edit", tool_use_id="t",
+                             tool_input={"file_path": "/home/dev/calcproj/x.py", "old_string": old, "new_string": new},
+                             tool_response={}, cwd="/home/dev/calcproj")
+    assert build_offline_observation(CONTEXT, event).facts == (fact,)
 
 
 def test_deterministic(payloads: list[dict[str, Any]]) -> None:
