@@ -48,12 +48,12 @@ from sessionmem.protocol.limits import (
     MAX_SEARCH_RESULTS,
     MAX_TIMELINE_SIDE,
 )
+from sessionmem.protocol.project import ALL_PROJECTS
 from sessionmem.protocol.routes import MCP_SERVER_NAME, SEARCH_MODES
 from sessionmem.records import DOCUMENT_KINDS, OBSERVATION_TYPES
 
 P = TypeVar("P")
 
-ALL_PROJECTS = "*"
 DEFAULT_LIMIT = 20
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 

@@ -64,7 +64,8 @@ def cmd_export(args: argparse.Namespace, config: ClientConfig) -> int:
     finally:
         if out is not sys.stdout:
             out.close()
-    summary = ", ".join(f"{counts.get(kind, 0)} {kind}s" for kind in ("session", "prompt", "observation", "summary"))
+    summary = ", ".join(f"{counts.get(kind, 0)} {plural}" for kind, plural in (
+        ("session", "sessions"), ("prompt", "prompts"), ("observation", "observations"), ("summary", "summaries")))
     print(f"exported {summary}" + (f" to {args.output}" if args.output else ""), file=sys.stderr)
     return 0
 

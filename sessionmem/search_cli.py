@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 from sessionmem.command_client import call
 from sessionmem.protocol import routes
 from sessionmem.protocol.config import ClientConfig
-from sessionmem.protocol.project import project_of
+from sessionmem.protocol.project import ALL_PROJECTS, project_of
 
 WIDTH = 100
 
@@ -34,7 +34,7 @@ def _clip(text: str, width: int) -> str:
 
 def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
     query: dict[str, Any] = {"q": args.query, "mode": args.mode, "limit": args.limit}
-    project = project_of(os.getcwd()) if args.project == "." else args.project
+    project = {".": project_of(os.getcwd()), ALL_PROJECTS: None}.get(args.project, args.project)
     for name, value in (("project", project), ("type", args.type), ("since", args.since), ("until", args.until),
                         ("file", args.file), ("kind", args.kind)):
         if value:
@@ -53,12 +53,32 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
         print(f"{'':>10}  {_clip(result['title'], WIDTH)}")
         if result["snippet"] and result["snippet"] != result["title"]:
             print(f"{'':>10}  {_clip(result['snippet'], WIDTH)}")
+    if not results and project:
+        _say_if_unknown(config, project)
     if answer["more"]:
         print(f"\nmore with --limit {args.limit * 2}")
     if results:
         print("\nfull records: sessionmem show " + " ".join(
             str(r["id"]) for r in results[:5] if r["kind"] == "observation"))
     return 0
+
+
+def _say_if_unknown(config: ClientConfig, project: str) -> None:
+    """On stderr, when ``project`` has no memory at all: the projects that have (a misspelled
+    name, or a directory whose project is named otherwise, finds nothing without a word)."""
+    known = [entry["project"] for entry in call(config, "GET", f"{routes.PROJECTS}?limit=20")["projects"]]
+    if project not in known:
+        listed = ", ".join(known) if known else "none yet"
+        print(f"no memory of project {project!r}; projects with memory: {listed}"
+              f" (--project '{ALL_PROJECTS}': all)", file=sys.stderr)
+
+
+def _observation_id(text: str) -> int:
+    """An observation id as the context shows it (``#123``) or bare (``123``)."""
+    try:
+        return int(text.removeprefix("#"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an observation id: {text!r} (a number, like 123 or '#123')") from None
 
 
 def cmd_show(args: argparse.Namespace, config: ClientConfig) -> int:
@@ -90,7 +110,7 @@ def add_commands(sub: Any, common: Any, client: Any) -> None:
     search = sub.add_parser("search", help="search memory: by words, by meaning, or both")
     common(search)
     search.add_argument("query", help="what to look for (plain words; no query syntax)")
-    search.add_argument("--project", help="one project (`.`: the current directory's); default all")
+    search.add_argument("--project", help="one project (`.`: the current directory's); default all (`*`)")
     search.add_argument("--mode", choices=("hybrid", "fts", "vector"), default="hybrid",
                         help="hybrid (default): words and meaning; fts: words; vector: meaning")
     search.add_argument("--type", help="observation types, comma-separated (bugfix, feature, discovery, ...)")
@@ -103,6 +123,7 @@ def add_commands(sub: Any, common: Any, client: Any) -> None:
     search.set_defaults(fn=lambda args: cmd_search(args, client(args)))
     show = sub.add_parser("show", help="full records of observations by id")
     common(show)
-    show.add_argument("ids", nargs="+", type=int, help="observation ids (#123 in the context: 123)")
+    show.add_argument("ids", nargs="+", type=_observation_id,
+                      help="observation ids: 123, or '#123' as the context shows them (quoted: # starts a shell comment)")
     show.add_argument("--json", action="store_true", help="the worker's JSON answer")
     show.set_defaults(fn=lambda args: cmd_show(args, client(args)))

@@ -47,11 +47,19 @@ def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
         here.mkdir()
         assert "Edited src/cart.py" in sessionmem(data, worker.port, "search", "cart", "--project", ".",
                                                   cwd=here).stdout
-        assert "0 result(s)" in sessionmem(data, worker.port, "search", "cart", "--project", "blog").stdout
+        elsewhere = sessionmem(data, worker.port, "search", "cart", "--project", "blog")
+        assert "0 result(s)" in elsewhere.stdout and elsewhere.returncode == 0
+        assert "no memory of project 'blog'; projects with memory: shop" in elsewhere.stderr
+        assert "Edited src/cart.py" in sessionmem(data, worker.port, "search", "cart", "--project", "*").stdout
+        assert "no memory" not in sessionmem(data, worker.port, "search", "zeppelin", "--project", "shop",
+                                              "--mode", "fts").stderr
 
         shown = sessionmem(data, worker.port, "show", "1", "999")
         assert shown.returncode == 1 and "no observation with id 999" in shown.stderr
         assert "#1 " in shown.stdout and "replaced `return total` with `if not items: raise EmptyCart`" in shown.stdout
+        assert sessionmem(data, worker.port, "show", "#1").stdout == sessionmem(data, worker.port, "show", "1").stdout
+        not_an_id = sessionmem(data, worker.port, "show", "#one")
+        assert not_an_id.returncode == 2 and "not an observation id: '#one'" in not_an_id.stderr
 
         bad = sessionmem(data, worker.port, "search", "cart", "--since", "last tuesday")
         assert bad.returncode == 2 and "'since' must be a date" in bad.stderr

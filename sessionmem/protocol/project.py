@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import os
 
+ALL_PROJECTS = "*"  # what a client asking for a project may say for every project (MCP tools, the CLI)
+
 
 def _main_repository_of_worktree(git_file: str, root: str) -> str | None:
     """For a ``.git`` file, the main repository's work tree root, or None if not a worktree."""
