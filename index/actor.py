@@ -268,15 +268,16 @@ class VectorIndex:
                 if not reconciled:
                     await self._reconcile()
                     reconciled = True
-                if self._wake.is_set():
-                    self._wake = trio.Event()  # before reading: a later commit wakes us again
-                    await self._queue_new()
+                await self._queue_new_if_woken()
                 if not self._backlog:
                     self._state = IndexState.READY
                     await self._wake.wait()
                     continue
                 self._state = IndexState.CATCHING_UP
                 await self._wait_quiet()
+                # What was stored while we waited (a backfill writes for minutes) goes first and
+                # counts as pending now, not after this chunk.
+                await self._queue_new_if_woken()
                 chunk = [self._backlog.popleft() for _ in range(min(self._chunk, len(self._backlog)))]
                 await self._embed_and_add(chunk)
                 pause = 1.0
@@ -325,6 +326,11 @@ class VectorIndex:
             log.warning("vector index: rebuilding, %d document(s) to embed (%s)", len(missing), self._fresh_because)
         elif missing:
             log.info("vector index: %d stored document(s) to embed", len(missing))
+
+    async def _queue_new_if_woken(self) -> None:
+        if self._wake.is_set():
+            self._wake = trio.Event()  # before reading: a later commit wakes us again
+            await self._queue_new()
 
     async def _queue_new(self) -> None:
         new = await self._store.document_ids(after=self._newest)

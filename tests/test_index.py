@@ -210,10 +210,12 @@ class CountingEmbedder:
 
     def __init__(self) -> None:
         self.chunks_at: list[float] = []
+        self.texts: list[list[str]] = []
         self.token = trio.lowlevel.current_trio_token()
 
     def embed(self, texts: list[str]) -> np.ndarray:
         self.chunks_at.append(trio.from_thread.run_sync(trio.current_time, trio_token=self.token))
+        self.texts.append(list(texts))
         return unit_vectors(len(texts), seed=len(self.chunks_at))
 
     def statistics(self) -> Any:
@@ -268,4 +270,46 @@ async def test_catching_up_waits_while_the_database_takes_writes(tmp_path: Path)
                 await index.caught_up()
             assert stats.vectors + 8 == index.statistics().vectors and embedder.chunks_at[-1] - began < 2
             writing = False
+            nursery.cancel_scope.cancel()
+
+
+async def test_what_is_stored_while_catching_up_waits_goes_first_and_counts_as_pending(tmp_path: Path) -> None:
+    from sessionmem.embed.service import EmbedderService
+    from sessionmem.events import InitEvent, ObservationEvent
+    from sessionmem.index.actor import VectorIndex
+    from sessionmem.storage.sqlite import open_sqlite_store
+
+    async with open_sqlite_store(tmp_path / "db.sqlite") as store:
+        embedder = CountingEmbedder()
+        index = VectorIndex(store, EmbedderService(embedder, background_nice=0), tmp_path / "index", chunk=4,
+                            quiet_s=0.1, max_yield_s=60)
+        writing = True
+
+        async def keep_writing() -> None:  # a backfill: writes all the time, so catching up waits
+            n = 0
+            while writing:
+                await store.accept_event(ObservationEvent("busy", "proj", tool_name="Read", tool_use_id=f"t{n}"),
+                                         lambda e: None)
+                n += 1
+                await trio.sleep(0.02)
+
+        async def prompts(label: str) -> None:
+            for n in range(4):
+                await store.accept_init(InitEvent(f"{label}{n}", "proj", prompt=f"{label} {n}"), lambda e: None)
+            index.notify()
+            await trio.sleep(0.3)
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(index.run)
+            with trio.fail_after(30):
+                await index.caught_up()
+            nursery.start_soon(keep_writing)
+            await prompts("first")
+            assert index.statistics().pending == 4 and embedder.texts == []  # waiting for a quiet moment
+            await prompts("second")
+            writing = False
+            with trio.fail_after(30):
+                await index.caught_up()
+            assert index.statistics().vectors == 8
+            assert [text.split()[0] for text in embedder.texts[0]] == ["second"] * 4  # the newest first
             nursery.cancel_scope.cancel()
