@@ -65,6 +65,10 @@ def _edit_fact(old: str, new: str) -> str:
     return "changed whitespace only" if old != new else ""
 
 
+def _a(word: str) -> str:
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
 def _relative(path: str, cwd: str) -> str:
     if cwd and path.startswith(cwd.rstrip("/") + "/"):
         return path[len(cwd.rstrip("/")) + 1 :]
@@ -189,7 +193,8 @@ def _describe(event: ObservationEvent, context: SessionContext) -> _Draft:
             draft.facts.append(_clip(f"looked for: {data['prompt']}", _FACT_MAX))
     elif tool in ("Task", "Agent"):
         description = str(data.get("description") or data.get("prompt") or "")
-        draft = _Draft("discovery", _clip(f"Delegated to a {data.get('subagent_type') or 'sub'} agent: {description}", _TITLE_MAX))
+        agent = str(data.get("subagent_type") or "sub")
+        draft = _Draft("discovery", _clip(f"Delegated to {_a(agent)} {agent} agent: {description}", _TITLE_MAX))
         if data.get("prompt"):
             draft.facts.append(_clip(f"asked: {data['prompt']}", _FACT_MAX))
     elif tool == "SubagentStop":
@@ -209,8 +214,9 @@ def _describe(event: ObservationEvent, context: SessionContext) -> _Draft:
         draft.concepts.append("gotcha")
         if tool != "Bash" and (detail := _last_meaningful_line(event.error)):
             draft.facts.append(_clip(f"error: {detail}", _FACT_MAX))
-    if event.agent_type:
-        draft.facts.append(f"done by the {event.agent_type} subagent")
+    if event.agent_type:  # "subagent" when a transcript did not say which (Claude Code 1.0's sidechains)
+        generic = event.agent_type in ("subagent", "sub")
+        draft.facts.append("done by a subagent" if generic else f"done by the {event.agent_type} subagent")
     return draft
 
 

@@ -8,7 +8,8 @@ overlap), ordered by timestamp, and turned into hook payloads shaped exactly lik
 Claude Code's stdin:
 
 - SessionStart, then UserPromptSubmit for each real user prompt (not tool results,
-  meta entries, sidechains or ``<task-notification>``);
+  meta entries, sidechains, ``<task-notification>`` or the summary Claude Code writes
+  itself when it compacts a conversation, ``isCompactSummary``);
 - PostToolUse for each ``tool_use`` paired with its ``tool_result`` (``toolUseResult``
   as ``tool_response`` where present), PostToolUseFailure when the result is an error;
   tool uses inside a subagent carry its ``agent_id``;
@@ -154,6 +155,8 @@ def _tool_results(content: Any) -> list[dict[str, Any]]:
 def _is_prompt(entry: dict[str, Any]) -> str:
     """The prompt text if ``entry`` is a real user prompt, else ''."""
     if entry.get("type") != "user" or entry.get("isSidechain") or entry.get("isMeta") or entry.get("agentId"):
+        return ""
+    if entry.get("isCompactSummary"):  # Claude Code's own summary after a compaction: no UserPromptSubmit fires
         return ""
     content = (entry.get("message") or {}).get("content")
     if _tool_results(content):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from sessionmem.compress.base import CompressorStatistics, SessionContext
@@ -54,6 +55,18 @@ def test_observations_from_genuine_payloads(payloads: list[dict[str, Any]]) -> N
 
     sub = build_offline_observation(CONTEXT, events["toolu_s01"])
     assert "done by the general-purpose subagent" in sub.facts
+    unnamed = msgspec.structs.replace(events["toolu_s01"], agent_type="subagent")  # a 1.0 sidechain says no more
+    assert "done by a subagent" in build_offline_observation(CONTEXT, unnamed).facts
+
+
+def test_a_delegation_names_its_agent_with_the_right_article() -> None:
+    def delegated(agent: str) -> str:
+        event = ObservationEvent(claude_session_id="s", project="calcproj", tool_name="Task", tool_use_id="t",
+                                 tool_input={"subagent_type": agent, "description": "find the parser"})
+        return build_offline_observation(CONTEXT, event).title
+
+    assert delegated("Explore") == "Delegated to an Explore agent: find the parser"
+    assert delegated("general-purpose") == "Delegated to a general-purpose agent: find the parser"
 
 
 @pytest.mark.parametrize(("old", "new", "fact"), [

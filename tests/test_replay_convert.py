@@ -47,9 +47,11 @@ def test_v1_inline_sidechains() -> None:
 def test_v2_agent_files_beside_the_session() -> None:
     (session,), stats = converted("v2.0-agent-files")
     check_shape(session)
-    assert stats.files == 2 and stats.prompts == 7 and stats.tool_uses == 10
-    first_prompt = next(e for e in session.events if e.stage == "UserPromptSubmit")
-    assert not first_prompt.payload["prompt"].startswith("<")
+    assert stats.files == 2 and stats.prompts == 6 and stats.tool_uses == 10
+    prompts = [e.payload["prompt"] for e in session.events if e.stage == "UserPromptSubmit"]
+    assert not prompts[0].startswith("<")
+    # Its compaction summary (isCompactSummary) is Claude Code's own text: no hook would have sent it.
+    assert not any(prompt.startswith("This session is being continued") for prompt in prompts)
 
 
 def test_v21_subagents_directory() -> None:
