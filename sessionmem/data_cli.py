@@ -26,9 +26,11 @@ MB = 1024 * 1024
 def size_line(report: dict[str, Any]) -> str:
     """One line about a storage report (``GET /api/storage``)."""
     on_disk = report["databaseBytes"] + report["walBytes"]
-    per = on_disk / report["observations"] if report["observations"] else 0
+    # Per observation from the database alone: the WAL is transient (checkpoints empty it), and
+    # right after a backfill it would make each observation look several times larger.
+    per = report["databaseBytes"] / report["observations"] if report["observations"] else 0
     return (f"{on_disk / MB:.1f} MB on disk (WAL {report['walBytes'] / MB:.1f} MB), {report['observations']} "
-            f"observations, {per / 1024:.1f} KB each; raw tool data kept for {report['rawPayloads']} "
+            f"observations, {per / 1024:.1f} KB each in the database; raw tool data kept for {report['rawPayloads']} "
             f"({report['rawPayloadBytes'] / MB:.1f} MB)")
 
 

@@ -123,3 +123,12 @@ def test_prune_and_status_from_a_terminal(tmp_path: Path) -> None:
         assert "raw tool data of 5 observation(s) older than 60 day(s) pruned" in pruned.stdout
         assert "after:  " in pruned.stdout and "raw tool data kept for 0" in pruned.stdout
         assert sessionmem(data, worker.port, "prune", "--older-than", "-3").returncode == 2
+
+
+def test_the_size_per_observation_leaves_the_transient_wal_out() -> None:
+    from sessionmem.data_cli import size_line
+
+    report = {"databaseBytes": 10 * 1024 * 1024, "walBytes": 40 * 1024 * 1024, "observations": 1024,
+              "rawPayloads": 3, "rawPayloadBytes": 0}
+    line = size_line(report)
+    assert line.startswith("50.0 MB on disk (WAL 40.0 MB), 1024 observations, 10.0 KB each in the database")
