@@ -196,13 +196,25 @@ def _observations_by_ids(connection: apsw.Connection, *, ids: Sequence[int]) -> 
     return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
 
 
+# A prompt with fewer words that mean something than this ("continue", "yes, go on",
+# "keep going") says nothing to rank memories by: the focus is the newest prompt before it
+# that does, among the newest FOCUS_LOOKBACK (else the newest, whatever it says).
+FOCUS_MIN_WORDS = 3
+FOCUS_LOOKBACK = 20
+
+
 def _latest_prompt(connection: apsw.Connection, *, project: str) -> tuple[int, str] | None:
-    row = connection.execute(
-        # Newest prompts first until one is of the project: the planner's own choice (every
-        # prompt of the project, then a sort) took 8.6 ms at 7,700 prompts, this 0.07 ms.
-        "SELECT p.id, p.text FROM user_prompts p CROSS JOIN sessions s ON s.id = p.session_db_id"
-        " WHERE s.project = ? ORDER BY p.created_at DESC, p.id DESC LIMIT 1", (project,)).fetchone()
-    return (row[0], row[1]) if row else None
+    """The project's newest prompt that says what the work is about (:data:`FOCUS_MIN_WORDS`)."""
+    newest = None
+    for row_id, text in connection.execute(
+            # Newest prompts first until one is of the project: the planner's own choice (every
+            # prompt of the project, then a sort) took 8.6 ms at 7,700 prompts, this 0.07 ms.
+            "SELECT p.id, p.text FROM user_prompts p CROSS JOIN sessions s ON s.id = p.session_db_id"
+            " WHERE s.project = ? ORDER BY p.created_at DESC, p.id DESC LIMIT ?", (project, FOCUS_LOOKBACK)):
+        if len(recall.query_terms(text)) >= FOCUS_MIN_WORDS:
+            return row_id, text
+        newest = newest or (row_id, text)
+    return newest
 
 
 # ---------------------------------------------------------------------------

@@ -132,6 +132,11 @@ async def test_session_start_ranks_memories_by_the_prompt_it_continues(tmp_path:
         assert len(small) <= 300 * 4 and "Edited src/auth.py" in small
         words, headers = await context(worker, "q=cookie+max_age")
         assert headers["x-sessionmem-ranking"] == "meaning" and "Edited src/auth.py" in words
+        # A newer prompt that says nothing ("continue") is not what the work is about.
+        await store_session(worker, "go-on", SHOP, "continue", [])
+        await worker.services.index.caught_up()
+        focused, _ = await context(worker, "source=compact")
+        assert '## Relevant to "users get logged out after a minute"' in focused
 
 
 async def test_session_start_falls_back_to_words_when_nothing_near_is_of_the_project(
