@@ -191,6 +191,20 @@ def _describe(event: ObservationEvent, context: SessionContext) -> _Draft:
         draft = _Draft("discovery", _clip(f"{'Fetched' if tool == 'WebFetch' else 'Searched the web for'} {target}", _TITLE_MAX))
         if data.get("prompt"):
             draft.facts.append(_clip(f"looked for: {data['prompt']}", _FACT_MAX))
+    elif tool in ("TaskOutput", "BashOutput"):  # the output of a command Claude ran in the background
+        response = event.tool_response if isinstance(event.tool_response, dict) else {}
+        task = response["task"] if isinstance(response.get("task"), dict) else response
+        label = str(task.get("description") or data.get("task_id") or data.get("bash_id") or "")
+        status = str(task.get("status") or "")
+        draft = _Draft("failure" if status == "failed" else "discovery",
+                       _clip(f"{'Background task failed' if status == 'failed' else 'Checked background task'}: {label}",
+                             _TITLE_MAX))
+        if (last := _last_meaningful_line(_text_of(task.get("output") or task.get("stdout")) or response_text)):
+            draft.facts.append(_clip(f"output: {last}", _FACT_MAX))
+        code = task.get("exitCode", task.get("exit_code"))
+        if status:
+            draft.facts.append(f"task {status}" + (f", exit status {code}" if code is not None else ""))
+        draft.concepts.append("how-it-works")
     elif tool in ("Task", "Agent"):
         description = str(data.get("description") or data.get("prompt") or "")
         agent = str(data.get("subagent_type") or "sub")

@@ -106,3 +106,18 @@ async def test_summary_from_observations(payloads: list[dict[str, Any]]) -> None
     assert "Failed: Ran `python3" in summary.learned
     assert summary.next_steps == "Next, add a test."
     assert compressor.statistics() == CompressorStatistics("offline", tool_uses=4, summaries=0)
+
+
+def test_the_output_of_a_background_task_says_what_it_ran_and_how_it_ended() -> None:
+    # As Claude Code 2.1 records a TaskOutput (toolUseResult of a corpus transcript).
+    response = {"retrieval_status": "success", "task": {
+        "task_id": "bdea11d", "task_type": "local_bash", "status": "failed",
+        "description": "Connect to zima via hostname",
+        "output": "ssh: connect to host zima.example port 22: Connection timed out\r\n", "exitCode": 255}}
+    event = ObservationEvent(claude_session_id="s", project="calcproj", tool_name="TaskOutput", tool_use_id="t",
+                             tool_input={"task_id": "bdea11d", "block": True, "timeout": 15000},
+                             tool_response=response)
+    observation = build_offline_observation(CONTEXT, event)
+    assert (observation.type, observation.title) == ("failure", "Background task failed: Connect to zima via hostname")
+    assert observation.facts == ("output: ssh: connect to host zima.example port 22: Connection timed out",
+                                 "task failed, exit status 255")
