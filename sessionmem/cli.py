@@ -458,13 +458,20 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     private_umask()  # whatever a command creates in the data dir (spool files, say) is its owner's only
     try:
-        return args.fn(args)
+        code = args.fn(args)
+        sys.stdout.flush()  # here, where a reader that went away is handled, not at exit
+        return code
     except SettingsError as exc:
         print(f"sessionmem: {exc}", file=sys.stderr)
         return 2
     except CommandFailed as exc:
         print(f"sessionmem: {exc}", file=sys.stderr)
         return exc.code
+    except BrokenPipeError:
+        # The reader went away (`sessionmem search ... | head`): not an error worth a traceback.
+        # Python would still fail flushing stdout at exit, so point it at nothing first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -61,6 +61,15 @@ def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
         not_an_id = sessionmem(data, worker.port, "show", "#one")
         assert not_an_id.returncode == 2 and "not an observation id: '#one'" in not_an_id.stderr
 
+        # Piped into a reader that stops early (`| head`): no traceback, success.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONMEM_")}
+        piped = subprocess.Popen([sys.executable, "-m", "sessionmem", "search", "cart", "--data-dir", str(data),
+                                  "--port", str(worker.port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert piped.stdout is not None and piped.stderr is not None
+        piped.stdout.close()  # before it has written a thing: its imports alone take longer
+        assert piped.wait(timeout=60) == 0 and piped.stderr.read() == b""
+        piped.stderr.close()
+
         bad = sessionmem(data, worker.port, "search", "cart", "--since", "last tuesday")
         assert bad.returncode == 2 and "'since' must be a date" in bad.stderr
 
