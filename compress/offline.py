@@ -228,9 +228,10 @@ def _describe(event: ObservationEvent, context: SessionContext) -> _Draft:
         draft.concepts.append("gotcha")
         if tool != "Bash" and (detail := _last_meaningful_line(event.error)):
             draft.facts.append(_clip(f"error: {detail}", _FACT_MAX))
-    if event.agent_type:  # "subagent" when a transcript did not say which (Claude Code 1.0's sidechains)
-        generic = event.agent_type in ("subagent", "sub")
-        draft.facts.append("done by a subagent" if generic else f"done by the {event.agent_type} subagent")
+    if event.agent_type:
+        draft.facts.append(f"done by the {event.agent_type} subagent")
+    elif event.agent_id:  # a transcript that does not say which (Claude Code 1.0's sidechains)
+        draft.facts.append("done by a subagent")
     return draft
 
 

@@ -168,11 +168,13 @@ def _is_prompt(entry: dict[str, Any]) -> str:
 
 
 def _agent_fields(entry: dict[str, Any]) -> dict[str, str]:
-    """Attribution for a subagent's entries; 1.0.x inline sidechains carry no agent id."""
+    """Attribution for a subagent's entries; 1.0.x inline sidechains carry no agent id. An agent
+    type the transcript does not name is left out (not invented): the subagent is known, not which."""
     if entry.get("agentId"):
-        return {"agent_id": str(entry["agentId"]), "agent_type": str(entry.get("agentType") or "subagent")}
+        fields = {"agent_id": str(entry["agentId"])}
+        return {**fields, "agent_type": str(entry["agentType"])} if entry.get("agentType") else fields
     if entry.get("isSidechain"):
-        return {"agent_id": "sidechain", "agent_type": "subagent"}
+        return {"agent_id": "sidechain"}
     return {}
 
 

@@ -55,7 +55,7 @@ def test_observations_from_genuine_payloads(payloads: list[dict[str, Any]]) -> N
 
     sub = build_offline_observation(CONTEXT, events["toolu_s01"])
     assert "done by the general-purpose subagent" in sub.facts
-    unnamed = msgspec.structs.replace(events["toolu_s01"], agent_type="subagent")  # a 1.0 sidechain says no more
+    unnamed = msgspec.structs.replace(events["toolu_s01"], agent_id="sidechain", agent_type="")  # a 1.0 sidechain
     assert "done by a subagent" in build_offline_observation(CONTEXT, unnamed).facts
 
 

@@ -40,6 +40,7 @@ def test_v1_inline_sidechains() -> None:
     assert (stats.prompts, stats.tool_uses, stats.failed_tool_uses) == (1, 21, 3)
     subagent = [e for e in session.events if e.payload.get("agent_id") == "sidechain"]
     assert len(subagent) == stats.subagent_tool_uses == 8
+    assert not any("agent_type" in e.payload for e in subagent)  # 1.0 does not say which agent: none invented
     failure = next(e for e in session.events if e.stage == "PostToolUseFailure")
     assert failure.payload["error"] and "tool_response" not in failure.payload
 
