@@ -12,10 +12,10 @@ from typing import Any
 
 from quart import Response, request
 
+from sessionmem.protocol.limits import MAX_PAGE
 from sessionmem.server.jsonapi import encode
 from sessionmem.server.payloads import BadRequest, ErrorReply
 
-MAX_PAGE = 500
 ROW_ID = "int(max=9223372036854775807)"  # SQLite's largest rowid: a larger id is no route (404), not an overflow
 
 

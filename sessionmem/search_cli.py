@@ -18,9 +18,11 @@ from urllib.parse import urlencode
 from sessionmem.command_client import call
 from sessionmem.protocol import routes
 from sessionmem.protocol.config import ClientConfig
+from sessionmem.protocol.limits import MAX_PAGE
 from sessionmem.protocol.project import ALL_PROJECTS, project_of
 
 WIDTH = 100
+PROJECTS_NAMED = 20
 
 
 def _date(timestamp: float) -> str:
@@ -34,7 +36,7 @@ def _clip(text: str, width: int) -> str:
 
 def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
     query: dict[str, Any] = {"q": args.query, "mode": args.mode, "limit": args.limit}
-    project = {".": project_of(os.getcwd()), ALL_PROJECTS: None}.get(args.project, args.project)
+    project = project_of(os.getcwd()) if args.project == "." else None if args.project == ALL_PROJECTS else args.project
     for name, value in (("project", project), ("type", args.type), ("since", args.since), ("until", args.until),
                         ("file", args.file), ("kind", args.kind)):
         if value:
@@ -66,9 +68,11 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
 def _say_if_unknown(config: ClientConfig, project: str) -> None:
     """On stderr, when ``project`` has no memory at all: the projects that have (a misspelled
     name, or a directory whose project is named otherwise, finds nothing without a word)."""
-    known = [entry["project"] for entry in call(config, "GET", f"{routes.PROJECTS}?limit=20")["projects"]]
+    # Every project the worker lists (most recently active first), so an older one is not
+    # taken for unknown; only the first few are named.
+    known = [entry["project"] for entry in call(config, "GET", f"{routes.PROJECTS}?limit={MAX_PAGE}")["projects"]]
     if project not in known:
-        listed = ", ".join(known) if known else "none yet"
+        listed = ", ".join(known[:PROJECTS_NAMED]) + (", …" if len(known) > PROJECTS_NAMED else "") or "none yet"
         print(f"no memory of project {project!r}; projects with memory: {listed}"
               f" (--project '{ALL_PROJECTS}': all)", file=sys.stderr)
 

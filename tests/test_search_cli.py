@@ -51,8 +51,6 @@ def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
         assert "0 result(s)" in elsewhere.stdout and elsewhere.returncode == 0
         assert "no memory of project 'blog'; projects with memory: shop" in elsewhere.stderr
         assert "Edited src/cart.py" in sessionmem(data, worker.port, "search", "cart", "--project", "*").stdout
-        assert "no memory" not in sessionmem(data, worker.port, "search", "zeppelin", "--project", "shop",
-                                              "--mode", "fts").stderr
 
         shown = sessionmem(data, worker.port, "show", "1", "999")
         assert shown.returncode == 1 and "no observation with id 999" in shown.stderr
@@ -75,6 +73,14 @@ def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
 
         status = sessionmem(data, worker.port, "status")
         assert "vector index: ready, 2 vectors" in status.stdout  # the prompt and the edit, nothing pending
+        for number in range(25):  # newer projects: shop is no longer among the first 20 the worker lists
+            worker.post("/api/sessions/init", {"claudeSessionId": f"other{number}", "cwd": f"/work/other{number}",
+                                              "prompt": "something else"})
+        worker.wait_idle()
+        assert "no memory" not in sessionmem(data, worker.port, "search", "zeppelin", "--project", "shop",
+                                              "--mode", "fts").stderr
+        named = sessionmem(data, worker.port, "search", "cart", "--project", "blog").stderr
+        assert "projects with memory: other24, other23" in named and named.count(",") == 20  # 20 named, then …
 
         opened = sessionmem(data, worker.port, "open", "debug", "--print-only")
         assert opened.returncode == 0 and "(works once): http://" in opened.stdout, opened.stderr

@@ -31,6 +31,7 @@ MAX_SEARCH_RESULTS = 100  # results of one search page (``limit``)
 MAX_SEARCH_OFFSET = 10_000
 MAX_TIMELINE_SIDE = 50  # entries before, and after, a timeline's anchor
 MAX_BATCH_IDS = 100  # observations fetched by id at once
+MAX_PAGE = 500  # rows of one page of a list route (``limit``: sessions, projects, observations)
 
 ELISION = "\n…[sessionmem: {n} characters elided]…\n"
 
