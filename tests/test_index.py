@@ -225,9 +225,34 @@ class CountingEmbedder:
         pass
 
 
+class SteadyWrites:
+    """A journal write every 20 ms while started: a database that is never quiet for long."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._on = False
+        self._written = 0
+
+    def start(self, nursery: trio.Nursery) -> None:
+        self._on = True
+        nursery.start_soon(self._write)
+
+    def stop(self) -> None:
+        self._on = False
+
+    async def _write(self) -> None:
+        from sessionmem.events import ObservationEvent
+
+        while self._on:
+            await self._store.accept_event(
+                ObservationEvent("busy", "proj", tool_name="Read", tool_use_id=f"t{self._written}"), lambda e: None)
+            self._written += 1
+            await trio.sleep(0.02)
+
+
 async def test_catching_up_waits_while_the_database_takes_writes(tmp_path: Path) -> None:
     from sessionmem.embed.service import EmbedderService
-    from sessionmem.events import InitEvent, ObservationEvent
+    from sessionmem.events import InitEvent
     from sessionmem.index.actor import VectorIndex
     from sessionmem.storage.sqlite import open_sqlite_store
 
@@ -237,22 +262,15 @@ async def test_catching_up_waits_while_the_database_takes_writes(tmp_path: Path)
         embedder = CountingEmbedder()
         index = VectorIndex(store, EmbedderService(embedder, background_nice=0), tmp_path / "index", chunk=8,
                             quiet_s=0.1, max_yield_s=60)
-        writing = True
-
-        async def keep_writing() -> None:  # hooks arriving: a write every 20 ms
-            n = 0
-            while writing:
-                await store.accept_event(ObservationEvent("busy", "proj", tool_name="Read", tool_use_id=f"t{n}"),
-                                         lambda e: None)
-                n += 1
-                await trio.sleep(0.02)
+        writes = SteadyWrites(store)  # hooks arriving
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(keep_writing)
+            writes.start(nursery)
             await nursery.start(index.run)
             await trio.sleep(1.0)
             assert embedder.chunks_at == []  # nothing embedded while writes went on
-            writing, quiet_from = False, trio.current_time()
+            writes.stop()
+            quiet_from = trio.current_time()
             with trio.fail_after(30):
                 await index.caught_up()
             stats = index.statistics()
@@ -260,8 +278,7 @@ async def test_catching_up_waits_while_the_database_takes_writes(tmp_path: Path)
             assert embedder.chunks_at[0] >= quiet_from + 0.1 and stats.yields == 1  # then one after the other
             # A steady stream of writes delays a chunk by at most max_yield_s.
             index._max_yield_s = 0.3
-            writing = True
-            nursery.start_soon(keep_writing)
+            writes.start(nursery)
             for n in range(8):
                 await store.accept_init(InitEvent(f"later{n}", "proj", prompt=f"later {n}"), lambda e: None)
             index.notify()
@@ -269,13 +286,13 @@ async def test_catching_up_waits_while_the_database_takes_writes(tmp_path: Path)
             with trio.fail_after(30):
                 await index.caught_up()
             assert stats.vectors + 8 == index.statistics().vectors and embedder.chunks_at[-1] - began < 2
-            writing = False
+            writes.stop()
             nursery.cancel_scope.cancel()
 
 
 async def test_what_is_stored_while_catching_up_waits_goes_first_and_counts_as_pending(tmp_path: Path) -> None:
     from sessionmem.embed.service import EmbedderService
-    from sessionmem.events import InitEvent, ObservationEvent
+    from sessionmem.events import InitEvent
     from sessionmem.index.actor import VectorIndex
     from sessionmem.storage.sqlite import open_sqlite_store
 
@@ -283,15 +300,7 @@ async def test_what_is_stored_while_catching_up_waits_goes_first_and_counts_as_p
         embedder = CountingEmbedder()
         index = VectorIndex(store, EmbedderService(embedder, background_nice=0), tmp_path / "index", chunk=4,
                             quiet_s=0.1, max_yield_s=60)
-        writing = True
-
-        async def keep_writing() -> None:  # a backfill: writes all the time, so catching up waits
-            n = 0
-            while writing:
-                await store.accept_event(ObservationEvent("busy", "proj", tool_name="Read", tool_use_id=f"t{n}"),
-                                         lambda e: None)
-                n += 1
-                await trio.sleep(0.02)
+        writes = SteadyWrites(store)  # a backfill: catching up waits all along
 
         async def prompts(label: str) -> None:
             for n in range(4):
@@ -303,11 +312,11 @@ async def test_what_is_stored_while_catching_up_waits_goes_first_and_counts_as_p
             await nursery.start(index.run)
             with trio.fail_after(30):
                 await index.caught_up()
-            nursery.start_soon(keep_writing)
+            writes.start(nursery)
             await prompts("first")
             assert index.statistics().pending == 4 and embedder.texts == []  # waiting for a quiet moment
             await prompts("second")
-            writing = False
+            writes.stop()
             with trio.fail_after(30):
                 await index.caught_up()
             assert index.statistics().vectors == 8
