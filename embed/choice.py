@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sessionmem.config import EMBEDDERS
 from sessionmem.embed.base import Embedder
+from sessionmem.embed.isolated import IsolatedEmbedder
 from sessionmem.embed.minilm import MiniLMEmbedder
 from sessionmem.embed.none import NoEmbedder
 
@@ -20,3 +21,10 @@ def choose_embedder(name: str) -> Embedder:
             return NoEmbedder()
         case _:
             raise ValueError(f"unknown embedder {name!r}: choose one of {', '.join(map(repr, EMBEDDERS))}")
+
+
+def choose_background_embedder(name: str) -> Embedder | None:
+    """The same model for background work, run by a child process at the lowest CPU priority
+    (:class:`~sessionmem.embed.isolated.IsolatedEmbedder`); ``None`` when vectors are off."""
+    inner = choose_embedder(name)
+    return IsolatedEmbedder(inner) if inner.dimensions else None

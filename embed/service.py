@@ -14,15 +14,14 @@ Resource handling:
     (16 texts at the 256-token limit). :meth:`EmbedderService.aclose` closes the embedder
     once the chunk on the thread, if any, is done.
 
-    Background work runs on a thread of the service's own, at the lowest CPU priority
-    (``BACKGROUND_NICE``; Linux gives each thread its own nice value, other systems keep
-    the usual one). Catching up is worth nothing to a hook waiting for its answer: on
-    two cores a model run at full speed took a third of the CPU from accepting events
-    (the Trio thread, SQLite, the client on the same machine), and the bench's later
-    rounds, which ran beside the catch-up of the earlier ones, accepted fewer events.
-    Niced, it takes what the rest leaves, and all of an idle machine. (The lowered
-    priority cannot be raised again without privileges, so it belongs to this one
-    thread, never to Trio's shared ones.)
+    Background work can have an embedder of its own (``background``): the worker gives
+    it an :class:`~sessionmem.embed.isolated.IsolatedEmbedder`, the same model in a
+    child process at the lowest CPU priority, so catching up takes only what accepting
+    events leaves (the figures are in that module). Catching up is worth nothing to a
+    hook waiting for its answer. The background lane's thread then only waits on a pipe.
+    (Earlier the lane's thread itself was niced: it held the worker's GIL whenever the
+    kernel preempted it, and the Trio thread waited on it. Never lower the priority of
+    a thread that takes the GIL.) Without ``background``, both lanes run ``embedder``.
 
 Error handling:
     What the embedder raises (a failed model load, an onnxruntime error,
@@ -36,9 +35,6 @@ Error handling:
 
 from __future__ import annotations
 
-import os
-import sys
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -54,23 +50,6 @@ T = TypeVar("T")
 # Texts per trip to the worker thread: how long a caller may wait behind another
 # request, and how long cancelling takes (see the module docstring for the figures).
 BATCH_SIZE = 16
-# The background thread's nice value: the lowest priority (see the module docstring).
-BACKGROUND_NICE = 19
-
-
-def lower_priority(nice: int) -> bool:
-    """Give the calling thread the nice value ``nice`` (never a higher priority than it has); False if
-    this system cannot do it for one thread."""
-    if not sys.platform.startswith("linux"):
-        return False  # elsewhere PRIO_PROCESS would lower the whole worker
-    thread = threading.get_native_id()
-    try:
-        os.setpriority(os.PRIO_PROCESS, thread, max(nice, os.getpriority(os.PRIO_PROCESS, thread)))
-    except OSError:
-        return False
-    return True
-
-
 async def run_on(executor: ThreadPoolExecutor, fn: Callable[..., T], *args: object) -> T:
     """``fn(*args)`` on ``executor``'s thread. Like ``trio.to_thread.run_sync`` without
     ``abandon_on_cancel``: a cancelled caller waits until ``fn`` has returned, then gets ``Cancelled``."""
@@ -90,20 +69,25 @@ class EmbedderServiceStatistics(msgspec.Struct, frozen=True):
     requests: int  # calls of embed (and warm_up)
     busy: bool  # a worker thread is running the embedder now (or aclose holds it)
     waiting: int  # tasks waiting for the thread
+    background: EmbedderStatistics | None = None  # the background lane's own embedder, if it has one
+    background_pid: int | None = None  # the process running it, while one runs (IsolatedEmbedder)
 
 
 class EmbedderService:
-    def __init__(self, embedder: Embedder, *, batch_size: int = BATCH_SIZE,
-                 background_nice: int = BACKGROUND_NICE) -> None:
+    def __init__(self, embedder: Embedder, *, background: Embedder | None = None,
+                 batch_size: int = BATCH_SIZE) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        if background is not None and (background.model_id, background.dimensions) != (
+                embedder.model_id, embedder.dimensions):
+            raise ValueError(f"the background embedder's model {background.model_id!r} is not {embedder.model_id!r}")
         self._embedder = embedder
+        self._background_embedder = background
         self._batch_size = batch_size
         self._limiter = trio.CapacityLimiter(1)  # background
         self._urgent = trio.CapacityLimiter(1)
         # The background lane's own thread, started at its first chunk.
-        self._background = ThreadPoolExecutor(1, thread_name_prefix="sessionmem-embed", initializer=lower_priority,
-                                              initargs=(background_nice,))
+        self._background = ThreadPoolExecutor(1, thread_name_prefix="sessionmem-embed")
         self._closed = False
         self._requests = 0
 
@@ -135,23 +119,30 @@ class EmbedderService:
                 async with limiter:
                     if self._closed:
                         raise EmbedderClosedError("the embedder is closed")
-                    rows = await run_on(self._background, self._embedder.embed, chunk)
+                    rows = await run_on(self._background, (self._background_embedder or self._embedder).embed, chunk)
             vectors[start : start + len(chunk)] = rows
         return vectors
 
     async def warm_up(self) -> None:
-        """Load the model and run it once (on one empty text), off the Trio thread; nothing to do for ``none``."""
+        """Load the model searches use and run it once (on one empty text), off the Trio thread; nothing to do
+        for ``none``. The background lane's own embedder starts with its first chunk."""
         if self._embedder.dimensions:
-            await self.embed([""])
+            await self.embed([""], urgent=True)
 
     def statistics(self) -> EmbedderServiceStatistics:
         limiter = self._limiter.statistics()
+        background = self._background_embedder
         return EmbedderServiceStatistics(self._embedder.statistics(), self._batch_size, self._requests,
-                                         busy=limiter.borrowed_tokens > 0, waiting=limiter.tasks_waiting)
+                                         busy=limiter.borrowed_tokens > 0, waiting=limiter.tasks_waiting,
+                                         background=background.statistics() if background is not None else None,
+                                         background_pid=getattr(background, "pid", None))
 
     async def aclose(self) -> None:
         """Close the embedder, after the chunks running on threads (if any) have finished."""
         async with self._limiter, self._urgent:
             self._closed = True
             self._embedder.close()
+            if self._background_embedder is not None:
+                # On a worker thread: stopping the child waits for it to exit.
+                await trio.to_thread.run_sync(self._background_embedder.close)
         self._background.shutdown(wait=False)  # idle: nothing runs on it any more

@@ -1,13 +1,15 @@
 """The offline embedder: all-MiniLM-L6-v2 (int8, onnxruntime) against the fp32 model, its
 contract (unit float32 rows, any text accepted, batches equal single texts), the ``none``
-embedder, the choice by name, laziness, and the Trio service (off the Trio thread, in
-chunks, cancelled between chunks, counted)."""
+embedder, the choice by name, laziness, the isolated embedder (a niced child process that
+never outlives the worker), and the Trio service (off the Trio thread, in chunks, cancelled
+between chunks, counted, catching up on its background embedder)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -20,10 +22,11 @@ import pytest
 import trio
 
 from sessionmem.embed.base import EmbedderClosedError, EmbedderStatistics
-from sessionmem.embed.choice import choose_embedder
+from sessionmem.embed.choice import choose_background_embedder, choose_embedder
+from sessionmem.embed.isolated import CHILD_NICE, EmbedderProcessError, IsolatedEmbedder
 from sessionmem.embed.minilm import DIMENSIONS, TOKENIZER_PATH, MiniLMEmbedder
 from sessionmem.embed.none import NoEmbedder
-from sessionmem.embed.service import BACKGROUND_NICE, EmbedderService
+from sessionmem.embed.service import EmbedderService
 
 REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "minilm-reference.json").read_text(encoding="utf-8"))
 TEXTS = [
@@ -182,21 +185,109 @@ async def test_the_service_embeds_in_chunks_on_a_worker_thread() -> None:
     assert fake.closed
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a nice value per thread is Linux's")
-async def test_catching_up_runs_at_the_lowest_priority_and_a_search_does_not() -> None:
-    fake = RecordingEmbedder()
-    service = EmbedderService(fake, batch_size=2)
-    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+async def test_catching_up_runs_on_the_background_embedder_and_a_search_does_not() -> None:
+    fake, background = RecordingEmbedder(), RecordingEmbedder()
+    service = EmbedderService(fake, background=background, batch_size=2)
     await service.embed(["a", "b", "c"])  # the vector index catching up
     await service.embed(["query"], urgent=True)
     await service.embed(["d"])
-    background = {thread for _, thread in fake.calls[:2]} | {fake.calls[3][1]}
-    assert len(background) == 1 and fake.calls[2][1] not in background  # a thread of its own
-    assert fake.nice == [BACKGROUND_NICE, BACKGROUND_NICE, own, BACKGROUND_NICE]
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own  # nothing else lowered
+    assert [n for n, _ in background.calls] == [2, 1, 1] and [n for n, _ in fake.calls] == [1]
+    assert len({thread for _, thread in background.calls}) == 1  # the lane's own thread
+    assert background.calls[0][1] != fake.calls[0][1]
+    stats = service.statistics()
+    assert stats.background is not None and (stats.background.texts, stats.embedder.texts) == (4, 1)
     await service.aclose()
+    assert fake.closed and background.closed
     with pytest.raises(EmbedderClosedError):
         await service.embed(["after close"])
+
+
+def test_the_background_embedder_must_be_the_same_model() -> None:
+    class Other(RecordingEmbedder):
+        model_id = "other@2"
+
+    with pytest.raises(ValueError, match="other@2"):
+        EmbedderService(RecordingEmbedder(), background=Other())
+    assert choose_background_embedder("none") is None
+    isolated = choose_background_embedder("minilm")
+    assert isinstance(isolated, IsolatedEmbedder) and isolated.pid is None  # nothing starts until asked
+    assert (isolated.model_id, isolated.dimensions) == (MiniLMEmbedder().model_id, DIMENSIONS)
+
+
+def test_the_isolated_embedder_gives_the_same_vectors_from_a_niced_process(minilm: MiniLMEmbedder) -> None:
+    isolated = IsolatedEmbedder(MiniLMEmbedder())
+    try:
+        texts = [*TEXTS, "", "y" * 20_000]
+        vectors = isolated.embed(texts)
+        assert vectors.dtype == np.float32 and vectors.shape == (len(texts), DIMENSIONS)
+        assert np.allclose(vectors, minilm.embed(texts), atol=1e-6)
+        pid = isolated.pid
+        assert pid is not None and pid != os.getpid()
+        if sys.platform.startswith("linux"):
+            assert os.getpriority(os.PRIO_PROCESS, pid) == CHILD_NICE
+            assert os.getpriority(os.PRIO_PROCESS, 0) < CHILD_NICE  # this process is as it was
+        stats = isolated.statistics()
+        assert stats.loaded and stats.load_seconds > 0 and stats.texts == len(texts)
+        assert isolated.embed([]).shape == (0, DIMENSIONS)
+    finally:
+        isolated.close()
+    assert isolated.pid is None
+    assert not _alive(pid)
+    with pytest.raises(EmbedderClosedError):
+        isolated.embed(["after close"])
+
+
+def test_a_child_that_dies_mid_request_is_an_error_and_the_next_request_starts_another() -> None:
+    isolated = IsolatedEmbedder(MiniLMEmbedder())
+    try:
+        isolated.embed(["start it"])
+        first = isolated.pid
+        assert first is not None
+        long_texts = [f"{i} " + "tokens and more tokens " * 60 for i in range(64)]  # seconds of model time
+        killer = threading.Timer(0.3, os.kill, (first, signal.SIGKILL))
+        killer.start()
+        with pytest.raises(EmbedderProcessError, match="ended .*exit status -9"):
+            isolated.embed(long_texts)
+        killer.join()
+        assert isolated.embed(["again"]).shape == (1, DIMENSIONS)
+        assert isolated.starts == 2 and isolated.pid not in (None, first)
+        assert isolated.statistics().texts == 2  # the killed child's work was never answered
+    finally:
+        isolated.close()
+
+
+def test_the_child_exits_when_the_worker_is_killed(tmp_path: Path) -> None:
+    script = ("import sys\n"
+              "from sessionmem.embed.isolated import IsolatedEmbedder\n"
+              "from sessionmem.embed.minilm import MiniLMEmbedder\n"
+              "embedder = IsolatedEmbedder(MiniLMEmbedder())\n"
+              "embedder.embed(['hello'])\n"
+              "print(embedder.pid, flush=True)\n"
+              "sys.stdin.read()\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())  # type: ignore[union-attr]
+        assert _alive(child)
+        parent.kill()  # no clean-up runs in the parent
+        parent.wait(10)
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child), "the embedding process outlived the worker"
+    finally:
+        parent.kill()
+        parent.wait(10)
+
+
+def _alive(pid: int | None) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not yet reaped by its new parent, does not)."""
+    if pid is None:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
 
 
 async def test_cancelling_waits_for_the_chunk_on_the_thread_and_runs_no_more() -> None:

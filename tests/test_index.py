@@ -260,7 +260,7 @@ async def test_catching_up_waits_while_the_database_takes_writes(tmp_path: Path)
         for n in range(40):  # forty prompts: stored as they are accepted, each a document
             await store.accept_init(InitEvent(f"s{n}", "proj", prompt=f"prompt {n}"), lambda e: None)
         embedder = CountingEmbedder()
-        index = VectorIndex(store, EmbedderService(embedder, background_nice=0), tmp_path / "index", chunk=8,
+        index = VectorIndex(store, EmbedderService(embedder), tmp_path / "index", chunk=8,
                             quiet_s=0.1, max_yield_s=60)
         writes = SteadyWrites(store)  # hooks arriving
 
@@ -298,7 +298,7 @@ async def test_what_is_stored_while_catching_up_waits_goes_first_and_counts_as_p
 
     async with open_sqlite_store(tmp_path / "db.sqlite") as store:
         embedder = CountingEmbedder()
-        index = VectorIndex(store, EmbedderService(embedder, background_nice=0), tmp_path / "index", chunk=4,
+        index = VectorIndex(store, EmbedderService(embedder), tmp_path / "index", chunk=4,
                             quiet_s=0.1, max_yield_s=60)
         writes = SteadyWrites(store)  # a backfill: catching up waits all along
 

@@ -107,3 +107,21 @@ def test_status_replay_and_stop_commands(worker_factory: Callable[..., WorkerPro
     assert report["took_seconds"] <= report["budget_seconds"] == 15
     down = command("status")
     assert down.returncode == 1 and "not running" in down.stdout
+
+
+def test_the_embedding_process_ends_with_the_worker(worker_factory: Callable[..., WorkerProcess]) -> None:
+    worker = worker_factory(SESSIONMEM_BATCH_QUIET=0.05)
+    worker.request("POST", OBS, {"claudeSessionId": "embedded", "tool_name": "Read", "tool_use_id": "r1",
+                                 "tool_input": {"file_path": "/repo/src/app.py"}, "tool_response": "print('hi')"})
+    worker.wait_idle()
+    # The stored observation is embedded by the niced child process, not by the worker.
+    worker.wait_until(lambda: (worker.get("/debug")["embedder"]["background"] or {}).get("texts", 0) >= 1)
+    embedder = worker.get("/debug")["embedder"]
+    child = embedder["backgroundPid"]
+    assert child is not None and child != worker.pid and embedder["embedder"]["texts"] <= 1  # at most the warm-up
+    assert os.getpriority(os.PRIO_PROCESS, child) == 19
+    assert worker.process is not None
+    worker.process.terminate()
+    assert worker.process.wait(30) == 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)  # stopped and reaped by the worker, not left behind
