@@ -51,7 +51,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--baseline-runs", type=int, default=30, help="bare interpreter starts timed for proportion")
     parser.add_argument("--out", type=Path, help="report folder (default bench/results/<timestamp>)")
     parser.add_argument("--smoke", action="store_true", help="a few seconds of everything (CI)")
+    parser.add_argument("--worker-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting for every worker the bench starts (e.g. SESSIONMEM_EMBEDDER=none); repeatable")
     args = parser.parse_args(argv)
+    malformed = [item for item in args.worker_env if "=" not in item]
+    if malformed:
+        parser.error(f"--worker-env takes NAME=VALUE, not {', '.join(malformed)}")
+    args.worker_env = dict(item.split("=", 1) for item in args.worker_env)
     unknown = [s for s in args.scenarios if s not in ALL]
     if unknown:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(ALL)}")
@@ -80,13 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.limit:
         sessions = sessions[: args.limit]
     speed = None if args.speed == "max" else float(args.speed)
-    ctx = scenarios.Context(out=out, sessions=sessions, llm=args.llm, llm_delay=args.llm_delay)
+    ctx = scenarios.Context(out=out, sessions=sessions, llm=args.llm, llm_delay=args.llm_delay,
+                            worker_env=args.worker_env)
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).parent).stdout.strip() or "unknown"
     meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": shlex.join([sys.executable, *sys.argv]),
             "commit": commit, "cores": os.cpu_count(), "corpus": str(args.corpus), "conversion": stats.as_dict(),
-            "replayed_sessions": len(sessions), "llm": args.llm}
+            "replayed_sessions": len(sessions), "llm": args.llm, "worker_env": args.worker_env}
     results: dict[str, object] = {}
     print(f"bench: {len(sessions)} sessions, {stats.tool_uses} tool uses in the corpus "
           f"({stats.broken_lines} unparseable lines); writing to {out}", file=sys.stderr)
@@ -99,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                                                       rate=args.rate, name=name)
         elif name == "replay_hooks":
             hook_ctx = scenarios.Context(out=out, sessions=sessions[: args.hook_sessions], llm=args.llm,
-                                         llm_delay=args.llm_delay, plots=ctx.plots, disk=ctx.disk)
+                                         llm_delay=args.llm_delay, plots=ctx.plots, disk=ctx.disk,
+                                         worker_env=args.worker_env)
             results[name] = scenarios.scenario_replay(hook_ctx, via="hooks", concurrency=min(args.sessions, 4),
                                                       speed=None, rate=None, name=name)
         elif name == "throughput":

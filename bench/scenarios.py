@@ -64,6 +64,7 @@ class Context:
     # Per worker (named as its scenario): bytes of its data dir when the scenario's load
     # was done (the worker still running) and after it stopped, and the WAL's peak.
     disk: dict[str, dict[str, Any]] = field(default_factory=dict)
+    worker_env: dict[str, str] = field(default_factory=dict)  # --worker-env: over the scenario's own settings
 
     @contextmanager
     def worker(self, name: str, **env: Any) -> Iterator[tuple[WorkerProcess, ScriptedMessagesAPI | None]]:
@@ -74,6 +75,7 @@ class Context:
             settings.update(SESSIONMEM_COMPRESSOR="anthropic", ANTHROPIC_API_KEY="sk-bench-dummy",
                             ANTHROPIC_BASE_URL=api.url, SESSIONMEM_LLM_CONCURRENCY="4")
         settings.update({k: str(v) for k, v in env.items()})
+        settings.update(self.worker_env)
         worker = start_worker(self.out / "data" / name, env=settings, timeout=60)
         try:
             with WalWatcher(worker.data_dir) as wal:
