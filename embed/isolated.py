@@ -159,12 +159,23 @@ class IsolatedEmbedder:
                                   batches=done.batches + child.batches, seconds=done.seconds + child.seconds)
 
     def close(self) -> None:
-        """Stop the child (it finishes the request it is on); ``embed`` then raises ``EmbedderClosedError``."""
-        with self._lock:
-            self._closed = True
+        """Stop the child; ``embed`` then raises ``EmbedderClosedError``.
+
+        A request under way may finish for ``EXIT_GRACE_S``; after that the child is killed
+        (its caller gets an ``EmbedderProcessError``), so a hung child cannot hold the close.
+        """
+        self._closed = True
+        if not self._lock.acquire(timeout=EXIT_GRACE_S):
+            process = self._process
+            if process is not None:
+                process.kill()
+            self._lock.acquire()
+        try:
             if self._process is not None:
                 self._stop(self._process)
                 self._reap()
+        finally:
+            self._lock.release()
 
     def _running(self) -> subprocess.Popen[bytes]:
         process = self._process

@@ -9,6 +9,7 @@ of input.
 Resource handling:
     Nothing outlives the loop: at end of input (the worker closed the pipe, or died) or
     when the worker stops reading, the embedder is closed and the process exits 0.
+    SIGINT is ignored (a Ctrl-C meant for the worker reaches its whole process group).
 
 Error handling:
     An exception while embedding is sent back as the reply's ``error`` and the loop goes
@@ -19,6 +20,7 @@ Error handling:
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import numpy as np
@@ -30,6 +32,9 @@ from sessionmem.embed.isolated import CHILD_NICE, Reply, decode_texts, encode, r
 def serve(name: str, nice: int) -> int:
     """Answer requests until end of input; the exit status."""
     os.nice(max(0, nice - os.nice(0)))
+    # Ctrl-C in the worker's terminal reaches the whole process group: the worker decides
+    # when this process ends (by closing its input), not the keyboard.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The replies get a descriptor of their own; whatever a library writes to stdout
     # goes to stderr instead of into the stream.
     replies = os.fdopen(os.dup(1), "wb")

@@ -228,6 +228,8 @@ def test_the_isolated_embedder_gives_the_same_vectors_from_a_niced_process(minil
             assert os.getpriority(os.PRIO_PROCESS, 0) < CHILD_NICE  # this process is as it was
         stats = isolated.statistics()
         assert stats.loaded and stats.load_seconds > 0 and stats.texts == len(texts)
+        os.kill(pid, signal.SIGINT)  # a Ctrl-C meant for the worker: the child carries on
+        assert isolated.embed(["still here"]).shape == (1, DIMENSIONS) and isolated.pid == pid
         assert isolated.embed([]).shape == (0, DIMENSIONS)
     finally:
         isolated.close()
@@ -252,6 +254,26 @@ def test_a_child_that_dies_mid_request_is_an_error_and_the_next_request_starts_a
         assert isolated.embed(["again"]).shape == (1, DIMENSIONS)
         assert isolated.starts == 2 and isolated.pid not in (None, first)
         assert isolated.statistics().texts == 2  # the killed child's work was never answered
+        # A child that does not answer (stopped here) cannot hold the close: it is killed.
+        second = isolated.pid
+        os.kill(second, signal.SIGSTOP)  # type: ignore[arg-type]
+        outcome: list[BaseException] = []
+
+        def embed_stuck() -> None:
+            try:
+                isolated.embed(["stuck"])
+            except BaseException as exc:
+                outcome.append(exc)
+
+        stuck = threading.Thread(target=embed_stuck)
+        stuck.start()
+        time.sleep(0.2)
+        started = time.monotonic()
+        isolated.close()
+        stuck.join(10)
+        assert not stuck.is_alive() and time.monotonic() - started < 10
+        assert [type(exc) for exc in outcome] == [EmbedderProcessError]
+        assert not _alive(second)
     finally:
         isolated.close()
 
