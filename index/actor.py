@@ -166,15 +166,18 @@ class VectorIndex:
         while self.enabled and (self._backlog or self._wake.is_set() or self._state is not IndexState.READY):
             await trio.sleep(poll_s)
 
-    async def nearest(self, vector: np.ndarray, k: int) -> list[tuple[str, int, float]] | None:
-        """The ``k`` nearest documents (kind, row id, cosine distance), nearest first.
+    async def nearest(self, vector: np.ndarray, k: int, *, of_kind: str | None = None
+                      ) -> list[tuple[str, int, float]] | None:
+        """The ``k`` nearest documents (kind, row id, cosine distance), nearest first; ``of_kind``: only
+        documents of that kind (see :meth:`HnswIndex.nearest`).
 
         ``None`` when there are no vectors to ask: vectors off, the index loading, or busy
         past ``query_wait_s``.
         """
-        return await self._ask(lambda index: index.nearest(vector, k))
+        return await self._ask(lambda index: index.nearest(vector, k, kind=of_kind))
 
-    async def nearest_to(self, kind: str, row_id: int, k: int) -> list[tuple[str, int, float]] | None:
+    async def nearest_to(self, kind: str, row_id: int, k: int, *, of_kind: str | None = None
+                         ) -> list[tuple[str, int, float]] | None:
         """The ``k`` documents nearest to a stored document's own vector, as :meth:`nearest` (it among them).
 
         ``None`` when that document has no vector yet, or as :meth:`nearest`. One call on the
@@ -183,7 +186,7 @@ class VectorIndex:
 
         def query(index: HnswIndex) -> list[tuple[int, float]] | None:
             vector = index.vector_of(label_of(kind, row_id))
-            return None if vector is None else index.nearest(vector, k)
+            return None if vector is None else index.nearest(vector, k, kind=of_kind)
 
         return await self._ask(query)
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import hnswlib
@@ -46,6 +47,9 @@ FORMAT = 3
 M = 16
 EF_CONSTRUCTION = 100
 EF_SEARCH = 64
+# A kind-filtered query asks again with hnswlib's filter when fewer than 1 in this many of the
+# unfiltered answer are of that kind (HnswIndex.nearest).
+CROWDED_SHARE = 4
 INITIAL_CAPACITY = 1024
 
 _CODES = {kind: code for code, kind in enumerate(DOCUMENT_KINDS)}
@@ -117,13 +121,40 @@ class HnswIndex:
                 self._index.mark_deleted(label)
                 self._deleted.add(label)
 
-    def nearest(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """The ``k`` (at most: what the index holds) nearest labels and their cosine distances, nearest first."""
+    def nearest(self, vector: np.ndarray, k: int, *, kind: str | None = None) -> list[tuple[int, float]]:
+        """The ``k`` (at most: what the index holds) nearest labels and their cosine distances, nearest first.
+
+        ``kind``: only documents of that kind. The index is asked without a filter first:
+        hnswlib calls a filter back in Python for every candidate it weighs (0.94 ms against
+        0.08 ms for 200 of 115,000 vectors). Only when fewer than ``k // CROWDED_SHARE`` of
+        the answer are of that kind (the neighbourhood is crowded by documents of other kinds,
+        such as one prompt stored many times) is it asked again with the filter.
+        """
         k = min(k, self.vectors)
         if k <= 0:
             return []
+        found = self._knn(vector, k)
+        if kind is None:
+            return found
+        code = _CODES[kind]
+        wanted = [(label, distance) for label, distance in found if label % 4 == code]
+        if len(wanted) >= k // CROWDED_SHARE:
+            return wanted
+
+        def accept(label: int) -> bool:
+            return label % 4 == code
+
+        while k >= 1:
+            try:
+                return self._knn(vector, k, accept)
+            except RuntimeError:  # fewer than k of that kind: hnswlib then returns nothing, not fewer
+                k //= 2
+        return []
+
+    def _knn(self, vector: np.ndarray, k: int, accept: Callable[[int], bool] | None = None
+             ) -> list[tuple[int, float]]:
         self._index.set_ef(max(EF_SEARCH, k))  # hnswlib does not save ef: set for every query
-        labels, distances = self._index.knn_query(vector.reshape(1, -1), k=k, num_threads=1)
+        labels, distances = self._index.knn_query(vector.reshape(1, -1), k=k, num_threads=1, filter=accept)
         return [(int(label), float(distance)) for label, distance in zip(labels[0], distances[0])]
 
     def vector_of(self, label: int) -> np.ndarray | None:

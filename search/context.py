@@ -152,11 +152,13 @@ class ContextPlanner:
         """
         if self._index.enabled:
             nearest = None
+            # Observations only: a prompt asked many times (or its summaries) can fill the
+            # nearest places by itself.
             if prompt_id is not None:
-                nearest = await self._index.nearest_to(PROMPT, prompt_id, CANDIDATES)
+                nearest = await self._index.nearest_to(PROMPT, prompt_id, CANDIDATES, of_kind=OBSERVATION)
             if nearest is None:
                 vector = (await self._embedder.embed([focus], urgent=True))[0]
-                nearest = await self._index.nearest(vector, CANDIDATES)
+                nearest = await self._index.nearest(vector, CANDIDATES, of_kind=OBSERVATION)
             found = [RankedKey(kind, row_id, 1.0 - distance) for kind, row_id, distance in nearest or ()
                      if kind == OBSERVATION]
             if found:

@@ -24,6 +24,27 @@ def labels(*keys: tuple[str, int]) -> np.ndarray:
     return np.array([label_of(kind, row_id) for kind, row_id in keys], dtype=np.uint64)
 
 
+def test_nearest_of_a_kind_when_another_kind_crowds_the_neighbourhood() -> None:
+    """One prompt stored 300 times fills the nearest places: observations are still found, nearest first."""
+    rng = np.random.default_rng(3)
+    focus = unit_vectors(1, seed=9)[0]
+    copies = focus + 0.01 * rng.normal(size=(300, DIMENSIONS)).astype(np.float32)
+    others = unit_vectors(120, seed=10)
+    index = HnswIndex(DIMENSIONS, "m")
+    index.add(labels(*(("prompt", i) for i in range(1, 301))), copies)
+    index.add(labels(*(("observation", i) for i in range(1, 121))), others)
+    assert {key_of(label)[0] for label, _ in index.nearest(focus, 100)} == {"prompt"}
+    found = index.nearest(focus, 100, kind="observation")
+    assert len(found) == 100 and {key_of(label)[0] for label, _ in found} == {"observation"}
+    # The same as brute force over the observations (cosine distance), nearest first.
+    distances = 1 - (others / np.linalg.norm(others, axis=1, keepdims=True)) @ (focus / np.linalg.norm(focus))
+    expected = [label_of("observation", int(i) + 1) for i in np.argsort(distances)[:10]]
+    assert [label for label, _ in found[:10]] == expected
+    # Asking for more than the index holds of that kind gives what it has (some of it), never an error.
+    fewer = index.nearest(focus, 200, kind="observation")
+    assert 0 < len(fewer) <= 120 and {key_of(label)[0] for label, _ in fewer} == {"observation"}
+
+
 def test_labels_name_kind_and_row() -> None:
     for key in [("observation", 1), ("summary", 1), ("prompt", 1), ("observation", 2**40)]:
         assert key_of(label_of(*key)) == key
