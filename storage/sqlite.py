@@ -63,11 +63,15 @@ from sessionmem.storage.base import Accepted, InitAccepted, OnCommit, StorageUna
 from sessionmem.storage.checkpointer import IDLE_S, WAL_LIMIT_BYTES, Checkpointer
 from sessionmem.storage.readers import ReaderPool
 from sessionmem.storage.schema import migrate
-from sessionmem.storage.writer import GroupCommitWriter
+from sessionmem.storage.writer import BACKGROUND_WEIGHT, GroupCommitWriter
 
 # What the disk or the file system does to a write, as opposed to what a request does:
 # SQLITE_FULL, SQLITE_IOERR, SQLITE_READONLY, SQLITE_CANTOPEN.
 UNAVAILABLE = (apsw.FullError, apsw.IOError, apsw.ReadOnlyError, apsw.CantOpenError)
+# Weights of background writes (storage/writer.py), in observation rows: a summary is one
+# row and its FTS5 rows, longer texts; a batch of pruning takes a transaction's share alone.
+SUMMARY_WEIGHT = 4
+PRUNE_WEIGHT = BACKGROUND_WEIGHT
 
 _bestpractice_applied = False
 
@@ -396,11 +400,15 @@ class SQLiteStore:
             raise RuntimeError("store is not open")
         return StoreStatistics(str(self.path), self._writer.statistics(), self._checkpointer.statistics())
 
-    async def _write(self, fn: Any, *args: Any, on_commit: Any = None) -> Any:
+    async def _write(self, fn: Any, *args: Any, on_commit: Any = None, background: bool = False,
+                     weight: int = 1) -> Any:
+        """``fn(connection, *args)`` in a group commit; ``background`` and ``weight`` as
+        :meth:`GroupCommitWriter.submit` has them (what actors store is background work)."""
         if self._writer is None:
             raise RuntimeError("store is not open")
         try:
-            return await self._writer.submit(lambda connection: fn(connection, *args), on_commit=on_commit)
+            return await self._writer.submit(lambda connection: fn(connection, *args), on_commit=on_commit,
+                                             background=background, weight=weight)
         except UNAVAILABLE as exc:
             raise StorageUnavailable(f"the database cannot take writes: {exc}") from exc
 
@@ -520,7 +528,7 @@ class SQLiteStore:
             _mark_done(connection, [envelope.event_id for envelope, _, _ in items], now)
             return inserted
 
-        return await self._write(store)
+        return await self._write(store, background=True, weight=len(items))
 
     async def store_summary(self, session: SessionInfo, envelope: Envelope, summary: CompressedSummary) -> bool:
         event = envelope.event
@@ -550,7 +558,7 @@ class SQLiteStore:
             _mark_done(connection, [envelope.event_id], now)
             return inserted
 
-        return await self._write(store)
+        return await self._write(store, background=True, weight=SUMMARY_WEIGHT)
 
     async def complete_session(self, session: SessionInfo, envelope: Envelope) -> None:
         def complete(connection: apsw.Connection) -> None:
@@ -563,7 +571,7 @@ class SQLiteStore:
             _touch_session(connection, session.session_db_id, when)
             _mark_done(connection, [envelope.event_id], now)
 
-        await self._write(complete)
+        await self._write(complete, background=True)
 
     async def summary_inputs(self, session: SessionInfo) -> SummaryInputs:
         def query(connection: apsw.Connection) -> SummaryInputs:
@@ -668,7 +676,8 @@ class SQLiteStore:
         transaction (other writes go between them); returns how many."""
         pruned, after = 0, 0
         while True:
-            count, after = await self._write(partial(retention.prune_payloads, before=before, after_id=after))
+            count, after = await self._write(partial(retention.prune_payloads, before=before, after_id=after),
+                                             background=True, weight=PRUNE_WEIGHT)
             pruned += count
             if after == 0:
                 return pruned

@@ -1,0 +1,96 @@
+"""The group-commit writer's two lanes: requests first, background work a bounded share of each
+transaction, every submission of a lane in order, and everything queued committed at close."""
+
+from __future__ import annotations
+
+import threading
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import apsw
+import trio
+from trio.testing import wait_all_tasks_blocked
+
+from sessionmem.storage.writer import GroupCommitWriter
+
+
+class RecordingWriter(GroupCommitWriter):
+    """Notes what each transaction held (the operations append their names)."""
+
+    def __init__(self, connection: apsw.Connection, **options: Any) -> None:
+        super().__init__(connection, **options)
+        self.transactions: list[list[str]] = []
+
+    def _commit_batch(self, batch: list[Any]) -> None:
+        self.transactions.append([])
+        super()._commit_batch(batch)
+
+
+def named(writer: RecordingWriter, name: str) -> Any:
+    def operation(connection: apsw.Connection) -> str:
+        connection.execute("INSERT INTO done (name) VALUES (?)", (name,))
+        writer.transactions[-1].append(name)
+        return name
+    return operation
+
+
+async def test_requests_go_first_and_background_work_takes_a_bounded_share(tmp_path: Path) -> None:
+    connection = apsw.Connection(str(tmp_path / "writer.db"))
+    connection.execute("CREATE TABLE done (name TEXT)")
+    writer = RecordingWriter(connection, background_weight=10)
+    gate = threading.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        # Hold the writer in a transaction while work queues behind it, one submission at a time.
+        nursery.start_soon(writer.submit, lambda connection: gate.wait(10))
+        await wait_all_tasks_blocked()
+        for n in range(6):
+            nursery.start_soon(partial(writer.submit, named(writer, f"b{n}"), background=True, weight=4))
+            await wait_all_tasks_blocked()
+        nursery.start_soon(partial(writer.submit, named(writer, "heavy"), background=True, weight=50))
+        await wait_all_tasks_blocked()
+        for n in range(3):
+            nursery.start_soon(writer.submit, named(writer, f"r{n}"))
+            await wait_all_tasks_blocked()
+        stats = writer.statistics()
+        assert (stats.queued, stats.background_queued) == (10, 7)
+        gate.set()
+        # The requests come first, with background work up to its weight (10: two of 4);
+        # work heavier than the whole share still goes, alone.
+        while len(writer.transactions) < 5:
+            await trio.sleep(0.01)
+        writer.close()
+    assert writer.transactions == [[], ["r0", "r1", "r2", "b0", "b1"], ["b2", "b3"], ["b4", "b5"], ["heavy"]]
+    assert [name for (name,) in connection.execute("SELECT name FROM done")] == [
+        "r0", "r1", "r2", "b0", "b1", "b2", "b3", "b4", "b5", "heavy"]
+    assert writer.statistics().queued == 0
+
+
+async def test_closing_commits_both_lanes_then_refuses(tmp_path: Path) -> None:
+    connection = apsw.Connection(str(tmp_path / "writer.db"))
+    connection.execute("CREATE TABLE done (name TEXT)")
+    writer = RecordingWriter(connection, background_weight=1)
+    gate = threading.Event()
+    results: list[str] = []
+
+    async def submit(name: str, **options: Any) -> None:
+        results.append(await writer.submit(named(writer, name), **options))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        nursery.start_soon(writer.submit, lambda connection: gate.wait(10))
+        await wait_all_tasks_blocked()
+        for n in range(3):
+            nursery.start_soon(partial(submit, f"b{n}", background=True))
+            nursery.start_soon(submit, f"r{n}")
+        await wait_all_tasks_blocked()
+        writer.close()
+        gate.set()
+    assert sorted(results) == ["b0", "b1", "b2", "r0", "r1", "r2"]  # all committed before run returned
+    try:
+        await writer.submit(named(writer, "late"))
+    except trio.ClosedResourceError:
+        pass
+    else:
+        raise AssertionError("a submission after close was taken")
