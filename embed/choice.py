@@ -23,8 +23,7 @@ def choose_embedder(name: str) -> Embedder:
             raise ValueError(f"unknown embedder {name!r}: choose one of {', '.join(map(repr, EMBEDDERS))}")
 
 
-def choose_background_embedder(name: str) -> Embedder | None:
-    """The same model for background work, run by a child process at the lowest CPU priority
+def background_embedder(embedder: Embedder) -> Embedder | None:
+    """``embedder``'s model for background work, run by a child process at the lowest CPU priority
     (:class:`~sessionmem.embed.isolated.IsolatedEmbedder`); ``None`` when vectors are off."""
-    inner = choose_embedder(name)
-    return IsolatedEmbedder(inner) if inner.dimensions else None
+    return IsolatedEmbedder(embedder) if embedder.dimensions else None

@@ -92,8 +92,8 @@ def read_frame(stream: IO[bytes]) -> bytes | None:
 class IsolatedEmbedder:
     """``inner``'s vectors, computed by a child process running ``inner``'s name at nice 19.
 
-    ``inner`` is the same embedder built in this process but never loaded here: it gives
-    the name, model id and dimensions without loading anything.
+    ``inner`` is only read for its name, model id and dimensions: nothing is loaded
+    through it (the worker passes the embedder its queries use).
     """
 
     def __init__(self, inner: Embedder, *, nice: int = CHILD_NICE) -> None:
@@ -153,9 +153,14 @@ class IsolatedEmbedder:
             return vectors.reshape(len(texts), self.dimensions).copy()
 
     def statistics(self) -> EmbedderStatistics:
+        child = self._child_statistics
+        return msgspec.structs.replace(self._counted(), loaded=child.loaded and self.pid is not None,
+                                       load_seconds=child.load_seconds)
+
+    def _counted(self) -> EmbedderStatistics:
+        """The counters of every child so far: those that exited, and the running one."""
         child, done = self._child_statistics, self._totals
-        return EmbedderStatistics(self.name, self.model_id, self.dimensions, loaded=child.loaded and self.pid is not None,
-                                  load_seconds=child.load_seconds, texts=done.texts + child.texts,
+        return EmbedderStatistics(self.name, self.model_id, self.dimensions, texts=done.texts + child.texts,
                                   batches=done.batches + child.batches, seconds=done.seconds + child.seconds)
 
     def close(self) -> None:
@@ -183,10 +188,9 @@ class IsolatedEmbedder:
             return process
         if process is not None:
             self._reap()
-        # -u: unbuffered, so a reply is never held in the child's buffer; the pipes' own
-        # buffering is done by the file objects here and by _serve.
+        # Each side flushes a frame as a whole (write_frame): no reply waits in a buffer.
         self._process = subprocess.Popen(
-            [sys.executable, "-u", "-m", "sessionmem.embed.isolated_child", self.name, str(self._nice)],
+            [sys.executable, "-m", "sessionmem.embed.isolated_child", self.name, str(self._nice)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
         self._starts += 1
         return self._process
@@ -206,10 +210,7 @@ class IsolatedEmbedder:
         if status is None:
             self._stop(process)
             status = process.returncode
-        child = self._child_statistics
-        done = self._totals
-        self._totals = EmbedderStatistics(self.name, self.model_id, self.dimensions, texts=done.texts + child.texts,
-                                          batches=done.batches + child.batches, seconds=done.seconds + child.seconds)
+        self._totals = self._counted()
         self._child_statistics = EmbedderStatistics(self.name, self.model_id, self.dimensions)
         return f"exit status {status}"
 

@@ -137,13 +137,13 @@ class HnswIndex:
         if kind is None:
             return found
         code = _CODES[kind]
-        wanted = [(label, distance) for label, distance in found if label % 4 == code]
-        if len(wanted) >= k // CROWDED_SHARE:
-            return wanted
 
         def accept(label: int) -> bool:
             return label % 4 == code
 
+        wanted = [(label, distance) for label, distance in found if accept(label)]
+        if len(wanted) >= k // CROWDED_SHARE:
+            return wanted
         while k >= 1:
             try:
                 return self._knn(vector, k, accept)

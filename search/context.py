@@ -159,8 +159,7 @@ class ContextPlanner:
             if nearest is None:
                 vector = (await self._embedder.embed([focus], urgent=True))[0]
                 nearest = await self._index.nearest(vector, CANDIDATES, of_kind=OBSERVATION)
-            found = [RankedKey(kind, row_id, 1.0 - distance) for kind, row_id, distance in nearest or ()
-                     if kind == OBSERVATION]
+            found = [RankedKey(kind, row_id, 1.0 - distance) for kind, row_id, distance in nearest or ()]
             if found:
                 return found, "meaning"
         return await self._store.search_text(focus, filters, WORD_CANDIDATES), "words"

@@ -136,9 +136,12 @@ class _Connection(trio.abc.HalfCloseableStream):
 
 def _has_body_to_come(data: bytes | bytearray | memoryview) -> bool:
     """Whether ``data`` is a whole HTTP/1.1 response head announcing a body of one byte or more."""
-    if len(data) > 8192 or not bytes(data[:9]) == b"HTTP/1.1 " or not bytes(data[-4:]) == b"\r\n\r\n":
+    if len(data) > 8192:
         return False
-    head = bytes(data).lower()
+    head = bytes(data)
+    if not head.startswith(b"HTTP/1.1 ") or not head.endswith(b"\r\n\r\n"):
+        return False
+    head = head.lower()
     at = head.find(b"\r\ncontent-length:")
     if at < 0:
         return False

@@ -44,7 +44,7 @@ from sessionmem.compress.base import Compressor
 from sessionmem.compress.budget import SECONDS_PER_DAY, utc_day
 from sessionmem.compress.choice import choose_compressor
 from sessionmem.config import Settings
-from sessionmem.embed.choice import choose_background_embedder, choose_embedder
+from sessionmem.embed.choice import background_embedder, choose_embedder
 from sessionmem.embed.service import EmbedderService
 from sessionmem.index.actor import VectorIndex
 from sessionmem.protocol.auth import ensure_token
@@ -198,8 +198,8 @@ async def open_services(settings: Settings, *, budget: ShutdownBudget | None = N
     compressor_closed = False
     log.info("starting sessionmem %s: data dir %s, compressor %s", __version__, settings.data_dir, compressor.name)
     # Searches embed their query in this process; catching up runs in a niced child process.
-    embedder = EmbedderService(choose_embedder(settings.embedder),
-                               background=choose_background_embedder(settings.embedder))
+    model = choose_embedder(settings.embedder)
+    embedder = EmbedderService(model, background=background_embedder(model))
     try:
         async with open_sqlite_store(settings.db_path) as store:
             async with trio.open_nursery() as outer:

@@ -109,19 +109,17 @@ class GroupCommitWriter:
         self._slowest_commit_ms = 0.0
 
     def statistics(self) -> WriterStatistics:
+        background = self._background_send.statistics().current_buffer_used + (self._held is not None)
         return WriterStatistics(
             batches=self._batches,
             operations=self._operations,
             largest_batch=self._largest_batch,
-            queued=(self._send.statistics().current_buffer_used + self._background_queued()),
+            queued=self._send.statistics().current_buffer_used + background,
             failed_commits=self._failed_commits,
             slowest_commit_ms=round(self._slowest_commit_ms, 2),
             commits_over_20ms=self._commits_over_20ms,
-            background_queued=self._background_queued(),
+            background_queued=background,
         )
-
-    def _background_queued(self) -> int:
-        return self._background_send.statistics().current_buffer_used + (self._held is not None)
 
     async def submit(self, fn: Callable[[apsw.Connection], T], *, on_commit: Callable[[T], None] | None = None,
                      background: bool = False, weight: int = 1) -> T:

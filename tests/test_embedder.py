@@ -22,7 +22,7 @@ import pytest
 import trio
 
 from sessionmem.embed.base import EmbedderClosedError, EmbedderStatistics
-from sessionmem.embed.choice import choose_background_embedder, choose_embedder
+from sessionmem.embed.choice import background_embedder, choose_embedder
 from sessionmem.embed.isolated import CHILD_NICE, EmbedderProcessError, IsolatedEmbedder
 from sessionmem.embed.minilm import DIMENSIONS, TOKENIZER_PATH, MiniLMEmbedder
 from sessionmem.embed.none import NoEmbedder
@@ -208,8 +208,8 @@ def test_the_background_embedder_must_be_the_same_model() -> None:
 
     with pytest.raises(ValueError, match="other@2"):
         EmbedderService(RecordingEmbedder(), background=Other())
-    assert choose_background_embedder("none") is None
-    isolated = choose_background_embedder("minilm")
+    assert background_embedder(NoEmbedder()) is None
+    isolated = background_embedder(MiniLMEmbedder())
     assert isinstance(isolated, IsolatedEmbedder) and isolated.pid is None  # nothing starts until asked
     assert (isolated.model_id, isolated.dimensions) == (MiniLMEmbedder().model_id, DIMENSIONS)
 
