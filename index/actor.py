@@ -105,6 +105,7 @@ class IndexStatistics(msgspec.Struct, frozen=True):
     failures: int
     last_error: str
     yields: int = 0  # chunks that first waited for the database to be quiet (hooks were arriving)
+    vectors_by_kind: dict[str, int] = msgspec.field(default_factory=dict)  # each kind has its own graph
 
 
 class VectorIndex:
@@ -214,7 +215,7 @@ class VectorIndex:
             self._removed, self._queries, self._busy_queries, self._rebuilds, self._last_rebuild_reason,
             round(self._load_seconds, 3), round(self._embed_seconds, 3), rate, self._saves, self._last_save_at,
             round(self._last_save_seconds, 3), self._last_save_bytes, self._failures, self._last_error,
-            yields=self._yields)
+            yields=self._yields, vectors_by_kind=index.vectors_by_kind() if index else {})
 
     # -- the actor ---------------------------------------------------------------------
 
@@ -257,6 +258,9 @@ class VectorIndex:
             # Counted as a rebuild by the reconcile, if there is anything to embed again.
             self._fresh_because = reason
             index = HnswIndex(dimensions, model_id)
+            self._dirty = True
+        elif index.from_old_format:
+            log.info("vector index: split by document kind from a one-graph save; saved anew at the next save")
             self._dirty = True
         self._index = index
         self._load_seconds = time.perf_counter() - started

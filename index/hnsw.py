@@ -1,4 +1,5 @@
-"""The hnswlib index and its file: labels, capacity, deletions, an atomic save, a checked load.
+"""The hnswlib index and its files: one graph per document kind, labels, capacity, deletions,
+an atomic save, a checked load.
 
 We use the ``chroma-hnswlib`` distribution of hnswlib (``import hnswlib``, the same C++
 library and Python API): PyPI's ``hnswlib`` is a source distribution that needs a C++
@@ -7,13 +8,22 @@ compiler at install time, ``chroma-hnswlib`` has manylinux wheels.
 A document (``kind``, ``row_id``) is the label ``row_id * 4 + code(kind)``, so labels of
 different kinds never collide and a label tells which row it is.
 
-Files, in the data dir: ``vectors.json`` names the index file of the last save and
-says what it holds (the embedding model, dimensions, the file's size and checksum,
-deleted labels); the index file, ``vectors.<n>.hnsw``, is in hnswlib's own format. A
-save writes a new index file, fsyncs it, then replaces ``vectors.json`` atomically
-(write, fsync, rename): that rename is the moment the new save counts. A crash at any
-point leaves the description naming a whole file, the old one or the new one; files
-it does not name (a save cut off) are removed by the next save.
+**One graph per kind.** Observations, summaries and prompts each have their own hnswlib
+graph. A query for one kind (SessionStart asks for observations only) walks that graph
+alone: exact and as fast as an unfiltered query. In one shared graph it had to be
+asked with hnswlib's filter, which calls back into Python for every candidate it
+weighs -- 1.6 ms against 0.3 ms at 100,000 observations, and needed whenever copies of
+one prompt crowd the neighbourhood. A query for every kind asks the three graphs and
+keeps the ``k`` nearest of their answers.
+
+Files, in the data dir: ``vectors.json`` names the graph files of the last save and
+says what they hold (the embedding model, dimensions, each file's size and checksum,
+deleted labels); each graph file, ``vectors.<n>.<kind>.hnsw``, is in hnswlib's own
+format. A save writes new graph files, fsyncs them, then replaces ``vectors.json``
+atomically (write, fsync, rename): that rename is the moment the new save counts. A
+crash at any point leaves the description naming whole files, the old ones or the new
+ones; files it does not name (a save cut off) are removed by the next save. An index
+saved in one graph (format 3) is split by kind when loaded, nothing embedded again.
 
 Resource handling:
     Not thread-safe, by hnswlib's own rules (concurrent add and query can crash the
@@ -27,10 +37,10 @@ Error handling:
 
 from __future__ import annotations
 
+import heapq
 import os
 import time
 import zlib
-from collections.abc import Callable
 from pathlib import Path
 
 import hnswlib
@@ -41,16 +51,15 @@ from sessionmem.records import DOCUMENT_KINDS
 
 DESCRIPTION_FILE = "vectors.json"
 INDEX_FILES = "vectors.*.hnsw"
-FORMAT = 3
+FORMAT = 4
+ONE_GRAPH_FORMAT = 3  # every kind in one graph: loaded, then split
 # Graph parameters. M=16 and ef_construction=100: ~0.97 recall@10 on MiniLM vectors at
-# ef=64 while an add stays well under a millisecond (bench/search.py measures both).
+# ef=64 while an add stays well under a millisecond (bench/search_latency.py measures both).
 M = 16
 EF_CONSTRUCTION = 100
 EF_SEARCH = 64
-# A kind-filtered query asks again with hnswlib's filter when fewer than 1 in this many of the
-# unfiltered answer are of that kind (HnswIndex.nearest).
-CROWDED_SHARE = 4
 INITIAL_CAPACITY = 1024
+MIGRATION_CHUNK = 2048  # vectors copied at a time from a one-graph index
 
 _CODES = {kind: code for code, kind in enumerate(DOCUMENT_KINDS)}
 _KINDS = dict(enumerate(DOCUMENT_KINDS))
@@ -64,119 +73,184 @@ def key_of(label: int) -> tuple[str, int]:
     return _KINDS[label % 4], label // 4
 
 
-class IndexDescription(msgspec.Struct, frozen=True):
-    format: int
-    index_file: str  # vectors.<n>.hnsw, in the same directory
-    model_id: str
-    dimensions: int
-    index_bytes: int  # the size of vectors.hnsw when this description was written
+def kind_of(label: int) -> str:
+    return _KINDS[label % 4]
+
+
+class GraphFile(msgspec.Struct, frozen=True):
+    index_file: str  # vectors.<n>.<kind>.hnsw, in the same directory
+    index_bytes: int  # its size when the description was written
     checksum: int  # its CRC-32: hnswlib trusts the sizes in its file's header, and a damaged one crashes it
     vectors: int  # live vectors
     deleted: list[int]  # labels marked deleted
+
+
+class IndexDescription(msgspec.Struct, frozen=True):
+    format: int
+    model_id: str
+    dimensions: int
+    graphs: dict[str, GraphFile]  # by document kind
     saved_at: float
 
 
+class _Format(msgspec.Struct):
+    format: int
+
+
+class _OneGraphDescription(msgspec.Struct, frozen=True):
+    """Format 3: one graph of every kind."""
+    format: int
+    index_file: str
+    model_id: str
+    dimensions: int
+    index_bytes: int
+    checksum: int
+    vectors: int
+    deleted: list[int]
+
+
+class _Graph:
+    """One hnswlib graph (cosine) and the labels marked deleted in it."""
+
+    def __init__(self, dimensions: int, capacity: int = INITIAL_CAPACITY, *, empty: bool = True) -> None:
+        self.dimensions = dimensions
+        self.index = hnswlib.Index(space="cosine", dim=dimensions)
+        if empty:  # else load() fills it (init_index first would make hnswlib warn and throw it away)
+            self.index.init_index(max_elements=max(capacity, 16), ef_construction=EF_CONSTRUCTION, M=M)
+            self.index.set_num_threads(1)
+        self.deleted: set[int] = set()
+
+    @classmethod
+    def load(cls, path: Path, dimensions: int, size: int, checksum: int, deleted: list[int]) -> _Graph:
+        """The graph in ``path``; ``ValueError`` saying why if it is not the one described."""
+        if not path.is_file():
+            raise ValueError(f"the index file {path.name!r} is missing")
+        if path.stat().st_size != size:
+            raise ValueError("index file and description do not match (a save was cut off)")
+        # Never hand hnswlib a damaged file: it reads its header's sizes on trust (a
+        # segmentation fault, not an exception). ~0.2 s for 100,000 vectors.
+        if _size_and_checksum(path)[1] != checksum:
+            raise ValueError("index file damaged (its checksum does not match)")
+        graph = cls(dimensions, empty=False)
+        try:
+            graph.index.load_index(str(path), max_elements=0)
+        except (RuntimeError, ValueError, MemoryError) as exc:
+            raise ValueError(f"corrupt index file: {exc}") from None
+        graph.index.set_num_threads(1)
+        graph.deleted = set(deleted)
+        return graph
+
+    @property
+    def vectors(self) -> int:
+        return self.index.get_current_count() - len(self.deleted)
+
+    @property
+    def capacity(self) -> int:
+        return self.index.get_max_elements()
+
+    def labels(self) -> set[int]:
+        return set(self.index.get_ids_list()) - self.deleted
+
+    def add(self, labels: np.ndarray, vectors: np.ndarray) -> None:
+        needed = self.index.get_current_count() + len(labels)
+        if needed > self.capacity:
+            self.index.resize_index(max(needed, self.capacity * 2))
+        for label in self.deleted.intersection(int(label) for label in labels):
+            self.index.unmark_deleted(label)  # a row id used again: its new vector replaces the old
+            self.deleted.discard(label)
+        self.index.add_items(vectors, labels, num_threads=1)
+
+    def remove(self, labels: list[int]) -> None:
+        present = set(self.index.get_ids_list())
+        for label in labels:
+            if label in present and label not in self.deleted:
+                self.index.mark_deleted(label)
+                self.deleted.add(label)
+
+    def nearest(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
+        k = min(k, self.vectors)
+        if k <= 0:
+            return []
+        self.index.set_ef(max(EF_SEARCH, k))  # hnswlib does not save ef: set for every query
+        labels, distances = self.index.knn_query(vector.reshape(1, -1), k=k, num_threads=1)
+        return [(int(label), float(distance)) for label, distance in zip(labels[0], distances[0])]
+
+    def vector_of(self, label: int) -> np.ndarray | None:
+        if label in self.deleted:
+            return None
+        try:
+            return np.asarray(self.index.get_items([label])[0], dtype=np.float32)
+        except RuntimeError:  # "Label not found"
+            return None
+
+
 class HnswIndex:
-    """A cosine hnswlib index of unit vectors; see the module docstring."""
+    """Cosine hnswlib graphs of unit vectors, one per document kind; see the module docstring."""
 
     def __init__(self, dimensions: int, model_id: str, *, capacity: int = INITIAL_CAPACITY) -> None:
         self.dimensions = dimensions
         self.model_id = model_id
-        self._index = hnswlib.Index(space="cosine", dim=dimensions)
-        self._index.init_index(max_elements=max(capacity, 16), ef_construction=EF_CONSTRUCTION, M=M)
-        self._index.set_num_threads(1)
-        self._deleted: set[int] = set()
+        self._graphs = {kind: _Graph(dimensions, capacity) for kind in DOCUMENT_KINDS}
+        self.from_old_format = False  # loaded from a one-graph save: save it anew
 
     # -- contents ---------------------------------------------------------------------
 
     @property
     def vectors(self) -> int:
         """Live vectors (deleted ones excluded)."""
-        return self._index.get_current_count() - len(self._deleted)
+        return sum(graph.vectors for graph in self._graphs.values())
+
+    def vectors_by_kind(self) -> dict[str, int]:
+        return {kind: graph.vectors for kind, graph in self._graphs.items()}
 
     @property
     def capacity(self) -> int:
-        return self._index.get_max_elements()
+        return sum(graph.capacity for graph in self._graphs.values())
 
     def labels(self) -> set[int]:
         """The labels of the live vectors."""
-        return set(self._index.get_ids_list()) - self._deleted
+        return set().union(*(graph.labels() for graph in self._graphs.values()))
 
     def add(self, labels: np.ndarray, vectors: np.ndarray) -> None:
-        """Add (or replace) vectors; the capacity grows first when it would run out."""
-        if len(labels) == 0:
-            return
-        needed = self._index.get_current_count() + len(labels)
-        if needed > self.capacity:
-            self._index.resize_index(max(needed, self.capacity * 2))
-        for label in self._deleted.intersection(int(label) for label in labels):
-            self._index.unmark_deleted(label)  # a row id used again: its new vector replaces the old
-            self._deleted.discard(label)
-        self._index.add_items(vectors, labels, num_threads=1)
+        """Add (or replace) vectors; a graph's capacity grows first when it would run out."""
+        codes = np.asarray(labels, dtype=np.uint64) % 4
+        for kind, graph in self._graphs.items():
+            mine = codes == _CODES[kind]
+            if mine.any():
+                graph.add(labels[mine], vectors[mine])
 
     def remove(self, labels: list[int]) -> None:
-        present = set(self._index.get_ids_list())
-        for label in labels:
-            if label in present and label not in self._deleted:
-                self._index.mark_deleted(label)
-                self._deleted.add(label)
+        for kind, graph in self._graphs.items():
+            mine = [label for label in labels if kind_of(label) == kind]
+            if mine:
+                graph.remove(mine)
 
     def nearest(self, vector: np.ndarray, k: int, *, kind: str | None = None) -> list[tuple[int, float]]:
-        """The ``k`` (at most: what the index holds) nearest labels and their cosine distances, nearest first.
-
-        ``kind``: only documents of that kind. The index is asked without a filter first:
-        hnswlib calls a filter back in Python for every candidate it weighs (0.94 ms against
-        0.08 ms for 200 of 115,000 vectors). Only when fewer than ``k // CROWDED_SHARE`` of
-        the answer are of that kind (the neighbourhood is crowded by documents of other kinds,
-        such as one prompt stored many times) is it asked again with the filter.
-        """
-        k = min(k, self.vectors)
-        if k <= 0:
-            return []
-        found = self._knn(vector, k)
-        if kind is None:
-            return found
-        code = _CODES[kind]
-
-        def accept(label: int) -> bool:
-            return label % 4 == code
-
-        wanted = [(label, distance) for label, distance in found if accept(label)]
-        if len(wanted) >= k // CROWDED_SHARE:
-            return wanted
-        while k >= 1:
-            try:
-                return self._knn(vector, k, accept)
-            except RuntimeError:  # fewer than k of that kind: hnswlib then returns nothing, not fewer
-                k //= 2
-        return []
-
-    def _knn(self, vector: np.ndarray, k: int, accept: Callable[[int], bool] | None = None
-             ) -> list[tuple[int, float]]:
-        self._index.set_ef(max(EF_SEARCH, k))  # hnswlib does not save ef: set for every query
-        labels, distances = self._index.knn_query(vector.reshape(1, -1), k=k, num_threads=1, filter=accept)
-        return [(int(label), float(distance)) for label, distance in zip(labels[0], distances[0])]
+        """The ``k`` (at most: what the index holds) nearest labels and their cosine distances, nearest first;
+        ``kind``: only documents of that kind (its graph alone is asked)."""
+        if kind is not None:
+            return self._graphs[kind].nearest(vector, k)
+        answers = [graph.nearest(vector, k) for graph in self._graphs.values()]
+        return heapq.nsmallest(k, (found for answer in answers for found in answer), key=lambda found: found[1])
 
     def vector_of(self, label: int) -> np.ndarray | None:
-        if label in self._deleted:
-            return None
-        try:
-            return np.asarray(self._index.get_items([label])[0], dtype=np.float32)
-        except RuntimeError:  # "Label not found"
-            return None
+        return self._graphs[kind_of(label)].vector_of(label)
 
     # -- files ------------------------------------------------------------------------
 
     def save(self, directory: Path) -> int:
-        """Write the index and switch the description to it (see the module docstring); returns its bytes."""
-        index_file = f"vectors.{time.time_ns()}.hnsw"
-        index_path = directory / index_file
-        self._index.save_index(str(index_path))
-        os.chmod(index_path, 0o600)
-        _fsync(index_path)
-        size, checksum = _size_and_checksum(index_path)
-        description = IndexDescription(FORMAT, index_file, self.model_id, self.dimensions, size, checksum,
-                                       self.vectors, sorted(self._deleted), time.time())
+        """Write the graphs and switch the description to them (see the module docstring); returns their bytes."""
+        stamp = time.time_ns()
+        graphs: dict[str, GraphFile] = {}
+        for kind, graph in self._graphs.items():
+            index_file = f"vectors.{stamp}.{kind}.hnsw"
+            index_path = directory / index_file
+            graph.index.save_index(str(index_path))
+            os.chmod(index_path, 0o600)
+            _fsync(index_path)
+            size, checksum = _size_and_checksum(index_path)
+            graphs[kind] = GraphFile(index_file, size, checksum, graph.vectors, sorted(graph.deleted))
+        description = IndexDescription(FORMAT, self.model_id, self.dimensions, graphs, time.time())
         temporary = directory / (DESCRIPTION_FILE + ".tmp")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -186,19 +260,20 @@ class HnswIndex:
             os.close(fd)
         os.replace(temporary, directory / DESCRIPTION_FILE)
         _fsync(directory)  # the rename
+        named = {graph.index_file for graph in graphs.values()}
         for stale in directory.glob(INDEX_FILES):
-            if stale.name != index_file:
+            if stale.name not in named:
                 stale.unlink(missing_ok=True)
-        return size
+        return sum(graph.index_bytes for graph in graphs.values())
 
     @staticmethod
-    def current_file(directory: Path) -> Path | None:
-        """The index file the description names, if there is a readable description."""
+    def current_files(directory: Path) -> list[Path]:
+        """The graph files the description names, if there is a readable description."""
         try:
             description = msgspec.json.decode((directory / DESCRIPTION_FILE).read_bytes(), type=IndexDescription)
         except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-            return None
-        return directory / description.index_file
+            return []
+        return [directory / graph.index_file for graph in description.graphs.values()]
 
     @classmethod
     def load(cls, directory: Path, dimensions: int, model_id: str) -> tuple[HnswIndex | None, str]:
@@ -207,33 +282,61 @@ class HnswIndex:
         if not description_path.exists():
             return None, "no saved index"
         try:
-            description = msgspec.json.decode(description_path.read_bytes(), type=IndexDescription)
+            raw = description_path.read_bytes()
+            format_ = msgspec.json.decode(raw, type=_Format).format
+            if format_ == ONE_GRAPH_FORMAT:
+                return cls._load_one_graph(directory, msgspec.json.decode(raw, type=_OneGraphDescription),
+                                           dimensions, model_id)
+            if format_ != FORMAT:
+                return None, f"index format {format_}, expected {FORMAT}"
+            description = msgspec.json.decode(raw, type=IndexDescription)
         except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
             return None, f"unreadable {DESCRIPTION_FILE}: {exc}"
-        if description.format != FORMAT:
-            return None, f"index format {description.format}, expected {FORMAT}"
         if description.model_id != model_id or description.dimensions != dimensions:
-            return None, (f"index of {description.model_id} ({description.dimensions} dimensions); the embedder is "
-                          f"{model_id} ({dimensions})")
-        index_path = directory / description.index_file
-        if "/" in description.index_file or not index_path.is_file():
-            return None, f"the index file {description.index_file!r} is missing"
-        if index_path.stat().st_size != description.index_bytes:
-            return None, "index file and description do not match (a save was cut off)"
-        # Never hand hnswlib a damaged file: it reads its header's sizes on trust (a
-        # segmentation fault, not an exception). ~0.2 s for 100,000 vectors.
-        if _size_and_checksum(index_path)[1] != description.checksum:
-            return None, "index file damaged (its checksum does not match)"
+            return None, _foreign(description.model_id, description.dimensions, model_id, dimensions)
+        if set(description.graphs) != set(DOCUMENT_KINDS):
+            return None, f"{DESCRIPTION_FILE} names graphs of {sorted(description.graphs)}"
         index = cls(dimensions, model_id, capacity=16)
+        for kind, described in description.graphs.items():
+            if "/" in described.index_file:
+                return None, f"the index file {described.index_file!r} is not in {directory}"
+            try:
+                graph = _Graph.load(directory / described.index_file, dimensions, described.index_bytes,
+                                    described.checksum, described.deleted)
+            except ValueError as exc:
+                return None, str(exc)
+            if graph.vectors != described.vectors:
+                return None, f"the {kind} graph holds {graph.vectors} vectors, its description says {described.vectors}"
+            index._graphs[kind] = graph
+        return index, ""
+
+    @classmethod
+    def _load_one_graph(cls, directory: Path, description: _OneGraphDescription, dimensions: int,
+                        model_id: str) -> tuple[HnswIndex | None, str]:
+        """An index saved in one graph of every kind (format 3), split into a graph per kind."""
+        if description.model_id != model_id or description.dimensions != dimensions:
+            return None, _foreign(description.model_id, description.dimensions, model_id, dimensions)
+        if "/" in description.index_file:
+            return None, f"the index file {description.index_file!r} is not in {directory}"
         try:
-            index._index.load_index(str(index_path), max_elements=0)
-        except (RuntimeError, ValueError, MemoryError) as exc:
-            return None, f"corrupt index file: {exc}"
-        index._index.set_num_threads(1)
-        index._deleted = set(description.deleted)
+            old = _Graph.load(directory / description.index_file, dimensions, description.index_bytes,
+                              description.checksum, description.deleted)
+        except ValueError as exc:
+            return None, str(exc)
+        labels = np.array(sorted(old.labels()), dtype=np.uint64)
+        index = cls(dimensions, model_id, capacity=16)
+        for start in range(0, len(labels), MIGRATION_CHUNK):  # get_items answers in Python floats
+            chunk = labels[start : start + MIGRATION_CHUNK]
+            index.add(chunk, np.asarray(old.index.get_items(chunk), dtype=np.float32))
         if index.vectors != description.vectors:
             return None, f"index holds {index.vectors} vectors, its description says {description.vectors}"
+        index.from_old_format = True
         return index, ""
+
+
+def _foreign(model_id: str, dimensions: int, wanted_model: str, wanted_dimensions: int) -> str:
+    return (f"index of {model_id} ({dimensions} dimensions); the embedder is "
+            f"{wanted_model} ({wanted_dimensions})")
 
 
 def _size_and_checksum(path: Path) -> tuple[int, int]:

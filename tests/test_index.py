@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import zlib
 from pathlib import Path
 from typing import Any
 
+import hnswlib
 import numpy as np
 import pytest
 import trio
@@ -25,7 +28,8 @@ def labels(*keys: tuple[str, int]) -> np.ndarray:
 
 
 def test_nearest_of_a_kind_when_another_kind_crowds_the_neighbourhood() -> None:
-    """One prompt stored 300 times fills the nearest places: observations are still found, nearest first."""
+    """One prompt stored 300 times fills the nearest places: observations are still found, nearest first
+    (each kind has its own graph)."""
     rng = np.random.default_rng(3)
     focus = unit_vectors(1, seed=9)[0]
     copies = focus + 0.01 * rng.normal(size=(300, DIMENSIONS)).astype(np.float32)
@@ -40,9 +44,13 @@ def test_nearest_of_a_kind_when_another_kind_crowds_the_neighbourhood() -> None:
     distances = 1 - (others / np.linalg.norm(others, axis=1, keepdims=True)) @ (focus / np.linalg.norm(focus))
     expected = [label_of("observation", int(i) + 1) for i in np.argsort(distances)[:10]]
     assert [label for label, _ in found[:10]] == expected
-    # Asking for more than the index holds of that kind gives what it has (some of it), never an error.
+    # Asking for more than the index holds of that kind gives all it has, never an error.
     fewer = index.nearest(focus, 200, kind="observation")
-    assert 0 < len(fewer) <= 120 and {key_of(label)[0] for label, _ in fewer} == {"observation"}
+    assert len(fewer) == 120 and {key_of(label)[0] for label, _ in fewer} == {"observation"}
+    assert index.vectors_by_kind() == {"observation": 120, "summary": 0, "prompt": 300}
+    # Every kind: the nearest of the three graphs' answers, nearest first.
+    mixed = index.nearest(others[0], 5)
+    assert mixed[0][0] == label_of("observation", 1) and [d for _, d in mixed] == sorted(d for _, d in mixed)
 
 
 def test_labels_name_kind_and_row() -> None:
@@ -55,20 +63,61 @@ def test_a_saved_index_loads_whole(tmp_path: Path) -> None:
     index = HnswIndex(DIMENSIONS, "model-a")
     vectors = unit_vectors(50)
     index.add(labels(*[("observation", n) for n in range(1, 51)]), vectors)
+    index.add(labels(("summary", 1), ("prompt", 1)), unit_vectors(2, seed=5))
     index.remove([label_of("observation", 7)])
     index.save(tmp_path)  # an earlier save, replaced by the next
-    (tmp_path / "vectors.1.hnsw").write_bytes(b"what a save cut off leaves")
+    (tmp_path / "vectors.1.observation.hnsw").write_bytes(b"what a save cut off leaves")
     size = index.save(tmp_path)
-    (saved,) = tmp_path.glob("vectors.*.hnsw")  # the old files are gone
-    assert saved == HnswIndex.current_file(tmp_path) and saved.stat().st_size == size
-    assert saved.stat().st_mode & 0o777 == 0o600 and (tmp_path / DESCRIPTION_FILE).stat().st_mode & 0o777 == 0o600
+    saved = sorted(tmp_path.glob("vectors.*.hnsw"))  # the old files are gone
+    assert saved == sorted(HnswIndex.current_files(tmp_path)) and len(saved) == 3
+    assert sum(path.stat().st_size for path in saved) == size
+    assert all(path.stat().st_mode & 0o777 == 0o600 for path in saved)
+    assert (tmp_path / DESCRIPTION_FILE).stat().st_mode & 0o777 == 0o600
 
     loaded, reason = HnswIndex.load(tmp_path, DIMENSIONS, "model-a")
     assert loaded is not None and reason == ""
-    assert loaded.vectors == 49 and label_of("observation", 7) not in loaded.labels()
+    assert loaded.vectors == 51 and label_of("observation", 7) not in loaded.labels()
+    assert loaded.vectors_by_kind() == {"observation": 49, "summary": 1, "prompt": 1}
     nearest = loaded.nearest(vectors[2], 3)
     assert key_of(nearest[0][0]) == ("observation", 3) and nearest[0][1] < 1e-5
-    assert all(key_of(label) != ("observation", 7) for label, _ in loaded.nearest(vectors[6], 49))
+    assert all(key_of(label) != ("observation", 7) for label, _ in loaded.nearest(vectors[6], 51))
+
+
+def test_an_index_saved_in_one_graph_is_split_by_kind_and_saved_anew(tmp_path: Path) -> None:
+    """Format 3 kept every kind in one hnswlib graph: it loads as a graph per kind, nothing embedded again."""
+    vectors = unit_vectors(40)
+    keys = [("observation", n) for n in range(1, 31)] + [("summary", n) for n in range(1, 6)] + \
+        [("prompt", n) for n in range(1, 6)]
+    graph = hnswlib.Index(space="cosine", dim=DIMENSIONS)
+    graph.init_index(max_elements=64, ef_construction=100, M=16)
+    graph.add_items(vectors, labels(*keys))
+    graph.mark_deleted(label_of("observation", 3))
+    graph.save_index(str(tmp_path / "vectors.7.hnsw"))
+    size = (tmp_path / "vectors.7.hnsw").stat().st_size
+    checksum = zlib.crc32((tmp_path / "vectors.7.hnsw").read_bytes())
+    (tmp_path / DESCRIPTION_FILE).write_bytes(json.dumps({
+        "format": 3, "index_file": "vectors.7.hnsw", "model_id": "model-a", "dimensions": DIMENSIONS,
+        "index_bytes": size, "checksum": checksum, "vectors": 39, "deleted": [label_of("observation", 3)],
+        "saved_at": 1.0}).encode())
+
+    loaded, reason = HnswIndex.load(tmp_path, DIMENSIONS, "model-a")
+    assert reason == "" and loaded is not None
+    assert loaded.vectors_by_kind() == {"observation": 29, "summary": 5, "prompt": 5}
+    for position in (0, 31, 36):  # an observation, a summary, a prompt: each finds itself
+        ((label, distance),) = loaded.nearest(vectors[position], 1)
+        assert key_of(label) == keys[position] and distance < 1e-5
+    assert label_of("observation", 3) not in loaded.labels() and loaded.from_old_format
+
+    loaded.save(tmp_path)
+    assert not (tmp_path / "vectors.7.hnsw").exists() and len(HnswIndex.current_files(tmp_path)) == 3
+    again, reason = HnswIndex.load(tmp_path, DIMENSIONS, "model-a")
+    assert again is not None and again.vectors_by_kind() == loaded.vectors_by_kind() and not again.from_old_format
+    # A damaged one-graph file is refused like any other.
+    (tmp_path / "vectors.7.hnsw").write_bytes(b"x" * size)
+    (tmp_path / DESCRIPTION_FILE).write_bytes(json.dumps({
+        "format": 3, "index_file": "vectors.7.hnsw", "model_id": "model-a", "dimensions": DIMENSIONS,
+        "index_bytes": size, "checksum": checksum, "vectors": 39, "deleted": [], "saved_at": 1.0}).encode())
+    assert HnswIndex.load(tmp_path, DIMENSIONS, "model-a") == (None, "index file damaged (its checksum does not match)")
 
 
 @pytest.mark.parametrize("damage", ["other model", "other dimensions", "cut-off save", "corrupt file",
@@ -77,8 +126,7 @@ def test_a_damaged_or_foreign_index_is_refused_with_a_reason(tmp_path: Path, dam
     index = HnswIndex(DIMENSIONS, "model-a")
     index.add(labels(*[("summary", n) for n in range(1, 21)]), unit_vectors(20))
     index.save(tmp_path)
-    index_file = HnswIndex.current_file(tmp_path)
-    assert index_file is not None
+    index_file = next(path for path in HnswIndex.current_files(tmp_path) if ".summary." in path.name)
     model, dimensions = "model-a", DIMENSIONS
     if damage == "other model":
         model = "model-b"
@@ -154,8 +202,9 @@ async def test_the_index_follows_every_commit_and_comes_back_after_a_restart(tmp
         # a prompt, two observations, a summary: each stored row has its vector
         assert stats["state"] == "ready" and stats["vectors"] == 4 and stats["pending"] == 0
         assert stats["added"] == 4 and stats["modelId"].startswith("all-MiniLM-L6-v2")
+        assert stats["vectorsByKind"] == {"observation": 2, "summary": 1, "prompt": 1}
     # the shutdown saved it
-    assert HnswIndex.current_file(data / "index") is not None
+    assert len(HnswIndex.current_files(data / "index")) == 3
 
     async with open_worker(data, embedder="minilm", batch_quiet_s=0.05) as worker:
         await remember(worker, "s2", "show prices with two decimals", [
@@ -164,8 +213,7 @@ async def test_the_index_follows_every_commit_and_comes_back_after_a_restart(tmp
         assert stats["vectors"] == 7 and stats["added"] == 3  # loaded four, embedded only the new three
         assert stats["rebuilds"] == 0
 
-    index_file = HnswIndex.current_file(data / "index")
-    assert index_file is not None
+    index_file = next(path for path in HnswIndex.current_files(data / "index") if ".observation." in path.name)
     index_file.write_bytes(b"not an index")
     async with open_worker(data, embedder="minilm", batch_quiet_s=0.05) as worker:
         with trio.fail_after(60):
