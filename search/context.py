@@ -40,7 +40,7 @@ from sessionmem.records import (
     ObservationRow,
     RankedKey,
     SearchFilters,
-    SessionRow,
+    SessionHead,
     SummaryRow,
 )
 from sessionmem.storage.base import Store
@@ -189,7 +189,7 @@ def ranked(relevant: list[RankedKey], recent: list[int]) -> list[int]:
     return sorted(scores, key=lambda row_id: scores[row_id], reverse=True)
 
 
-def group(rows: list[ObservationRow], sessions: dict[str, SessionRow]) -> list[SessionGroup]:
+def group(rows: list[ObservationRow], sessions: dict[str, SessionHead]) -> list[SessionGroup]:
     """``rows`` (best first) grouped by session (best first), collapsed, each group in time order."""
     order: dict[str, list[ObservationRow]] = {}
     for row in rows:

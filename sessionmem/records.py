@@ -82,6 +82,14 @@ class SessionRow(msgspec.Struct, frozen=True):
     observations: int
 
 
+class SessionHead(msgspec.Struct, frozen=True):
+    """What a context plan says of a session: when it started and with what request."""
+
+    claude_session_id: str
+    created_at: float
+    first_prompt: str | None
+
+
 class ProjectRow(msgspec.Struct, frozen=True):
     project: str
     sessions: int
@@ -243,4 +251,4 @@ class ContextRows(msgspec.Struct, frozen=True):
     """The observations a context plan chose, in its order, and the sessions they belong to."""
 
     observations: list[ObservationRow]
-    sessions: list[SessionRow]
+    sessions: list[SessionHead]

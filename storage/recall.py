@@ -78,9 +78,11 @@ def _like_escaped(text: str) -> str:
 def _filter_sql(kind: str, filters: SearchFilters, params: dict[str, Any]) -> tuple[str, str]:
     """(joins, conditions) restricting rows of ``kind`` (aliased as in ``_ALIAS``) to ``filters``."""
     alias = _ALIAS[kind]
-    # Each row is joined to its session, never the other way (the planner once chose to walk
-    # every session of a project first).
-    joins = f" CROSS JOIN sessions s ON s.id = {alias}.session_db_id"
+    # A row is joined to its session only when a filter needs it (a prompt's project is its
+    # session's), and never the other way (the planner once chose to walk every session of
+    # a project first).
+    needs_session = kind == PROMPT or filters.claude_session_id is not None
+    joins = f" CROSS JOIN sessions s ON s.id = {alias}.session_db_id" if needs_session else ""
     conditions: list[str] = []
     if filters.project is not None:
         params["project"] = filters.project

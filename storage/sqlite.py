@@ -53,6 +53,7 @@ from sessionmem.records import (
     ProjectRow,
     RankedKey,
     SearchFilters,
+    SessionHead,
     SessionInfo,
     SessionRow,
     SummaryInputs,
@@ -166,11 +167,11 @@ def _snapshot(connection: apsw.Connection) -> Iterator[None]:
         connection.execute("COMMIT")
 
 
-def _sessions_by_ids(connection: apsw.Connection, *, claude_session_ids: Sequence[str]) -> list[SessionRow]:
+def _session_heads(connection: apsw.Connection, *, claude_session_ids: Sequence[str]) -> list[SessionHead]:
     rows = connection.execute(
-        f"SELECT {_SESSION_COLUMNS} FROM sessions s"
+        "SELECT claude_session_id, created_at, first_prompt FROM sessions"
         " WHERE claude_session_id IN (SELECT value FROM json_each(?))", (_to_json(list(claude_session_ids)),))
-    return [SessionRow(*row) for row in rows]
+    return [SessionHead(*row) for row in rows]
 
 
 def _recent_observation_ids(connection: apsw.Connection, *, project: str, limit: int) -> list[int]:
@@ -764,6 +765,6 @@ class SQLiteStore:
                 observations = _observations_by_ids(
                     connection, ids=choose({row_id for kind, row_id in kept if kind == OBSERVATION}))
                 named = list(dict.fromkeys(row.claude_session_id for row in observations))
-                return ContextRows(observations, _sessions_by_ids(connection, claude_session_ids=named))
+                return ContextRows(observations, _session_heads(connection, claude_session_ids=named))
 
         return await self._readers.run(query)

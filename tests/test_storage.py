@@ -16,6 +16,7 @@ from sessionmem.records import (
     CompressedSummary,
     ContextStart,
     SearchFilters,
+    SessionHead,
 )
 from sessionmem.storage import recall
 from sessionmem.storage.schema import MIGRATIONS, migrate
@@ -89,7 +90,8 @@ async def test_results_are_idempotent_and_mark_the_journal(tmp_path: Path) -> No
     assert [m.request for m in start.summaries] == ["r"]
     assert elsewhere == ContextStart([], [], None)
     assert offered == [{oldest}]  # only the candidate that exists, is an observation and passes the filter
-    assert [o.id for o in chosen.observations] == [oldest, newest] and chosen.sessions == sessions[:1]
+    assert [o.id for o in chosen.observations] == [oldest, newest] and chosen.sessions == [
+        SessionHead(sessions[0].claude_session_id, sessions[0].created_at, sessions[0].first_prompt)]
     assert [o.id for o in unfiltered.observations] == [newest]  # choose reads what it names, filters aside
 
 
