@@ -15,6 +15,7 @@ from sessionmem.actors.supervisor import SupervisorStatistics
 from sessionmem.broadcast import BroadcasterStatistics
 from sessionmem.compress.base import CompressorStatistics
 from sessionmem.embed.service import EmbedderServiceStatistics
+from sessionmem.gcwatch import WATCH, GcStatistics
 from sessionmem.index.actor import IndexStatistics
 from sessionmem.records import JournalCounts
 from sessionmem.server.guard import GuardStatistics
@@ -40,6 +41,7 @@ class DebugSnapshot(msgspec.Struct, frozen=True):
     index: IndexStatistics
     embedder: EmbedderServiceStatistics
     retention: PrunerStatistics
+    gc: GcStatistics
 
 
 class ProcessingStatus(msgspec.Struct, frozen=True):
@@ -65,6 +67,7 @@ async def debug_snapshot(services: Services) -> DebugSnapshot:
         index=services.index.statistics(),
         embedder=services.embedder.statistics(),
         retention=services.pruner.statistics(),
+        gc=WATCH.statistics(),
     )
 
 

@@ -34,7 +34,7 @@ import msgspec
 import trio
 from hypercorn.config import Config as HypercornConfig
 
-from sessionmem import __version__, logs
+from sessionmem import __version__, gcwatch, logs
 from sessionmem.actors.restart import RestartPolicy
 from sessionmem.actors.router import SessionRouter
 from sessionmem.actors.session import ActorDeps, SessionActor, park_failed_session
@@ -169,7 +169,7 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
                 log.info("signal %s: shutting down within %.0f s", signal.Signals(received).name, budget.total_s)
                 return
 
-        async with open_services(settings, budget=budget) as services:
+        async with open_services(settings, budget=budget, freeze_when_warm=True) as services:
             await serve_http(services, budget, shutdown_trigger=until_signalled, task_status=task_status)
     _report_shutdown(settings, budget, services.status.pending_at_exit)
 
@@ -177,18 +177,22 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
 @asynccontextmanager
 async def open_services(settings: Settings, *, budget: ShutdownBudget | None = None,
                         compressor: Compressor | None = None,
-                        clock: Callable[[], float] = trio.current_time) -> AsyncIterator[Services]:
+                        clock: Callable[[], float] = trio.current_time,
+                        freeze_when_warm: bool = False) -> AsyncIterator[Services]:
     """The worker's components, started and ready, for the duration of the block (HTTP is the caller's).
 
     The start-up ladder and the shut-down stages of the module docstring, but for
     serving: :func:`run_worker` serves these services over HTTP, the in-process test
     harness (``sessionmem.testing.harness``) drives the same app directly. ``clock``
-    is the supervisor's, for its restart window.
+    is the supervisor's, for its restart window. ``freeze_when_warm``: once everything
+    is loaded, leave it out of later garbage collections (the worker process does; a
+    test process, starting many workers, does not).
 
     Resource handling:
         Leaving the block shuts everything down within ``budget`` (begun on the way
         out if the caller has not begun it); ``worker.json`` is removed.
     """
+    gcwatch.WATCH.install()
     for problem in make_private(str(settings.data_dir)):
         log.warning("data dir: could not make private: %s", problem)
     token = ensure_token(str(settings.data_dir))
@@ -236,7 +240,8 @@ async def open_services(settings: Settings, *, budget: ShutdownBudget | None = N
                     status.ready.set()
                     # What the first requests would otherwise wait for, loaded once the worker is ready.
                     compressor.seed_usage(await store.llm_tokens_since(utc_day(time.time()) * SECONDS_PER_DAY))
-                    nursery.start_soon(_warm_up, compressor, services.ingestor.redactor, embedder)
+                    nursery.start_soon(partial(_warm_up, compressor, services.ingestor.redactor, embedder,
+                                               freeze=freeze_when_warm))
                     maintenance = trio.CancelScope()
 
                     async def prune_periodically() -> None:
@@ -299,15 +304,18 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
                     Pruner(store, retention_days=settings.raw_retention_days))
 
 
-async def _warm_up(compressor: Compressor, redactor: Redactor, embedder: EmbedderService) -> None:
+async def _warm_up(compressor: Compressor, redactor: Redactor, embedder: EmbedderService, *, freeze: bool) -> None:
     """Load the LLM client, the secret detectors and the embedding model off the Trio thread; a failure
-    only costs the first use."""
+    only costs the first use. ``freeze``: then keep what is loaded out of later garbage collections
+    (:func:`~sessionmem.gcwatch.freeze_startup_objects`)."""
     try:
         await trio.to_thread.run_sync(redactor.load)
         await compressor.warm_up()
         await embedder.warm_up()
     except Exception as exc:
         logs.log_exception(log, "warming up failed; the first use will load what it needs", exc)
+    if freeze:
+        gcwatch.freeze_startup_objects()
 
 
 def _report_shutdown(settings: Settings, budget: ShutdownBudget, pending_left: int) -> None:

@@ -234,6 +234,7 @@ def test_debug_shows_an_actors_mailbox_and_counts_change_live(
     calls = browser.one('#figures dd[data-field="calls"]').get_attribute("data-value")
     assert int(calls) >= 6
     assert browser.one('[data-section="breaker"] dd[data-field="state"]').text == "closed"
+    assert "longest" in browser.one('[data-section="gc"] dd[data-field="fullCollections"]').text
     browser.screenshot("debug")
     assert_only_this_worker(browser, worker)
 

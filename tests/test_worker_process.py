@@ -125,3 +125,13 @@ def test_the_embedding_process_ends_with_the_worker(worker_factory: Callable[...
     assert worker.process.wait(30) == 0
     with pytest.raises(ProcessLookupError):
         os.kill(child, 0)  # stopped and reaped by the worker, not left behind
+
+
+def test_the_worker_keeps_what_it_loaded_out_of_garbage_collections(worker_factory: Callable[..., WorkerProcess]) -> None:
+    """Once warm, the worker freezes its startup objects; /debug shows the collector's pauses."""
+    worker = worker_factory()
+    collector = worker.wait_until(lambda: (found := worker.get("/debug")["gc"])["frozenObjects"] > 0 and found)
+    assert collector["frozenObjects"] > 10_000  # the web stack, the detectors, the embedder's Python side
+    assert [sorted(generation) for generation in collector["generations"]] == [["collections", "maxMs", "totalMs"]] * 3
+    full = collector["generations"][2]
+    assert full["collections"] >= 1 and 0 < full["maxMs"] <= full["totalMs"]  # the collection before the freeze

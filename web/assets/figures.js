@@ -23,6 +23,13 @@ const SECTIONS = [
   ["stream", "Live stream", (d) => d.stream],
   ["access", "Access", (d) => d.access],
   ["connections", "Connections", (d) => d.connections],
+  ["retention", "Retention", (d) => d.retention],
+  ["gc", "Garbage collector", (d) => d.gc && {
+    frozenObjects: d.gc.frozenObjects,
+    ...Object.fromEntries(d.gc.generations.map((g, i) => [
+      i === d.gc.generations.length - 1 ? "fullCollections" : `generation${i}`,
+      `${number(g.collections)} × · ${number(g.totalMs)} ms in all · longest ${number(g.maxMs)} ms`])),
+  }],
 ];
 
 function show(name, value) {
