@@ -37,7 +37,6 @@ Error handling:
 
 from __future__ import annotations
 
-import heapq
 import os
 import time
 import zlib
@@ -167,13 +166,14 @@ class _Graph:
                 self.index.mark_deleted(label)
                 self.deleted.add(label)
 
-    def nearest(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def nearest(self, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The labels and cosine distances of the ``k`` nearest (at most: what it holds), nearest first."""
         k = min(k, self.vectors)
         if k <= 0:
-            return []
+            return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.float32)
         self.index.set_ef(max(EF_SEARCH, k))  # hnswlib does not save ef: set for every query
         labels, distances = self.index.knn_query(vector.reshape(1, -1), k=k, num_threads=1)
-        return [(int(label), float(distance)) for label, distance in zip(labels[0], distances[0])]
+        return labels[0], distances[0]
 
     def vector_of(self, label: int) -> np.ndarray | None:
         if label in self.deleted:
@@ -229,9 +229,14 @@ class HnswIndex:
         """The ``k`` (at most: what the index holds) nearest labels and their cosine distances, nearest first;
         ``kind``: only documents of that kind (its graph alone is asked)."""
         if kind is not None:
-            return self._graphs[kind].nearest(vector, k)
-        answers = [graph.nearest(vector, k) for graph in self._graphs.values()]
-        return heapq.nsmallest(k, (found for answer in answers for found in answer), key=lambda found: found[1])
+            labels, distances = self._graphs[kind].nearest(vector, k)
+        else:
+            answers = [graph.nearest(vector, k) for graph in self._graphs.values()]
+            labels = np.concatenate([answer[0] for answer in answers])
+            distances = np.concatenate([answer[1] for answer in answers])
+            nearest = np.argsort(distances, kind="stable")[:k]
+            labels, distances = labels[nearest], distances[nearest]
+        return list(zip(labels.tolist(), distances.tolist()))
 
     def vector_of(self, label: int) -> np.ndarray | None:
         return self._graphs[kind_of(label)].vector_of(label)
