@@ -31,6 +31,7 @@ def encode_get(host: str, port: int, path: str, token: str | None = None) -> byt
 class Result:
     latencies_ms: list[float] = field(default_factory=list)
     completed_at: list[float] = field(default_factory=list)  # monotonic seconds
+    codes: list[int] = field(default_factory=list)  # the status of each, in the order of latencies_ms
     statuses: dict[int, int] = field(default_factory=dict)
     bodies: list[bytes] = field(default_factory=list)
     errors: int = 0
@@ -40,6 +41,7 @@ class Result:
     def record(self, status: int, latency_s: float, body: bytes, keep_body: bool) -> None:
         self.latencies_ms.append(latency_s * 1000)
         self.completed_at.append(time.monotonic())
+        self.codes.append(status)
         self.statuses[status] = self.statuses.get(status, 0) + 1
         if keep_body:
             self.bodies.append(body)
@@ -48,6 +50,9 @@ class Result:
     def rate(self) -> float:
         elapsed = self.finished - self.started
         return len(self.latencies_ms) / elapsed if elapsed > 0 else 0.0
+
+    def latencies_of(self, *statuses: int) -> list[float]:
+        return [latency for latency, code in zip(self.latencies_ms, self.codes) if code in statuses]
 
 
 class Connection:
@@ -130,7 +135,11 @@ async def open_loop(host: str, port: int, requests: Sequence[bytes], *, rate: fl
         scheduled = start + index / rate
         await trio.sleep_until(scheduled)
         reused = bool(idle)
-        connection = idle.pop() if idle else await Connection.open(host, port)
+        try:
+            connection = idle.pop() if idle else await Connection.open(host, port)
+        except OSError:  # refused, or timed out in a full listen backlog: an overloaded server
+            result.errors += 1
+            return
         try:
             status, body = await connection.roundtrip(requests[index])
         except (OSError, ConnectionError, trio.BrokenResourceError):
@@ -139,7 +148,11 @@ async def open_loop(host: str, port: int, requests: Sequence[bytes], *, rate: fl
                 result.errors += 1
                 return
             # The server closed an idle keep-alive connection: send again on a new one.
-            connection = await Connection.open(host, port)
+            try:
+                connection = await Connection.open(host, port)
+            except OSError:
+                result.errors += 1
+                return
             try:
                 status, body = await connection.roundtrip(requests[index])
             except (OSError, ConnectionError, trio.BrokenResourceError):

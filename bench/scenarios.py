@@ -375,14 +375,21 @@ def scenario_openloop(ctx: Context, *, rate: float, sessions: int, seconds: floa
             worker.wait_idle(timeout=600)
         debug = _debug_summary(worker)
         stored, delays = _stored(worker)
-    ctx.plots["openloop_latency_ms"] = run.latencies_ms
+    accepted = run.latencies_of(202)
+    ctx.plots["openloop_latency_ms"] = accepted
     ctx.plots["openloop_completed_at"] = [t - run.started for t in run.completed_at]
     ctx.plots["openloop_rss"] = sampler.samples
+    elapsed = run.finished - run.started
     return {
         "offered_rate_per_s": rate, "sessions": sessions, "seconds": seconds, "requests": count,
         "statuses": run.statuses, "errors": run.errors,
-        "achieved_rate_per_s": round(run.rate, 1),
-        "accept_ms": percentiles(run.latencies_ms),
+        "achieved_rate_per_s": round(run.rate, 1),  # answered, whatever the answer
+        "accepted_rate_per_s": round(len(accepted) / elapsed, 1) if elapsed > 0 else 0.0,
+        # Latency of the events accepted (202); those turned away (503: a session's mailbox was full)
+        # apart: hooks retry or spool them.
+        "accept_ms": percentiles(accepted),
+        "turned_away": len(run.latencies_of(503)),
+        "turned_away_ms": percentiles(run.latencies_of(503)),
         "observations_stored": sum(stored.values()),
         "accept_to_stored_ms": percentiles([d * 1000 for d in delays]),
         **_sampled(sampler), **debug,

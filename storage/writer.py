@@ -91,6 +91,7 @@ class WriterStatistics(msgspec.Struct, frozen=True):
     slowest_commit_ms: float
     commits_over_20ms: int
     background_queued: int = 0  # of which background work
+    request_wait_ms: float = 0.0  # how long the oldest request not yet in a transaction has waited
 
 
 class GroupCommitWriter:
@@ -102,6 +103,8 @@ class GroupCommitWriter:
         self._send, self._receive = trio.open_memory_channel[_Operation[Any]](max_batch * 4)
         self._background_send, self._background_receive = trio.open_memory_channel[_Operation[Any]](max_batch * 4)
         self._held: _Operation[Any] | None = None  # background work taken but over the last batch's weight
+        # Requests sent and not yet taken into a transaction, oldest first, with when they were submitted.
+        self._waiting: dict[_Operation[Any], float] = {}
         self._wake = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
         self._batches = self._operations = self._largest_batch = 0
@@ -119,7 +122,14 @@ class GroupCommitWriter:
             slowest_commit_ms=round(self._slowest_commit_ms, 2),
             commits_over_20ms=self._commits_over_20ms,
             background_queued=background,
+            request_wait_ms=round(self._request_wait_s() * 1000, 1),
         )
+
+    def _request_wait_s(self) -> float:
+        """How long the oldest request not yet taken into a transaction has waited; 0 with none waiting."""
+        for submitted in self._waiting.values():
+            return trio.current_time() - submitted
+        return 0.0
 
     async def submit(self, fn: Callable[[apsw.Connection], T], *, on_commit: Callable[[T], None] | None = None,
                      background: bool = False, weight: int = 1) -> T:
@@ -133,10 +143,16 @@ class GroupCommitWriter:
         """
         operation: _Operation[T] = _Operation(fn, on_commit, max(1, weight))
         send = self._background_send if background else self._send
+        if not background:
+            self._waiting[operation] = trio.current_time()
         try:
-            send.send_nowait(operation)  # the common case: no extra scheduling round
-        except trio.WouldBlock:
-            await send.send(operation)
+            try:
+                send.send_nowait(operation)  # the common case: no extra scheduling round
+            except trio.WouldBlock:
+                await send.send(operation)
+        except BaseException:  # not sent (cancelled, or the writer closed): it is not waiting
+            self._waiting.pop(operation, None)
+            raise
         self._wake.set()
         await operation.done.wait()
         if operation.error is not None:
@@ -168,6 +184,8 @@ class GroupCommitWriter:
         """The next batch (module docstring), and whether both lanes are closed and empty."""
         batch: list[_Operation[Any]] = []
         requests_ended = _take_into(batch, self._receive, self._max_batch)
+        for operation in batch:
+            self._waiting.pop(operation, None)
         weight, background_ended = 0, False
         while weight < self._background_weight:
             operation, self._held = self._held, None
