@@ -92,8 +92,11 @@ class IndexDescription(msgspec.Struct, frozen=True):
     saved_at: float
 
 
-class _Format(msgspec.Struct):
+class _Common(msgspec.Struct):
+    """What every format's description says."""
     format: int
+    model_id: str
+    dimensions: int
 
 
 class _OneGraphDescription(msgspec.Struct, frozen=True):
@@ -288,26 +291,26 @@ class HnswIndex:
             return None, "no saved index"
         try:
             raw = description_path.read_bytes()
-            format_ = msgspec.json.decode(raw, type=_Format).format
-            if format_ == ONE_GRAPH_FORMAT:
-                return cls._load_one_graph(directory, msgspec.json.decode(raw, type=_OneGraphDescription),
-                                           dimensions, model_id)
-            if format_ != FORMAT:
-                return None, f"index format {format_}, expected {FORMAT}"
+            common = msgspec.json.decode(raw, type=_Common)
+            if common.format not in (FORMAT, ONE_GRAPH_FORMAT):
+                return None, f"index format {common.format}, expected {FORMAT}"
+            if common.model_id != model_id or common.dimensions != dimensions:
+                return None, (f"index of {common.model_id} ({common.dimensions} dimensions); the embedder is "
+                              f"{model_id} ({dimensions})")
+            if common.format == ONE_GRAPH_FORMAT:
+                return cls._split(directory, msgspec.json.decode(raw, type=_OneGraphDescription), dimensions,
+                                  model_id)
             description = msgspec.json.decode(raw, type=IndexDescription)
         except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
             return None, f"unreadable {DESCRIPTION_FILE}: {exc}"
-        if description.model_id != model_id or description.dimensions != dimensions:
-            return None, _foreign(description.model_id, description.dimensions, model_id, dimensions)
+        except ValueError as exc:  # a graph file that is not the one described
+            return None, str(exc)
         if set(description.graphs) != set(DOCUMENT_KINDS):
             return None, f"{DESCRIPTION_FILE} names graphs of {sorted(description.graphs)}"
         index = cls(dimensions, model_id, capacity=16)
         for kind, described in description.graphs.items():
-            if "/" in described.index_file:
-                return None, f"the index file {described.index_file!r} is not in {directory}"
             try:
-                graph = _Graph.load(directory / described.index_file, dimensions, described.index_bytes,
-                                    described.checksum, described.deleted)
+                graph = _read_graph(directory, described, dimensions)
             except ValueError as exc:
                 return None, str(exc)
             if graph.vectors != described.vectors:
@@ -316,18 +319,12 @@ class HnswIndex:
         return index, ""
 
     @classmethod
-    def _load_one_graph(cls, directory: Path, description: _OneGraphDescription, dimensions: int,
-                        model_id: str) -> tuple[HnswIndex | None, str]:
-        """An index saved in one graph of every kind (format 3), split into a graph per kind."""
-        if description.model_id != model_id or description.dimensions != dimensions:
-            return None, _foreign(description.model_id, description.dimensions, model_id, dimensions)
-        if "/" in description.index_file:
-            return None, f"the index file {description.index_file!r} is not in {directory}"
-        try:
-            old = _Graph.load(directory / description.index_file, dimensions, description.index_bytes,
-                              description.checksum, description.deleted)
-        except ValueError as exc:
-            return None, str(exc)
+    def _split(cls, directory: Path, description: _OneGraphDescription, dimensions: int,
+               model_id: str) -> tuple[HnswIndex | None, str]:
+        """An index saved in one graph of every kind (format 3), split into a graph per kind.
+
+        ``ValueError`` if its file is not the one described."""
+        old = _read_graph(directory, description, dimensions)
         labels = np.array(sorted(old.labels()), dtype=np.uint64)
         index = cls(dimensions, model_id, capacity=16)
         for start in range(0, len(labels), MIGRATION_CHUNK):  # get_items answers in Python floats
@@ -339,9 +336,12 @@ class HnswIndex:
         return index, ""
 
 
-def _foreign(model_id: str, dimensions: int, wanted_model: str, wanted_dimensions: int) -> str:
-    return (f"index of {model_id} ({dimensions} dimensions); the embedder is "
-            f"{wanted_model} ({wanted_dimensions})")
+def _read_graph(directory: Path, described: GraphFile | _OneGraphDescription, dimensions: int) -> _Graph:
+    """The graph file ``described`` names, in ``directory``; ``ValueError`` saying why it is not usable."""
+    if "/" in described.index_file:
+        raise ValueError(f"the index file {described.index_file!r} is not in {directory}")
+    return _Graph.load(directory / described.index_file, dimensions, described.index_bytes, described.checksum,
+                       described.deleted)
 
 
 def _size_and_checksum(path: Path) -> tuple[int, int]:
