@@ -99,6 +99,8 @@ def _debug_summary(worker: WorkerProcess) -> dict[str, Any]:
         "writer": debug["store"]["writer"],
         "checkpointer": debug["store"]["checkpointer"],
         "compressor": debug["compressor"],
+        "connections": debug["connections"],  # accepted, evicted at the cap, refused, peak
+        "gc": debug["gc"]["generations"],
     }
 
 
