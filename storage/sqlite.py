@@ -72,6 +72,7 @@ UNAVAILABLE = (apsw.FullError, apsw.IOError, apsw.ReadOnlyError, apsw.CantOpenEr
 # Weights of background writes (storage/writer.py), in observation rows: a summary is one
 # row and its FTS5 rows, longer texts; a batch of pruning takes a transaction's share alone.
 SUMMARY_WEIGHT = 4
+ROWS_PER_STATEMENT = 500  # observations in one INSERT (24 parameters each, well within SQLite's 32,766)
 PRUNE_WEIGHT = BACKGROUND_WEIGHT
 
 _bestpractice_applied = False
@@ -498,29 +499,42 @@ class SQLiteStore:
         session: SessionInfo,
         items: Sequence[tuple[Envelope, ObservationEvent, CompressedObservation]],
     ) -> int:
+        if not items:
+            return 0
+
         def store(connection: apsw.Connection) -> int:
             now = time.time()
-            inserted = tokens_in = tokens_out = 0
-            for envelope, event, obs in items:
-                connection.execute(
+            rows = [
+                (
+                    session.session_db_id, session.project, event.prompt_number, envelope.event_id, event.tool_name,
+                    event.tool_use_id or f"event-{envelope.event_id}", event.agent_id or None,
+                    event.agent_type or None, int(event.failed), obs.type, obs.title, obs.subtitle,
+                    _to_json(obs.facts), obs.narrative, _to_json(obs.concepts), _to_json(obs.files_read),
+                    _to_json(obs.files_modified), int(obs.compressed), obs.compressor, obs.model or None,
+                    obs.input_tokens, obs.output_tokens, event.occurred_at or now, now,
+                )
+                for envelope, event, obs in items
+            ]
+            # One statement for every row: FTS5 writes what a statement added to its index as a
+            # segment of its own at the next statement's savepoint, so a statement per row made a
+            # segment per observation, and merging them grew into most of the writer's work as
+            # the index grew (bench/README, "The open loop's tail"). RETURNING: the rows inserted,
+            # not those ignored as already stored.
+            returned = []
+            for start in range(0, len(rows), ROWS_PER_STATEMENT):
+                chunk = rows[start : start + ROWS_PER_STATEMENT]
+                returned += connection.execute(
                     "INSERT OR IGNORE INTO observations (session_db_id, project, prompt_number, event_id, tool_name,"
                     " tool_use_id, agent_id, agent_type, failed, type, title, subtitle, facts, narrative, concepts,"
                     " files_read, files_modified, compressed, compressor, model, input_tokens, output_tokens,"
-                    " created_at, stored_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        session.session_db_id, session.project, event.prompt_number, envelope.event_id, event.tool_name,
-                        event.tool_use_id or f"event-{envelope.event_id}", event.agent_id or None,
-                        event.agent_type or None, int(event.failed), obs.type, obs.title, obs.subtitle,
-                        _to_json(obs.facts), obs.narrative, _to_json(obs.concepts), _to_json(obs.files_read),
-                        _to_json(obs.files_modified), int(obs.compressed), obs.compressor, obs.model or None,
-                        obs.input_tokens, obs.output_tokens, event.occurred_at or now, now,
-                    ),
-                )
-                if connection.changes():
-                    inserted += 1
-                    tokens_in += obs.input_tokens
-                    tokens_out += obs.output_tokens
+                    " created_at, stored_at) VALUES "
+                    + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
+                    + " RETURNING input_tokens, output_tokens",
+                    [value for row in chunk for value in row],
+                ).fetchall()
+            inserted = len(returned)
+            tokens_in = sum(row[0] for row in returned)
+            tokens_out = sum(row[1] for row in returned)
             connection.execute(
                 "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ? WHERE id = ?",
                 (tokens_in, tokens_out, session.session_db_id),

@@ -315,3 +315,29 @@ def test_file_recall_looks_at_the_newest_uses_of_a_file(tmp_path: Path) -> None:
     assert _file_recall_steps(connection, "/p/app.py")[0] == [1]
     assert _file_recall_steps(connection, "/p/app.py", lookback=10)[0] == []  # older than the look-back
     assert _file_recall_steps(connection, "/p/app.py", lookback=11)[0] == [1]
+
+
+async def test_a_batch_of_observations_is_one_full_text_segment(tmp_path: Path) -> None:
+    """FTS5 writes what one statement added as a segment of its own: a batch stored row by row made a
+    segment per observation, and merging them grew into most of the writer's work."""
+    async with open_sqlite_store(tmp_path / "db.sqlite") as store:
+        envelopes: list[Envelope] = []
+        for n in range(8):
+            await store.accept_event(obs(n), envelopes.append)
+        info = await store.session_info("s1")
+        assert info is not None
+        items = [(e, e.event, CompressedObservation("discovery", f"title {e.event_id}", input_tokens=5))
+                 for e in envelopes]
+        assert await store.store_observations(info, items[:3]) == 3
+        assert await store.store_observations(info, items) == 5  # the three already stored are not again
+        assert await store.store_observations(info, []) == 0
+        (tokens,) = [s.input_tokens for s in await store.list_sessions(project="proj", limit=1, offset=0)]
+    connection = apsw.Connection(str(tmp_path / "db.sqlite"))
+    try:
+        (segments,) = connection.execute("SELECT count(DISTINCT segid) FROM observations_fts_idx").fetchone()
+        found = connection.execute("SELECT count(*) FROM observations_fts WHERE observations_fts MATCH 'title'")
+        assert found.fetchone()[0] == 8
+    finally:
+        connection.close()
+    assert segments <= 2  # one for each of the two stores; row by row, there were more
+    assert tokens == 8 * 5  # only what was inserted is counted
