@@ -35,9 +35,7 @@ Error handling:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from collections.abc import Sequence
 
 import msgspec
 import numpy as np
@@ -45,23 +43,9 @@ import trio
 
 from sessionmem.embed.base import Embedder, EmbedderClosedError, EmbedderStatistics
 
-T = TypeVar("T")
-
 # Texts per trip to the worker thread: how long a caller may wait behind another
 # request, and how long cancelling takes (see the module docstring for the figures).
 BATCH_SIZE = 16
-async def run_on(executor: ThreadPoolExecutor, fn: Callable[..., T], *args: object) -> T:
-    """``fn(*args)`` on ``executor``'s thread. Like ``trio.to_thread.run_sync`` without
-    ``abandon_on_cancel``: a cancelled caller waits until ``fn`` has returned, then gets ``Cancelled``."""
-    token = trio.lowlevel.current_trio_token()
-    finished = trio.Event()
-    future = executor.submit(fn, *args)
-    future.add_done_callback(lambda _: token.run_sync_soon(finished.set))
-    with trio.CancelScope(shield=True):
-        await finished.wait()
-    await trio.lowlevel.checkpoint_if_cancelled()
-    return future.result()
-
 
 class EmbedderServiceStatistics(msgspec.Struct, frozen=True):
     embedder: EmbedderStatistics
@@ -86,8 +70,6 @@ class EmbedderService:
         self._batch_size = batch_size
         self._limiter = trio.CapacityLimiter(1)  # background
         self._urgent = trio.CapacityLimiter(1)
-        # The background lane's own thread, started at its first chunk.
-        self._background = ThreadPoolExecutor(1, thread_name_prefix="sessionmem-embed")
         self._closed = False
         self._requests = 0
 
@@ -110,16 +92,15 @@ class EmbedderService:
         """
         self._requests += 1
         limiter = self._urgent if urgent else self._limiter
+        embedder = self._embedder if urgent else self._background_embedder or self._embedder
         vectors = np.zeros((len(texts), self._embedder.dimensions), dtype=np.float32)
         for start in range(0, len(texts), self._batch_size):
             chunk = list(texts[start : start + self._batch_size])
-            if urgent:
-                rows = await trio.to_thread.run_sync(self._embedder.embed, chunk, limiter=limiter)
-            else:
-                async with limiter:
-                    if self._closed:
-                        raise EmbedderClosedError("the embedder is closed")
-                    rows = await run_on(self._background, (self._background_embedder or self._embedder).embed, chunk)
+            async with limiter:
+                if self._closed:
+                    raise EmbedderClosedError("the embedder is closed")
+                # Not abandoned on cancel: a cancelled caller waits for its chunk (aclose relies on it).
+                rows = await trio.to_thread.run_sync(embedder.embed, chunk)
             vectors[start : start + len(chunk)] = rows
         return vectors
 
@@ -145,4 +126,3 @@ class EmbedderService:
             if self._background_embedder is not None:
                 # On a worker thread: stopping the child waits for it to exit.
                 await trio.to_thread.run_sync(self._background_embedder.close)
-        self._background.shutdown(wait=False)  # idle: nothing runs on it any more
