@@ -69,7 +69,7 @@ def label_of(kind: str, row_id: int) -> int:
 
 
 def key_of(label: int) -> tuple[str, int]:
-    return _KINDS[label % 4], label // 4
+    return kind_of(label), label // 4
 
 
 def kind_of(label: int) -> str:
@@ -84,38 +84,31 @@ class GraphFile(msgspec.Struct, frozen=True):
     deleted: list[int]  # labels marked deleted
 
 
-class IndexDescription(msgspec.Struct, frozen=True):
+class _Common(msgspec.Struct, frozen=True):
+    """What every format's description says."""
+
     format: int
     model_id: str
     dimensions: int
+
+
+class IndexDescription(_Common, frozen=True):
     graphs: dict[str, GraphFile]  # by document kind
     saved_at: float
 
 
-class _Common(msgspec.Struct):
-    """What every format's description says."""
+class _OneGraphDescription(GraphFile, frozen=True):
+    """Format 3: one graph of every kind, described by the same fields as a graph of ours, and the common ones."""
+
     format: int
     model_id: str
     dimensions: int
-
-
-class _OneGraphDescription(msgspec.Struct, frozen=True):
-    """Format 3: one graph of every kind."""
-    format: int
-    index_file: str
-    model_id: str
-    dimensions: int
-    index_bytes: int
-    checksum: int
-    vectors: int
-    deleted: list[int]
 
 
 class _Graph:
     """One hnswlib graph (cosine) and the labels marked deleted in it."""
 
     def __init__(self, dimensions: int, capacity: int = INITIAL_CAPACITY, *, empty: bool = True) -> None:
-        self.dimensions = dimensions
         self.index = hnswlib.Index(space="cosine", dim=dimensions)
         if empty:  # else load() fills it (init_index first would make hnswlib warn and throw it away)
             self.index.init_index(max_elements=max(capacity, 16), ef_construction=EF_CONSTRUCTION, M=M)
@@ -336,7 +329,7 @@ class HnswIndex:
         return index, ""
 
 
-def _read_graph(directory: Path, described: GraphFile | _OneGraphDescription, dimensions: int) -> _Graph:
+def _read_graph(directory: Path, described: GraphFile, dimensions: int) -> _Graph:
     """The graph file ``described`` names, in ``directory``; ``ValueError`` saying why it is not usable."""
     if "/" in described.index_file:
         raise ValueError(f"the index file {described.index_file!r} is not in {directory}")

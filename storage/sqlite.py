@@ -72,8 +72,10 @@ UNAVAILABLE = (apsw.FullError, apsw.IOError, apsw.ReadOnlyError, apsw.CantOpenEr
 # Weights of background writes (storage/writer.py), in observation rows: a summary is one
 # row and its FTS5 rows, longer texts; a batch of pruning takes a transaction's share alone.
 SUMMARY_WEIGHT = 4
-ROWS_PER_STATEMENT = 500  # observations in one INSERT (24 parameters each, well within SQLite's 32,766)
 PRUNE_WEIGHT = BACKGROUND_WEIGHT
+# Observations stored by one INSERT (store_observations says why one): 24 parameters
+# each, well within SQLite's 32,766.
+ROWS_PER_STATEMENT = 500
 
 _bestpractice_applied = False
 
