@@ -10,6 +10,7 @@ so a stalled server cannot hide its queueing delay (no coordinated omission).
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -32,7 +33,6 @@ class Result:
     latencies_ms: list[float] = field(default_factory=list)
     completed_at: list[float] = field(default_factory=list)  # monotonic seconds
     codes: list[int] = field(default_factory=list)  # the status of each, in the order of latencies_ms
-    statuses: dict[int, int] = field(default_factory=dict)
     bodies: list[bytes] = field(default_factory=list)
     errors: int = 0
     started: float = 0.0
@@ -42,7 +42,6 @@ class Result:
         self.latencies_ms.append(latency_s * 1000)
         self.completed_at.append(time.monotonic())
         self.codes.append(status)
-        self.statuses[status] = self.statuses.get(status, 0) + 1
         if keep_body:
             self.bodies.append(body)
 
@@ -50,6 +49,11 @@ class Result:
     def rate(self) -> float:
         elapsed = self.finished - self.started
         return len(self.latencies_ms) / elapsed if elapsed > 0 else 0.0
+
+    @property
+    def statuses(self) -> dict[int, int]:
+        """How many answers had each status."""
+        return dict(Counter(self.codes))
 
     def latencies_of(self, *statuses: int) -> list[float]:
         return [latency for latency, code in zip(self.latencies_ms, self.codes) if code in statuses]
@@ -134,31 +138,21 @@ async def open_loop(host: str, port: int, requests: Sequence[bytes], *, rate: fl
     async def one(index: int) -> None:
         scheduled = start + index / rate
         await trio.sleep_until(scheduled)
-        reused = bool(idle)
-        try:
-            connection = idle.pop() if idle else await Connection.open(host, port)
-        except OSError:  # refused, or timed out in a full listen backlog: an overloaded server
-            result.errors += 1
-            return
-        try:
-            status, body = await connection.roundtrip(requests[index])
-        except (OSError, ConnectionError, trio.BrokenResourceError):
-            await connection.aclose()
-            if not reused:
-                result.errors += 1
-                return
-            # The server closed an idle keep-alive connection: send again on a new one.
+        # An idle connection first; if the server had closed it (keep-alive timeout), once more on a new one.
+        for reused in ([True, False] if idle else [False]):
             try:
-                connection = await Connection.open(host, port)
-            except OSError:
+                connection = idle.pop() if reused else await Connection.open(host, port)
+            except OSError:  # refused, or timed out in a full listen backlog: an overloaded server
                 result.errors += 1
                 return
             try:
                 status, body = await connection.roundtrip(requests[index])
+                break
             except (OSError, ConnectionError, trio.BrokenResourceError):
-                result.errors += 1
                 await connection.aclose()
-                return
+                if not reused:
+                    result.errors += 1
+                    return
         result.record(status, trio.current_time() - scheduled, body, keep_bodies)
         idle.append(connection)
 
