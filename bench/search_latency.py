@@ -189,9 +189,9 @@ def synthesize(pool: Pool, data_dir: Path, observations: int, *, seed: int = 7) 
                           now + t * OBSERVATIONS_PER_TURN) for t in range(turns)]
             # A prompt number is unique within a session: a session's turns are numbered in order.
             connection.executemany(
-                "INSERT OR IGNORE INTO user_prompts (id, session_db_id, prompt_number, text, created_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                [(t, s, n, pool.prompts[t % len(pool.prompts)], at - 0.5) for t, s, n, at in turn_rows])
+                "INSERT OR IGNORE INTO user_prompts (id, session_db_id, project, prompt_number, text, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(t, s, PROJECT, n, pool.prompts[t % len(pool.prompts)], at - 0.5) for t, s, n, at in turn_rows])
             connection.executemany(
                 "INSERT INTO session_summaries (id, session_db_id, project, prompt_number, event_id, request,"
                 " investigated, learned, completed, next_steps, notes, compressed, compressor, created_at, stored_at)"

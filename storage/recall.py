@@ -60,7 +60,7 @@ _TABLES = {
     PROMPT: ("user_prompts", "prompts_fts", "1.0"),
 }
 _ALIAS = {OBSERVATION: "o", SUMMARY: "m", PROMPT: "p"}
-_PROJECT = {OBSERVATION: "o.project", SUMMARY: "m.project", PROMPT: "s.project"}
+_PROJECT = {OBSERVATION: "o.project", SUMMARY: "m.project", PROMPT: "p.project"}
 _json_list = msgspec.json.Decoder(list[str])
 
 
@@ -78,10 +78,9 @@ def _like_escaped(text: str) -> str:
 def _filter_sql(kind: str, filters: SearchFilters, params: dict[str, Any]) -> tuple[str, str]:
     """(joins, conditions) restricting rows of ``kind`` (aliased as in ``_ALIAS``) to ``filters``."""
     alias = _ALIAS[kind]
-    # A row is joined to its session only when a filter needs it (a prompt's project is its
-    # session's), and never the other way (the planner once chose to walk every session of
-    # a project first).
-    needs_session = kind == PROMPT or filters.claude_session_id is not None
+    # A row is joined to its session only when a filter needs it, and never the other way
+    # (the planner once chose to walk every session of a project first).
+    needs_session = filters.claude_session_id is not None
     joins = f" CROSS JOIN sessions s ON s.id = {alias}.session_db_id" if needs_session else ""
     conditions: list[str] = []
     if filters.project is not None:
@@ -234,7 +233,7 @@ _CARD_SQL = {
         " FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id"
         " WHERE m.id IN (SELECT value FROM json_each(?))"),
     PROMPT: (
-        "SELECT p.id, s.claude_session_id, s.project, p.prompt_number, p.created_at, p.text"
+        "SELECT p.id, s.claude_session_id, p.project, p.prompt_number, p.created_at, p.text"
         " FROM user_prompts p JOIN sessions s ON s.id = p.session_db_id"
         " WHERE p.id IN (SELECT value FROM json_each(?))"),
 }
@@ -310,9 +309,8 @@ def document_ids(connection: apsw.Connection, *, after: dict[str, int] | None = 
 def created_at(connection: apsw.Connection, kind: str, row_id: int) -> tuple[float, str] | None:
     """When the row was created, and its project; ``None`` if it does not exist."""
     table, alias = _TABLES[kind][0], _ALIAS[kind]
-    row = connection.execute(
-        f"SELECT {alias}.created_at, {_PROJECT[kind]} FROM {table} {alias}"
-        f" JOIN sessions s ON s.id = {alias}.session_db_id WHERE {alias}.id = ?", (row_id,)).fetchone()
+    row = connection.execute(f"SELECT {alias}.created_at, {_PROJECT[kind]} FROM {table} {alias} WHERE {alias}.id = ?",
+                             (row_id,)).fetchone()
     return (row[0], row[1]) if row else None
 
 
@@ -324,8 +322,7 @@ def around(connection: apsw.Connection, project: str, moment: float, anchor: tup
     later: list[tuple[float, str, int]] = []
     for kind in DOCUMENT_KINDS:
         table, alias = _TABLES[kind][0], _ALIAS[kind]
-        base = (f"SELECT {alias}.created_at, {alias}.id FROM {table} {alias}"
-                f" JOIN sessions s ON s.id = {alias}.session_db_id WHERE {_PROJECT[kind]} = :project")
+        base = f"SELECT {alias}.created_at, {alias}.id FROM {table} {alias} WHERE {_PROJECT[kind]} = :project"
         params = {"project": project, "moment": moment, "id": anchor[1] if kind == anchor[0] else -1,
                   "before": before, "after": after}
         earlier += [(at, kind, row_id) for at, row_id in connection.execute(

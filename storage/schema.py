@@ -243,7 +243,23 @@ CREATE INDEX observations_time ON observations (created_at);
 CREATE INDEX summaries_time ON session_summaries (created_at);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+# A prompt's project beside it, as observations and summaries have theirs: the newest
+# prompts of a project were found by walking every project's prompts newest first until
+# enough were of it -- cheap for the busiest project, every prompt of the store for a
+# new one (0.9 ms at 7,700 prompts, on every SessionStart). Its full-text rows follow
+# the text alone, so filling the column does not index every prompt again.
+_V6 = """
+ALTER TABLE user_prompts ADD COLUMN project TEXT NOT NULL DEFAULT '';
+DROP TRIGGER prompts_fts_au;
+CREATE TRIGGER prompts_fts_au AFTER UPDATE OF text ON user_prompts BEGIN
+    INSERT INTO prompts_fts (prompts_fts, rowid, text) VALUES ('delete', old.id, old.text);
+    INSERT INTO prompts_fts (rowid, text) VALUES (new.id, new.text);
+END;
+UPDATE user_prompts SET project = (SELECT project FROM sessions s WHERE s.id = user_prompts.session_db_id);
+CREATE INDEX prompts_project ON user_prompts (project, created_at);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 
 
 def migrate(connection: apsw.Connection) -> int:

@@ -170,6 +170,17 @@ def _snapshot(connection: apsw.Connection) -> Iterator[None]:
         connection.execute("COMMIT")
 
 
+def _of_project(column: str, project: str | None) -> str:
+    """The condition that rows are of ``project`` (``:project``), or none when ``project`` is ``None``.
+
+    Written out only when asked for: ``(:project IS NULL OR column = :project)`` hides the
+    column's index from SQLite, which then walked every project's rows newest first until
+    enough were of this one -- the whole table, for a project with little stored (3 ms for
+    the summaries of a new project at 7,700 summaries, on every SessionStart).
+    """
+    return f"{column} = :project" if project is not None else "1"
+
+
 def _session_heads(connection: apsw.Connection, *, claude_session_ids: Sequence[str]) -> list[SessionHead]:
     rows = connection.execute(
         "SELECT claude_session_id, created_at, first_prompt FROM sessions"
@@ -189,9 +200,9 @@ def _list_summaries(connection: apsw.Connection, *, project: str | None, limit: 
         "SELECT m.id, s.claude_session_id, m.project, m.prompt_number, m.request, m.investigated,"
         " m.learned, m.completed, m.next_steps, m.notes, m.compressed, m.compressor, m.model,"
         " m.input_tokens, m.output_tokens, m.created_at"
-        " FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id"
-        " WHERE (?1 IS NULL OR m.project = ?1) ORDER BY m.created_at DESC, m.id DESC LIMIT ?2 OFFSET ?3",
-        (project, limit, offset),
+        f" FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id WHERE {_of_project('m.project', project)}"
+        " ORDER BY m.created_at DESC, m.id DESC LIMIT :limit OFFSET :offset",
+        {"project": project, "limit": limit, "offset": offset},
     )
     return [SummaryRow(*row[:10], bool(row[10]), *row[11:]) for row in rows]
 
@@ -215,14 +226,30 @@ def _latest_prompt(connection: apsw.Connection, *, project: str) -> tuple[int, s
     """The project's newest prompt that says what the work is about (:data:`FOCUS_MIN_WORDS`)."""
     newest = None
     for row_id, text in connection.execute(
-            # Newest prompts first until one is of the project: the planner's own choice (every
-            # prompt of the project, then a sort) took 8.6 ms at 7,700 prompts, this 0.07 ms.
-            "SELECT p.id, p.text FROM user_prompts p CROSS JOIN sessions s ON s.id = p.session_db_id"
-            " WHERE s.project = ? ORDER BY p.created_at DESC, p.id DESC LIMIT ?", (project, FOCUS_LOOKBACK)):
+            # The prompts_project index (project, created_at) holds them newest first: the cost
+            # does not grow with the store (schema _V6).
+            "SELECT id, text FROM user_prompts WHERE project = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+            (project, FOCUS_LOOKBACK)):
         if len(recall.query_terms(text)) >= FOCUS_MIN_WORDS:
             return row_id, text
         newest = newest or (row_id, text)
     return newest
+
+
+def read_context_start(connection: apsw.Connection, *, project: str, summaries: int, recent: int,
+                       latest_prompt: bool) -> ContextStart:
+    """Where SessionStart's context starts, in one snapshot: the project's newest ``summaries``
+    summaries, its ``recent`` newest observation ids, and (``latest_prompt``) its focus prompt.
+
+    Each read walks the project's own index: its cost does not grow with what other
+    projects hold (a new project's SessionStart once walked every summary and prompt of
+    the store).
+    """
+    with _snapshot(connection):
+        return ContextStart(
+            _list_summaries(connection, project=project, limit=summaries, offset=0),
+            _recent_observation_ids(connection, project=project, limit=recent),
+            _latest_prompt(connection, project=project) if latest_prompt else None)
 
 
 # ---------------------------------------------------------------------------
@@ -293,7 +320,8 @@ def _accept_init(connection: apsw.Connection, event: InitEvent) -> InitAccepted:
     else:
         counter += 1
         connection.execute(
-            "INSERT INTO user_prompts (session_db_id, prompt_number, text, created_at) VALUES (?, ?, ?, ?)",
+            "INSERT INTO user_prompts (session_db_id, project, prompt_number, text, created_at)"
+            " VALUES (?1, (SELECT project FROM sessions WHERE id = ?1), ?2, ?3, ?4)",
             (session_db_id, counter, event.prompt, when),
         )
         connection.execute(
@@ -614,9 +642,9 @@ class SQLiteStore:
             # The page first, then its observation counts: counted for every session of the
             # project before the sort, they cost 8 ms for 769 sessions of 130 observations.
             rows = connection.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM (SELECT * FROM sessions WHERE (?1 IS NULL OR project = ?1)"
-                " ORDER BY updated_at DESC, id DESC LIMIT ?2 OFFSET ?3) s ORDER BY updated_at DESC, id DESC",
-                (project, limit, offset),
+                f"SELECT {_SESSION_COLUMNS} FROM (SELECT * FROM sessions WHERE {_of_project('project', project)}"
+                " ORDER BY updated_at DESC, id DESC LIMIT :limit OFFSET :offset) s ORDER BY updated_at DESC, id DESC",
+                {"project": project, "limit": limit, "offset": offset},
             )
             return [SessionRow(*row) for row in rows]
 
@@ -642,9 +670,9 @@ class SQLiteStore:
     async def list_observations(self, *, project: str | None, limit: int, offset: int) -> list[ObservationRow]:
         def query(connection: apsw.Connection) -> list[ObservationRow]:
             rows = connection.execute(
-                f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM}"
-                " WHERE (?1 IS NULL OR o.project = ?1) ORDER BY o.created_at DESC, o.id DESC LIMIT ?2 OFFSET ?3",
-                (project, limit, offset),
+                f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM} WHERE {_of_project('o.project', project)}"
+                " ORDER BY o.created_at DESC, o.id DESC LIMIT :limit OFFSET :offset",
+                {"project": project, "limit": limit, "offset": offset},
             )
             return [_observation_row(row) for row in rows]
 
@@ -764,14 +792,8 @@ class SQLiteStore:
 
     async def context_start(self, project: str, *, summaries: int, recent: int,
                             latest_prompt: bool) -> ContextStart:
-        def query(connection: apsw.Connection) -> ContextStart:
-            with _snapshot(connection):
-                return ContextStart(
-                    _list_summaries(connection, project=project, limit=summaries, offset=0),
-                    _recent_observation_ids(connection, project=project, limit=recent),
-                    _latest_prompt(connection, project=project) if latest_prompt else None)
-
-        return await self._readers.run(query)
+        return await self._readers.run(partial(read_context_start, project=project, summaries=summaries,
+                                               recent=recent, latest_prompt=latest_prompt))
 
     async def context_rows(self, candidates: Sequence[tuple[str, int]], filters: SearchFilters,
                            choose: Callable[[set[int]], list[int]]) -> ContextRows:

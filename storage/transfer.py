@@ -191,7 +191,8 @@ def import_records(connection: apsw.Connection, records: Sequence[Record], now: 
         session = _session(connection, record.claude_session_id, project, record.created_at)
         if isinstance(record, PromptRecord):
             connection.execute(
-                "INSERT OR IGNORE INTO user_prompts (session_db_id, prompt_number, text, created_at) VALUES (?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO user_prompts (session_db_id, project, prompt_number, text, created_at)"
+                " VALUES (?1, (SELECT project FROM sessions WHERE id = ?1), ?2, ?3, ?4)",
                 (session, record.prompt_number, record.text, record.created_at))
             stored("prompts")
             connection.execute(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import json
 from pathlib import Path
 
 from sessionmem.replay.convert import ConversionStats, ReplaySession, convert, transcript_files
@@ -99,3 +100,22 @@ def test_task_notifications_are_not_prompts() -> None:
     prompts = [e.payload["prompt"] for s in sessions for e in s.events if e.stage == "UserPromptSubmit"]
     assert prompts == ["Fix the divide-by-zero bug in calc.py <private>my staging password is hunter2</private>",
                        "Now add a test file"]
+
+
+def test_slash_commands_are_prompts_as_typed(tmp_path: Path) -> None:
+    """A slash command's tags become the command line the user typed (not five words of tag names)."""
+    def user(n: int, content: str) -> str:
+        return json.dumps({"type": "user", "isSidechain": False, "message": {"role": "user", "content": content},
+                           "uuid": f"u{n}", "timestamp": f"2026-11-21T18:3{n}:00.000Z", "cwd": "/home/dev/p",
+                           "sessionId": "s-commands", "version": "2.1.39"})
+
+    (tmp_path / "s-commands.jsonl").write_text("\n".join([
+        user(0, "Speed up the parser"),
+        user(1, "<command-message>review is running…</command-message>\n<command-name>/review</command-name>\n"
+                "<command-args>the parser change</command-args>"),
+        user(2, "<command-name>/exit</command-name>\n            <command-message>exit</command-message>\n"
+                "            <command-args></command-args>"),
+    ]) + "\n")
+    sessions = convert(transcript_files(tmp_path), ConversionStats())
+    prompts = [e.payload["prompt"] for s in sessions for e in s.events if e.stage == "UserPromptSubmit"]
+    assert prompts == ["Speed up the parser", "/review the parser change", "/exit"]

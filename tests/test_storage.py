@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import apsw
 import pytest
@@ -20,7 +22,9 @@ from sessionmem.records import (
 )
 from sessionmem.storage import recall
 from sessionmem.storage.schema import MIGRATIONS, migrate
-from sessionmem.storage.sqlite import open_sqlite_store, open_writer
+from sessionmem.storage.sqlite import open_sqlite_store, open_writer, read_context_start
+
+T = TypeVar("T")
 
 
 def obs(n: int, session: str = "s1") -> ObservationEvent:
@@ -165,7 +169,9 @@ def test_version_2_databases_are_migrated_keeping_their_rows(tmp_path: Path) -> 
     connection.execute("INSERT INTO user_prompts (session_id, prompt_number, text, created_at) VALUES (1, 1, 'hi', 0)")
     connection.close()
     migrated = open_writer(path)
-    assert migrated.execute("SELECT session_db_id, text FROM user_prompts").fetchall() == [(1, "hi")]
+    # The prompt keeps its text and full-text row, and learns its session's project.
+    assert migrated.execute("SELECT session_db_id, project, text FROM user_prompts").fetchall() == [(1, "p", "hi")]
+    assert migrated.execute("SELECT rowid FROM prompts_fts WHERE prompts_fts MATCH 'hi'").fetchall() == [(1,)]
     migrated.close()
 
 
@@ -273,16 +279,22 @@ def _observe(connection: apsw.Connection, session_db_id: int, n: int, path: str,
          "[]" if modified else files, files if modified else "[]", float(n)))
 
 
-def _file_recall_steps(connection: apsw.Connection, path: str, **kwargs: object) -> tuple[list[int], int]:
-    """(ids recalled, SQLite virtual machine steps the recall took)."""
+def _vm_steps(connection: apsw.Connection, read: Callable[[], T]) -> tuple[T, int]:
+    """(what ``read()`` returned, the SQLite virtual machine steps its statements took)."""
     steps: list[int] = []
     connection.trace_v2(apsw.SQLITE_TRACE_PROFILE,
                         lambda event: steps.append(event["stmt_status"]["SQLITE_STMTSTATUS_VM_STEP"]))
     try:
-        found = recall.file_memories(connection, "proj", path, exclude_session="now", limit=3, **kwargs)
+        return read(), sum(steps)
     finally:
         connection.trace_v2(0, None)
-    return [memory.id for memory in found], sum(steps)
+
+
+def _file_recall_steps(connection: apsw.Connection, path: str, **kwargs: object) -> tuple[list[int], int]:
+    """(ids recalled, SQLite virtual machine steps the recall took)."""
+    found, steps = _vm_steps(connection, lambda: recall.file_memories(
+        connection, "proj", path, exclude_session="now", limit=3, **kwargs))
+    return [memory.id for memory in found], steps
 
 
 def test_file_recall_reads_the_files_uses_not_the_whole_project(tmp_path: Path) -> None:
@@ -315,6 +327,50 @@ def test_file_recall_looks_at_the_newest_uses_of_a_file(tmp_path: Path) -> None:
     assert _file_recall_steps(connection, "/p/app.py")[0] == [1]
     assert _file_recall_steps(connection, "/p/app.py", lookback=10)[0] == []  # older than the look-back
     assert _file_recall_steps(connection, "/p/app.py", lookback=11)[0] == [1]
+
+
+def test_a_projects_context_start_does_not_walk_other_projects(tmp_path: Path) -> None:
+    """SessionStart's first read costs the same whatever other projects hold (a new project's
+    once walked every summary and prompt of the store, newest first, looking for its own)."""
+    connection = open_writer(tmp_path / "db.sqlite")
+
+    def session(n: int, project: str, at: float) -> None:
+        connection.execute(
+            "INSERT INTO sessions (id, claude_session_id, project, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
+            (n, f"s{n}", project, at, at))
+        connection.execute("INSERT INTO user_prompts (session_db_id, project, prompt_number, text, created_at)"
+                           " VALUES (?, ?, 1, ?, ?)", (n, project, f"make the parser of {project} faster", at))
+        connection.execute(
+            "INSERT INTO session_summaries (session_db_id, project, prompt_number, event_id, request, compressed,"
+            " compressor, created_at, stored_at) VALUES (?, ?, 1, ?, 'parser', 1, 'offline', ?, ?)",
+            (n, project, -n, at, at))
+        _observe_in(connection, n, project, at)
+
+    def start(project: str) -> tuple[ContextStart, int]:
+        return _vm_steps(connection, lambda: read_context_start(
+            connection, project=project, summaries=6, recent=200, latest_prompt=True))
+
+    with connection:
+        session(1, "small", 1.0)
+        for n in range(2, 22):
+            session(n, "busy", float(n))
+    small, small_steps = start("small")
+    nothing, nothing_steps = start("new")
+    with connection:  # other projects grow, and everything they did is newer
+        for n in range(22, 2022):
+            session(n, "busy", float(n))
+    assert start("small") == (small, small_steps)
+    assert start("new") == (nothing, nothing_steps)
+    assert small.latest_prompt is not None and small.latest_prompt[1] == "make the parser of small faster"
+    assert [row.claude_session_id for row in small.summaries] == ["s1"] and len(small.recent) == 1
+    assert nothing == ContextStart([], [], None)
+
+
+def _observe_in(connection: apsw.Connection, session_db_id: int, project: str, at: float) -> None:
+    connection.execute(
+        "INSERT INTO observations (session_db_id, project, prompt_number, event_id, tool_name, tool_use_id, type,"
+        " title, compressed, compressor, created_at) VALUES (?, ?, 1, ?, 'Edit', ?, 'change', 'Edited', 1,"
+        " 'offline', ?)", (session_db_id, project, session_db_id, f"t{session_db_id}", at))
 
 
 async def test_a_batch_of_observations_is_one_full_text_segment(tmp_path: Path) -> None:
