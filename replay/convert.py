@@ -24,21 +24,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from sessionmem.protocol.prompts import typed_prompt
 from sessionmem.protocol.requests import is_internal_prompt
 
 _NOT_PROMPTS = ("<local-command-stdout>", "<local-command-stderr>", "Caveat: The messages below were generated")
-# A slash command is written to the transcript as tags; what the user typed is the
-# command and its arguments ("/review 123"). Kept as tags, "/exit" read as five words
-# ("command name exit message args") and became the focus SessionStart ranked by.
-_COMMAND_NAME = re.compile(r"<command-name>\s*(.*?)\s*</command-name>", re.DOTALL)
-_COMMAND_ARGS = re.compile(r"<command-args>(.*?)</command-args>", re.DOTALL)
 
 
 @dataclass
@@ -170,16 +165,7 @@ def _is_prompt(entry: dict[str, Any]) -> str:
     text = _text(content).strip()
     if not text or is_internal_prompt(text) or text.startswith(_NOT_PROMPTS):
         return ""
-    return _as_typed(text)
-
-
-def _as_typed(text: str) -> str:
-    """A slash command's tags as the user typed the command; any other text as it is."""
-    name = _COMMAND_NAME.search(text)
-    if name is None:
-        return text
-    args = _COMMAND_ARGS.search(text)
-    return f"{name.group(1)} {args.group(1).strip() if args else ''}".strip()
+    return typed_prompt(text)  # a slash command as the user typed it, not its tags
 
 
 def _agent_fields(entry: dict[str, Any]) -> dict[str, str]:

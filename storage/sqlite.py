@@ -38,6 +38,7 @@ from sessionmem.events import (
     encode_event,
     event_kind,
 )
+from sessionmem.protocol.prompts import typed_prompt
 from sessionmem.records import (
     OBSERVATION,
     CompressedObservation,
@@ -223,13 +224,19 @@ FOCUS_LOOKBACK = 20
 
 
 def _latest_prompt(connection: apsw.Connection, *, project: str) -> tuple[int, str] | None:
-    """The project's newest prompt that says what the work is about (:data:`FOCUS_MIN_WORDS`)."""
+    """The project's newest prompt that says what the work is about (:data:`FOCUS_MIN_WORDS`).
+
+    A slash command is judged, and returned, as the user typed it
+    (:func:`~sessionmem.protocol.prompts.typed_prompt`): earlier backfills stored its
+    transcript tags, which read as five words.
+    """
     newest = None
-    for row_id, text in connection.execute(
+    for row_id, stored in connection.execute(
             # The prompts_project index (project, created_at) holds them newest first: the cost
             # does not grow with the store (schema _V6).
             "SELECT id, text FROM user_prompts WHERE project = ? ORDER BY created_at DESC, id DESC LIMIT ?",
             (project, FOCUS_LOOKBACK)):
+        text = typed_prompt(stored)
         if len(recall.query_terms(text)) >= FOCUS_MIN_WORDS:
             return row_id, text
         newest = newest or (row_id, text)

@@ -134,6 +134,10 @@ async def test_session_start_ranks_memories_by_the_prompt_it_continues(tmp_path:
         assert headers["x-sessionmem-ranking"] == "meaning" and "Edited src/auth.py" in words
         # A newer prompt that says nothing ("continue") is not what the work is about.
         await store_session(worker, "go-on", SHOP, "continue", [])
+        # Nor is a slash command, stored as its transcript tags by earlier backfills: "/exit".
+        await store_session(worker, "bye", SHOP, "<command-name>/exit</command-name>\n"
+                            "            <command-message>exit</command-message>\n"
+                            "            <command-args></command-args>", [])
         await worker.services.index.caught_up()
         focused, _ = await context(worker, "source=compact")
         assert '## Relevant to "users get logged out after a minute"' in focused
