@@ -220,11 +220,39 @@ def test_full_text_search_keeps_the_rarer_words_within_its_budget(tmp_path: Path
     # Only words too common to afford: the rows holding all of them.
     assert recall.affordable_match(connection, OBSERVATION, ["common"]) == ('"common"', -1)
     assert recall.affordable_match(connection, OBSERVATION, ["absent"]) == ('"absent"', 0)
-    # Ranked in the full-text table, then filtered: asking for more when the filters leave too few.
-    found = recall.search_text(connection, ["common", "middling", "rare"], SearchFilters(project="shop"), 10)
-    assert [key.row_id for key in found][:1] == [10] and {key.row_id for key in found} == {7, 8, 9, 10}
-    # The best two matches are too late for the filter: more are ranked until one passes.
-    early = recall.search_text(connection, ["middling"], SearchFilters(project="shop", until=7.5), 1)
-    assert [key.row_id for key in early] == [7]
-    assert recall.search_text(connection, ["common"], SearchFilters(project="blog"), 5) == []
+    # Ranked in the full-text table, then filtered, ranked again joined to the rows when the
+    # filters leave too few; or, for a small project, joined from the start: the same answers.
+    for small_project in (0, recall.SMALL_PROJECT):
+        monkeypatch.setattr(recall, "SMALL_PROJECT", small_project)
+        found = recall.search_text(connection, ["common", "middling", "rare"], SearchFilters(project="shop"), 10)
+        assert [key.row_id for key in found][:1] == [10] and {key.row_id for key in found} == {7, 8, 9, 10}
+        # The best two matches are too late for the filter: the best that passes.
+        early = recall.search_text(connection, ["middling"], SearchFilters(project="shop", until=7.5), 1)
+        assert [key.row_id for key in early] == [7]
+        assert recall.search_text(connection, ["common"], SearchFilters(project="blog"), 5) == []
+    connection.close()
+
+
+def test_a_small_projects_search_ranks_its_own_rows_among_many(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A project with few rows beside a large one: its own matches, best first, whichever way it is ranked."""
+    from sessionmem.records import OBSERVATION, SearchFilters
+    from sessionmem.storage import recall
+
+    connection = _observations_db(tmp_path / "db", ["parser bug", "parser", "lexer"])
+    with connection:  # another project, whose matches all rank above the shop's
+        connection.execute("INSERT INTO sessions (id, claude_session_id, project, created_at, updated_at)"
+                           " VALUES (2, 's2', 'blog', 0, 0)")
+        connection.executemany(
+            "INSERT INTO observations (session_db_id, project, prompt_number, event_id, tool_name, tool_use_id, type,"
+            " title, compressed, compressor, created_at) VALUES (2, 'blog', 1, ?1, 'Bash', 'b' || ?1, 'discovery',"
+            " 'parser bug parser bug', 1, 'offline', ?1)", [(n,) for n in range(100, 400)])
+    shop = SearchFilters(project="shop", kinds=(OBSERVATION,))
+    answers = []
+    for small_project in (0, 10):  # the shop's 3 rows: ranked with the blog's first, or joined from the start
+        monkeypatch.setattr(recall, "SMALL_PROJECT", small_project)
+        answers.append(recall.search_text(connection, ["parser", "bug"], shop, 2))
+    assert answers[0] == answers[1]
+    assert [key.row_id for key in answers[0]] == [1, 2]  # both words, then one
+    assert answers[0][0].score > answers[0][1].score
     connection.close()
