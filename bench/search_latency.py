@@ -22,10 +22,13 @@ How the 100,000 observations are made (bench/README.md, "Search quality and late
    starts on that data dir: it loads the index (**load time**) and reconciles it with
    SQLite (nothing to embed). For latency this is fair: the index holds as many
    vectors, of the same dimension and norm, clustered as real ones are; FTS5 posting
-   lists hold real vocabulary at 100,000 rows.
+   lists hold real vocabulary at 100,000 rows. Beside them, a small project
+   (``bench-small``): a copy of every 167th observation, with its vector, as a store of
+   many projects holds.
 3. **Measured** over HTTP on one keep-alive connection to the worker process, one
    request at a time, the kinds interleaved so a noisy machine slows all alike:
    ``GET /api/search`` in each mode (the query embedded at request time, every time),
+   and in ``hybrid`` and ``fts`` for the small project,
    ``GET /api/context/inject?source=compact`` (relevance ranking: the header says
    ``meaning``), and ``GET /api/health`` (the HTTP round trip alone). At 10,000
    observations, ``mode=fts`` is set beside claude-mem's full-text query run on the
@@ -77,6 +80,10 @@ from sessionmem.testing.worker_process import WorkerProcess, start_worker  # noq
 REPO = Path(__file__).resolve().parent.parent
 HOOK_ENTRY = REPO / "hooks" / "entry.py"
 PROJECT = "bench-scale"
+# A small project beside the large one, as a store of many projects has: a copy of every
+# SMALL_EVERY-th observation of the large one (598 at 100,000), in a session of its own.
+SMALL_PROJECT = "bench-small"
+SMALL_EVERY = 167
 OBSERVATIONS_PER_SESSION = 130
 OBSERVATIONS_PER_TURN = 13  # the corpus: 6,622 tool uses for 514 prompts
 NARRATIVE_STRIDE = 7919
@@ -148,8 +155,30 @@ def _unit(vectors: np.ndarray) -> np.ndarray:
     return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
 
 
-def synthesize(pool: Pool, data_dir: Path, observations: int, *, seed: int = 7) -> dict[str, Any]:
-    """A data dir holding ``observations`` scaled-up observations (module docstring), its index built and saved."""
+def add_small_project(connection: apsw.Connection) -> list[tuple[int, int]]:
+    """:data:`SMALL_PROJECT`'s observations, copied from the large project's (once): (their id, the copied one's)."""
+    if not connection.execute("SELECT 1 FROM observations WHERE project = ?", (SMALL_PROJECT,)).fetchone():
+        with connection:
+            connection.execute("INSERT INTO sessions (claude_session_id, project, cwd, created_at, updated_at)"
+                               " VALUES (?, ?, ?, 0, 0)", (f"synthetic-{SMALL_PROJECT}", SMALL_PROJECT,
+                                                           f"/synthetic/{SMALL_PROJECT}"))
+            session = connection.last_insert_rowid()
+            # event_id: minus the copied row's id (the bench's rows have no journal).
+            connection.execute(
+                "INSERT INTO observations (session_db_id, project, prompt_number, event_id, tool_name, tool_use_id,"
+                " type, title, subtitle, facts, narrative, concepts, files_read, files_modified, compressed,"
+                " compressor, created_at, stored_at) SELECT ?1, ?2, 1, -id, tool_name, 'small-' || id, type, title,"
+                " subtitle, facts, narrative, concepts, files_read, files_modified, 1, 'offline', created_at,"
+                " stored_at FROM observations WHERE project = ?3 AND id % ?4 = 0",
+                (session, SMALL_PROJECT, PROJECT, SMALL_EVERY))
+    return connection.execute("SELECT id, -event_id FROM observations WHERE project = ? ORDER BY id",
+                              (SMALL_PROJECT,)).fetchall()
+
+
+def synthesize(pool: Pool, data_dir: Path, observations: int, *, seed: int = 7,
+               small_project: bool = False) -> dict[str, Any]:
+    """A data dir holding ``observations`` scaled-up observations (module docstring), its index built and saved;
+    ``small_project``: and :data:`SMALL_PROJECT` beside them."""
     rng = np.random.default_rng(seed)
     real = len(pool.observations)
     turns = max(1, observations // OBSERVATIONS_PER_TURN)
@@ -199,6 +228,7 @@ def synthesize(pool: Pool, data_dir: Path, observations: int, *, seed: int = 7) 
                 [(t, s, PROJECT, n, -t, *pool.summaries[t % len(pool.summaries)], at + OBSERVATIONS_PER_TURN - 0.5)
                  for t, s, n, at in turn_rows])
         prompt_ids = [row_id for (row_id,) in connection.execute("SELECT id FROM user_prompts ORDER BY id")]
+        copies = add_small_project(connection) if small_project else []
         connection.execute("PRAGMA optimize")
     finally:
         connection.close()
@@ -211,6 +241,9 @@ def synthesize(pool: Pool, data_dir: Path, observations: int, *, seed: int = 7) 
     vectors = _unit(_unit(vectors) + rng.normal(0, NOISE / np.sqrt(DIMENSIONS), vectors.shape))
     labels = [np.array([label_of(OBSERVATION, int(i) + 1) for i in ids], dtype=np.uint64)]
     parts = [vectors]
+    if copies:  # the small project's copies have the vectors of what they copy
+        parts.append(vectors[np.array([copied - 1 for _, copied in copies])])
+        labels.append(np.array([label_of(OBSERVATION, row_id) for row_id, _ in copies], dtype=np.uint64))
     parts.append(_unit(pool.prompt_vectors[np.array(prompt_ids) % len(pool.prompts)]
                        + rng.normal(0, 0.05 / np.sqrt(DIMENSIONS), (len(prompt_ids), DIMENSIONS))))
     labels.append(np.array([label_of(PROMPT, row_id) for row_id in prompt_ids], dtype=np.uint64))
@@ -230,7 +263,8 @@ def synthesize(pool: Pool, data_dir: Path, observations: int, *, seed: int = 7) 
     started = time.perf_counter()
     size = index.save(data_dir / "index")
     saved = time.perf_counter() - started
-    return {"observations": observations, "prompts": len(prompt_ids), "summaries": turns, "sessions": sessions,
+    return {"observations": observations, "small_project_observations": len(copies), "prompts": len(prompt_ids),
+            "summaries": turns, "sessions": sessions,
             "vectors": index.vectors, "sqlite_insert_seconds": round(inserted, 1),
             "index_build_seconds": round(built, 1), "index_build_vectors_per_second": round(index.vectors / built),
             "index_save_seconds": round(saved, 2), "index_file_mb": round(size / 2**20, 1),
@@ -273,8 +307,8 @@ def prompt_queries_from(pool: Pool) -> list[str]:
     return list(dict.fromkeys(p[:500] for p in pool.prompts if len(recall.query_terms(p)) >= 3))
 
 
-def _search_path(query: str, mode: str, limit: int = 20, kind: str = "") -> str:
-    arguments = {"q": query, "mode": mode, "project": PROJECT, "limit": limit}
+def _search_path(query: str, mode: str, limit: int = 20, kind: str = "", project: str = PROJECT) -> str:
+    arguments = {"q": query, "mode": mode, "project": project, "limit": limit}
     return routes.SEARCH + "?" + urllib.parse.urlencode({**arguments, "kind": kind} if kind else arguments)
 
 
@@ -338,8 +372,10 @@ def _rss(pid: int) -> float:
 
 
 def _wait_index_ready(worker: WorkerProcess, timeout: float = 600) -> dict[str, Any]:
+    """Once the index is loaded, has every document's vector (none pending) and the embedder is loaded."""
     return worker.wait_until(lambda: (d := worker.get(routes.DEBUG))["index"]["state"] == "ready"
-                             and d["embedder"]["embedder"]["loaded"] and d, timeout=timeout)
+                             and not d["index"]["pending"] and d["embedder"]["embedder"]["loaded"] and d,
+                             timeout=timeout)
 
 
 async def _measure_scale(worker: WorkerProcess, queries: list[str], prompts: list[str], runs: int) -> dict[str, Any]:
@@ -355,6 +391,10 @@ async def _measure_scale(worker: WorkerProcess, queries: list[str], prompts: lis
             for mode in ("hybrid", "fts", "vector"):
                 body = await client.get(_search_path(query, mode), timer, f"search_{mode}")
                 found.setdefault(mode, []).append(len(json.loads(body)["results"]))
+            for mode in ("hybrid", "fts"):
+                body = await client.get(_search_path(query, mode, project=SMALL_PROJECT), timer,
+                                        f"search_{mode}_small_project")
+                found.setdefault(f"{mode}_small_project", []).append(len(json.loads(body)["results"]))
             await client.get(_search_path(prompts[i % len(prompts)], "hybrid"), timer, "search_hybrid_whole_prompt")
             await client.get(context_path, timer, "context_inject_compact")
             await client.get(routes.HEALTH, timer, "health")
@@ -486,10 +526,10 @@ def _largest_project(data_dir: Path) -> str:
         connection.close()
 
 
-def _count_observations(data_dir: Path) -> int:
+def _count_observations(data_dir: Path, project: str = PROJECT) -> int:
     database = apsw.Connection(str(data_dir / "sessionmem.db"), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        return int(database.execute("SELECT count(*) FROM observations").fetchone()[0])
+        return int(database.execute("SELECT count(*) FROM observations WHERE project = ?", (project,)).fetchone()[0])
     finally:
         database.close()
 
@@ -506,6 +546,7 @@ def summary(result: dict[str, Any]) -> str:
     hook = result["scale"]["as_the_hook_asks"]["latency_ms"]
     build = result.get("build_scale", {})
     n_scale, n_fts = result["stored_observations"]["scale"], result["stored_observations"]["fts"]
+    n_small = result["stored_observations"]["small_project"]
 
     def ms(figures: dict[str, Any]) -> str:
         return f"{figures['p50']:.1f} ms (p95 {figures['p95']:.1f})"
@@ -515,6 +556,8 @@ def summary(result: dict[str, Any]) -> str:
         (f"hybrid search, {n_scale}, a whole prompt as the query", ms(scale["search_hybrid_whole_prompt"])),
         (f"fts search, {n_scale}", ms(scale["search_fts"])),
         (f"vector search, {n_scale}", ms(scale["search_vector"])),
+        (f"hybrid search, a project of {n_small} beside them", ms(scale["search_hybrid_small_project"])),
+        (f"fts search, a project of {n_small} beside them", ms(scale["search_fts_small_project"])),
         (f"SessionStart context (source=compact, ranking {result['scale']['context_ranking']}), {n_scale}",
          ms(scale["context_inject_compact"])),
         ("HTTP round trip alone (GET /api/health)", ms(scale["health"])),
@@ -584,8 +627,15 @@ def main(argv: list[str] | None = None) -> int:
             if args.reuse and (work / name / "sessionmem.db").exists():
                 continue
             print(f"search_latency: building {count} observations", file=sys.stderr)
-            result[f"build_{name}"] = synthesize(pool, work / name, count)
+            result[f"build_{name}"] = synthesize(pool, work / name, count, small_project=name == "scale")
+        # A store built before the small project had it gets it now (the worker embeds it at start).
+        writer = open_writer(work / "scale" / "sessionmem.db")
+        try:
+            add_small_project(writer)
+        finally:
+            writer.close()
         result["stored_observations"] = {name: _count_observations(work / name) for name in ("scale", "fts")}
+        result["stored_observations"]["small_project"] = _count_observations(work / "scale", SMALL_PROJECT)
 
         print("search_latency: worker RSS without vectors", file=sys.stderr)
         with start_worker(work / "scale", env={"SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_EMBEDDER": "none"},

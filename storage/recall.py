@@ -175,17 +175,21 @@ def search_text(connection: apsw.Connection, terms: Sequence[str], filters: Sear
 
     Scores are bm25's, negated (higher is better); kinds are merged by score. Matches
     are ranked in the full-text table alone and only the best are checked against
-    ``filters``, more of them when too few pass.
+    ``filters``; when too few pass, or the filters name a small project
+    (:data:`SMALL_PROJECT`), they are ranked joined to their rows, filters in SQL.
     """
     found: list[RankedKey] = []
     for kind in filters.wanted_kinds():
         _, fts, weights = _TABLES[kind]
+        project_rows = _project_rows(connection, kind, filters)
+        if project_rows == 0:  # nothing of this kind in the project: nothing to match
+            continue
         match = affordable_match(connection, kind, terms) if terms else None
         if match is None:
             continue
         expression, at_most = match
         ranked = limit * RANK_FIRST
-        if not _small_project(connection, kind, filters):
+        if project_rows is None or project_rows > SMALL_PROJECT:
             best = connection.execute(
                 f"SELECT rowid, bm25({fts}, {weights}) AS score FROM {fts} WHERE {fts} MATCH ?"
                 " ORDER BY score LIMIT ?", (expression, ranked)).fetchall()
@@ -199,15 +203,16 @@ def search_text(connection: apsw.Connection, terms: Sequence[str], filters: Sear
     return found
 
 
-def _small_project(connection: apsw.Connection, kind: str, filters: SearchFilters) -> bool:
-    """Whether ``filters`` name a project with at most :data:`SMALL_PROJECT` rows of ``kind`` (its index counts them)."""
+def _project_rows(connection: apsw.Connection, kind: str, filters: SearchFilters) -> int | None:
+    """How many rows of ``kind`` the project of ``filters`` holds, counted up to :data:`SMALL_PROJECT` + 1
+    on its index; ``None`` without a project filter."""
     if filters.project is None:
-        return False
+        return None
     table, alias = _TABLES[kind][0], _ALIAS[kind]
     (rows,) = connection.execute(
         f"SELECT count(*) FROM (SELECT 1 FROM {table} {alias} WHERE {_PROJECT[kind]} = ? LIMIT {SMALL_PROJECT + 1})",
         (filters.project,)).fetchone()
-    return rows <= SMALL_PROJECT
+    return int(rows)
 
 
 def _ranked_passing(connection: apsw.Connection, kind: str, expression: str, filters: SearchFilters,
