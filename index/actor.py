@@ -48,7 +48,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import TypeVar
@@ -188,6 +188,24 @@ class VectorIndex:
         def query(index: HnswIndex) -> list[tuple[int, float]] | None:
             vector = index.vector_of(label_of(kind, row_id))
             return None if vector is None else index.nearest(vector, k, kind=of_kind)
+
+        return await self._ask(query)
+
+    async def nearest_among(self, vector: np.ndarray, keys: Sequence[tuple[str, int]], k: int
+                            ) -> list[tuple[str, int, float]] | None:
+        """The ``k`` of the documents ``keys`` nearest to ``vector``, as :meth:`nearest`, every one
+        compared (:meth:`HnswIndex.nearest_among`): a small project's documents among many."""
+        labels = [label_of(kind, row_id) for kind, row_id in keys]
+        return await self._ask(lambda index: index.nearest_among(vector, labels, k))
+
+    async def nearest_among_to(self, kind: str, row_id: int, keys: Sequence[tuple[str, int]], k: int
+                               ) -> list[tuple[str, int, float]] | None:
+        """:meth:`nearest_among` a stored document's own vector; ``None`` when it has none yet."""
+        labels = [label_of(key_kind, key_id) for key_kind, key_id in keys]
+
+        def query(index: HnswIndex) -> list[tuple[int, float]] | None:
+            vector = index.vector_of(label_of(kind, row_id))
+            return None if vector is None else index.nearest_among(vector, labels, k)
 
         return await self._ask(query)
 

@@ -16,6 +16,14 @@ weighs -- 1.6 ms against 0.3 ms at 100,000 observations, and needed whenever cop
 one prompt crowd the neighbourhood. A query for every kind asks the three graphs and
 keeps the ``k`` nearest of their answers.
 
+**A few documents, exactly.** A search of a small project in a large store asks for the
+nearest of the project's own documents (:meth:`HnswIndex.nearest_among`): each of them
+is compared with the query (a matrix product), not found by walking a graph full of
+other projects' vectors. hnswlib hands a stored vector back as a Python list (~16 µs
+each), so the vectors it has handed back are kept, up to :data:`VECTOR_CACHE` of them,
+the least recently used dropped first, and forgotten when their label is added or
+removed again.
+
 Files, in the data dir: ``vectors.json`` names the graph files of the last save and
 says what they hold (the embedding model, dimensions, each file's size and checksum,
 deleted labels); each graph file, ``vectors.<n>.<kind>.hnsw``, is in hnswlib's own
@@ -40,6 +48,8 @@ from __future__ import annotations
 import os
 import time
 import zlib
+from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 
 import hnswlib
@@ -58,6 +68,8 @@ M = 16
 EF_CONSTRUCTION = 100
 EF_SEARCH = 64
 INITIAL_CAPACITY = 1024
+# Stored vectors kept for nearest_among, at most (384 float32: 1.5 KB each, ~12 MB in all).
+VECTOR_CACHE = 8192
 MIGRATION_CHUNK = 2048  # vectors copied at a time from a one-graph index
 
 _CODES = {kind: code for code, kind in enumerate(DOCUMENT_KINDS)}
@@ -188,6 +200,7 @@ class HnswIndex:
         self.model_id = model_id
         self._graphs = {kind: _Graph(dimensions, capacity) for kind in DOCUMENT_KINDS}
         self.from_old_format = False  # loaded from a one-graph save: save it anew
+        self._stored: OrderedDict[int, np.ndarray] = OrderedDict()  # label -> its vector, least recent first
 
     # -- contents ---------------------------------------------------------------------
 
@@ -209,6 +222,7 @@ class HnswIndex:
 
     def add(self, labels: np.ndarray, vectors: np.ndarray) -> None:
         """Add (or replace) vectors; a graph's capacity grows first when it would run out."""
+        self._forget(labels)
         codes = np.asarray(labels, dtype=np.uint64) % 4
         for kind, graph in self._graphs.items():
             mine = codes == _CODES[kind]
@@ -216,6 +230,7 @@ class HnswIndex:
                 graph.add(labels[mine], vectors[mine])
 
     def remove(self, labels: list[int]) -> None:
+        self._forget(labels)
         for kind, graph in self._graphs.items():
             mine = [label for label in labels if kind_of(label) == kind]
             if mine:
@@ -236,6 +251,39 @@ class HnswIndex:
 
     def vector_of(self, label: int) -> np.ndarray | None:
         return self._graphs[kind_of(label)].vector_of(label)
+
+    def nearest_among(self, vector: np.ndarray, labels: Sequence[int], k: int) -> list[tuple[int, float]]:
+        """The ``k`` of ``labels`` nearest to ``vector``, with their cosine distances, nearest first: every
+        one compared (labels without a vector are left out)."""
+        known, rows = [], []
+        for label in labels:
+            stored = self._stored_vector(int(label))
+            if stored is not None:
+                known.append(int(label))
+                rows.append(stored)
+        if not rows:
+            return []
+        query = np.asarray(vector, dtype=np.float32)
+        distances = 1.0 - np.stack(rows) @ (query / (np.linalg.norm(query) or 1.0))
+        nearest = np.argsort(distances, kind="stable")[:k]
+        return [(known[i], float(distances[i])) for i in nearest.tolist()]
+
+    def _stored_vector(self, label: int) -> np.ndarray | None:
+        stored = self._stored.get(label)
+        if stored is not None:
+            self._stored.move_to_end(label)
+            return stored
+        stored = self.vector_of(label)  # as hnswlib keeps it: normalized, for the cosine space
+        if stored is not None:
+            self._stored[label] = stored
+            if len(self._stored) > VECTOR_CACHE:
+                self._stored.popitem(last=False)
+        return stored
+
+    def _forget(self, labels: Sequence[int] | np.ndarray) -> None:
+        if self._stored:
+            for label in labels:
+                self._stored.pop(int(label), None)
 
     # -- files ------------------------------------------------------------------------
 

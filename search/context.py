@@ -130,7 +130,9 @@ class ContextPlanner:
         candidates: list[RankedKey] = []
         ranking = "recency"
         if focus and recent:
-            candidates, ranking = await self._relevant(focus, focus_prompt_id, filters)
+            # Fewer than CANDIDATES: these are all the project's observations, compared one by one.
+            among = [(OBSERVATION, row_id) for row_id in recent] if len(recent) < CANDIDATES else None
+            candidates, ranking = await self._relevant(focus, focus_prompt_id, filters, among)
         chosen, relevant = await self._choose(candidates, recent, filters)
         if not relevant and ranking == "meaning":  # nothing near was of this project: its words, then
             candidates, ranking = await self._store.search_text(focus, filters, WORD_CANDIDATES), "words"
@@ -144,21 +146,26 @@ class ContextPlanner:
         return ContextPlan(project, summaries[0] if summaries else None, focus if ranking != "recency" else "",
                            ranking, group(rows, sessions), summaries[1:])
 
-    async def _relevant(self, focus: str, prompt_id: int | None,
-                        filters: SearchFilters) -> tuple[list[RankedKey], str]:
+    async def _relevant(self, focus: str, prompt_id: int | None, filters: SearchFilters,
+                        among: list[tuple[str, int]] | None) -> tuple[list[RankedKey], str]:
         """Observations ranked by relevance to ``focus``, best first, and how (``meaning``, ``words``).
 
-        Those found by meaning are of any project yet (:meth:`_choose` keeps the project's).
+        ``among``: every observation of a small project, each compared with the focus (in a
+        large store the nearest in the graph may all be other projects'). Otherwise those
+        found by meaning are of any project yet (:meth:`_choose` keeps the project's).
         """
         if self._index.enabled:
+            index = self._index
             nearest = None
             # Observations only: a prompt asked many times (or its summaries) can fill the
             # nearest places by itself.
             if prompt_id is not None:
-                nearest = await self._index.nearest_to(PROMPT, prompt_id, CANDIDATES, of_kind=OBSERVATION)
+                nearest = (await index.nearest_among_to(PROMPT, prompt_id, among, CANDIDATES) if among is not None
+                           else await index.nearest_to(PROMPT, prompt_id, CANDIDATES, of_kind=OBSERVATION))
             if nearest is None:
                 vector = (await self._embedder.embed([focus], urgent=True))[0]
-                nearest = await self._index.nearest(vector, CANDIDATES, of_kind=OBSERVATION)
+                nearest = (await index.nearest_among(vector, among, CANDIDATES) if among is not None
+                           else await index.nearest(vector, CANDIDATES, of_kind=OBSERVATION))
             found = [RankedKey(kind, row_id, 1.0 - distance) for kind, row_id, distance in nearest or ()]
             if found:
                 return found, "meaning"

@@ -8,7 +8,11 @@ top. ``fts`` and ``vector`` use one retriever alone; in ``hybrid`` the two run a
 
 The vector side: the query is embedded in the embedder's urgent lane (a few ms), the
 index returns the nearest vectors, and SQLite keeps those that pass the filters; when
-filters leave too few, the index is asked again for more (up to ``MAX_NEAREST``).
+filters leave too few, the index is asked again for more (up to ``MAX_NEAREST``). A
+small project (at most ``SMALL_PROJECT`` documents of each kind searched) is searched
+among its own documents, every one compared with the query: in a large store the
+graph's nearest vectors are mostly other projects' (asking for more and more of them
+took ~45 ms for a 600-observation project beside 100,000).
 When the vector index cannot answer (vectors off, loading, busy with a save) the search
 goes on with words alone and says so in ``vectors``.
 
@@ -24,6 +28,7 @@ import logging
 from enum import Enum
 
 import msgspec
+import numpy as np
 import trio
 
 from sessionmem.embed.service import EmbedderService
@@ -32,7 +37,7 @@ from sessionmem.logs import log_exception
 from sessionmem.records import RankedKey, SearchFilters
 from sessionmem.search.snippets import snippet
 from sessionmem.storage.base import Store
-from sessionmem.storage.recall import query_terms
+from sessionmem.storage.recall import SMALL_PROJECT, query_terms
 
 log = logging.getLogger(__name__)
 
@@ -144,17 +149,29 @@ class SearchService:
     async def _by_meaning(self, query: str, filters: SearchFilters, depth: int) -> tuple[list[RankedKey], str]:
         if not self._index.enabled:
             return [], "off"
-        try:
-            vector = (await self._embedder.embed([query], urgent=True))[0]
-        except Exception as exc:
-            log_exception(log, "search: embedding the query failed; searching by words only", exc)
+        vector: np.ndarray | None = None
+
+        async def embed() -> None:
+            nonlocal vector
+            try:
+                vector = (await self._embedder.embed([query], urgent=True))[0]
+            except Exception as exc:
+                log_exception(log, "search: embedding the query failed; searching by words only", exc)
+
+        async with trio.open_nursery() as nursery:  # the embedding beside the read, not after it
+            nursery.start_soon(embed)
+            among = await self._store.small_project_keys(filters, SMALL_PROJECT)
+        if vector is None:
             return [], "failed"
         narrowing = bool(filters.types or filters.file or filters.concept or filters.claude_session_id
                          or filters.since is not None or filters.until is not None
                          or filters.kinds != SearchFilters().kinds)
         k = depth * (4 if narrowing else 2)
         while True:
-            nearest = await self._index.nearest(vector, k)
+            if among is not None:
+                nearest = await self._index.nearest_among(vector, among, k)
+            else:
+                nearest = await self._index.nearest(vector, k)
             if nearest is None:
                 return [], self._index.unavailable_reason()
             close = [(kind, row_id, distance) for kind, row_id, distance in nearest

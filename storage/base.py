@@ -151,6 +151,10 @@ class Store(Protocol):
     async def keep_matching(self, keys: Sequence[tuple[str, int]], filters: SearchFilters) -> set[tuple[str, int]]:
         """Those of ``keys`` that exist and pass ``filters``."""
 
+    async def small_project_keys(self, filters: SearchFilters, most: int) -> list[tuple[str, int]] | None:
+        """Every document of the wanted kinds of the project ``filters`` name, when it holds at most ``most``
+        of each kind; ``None`` for a larger project, or without a project filter."""
+
     async def cards(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], DocumentCard]: ...
     async def documents(self, keys: Sequence[tuple[str, int]]) -> list[Document]:
         """The texts the vector index embeds, of those ``keys`` that exist, in order."""

@@ -215,6 +215,22 @@ def _project_rows(connection: apsw.Connection, kind: str, filters: SearchFilters
     return int(rows)
 
 
+def small_project_keys(connection: apsw.Connection, filters: SearchFilters, most: int) -> list[tuple[str, int]] | None:
+    """Every row of the wanted kinds of the project of ``filters``, when it holds at most ``most`` of each
+    (read on the project's index); ``None`` for a larger project, or without a project filter."""
+    if filters.project is None:
+        return None
+    keys: list[tuple[str, int]] = []
+    for kind in filters.wanted_kinds():
+        table, alias = _TABLES[kind][0], _ALIAS[kind]
+        ids = [row_id for (row_id,) in connection.execute(
+            f"SELECT {alias}.id FROM {table} {alias} WHERE {_PROJECT[kind]} = ? LIMIT ?", (filters.project, most + 1))]
+        if len(ids) > most:
+            return None
+        keys.extend((kind, row_id) for row_id in ids)
+    return keys
+
+
 def _ranked_passing(connection: apsw.Connection, kind: str, expression: str, filters: SearchFilters,
                     limit: int) -> list[RankedKey]:
     """The best ``limit`` rows of ``kind`` matching ``expression`` that pass ``filters``, ranked joined to

@@ -767,6 +767,11 @@ class SQLiteStore:
     async def keep_matching(self, keys: Sequence[tuple[str, int]], filters: SearchFilters) -> set[tuple[str, int]]:
         return await self._readers.run(partial(recall.keep_matching, keys=keys, filters=filters))
 
+    async def small_project_keys(self, filters: SearchFilters, most: int) -> list[tuple[str, int]] | None:
+        if filters.project is None:
+            return None
+        return await self._readers.run(partial(recall.small_project_keys, filters=filters, most=most))
+
     async def cards(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], DocumentCard]:
         return await self._readers.run(partial(recall.cards, keys=keys))
 

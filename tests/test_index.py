@@ -170,6 +170,30 @@ def test_a_removed_document_can_come_back_with_a_new_vector() -> None:
     assert key_of(label) == ("observation", 1) and distance < 1e-5
 
 
+def test_nearest_among_compares_each_of_a_few_documents(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small project's documents among many: exactly the nearest of them, with hnswlib's own distances."""
+    monkeypatch.setattr("sessionmem.index.hnsw.VECTOR_CACHE", 8)
+    index = HnswIndex(DIMENSIONS, "m")
+    vectors = unit_vectors(400)
+    keys = [("observation", n) for n in range(1, 401)]
+    index.add(labels(*keys), vectors)
+    query = unit_vectors(1, seed=9)[0]
+    few = [label_of(*key) for key in keys[::40]] + [label_of("observation", 999)]  # one without a vector
+    found = index.nearest_among(query, few, 3)
+    distances = 1.0 - vectors[::40] @ query
+    assert [label for label, _ in found] == [few[i] for i in np.argsort(distances)[:3]]
+    assert [d for _, d in found] == pytest.approx(sorted(distances)[:3], abs=1e-5)
+    # The same distances as the graph gives, and every one of them when k is larger.
+    ((label, distance),) = index.nearest(vectors[40], 1)
+    assert index.nearest_among(vectors[40], few, 1) == [(label, pytest.approx(distance, abs=1e-5))]
+    assert len(index.nearest_among(query, few, 100)) == 10
+    # A document's vector replaced is compared anew (not from what was kept of it).
+    index.add(labels(keys[0]), query[None])
+    assert index.nearest_among(query, few, 1)[0] == (label_of(*keys[0]), pytest.approx(0.0, abs=1e-5))
+    index.remove([label_of(*keys[0])])
+    assert label_of(*keys[0]) not in [label for label, _ in index.nearest_among(query, few, 100)]
+
+
 # -- the actor, with the real store and the real embedder ------------------------------------------
 
 PROJECT_CWD = "/home/me/shop"

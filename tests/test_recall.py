@@ -143,6 +143,25 @@ async def test_session_start_ranks_memories_by_the_prompt_it_continues(tmp_path:
         assert '## Relevant to "users get logged out after a minute"' in focused
 
 
+async def test_a_small_projects_memories_are_ranked_by_meaning_among_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another project's observations fill the graph's nearest places: the small project's own are
+    compared with the focus one by one, so its memory is still ranked by meaning."""
+    monkeypatch.setattr("sessionmem.search.context.CANDIDATES", 3)
+    async with open_worker(tmp_path / "data", embedder="minilm", batch_quiet_s=0.05) as worker:
+        for number in range(4):  # a larger project, all about logins
+            await store_session(worker, f"blog-{number}", "/home/me/blog", f"session cookie expiry, part {number}", [
+                ("Edit", {"file_path": f"/home/me/blog/src/session{number}.py", "old_string": "ttl=60",
+                          "new_string": "ttl=3600"})])
+        await store_session(worker, "cookies", SHOP, "fix the login cookie that expires too early", [
+            ("Edit", {"file_path": f"{SHOP}/src/auth.py", "old_string": "max_age=60", "new_string": "max_age=3600"})])
+        await store_session(worker, "now", SHOP, "users get logged out after a minute", [])
+        await worker.services.index.caught_up()
+        focused, headers = await context(worker, "source=compact")
+    assert headers["x-sessionmem-ranking"] == "meaning"
+    assert "Edited src/auth.py" in focused.split('## Relevant to "users get logged out after a minute"', 1)[1]
+
+
 async def test_session_start_falls_back_to_words_when_nothing_near_is_of_the_project(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The nearest vector is another project's observation: the project's own words rank its memories."""

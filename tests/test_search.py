@@ -100,6 +100,25 @@ async def test_filters_narrow_every_mode(memory: InProcessWorker) -> None:
     assert (await memory.get("/api/search?q=cart&file=nowhere.py"))["results"] == []
 
 
+async def test_a_small_project_is_searched_by_meaning_among_its_own(memory: InProcessWorker,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The graph's nearest vectors are all another project's: the project's own are compared one by one."""
+    for number, prompt in enumerate(["an empty cart must not reach checkout", "checkout of an empty cart crashes",
+                                     "refuse checkout when the cart is empty"]):
+        await store_session(memory, f"shop-cart-{number}", SHOP, prompt, [
+            ("Edit", {"file_path": f"{SHOP}/src/checkout.py", "old_string": "pay(cart)",
+                      "new_string": "if cart.empty: refuse()"})])
+    await memory.services.index.caught_up()
+    monkeypatch.setattr("sessionmem.search.hybrid.MIN_DEPTH", 1)
+    monkeypatch.setattr("sessionmem.search.hybrid.MAX_NEAREST", 6)  # the graph is asked for 6 at most
+    path = "/api/search?q=refuse+an+empty+cart+at+checkout+time&mode=vector&project=blog&limit=1"
+    monkeypatch.setattr("sessionmem.search.hybrid.SMALL_PROJECT", 0)  # through the graph: the shop's fill it
+    assert (await memory.get(path))["results"] == []
+    monkeypatch.setattr("sessionmem.search.hybrid.SMALL_PROJECT", 2000)
+    (found,) = (await memory.get(path))["results"]
+    assert found["project"] == "blog" and found["matchedBy"] == ["meaning"]
+
+
 async def test_paging(memory: InProcessWorker) -> None:
     first = await memory.get("/api/search?q=cart+prices+feed+tests&limit=2")
     second = await memory.get("/api/search?q=cart+prices+feed+tests&limit=2&offset=2")
