@@ -100,6 +100,9 @@ class SearchService:
         self._embedder = embedder
         self._weights = weights  # (words, meaning) in the fusion
         self.searches = 0
+        # Projects found to hold more than SMALL_PROJECT documents of a kind: not read again (a
+        # project seldom shrinks, and if it does the graph still answers, only slower).
+        self._large_projects: set[tuple[str, tuple[str, ...]]] = set()
 
     async def search(self, query: str, filters: SearchFilters, *, mode: SearchMode = SearchMode.HYBRID,
                      limit: int = 20, offset: int = 0) -> SearchResults:
@@ -160,7 +163,7 @@ class SearchService:
 
         async with trio.open_nursery() as nursery:  # the embedding beside the read, not after it
             nursery.start_soon(embed)
-            among = await self._store.small_project_keys(filters, SMALL_PROJECT)
+            among = await self._small_project_keys(filters)
         if vector is None:
             return [], "failed"
         narrowing = bool(filters.types or filters.file or filters.concept or filters.claude_session_id
@@ -183,6 +186,18 @@ class SearchService:
             if len(found) >= depth or exhausted:
                 return found[:depth], "used"
             k = min(k * 4, MAX_NEAREST)
+
+    async def _small_project_keys(self, filters: SearchFilters) -> list[tuple[str, int]] | None:
+        """The documents of the project ``filters`` name when it is small (module docstring), else ``None``."""
+        if filters.project is None:
+            return None
+        project = (filters.project, filters.wanted_kinds())
+        if project in self._large_projects:
+            return None
+        keys = await self._store.small_project_keys(filters, SMALL_PROJECT)
+        if keys is None:
+            self._large_projects.add(project)
+        return keys
 
 
 def fuse(words: list[RankedKey], meaning: list[RankedKey],

@@ -112,11 +112,13 @@ async def test_a_small_project_is_searched_by_meaning_among_its_own(memory: InPr
     monkeypatch.setattr("sessionmem.search.hybrid.MIN_DEPTH", 1)
     monkeypatch.setattr("sessionmem.search.hybrid.MAX_NEAREST", 6)  # the graph is asked for 6 at most
     path = "/api/search?q=refuse+an+empty+cart+at+checkout+time&mode=vector&project=blog&limit=1"
-    monkeypatch.setattr("sessionmem.search.hybrid.SMALL_PROJECT", 0)  # through the graph: the shop's fill it
-    assert (await memory.get(path))["results"] == []
-    monkeypatch.setattr("sessionmem.search.hybrid.SMALL_PROJECT", 2000)
     (found,) = (await memory.get(path))["results"]
     assert found["project"] == "blog" and found["matchedBy"] == ["meaning"]
+    monkeypatch.setattr("sessionmem.search.hybrid.SMALL_PROJECT", 0)  # through the graph: the shop's fill it
+    assert (await memory.get(path))["results"] == []
+    # A project found too large is not read again (it seldom shrinks): still through the graph.
+    monkeypatch.setattr("sessionmem.search.hybrid.SMALL_PROJECT", 2000)
+    assert (await memory.get(path))["results"] == []
 
 
 async def test_paging(memory: InProcessWorker) -> None:
