@@ -14,6 +14,7 @@ import sys
 import traceback
 from pathlib import Path
 
+SQLITE_SCHEMA = 17  # SQLite's result code (sessionmem.logs imports no SQLite binding)
 MAX_FRAMES = 8
 MAX_ENTRY = 4000
 LOG_FILE_BYTES = 10 * 1024 * 1024
@@ -34,6 +35,13 @@ def log_exception(log: logging.Logger, message: str, exc: BaseException) -> None
     log.error("%s\n%s", message[:MAX_ENTRY], bounded_exception(exc))
 
 
+def _not_a_schema_reprepare(record: logging.LogRecord) -> bool:
+    """False for SQLite's note that a statement met a changed schema: SQLite prepares it
+    again by itself, and nothing failed. (A fresh data dir had five such lines at INFO,
+    "statement aborts ... SQLITE_SCHEMA", while its migrations recreate tables.)"""
+    return getattr(record, "sqlite_code", None) != SQLITE_SCHEMA
+
+
 def configure_logging(log_path: Path, *, to_stderr: bool) -> None:
     """The worker's log: ``log_path`` (rotated), and stderr when running in a terminal."""
     handlers: list[logging.Handler] = [
@@ -41,6 +49,8 @@ def configure_logging(log_path: Path, *, to_stderr: bool) -> None:
     ]
     if to_stderr:
         handlers.append(logging.StreamHandler(sys.stderr))
+    for handler in handlers:
+        handler.addFilter(_not_a_schema_reprepare)
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

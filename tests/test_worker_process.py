@@ -107,6 +107,9 @@ def test_status_replay_and_stop_commands(worker_factory: Callable[..., WorkerPro
     assert report["took_seconds"] <= report["budget_seconds"] == 15
     down = command("status")
     assert down.returncode == 1 and "not running" in down.stdout
+    # The log of a fresh data dir holds what happened, not SQLite re-preparing statements.
+    log = (worker.data_dir / "worker.log").read_text()
+    assert "stopped in" in log and "SQLITE_SCHEMA" not in log
 
 
 def test_the_embedding_process_ends_with_the_worker(worker_factory: Callable[..., WorkerProcess]) -> None:
