@@ -30,7 +30,8 @@ How the 100,000 observations are made (bench/README.md, "Search quality and late
    ``GET /api/search`` in each mode (the query embedded at request time, every time),
    and in ``hybrid`` and ``fts`` for the small project,
    ``GET /api/context/inject?source=compact`` (relevance ranking: the header says
-   ``meaning``), and ``GET /api/health`` (the HTTP round trip alone). At 10,000
+   ``meaning``), the same for a project with nothing stored, and ``GET /api/health``
+   (the HTTP round trip alone). At 10,000
    observations, ``mode=fts`` is set beside claude-mem's full-text query run on the
    same database from this process (its SQL, no HTTP). Worker RSS comes from /proc.
 4. **Cold SessionStart**: no worker running, the real hook
@@ -383,6 +384,8 @@ async def _measure_scale(worker: WorkerProcess, queries: list[str], prompts: lis
     found: dict[str, list[int]] = {}
     client = _Client(worker)
     context_path = routes.CONTEXT + "?" + urllib.parse.urlencode({"project": PROJECT, "source": "compact"})
+    # A project with nothing stored yet, beside the 100,000: its reads must not walk theirs.
+    new_project_path = routes.CONTEXT + "?" + urllib.parse.urlencode({"project": "bench-new", "source": "compact"})
     try:
         for warm in range(5):  # first requests load what is lazy
             await client.get(_search_path(queries[warm], "hybrid"))
@@ -397,6 +400,7 @@ async def _measure_scale(worker: WorkerProcess, queries: list[str], prompts: lis
                 found.setdefault(f"{mode}_small_project", []).append(len(json.loads(body)["results"]))
             await client.get(_search_path(prompts[i % len(prompts)], "hybrid"), timer, "search_hybrid_whole_prompt")
             await client.get(context_path, timer, "context_inject_compact")
+            await client.get(new_project_path, timer, "context_inject_new_project")
             await client.get(routes.HEALTH, timer, "health")
     finally:
         await client.aclose()
@@ -560,6 +564,8 @@ def summary(result: dict[str, Any]) -> str:
         (f"fts search, a project of {n_small} beside them", ms(scale["search_fts_small_project"])),
         (f"SessionStart context (source=compact, ranking {result['scale']['context_ranking']}), {n_scale}",
          ms(scale["context_inject_compact"])),
+        (f"SessionStart context of a project with nothing stored, beside {n_scale}",
+         ms(scale["context_inject_new_project"])),
         ("HTTP round trip alone (GET /api/health)", ms(scale["health"])),
         (f"SessionStart context as the hook asks (its client, a connection each, nothing in between), {n_scale}",
          ms(hook["context_inject_compact"])),
