@@ -177,17 +177,21 @@ class VectorIndex:
         """
         return await self._ask(lambda index: index.nearest(vector, k, kind=of_kind))
 
-    async def nearest_to(self, kind: str, row_id: int, k: int, *, of_kind: str | None = None
-                         ) -> list[tuple[str, int, float]] | None:
-        """The ``k`` documents nearest to a stored document's own vector, as :meth:`nearest` (it among them).
+    async def nearest_to(self, kind: str, row_id: int, k: int, *, of_kind: str | None = None,
+                         among: Sequence[tuple[str, int]] | None = None) -> list[tuple[str, int, float]] | None:
+        """The ``k`` documents nearest to a stored document's own vector, as :meth:`nearest` (it among them);
+        ``among``: the ``k`` nearest of those documents, as :meth:`nearest_among`.
 
         ``None`` when that document has no vector yet, or as :meth:`nearest`. One call on the
         index: no embedding, one thread hop.
         """
+        labels = None if among is None else [label_of(key_kind, key_id) for key_kind, key_id in among]
 
         def query(index: HnswIndex) -> list[tuple[int, float]] | None:
             vector = index.vector_of(label_of(kind, row_id))
-            return None if vector is None else index.nearest(vector, k, kind=of_kind)
+            if vector is None:
+                return None
+            return index.nearest(vector, k, kind=of_kind) if labels is None else index.nearest_among(vector, labels, k)
 
         return await self._ask(query)
 
@@ -197,17 +201,6 @@ class VectorIndex:
         compared (:meth:`HnswIndex.nearest_among`): a small project's documents among many."""
         labels = [label_of(kind, row_id) for kind, row_id in keys]
         return await self._ask(lambda index: index.nearest_among(vector, labels, k))
-
-    async def nearest_among_to(self, kind: str, row_id: int, keys: Sequence[tuple[str, int]], k: int
-                               ) -> list[tuple[str, int, float]] | None:
-        """:meth:`nearest_among` a stored document's own vector; ``None`` when it has none yet."""
-        labels = [label_of(key_kind, key_id) for key_kind, key_id in keys]
-
-        def query(index: HnswIndex) -> list[tuple[int, float]] | None:
-            vector = index.vector_of(label_of(kind, row_id))
-            return None if vector is None else index.nearest_among(vector, labels, k)
-
-        return await self._ask(query)
 
     async def _ask(self, query: Callable[[HnswIndex], list[tuple[int, float]] | None]
                    ) -> list[tuple[str, int, float]] | None:

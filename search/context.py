@@ -160,8 +160,7 @@ class ContextPlanner:
             # Observations only: a prompt asked many times (or its summaries) can fill the
             # nearest places by itself.
             if prompt_id is not None:
-                nearest = (await index.nearest_among_to(PROMPT, prompt_id, among, CANDIDATES) if among is not None
-                           else await index.nearest_to(PROMPT, prompt_id, CANDIDATES, of_kind=OBSERVATION))
+                nearest = await index.nearest_to(PROMPT, prompt_id, CANDIDATES, of_kind=OBSERVATION, among=among)
             if nearest is None:
                 vector = (await self._embedder.embed([focus], urgent=True))[0]
                 nearest = (await index.nearest_among(vector, among, CANDIDATES) if among is not None

@@ -269,13 +269,13 @@ async def test_events_keep_their_own_time_and_the_budget_counts_when_stored(tmp_
 
 
 def _observe(connection: apsw.Connection, session_db_id: int, n: int, path: str, *, modified: bool = False,
-             type_: str = "discovery") -> None:
+             type_: str = "discovery", project: str = "proj") -> None:
     files = f'["{path}"]'
     connection.execute(
         "INSERT INTO observations (session_db_id, project, prompt_number, event_id, tool_name, tool_use_id, type,"
         " title, files_read, files_modified, compressed, compressor, created_at)"
-        " VALUES (?, 'proj', 1, ?, 'Edit', ?, ?, ?, ?, ?, 1, 'offline', ?)",
-        (session_db_id, n, f"t{n}", type_, f"{'Edited' if modified else 'Read'} {path} #{n}",
+        " VALUES (?, ?, 1, ?, 'Edit', ?, ?, ?, ?, ?, 1, 'offline', ?)",
+        (session_db_id, project, n, f"t{n}", type_, f"{'Edited' if modified else 'Read'} {path} #{n}",
          "[]" if modified else files, files if modified else "[]", float(n)))
 
 
@@ -344,7 +344,7 @@ def test_a_projects_context_start_does_not_walk_other_projects(tmp_path: Path) -
             "INSERT INTO session_summaries (session_db_id, project, prompt_number, event_id, request, compressed,"
             " compressor, created_at, stored_at) VALUES (?, ?, 1, ?, 'parser', 1, 'offline', ?, ?)",
             (n, project, -n, at, at))
-        _observe_in(connection, n, project, at)
+        _observe(connection, n, n, f"/{project}/app.py", modified=True, project=project)
 
     def start(project: str) -> tuple[ContextStart, int]:
         return _vm_steps(connection, lambda: read_context_start(
@@ -364,13 +364,6 @@ def test_a_projects_context_start_does_not_walk_other_projects(tmp_path: Path) -
     assert small.latest_prompt is not None and small.latest_prompt[1] == "make the parser of small faster"
     assert [row.claude_session_id for row in small.summaries] == ["s1"] and len(small.recent) == 1
     assert nothing == ContextStart([], [], None)
-
-
-def _observe_in(connection: apsw.Connection, session_db_id: int, project: str, at: float) -> None:
-    connection.execute(
-        "INSERT INTO observations (session_db_id, project, prompt_number, event_id, tool_name, tool_use_id, type,"
-        " title, compressed, compressor, created_at) VALUES (?, ?, 1, ?, 'Edit', ?, 'change', 'Edited', 1,"
-        " 'offline', ?)", (session_db_id, project, session_db_id, f"t{session_db_id}", at))
 
 
 async def test_a_batch_of_observations_is_one_full_text_segment(tmp_path: Path) -> None:
