@@ -98,6 +98,7 @@ def _debug_summary(worker: WorkerProcess) -> dict[str, Any]:
         "actors": debug["sessions"]["known"],
         "writer": debug["store"]["writer"],
         "checkpointer": debug["store"]["checkpointer"],
+        "gathered_reads": debug["store"]["gatheredReads"],  # file recall: reads, thread trips
         "compressor": debug["compressor"],
         "connections": debug["connections"],  # accepted, evicted at the cap, refused, peak
         "gc": debug["gc"]["generations"],

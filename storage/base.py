@@ -42,6 +42,7 @@ from sessionmem.records import (
     SummaryRow,
 )
 from sessionmem.storage.checkpointer import CheckpointerStatistics
+from sessionmem.storage.readers import GatheredReadStatistics
 from sessionmem.storage.retention import StorageReport
 from sessionmem.storage.transfer import ImportCounts, Record
 from sessionmem.storage.writer import WriterStatistics
@@ -77,6 +78,7 @@ class StoreStatistics(msgspec.Struct, frozen=True):
     path: str
     writer: WriterStatistics
     checkpointer: CheckpointerStatistics
+    gathered_reads: GatheredReadStatistics  # file recall's reads, several to a thread trip under load
 
 
 OnCommit = Callable[[Envelope], None]

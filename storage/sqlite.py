@@ -2,10 +2,11 @@
 
 Resource handling:
     One writer connection, owned by a :class:`GroupCommitWriter` (one thread at a
-    time), and a :class:`ReaderPool` of read-only connections. Nothing here touches
-    SQLite on the Trio thread. The writer task runs in the
-    nursery that :func:`open_sqlite_store` owns; leaving that block commits what is
-    queued, then closes every connection.
+    time), a :class:`ReaderPool` of read-only connections, and a :class:`ReadGatherer`
+    with one more (file recall's short reads). Nothing here touches SQLite on the Trio
+    thread. The writer and gatherer tasks run in the nursery that
+    :func:`open_sqlite_store` owns; leaving that block commits what is queued, then
+    closes every connection.
 
 Error handling:
     SQL errors propagate to the caller as ``apsw`` exceptions; the HTTP layer turns
@@ -63,7 +64,7 @@ from sessionmem.records import (
 from sessionmem.storage import recall, retention, transfer
 from sessionmem.storage.base import Accepted, InitAccepted, OnCommit, StorageUnavailable, StoreStatistics
 from sessionmem.storage.checkpointer import IDLE_S, WAL_LIMIT_BYTES, Checkpointer
-from sessionmem.storage.readers import ReaderPool
+from sessionmem.storage.readers import ReaderPool, ReadGatherer
 from sessionmem.storage.schema import migrate
 from sessionmem.storage.writer import BACKGROUND_WEIGHT, GroupCommitWriter
 
@@ -400,10 +401,12 @@ async def open_sqlite_store(path: Path, *, readers: int = 4,
                     await store._checkpointer.run(close_timeout_s=store.close_timeout_s)
 
             nursery.start_soon(checkpoint_until_closed)
+            await nursery.start(store._gathered.run)
             try:
                 yield store
             finally:
                 store._writer.close()  # the writer drains what is queued, then returns
+                store._gathered.close()  # so do the gathered reads
                 checkpoints.cancel(reason="store closing")
     finally:
         with trio.move_on_after(store.close_timeout_s, shield=True):
@@ -417,6 +420,7 @@ class SQLiteStore:
         self.path = path
         self.close_timeout_s = 5.0
         self._readers = ReaderPool(path, readers)
+        self._gathered = ReadGatherer(path)  # file recall's short reads, on every PostToolUse of a file
         self._checkpointer = Checkpointer(path, idle_s=checkpoint_idle_s)
         self._connection: apsw.Connection | None = None
         self._writer: GroupCommitWriter | None = None
@@ -437,7 +441,8 @@ class SQLiteStore:
     def statistics(self) -> StoreStatistics:
         if self._writer is None:
             raise RuntimeError("store is not open")
-        return StoreStatistics(str(self.path), self._writer.statistics(), self._checkpointer.statistics())
+        return StoreStatistics(str(self.path), self._writer.statistics(), self._checkpointer.statistics(),
+                               self._gathered.statistics())
 
     async def _write(self, fn: Any, *args: Any, on_commit: Any = None, background: bool = False,
                      weight: int = 1) -> Any:
@@ -799,8 +804,8 @@ class SQLiteStore:
 
     async def file_memories(self, project: str, path: str, *, exclude_session: str,
                             limit: int) -> list[FileMemory]:
-        return await self._readers.run(partial(recall.file_memories, project=project, path=path,
-                                               exclude_session=exclude_session, limit=limit))
+        return await self._gathered.read(partial(recall.file_memories, project=project, path=path,
+                                                 exclude_session=exclude_session, limit=limit))
 
     async def context_start(self, project: str, *, summaries: int, recent: int,
                             latest_prompt: bool) -> ContextStart:

@@ -248,14 +248,17 @@ async def test_processing_status(app: InProcessWorker) -> None:
 async def test_debug_document_shape(app: InProcessWorker) -> None:
     """The /debug JSON the README documents: these sections, camelCase, from typed records."""
     await app.post(OBS, observation())
+    await app.post(OBS, observation(tool_name="Read", tool_use_id="t2", tool_input={"file_path": "/work/proj/a.py"}))
     await app.wait_idle()
     debug = await app.get("/debug")
     assert set(debug) == {"worker", "sessions", "supervisor", "actors", "journal", "store", "compressor", "stream",
                           "spool", "access", "connections", "index", "embedder", "retention", "gc"}
     (actor,) = debug["actors"]
     assert actor["state"] in ("idle", "stopped") and actor["mailboxCapacity"] == 256
-    assert set(debug["store"]) == {"path", "writer", "checkpointer"} and debug["store"]["writer"]["batches"] >= 2
-    assert debug["supervisor"]["maxRestarts"] == 5 and debug["sessions"]["delivered"] == 1
+    assert set(debug["store"]) == {"path", "writer", "checkpointer", "gatheredReads"}
+    assert debug["store"]["writer"]["batches"] >= 2
+    assert debug["store"]["gatheredReads"]["reads"] == 1  # file recall of the Read; none for Bash
+    assert debug["supervisor"]["maxRestarts"] == 5 and debug["sessions"]["delivered"] == 2
     assert all("_" not in key for section in debug.values() if isinstance(section, dict) for key in section)
 
 

@@ -14,6 +14,7 @@ const SECTIONS = [
   ["journal", "Journal", (d) => d.journal],
   ["writer", "Writer (group commit)", (d) => d.store.writer],
   ["checkpointer", "Checkpointer", (d) => d.store.checkpointer],
+  ["reads", "Gathered reads (file recall)", (d) => d.store.gatheredReads],
   ["compressor", "Compressor", (d) => without(d.compressor, "breaker", "budget")],
   ["breaker", "LLM breaker", (d) => d.compressor.breaker, "offline: no LLM calls"],
   ["budget", "LLM budget", (d) => d.compressor.budget, "offline: no LLM tokens"],
