@@ -378,6 +378,12 @@ def scenario_openloop(ctx: Context, *, rate: float, sessions: int, seconds: floa
             worker.wait_idle(timeout=600)
         debug = _debug_summary(worker)
         stored, delays = _stored(worker)
+    # The same schedule against the bare Quart-Trio endpoint, right after: the tail this
+    # machine, this load generator and this server stack give with no work behind them.
+    with bare_endpoint(ctx.out, "quart") as port:
+        bare_requests = [loadgen.encode_post("127.0.0.1", port, "/api/sessions/observations",
+                                             json.dumps(b).encode(), None) for b in bodies]
+        bare = trio.run(lambda: loadgen.open_loop("127.0.0.1", port, bare_requests, rate=rate))
     accepted = run.latencies_of(202)
     ctx.plots["openloop_latency_ms"] = accepted
     ctx.plots["openloop_completed_at"] = [t - run.started for t in run.completed_at]
@@ -395,6 +401,8 @@ def scenario_openloop(ctx: Context, *, rate: float, sessions: int, seconds: floa
         "turned_away_ms": percentiles(run.latencies_of(503)),
         "observations_stored": sum(stored.values()),
         "accept_to_stored_ms": percentiles([d * 1000 for d in delays]),
+        "bare_accept_ms": percentiles(bare.latencies_of(202)),
+        "bare_statuses": bare.statuses, "bare_errors": bare.errors,
         **_sampled(sampler), **debug,
     }
 

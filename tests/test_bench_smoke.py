@@ -31,6 +31,9 @@ def test_bench_smoke_run_writes_a_report_with_no_loss(tmp_path: Path) -> None:
     assert results["replay_hooks"]["hook_wall_ms"]["PostToolUse"]["n"] > 0
     assert results["throughput"]["worker_median_per_s"] > 0 and results["throughput"]["bare_median_per_s"] > 0
     assert results["openloop"]["statuses"] == {"202": results["openloop"]["requests"]}
+    # The machine's floor: the same schedule against the bare endpoint, every request answered.
+    assert results["openloop"]["bare_statuses"] == {"202": results["openloop"]["requests"]}
+    assert results["openloop"]["bare_accept_ms"]["n"] == results["openloop"]["requests"]
     assert results["context"]["observations_in_project"] == 300
     for name in ("replay_http", "replay_hooks", "throughput", "openloop", "context"):
         disk = results[name]["data_dir_bytes"]  # what the worker left on disk, the WAL's size with it
