@@ -99,6 +99,7 @@ def _debug_summary(worker: WorkerProcess) -> dict[str, Any]:
         "writer": debug["store"]["writer"],
         "checkpointer": debug["store"]["checkpointer"],
         "gathered_reads": debug["store"]["gatheredReads"],  # file recall: reads, thread trips
+        "file_recall_cache": debug["store"]["fileRecallCache"],  # file recall: answers kept, hits, misses
         "compressor": debug["compressor"],
         "connections": debug["connections"],  # accepted, evicted at the cap, refused, peak
         "gc": debug["gc"]["generations"],

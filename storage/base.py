@@ -43,6 +43,7 @@ from sessionmem.records import (
 )
 from sessionmem.storage.checkpointer import CheckpointerStatistics
 from sessionmem.storage.readers import GatheredReadStatistics
+from sessionmem.storage.recall_cache import FileRecallCacheStatistics
 from sessionmem.storage.retention import StorageReport
 from sessionmem.storage.transfer import ImportCounts, Record
 from sessionmem.storage.writer import WriterStatistics
@@ -79,6 +80,7 @@ class StoreStatistics(msgspec.Struct, frozen=True):
     writer: WriterStatistics
     checkpointer: CheckpointerStatistics
     gathered_reads: GatheredReadStatistics  # file recall's reads, several to a thread trip under load
+    file_recall_cache: FileRecallCacheStatistics  # file recall's answers kept until their file's next observation
 
 
 OnCommit = Callable[[Envelope], None]

@@ -30,6 +30,7 @@ from sessionmem.records import (
     OBSERVATION,
     PROMPT,
     SUMMARY,
+    CompressedObservation,
     Document,
     DocumentCard,
     FileMemory,
@@ -125,10 +126,14 @@ def file_match(alias: str = "") -> str:
             f" AND {prefix}path LIKE :file_suffix ESCAPE '\\'))")
 
 
+def file_name(path: str) -> str:
+    """The name a lookup of ``path`` goes by: the ``basename`` it is matched on."""
+    return path.strip().rstrip("/").rsplit("/", 1)[-1]
+
+
 def file_params(path: str) -> dict[str, str]:
     path = path.strip()
-    base = path.rstrip("/").rsplit("/", 1)[-1]
-    return {"file": path, "file_base": base, "file_suffix": "%/" + _like_escaped(path.lstrip("/"))}
+    return {"file": path, "file_base": file_name(path), "file_suffix": "%/" + _like_escaped(path.lstrip("/"))}
 
 
 def _quoted(terms: Iterable[str]) -> list[str]:
@@ -398,6 +403,14 @@ def around(connection: apsw.Connection, project: str, moment: float, anchor: tup
 FILE_LOOKBACK = 200
 
 
+def recallable_files(observation: CompressedObservation) -> tuple[str, ...]:
+    """The files whose :func:`file_memories` can answer with ``observation`` (the rule of its ``HAVING``):
+    an offline compressor's mere read of a file is never recalled for that file."""
+    if observation.type == "discovery" and observation.compressor == "offline":
+        return observation.files_modified
+    return (*observation.files_read, *observation.files_modified)
+
+
 def file_memories(connection: apsw.Connection, project: str, path: str, *, exclude_session: str,
                   limit: int, lookback: int = FILE_LOOKBACK) -> list[FileMemory]:
     """The newest observations of ``project`` about ``path`` from other sessions than ``exclude_session``,
@@ -429,6 +442,7 @@ def file_memories(connection: apsw.Connection, project: str, path: str, *, exclu
         " FROM touches t CROSS JOIN observations o ON o.id = t.observation_id"
         " CROSS JOIN sessions s ON s.id = o.session_db_id"
         " WHERE o.project = :project AND s.claude_session_id != :session"
+        # (recallable_files says which stores can change an answer: keep the two alike)
         " GROUP BY o.id HAVING max(t.modified) = 1 OR o.type != 'discovery' OR o.compressor != 'offline'"
         " ORDER BY o.id DESC LIMIT :limit", params)
     seen: set[str] = set()

@@ -65,6 +65,7 @@ from sessionmem.storage import recall, retention, transfer
 from sessionmem.storage.base import Accepted, InitAccepted, OnCommit, StorageUnavailable, StoreStatistics
 from sessionmem.storage.checkpointer import IDLE_S, WAL_LIMIT_BYTES, Checkpointer
 from sessionmem.storage.readers import ReaderPool, ReadGatherer
+from sessionmem.storage.recall_cache import FileRecallCache
 from sessionmem.storage.schema import migrate
 from sessionmem.storage.writer import BACKGROUND_WEIGHT, GroupCommitWriter
 
@@ -421,6 +422,7 @@ class SQLiteStore:
         self.close_timeout_s = 5.0
         self._readers = ReaderPool(path, readers)
         self._gathered = ReadGatherer(path)  # file recall's short reads, on every PostToolUse of a file
+        self._file_recall = FileRecallCache()  # and their answers, until an observation about the file is stored
         self._checkpointer = Checkpointer(path, idle_s=checkpoint_idle_s)
         self._connection: apsw.Connection | None = None
         self._writer: GroupCommitWriter | None = None
@@ -442,7 +444,7 @@ class SQLiteStore:
         if self._writer is None:
             raise RuntimeError("store is not open")
         return StoreStatistics(str(self.path), self._writer.statistics(), self._checkpointer.statistics(),
-                               self._gathered.statistics())
+                               self._gathered.statistics(), self._file_recall.statistics())
 
     async def _write(self, fn: Any, *args: Any, on_commit: Any = None, background: bool = False,
                      weight: int = 1) -> Any:
@@ -585,7 +587,11 @@ class SQLiteStore:
             _mark_done(connection, [envelope.event_id for envelope, _, _ in items], now)
             return inserted
 
-        return await self._write(store, background=True, weight=len(items))
+        def stored(_: int) -> None:
+            self._file_recall.stored(session.claude_session_id,
+                                     [path for _, _, obs in items for path in recall.recallable_files(obs)])
+
+        return await self._write(store, background=True, weight=len(items), on_commit=stored)
 
     async def store_summary(self, session: SessionInfo, envelope: Envelope, summary: CompressedSummary) -> bool:
         event = envelope.event
@@ -759,7 +765,8 @@ class SQLiteStore:
                                                after_session=after_session))
 
     async def import_records(self, records: Sequence[transfer.Record]) -> transfer.ImportCounts:
-        return await self._write(partial(transfer.import_records, records=records, now=time.time()))
+        return await self._write(partial(transfer.import_records, records=records, now=time.time()),
+                                 on_commit=lambda _: self._file_recall.clear())
 
     # -- the read half (SQL in storage/recall.py) -------------------------------------------
 
@@ -804,8 +811,15 @@ class SQLiteStore:
 
     async def file_memories(self, project: str, path: str, *, exclude_session: str,
                             limit: int) -> list[FileMemory]:
-        return await self._gathered.read(partial(recall.file_memories, project=project, path=path,
-                                                 exclude_session=exclude_session, limit=limit))
+        key = (project, path, exclude_session, limit)
+        kept = self._file_recall.get(key)
+        if kept is not None:
+            return kept
+        ticket = self._file_recall.ticket()
+        memories = await self._gathered.read(partial(recall.file_memories, project=project, path=path,
+                                                     exclude_session=exclude_session, limit=limit))
+        self._file_recall.put(key, ticket, memories)
+        return memories
 
     async def context_start(self, project: str, *, summaries: int, recent: int,
                             latest_prompt: bool) -> ContextStart:

@@ -255,9 +255,10 @@ async def test_debug_document_shape(app: InProcessWorker) -> None:
                           "spool", "access", "connections", "index", "embedder", "retention", "gc"}
     (actor,) = debug["actors"]
     assert actor["state"] in ("idle", "stopped") and actor["mailboxCapacity"] == 256
-    assert set(debug["store"]) == {"path", "writer", "checkpointer", "gatheredReads"}
+    assert set(debug["store"]) == {"path", "writer", "checkpointer", "gatheredReads", "fileRecallCache"}
     assert debug["store"]["writer"]["batches"] >= 2
     assert debug["store"]["gatheredReads"]["reads"] == 1  # file recall of the Read; none for Bash
+    assert debug["store"]["fileRecallCache"]["misses"] == 1 and debug["store"]["fileRecallCache"]["hits"] == 0
     assert debug["supervisor"]["maxRestarts"] == 5 and debug["sessions"]["delivered"] == 2
     assert all("_" not in key for section in debug.values() if isinstance(section, dict) for key in section)
 

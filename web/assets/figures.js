@@ -15,6 +15,7 @@ const SECTIONS = [
   ["writer", "Writer (group commit)", (d) => d.store.writer],
   ["checkpointer", "Checkpointer", (d) => d.store.checkpointer],
   ["reads", "Gathered reads (file recall)", (d) => d.store.gatheredReads],
+  ["recallCache", "File recall's kept answers", (d) => d.store.fileRecallCache],
   ["compressor", "Compressor", (d) => without(d.compressor, "breaker", "budget")],
   ["breaker", "LLM breaker", (d) => d.compressor.breaker, "offline: no LLM calls"],
   ["budget", "LLM budget", (d) => d.compressor.budget, "offline: no LLM tokens"],
