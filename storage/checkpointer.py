@@ -7,14 +7,21 @@ checkpoints from a connection of its own, on a worker thread, whenever the WAL h
 grown past a threshold. PASSIVE mode never waits for readers or the writer: it copies
 what it can and tries again next time.
 
-The WAL file never shrinks by itself: under steady load a PASSIVE checkpoint can
-rarely reset it, and a burst leaves it at its largest (151 MB after a backfill, once).
-So when nothing has been committed for ``idle_s`` -- or when the WAL is past
-:data:`WAL_LIMIT_BYTES` -- the checkpointer tries a TRUNCATE checkpoint, which copies
-everything back and cuts the file to zero bytes. It does not wait: if a reader or the
-writer is busy it tries again a second later. Each try starts with a PASSIVE checkpoint,
-so the TRUNCATE, which holds the write lock while it copies, finds little left to copy. (The writer also sets
-``journal_size_limit``, so a WAL reset after a burst is cut back to the limit.)
+Under steady load a PASSIVE checkpoint can rarely let the WAL start over: new frames
+come in while it copies, so the file only grows (151 MB after a backfill, once). So each
+PASSIVE checkpoint of a WAL holding :data:`THRESHOLD_PAGES` or more is followed by a
+RESTART checkpoint: it takes the write lock for what the PASSIVE one left (about a
+millisecond), and the writer's next transaction writes the WAL from its beginning
+again. The file then stops growing, and the writer's ``journal_size_limit`` cuts one
+that a burst left larger back to :data:`WAL_LIMIT_BYTES` when it starts over. When
+nothing has been committed for ``idle_s``, a TRUNCATE checkpoint cuts the file to zero
+bytes. (TRUNCATE is kept for then: cutting a 64 MB file took 31-35 ms with the write
+lock held, against ~1 ms for a RESTART; under a 500 events/s open loop, each of the
+three it did in 20 s held every accept back for 35-57 ms.)
+
+Neither waits: if a reader or the writer is in the way it tries again a second later.
+Each try starts with a PASSIVE checkpoint, so the one that holds the write lock finds
+little left to copy.
 
 Resource handling:
     The checkpoint connection belongs to :meth:`Checkpointer.run` and is closed when
@@ -43,6 +50,7 @@ class CheckpointerStatistics(msgspec.Struct, frozen=True):
     failures: int
     last_error: str
     truncations: int = 0  # TRUNCATE checkpoints that cut the WAL to zero bytes
+    restarts: int = 0  # RESTART checkpoints after which the WAL is written from its beginning again
 
 
 def _checkpoint(connection: apsw.Connection) -> tuple[int, int]:
@@ -52,8 +60,18 @@ def _checkpoint(connection: apsw.Connection) -> tuple[int, int]:
 
 def _truncate(connection: apsw.Connection) -> bool:
     """Checkpoint everything and cut the WAL to nothing; False if a reader or the writer was in the way."""
+    return _complete(connection, apsw.SQLITE_CHECKPOINT_TRUNCATE)
+
+
+def _restart(connection: apsw.Connection) -> bool:
+    """Checkpoint everything so that the next write starts the WAL over; False if a reader or the writer
+    was in the way."""
+    return _complete(connection, apsw.SQLITE_CHECKPOINT_RESTART)
+
+
+def _complete(connection: apsw.Connection, mode: int) -> bool:
     try:
-        connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+        connection.wal_checkpoint(mode=mode)
     except apsw.BusyError:
         return False
     return True
@@ -77,7 +95,7 @@ class Checkpointer:
     def __init__(self, path: Path, *, idle_s: float = IDLE_S) -> None:
         self._path = path
         self._idle_s = idle_s
-        self._truncations = 0
+        self._truncations = self._restarts = 0
         self._checkpoints = 0
         self._wal_bytes = 0
         self._last_pages = 0
@@ -86,7 +104,7 @@ class Checkpointer:
 
     def statistics(self) -> CheckpointerStatistics:
         return CheckpointerStatistics(self._checkpoints, self._wal_bytes, self._last_pages, self._failures,
-                                      self._last_error, self._truncations)
+                                      self._last_error, self._truncations, self._restarts)
 
     async def run(self, *, close_timeout_s: float = 5.0,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -104,7 +122,7 @@ class Checkpointer:
                     if now_version != version:
                         version, changed_at = now_version, trio.current_time()
                     idle = trio.current_time() - changed_at >= self._idle_s
-                    if self._wal_bytes and (idle or self._wal_bytes > WAL_LIMIT_BYTES):
+                    if self._wal_bytes and idle:
                         # What can be copied without the write lock first: a TRUNCATE checkpoint
                         # holds that lock while it copies, and after a stretch of failed tries
                         # under load it once copied 60 MB with every commit waiting (100-290 ms).
@@ -113,7 +131,10 @@ class Checkpointer:
                             self._truncations += 1
                             self._wal_bytes = 0
                     elif self._wal_bytes >= THRESHOLD_PAGES * PAGE_BYTES:
-                        await self._checkpoint(connection, limiter)
+                        frames = await self._checkpoint(connection, limiter)
+                        if frames >= THRESHOLD_PAGES and await trio.to_thread.run_sync(_restart, connection,
+                                                                                       limiter=limiter):
+                            self._restarts += 1
                 except apsw.Error as exc:  # a full disk, say: the WAL just grows until the next try
                     self._failed(exc)
         finally:
@@ -142,6 +163,8 @@ class Checkpointer:
         self._failures += 1
         self._last_error = f"{type(exc).__name__}: {exc}"[:300]
 
-    async def _checkpoint(self, connection: apsw.Connection, limiter: trio.CapacityLimiter) -> None:
-        _, self._last_pages = await trio.to_thread.run_sync(_checkpoint, connection, limiter=limiter)
+    async def _checkpoint(self, connection: apsw.Connection, limiter: trio.CapacityLimiter) -> int:
+        """A PASSIVE checkpoint; the frames in the WAL."""
+        frames, self._last_pages = await trio.to_thread.run_sync(_checkpoint, connection, limiter=limiter)
         self._checkpoints += 1
+        return frames
