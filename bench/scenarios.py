@@ -370,10 +370,10 @@ def scenario_throughput(ctx: Context, *, rounds: int, seconds: float, concurrenc
 
 def scenario_openloop(ctx: Context, *, rate: float, sessions: int, seconds: float) -> dict[str, Any]:
     count = int(rate * seconds)
-    bodies = observation_bodies(ctx, count, sessions=sessions, tag="ol")
+    bodies = [json.dumps(b).encode() for b in observation_bodies(ctx, count, sessions=sessions, tag="ol")]
     with ctx.worker("openloop") as (worker, _):
-        requests = [loadgen.encode_post("127.0.0.1", worker.port, "/api/sessions/observations",
-                                        json.dumps(b).encode(), worker.token) for b in bodies]
+        requests = [loadgen.encode_post("127.0.0.1", worker.port, "/api/sessions/observations", b, worker.token)
+                    for b in bodies]
         with ProcessSampler(worker.pid) as sampler:
             run = trio.run(lambda: loadgen.open_loop("127.0.0.1", worker.port, requests, rate=rate))
             worker.wait_idle(timeout=600)
@@ -382,8 +382,7 @@ def scenario_openloop(ctx: Context, *, rate: float, sessions: int, seconds: floa
     # The same schedule against the bare Quart-Trio endpoint, right after: the tail this
     # machine, this load generator and this server stack give with no work behind them.
     with bare_endpoint(ctx.out, "quart") as port:
-        bare_requests = [loadgen.encode_post("127.0.0.1", port, "/api/sessions/observations",
-                                             json.dumps(b).encode(), None) for b in bodies]
+        bare_requests = [loadgen.encode_post("127.0.0.1", port, "/api/sessions/observations", b) for b in bodies]
         bare = trio.run(lambda: loadgen.open_loop("127.0.0.1", port, bare_requests, rate=rate))
     accepted = run.latencies_of(202)
     ctx.plots["openloop_latency_ms"] = accepted

@@ -23,7 +23,8 @@ ms.)
 
 Neither waits: if a reader or the writer is in the way it tries again a second later.
 Each try starts with a PASSIVE checkpoint, so the one that holds the write lock finds
-little left to copy.
+little left to copy (a TRUNCATE that did not once copied 60 MB with every commit waiting,
+100-290 ms).
 
 Resource handling:
     The checkpoint connection belongs to :meth:`Checkpointer.run` and is closed when
@@ -60,18 +61,9 @@ def _checkpoint(connection: apsw.Connection) -> tuple[int, int]:
     return connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
 
 
-def _truncate(connection: apsw.Connection) -> bool:
-    """Checkpoint everything and cut the WAL to nothing; False if a reader or the writer was in the way."""
-    return _complete(connection, apsw.SQLITE_CHECKPOINT_TRUNCATE)
-
-
-def _restart(connection: apsw.Connection) -> bool:
-    """Checkpoint everything so that the next write starts the WAL over; False if a reader or the writer
-    was in the way."""
-    return _complete(connection, apsw.SQLITE_CHECKPOINT_RESTART)
-
-
-def _complete(connection: apsw.Connection, mode: int) -> bool:
+def _checkpoint_all(connection: apsw.Connection, mode: int) -> bool:
+    """Checkpoint everything (RESTART: the next write starts the WAL over; TRUNCATE: the WAL is also
+    cut to nothing); False if a reader or the writer was in the way."""
     try:
         connection.wal_checkpoint(mode=mode)
     except apsw.BusyError:
@@ -124,18 +116,17 @@ class Checkpointer:
                     if now_version != version:
                         version, changed_at = now_version, trio.current_time()
                     idle = trio.current_time() - changed_at >= self._idle_s
+                    # Each time what can be copied without the write lock first (module docstring).
                     if self._wal_bytes and idle:
-                        # What can be copied without the write lock first: a TRUNCATE checkpoint
-                        # holds that lock while it copies, and after a stretch of failed tries
-                        # under load it once copied 60 MB with every commit waiting (100-290 ms).
                         await self._checkpoint(connection, limiter)
-                        if await trio.to_thread.run_sync(_truncate, connection, limiter=limiter):
+                        if await trio.to_thread.run_sync(_checkpoint_all, connection, apsw.SQLITE_CHECKPOINT_TRUNCATE,
+                                                         limiter=limiter):
                             self._truncations += 1
                             self._wal_bytes = 0
                     elif self._wal_bytes >= THRESHOLD_PAGES * PAGE_BYTES:
                         frames = await self._checkpoint(connection, limiter)
-                        if frames >= THRESHOLD_PAGES and await trio.to_thread.run_sync(_restart, connection,
-                                                                                       limiter=limiter):
+                        if frames >= THRESHOLD_PAGES and await trio.to_thread.run_sync(
+                                _checkpoint_all, connection, apsw.SQLITE_CHECKPOINT_RESTART, limiter=limiter):
                             self._restarts += 1
                 except apsw.Error as exc:  # a full disk, say: the WAL just grows until the next try
                     self._failed(exc)
