@@ -56,6 +56,14 @@ def test_ordinary_code_is_left_alone(text: str) -> None:
     assert Redactor().text(text) == text
 
 
+def test_positions_are_characters_after_text_beyond_ascii() -> None:
+    # The trigger automaton searches UTF-8 underneath: a keyword after multi-byte characters
+    # must still be found where it is, or the assignment after it is not recognized.
+    text = 'é😀 naïve — password=hunter2secret; 日本語 api_key: "abcd1234efgh" --password s3cr3tvalue'
+    assert Redactor().text(text) == ('é😀 naïve — password=[REDACTED:secret]; 日本語 api_key: "[REDACTED:secret]"'
+                                     " --password [REDACTED:secret]")
+
+
 def test_structured_values_and_custom_patterns() -> None:
     value = {"env": {"API_KEY": "abc123def456", "tokenizer": "bert", "access_token": "zzz-yyy-xxx"},
              "cmd": "ls", "out": "password=hunter2", "input_tokens": 5}
