@@ -6,6 +6,7 @@ by more idle connections than it could ever accept.
 
 from __future__ import annotations
 
+import http.client
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from contextlib import ExitStack, contextmanager
 
 import pytest
 
+from sessionmem.protocol.auth import bearer
 from sessionmem.testing.worker_process import WorkerProcess, start_worker
 
 from .test_hooks import assert_silent_success, run_hook
@@ -98,3 +100,48 @@ def test_idle_keep_alive_connections_are_closed(worker_factory: Callable[..., Wo
     worker = worker_factory(SESSIONMEM_KEEP_ALIVE_TIMEOUT=0.5)
     with socket.create_connection(("127.0.0.1", worker.port), timeout=5) as idle:
         assert closed_by_server(idle, 3)
+
+
+def _health(connection: http.client.HTTPConnection, token: str | None) -> int:
+    connection.request("GET", "/api/health", headers={"Authorization": bearer(token)} if token else {})
+    response = connection.getresponse()
+    response.read()
+    return response.status
+
+
+def test_the_idle_timeout_counts_only_idle_time(worker_factory: Callable[..., WorkerProcess]) -> None:
+    """Requests spaced closer than the keep-alive timeout keep one connection for longer than it;
+    a request whose body takes longer than the timeout to arrive is not cut off."""
+    worker = worker_factory(SESSIONMEM_KEEP_ALIVE_TIMEOUT=0.6, SESSIONMEM_REQUEST_TIMEOUT=10)
+    connection = http.client.HTTPConnection("127.0.0.1", worker.port, timeout=5)
+    try:
+        assert _health(connection, worker.token) == 200
+        first_socket = connection.sock
+        for _ in range(4):  # 1.6 s in all, each gap well inside 0.6 s
+            time.sleep(0.4)
+            assert _health(connection, worker.token) == 200
+            assert connection.sock is first_socket  # the same connection: it was never closed
+    finally:
+        connection.close()
+
+    with socket.create_connection(("127.0.0.1", worker.port), timeout=5) as slow:
+        body = b'{"claudeSessionId": "idle-timer", "project": "p", "prompt": "hello"}'
+        slow.sendall(f"POST /api/sessions/init HTTP/1.1\r\nHost: 127.0.0.1:{worker.port}\r\n".encode()
+                     + b"Content-Type: application/json\r\n"
+                     + f"Authorization: {bearer(worker.token)}\r\n".encode()
+                     + f"Content-Length: {len(body)}\r\n\r\n".encode())
+        time.sleep(1.5)  # busy, not idle: the 0.6 s keep-alive timeout does not apply
+        slow.sendall(body)
+        assert slow.recv(4096).startswith(b"HTTP/1.1 200")
+        assert closed_by_server(slow, 3)  # idle again after its answer: closed at the timeout
+
+
+def test_a_connection_the_client_closes_is_let_go_at_once(worker_factory: Callable[..., WorkerProcess]) -> None:
+    """Nothing waits for the keep-alive timeout once the client has gone (the timer ends with the reading)."""
+    worker = worker_factory(SESSIONMEM_KEEP_ALIVE_TIMEOUT=60)
+    for _ in range(20):
+        connection = http.client.HTTPConnection("127.0.0.1", worker.port, timeout=5)
+        assert _health(connection, worker.token) == 200
+        connection.close()
+    # Only the connection asking is open, long before 60 s.
+    assert worker.wait_until(lambda: worker.get("/debug")["connections"]["open"] <= 1 or None, timeout=5)
