@@ -20,7 +20,8 @@ lifespan start-up, serve until the trigger, a graceful close) around a
   cancelled for every request as Hypercorn's ``TrioSingleTask`` does.
 
 Pinned: ``hypercorn==0.18.0``, whose trio ``TCPServer`` (its ``idle_task``,
-``_read_data`` and ``_initiate_server_close``), ``WorkerContext`` and ``Lifespan`` this module uses (tests/test_connections.py holds it to them).
+``_read_data`` and ``_initiate_server_close``), ``WorkerContext`` and ``Lifespan`` this
+module uses (tests/test_connections.py holds it to them).
 
 Resource handling:
     Every connection runs in the server nursery and is closed when it ends, is
