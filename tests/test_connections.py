@@ -7,6 +7,7 @@ by more idle connections than it could ever accept.
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -145,3 +146,19 @@ def test_a_connection_the_client_closes_is_let_go_at_once(worker_factory: Callab
         connection.close()
     # Only the connection asking is open, long before 60 s.
     assert worker.wait_until(lambda: worker.get("/debug")["connections"]["open"] <= 1 or None, timeout=5)
+
+
+def test_idle_keep_alive_connections_do_not_hold_the_shutdown(worker_factory: Callable[..., WorkerProcess]) -> None:
+    """At shutdown an idle connection is closed at once, not at the end of the graceful deadline (3 s)."""
+    worker = worker_factory(SESSIONMEM_KEEP_ALIVE_TIMEOUT=60)
+    connections = []
+    for _ in range(5):
+        connection = http.client.HTTPConnection("127.0.0.1", worker.port, timeout=5)
+        assert _health(connection, worker.token) == 200
+        connections.append(connection)
+    assert worker.stop() == 0
+    stages = {stage["name"]: stage["seconds"]
+              for stage in json.loads((worker.data_dir / "worker.shutdown.json").read_text())["stages"]}
+    assert stages["http"] < 1.5, stages
+    for connection in connections:
+        connection.close()
