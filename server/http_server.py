@@ -177,37 +177,29 @@ class _IdleTimer:
         self._terminated = terminated  # hypercorn's EventWrapper: async wait()
         self._close_connection = close_connection
         self._idle = False
-        self._deadline = math.inf
-        self._wait: trio.CancelScope | None = None
-        self._started = self._closed = False
+        # Made before its task enters it: a scope's deadline can be moved, and the scope
+        # cancelled, before it is entered.
+        self._wait = trio.CancelScope()
+        self._started = False
 
     async def restart(self, task_group: Any, action: Callable[[], Awaitable[None]]) -> None:
         self._idle = True
-        self._move(trio.current_time() + self._timeout)
+        self._wait.deadline = trio.current_time() + self._timeout
         if not self._started:
             self._started = True
             task_group.spawn(self._watch)
 
     async def stop(self) -> None:
         self._idle = False
-        self._move(math.inf)
+        self._wait.deadline = math.inf
 
     def close(self) -> None:
         """The connection's reading ended: nothing is left to time out."""
-        self._closed = True
         self._idle = False
-        if self._wait is not None:
-            self._wait.cancel()
-
-    def _move(self, deadline: float) -> None:
-        self._deadline = deadline
-        if self._wait is not None:
-            self._wait.deadline = deadline
+        self._wait.cancel()
 
     async def _watch(self) -> None:
-        if self._closed:
-            return
-        with trio.CancelScope(deadline=self._deadline) as self._wait:
+        with self._wait:
             await self._terminated.wait()
         if self._idle:  # the deadline passed while idle, or the worker is shutting down
             with trio.CancelScope(shield=True):

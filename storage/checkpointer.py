@@ -14,7 +14,7 @@ RESTART checkpoint: it takes the write lock for what the PASSIVE one left (about
 millisecond), and the writer's next transaction writes the WAL from its beginning
 again. Under a steady load the file then stops growing (in a burst as fast as a
 backfill it still grows: 87 MB at the peak of the whole corpus's), and the writer's
-``journal_size_limit`` cuts one that a burst left larger back to :data:`WAL_LIMIT_BYTES`
+``journal_size_limit`` (``storage.sqlite.WAL_LIMIT_BYTES``) cuts one that a burst left larger back
 when it starts over. When nothing has been committed for ``idle_s``, a TRUNCATE
 checkpoint cuts the file to zero bytes. (TRUNCATE is kept for then: cutting a 64 MB
 file took 31-35 ms with the write lock held, against ~1 ms for a RESTART; under a 500
@@ -43,7 +43,6 @@ INTERVAL_S = 1.0
 THRESHOLD_PAGES = 1000  # SQLite's own default auto-checkpoint size
 PAGE_BYTES = 4096
 IDLE_S = 10.0  # no commit for this long: truncate the WAL
-WAL_LIMIT_BYTES = 64 << 20
 
 
 class CheckpointerStatistics(msgspec.Struct, frozen=True):

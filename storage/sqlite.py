@@ -63,7 +63,7 @@ from sessionmem.records import (
 )
 from sessionmem.storage import recall, retention, transfer
 from sessionmem.storage.base import Accepted, InitAccepted, OnCommit, StorageUnavailable, StoreStatistics
-from sessionmem.storage.checkpointer import IDLE_S, WAL_LIMIT_BYTES, Checkpointer
+from sessionmem.storage.checkpointer import IDLE_S, Checkpointer
 from sessionmem.storage.readers import ReaderPool, ReadGatherer
 from sessionmem.storage.recall_cache import FileRecallCache
 from sessionmem.storage.schema import migrate
@@ -79,6 +79,9 @@ PRUNE_WEIGHT = BACKGROUND_WEIGHT
 # Observations stored by one INSERT (store_observations says why one): 24 parameters
 # each, well within SQLite's 32,766.
 ROWS_PER_STATEMENT = 500
+# The writer's journal_size_limit: a WAL a burst left larger is cut back to this when it
+# starts over (storage/checkpointer.py).
+WAL_LIMIT_BYTES = 64 << 20
 
 _bestpractice_applied = False
 

@@ -37,6 +37,12 @@ def idle_connections(port: int, count: int) -> Iterator[list[socket.socket]]:
         yield opened
 
 
+def request_head(worker: WorkerProcess, path: str, content_length: int) -> bytes:
+    """The head of a ``POST`` of a JSON body to ``path``, sent by hand (so its body can be held back)."""
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{worker.port}\r\nAuthorization: {bearer(worker.token)}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {content_length}\r\n\r\n").encode()
+
+
 def closed_by_server(sock: socket.socket, within: float) -> bool:
     sock.settimeout(within)
     try:
@@ -80,9 +86,7 @@ def test_idle_connections_cannot_lock_out_hooks(limited_worker: WorkerProcess) -
 def test_a_request_sent_a_byte_at_a_time_is_cut_off(limited_worker: WorkerProcess) -> None:
     worker = limited_worker
     with socket.create_connection(("127.0.0.1", worker.port), timeout=5) as slow:
-        slow.sendall(f"POST /api/sessions/observations HTTP/1.1\r\nHost: 127.0.0.1:{worker.port}\r\n"
-                     f"Authorization: Bearer {worker.token}\r\nContent-Type: application/json\r\n"
-                     "Content-Length: 1000\r\n\r\n{".encode())
+        slow.sendall(request_head(worker, "/api/sessions/observations", 1000) + b"{")
         started = time.monotonic()
         cut = False
         while time.monotonic() - started < 10 and not cut:
@@ -127,10 +131,7 @@ def test_the_idle_timeout_counts_only_idle_time(worker_factory: Callable[..., Wo
 
     with socket.create_connection(("127.0.0.1", worker.port), timeout=5) as slow:
         body = b'{"claudeSessionId": "idle-timer", "project": "p", "prompt": "hello"}'
-        slow.sendall(f"POST /api/sessions/init HTTP/1.1\r\nHost: 127.0.0.1:{worker.port}\r\n".encode()
-                     + b"Content-Type: application/json\r\n"
-                     + f"Authorization: {bearer(worker.token)}\r\n".encode()
-                     + f"Content-Length: {len(body)}\r\n\r\n".encode())
+        slow.sendall(request_head(worker, "/api/sessions/init", len(body)))
         time.sleep(1.5)  # busy, not idle: the 0.6 s keep-alive timeout does not apply
         slow.sendall(body)
         assert slow.recv(4096).startswith(b"HTTP/1.1 200")
