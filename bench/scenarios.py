@@ -103,6 +103,7 @@ def _debug_summary(worker: WorkerProcess) -> dict[str, Any]:
         "compressor": debug["compressor"],
         "connections": debug["connections"],  # accepted, evicted at the cap, refused, peak
         "gc": debug["gc"]["generations"],
+        "loop": debug["loop"],  # how late the worker's Trio thread woke: p50/p99 of the last minute, max, stalls
     }
 
 

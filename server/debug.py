@@ -17,6 +17,7 @@ from sessionmem.compress.base import CompressorStatistics
 from sessionmem.embed.service import EmbedderServiceStatistics
 from sessionmem.gcwatch import WATCH, GcStatistics
 from sessionmem.index.actor import IndexStatistics
+from sessionmem.loopwatch import LoopStatistics
 from sessionmem.records import JournalCounts
 from sessionmem.server.guard import GuardStatistics
 from sessionmem.server.http_server import ConnectionStatistics
@@ -42,6 +43,7 @@ class DebugSnapshot(msgspec.Struct, frozen=True):
     embedder: EmbedderServiceStatistics
     retention: PrunerStatistics
     gc: GcStatistics
+    loop: LoopStatistics
 
 
 class ProcessingStatus(msgspec.Struct, frozen=True):
@@ -68,6 +70,7 @@ async def debug_snapshot(services: Services) -> DebugSnapshot:
         embedder=services.embedder.statistics(),
         retention=services.pruner.statistics(),
         gc=WATCH.statistics(),
+        loop=services.loop.statistics(),
     )
 
 

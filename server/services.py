@@ -22,6 +22,7 @@ from sessionmem.compress.base import Compressor
 from sessionmem.config import Settings
 from sessionmem.embed.service import EmbedderService
 from sessionmem.index.actor import VectorIndex
+from sessionmem.loopwatch import LoopWatch
 from sessionmem.search.context import ContextPlanner
 from sessionmem.search.hybrid import SearchService
 from sessionmem.server.guard import AccessGuard
@@ -87,3 +88,4 @@ class Services:
     search: SearchService
     context: ContextPlanner
     pruner: Pruner
+    loop: LoopWatch

@@ -47,6 +47,7 @@ from sessionmem.config import Settings
 from sessionmem.embed.choice import background_embedder, choose_embedder
 from sessionmem.embed.service import EmbedderService
 from sessionmem.index.actor import VectorIndex
+from sessionmem.loopwatch import LoopWatch
 from sessionmem.protocol.auth import ensure_token
 from sessionmem.protocol.datadir import make_private
 from sessionmem.protocol.state import (
@@ -244,11 +245,13 @@ async def open_services(settings: Settings, *, budget: ShutdownBudget | None = N
                                                freeze=freeze_when_warm))
                     maintenance = trio.CancelScope()
 
-                    async def prune_periodically() -> None:
+                    async def watch_and_prune() -> None:
                         with maintenance:
-                            await services.pruner.run()
+                            async with trio.open_nursery() as tasks:
+                                tasks.start_soon(services.loop.run)
+                                tasks.start_soon(services.pruner.run)
 
-                    nursery.start_soon(prune_periodically)
+                    nursery.start_soon(watch_and_prune)
                     try:
                         yield services
                     finally:
@@ -301,7 +304,7 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
     return Services(settings, status, store, router, supervisor, compressor, broadcaster, ingestor,
                     SpoolImporter(ingestor, settings.data_dir), guard, pool, embedder, index,
                     search, ContextPlanner(store, index, embedder, observations=settings.context_observations),
-                    Pruner(store, retention_days=settings.raw_retention_days))
+                    Pruner(store, retention_days=settings.raw_retention_days), LoopWatch())
 
 
 async def _warm_up(compressor: Compressor, redactor: Redactor, embedder: EmbedderService, *, freeze: bool) -> None:

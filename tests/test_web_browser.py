@@ -235,6 +235,8 @@ def test_debug_shows_an_actors_mailbox_and_counts_change_live(
     assert int(calls) >= 6
     assert browser.one('[data-section="breaker"] dd[data-field="state"]').text == "closed"
     assert "longest" in browser.one('[data-section="gc"] dd[data-field="fullCollections"]').text
+    assert int(browser.one('[data-section="loop"] dd[data-field="samples"]').get_attribute("data-value")) > 0
+    assert browser.one('[data-section="loop"] dd[data-field="lagP99Ms"]').text.endswith(" ms")
     browser.screenshot("debug")
     assert_only_this_worker(browser, worker)
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 
 import pytest
@@ -138,3 +140,23 @@ def test_the_worker_keeps_what_it_loaded_out_of_garbage_collections(worker_facto
     assert [sorted(generation) for generation in collector["generations"]] == [["collections", "maxMs", "totalMs"]] * 3
     full = collector["generations"][2]
     assert full["collections"] >= 1 and 0 < full["maxMs"] <= full["totalMs"]  # the collection before the freeze
+
+
+def test_a_worker_that_cannot_run_shows_the_stall_in_debug_and_its_log(
+        worker_factory: Callable[..., WorkerProcess]) -> None:
+    """The process stopped for 1.5 s (as an overloaded machine or a debugger would): /debug's ``loop``
+    and the log say how long the Trio thread could not run."""
+    worker = worker_factory()
+    before = worker.wait_until(lambda: (found := worker.get("/debug")["loop"])["samples"] >= 5 and found)
+    assert before["intervalMs"] == 100
+    os.kill(worker.pid, signal.SIGSTOP)
+    try:
+        time.sleep(1.5)
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+    after = worker.wait_until(lambda: (found := worker.get("/debug")["loop"])["stalls"] > before["stalls"] and found)
+    assert 1_300 <= after["lagMaxMs"] < 60_000 and after["lagMaxAt"] is not None
+    assert after["lagMaxMs"] >= after["lagP99Ms"] >= after["lagP50Ms"] >= 0
+    log = worker.wait_until(lambda: (text := (worker.data_dir / "worker.log").read_text()) and
+                            "Trio thread could not run for" in text and text)
+    assert "could not run for 1." in log
