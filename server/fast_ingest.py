@@ -16,22 +16,17 @@ Error handling:
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
 
 from sessionmem.actors.child import MailboxFull
 from sessionmem.logs import log_exception
+from sessionmem.protocol.routes import RETRY_AFTER
+from sessionmem.server.asgi_reply import ASGIApp, Receive, Scope, Send, respond
 from sessionmem.server.ingest import Ingestor
-from sessionmem.server.jsonapi import encode
 from sessionmem.server.payloads import BadRequest, ErrorReply
 from sessionmem.storage.base import StorageUnavailable
 
 log = logging.getLogger(__name__)
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 RETRY_AFTER_S = 1  # what a 503 asks a client to wait (a mailbox drains in well under a second)
 STORAGE_RETRY_AFTER_S = 5  # the database cannot write (disk full?): clients spool meanwhile
@@ -67,24 +62,24 @@ class FastIngest:
         try:
             status, data = await self._ingestor.by_path(scope["path"], body)
         except BadRequest as exc:
-            await _respond(send, 400, ErrorReply(exc.message, exc.path))
+            await respond(send, 400, ErrorReply(exc.message, exc.path))
         except MailboxFull as exc:
-            await _respond(send, 503, ErrorReply(busy_message(exc)), retry_after=RETRY_AFTER_S)
+            await respond(send, 503, ErrorReply(busy_message(exc)), headers=_retry_after(RETRY_AFTER_S))
         except StorageUnavailable as exc:
-            await _respond(send, 503, ErrorReply(storage_message(exc)), retry_after=STORAGE_RETRY_AFTER_S)
+            await respond(send, 503, ErrorReply(storage_message(exc)), headers=_retry_after(STORAGE_RETRY_AFTER_S))
         except Exception as exc:
             log_exception(log, f"internal error on POST {scope['path']}", exc)
             self._on_error(exc)
-            await _respond(send, 500, ErrorReply(f"internal error: {type(exc).__name__}"))
+            await respond(send, 500, ErrorReply(f"internal error: {type(exc).__name__}"))
         else:
-            await _respond(send, status, data)
+            await respond(send, status, data)
 
     async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
         """The whole body, or None once a 413 was sent (or the client went away)."""
         too_large = ErrorReply(too_large_message(self._max_body))
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > self._max_body:
-                await _respond(send, 413, too_large)
+                await respond(send, 413, too_large)
                 return None
         chunks = bytearray()
         while True:
@@ -93,16 +88,11 @@ class FastIngest:
                 return None
             chunks += message.get("body", b"")
             if len(chunks) > self._max_body:
-                await _respond(send, 413, too_large)
+                await respond(send, 413, too_large)
                 return None
             if not message.get("more_body", False):
                 return bytes(chunks)
 
 
-async def _respond(send: Send, status: int, data: Any, *, retry_after: int | None = None) -> None:
-    payload = encode(data)
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-    if retry_after is not None:
-        headers.append((b"retry-after", str(retry_after).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
+def _retry_after(seconds: int) -> list[tuple[bytes, bytes]]:
+    return [(RETRY_AFTER.encode(), str(seconds).encode())]
