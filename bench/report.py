@@ -48,6 +48,8 @@ def _target_rows(results: dict[str, Any]) -> list[tuple[str, str, str, bool | No
         away = ol.get("turned_away", 0)
         bare = ol.get("bare_accept_ms", {})
         floor = f"; bare Quart-Trio, same schedule: {bare['p99']:.1f} ms" if bare.get("n") else ""
+        if "loop" in ol:  # how late the worker's Trio thread ran: a tail beyond it waited elsewhere (the commit)
+            floor += f"; the worker's event loop late by {ol['loop']['lagMaxMs']:.1f} ms at most"
         rows.append((f"accept p99 at {ol['offered_rate_per_s']:.0f} events/s over {ol['sessions']} sessions "
                      f"(open loop{floor})",
                      f"{ol['accept_ms']['p99']:.1f} ms" + (f" ({away} of {ol['requests']} turned away)" if away else ""),

@@ -34,6 +34,7 @@ def test_bench_smoke_run_writes_a_report_with_no_loss(tmp_path: Path) -> None:
     # The machine's floor: the same schedule against the bare endpoint, every request answered.
     assert results["openloop"]["bare_statuses"] == {"202": results["openloop"]["requests"]}
     assert results["openloop"]["bare_accept_ms"]["n"] == results["openloop"]["requests"]
+    assert results["openloop"]["loop"]["samples"] > 0  # the worker's event loop, watched during the open loop
     assert results["context"]["observations_in_project"] == 300
     for name in ("replay_http", "replay_hooks", "throughput", "openloop", "context"):
         disk = results[name]["data_dir_bytes"]  # what the worker left on disk, the WAL's size with it
@@ -42,6 +43,7 @@ def test_bench_smoke_run_writes_a_report_with_no_loss(tmp_path: Path) -> None:
         assert (out / plot).stat().st_size > 1000
     summary = (out / "summary.md").read_text()
     assert "| replay_http:" in summary and "## Targets" in summary and "| WAL at the end of each scenario" in summary
+    assert "the worker's event loop late by" in summary
 
 
 def test_retrieval_smoke_reports_recall_and_finds_the_seeded_answer(tmp_path: Path) -> None:
