@@ -79,7 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import trio
 
     from sessionmem.server.guard import is_loopback
-    from sessionmem.worker import configure_logging, raise_file_limit, run_worker
+    from sessionmem.worker import configure_logging, raise_file_limit, run_worker, shorten_gil_switch_interval
 
     settings = _settings(args)
     running = _running_worker(settings)
@@ -106,6 +106,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
               f"(every request but /api/health still needs the token)", file=sys.stderr)
     configure_logging(settings, to_stderr=True)
     raise_file_limit()
+    shorten_gil_switch_interval()
     try:
         trio.run(run_worker, settings)
     except Exception as exc:

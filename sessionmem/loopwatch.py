@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import sys
 import time
 
 import msgspec
@@ -38,6 +39,7 @@ class LoopStatistics(msgspec.Struct, frozen=True):
     lag_max_ms: float  # the latest wake-up since the worker started
     lag_max_at: float | None  # when it woke (Unix time; None: none measured yet)
     stalls: int  # wake-ups late by STALL_MS or more, since the worker started
+    gil_switch_interval_ms: float  # how long a thread waiting for the GIL lets the Trio thread run first
 
 
 class LoopWatch:
@@ -89,4 +91,4 @@ class LoopWatch:
             return round(recent[min(len(recent) - 1, int(len(recent) * fraction))] * 1000, 3) if recent else 0.0
 
         return LoopStatistics(self.interval_s * 1000, self._samples, at(0.5), at(0.99), round(self._max * 1000, 3),
-                              self._max_at, self._stalls)
+                              self._max_at, self._stalls, round(sys.getswitchinterval() * 1000, 3))

@@ -374,8 +374,10 @@ def _accept_event(connection: apsw.Connection, event: ObservationEvent | Summari
 
 
 def _mark_done(connection: apsw.Connection, event_ids: Sequence[int], now: float) -> None:
-    connection.executemany(
-        "UPDATE journal SET status = 'done', processed_at = ? WHERE id = ?", [(now, i) for i in event_ids]
+    # One statement, not one an id: each would be a trip through the GIL (see store_observations).
+    connection.execute(
+        "UPDATE journal SET status = 'done', processed_at = ? WHERE id IN (SELECT value FROM json_each(?))",
+        (now, msgspec.json.encode(list(event_ids)).decode()),
     )
 
 
@@ -565,27 +567,32 @@ class SQLiteStore:
             # One statement for every row: FTS5 writes what a statement added to its index as a
             # segment of its own at the next statement's savepoint, so a statement per row made a
             # segment per observation, and merging them grew into most of the writer's work as
-            # the index grew (bench/README, "The open loop's tail"). RETURNING: the rows inserted,
-            # not those ignored as already stored.
-            returned = []
+            # the index grew (bench/README, "The open loop's tail"). No RETURNING, and no row
+            # read back: every row SQLite hands back is a step, and every step gives up the GIL
+            # and waits to take it back from a busy Trio thread (up to the 5 ms switch interval;
+            # bench/README, "Fewer trips through the GIL"). The rows inserted, not those ignored as
+            # already stored, are those above the largest id before.
+            (largest_before,) = connection.execute("SELECT coalesce(max(id), 0) FROM observations").fetchone()
+            inserted = 0
             for start in range(0, len(rows), ROWS_PER_STATEMENT):
                 chunk = rows[start : start + ROWS_PER_STATEMENT]
-                returned += connection.execute(
+                connection.execute(
                     "INSERT OR IGNORE INTO observations (session_db_id, project, prompt_number, event_id, tool_name,"
                     " tool_use_id, agent_id, agent_type, failed, type, title, subtitle, facts, narrative, concepts,"
                     " files_read, files_modified, compressed, compressor, model, input_tokens, output_tokens,"
                     " created_at, stored_at) VALUES "
-                    + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
-                    + " RETURNING input_tokens, output_tokens",
+                    + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk)),
                     [value for row in chunk for value in row],
-                ).fetchall()
-            inserted = len(returned)
-            tokens_in = sum(row[0] for row in returned)
-            tokens_out = sum(row[1] for row in returned)
-            connection.execute(
-                "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ? WHERE id = ?",
-                (tokens_in, tokens_out, session.session_db_id),
-            )
+                )
+                inserted += connection.changes()
+            if inserted:
+                connection.execute(
+                    "UPDATE sessions SET"
+                    " input_tokens = input_tokens + (SELECT coalesce(sum(input_tokens), 0) FROM observations WHERE id > ?1),"
+                    " output_tokens = output_tokens + (SELECT coalesce(sum(output_tokens), 0) FROM observations WHERE id > ?1)"
+                    " WHERE id = ?2",
+                    (largest_before, session.session_db_id),
+                )
             _touch_session(connection, session.session_db_id, max(event.occurred_at or now for _, event, _ in items))
             _mark_done(connection, [envelope.event_id for envelope, _, _ in items], now)
             return inserted

@@ -86,3 +86,17 @@ def test_search_latency_smoke_measures_every_figure(tmp_path: Path) -> None:
     assert fts["ours_fts_http_observations"]["n"] == 10 and fts["claude_mem_sql_observations"]["n"] == 10
     cold = report["cold_session_start"]["scale"]
     assert cold["runs"] == 1 and cold["context_chars"]["min"] > 0
+
+
+def test_gil_trips_measures_the_writer_beside_a_busy_thread(tmp_path: Path) -> None:
+    out = tmp_path / "gil.json"
+    result = subprocess.run([sys.executable, str(REPO / "bench" / "gil_trips.py"), "--out", str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = json.loads(out.read_text())
+    assert [run["switch_interval_ms"] for run in runs] == [5.0, 0.5]  # CPython's default, then the worker's
+    for run in runs:
+        for phase in ("idle", "busy"):
+            assert run[phase]["accept"]["p50_ms"] > 0 and run[phase]["store_64"]["p50_ms"] > 0
+        assert run["busy"]["busy_thread_loops_per_s"] > 0
+    assert "switch interval 0.5 ms: accept" in result.stdout

@@ -1,0 +1,153 @@
+"""What the writer's trips through the GIL cost while the Trio thread is busy.
+
+Every SQLite statement (and every row handed back) gives the GIL up and must take it
+back. While the Trio thread is busy, a thread waiting for the GIL gets it only when
+the interpreter forces a switch, after ``sys.getswitchinterval()``. This measures, on
+the real ``SQLiteStore`` in a temporary directory, an accept (``accept_event``: one hook
+event journaled and committed) and a store of 64 observations (``store_observations``),
+with the process otherwise idle and with a thread that never waits (pure Python, as the
+Trio thread under load), at CPython's default switch interval and at the worker's. The
+busy thread's own progress is measured too: what the shorter interval costs it.
+
+    .venv/bin/python bench/gil_trips.py [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from sessionmem.events import ObservationEvent
+from sessionmem.records import CompressedObservation
+from sessionmem.storage.sqlite import SQLiteStore, open_sqlite_store
+from sessionmem.worker import GIL_SWITCH_INTERVAL_S
+
+CPYTHON_DEFAULT_S = 0.005
+ACCEPTS = 60
+STORES = 12
+ROWS = 64
+
+
+class BusyThread:
+    """A thread that holds the GIL whenever it is let: the Trio thread under load."""
+
+    def __init__(self) -> None:
+        self.loops = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+
+    def _spin(self) -> None:
+        total = 0
+        while not self._stop.is_set():
+            for i in range(1000):
+                total += i
+            self.loops += 1
+
+    def __enter__(self) -> BusyThread:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class Events:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def next(self) -> ObservationEvent:
+        self.count += 1
+        n = self.count
+        return ObservationEvent(claude_session_id="gil", project="bench-gil", tool_name="Read", tool_use_id=f"t{n}",
+                                tool_input={"file_path": f"/repo/src/f{n}.py"}, tool_response="x" * 200, key=f"k{n}")
+
+
+async def _accepts(store: SQLiteStore, events: Events) -> list[float]:
+    took = []
+    for _ in range(ACCEPTS):
+        event = events.next()
+        started = time.perf_counter()
+        await store.accept_event(event, lambda _: None)
+        took.append((time.perf_counter() - started) * 1000)
+        await trio.sleep(0.002)
+    return took
+
+
+async def _batches(store: SQLiteStore, events: Events) -> list[list[Any]]:
+    """``STORES`` batches of ``ROWS`` accepted events with their observations, ready to store."""
+    batches = []
+    for _ in range(STORES):
+        items = []
+        for _ in range(ROWS):
+            accepted = await store.accept_event(events.next(), lambda _: None)
+            n = accepted.envelope.event_id
+            items.append((accepted.envelope, accepted.envelope.event, CompressedObservation(
+                "discovery", f"Read f{n}.py", "src", ("a fact",), "what the read showed", ("gil",),
+                (f"/repo/src/f{n}.py",), (), input_tokens=3)))
+        batches.append(items)
+    return batches
+
+
+async def _stores(store: SQLiteStore, batches: list[list[Any]]) -> list[float]:
+    session = await store.session_info("gil")
+    assert session is not None
+    took = []
+    for items in batches:
+        started = time.perf_counter()
+        await store.store_observations(session, items)
+        took.append((time.perf_counter() - started) * 1000)
+    return took
+
+
+def _figures(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {"p50_ms": round(statistics.median(ordered), 2), "p90_ms": round(ordered[int(len(ordered) * 0.9)], 2)}
+
+
+async def measure(interval_s: float) -> dict[str, Any]:
+    sys.setswitchinterval(interval_s)
+    result: dict[str, Any] = {"switch_interval_ms": interval_s * 1000}
+    with tempfile.TemporaryDirectory() as directory:
+        async with open_sqlite_store(Path(directory) / "gil.db") as store:
+            events = Events()
+            idle_batches, busy_batches = await _batches(store, events), await _batches(store, events)
+            result["idle"] = {"accept": _figures(await _accepts(store, events)),
+                              "store_64": _figures(await _stores(store, idle_batches))}
+            with BusyThread() as busy:
+                started = time.perf_counter()
+                accepts = await _accepts(store, events)
+                stores = await _stores(store, busy_batches)
+                loops_per_s = busy.loops / (time.perf_counter() - started)
+            result["busy"] = {"accept": _figures(accepts), "store_64": _figures(stores),
+                              "busy_thread_loops_per_s": round(loops_per_s)}
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    results = [trio.run(measure, interval) for interval in (CPYTHON_DEFAULT_S, GIL_SWITCH_INTERVAL_S)]
+    for result in results:
+        idle, busy = result["idle"], result["busy"]
+        print(f"switch interval {result['switch_interval_ms']:.1f} ms: "
+              f"accept {idle['accept']['p50_ms']} ms idle, {busy['accept']['p50_ms']} ms busy; "
+              f"store of {ROWS} {idle['store_64']['p50_ms']} ms idle, {busy['store_64']['p50_ms']} ms busy "
+              f"(medians); busy thread {busy['busy_thread_loops_per_s']:,} loops/s")
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
