@@ -569,8 +569,8 @@ class SQLiteStore:
             # segment per observation, and merging them grew into most of the writer's work as
             # the index grew (bench/README, "The open loop's tail"). No RETURNING, and no row
             # read back: every row SQLite hands back is a step, and every step gives up the GIL
-            # and waits to take it back from a busy Trio thread (up to the 5 ms switch interval;
-            # bench/README, "Fewer trips through the GIL"). The rows inserted, not those ignored as
+            # and waits to take it back from a busy Trio thread (up to the interpreter's switch
+            # interval; bench/README, "Fewer trips through the GIL"). The rows inserted, not those ignored as
             # already stored, are those above the largest id before.
             (largest_before,) = connection.execute("SELECT coalesce(max(id), 0) FROM observations").fetchone()
             inserted = 0
