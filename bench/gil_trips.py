@@ -19,7 +19,6 @@ import json
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -31,34 +30,29 @@ from sessionmem.records import CompressedObservation
 from sessionmem.storage.sqlite import SQLiteStore, open_sqlite_store
 from sessionmem.worker import GIL_SWITCH_INTERVAL_S
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sampler import BackgroundThread  # noqa: E402
+
 CPYTHON_DEFAULT_S = 0.005
 ACCEPTS = 60
 STORES = 12
 ROWS = 64
 
 
-class BusyThread:
+class BusyThread(BackgroundThread):
     """A thread that holds the GIL whenever it is let: the Trio thread under load."""
 
     def __init__(self) -> None:
+        super().__init__(interval=0.0)
         self.loops = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, daemon=True)
 
-    def _spin(self) -> None:
+    def _run(self) -> None:
         total = 0
         while not self._stop.is_set():
             for i in range(1000):
                 total += i
             self.loops += 1
-
-    def __enter__(self) -> BusyThread:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 class Events:

@@ -25,7 +25,7 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
 
 
-class _Poller:
+class BackgroundThread:
     """A daemon thread running :meth:`_run` while the ``with`` block runs; ``_run`` polls every
     ``interval`` until ``_stop`` is set."""
 
@@ -46,7 +46,7 @@ class _Poller:
         self._thread.join()
 
 
-class ProcessSampler(_Poller):
+class ProcessSampler(BackgroundThread):
     """Use as a context manager; ``samples`` holds (seconds since start, RSS MiB, CPU %)."""
 
     def __init__(self, pid: int, interval: float = 0.25) -> None:
@@ -92,7 +92,7 @@ def data_dir_bytes(data_dir: Path) -> dict[str, int]:
     return {"db": _size(database), "wal": _size(Path(f"{database}-wal")), "index": index, "total": total}
 
 
-class WalWatcher(_Poller):
+class WalWatcher(BackgroundThread):
     """Use as a context manager: the largest size the data dir's WAL file reached while it ran."""
 
     def __init__(self, data_dir: Path, interval: float = 0.25) -> None:
