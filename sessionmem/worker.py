@@ -158,9 +158,8 @@ def raise_file_limit() -> int:
     return soft
 
 
-def shorten_gil_switch_interval() -> float:
-    """Let the writer and reader threads take the GIL back from a busy Trio thread sooner; returns the
-    interval now (seconds).
+def shorten_gil_switch_interval() -> None:
+    """Let the writer and reader threads take the GIL back from a busy Trio thread sooner.
 
     Each SQLite statement gives the GIL up and must take it back. While the Trio thread is
     busy, a thread waiting for it gets it only when the interpreter forces a switch, after
@@ -168,7 +167,6 @@ def shorten_gil_switch_interval() -> float:
     ~33 ms, most of it for the GIL (bench/README, "Fewer trips through the GIL").
     """
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    return sys.getswitchinterval()
 
 
 def configure_logging(settings: Settings, *, to_stderr: bool) -> None:

@@ -377,7 +377,7 @@ def _mark_done(connection: apsw.Connection, event_ids: Sequence[int], now: float
     # One statement, not one an id: each would be a trip through the GIL (see store_observations).
     connection.execute(
         "UPDATE journal SET status = 'done', processed_at = ? WHERE id IN (SELECT value FROM json_each(?))",
-        (now, msgspec.json.encode(list(event_ids)).decode()),
+        (now, _to_json(list(event_ids))),
     )
 
 
