@@ -76,6 +76,7 @@ class Patterns:
     keyword_at: re.Pattern[str]  # an assignment to a secret name, tried where a keyword occurs
     keyword_flag: re.Pattern[str]  # the same names as command-line flags
     secret_name: re.Pattern[str]  # a JSON key that names a token
+    secret_key: re.Pattern[str]  # a key of a structured value that names a secret (either rule's names)
     triggers: Triggers
 
 
@@ -93,8 +94,6 @@ def _detect_secrets(kind: str, plugin: str, triggers: Iterable[str], groups: dic
 
 # A value that is plainly not a secret: a placeholder, a variable, a redaction already.
 _NOT_A_SECRET = re.compile(r"(?i)^(?:\[REDACTED|none|null|true|false|undefined|\$\{?\w+\}?|<[^>]*>|\*+|x+|)$")
-# The walk's rule for a key that names a secret (when the JSON text could not be redacted whole).
-_SECRET_KEY = re.compile(r"(?i)(?:pass|pwd|secret|api_?key|auth_?key|private_?key|token)\w*$")
 
 
 @cache
@@ -114,7 +113,13 @@ def load_patterns() -> Patterns:
         Detector("bearer-token", ("bearer",), ((re.compile(r"(?i)\bbearer\s+([A-Za-z0-9._~+/\-]{12,}=*)"), 1),),
                  any_case=True),
         # detect-secrets' JWT pattern ends lazily (it validates matches afterwards): it would leave the signature.
-        Detector("jwt", ("eyJ",), ((re.compile(r"eyJ[A-Za-z0-9_=\-]+\.[A-Za-z0-9_=\-]+(?:\.[A-Za-z0-9_.+/=\-]*)?"), 0),)),
+        # It starts where a token can (not inside a run of token characters: "eyJeyJ..." stays linear).
+        Detector("jwt", ("eyJ",), ((re.compile(r"(?<![A-Za-z0-9_=\-])eyJ[A-Za-z0-9_=\-]++\.[A-Za-z0-9_=\-]++"
+                                               r"(?:\.[A-Za-z0-9_.+/=\-]*+)?"), 0),)),
+        # Fine-grained GitHub tokens, and a URL's password with no user name (redis://:pw@host):
+        # detect-secrets' GitHub and basic-auth patterns miss both.
+        Detector("github-token", ("github_pat_",), ((re.compile(r"github_pat_[A-Za-z0-9_]{22,255}"), 0),)),
+        Detector("url-password", ("://:",), ((re.compile(r"://:([^\s:/?#@]{1,256})@"), 1),)),
         _detect_secrets("aws-access-key", "aws:AWSKeyDetector", ("AKIA", "ASIA", "ABIA", "ACCA", "A3T", "aws"), {1: 1}),
         _detect_secrets("azure-storage-key", "azure_storage_key:AzureStorageKeyDetector", ("AccountKey=",)),
         _detect_secrets("url-password", "basic_auth:BasicAuthDetector", ("://",), {0: 1}),
@@ -136,14 +141,15 @@ def load_patterns() -> Patterns:
     # (up to its quote) or bare (up to a space or punctuation, and not a call or subscript
     # such as ``os.environ[...]``).
     keyword_at = re.compile(
-        r"(?i)\w{0,64}?(?:" + keywords + r")\w*['\"\]]{0,2}[ \t]*(?::=|=>|[:=])[ \t]*"
+        r"(?i)\w{0,64}?(?:" + keywords + r")\w{0,64}['\"\]]{0,2}[ \t]*(?::=|=>|[:=])[ \t]*"
         r"(?:\"([^\"\n]{1,256})\"|'([^'\n]{1,256})'|((?![\[{(<])[^\s'\",;(){}\[\]]{4,256}+)(?![(\[]))"
     )
     keyword_flag = re.compile(r"(?i)--(?:" + keywords + r"|token)(?:=|[ \t]+)(?![-'\"])(\S{2,256})")
     # A JSON key naming a token (``"access_token": "..."``): its string value. (Other
     # secret names are caught by ``keyword_at``, in JSON as anywhere.)
-    secret_name = re.compile(r'(?i)"\w*token"[ \t]*:[ \t]*"([^"\\\n]{1,256})"')
-    return Patterns(detectors, keyword_at, keyword_flag, secret_name, _trigger_automaton(detectors))
+    secret_name = re.compile(r'(?i)"\w{0,64}token"[ \t]*:[ \t]*"([^"\\\n]{1,256})"')
+    secret_key = re.compile(r"(?i)\w{0,64}?(?:" + keywords + r")\w{0,64}|\w{0,64}token")
+    return Patterns(detectors, keyword_at, keyword_flag, secret_name, secret_key, _trigger_automaton(detectors))
 
 
 def _spellings(word: str) -> set[str]:
@@ -181,12 +187,24 @@ def _replace(pattern: re.Pattern[str], group: int, kind: str, text: str) -> str:
     return pattern.sub(group_only, text)
 
 
+_NON_WORD = re.compile(r"[^\w]")
+# How far past a keyword's start a name can end: keyword_at's prefix and suffix (64 word characters each)
+# and the longest keyword of detect-secrets' list (12).
+NAME_AFTER_KEYWORD = 64 + 16 + 64
+
+
 def _keyword_values(keyword_at: re.Pattern[str], text: str, candidates: list[int]) -> str:
     """``text`` with the values assigned to secret names redacted; ``candidates`` are where keywords start."""
     mark = MARK.format(kind="secret")
     out: list[str] = []
     done = 0  # text before this is settled
+    run_end = -1  # where the run of word characters holding the candidate ends
     for candidate in candidates:
+        if candidate >= run_end:
+            found = _NON_WORD.search(text, candidate)
+            run_end = found.start() if found else len(text)
+        if run_end - candidate > NAME_AFTER_KEYWORD:
+            continue  # too far from any '=' or ':' to be a name (a long run "pwdpwd..." is linear this way)
         # The keyword may carry a prefix ("db_password"): start at the beginning of its word.
         start = candidate
         while start > done and candidate - start < 64 and (text[start - 1].isalnum() or text[start - 1] == "_"):
@@ -271,39 +289,46 @@ class Redactor:
         return kinds, sorted(keywords), flags, tokens
 
     def value(self, value: Any, encoded: bytes) -> Any:
-        """A JSON-like value with secrets redacted; ``encoded`` is its JSON.
+        """A JSON-like value with secrets redacted; ``encoded`` is its JSON. The value itself when
+        nothing was found.
 
-        The JSON text is redacted as a whole, in one pass -- a key that names a secret
-        (``{"password": "..."}``) is an assignment there like any other -- and decoded
-        again; if a replacement broke the JSON (a secret with an escaped quote, a key
-        block running past its string), each string is redacted on its own instead.
+        Each string is redacted as the text it is (not the JSON text: there a line starts
+        after the two characters ``\\n``, and the quotes of a file's JSON content are
+        ``\\"``, which hid keys at the start of a line and ``"api_key": "..."`` inside a
+        file), and a string under a key that names a secret is one. The JSON text serves
+        one scan first: no trigger word in it means none in any string or key (no trigger
+        holds a character JSON escapes), the usual case, and the value is left alone.
         """
         if not self.enabled or value is None or isinstance(value, (bool, int, float)):
             return value
         if isinstance(value, str):
             return self.text(value)
-        text = encoded.decode("utf-8", "replace")
-        redacted = self.text(text)
-        if redacted is text:
+        self.load()
+        assert self._patterns is not None
+        if not self._patterns.triggers.automaton.find_matches_as_indexes(encoded.decode("utf-8", "replace")):
             return value
-        try:
-            return msgspec.json.decode(redacted)
-        except msgspec.DecodeError:
-            return self._walk(value)
+        return self._walk(value)
 
     def _walk(self, value: Any) -> Any:
+        """``value`` with every string redacted; the same object when nothing in it changed."""
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
-            out = {}
+            assert self._patterns is not None
+            secret_key = self._patterns.secret_key
+            out, changed = {}, False
             for key, item in value.items():
-                name = self.text(str(key))
-                if isinstance(item, str) and _SECRET_KEY.search(name) and not _NOT_A_SECRET.match(item):
+                name = self.text(key) if isinstance(key, str) else key
+                if isinstance(item, str) and isinstance(name, str) and secret_key.fullmatch(name) \
+                        and not _NOT_A_SECRET.match(item):
                     self.redactions += 1
-                    out[name] = MARK.format(kind="secret")
+                    cleaned: Any = MARK.format(kind="secret")
                 else:
-                    out[name] = self._walk(item)
-            return out
+                    cleaned = self._walk(item)
+                changed = changed or name is not key or cleaned is not item
+                out[name] = cleaned
+            return out if changed else value
         if isinstance(value, list):
-            return [self._walk(item) for item in value]
+            items = [self._walk(item) for item in value]
+            return items if any(new is not old for new, old in zip(items, value)) else value
         return value

@@ -35,6 +35,9 @@ PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAzQ8\nZmFrZSBrZXkgbWF0ZXJ
     ("xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx", "AbCdEfGhIjKl", "slack-token"),
     ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
      "dozjgNryP4J3jVmNHl0w5N", "jwt"),
+    ("GH_TOKEN github_pat_11ABCDEFG0abcdefghij_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOP",
+     "github_pat_11ABCDEFG0abcdefghij", "github-token"),
+    ("REDIS_URL=redis://:s3cretRedisPw@cache:6379/0", "s3cretRedisPw", "url-password"),
 ])
 def test_secrets_are_redacted(text: str, secret: str, kind: str) -> None:
     redacted = Redactor().text(text)
@@ -76,6 +79,43 @@ def test_structured_values_and_custom_patterns() -> None:
     custom = Redactor(extra_patterns=[r"ACME-[0-9]{6}", r"internal-id=(\w+)"])
     assert custom.text("ticket ACME-123456, internal-id=zz9") == "ticket [REDACTED:custom], internal-id=[REDACTED:custom]"
     assert Redactor(enabled=False).text(f"key {AWS}") == f"key {AWS}"
+
+
+def test_structured_values_are_redacted_string_by_string() -> None:
+    """Each string as the text it is: not through its JSON, where a line starts after the
+    two characters ``\\n`` and a file's quotes are ``\\"`` (both hid secrets once)."""
+    env_file = "# OpenAI\nsk-proj-abcdefghijklmnopqrstuvwxyz0123456789\nBearer abcdefghijklmnop0123\n"
+    json_file = '{\n  "api_key": "k3y-value-1",\n  "password": "pw-value-2"\n}\n'
+    value = {"file": {"content": env_file}, "other": [{"content": json_file}],
+             "stdout": "password=abcd1234\nuser=bob\nhost=db.internal port=5432"}
+    redacted = Redactor().value(value, msgspec.json.encode(value))
+    assert redacted == {
+        "file": {"content": "# OpenAI\n[REDACTED:api-key]\nBearer [REDACTED:bearer-token]\n"},
+        "other": [{"content": '{\n  "api_key": "[REDACTED:secret]",\n  "password": "[REDACTED:secret]"\n}\n'}],
+        "stdout": "password=[REDACTED:secret]\nuser=bob\nhost=db.internal port=5432",  # the next lines kept
+    }
+
+
+def test_a_long_run_repeating_a_keyword_is_tried_near_its_end_only() -> None:
+    """``"pwd" * 20000`` once made the keyword rule run ~40 s on the Trio thread (a try at every
+    keyword, each scanning the rest of the run): only keywords a name's length from the run's end
+    can be followed by ``=`` or ``:``, and only those are tried. (bench/redaction_worst.py times it.)"""
+    from sessionmem.server import redaction
+
+    patterns = redaction.load_patterns()
+
+    class Counting:
+        tries = 0
+
+        def match(self, text: str, start: int) -> object:
+            Counting.tries += 1
+            return patterns.keyword_at.match(text, start)
+
+    run = "pwd" * 20000
+    candidates = list(range(0, len(run), 3))
+    assert redaction._keyword_values(Counting(), run + "=hunter22 ok", candidates) == run + "=[REDACTED:secret] ok"
+    assert Counting.tries <= redaction.NAME_AFTER_KEYWORD // 3 + 1
+    assert Redactor().text("eyJ" * 5000) == "eyJ" * 5000  # not a token: no JWT inside a run
 
 
 def test_bad_custom_patterns_are_refused_at_start(tmp_path: Path) -> None:

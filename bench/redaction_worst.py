@@ -1,0 +1,55 @@
+"""The redactor's worst cases: a field that repeats one trigger word, 16 and 64 KiB long.
+
+Redaction runs on the worker's Trio thread for every field an event carries (up to the
+64 KiB field cap through the hooks), so its time on adversarial text is how long one
+event can hold every other request. Each unit (a keyword, a token prefix, a separator)
+is repeated to fill the field, redacted as a plain text and as a tool value; the
+slowest are printed. Linear work shows as about 4x between the two sizes.
+
+Usage: ``.venv/bin/python bench/redaction_worst.py [--top N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import msgspec
+
+from sessionmem.server.redaction import KEYWORD_TRIGGERS, Redactor
+
+UNITS = (*KEYWORD_TRIGGERS, "password", "secret", "api_key", "token", "--password ", "--", "://", "://:", "sk-",
+         "sk-ant-", "PRIVATE KEY", "-----BEGIN RSA PRIVATE KEY-----", "bearer ", "Bearer", "eyJ", "eyJa.", "AKIA",
+         "aws", "AccountKey=", "ghp_", "github_pat_", "glpat-", "-us1", "_authToken", "T3BlbkFJ", "pypi-Ag", "SG.",
+         "xox", "hooks.slack.com", "sq0csp-", "k_live_", "password=", "password:", '"token":', '"a_token": "',
+         "a:b@", "://a:", "PuTTY-User-Key-File-2", "contrasena", "passwd=x ", "=", '"', "\\")
+SIZES = (16 * 1024, 64 * 1024)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--top", type=int, default=10, help="how many of the slowest to print")
+    args = parser.parse_args()
+    redactor = Redactor()
+    redactor.load()
+    timings: list[tuple[float, str, int]] = []
+    for unit in UNITS:
+        for size in SIZES:
+            text = unit * (size // len(unit))
+            started = time.perf_counter()
+            redactor.text(text)
+            as_text = time.perf_counter() - started
+            value = {"file": {"content": text}}
+            encoded = msgspec.json.encode(value)
+            started = time.perf_counter()
+            redactor.value(value, encoded)
+            as_value = time.perf_counter() - started
+            timings.append((max(as_text, as_value), unit, size))
+    timings.sort(reverse=True)
+    print(f"{len(UNITS)} units x {len(SIZES)} sizes; the slowest (the longer of text and value):")
+    for seconds, unit, size in timings[: args.top]:
+        print(f"  {seconds * 1000:8.1f} ms  {unit!r} x {size // 1024} KiB")
+
+
+if __name__ == "__main__":
+    main()
