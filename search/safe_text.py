@@ -16,12 +16,23 @@ from sessionmem.protocol.privacy import CONTEXT_TAG, strip_private
 
 # C0 and C1 controls (whitespace aside), and the characters that reorder or hide text:
 # bidirectional embeddings, overrides and isolates, marks, and zero-width joiners.
-_INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+# And Unicode's tag characters (U+E0000-E007F): invisible, yet a model reads them as ASCII.
+_INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff"
+                        "\U000e0000-\U000e007f]")
+# Every other space (no-break, em, ideographic...) made a plain one before the tags are looked for:
+# `</sessionmem-context\u00a0>` is no tag to the strip, and became `</sessionmem-context >` once a
+# line's spaces were joined.
+_SPACES = re.compile("[\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 
 
 def neutral(text: str) -> str:
     """Stored text made safe to print inside the wrapper (see the module docstring)."""
-    return strip_private(_INVISIBLE.sub("", str(text)))
+    text = _SPACES.sub(" ", _INVISIBLE.sub("", str(text)))
+    while True:  # until no tag is left: taking one out can join the halves of another around it
+        stripped = strip_private(text)
+        if stripped == text:
+            return text
+        text = stripped
 
 
 def one_line(text: str, limit: int) -> str:
