@@ -33,7 +33,9 @@ from typing import Any
 from sessionmem.protocol.prompts import typed_prompt
 from sessionmem.protocol.requests import is_internal_prompt
 
-_NOT_PROMPTS = ("<local-command-stdout>", "<local-command-stderr>", "Caveat: The messages below were generated")
+# Lines Claude Code writes itself in the user's place: nobody typed them, and no hook saw them.
+_NOT_PROMPTS = ("<local-command-stdout>", "<local-command-stderr>", "Caveat: The messages below were generated",
+                "[Request interrupted by user")
 
 
 @dataclass

@@ -169,6 +169,8 @@ def create_quart_app(services: Services) -> QuartTrio:
     @app.post(rule(routes.REPLAY))
     async def replay_parked(claude_session_id: str) -> Response:
         router = services.router
+        if await store.session_info(claude_session_id) is None:
+            return error_response(404, f"no session {claude_session_id!r} is stored")
         envelopes = await store.unpark_session(
             claude_session_id, lambda unparked: router.unparked(claude_session_id, unparked))
         return json_response(Replayed(claude_session_id, len(envelopes)))

@@ -41,8 +41,6 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-import msgspec
-
 MARK = "[REDACTED:{kind}]"
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sessionmem import data_cli, search_cli
-from sessionmem.command_client import CommandFailed, call
+from sessionmem.command_client import CommandFailed, call, unanswered
 from sessionmem.config import Settings, SettingsError, load_settings
 from sessionmem.protocol import routes
 from sessionmem.protocol.config import DATA_DIR_ENV, ClientConfig
@@ -48,14 +48,21 @@ def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(data_dir=getattr(args, "data_dir", None), port=getattr(args, "port", None))
 
 
-def _client(args: argparse.Namespace) -> ClientConfig:
-    """What every client reads, with this command's ``--data-dir`` and ``--port`` on top."""
+def _client(args: argparse.Namespace, *, warn: bool = True) -> ClientConfig:
+    """What every client reads, with this command's ``--data-dir`` and ``--port`` on top.
+
+    A setting it could not read is said on stderr (``warn``): a hook falls back to the
+    default in silence, but a person at a terminal should know the default is in use.
+    """
     env = dict(os.environ)
     if getattr(args, "data_dir", None):
         env[DATA_DIR_ENV] = args.data_dir
     if getattr(args, "port", None) is not None:
         env["SESSIONMEM_PORT"] = str(args.port)
-    return ClientConfig(env)
+    config = ClientConfig(env)
+    for problem in config.problems if warn else ():
+        print(f"sessionmem: warning: {problem}", file=sys.stderr)
+    return config
 
 
 def _running_worker(settings: Settings) -> WorkerState | None:
@@ -87,6 +94,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"sessionmem: a worker is already running for {settings.data_dir} "
               f"(pid {running.pid}, port {running.port})", file=sys.stderr)
         return 1
+    if settings.data_dir.exists() and not settings.data_dir.is_dir():
+        print(f"sessionmem: the data dir {settings.data_dir} is a file, not a directory "
+              f"(choose another with --data-dir or SESSIONMEM_DATA_DIR)", file=sys.stderr)
+        return 1
     try:
         make_private(str(settings.data_dir))
         # Held for the worker's lifetime: a second worker for this data dir stops here,
@@ -114,6 +125,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"sessionmem: port {settings.port} on {settings.host} is already in use "
                   f"(set SESSIONMEM_PORT or --port)", file=sys.stderr)
             return 1
+        damaged = _caused_by(exc, lambda e: isinstance(e, (apsw.NotADBError, apsw.CorruptError)))
+        if damaged is not None:
+            print(f"sessionmem: the database {settings.db_path} is damaged ({damaged}). Keep a copy of the data dir; "
+                  f"`sqlite3 {settings.db_path} .recover` may save what it holds, or move it aside to start "
+                  f"empty (with `sessionmem export` from a backup, `sessionmem import` brings memories back)",
+                  file=sys.stderr)
+            return 1
         storage = (apsw.CantOpenError, apsw.ReadOnlyError, apsw.FullError, apsw.IOError, OSError)
         failure = _caused_by(exc, lambda e: isinstance(e, storage))
         if failure is not None:
@@ -135,6 +153,11 @@ def _caused_by(exc: BaseException, matches: Any) -> BaseException | None:
     return exc if matches(exc) else None
 
 
+def _foreign(exc: WorkerUnreachable) -> bool:
+    """Something answered, but refused this data dir's token: a worker of another data dir."""
+    return str(exc).startswith("HTTP 401")
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     config = _client(args)
     port = config.worker_port()
@@ -142,13 +165,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         _, health = _call(config, "GET", routes.HEALTH)
         _, debug = _call(config, "GET", routes.DEBUG)
     except WorkerUnreachable as exc:
-        print(f"sessionmem: worker not running on {config.host}:{port} ({exc})")
+        if _foreign(exc):
+            print(f"sessionmem: {unanswered(config, str(exc))}")
+        else:
+            print(f"sessionmem: worker not running on {config.host}:{port} ({exc})")
         return 1
+    if args.port is not None and args.port != port:
+        print(f"sessionmem: the data dir's worker listens on port {port}, not {args.port}: that is the one shown")
     sessions, supervisor, journal = debug["sessions"], debug["supervisor"], debug["journal"]
     print(f"sessionmem {health['version']}: running, pid {health['pid']}, port {port}, "
           f"up {health['uptimeSeconds']:.0f}s, compressor {health['compressor']}")
     print(f"  data dir: {health['dataDir']}")
-    print(f"  sessions: {sessions['known']} ({sessions['alive']} active, {sessions['failed']} failed), "
+    print(f"  sessions being handled: {sessions['known']} ({sessions['alive']} active, {sessions['failed']} failed), "
           f"{sessions['queued']} event(s) queued; restarts {supervisor['restarts']}")
     print(f"  journal: {journal['pending']} pending, {journal['parked']} parked, {journal['done']} done")
     try:
@@ -161,8 +189,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         waiting = f", {index['pending']} document(s) to embed" if index["pending"] else ""
         print(f"  vector index: {index['state']}, {index['vectors']} vectors{waiting}"
               + (f" (last error: {index['lastError']})" if index["state"] == "failed" else ""))
-    if sessions["failed"]:
-        failed = [a["claudeSessionId"] for a in debug["actors"] if a["state"] == "failed"]
+    failed = [a["claudeSessionId"] for a in debug["actors"] if a["state"] == "failed"]
+    failed += [s for s in journal.get("parkedSessions", []) if s not in failed]  # failed before a restart too
+    if failed:
         print(f"  failed sessions (`sessionmem replay SESSION_ID` once fixed): {', '.join(failed)}")
     return 0
 
@@ -275,19 +304,28 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         problems += not ok
         print(f"  [{'ok' if ok else '!!'}] {message}")
 
-    settings = _settings(args)
     print("sessionmem doctor")
-    report(*_data_dir_health(settings.data_dir))
-    report(True, f"compressor: {settings.resolved_compressor} (setting: {settings.compressor}, "
-                 f"model {settings.model})")
-    config = _client(args)
+    config = _client(args, warn=False)
+    report(*_data_dir_health(Path(config.data_dir)))
+    try:
+        settings = _settings(args)
+    except SettingsError as exc:
+        report(False, f"{exc} (the worker will not start until it is fixed)")
+    else:
+        report(True, f"compressor: {settings.resolved_compressor} (setting: {settings.compressor}, "
+                     f"model {settings.model})")
     port = config.worker_port()
     try:
         status, health = _call(config, "GET", routes.HEALTH)
         report(status == 200, f"worker running: pid {health['pid']}, {config.host}:{port}, "
                               f"compressor {health['compressor']}")
-    except (WorkerUnreachable, KeyError, TypeError):
-        report(True, f"worker not running on {config.host}:{port} (the next SessionStart hook starts it)")
+    except WorkerUnreachable as exc:
+        if _foreign(exc):
+            report(False, unanswered(config, str(exc)))
+        else:
+            report(True, f"worker not running on {config.host}:{port} (the next SessionStart hook starts it)")
+    except (KeyError, TypeError):
+        report(False, f"{config.host}:{port} answers, but not as a sessionmem worker")
     try:
         wired = installed_stages()
     except Exception as exc:  # a broken settings.json is worth reporting, not crashing on
@@ -385,6 +423,9 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     report = backfill(root, config, workers=args.workers,
                       progress=lambda total: tqdm(total=total, unit="event", desc="backfill", file=sys.stderr))
     c = report.conversion
+    if not c.files:
+        print(f"sessionmem: no Claude Code transcript (*.jsonl, *.json) under {root}", file=sys.stderr)
+        return 1
     print(f"sessionmem: {c.sessions} session(s) from {c.files} file(s): {c.prompts} prompts, {c.tool_uses} tool uses")
     print(f"  sent {report.sent}: {report.accepted} new, {report.duplicates} already known, {report.skipped} skipped, "
           f"{report.refused} refused, {report.spooled} spooled for the worker to import, {report.lost} lost")
@@ -404,13 +445,24 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sessionmem", description="Persistent memory for Claude Code sessions.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--data-dir", help="data directory (default ~/.sessionmem, env SESSIONMEM_DATA_DIR)")
-        p.add_argument("--port", type=int, help="port on 127.0.0.1 (default 37777, env SESSIONMEM_PORT)")
+        p.add_argument("--port", type=int, help="port on 127.0.0.1 of a worker to start or to ask (default 37777, env "
+                                                "SESSIONMEM_PORT); the data dir's running worker is found on its own port")
 
     serve = sub.add_parser("serve", help="run the worker in the foreground")
     common(serve)
@@ -436,8 +488,8 @@ def build_parser() -> argparse.ArgumentParser:
     uninstall.set_defaults(fn=cmd_uninstall)
     backfill = sub.add_parser("backfill", help="import past sessions from Claude Code transcripts (idempotent)")
     backfill.add_argument("path", nargs="?", default="~/.claude/projects", help="a transcript or a directory of them")
-    backfill.add_argument("--data-dir", help="data directory (default ~/.sessionmem, env SESSIONMEM_DATA_DIR)")
-    backfill.add_argument("--workers", type=int, default=4, help="sessions sent in parallel")
+    common(backfill)
+    backfill.add_argument("--workers", type=_positive_int, default=4, help="sessions sent in parallel (default 4)")
     backfill.set_defaults(fn=cmd_backfill)
     open_page = sub.add_parser("open", help="log this browser in to the worker's pages (a single-use link)")
     common(open_page)

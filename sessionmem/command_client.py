@@ -27,13 +27,21 @@ class CommandFailed(Exception):
         self.answer = answer
 
 
+def unanswered(config: ClientConfig, detail: str) -> str:
+    """Why a call got no answer, in a user's words. A 401 means something answered for another data dir."""
+    where = f"{config.host}:{config.worker_port()}"
+    if detail.startswith("HTTP 401"):
+        return (f"the worker on {where} refused this data dir's token: it serves another data dir "
+                f"(check --data-dir and --port; this one is {config.data_dir})")
+    return f"the worker on {where} did not answer ({detail}); is it running? (`sessionmem serve`, or start Claude Code)"
+
+
 def call(config: ClientConfig, method: str, path: str, body: Any = None, patience: Patience = PATIENCE) -> Any:
     """The decoded JSON answer of one successful (200) call; raises :class:`CommandFailed`."""
     encoded = json.dumps(body).encode() if body is not None else None
     outcome = deliver(config, method, path, encoded, patience=patience)
     if outcome.reply is None:
-        raise CommandFailed(f"the worker on {config.host}:{config.worker_port()} did not answer ({outcome.detail}); "
-                            f"is it running? (`sessionmem serve`, or start Claude Code)")
+        raise CommandFailed(unanswered(config, outcome.detail))
     status = outcome.reply.status
     try:
         answer = outcome.reply.json()

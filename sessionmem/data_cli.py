@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 from urllib.parse import urlencode
 
 from sessionmem.command_client import CommandFailed, call
@@ -46,30 +48,49 @@ def cmd_prune(args: argparse.Namespace, config: ClientConfig) -> int:
 
 
 def cmd_export(args: argparse.Namespace, config: ClientConfig) -> int:
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    counts: dict[str, int] = {}
-    after, first = 0, True
-    try:
-        while True:
-            query = {key: value for key, value in (("project", args.project), ("since", args.since),
-                                                   ("after", after)) if value}
-            page = call(config, "GET", f"{routes.EXPORT}?{urlencode(query)}")
-            if first:
-                out.write(json.dumps(page["header"], ensure_ascii=False) + "\n")
-                first = False
-            for record in page["records"]:
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
-                counts[record["kind"]] = counts.get(record["kind"], 0) + 1
-            after = page["next"]
-            if not after:
-                break
-    finally:
-        if out is not sys.stdout:
-            out.close()
+    if not args.output:
+        counts = _export_to(sys.stdout, args, config)
+    else:
+        # Into a file beside the target, renamed over it once complete: a failed export
+        # (a bad --since, the worker gone) leaves an earlier export of that name as it was.
+        target = Path(args.output)
+        if target.is_dir():
+            raise CommandFailed(f"cannot write {target}: it is a directory")
+        try:
+            out = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=target.parent, delete=False,
+                                              prefix=f".{target.name}.", suffix=".partial")
+        except OSError as exc:
+            raise CommandFailed(f"cannot write {target}: {exc.strerror or exc}") from None
+        try:
+            with out:
+                counts = _export_to(out, args, config)
+            os.replace(out.name, target)
+        except BaseException:
+            Path(out.name).unlink(missing_ok=True)
+            raise
     summary = ", ".join(f"{counts.get(kind, 0)} {plural}" for kind, plural in (
         ("session", "sessions"), ("prompt", "prompts"), ("observation", "observations"), ("summary", "summaries")))
     print(f"exported {summary}" + (f" to {args.output}" if args.output else ""), file=sys.stderr)
     return 0
+
+
+def _export_to(out: TextIO, args: argparse.Namespace, config: ClientConfig) -> dict[str, int]:
+    """Write the export, page by page, to ``out``; the records written of each kind."""
+    counts: dict[str, int] = {}
+    after, first = 0, True
+    while True:
+        query = {key: value for key, value in (("project", args.project), ("since", args.since),
+                                               ("after", after)) if value}
+        page = call(config, "GET", f"{routes.EXPORT}?{urlencode(query)}")
+        if first:
+            out.write(json.dumps(page["header"], ensure_ascii=False) + "\n")
+            first = False
+        for record in page["records"]:
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            counts[record["kind"]] = counts.get(record["kind"], 0) + 1
+        after = page["next"]
+        if not after:
+            return counts
 
 
 IMPORT_BATCH = 500
@@ -78,8 +99,11 @@ TOTALS = ("sessions", "prompts", "observations", "summaries", "alreadyThere")
 
 def cmd_import(args: argparse.Namespace, config: ClientConfig) -> int:
     path = Path(args.file)
-    if not path.is_file():
+    if not path.exists():
         print(f"sessionmem: {path} does not exist", file=sys.stderr)
+        return 1
+    if not path.is_file():
+        print(f"sessionmem: {path} is not a file (an export is one file of JSON Lines)", file=sys.stderr)
         return 1
     totals = dict.fromkeys(TOTALS, 0)
     batch: list[Any] = []
@@ -90,47 +114,91 @@ def cmd_import(args: argparse.Namespace, config: ClientConfig) -> int:
             answer = call(config, "POST", routes.IMPORT, {"records": batch})
         except CommandFailed as exc:
             at_fault = exc.answer.get("path", "") if isinstance(exc.answer, dict) else ""  # the JSON path of a 400
-            at = re.match(r"\$\.records\[(\d+)\]", str(at_fault))
+            at = re.match(r"\$\.records\[(\d+)\](.*)", str(at_fault))
             if at and int(at[1]) < len(line_numbers):
-                print(f"sessionmem: {path}:{line_numbers[int(at[1])]} is not a record this version can import; "
-                      "the batch it is in was not imported", file=sys.stderr)
+                field = f" (at {at[2].lstrip('.')})" if at[2] else ""
+                print(f"sessionmem: {path}:{line_numbers[int(at[1])]} is not a record this version can import"
+                      f"{field}; the batch it is in was not imported", file=sys.stderr)
+            print(f"sessionmem: {_imported(totals)} before it", file=sys.stderr)
             raise
         for key in TOTALS:
             totals[key] += answer[key]
         batch.clear()
         line_numbers.clear()
 
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as exc:
-                print(f"sessionmem: {path}:{number} is not JSON ({exc}); nothing after it was imported",
-                      file=sys.stderr)
-                return 2
-            if number == 1 and isinstance(record, dict) and record.get("kind") == "header":
-                if record.get("format") != "sessionmem-export":
-                    print(f"sessionmem: {path} is not a sessionmem export", file=sys.stderr)
+    header_seen = False
+    try:
+        with open(path, encoding="utf-8") as lines:
+            for number, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError as exc:
+                    print(f"sessionmem: {path}:{number} is not JSON ({exc}); nothing after it was imported, "
+                          f"{_imported(totals)} before it", file=sys.stderr)
                     return 2
-                continue
-            batch.append(record)
-            line_numbers.append(number)
-            if len(batch) >= IMPORT_BATCH:
-                send()
+                if not header_seen:
+                    problem = _not_a_header(record)
+                    if problem:
+                        print(f"sessionmem: {path} is not a sessionmem export: {problem}", file=sys.stderr)
+                        return 2
+                    header_seen = True
+                    continue
+                batch.append(record)
+                line_numbers.append(number)
+                if len(batch) >= IMPORT_BATCH:
+                    send()
+    except UnicodeDecodeError as exc:
+        print(f"sessionmem: {path} is not UTF-8 text (byte {exc.start} of a line: {exc.reason}); nothing after it "
+              f"was imported, {_imported(totals)} before it", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"sessionmem: cannot read {path}: {exc.strerror or exc}; {_imported(totals)} before it", file=sys.stderr)
+        return 1
+    if not header_seen:
+        print(f"sessionmem: {path} is empty: not a sessionmem export", file=sys.stderr)
+        return 2
     if batch:
         send()
-    print(f"imported {totals['sessions']} sessions, {totals['prompts']} prompts, {totals['observations']} "
-          f"observations, {totals['summaries']} summaries; {totals['alreadyThere']} were there already")
+    print(_imported(totals))
     return 0
+
+
+def _not_a_header(record: Any) -> str:
+    """Why the first record of a file is not the header of an export this version reads ("" if it is)."""
+    if not isinstance(record, dict) or record.get("kind") != "header":
+        hint = " (Claude Code transcripts are read by `sessionmem backfill`)" if isinstance(record, dict) and (
+            "sessionId" in record or "message" in record) else ""
+        return f"its first line is not the header `sessionmem export` writes{hint}"
+    if record.get("format") != routes.EXPORT_FORMAT:
+        return f"its header names the format {record.get('format')!r}"
+    if not isinstance(record.get("version"), int) or record["version"] > routes.EXPORT_VERSION:
+        return (f"it is of version {record.get('version')!r}; this sessionmem reads up to version "
+                f"{routes.EXPORT_VERSION} (a newer sessionmem wrote it?)")
+    return ""
+
+
+def _imported(totals: dict[str, int]) -> str:
+    return (f"imported {totals['sessions']} sessions, {totals['prompts']} prompts, {totals['observations']} "
+            f"observations, {totals['summaries']} summaries; {totals['alreadyThere']} were there already")
+
+
+def _days(text: str) -> float:
+    try:
+        days = float(text)
+    except ValueError:
+        days = -1.0
+    if not 0 <= days < float("inf"):  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be a number of days, 0 or more, not {text!r}")
+    return days
 
 
 def add_commands(sub: Any, common: Any, client: Any) -> None:
     """Register ``prune``, ``export`` and ``import`` (``client(args)`` gives the command's ClientConfig)."""
     prune = sub.add_parser("prune", help="drop raw tool data of old observations now, and give space back")
     common(prune)
-    prune.add_argument("--older-than", type=float, default=30.0, metavar="DAYS",
+    prune.add_argument("--older-than", type=_days, default=30.0, metavar="DAYS",
                        help="observations older than this many days (default 30)")
     prune.add_argument("--vacuum", action="store_true",
                        help="rewrite the whole database compactly (the file shrinks; takes a while on a large one)")

@@ -150,13 +150,22 @@ def _write(path: Path, settings: dict[str, Any]) -> Path | None:
 def install(path: Path | None = None) -> tuple[Path, Path | None]:
     """Add (or refresh) sessionmem's hooks; returns (settings path, backup path)."""
     path = path or claude_settings_path()
-    settings, _ = _without_ours(_load(path))
+    before = _load(path)
+    hooks = before.get("hooks", {})
+    if not isinstance(hooks, dict):
+        raise InstallError(f"{path}: \"hooks\" is not a JSON object; fix or move it first")
+    for stage in STAGES:
+        if not isinstance(hooks.get(stage, []), list):
+            raise InstallError(f"{path}: \"hooks\".{stage} is not a JSON list; fix or move it first")
+    settings, _ = _without_ours(before)
     hooks = settings.setdefault("hooks", {})
     for stage, (matcher, timeout) in STAGES.items():
         group: dict[str, Any] = {"hooks": [{"type": "command", "command": hook_command(stage), "timeout": timeout}]}
         if matcher is not None:
             group = {"matcher": matcher, **group}
         hooks.setdefault(stage, []).append(group)
+    if settings == before and path.exists():
+        return path, None  # installed already, as it would be now: no write, no backup
     return path, _write(path, settings)
 
 

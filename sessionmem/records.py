@@ -161,6 +161,9 @@ class JournalCounts(msgspec.Struct, frozen=True):
     pending: int
     parked: int
     done: int
+    # Sessions whose events are parked (failed, waiting for `sessionmem replay`), the first few: after
+    # a restart the database is the only place that still knows them.
+    parked_sessions: list[str] = []
 
 
 # -- the read half: documents, search, timeline -------------------------------------------

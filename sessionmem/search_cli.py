@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 from sessionmem.command_client import call
 from sessionmem.protocol import routes
 from sessionmem.protocol.config import ClientConfig
-from sessionmem.protocol.limits import MAX_PAGE
+from sessionmem.protocol.limits import MAX_PAGE, MAX_SEARCH_OFFSET, MAX_SEARCH_RESULTS
 from sessionmem.protocol.project import ALL_PROJECTS, project_of
 
 WIDTH = 100
@@ -35,7 +35,7 @@ def _clip(text: str, width: int) -> str:
 
 
 def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
-    query: dict[str, Any] = {"q": args.query, "mode": args.mode, "limit": args.limit}
+    query: dict[str, Any] = {"q": args.query, "mode": args.mode, "limit": args.limit, "offset": args.offset}
     project = project_of(os.getcwd()) if args.project == "." else None if args.project == ALL_PROJECTS else args.project
     for name, value in (("project", project), ("type", args.type), ("since", args.since), ("until", args.until),
                         ("file", args.file), ("kind", args.kind)):
@@ -58,7 +58,9 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
     if not results and project:
         _say_if_unknown(config, project)
     if answer["more"]:
-        print(f"\nmore with --limit {args.limit * 2}")
+        following = args.offset + args.limit
+        print(f"\nmore with --offset {following}" if following <= MAX_SEARCH_OFFSET
+              else "\nmore: narrow it down (--project, --type, --since, --file)")
     if results:
         print("\nfull records: sessionmem show " + " ".join(
             str(r["id"]) for r in results[:5] if r["kind"] == "observation"))
@@ -80,9 +82,26 @@ def _say_if_unknown(config: ClientConfig, project: str) -> None:
 def _observation_id(text: str) -> int:
     """An observation id as the context shows it (``#123``) or bare (``123``)."""
     try:
-        return int(text.removeprefix("#"))
+        number = int(text.removeprefix("#"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an observation id: {text!r} (a number, like 123 or '#123')") from None
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"not an observation id: {text!r} (a number from 1, like 123 or '#123')")
+    return number
+
+
+def _number(low: int, high: int) -> Any:
+    """An argparse type: a whole number from ``low`` to ``high``."""
+    def number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a number from {low} to {high}, not {text!r}")
+        return value
+
+    return number
 
 
 def cmd_show(args: argparse.Namespace, config: ClientConfig) -> int:
@@ -122,7 +141,10 @@ def add_commands(sub: Any, common: Any, client: Any) -> None:
     search.add_argument("--since", help="a date (2026-11-01), Unix seconds or an age (12h, 7d)")
     search.add_argument("--until", help="likewise")
     search.add_argument("--file", help="observations that read or modified this file (a path or its end)")
-    search.add_argument("--limit", type=int, default=10, help="results (1-100, default 10)")
+    search.add_argument("--limit", type=_number(1, MAX_SEARCH_RESULTS), default=10,
+                        help=f"results (1-{MAX_SEARCH_RESULTS}, default 10)")
+    search.add_argument("--offset", type=_number(0, MAX_SEARCH_OFFSET), default=0,
+                        help="results to skip (the next page: --offset 10)")
     search.add_argument("--json", action="store_true", help="the worker's JSON answer")
     search.set_defaults(fn=lambda args: cmd_search(args, client(args)))
     show = sub.add_parser("show", help="full records of observations by id")

@@ -381,6 +381,9 @@ def _mark_done(connection: apsw.Connection, event_ids: Sequence[int], now: float
     )
 
 
+PARKED_SESSIONS_LISTED = 20
+
+
 @asynccontextmanager
 async def open_sqlite_store(path: Path, *, readers: int = 4,
                             checkpoint_idle_s: float = IDLE_S) -> AsyncIterator[SQLiteStore]:
@@ -738,7 +741,10 @@ class SQLiteStore:
                 "SELECT status, count(*) FROM journal WHERE status != 'done' GROUP BY status").fetchall())
             (total,) = connection.execute("SELECT coalesce(max(id), 0) FROM journal").fetchone()
             pending, parked = counts.get("pending", 0), counts.get("parked", 0)
-            return JournalCounts(pending, parked, total - pending - parked)
+            sessions = [session for (session,) in connection.execute(
+                "SELECT DISTINCT claude_session_id FROM journal WHERE status = 'parked' LIMIT ?",
+                (PARKED_SESSIONS_LISTED,))] if parked else []
+            return JournalCounts(pending, parked, total - pending - parked, sessions)
 
         return await self._readers.run(query)
 

@@ -25,8 +25,10 @@ from typing import Any
 import apsw
 import msgspec
 
-FORMAT = "sessionmem-export"
-VERSION = 1
+from sessionmem.protocol import routes
+
+FORMAT = routes.EXPORT_FORMAT
+VERSION = routes.EXPORT_VERSION
 PAGE = 200  # sessions a page of an export
 
 

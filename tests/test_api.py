@@ -93,7 +93,7 @@ async def test_genuine_payload_sequence(tmp_path: Path, payloads: list[dict[str,
         assert actors[SESSION_1]["processedByKind"] == {"init": 3, "observation": 9, "summarize": 3, "complete": 2}
         assert actors[SESSION_2]["processedByKind"] == {"init": 1, "summarize": 1, "complete": 1}
         assert actors[SESSION_1]["processed"] == 17 and actors[SESSION_1]["restarts"] == 0
-        assert debug["journal"] == {"pending": 0, "parked": 0, "done": debug["journal"]["done"]}
+        assert debug["journal"] == {"pending": 0, "parked": 0, "done": debug["journal"]["done"], "parkedSessions": []}
         assert debug["supervisor"]["crashes"] == 0
         assert debug["compressor"]["toolUses"] == 9
 

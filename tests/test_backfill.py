@@ -11,7 +11,7 @@ import pytest
 
 from sessionmem.replay.convert import ConversionStats, convert, transcript_files
 from sessionmem.testing.harness import ThreadedWorker
-from sessionmem.testing.worker_process import WorkerClient
+from sessionmem.testing.worker_process import WorkerClient, WorkerProcess
 
 from .conftest import FIXTURES, data_dir_contains
 
@@ -70,3 +70,29 @@ def test_backfill_of_a_missing_path_is_a_clear_error(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "sessionmem", "backfill", str(tmp_path / "nope")],
                             env={**os.environ, "SESSIONMEM_DATA_DIR": str(tmp_path)}, capture_output=True, text=True)
     assert result.returncode == 1 and "does not exist" in result.stderr
+
+
+def test_backfill_starts_a_worker_on_the_port_it_was_given(tmp_path: Path) -> None:
+    """With no worker running, backfill starts one on its --port (not the default 37777)."""
+    import json
+    import socket
+
+    with socket.socket() as probe:  # a port free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONMEM_")}
+    try:
+        result = subprocess.run([sys.executable, "-m", "sessionmem", "backfill", str(SOURCE / "session-2.1.328.jsonl"),
+                                 "--data-dir", str(data), "--port", str(port), "--workers", "1"],
+                                env={**env, "SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_EMBEDDER": "none"},
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert json.loads((data / "worker.json").read_text())["port"] == port
+    finally:
+        started = WorkerProcess.attach(data)
+        if started is not None:
+            started.stop()
+    refused = subprocess.run([sys.executable, "-m", "sessionmem", "backfill", str(SOURCE), "--workers", "0"],
+                             capture_output=True, text=True)
+    assert refused.returncode == 2 and "must be 1 or more" in refused.stderr

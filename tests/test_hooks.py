@@ -224,18 +224,28 @@ def test_unit_install_is_idempotent_and_reversible(tmp_path: Path, monkeypatch: 
     theirs = {"type": "command", "command": "echo theirs"}
     original = {"model": "opus", "hooks": {"PostToolUse": [{"matcher": "Bash", "hooks": [theirs]}]}}
     settings.write_text(json.dumps(original))
-    install(settings)
     _, backup = install(settings)
+    assert backup is not None and json.loads(backup.read_text()) == original
+    assert install(settings) == (settings, None)  # nothing to change: no write, no second backup
+    assert len(list(tmp_path.glob("settings.json.sessionmem-backup-*"))) == 1
     data = json.loads(settings.read_text())
     assert set(installed_stages(settings)) == set(STAGES)
     ours = [h for g in data["hooks"]["PostToolUse"] for h in g["hooks"] if h["command"].endswith(MARKER)]
     assert len(ours) == 1 and "-S" in ours[0]["command"]  # installed twice, present once
     assert data["model"] == "opus" and theirs in data["hooks"]["PostToolUse"][0]["hooks"]
-    assert backup is not None and backup.exists()
     _, removed, _ = uninstall(settings)
     assert removed == len(STAGES)
     assert json.loads(settings.read_text()) == original
     assert uninstall(settings)[1] == 0
+
+    # Settings whose hooks are not the shape Claude Code reads: a clear refusal, the file untouched.
+    from sessionmem.install import InstallError
+
+    for hooks in ("nope", {"PostToolUse": "x"}):
+        settings.write_text(json.dumps({"hooks": hooks}))
+        with pytest.raises(InstallError, match="fix or move it first"):
+            install(settings)
+        assert json.loads(settings.read_text()) == {"hooks": hooks}
 
 
 def test_session_start_with_a_foreign_program_on_the_port(tmp_path: Path, payloads: list[dict[str, Any]]) -> None:

@@ -113,7 +113,9 @@ def test_slash_commands_are_prompts_as_typed(tmp_path: Path) -> None:
         user(0, "Speed up the parser"),
         user(1, "<command-message>review is running…</command-message>\n<command-name>/review</command-name>\n"
                 "<command-args>the parser change</command-args>"),
-        user(2, "<command-name>/exit</command-name>\n            <command-message>exit</command-message>\n"
+        user(2, "[Request interrupted by user]"),
+        user(3, "[Request interrupted by user for tool use]"),
+        user(4, "<command-name>/exit</command-name>\n            <command-message>exit</command-message>\n"
                 "            <command-args></command-args>"),
     ]) + "\n")
     sessions = convert(transcript_files(tmp_path), ConversionStats())

@@ -85,6 +85,10 @@ def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
         opened = sessionmem(data, worker.port, "open", "debug", "--print-only")
         assert opened.returncode == 0 and "(works once): http://" in opened.stdout, opened.stderr
         unknown = sessionmem(data, worker.port, "replay", "no-such-session")
-        assert unknown.returncode == 0 and "0 parked event(s) of no-such-session" in unknown.stdout, unknown.stderr
+        assert unknown.returncode == 2 and "no session 'no-such-session' is stored" in unknown.stderr, unknown.stderr
+        # A worker of another data dir on the port: said as such, not "not running".
+        for command in (("search", "cart"), ("status",)):
+            foreign = sessionmem(data.parent / "another", worker.port, *command)
+            assert foreign.returncode == 1 and "it serves another data dir" in foreign.stdout + foreign.stderr
     down = sessionmem(data, worker.port, "search", "cart")
     assert down.returncode == 1 and "did not answer" in down.stderr

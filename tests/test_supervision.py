@@ -285,7 +285,7 @@ async def test_intensity_limit_fails_only_that_session_and_parks_events(faulty: 
     assert debug["supervisor"]["failedSessions"] == 1 and debug["supervisor"]["crashes"] == 6
     # Everything not yet durably processed is parked: d1 (still in the batch the poison
     # interrupted), d2 (the poison), d3, and d4.
-    assert debug["journal"]["parked"] == 4
+    assert debug["journal"]["parked"] == 4 and debug["journal"]["parkedSessions"] == ["doomed"]
     sessions = {s["claudeSessionId"]: s for s in (await faulty.get("/api/sessions"))["sessions"]}
     assert sessions["doomed"]["status"] == "failed" and "gave up after 6 crashes" in sessions["doomed"]["failure"]
     assert sessions["healthy"]["status"] == "completed"
@@ -298,7 +298,7 @@ async def test_intensity_limit_fails_only_that_session_and_parks_events(faulty: 
     await faulty.wait_idle()
     assert await observed(faulty, "doomed") == ["d1", "d2", "d3", "d4"]
     debug = await faulty.debug()
-    assert debug["journal"]["parked"] == 0
+    assert debug["journal"]["parked"] == 0 and debug["journal"]["parkedSessions"] == []
     assert {a["claudeSessionId"]: a for a in debug["actors"]}["doomed"]["state"] != "failed"
 
 

@@ -114,3 +114,26 @@ def test_export_and_import_from_a_terminal(tmp_path: Path) -> None:
         broken.write_text(file.read_text() + '{"kind": "observation", "title": 3}\n')
         refused = sessionmem(tmp_path / "b", target.port, "import", str(broken))
         assert refused.returncode == 2 and "broken.jsonl:5 is not a record" in refused.stderr
+        assert "(at title)" in refused.stderr and "imported 0 sessions" in refused.stderr  # its batch was the file
+
+        # What is not an export is refused with its reason, and nothing is imported.
+        header = file.read_text().splitlines()[0]
+        for content, reason in (
+            (b"", "is empty"),
+            (b"\xff\xfe not text", "is not UTF-8 text"),
+            (b'{"type": "user", "sessionId": "s", "message": {}}\n', "transcripts are read by `sessionmem backfill`"),
+            (json.dumps({**json.loads(header), "version": 99}).encode() + b"\n", "of version 99"),
+            (b"\n" + header.encode() + b"\n", "imported 0 sessions"),  # a blank line first is no problem
+        ):
+            broken.write_bytes(content)
+            answer = sessionmem(tmp_path / "b", target.port, "import", str(broken))
+            assert reason in answer.stdout + answer.stderr and "Traceback" not in answer.stderr, (content, answer)
+        not_a_file = sessionmem(tmp_path / "b", target.port, "import", str(tmp_path))
+        assert not_a_file.returncode == 1 and "is not a file" in not_a_file.stderr
+
+        # A failed export leaves the file it was to replace as it was.
+        failed = sessionmem(tmp_path / "b", target.port, "export", "--since", "yesterday", "--output", str(file))
+        assert failed.returncode == 2 and file.read_text().startswith(header) and len(file.read_text()) > len(header)
+        assert not list(tmp_path.glob(".memories.jsonl.*"))
+        into_a_folder = sessionmem(tmp_path / "b", target.port, "export", "--output", str(tmp_path))
+        assert into_a_folder.returncode == 1 and "is a directory" in into_a_folder.stderr

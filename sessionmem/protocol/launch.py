@@ -90,7 +90,10 @@ def _start_once(config: ClientConfig, log: Callable[[str], None]) -> int | None:
                 [sys.executable, "-m", "sessionmem", "serve"],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                 start_new_session=True, close_fds=True,
-                env={**os.environ, "SESSIONMEM_DATA_DIR": config.data_dir},
+                # The port this client was told (a command's --port included), not only the
+                # data dir: otherwise the worker binds the default and the client waits in vain.
+                env={**os.environ, "SESSIONMEM_DATA_DIR": config.data_dir, "SESSIONMEM_PORT": str(config.port),
+                     "SESSIONMEM_HOST": config.host},
             )
         log(f"started worker pid {process.pid}")
     except OSError as exc:

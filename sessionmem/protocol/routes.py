@@ -26,6 +26,8 @@ STORAGE = "/api/storage"  # GET: sizes on disk and what holds them
 PRUNE = "/api/maintenance/prune"  # POST {"olderThanDays": 30, "vacuum": false}: raw tool data pruned now
 EXPORT = "/api/export"  # GET ?project=&since=&after=: a page of exported records, and where the next starts
 IMPORT = "/api/import"  # POST {"records": [...]}: exported records stored (idempotent)
+EXPORT_FORMAT = "sessionmem-export"  # an export's header names it, and the version of its records
+EXPORT_VERSION = 1
 
 # -- reads -------------------------------------------------------------------------------
 CONTEXT = "/api/context/inject"

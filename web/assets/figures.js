@@ -44,6 +44,7 @@ function show(name, value) {
     if (/Ms$/.test(name)) return `${number(value)} ms`;
     if (/Seconds$|PerSecond$/.test(name)) return number(Math.round(value * 100) / 100);
   }
+  if (Array.isArray(value)) return value.length ? value.join(", ") : "–";
   if (typeof value === "object") return JSON.stringify(value);
   return typeof value === "number" ? number(value) : String(value);
 }
