@@ -7,13 +7,16 @@ Imported rows are searchable at once by words; the vector index is told, and emb
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import msgspec
+import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
 from sessionmem.protocol import routes
+from sessionmem.protocol.privacy import strip_private
 from sessionmem.server.payloads import decode
 from sessionmem.server.routing import int_arg, json_response, text_arg
 from sessionmem.server.search_api import parse_moment
@@ -44,6 +47,32 @@ class PruneReport(msgspec.Struct, frozen=True):
     before: StorageReport
     after: StorageReport
     seconds: float
+
+
+# Fields that link records to each other or name a kind: kept as they are.
+_IDENTIFIERS = frozenset({"claude_session_id", "tool_use_id", "agent_id", "status", "type", "compressor", "model"})
+
+
+def cleaned(record: Record, clean: Callable[[str], str]) -> Record:
+    """``record`` with ``clean`` applied to each of its texts (lists of texts too), identifiers aside.
+
+    An import is ingest like any other: whatever wrote the file (another machine, an older
+    version, a person), no private span and no secret is stored from it.
+    """
+    changes: dict[str, Any] = {}
+    for name in record.__struct_fields__:
+        value = getattr(record, name)
+        if name in _IDENTIFIERS or not value:
+            continue
+        if isinstance(value, str):
+            new: Any = clean(value)
+        elif isinstance(value, list):
+            new = [clean(item) for item in value]
+        else:
+            continue
+        if new != value:
+            changes[name] = new
+    return msgspec.structs.replace(record, **changes) if changes else record
 
 
 def add_maintenance_routes(app: QuartTrio, services: Services) -> None:
@@ -77,6 +106,13 @@ def add_maintenance_routes(app: QuartTrio, services: Services) -> None:
     @app.post(routes.IMPORT)
     async def import_() -> Response:
         wanted = decode(await request.get_data(cache=False), ImportRequest)
-        counts = await store.import_records(wanted.records)
+        redactor = services.ingestor.redactor
+
+        def clean(text: str) -> str:
+            return redactor.text(strip_private(text))
+
+        # Off the Trio thread: a batch holds up to MAX_IMPORT records of any length.
+        records = await trio.to_thread.run_sync(lambda: [cleaned(record, clean) for record in wanted.records])
+        counts = await store.import_records(records)
         services.index.notify()
         return json_response(counts)

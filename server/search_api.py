@@ -12,6 +12,7 @@ with or without an offset; local time without one), Unix seconds, or an age:
 from __future__ import annotations
 
 import re
+import math
 import time
 from datetime import datetime
 from typing import Annotated
@@ -82,15 +83,23 @@ def parse_moment(raw: str, name: str, *, now: float | None = None) -> float:
     if age:
         return (time.time() if now is None else now) - float(age[1]) * _AGE_SECONDS[age[2]]
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if math.isfinite(seconds):
+            return seconds
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise BadRequest(f"query parameter {name!r} must be a date (2026-11-01, 2026-11-01T14:30), Unix seconds "
                          f"or an age (12h, 7d), got {raw[:100]!r}", f"?{name}") from None
-    return moment.timestamp()  # naive: local time
+    try:
+        return moment.timestamp()  # naive: local time
+    except (ValueError, OverflowError, OSError):  # a year the platform's clock cannot hold (0001, say)
+        if moment.year < 1970:
+            return 0.0  # before anything was stored
+        raise BadRequest(f"query parameter {name!r} is out of range: {raw[:100]!r}", f"?{name}") from None
 
 
 def filters_from_query() -> SearchFilters:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import apsw
 import msgspec
@@ -40,33 +40,41 @@ class Header(msgspec.Struct, frozen=True, rename="camel", tag="header", tag_fiel
     since: float | None = None
 
 
+# What an imported record may say: a time between 1970 and the year 3000, a prompt number SQLite and
+# the pages can hold, a session status the schema knows. (A createdAt of 1e300 once made every
+# context of its project a 500; a prompt number of 2**63 the import itself.)
+Moment = Annotated[float, msgspec.Meta(ge=0, le=32_503_680_000)]
+PromptNumber = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+SessionStatus = Literal["initialized", "active", "completed", "failed"]
+
+
 class SessionRecord(msgspec.Struct, frozen=True, rename="camel", tag="session", tag_field="kind"):
     claude_session_id: str
     project: str
     cwd: str | None = None
     first_prompt: str | None = None
-    status: str = "completed"
-    created_at: float = 0.0
-    updated_at: float = 0.0
-    completed_at: float | None = None
+    status: SessionStatus = "completed"
+    created_at: Moment = 0.0
+    updated_at: Moment = 0.0
+    completed_at: Moment | None = None
 
 
 class PromptRecord(msgspec.Struct, frozen=True, rename="camel", tag="prompt", tag_field="kind"):
     claude_session_id: str
-    prompt_number: int
+    prompt_number: PromptNumber
     text: str
-    created_at: float
+    created_at: Moment
 
 
 class ObservationRecord(msgspec.Struct, frozen=True, rename="camel", tag="observation", tag_field="kind"):
     claude_session_id: str
     project: str
-    prompt_number: int
+    prompt_number: PromptNumber
     tool_name: str
     tool_use_id: str
     type: str
     title: str
-    created_at: float
+    created_at: Moment
     agent_id: str | None = None
     agent_type: str | None = None
     failed: bool = False
@@ -84,8 +92,8 @@ class ObservationRecord(msgspec.Struct, frozen=True, rename="camel", tag="observ
 class SummaryRecord(msgspec.Struct, frozen=True, rename="camel", tag="summary", tag_field="kind"):
     claude_session_id: str
     project: str
-    prompt_number: int
-    created_at: float
+    prompt_number: PromptNumber
+    created_at: Moment
     request: str = ""
     investigated: str = ""
     learned: str = ""

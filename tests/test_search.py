@@ -97,6 +97,8 @@ async def test_filters_narrow_every_mode(memory: InProcessWorker) -> None:
     assert future["results"]  # stored just now
     assert (await memory.get(f"/api/search?q=cart&until={time.time() - 3600:.0f}"))["results"] == []
     assert (await memory.get("/api/search?q=cart&since=2999-01-01"))["results"] == []
+    # A year the clock cannot hold is before everything, not a 500.
+    assert (await memory.get("/api/search?q=cart&since=0001-01-01"))["results"] != []
     assert (await memory.get("/api/search?q=cart&file=nowhere.py"))["results"] == []
 
 
@@ -155,6 +157,7 @@ def _encode(params: dict[str, str]) -> str:
     ("", "?q"), ("q=%20%20", "?q"), ("q=" + "x" * 4001, "?q"), ("q=cart&mode=fuzzy", "?mode"),
     ("q=cart&limit=0", "?limit"), ("q=cart&limit=101", "?limit"), ("q=cart&type=nonsense", "?type"),
     ("q=cart&kind=file", "?kind"), ("q=cart&since=last+tuesday", "?since"), ("q=cart&offset=-1", "?offset"),
+    ("q=cart&until=nan", "?until"), ("q=cart&since=1e400", "?since"),
 ])
 async def test_bad_parameters_are_a_clear_400(memory: InProcessWorker, query: str, problem: str) -> None:
     reply = await memory.request("GET", "/api/search?" + query)
