@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import re
 import time
 from urllib.parse import parse_qs
 
@@ -40,6 +41,10 @@ COOKIE_MAX_AGE_S = 30 * 24 * 3600
 EXEMPT_PATHS = frozenset({routes.HEALTH})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
+
+# A path of this worker's pages: a slash, then no second slash or backslash (a browser reads
+# `//host` and `/\host` as another host), and only characters a header carries as they are.
+_PAGE_PATH = re.compile(r"/(?![/\\])[A-Za-z0-9_\-./?=&%]*")
 
 class GuardStatistics(msgspec.Struct, frozen=True):
     refused_host: int
@@ -160,8 +165,8 @@ class AccessGuard:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         code = (query.get("code") or [""])[0]
         target = (query.get("next") or ["/"])[0]
-        if not target.startswith("/") or target.startswith("//"):
-            target = "/"  # only pages of this worker
+        if not _PAGE_PATH.fullmatch(target):
+            target = "/"  # only pages of this worker (not //host, /\\host, nor a header broken by CR LF)
         if not self.login_codes.redeem(code):
             self._refused["login"] += 1
             await respond(send, 401, ErrorReply("this login link is not valid (any more): run `sessionmem open`"))

@@ -99,6 +99,11 @@ async def test_a_login_code_is_traded_once_for_an_httponly_strict_cookie(app: In
     escaped = await app.request("GET", f"/login?code={offsite['code']}&next=//evil.example/",
                                 headers={"authorization": None})
     assert escaped.headers["location"] == "/"  # never a redirect elsewhere
+    # A backslash a browser reads as a slash, a header broken by CR LF, a character no header carries.
+    for target in ("/%5Cevil.example", "/x%0D%0ASet-Cookie:%20a=b", "/%C3%A9"):
+        code = (await app.post("/api/auth/login-code", {}))["code"]
+        answer = await app.request("GET", f"/login?code={code}&next={target}", headers={"authorization": None})
+        assert answer.status == 303 and answer.headers["location"] == "/", (target, answer.status)
 
 
 def test_token_file_is_private_and_stable(tmp_path: Path) -> None:
