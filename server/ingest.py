@@ -9,6 +9,8 @@ go through :class:`Ingestor`.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -33,6 +35,7 @@ from sessionmem.server.payloads import (
     decode,
 )
 from sessionmem.server.redaction import Redactor
+from sessionmem.storage.base import KeyReused
 
 if TYPE_CHECKING:
     from sessionmem.actors.router import SessionRouter
@@ -60,6 +63,15 @@ class EdgeCleaner:
 
     def value(self, value: Any) -> Any:
         return clean_value(value, self.cap, _encode, redact=self.redactor.value, redact_text=self.redactor.text)
+
+
+@contextmanager
+def _key_reused_is_a_bad_request() -> Iterator[None]:
+    """A key that names another event is the client's mistake (a 400), not a duplicate to answer."""
+    try:
+        yield
+    except KeyReused as exc:
+        raise BadRequest(str(exc), f"$.{routes.IDEMPOTENCY_KEY}") from None
 
 
 def occurred_at(request: InitRequest | ObservationRequest | SummarizeRequest | CompleteRequest) -> float:
@@ -153,7 +165,7 @@ class Ingestor:
 
     async def prompt(self, payload: InitRequest, *, recall: bool = True) -> tuple[int, IngestReply]:
         event = init_event(payload, self._clean)
-        with self._router.reservation(event.claude_session_id):
+        with self._router.reservation(event.claude_session_id), _key_reused_is_a_bad_request():
             accepted = await self._store.accept_init(event, self._router.deliver)
         recalled = ""
         if recall and self._recall is not None and self._settings.prompt_recall and not accepted.skipped \
@@ -201,7 +213,7 @@ class Ingestor:
         return await self.complete(payload)  # type: ignore[arg-type]
 
     async def _accept(self, event: ObservationEvent | SummarizeEvent | CompleteEvent) -> tuple[int, EventAccepted]:
-        with self._router.reservation(event.claude_session_id):
+        with self._router.reservation(event.claude_session_id), _key_reused_is_a_bad_request():
             accepted = await self._store.accept_event(event, self._router.deliver)
         status = "duplicate" if accepted.duplicate else "parked" if accepted.parked else "accepted"
         return 202, EventAccepted(status, accepted.envelope.event_id, accepted.session_db_id, accepted.prompt_number)

@@ -11,8 +11,8 @@ with or without an offset; local time without one), Unix seconds, or an age:
 
 from __future__ import annotations
 
-import re
 import math
+import re
 import time
 from datetime import datetime
 from typing import Annotated

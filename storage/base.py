@@ -58,6 +58,11 @@ class StorageUnavailable(Exception):
     """
 
 
+class KeyReused(Exception):
+    """An idempotency key already names another session's event, or an event of another kind: not a
+    retry of that event, and not to be answered as one (nor stored under it)."""
+
+
 class InitAccepted(msgspec.Struct, frozen=True):
     envelope: Envelope
     session_db_id: int

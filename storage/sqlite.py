@@ -62,7 +62,14 @@ from sessionmem.records import (
     SummaryRow,
 )
 from sessionmem.storage import recall, retention, transfer
-from sessionmem.storage.base import Accepted, InitAccepted, OnCommit, StorageUnavailable, StoreStatistics
+from sessionmem.storage.base import (
+    Accepted,
+    InitAccepted,
+    KeyReused,
+    OnCommit,
+    StorageUnavailable,
+    StoreStatistics,
+)
 from sessionmem.storage.checkpointer import IDLE_S, Checkpointer
 from sessionmem.storage.readers import ReaderPool, ReadGatherer
 from sessionmem.storage.recall_cache import FileRecallCache
@@ -299,20 +306,29 @@ def _journal(connection: apsw.Connection, event: Any, status: str, now: float) -
     return Envelope(event_id, event)
 
 
-def _already_journaled(connection: apsw.Connection, key: str) -> Envelope | None:
-    if not key:
+def _already_journaled(connection: apsw.Connection, event: Any) -> Envelope | None:
+    """The event journaled earlier under ``event``'s idempotency key, if any: the same event, sent again.
+
+    Raises :class:`KeyReused` when the key names another session's event or another kind of event.
+    """
+    if not event.key:
         return None
     row = connection.execute(
-        "SELECT j.id, p.payload FROM journal j JOIN journal_payloads p ON p.id = j.id WHERE j.idempotency_key = ?",
-        (key,),
+        "SELECT j.id, p.payload, j.claude_session_id, j.kind FROM journal j JOIN journal_payloads p ON p.id = j.id"
+        " WHERE j.idempotency_key = ?",
+        (event.key,),
     ).fetchone()
-    return Envelope(row[0], decode_event(row[1])) if row else None
+    if row is None:
+        return None
+    if (row[2], row[3]) != (event.claude_session_id, event_kind(event)):
+        raise KeyReused(f"idempotency key {event.key[:100]!r} was used for another event")
+    return Envelope(row[0], decode_event(row[1]))
 
 
 def _accept_init(connection: apsw.Connection, event: InitEvent) -> InitAccepted:
     now = time.time()
     when = event.occurred_at or now
-    earlier = _already_journaled(connection, event.key)
+    earlier = _already_journaled(connection, event)
     if earlier is not None:
         first = earlier.event
         assert isinstance(first, InitEvent)
@@ -351,7 +367,7 @@ def _accept_init(connection: apsw.Connection, event: InitEvent) -> InitAccepted:
 
 def _accept_event(connection: apsw.Connection, event: ObservationEvent | SummarizeEvent | CompleteEvent) -> Accepted:
     now = time.time()
-    earlier = _already_journaled(connection, event.key)
+    earlier = _already_journaled(connection, event)
     if earlier is not None:
         found = _load_session(connection, earlier.event.claude_session_id)
         prompt_number = getattr(earlier.event, "prompt_number", 0)

@@ -125,6 +125,14 @@ async def test_idempotency_keys_answer_duplicates(app: InProcessWorker) -> None:
     prompt = {"claudeSessionId": "s-bad", "prompt": "hello", "idempotencyKey": "key-2"}
     assert (await app.post("/api/sessions/init", prompt))["duplicate"] is False
     assert (await app.post("/api/sessions/init", prompt))["duplicate"] is True
+    # A key that names another event (another kind, another session) is refused, not a duplicate:
+    # answering it as one would hand out that event's ids, and storing nothing would lose this one.
+    for path, body in (("/api/sessions/init", {**prompt, "idempotencyKey": "key-1"}),
+                       (OBS, observation(tool_use_id="k2", idempotencyKey="key-2")),
+                       (OBS, {**observation(tool_use_id="k3", idempotencyKey="key-1"), "claudeSessionId": "s-other"})):
+        refused = await app.request("POST", path, body)
+        assert refused.status == 400 and refused.json()["path"] == "$.idempotencyKey", refused.body
+        assert "was used for another event" in refused.json()["error"]
     await app.wait_idle()
     assert len((await app.get("/api/observations"))["observations"]) == 1
 
