@@ -58,6 +58,19 @@ def test_every_request_a_hook_builds_uses_only_contract_fields(payloads: list[di
     assert set(sent) == set(routes.INGEST)
 
 
+def test_each_report_of_a_subagent_is_an_observation_of_its_own(payloads: list[dict[str, Any]]) -> None:
+    """A resumed subagent stops again: its new report must not be taken for the first one sent again."""
+    from sessionmem.protocol.requests import api_call
+
+    (stop,) = [p for p in payloads if p["hook_event_name"] == "SubagentStop"]
+    first = api_call(stop, project="calcproj")
+    again = api_call(dict(stop), project="calcproj")
+    resumed = api_call({**stop, "last_assistant_message": "Also checked div: it now raises."}, project="calcproj")
+    assert first is not None and again is not None and resumed is not None
+    assert first[2]["tool_use_id"] == again[2]["tool_use_id"] != resumed[2]["tool_use_id"]
+    assert first[2]["tool_use_id"].startswith(f"subagent-{stop['agent_id']}-")
+
+
 @pytest.mark.parametrize("value", [
     {"stdout": "x" * (3 * FIELD_CAP), "stderr": "", "interrupted": False},
     ["line " * 40 for _ in range(2000)],

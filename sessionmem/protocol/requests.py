@@ -10,6 +10,8 @@ build their requests with :func:`encoded_call`, so they send the same thing.
 
 from __future__ import annotations
 
+import zlib
+
 from sessionmem.protocol import fastjson
 from sessionmem.protocol.fields import clean_text, clean_value
 from sessionmem.protocol.limits import FIELD_CAP
@@ -83,7 +85,10 @@ def api_call(payload: dict[str, Any], *, project: str | None = None) -> tuple[st
         return "POST", OBSERVATIONS, {
             **base,
             "tool_name": "SubagentStop",
-            "tool_use_id": f"subagent-{agent_id}" if agent_id else "",
+            # One subagent can stop more than once (resumed): each report is its own observation,
+            # and the same report sent again (a retry, a backfill run twice) is the same one.
+            "tool_use_id": f"subagent-{agent_id}-{zlib.crc32(report.encode('utf-8', 'replace')):08x}"
+            if agent_id else "",
             "tool_input": {"agent_type": text_field(payload, "agent_type")},
             "tool_response": report,
             "agent_id": agent_id,
