@@ -298,3 +298,31 @@ def test_worktrees_that_are_gone_still_name_their_repository(cwd: str, project: 
     from sessionmem.protocol.project import project_of
 
     assert project_of(cwd) == project
+
+
+def test_a_spool_file_the_disk_cannot_hold_is_not_left_half_written(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A nearly full disk takes part of a write: the hook must say the event was not spooled, and leave
+    no file (the worker would reject a truncated one: the event lost while the hook said "spooled")."""
+    from sessionmem.protocol import datadir
+    from sessionmem.protocol.spool import pending_spool_files, spool_dir, write_spool_file
+
+    real_write = os.write
+    room = [20]
+
+    def nearly_full(fd: int, data: bytes) -> int:
+        if not room[0]:
+            raise OSError(28, "No space left on device")
+        taken = min(room[0], len(data))
+        room[0] -= taken
+        return real_write(fd, bytes(data[:taken]))
+
+    monkeypatch.setattr(datadir.os, "write", nearly_full)
+    saved, reason = write_spool_file(str(tmp_path), "/api/sessions/observations", b'{"claudeSessionId": "s"}' * 10)
+    assert not saved and "No space left" in reason
+    assert pending_spool_files(str(tmp_path)) == [] and os.listdir(spool_dir(str(tmp_path))) == []
+    room[0] = 10_000
+    assert write_spool_file(str(tmp_path), "/api/sessions/observations", b"{}") == (True, "")
+    (written,) = pending_spool_files(str(tmp_path))
+    assert Path(written).read_bytes() == b"/api/sessions/observations\n{}"
+

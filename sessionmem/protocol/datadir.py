@@ -30,7 +30,12 @@ def write_private(path: str, data: bytes, *, append: bool = False) -> None:
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
     fd = os.open(path, flags, PRIVATE_FILE)
     try:
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:  # a nearly full disk writes part of it: the rest, or an error, never a short file
+            written = os.write(fd, view)
+            if written <= 0:
+                raise OSError(28, "no space left on the device")
+            view = view[written:]
     finally:
         os.close(fd)
 

@@ -48,9 +48,16 @@ def write_spool_file(data_dir: str, path: str, body: bytes) -> tuple[bool, str]:
             return False, f"spool full ({MAX_FILES} files)"
         name = f"{time.time_ns():020d}-{os.getpid()}{SUFFIX}"
         temporary = os.path.join(directory, f".{name}.tmp")
+    except OSError as exc:
+        return False, str(exc)
+    try:
         write_private(temporary, path.encode("ascii") + b"\n" + body)
         os.replace(temporary, os.path.join(directory, name))
     except (OSError, UnicodeEncodeError) as exc:
+        try:
+            os.unlink(temporary)  # a full disk left part of it: not a file for anyone to find
+        except OSError:
+            pass
         return False, str(exc)
     return True, ""
 
