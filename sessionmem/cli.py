@@ -33,6 +33,7 @@ from sessionmem.protocol.state import (
     WorkerState,
     process_alive,
     read_state,
+    starting_worker,
     verified_worker,
 )
 
@@ -102,7 +103,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         make_private(str(settings.data_dir))
         # Held for the worker's lifetime: a second worker for this data dir stops here,
         # even if the first has not written worker.json yet.
-        instance_lock = open(settings.data_dir / INSTANCE_LOCK_FILE, "w")
+        instance_lock = open(settings.data_dir / INSTANCE_LOCK_FILE, "a+", encoding="ascii")  # not emptied: it
+        # may be a running worker's, naming its pid
     except OSError as exc:
         print(f"sessionmem: cannot use the data dir {settings.data_dir}: {exc.strerror or exc} "
               f"(choose another with --data-dir or SESSIONMEM_DATA_DIR)", file=sys.stderr)
@@ -112,6 +114,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except BlockingIOError:
         print(f"sessionmem: a worker is already running for {settings.data_dir}", file=sys.stderr)
         return 1
+    # Named in the lock, so that `stop` and `status` find a worker still starting (no worker.json yet).
+    instance_lock.seek(0)
+    instance_lock.truncate()
+    instance_lock.write(f"{os.getpid()}\n")
+    instance_lock.flush()
     if not is_loopback(settings.host):
         print(f"sessionmem: WARNING: binding {settings.host}, not loopback: other machines can reach this worker "
               f"(every request but /api/health still needs the token)", file=sys.stderr)
@@ -165,7 +172,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         _, health = _call(config, "GET", routes.HEALTH)
         _, debug = _call(config, "GET", routes.DEBUG)
     except WorkerUnreachable as exc:
-        if _foreign(exc):
+        starting = starting_worker(config.data_dir)
+        if starting is not None:
+            print(f"sessionmem: worker {starting} is starting (replaying its journal, importing spooled events); "
+                  f"it answers once ready")
+        elif _foreign(exc):
             print(f"sessionmem: {unanswered(config, str(exc))}")
         else:
             print(f"sessionmem: worker not running on {config.host}:{port} ({exc})")
@@ -201,13 +212,16 @@ def cmd_stop(args: argparse.Namespace) -> int:
     settings = _settings(args)
     state = _running_worker(settings)
     if state is None:
-        print("sessionmem: no worker running for", settings.data_dir)
-        return 0
-    if verified_worker(str(settings.data_dir)) is None:
+        pid = starting_worker(str(settings.data_dir))  # still starting: no worker.json yet
+        if pid is None:
+            print("sessionmem: no worker running for", settings.data_dir)
+            return 0
+    elif verified_worker(str(settings.data_dir)) is None:
         print(f"sessionmem: {settings.state_path} names pid {state.pid}, which is not this data dir's worker "
               f"(a stale file); not signalling it", file=sys.stderr)
         return 1
-    pid = state.pid
+    else:
+        pid = state.pid
     report_path = settings.data_dir / SHUTDOWN_REPORT_FILE
     report_path.unlink(missing_ok=True)
     timeout = args.timeout if args.timeout is not None else settings.shutdown_timeout_s + STOP_MARGIN_S

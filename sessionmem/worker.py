@@ -175,18 +175,38 @@ def configure_logging(settings: Settings, *, to_stderr: bool) -> None:
 
 
 async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-    """Run the worker until SIGTERM or SIGINT; reports the bound port via ``task_status``."""
+    """Run the worker until SIGTERM or SIGINT; reports the bound port via ``task_status``.
+
+    A signal while the worker is still starting (importing a large spool, say) ends the
+    start there, rather than being heard once it serves: what was imported is journaled,
+    the rest waits in the spool, and journaled events are replayed at the next start.
+    """
     budget = ShutdownBudget(settings.shutdown_timeout_s)
+    signalled = trio.Event()
+    starting = trio.CancelScope()
+    serving: Services | None = None
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
 
-        async def until_signalled() -> None:
+        async def watch_signals() -> None:
             async for received in signals:
-                log.info("signal %s: shutting down within %.0f s", signal.Signals(received).name, budget.total_s)
+                name = signal.Signals(received).name
+                if serving is None:
+                    log.info("signal %s while starting: stopping now", name)
+                    starting.cancel(reason=f"{name} while starting")
+                else:
+                    log.info("signal %s: shutting down within %.0f s", name, budget.total_s)
+                signalled.set()
                 return
 
-        async with open_services(settings, budget=budget, freeze_when_warm=True) as services:
-            await serve_http(services, budget, shutdown_trigger=until_signalled, task_status=task_status)
-    _report_shutdown(settings, budget, services.status.pending_at_exit)
+        async with trio.open_nursery() as watching:
+            watching.start_soon(watch_signals)
+            with starting:
+                async with open_services(settings, budget=budget, freeze_when_warm=True) as services:
+                    serving = services
+                    await serve_http(services, budget, shutdown_trigger=signalled.wait, task_status=task_status)
+            watching.cancel_scope.cancel(reason="the worker stopped")
+    if serving is not None:
+        _report_shutdown(settings, budget, serving.status.pending_at_exit)
 
 
 @asynccontextmanager

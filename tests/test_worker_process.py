@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -161,3 +162,55 @@ def test_a_worker_that_cannot_run_shows_the_stall_in_debug_and_its_log(
     log = worker.wait_until(lambda: (text := (worker.data_dir / "worker.log").read_text()) and
                             "Trio thread could not run for" in text and text)
     assert "could not run for 1." in log
+
+
+def test_a_worker_stops_while_it_imports_a_large_spool_and_loses_nothing(tmp_path: Path) -> None:
+    """SIGTERM while the worker still imports what clients spooled: `status` and `stop` find it (no
+    worker.json yet), it stops there instead of after the whole import, and the next start imports
+    the rest."""
+    from sessionmem.protocol import routes
+    from sessionmem.protocol.spool import pending_spool_files, write_spool_file
+    from sessionmem.testing.worker_process import start_worker
+
+    data = tmp_path / "data"
+    data.mkdir()
+    spooled = 4000
+    write_spool_file(str(data), routes.INIT, json.dumps(
+        {"claudeSessionId": "big", "cwd": "/w/big", "prompt": "go", "idempotencyKey": "i"}).encode())
+    for number in range(spooled):
+        write_spool_file(str(data), routes.OBSERVATIONS, json.dumps(
+            {"claudeSessionId": "big", "cwd": "/w/big", "tool_name": "Bash", "tool_use_id": f"t{number}",
+             "tool_input": {"command": f"echo {number}"}, "idempotencyKey": f"k{number}"}).encode())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONMEM_", "ANTHROPIC_"))}
+    env.update({"SESSIONMEM_DATA_DIR": str(data), "SESSIONMEM_PORT": "0", "SESSIONMEM_EMBEDDER": "none",
+                "SESSIONMEM_COMPRESSOR": "offline"})
+
+    def command(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "sessionmem", *args], env=env, capture_output=True, text=True,
+                              timeout=60)
+
+    with open(data / "first.stderr", "wb") as log:
+        first = subprocess.Popen([sys.executable, "-m", "sessionmem", "serve"], env=env, stdout=log, stderr=log,
+                                 stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while len(pending_spool_files(str(data))) > spooled:  # until its import has begun
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.01)
+        status = command("status")
+        assert f"worker {first.pid} is starting" in status.stdout
+        stopped = command("stop")
+        assert stopped.returncode == 0 and f"worker {first.pid} " in stopped.stdout, stopped.stderr
+        assert first.wait(10) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+    left = len(pending_spool_files(str(data)))
+    assert 0 < left < spooled  # it stopped during the import, not after it
+
+    with start_worker(data, env={"SESSIONMEM_EMBEDDER": "none", "SESSIONMEM_COMPRESSOR": "offline"},
+                      timeout=120) as second:
+        second.wait_idle(timeout=120)
+        assert pending_spool_files(str(data)) == []
+        stored = second.get("/api/sessions?limit=10")["sessions"]
+        assert [(s["claudeSessionId"], s["observations"]) for s in stored] == [("big", spooled)]

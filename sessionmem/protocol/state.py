@@ -77,6 +77,22 @@ def is_sessionmem_process(pid: int) -> bool:
         return False
 
 
+def starting_worker(data_dir: str) -> int | None:
+    """The pid of this data dir's worker while it starts, else ``None``.
+
+    A starting worker holds the instance lock, and has written its pid into it, but has
+    not written ``worker.json`` yet (it replays its journal, imports a spool first).
+    """
+    if read_state(data_dir) is not None or not holds_instance_lock(data_dir):
+        return None
+    try:
+        with open(os.path.join(data_dir, INSTANCE_LOCK_FILE), encoding="ascii") as f:
+            pid = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if process_alive(pid) and is_sessionmem_process(pid) else None
+
+
 def verified_worker(data_dir: str) -> WorkerState | None:
     """:func:`read_state`, and the process it names really is this data dir's worker.
 
