@@ -15,18 +15,20 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
-from sessionmem.protocol.limits import MAX_SESSION_ID, MAX_TOOL_NAME
+from sessionmem.protocol.limits import MAX_IDENTIFIER, MAX_PATH, MAX_SESSION_ID, MAX_TOOL_NAME
 
 SessionId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_SESSION_ID)]
+Identifier = Annotated[str, msgspec.Meta(max_length=MAX_IDENTIFIER)]
+PathText = Annotated[str, msgspec.Meta(max_length=MAX_PATH)]
 
 
 class _SessionBody(msgspec.Struct, frozen=True, kw_only=True):
     """Fields every ingest body shares."""
 
     claudeSessionId: SessionId
-    cwd: str = ""
-    project: str = ""
-    idempotencyKey: str = ""  # an event with a key seen before is not stored again
+    cwd: PathText = ""
+    project: PathText = ""
+    idempotencyKey: Identifier = ""  # an event with a key seen before is not stored again
     occurredAt: Annotated[float, msgspec.Meta(ge=0, le=1e11)] = 0.0  # when it happened (Unix s); 0: on arrival
 
 
@@ -46,10 +48,10 @@ class ObservationRequest(_SessionBody, frozen=True, kw_only=True):
     tool_name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TOOL_NAME)]
     tool_input: Any = None
     tool_response: Any = None
-    tool_use_id: str = ""
-    agent_id: str = ""
-    agent_type: str = ""
-    hook_event_name: str = ""
+    tool_use_id: Identifier = ""
+    agent_id: Identifier = ""
+    agent_type: Identifier = ""
+    hook_event_name: Identifier = ""
     error: str = ""
     failed: bool = False
 

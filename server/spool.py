@@ -32,6 +32,7 @@ import trio
 
 from sessionmem.actors.child import MailboxFull
 from sessionmem.logs import log_exception
+from sessionmem.protocol.limits import MAX_BODY_BYTES
 from sessionmem.protocol.routes import INGEST
 from sessionmem.protocol.spool import SpoolFormatError, parse_spool_file, pending_spool_files, reject_spool_file
 from sessionmem.server.ingest import Ingestor
@@ -44,6 +45,8 @@ BLOCKED_WAIT_S = 4.0  # how long one round waits for room in a full mailbox
 ROOM_POLL_S = 0.05
 
 
+MAX_ROUTE_LINE = 256  # the route path and newline before a spooled body
+
 class SpoolStatistics(msgspec.Struct, frozen=True):
     rounds: int
     imported: int
@@ -55,9 +58,10 @@ class SpoolStatistics(msgspec.Struct, frozen=True):
 
 
 class SpoolImporter:
-    def __init__(self, ingestor: Ingestor, data_dir: Path) -> None:
+    def __init__(self, ingestor: Ingestor, data_dir: Path, *, max_body_bytes: int = MAX_BODY_BYTES) -> None:
         self._ingestor = ingestor
         self._data_dir = str(data_dir)
+        self._max_body_bytes = max_body_bytes
         self._rounds = self._imported = self._duplicates = self._rejected = self._waiting = 0
         self._failed_rounds = 0
         self._last_error = ""
@@ -97,11 +101,17 @@ class SpoolImporter:
 
     async def _import_file(self, file: str) -> str:
         """``imported``, ``duplicate``, ``rejected`` or ``blocked`` (a mailbox stayed full)."""
+        size = (await trio.to_thread.run_sync(os.stat, file)).st_size
+        if size > self._max_body_bytes + MAX_ROUTE_LINE:
+            # What HTTP would have refused (413) is not let in by the side door (nor read whole).
+            return await self._reject(file, f"{size} bytes: larger than the body limit ({self._max_body_bytes})")
         raw = await trio.to_thread.run_sync(Path(file).read_bytes)
         try:
             path, body = parse_spool_file(raw, INGEST)
         except SpoolFormatError as exc:
             return await self._reject(file, str(exc))
+        if len(body) > self._max_body_bytes:
+            return await self._reject(file, f"{len(body)} bytes: larger than the body limit ({self._max_body_bytes})")
         give_up_at = trio.current_time() + BLOCKED_WAIT_S
         while True:
             try:

@@ -336,7 +336,7 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
     pool = ConnectionPool(max_connections=connection_limit(settings.max_connections),
                           request_timeout_s=settings.request_timeout_s)
     return Services(settings, status, store, router, supervisor, compressor, broadcaster, ingestor,
-                    SpoolImporter(ingestor, settings.data_dir), guard, pool, embedder, index,
+                    SpoolImporter(ingestor, settings.data_dir, max_body_bytes=settings.max_body_bytes), guard, pool, embedder, index,
                     search, ContextPlanner(store, index, embedder, observations=settings.context_observations),
                     Pruner(store, retention_days=settings.raw_retention_days), LoopWatch())
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import trio
 
+from sessionmem.protocol.limits import MAX_BODY_BYTES
 from sessionmem.protocol.requests import api_call
 from sessionmem.testing.harness import InProcessWorker, open_worker
 
@@ -145,6 +146,8 @@ MALFORMED = [
     (b'{"tool_name": "Bash"}', "$", "missing required field `claudeSessionId`"),
     (b'{"claudeSessionId": "", "tool_name": "Bash"}', "$.claudeSessionId", "length >= 1"),
     (b'{"claudeSessionId": "s", "tool_name": "Bash", "failed": "yes"}', "$.failed", "Expected `bool`"),
+    (b'{"claudeSessionId": "s", "tool_name": "Bash", "tool_use_id": "' + b"t" * 300_000 + b'"}', "$.tool_use_id",
+     "length <= 512"),
 ]
 
 
@@ -318,7 +321,10 @@ async def test_bad_spool_files_are_set_aside_and_the_rest_imported(tmp_path: Pat
                                        b'"tool_input": ' + b"[" * 5000 + b"]" * 5000 + b"}",
         "00000000000000000003-1.json": b"/api/sessions/init\n" + b"\x00" * 100,
         "00000000000000000004-1.json": b"\xff\xfe/not/a/path\n{}",
-        "00000000000000000005-1.json": b'/api/sessions/init\n{"claudeSessionId": "s", "prompt": "kept",'
+        # Past the body limit: HTTP would have answered 413.
+        "00000000000000000005-1.json": b'/api/sessions/init\n{"claudeSessionId": "s", "prompt": "'
+                                       + b"x" * (MAX_BODY_BYTES + 1) + b'"}',
+        "00000000000000000006-1.json": b'/api/sessions/init\n{"claudeSessionId": "s", "prompt": "kept",'
                                        b' "idempotencyKey": "k5"}',
     }
     for name, raw in files.items():
@@ -328,8 +334,9 @@ async def test_bad_spool_files_are_set_aside_and_the_rest_imported(tmp_path: Pat
         assert [s["firstPrompt"] for s in sessions] == ["kept"]
         spool_stats = (await worker.debug())["spool"]
     rejected = sorted(p.name for p in (spool / "rejected").iterdir() if not p.name.endswith(".reason"))
-    assert rejected == sorted(list(files)[:4]) and list(spool.glob("*.json")) == []
-    assert spool_stats["rejected"] == 4 and spool_stats["imported"] == 1 and spool_stats["failedRounds"] == 0
+    assert rejected == sorted(list(files)[:5]) and list(spool.glob("*.json")) == []
+    assert spool_stats["rejected"] == 5 and spool_stats["imported"] == 1 and spool_stats["failedRounds"] == 0
     reasons = [(spool / "rejected" / f"{name}.reason").read_text() for name in rejected]
     assert "not valid UTF-8" in reasons[0] and "nested too deeply" in reasons[1]
+    assert "larger than the body limit" in reasons[4]
     assert not any(r.exc_info for r in caplog.records) and sum(len(r.getMessage()) for r in caplog.records) < 5000

@@ -21,6 +21,8 @@ MAX_BODY_BYTES = 5 * 1024 * 1024  # a larger request body is refused with 413
 FIELD_CAP = 64 * 1024  # bytes of one tool input, tool response, error or message, as JSON
 MAX_SESSION_ID = 256  # characters of a Claude session id
 MAX_TOOL_NAME = 512
+MAX_IDENTIFIER = 512  # characters of a tool use id, an agent's id or type, an idempotency key
+MAX_PATH = 4096  # characters of a working directory or a project name
 MAX_REASON = 200  # characters of a SessionEnd reason
 MAX_DEPTH = 64  # nesting of a tool value kept as structure; deeper values are kept as their JSON text
 
