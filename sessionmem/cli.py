@@ -22,7 +22,7 @@ from typing import Any
 
 from sessionmem import data_cli, search_cli
 from sessionmem.command_client import CommandFailed, call, unanswered
-from sessionmem.config import Settings, SettingsError, load_settings
+from sessionmem.config import DATABASE_FILE, Settings, SettingsError, load_settings
 from sessionmem.protocol import routes
 from sessionmem.protocol.config import DATA_DIR_ENV, ClientConfig
 from sessionmem.protocol.datadir import make_private, private_umask
@@ -370,6 +370,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 LOW_DISK_BYTES = 100 * 1024 * 1024
+SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def _data_dir_health(path: Path) -> tuple[bool, str]:
@@ -389,6 +390,16 @@ def _data_dir_health(path: Path) -> tuple[bool, str]:
             os.fsync(probe.fileno())
     except OSError as exc:
         return False, f"data dir {path} does not take a write: {exc.strerror or exc}"
+    database = path / DATABASE_FILE
+    try:
+        with open(database, "rb") as f:
+            head = f.read(16)
+    except FileNotFoundError:
+        head = SQLITE_HEADER
+    except OSError as exc:
+        return False, f"database {database} cannot be read: {exc.strerror or exc}"
+    if head and head != SQLITE_HEADER:
+        return False, f"database {database} is not a SQLite database (move it aside; the worker cannot start)"
     free = shutil.disk_usage(path).free
     if free < LOW_DISK_BYTES:
         return False, f"data dir {path}: only {free // (1024 * 1024)} MB free on its disk"

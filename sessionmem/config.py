@@ -26,6 +26,8 @@ DEFAULT_PORT = int(SHARED["port"])  # type: ignore[call-overload]
 DEFAULT_SKIP_TOOLS = ("TodoWrite", "AskUserQuestion", "ListMcpResourcesTool", "SlashCommand", "Skill")
 
 
+DATABASE_FILE = "sessionmem.db"
+
 class SettingsError(ValueError):
     """A setting could not be read; the message names the key and the source."""
 
@@ -99,7 +101,7 @@ class Settings:
 
     @property
     def db_path(self) -> Path:
-        return self.data_dir / "sessionmem.db"
+        return self.data_dir / DATABASE_FILE
 
     @property
     def index_dir(self) -> Path:

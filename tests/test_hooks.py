@@ -162,6 +162,25 @@ def test_session_start_starts_one_worker_for_concurrent_hooks(tmp_path: Path, pa
             time.sleep(0.05)
 
 
+def test_session_start_stops_waiting_for_a_worker_that_cannot_start(tmp_path: Path,
+                                                                     payloads: list[dict[str, Any]]) -> None:
+    """A worker that exits at start (its database is not one) will not become ready: the hook stops
+    waiting then, not at its start timeout, and says why in its log; `doctor` names the file."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "settings.json").write_text(json.dumps({"start_timeout_s": 30}))
+    (data_dir / "sessionmem.db").write_bytes(b"this is not a database, " * 100)
+    started = time.monotonic()
+    result = run_hook("SessionStart", by_event(payloads, "SessionStart"), data_dir, SESSIONMEM_PORT="0")
+    assert result.returncode == 0 and time.monotonic() - started < 25
+    assert "the worker exited at start" in (data_dir / "hooks.log").read_text()
+    assert "is damaged" in (data_dir / "worker.stderr").read_text()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONMEM_")}
+    doctor = subprocess.run([sys.executable, "-m", "sessionmem", "doctor", "--data-dir", str(data_dir)],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert doctor.returncode == 1 and "is not a SQLite database" in doctor.stdout, doctor.stdout
+
+
 def test_hook_timeout_bounds_a_hanging_worker(tmp_path: Path, payloads: list[dict[str, Any]]) -> None:
     import socket
 

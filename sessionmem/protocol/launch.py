@@ -59,13 +59,17 @@ def ensure_worker(config: ClientConfig, log: Callable[[str], None]) -> int | Non
         log(f"port {port} is in use by something that is not a ready sessionmem worker")
         return None
     # Held until the worker is ready, so a second hook waits instead of starting another.
-    lock_fd = _start_once(config, log) if state == "down" else None
+    lock_fd, process = _start_once(config, log) if state == "down" else (None, None)
     try:
         while time.monotonic() < deadline:
             time.sleep(POLL_S)
             port = config.worker_port()
             if probe(config, port, max(0.05, deadline - time.monotonic())) == "ready":
                 return port
+            if process is not None and process.poll() is not None:  # it will not become ready: stop waiting
+                log(f"the worker exited at start (status {process.returncode}); see "
+                    f"{os.path.join(config.data_dir, 'worker.stderr')}")
+                return None
     finally:
         if lock_fd is not None:
             os.close(lock_fd)
@@ -73,18 +77,19 @@ def ensure_worker(config: ClientConfig, log: Callable[[str], None]) -> int | Non
     return None
 
 
-def _start_once(config: ClientConfig, log: Callable[[str], None]) -> int | None:
-    """Start the worker unless another hook is doing so; returns the held lock, if taken."""
+def _start_once(config: ClientConfig, log: Callable[[str], None]) -> tuple[int | None, subprocess.Popen[bytes] | None]:
+    """Start the worker unless another hook is doing so; returns the held lock, if taken, and the process started."""
     os.makedirs(config.data_dir, exist_ok=True)
     lock_fd = os.open(os.path.join(config.data_dir, "worker.lock"), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(lock_fd)
-        return None  # another hook is starting it: just wait for readiness
+        return None, None  # another hook is starting it: just wait for readiness
+    process = None
     try:
         if probe(config, config.worker_port(), 0.2) != "down":
-            return lock_fd  # started meanwhile
+            return lock_fd, None  # started meanwhile
         with open(os.path.join(config.data_dir, "worker.stderr"), "ab") as out:
             process = subprocess.Popen(
                 [sys.executable, "-m", "sessionmem", "serve"],
@@ -98,4 +103,4 @@ def _start_once(config: ClientConfig, log: Callable[[str], None]) -> int | None:
         log(f"started worker pid {process.pid}")
     except OSError as exc:
         log(f"could not start the worker: {exc}")
-    return lock_fd
+    return lock_fd, process
