@@ -312,7 +312,10 @@ def build_offline_summary(
     compressor: str = "offline",
     compressed: bool = True,
 ) -> CompressedSummary:
-    turn = [o for o in inputs.observations if o.prompt_number == request.prompt_number] or inputs.observations
+    # This turn's work only (a turn without tool use has none: another turn's is not its); the whole
+    # session when the turn is not known (a stop of a session whose prompts were never seen).
+    number = request.prompt_number
+    turn = [o for o in inputs.observations if o.prompt_number == number] if number else inputs.observations
     cwd = context.cwd
     read = _unique(_relative(p, cwd) for o in turn for p in o.files_read)
     modified = _unique(_relative(p, cwd) for o in turn for p in o.files_modified)
@@ -320,7 +323,10 @@ def build_offline_summary(
     commands = [o.title for o in turn if o.tool_name == "Bash" and not o.failed]
     failures = [o.title for o in turn if o.failed]
 
-    prompt = request.last_user_message or (inputs.prompts[-1] if inputs.prompts else context.prompt)
+    # The turn's own prompt as stored, before what the transcript's last user line says (that can be
+    # Claude Code's "[Request interrupted by user]", or a later turn's).
+    stored = inputs.prompts[number - 1] if 0 < number <= len(inputs.prompts) else ""
+    prompt = stored or request.last_user_message or (inputs.prompts[-1] if inputs.prompts else context.prompt)
     investigated = []
     if read:
         investigated.append("Read " + ", ".join(read[:8]) + ("…" if len(read) > 8 else ""))

@@ -52,6 +52,8 @@ WORD_CANDIDATES = 50  # observations asked of full-text search when there are no
 # memories about as relevant, the newer first, but never a newer one that is unrelated.
 RECENCY_WEIGHT = 0.1
 EARLIER_SESSIONS = 5
+# Summaries read to find them: one a turn, so a few turns of each session.
+SUMMARIES_READ = (EARLIER_SESSIONS + 1) * 4
 _COUNTS = re.compile(r"\s*\((?:-\d+ \+\d+|\d+) lines?\)$")
 _DULL_FACT = re.compile(r"^(command: |exit status \d+$|command failed$|\S+ has \d+ lines$|\d+ lines read$|\d+ match)")
 
@@ -120,7 +122,7 @@ class ContextPlanner:
         Three hops off the Trio thread, each 0.1-0.2 ms on a busy machine: a read of where to
         start, the index (or the embedder), a read of the chosen rows.
         """
-        start = await self._store.context_start(project, summaries=EARLIER_SESSIONS + 1, recent=CANDIDATES,
+        start = await self._store.context_start(project, summaries=SUMMARIES_READ, recent=CANDIDATES,
                                                 latest_prompt=focus_latest_prompt and not focus)
         focus_prompt_id = None
         if start.latest_prompt is not None:
@@ -142,9 +144,9 @@ class ContextPlanner:
         rows = chosen.observations
         rows = [row for row in rows if not is_bare(row)] + [row for row in rows if is_bare(row)]
         sessions = {row.claude_session_id: row for row in chosen.sessions}
-        summaries = start.summaries
-        return ContextPlan(project, summaries[0] if summaries else None, focus if ranking != "recency" else "",
-                           ranking, group(rows, sessions), summaries[1:])
+        latest, earlier = earlier_sessions(start.summaries)
+        return ContextPlan(project, latest, focus if ranking != "recency" else "", ranking, group(rows, sessions),
+                           earlier)
 
     async def _relevant(self, focus: str, prompt_id: int | None, filters: SearchFilters,
                         among: list[tuple[str, int]] | None) -> tuple[list[RankedKey], str]:
@@ -183,6 +185,22 @@ class ContextPlanner:
 
         chosen = await self._store.context_rows([(key.kind, key.row_id) for key in candidates], filters, choose)
         return chosen, relevant_found
+
+
+def earlier_sessions(summaries: list[SummaryRow]) -> tuple[SummaryRow | None, list[SummaryRow]]:
+    """The newest summary, and the newest of each other session after it (up to :data:`EARLIER_SESSIONS`).
+
+    A summary is written per turn: the turns of the latest session are not earlier sessions.
+    """
+    if not summaries:
+        return None, []
+    seen = {summaries[0].claude_session_id}
+    earlier = []
+    for summary in summaries[1:]:
+        if summary.claude_session_id not in seen and len(earlier) < EARLIER_SESSIONS:
+            seen.add(summary.claude_session_id)
+            earlier.append(summary)
+    return summaries[0], earlier
 
 
 def ranked(relevant: list[RankedKey], recent: list[int]) -> list[int]:

@@ -107,6 +107,16 @@ async def test_summary_from_observations(payloads: list[dict[str, Any]]) -> None
     assert summary.next_steps == "Next, add a test."
     assert compressor.statistics() == CompressorStatistics("offline", tool_uses=4, summaries=0)
 
+    # A later turn without tool use (`/exit`, a question answered from memory) is summarized as
+    # itself: its own prompt, no work of the turn before, even when the transcript's last user
+    # line is Claude Code's own.
+    second = build_offline_summary(
+        CONTEXT, SummarizeEvent("s", "calcproj", last_user_message="[Request interrupted by user]", prompt_number=2),
+        SummaryInputs(prompts=["Fix the divide-by-zero bug in calc.py", "Thanks, that is all"], observations=rows))
+    assert second.request == "Thanks, that is all"
+    assert second.investigated == "" and second.completed == ""
+    assert second.notes == "0 tool uses (0 failed) in prompt 2 of 2."
+
 
 def test_the_output_of_a_background_task_says_what_it_ran_and_how_it_ended() -> None:
     # As Claude Code 2.1 records a TaskOutput (toolUseResult of a corpus transcript).
