@@ -131,9 +131,13 @@ def session_start(payload: dict[str, Any], project: str, config: ClientConfig, l
         output["hookSpecificOutput"] = {"hookEventName": "SessionStart", "additionalContext": context}
     if config.system_message:
         count = int(reply.headers.get(CONTEXT_COUNT_HEADER, "0") or 0)
+        # The pages need a login (a bare link answers 401): the command that gives one, as this
+        # install has it (a plugin's environment is not on PATH).
+        command = os.path.join(os.path.dirname(sys.executable), "sessionmem")
+        opener = f"`{command if os.path.exists(command) else 'sessionmem'} open`"
         output["systemMessage"] = (
-            f"sessionmem: {count} memories of {project} loaded · http://{config.host}:{port}/debug"
-            if count else f"sessionmem: no memories of {project} yet · http://{config.host}:{port}/debug"
+            f"sessionmem: {count} memories of {project} loaded · {opener} to browse them"
+            if count else f"sessionmem: no memories of {project} yet · {opener} shows what it records"
         )
     return output or None
 

@@ -69,6 +69,8 @@ def test_session_start_injects_context(worker: WorkerClient, payloads: list[dict
     assert output["hookSpecificOutput"]["hookEventName"] == "SessionStart"
     assert context.startswith("<sessionmem-context>") and "Edited calc.py" in context
     assert output["systemMessage"].startswith("sessionmem: 4 memories of calcproj loaded")
+    # The command that logs a browser in, as this install has it (the pages answer 401 to a bare link).
+    assert f"`{Path(sys.executable).parent / 'sessionmem'} open` to browse them" in output["systemMessage"]
 
     quiet = run_hook("SessionStart", by_event(payloads, "SessionStart"), worker.data_dir,
                      SESSIONMEM_SYSTEM_MESSAGE="0")
