@@ -53,8 +53,11 @@ class FastIngest:
         self._on_error = on_error
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in Ingestor.PATHS:
+        if scope["type"] != "http" or scope["path"] not in Ingestor.PATHS:
             await self._app(scope, receive, send)
+            return
+        if scope["method"] != "POST":
+            await respond(send, 405, ErrorReply(f"{scope['path']} takes POST only"), headers=[(b"allow", b"POST")])
             return
         body = await self._read_body(scope, receive, send)
         if body is None:

@@ -159,6 +159,8 @@ async def test_malformed_bodies_are_400_with_path_and_lose_nothing_else(app: InP
         assert reply.json()["path"] == path and message in reply.json()["error"], (raw, reply.json())
     for raw in (b"{", b'{"claudeSessionId": 1}', b"\xff\xfe", b"null"):
         assert (await app.request("POST", OBS, raw=raw)).status == 400
+    wrong_method = await app.request("GET", OBS)
+    assert wrong_method.status == 405 and wrong_method.headers["allow"] == "POST"
     huge = b'{"claudeSessionId": "s-bad", "tool_name": "Bash", "tool_response": "' + b"x" * (6 * 1024 * 1024) + b'"}'
     reply = await app.request("POST", OBS, raw=huge)
     assert reply.status == 413 and "limit" in reply.json()["error"]
