@@ -89,7 +89,7 @@ def init_event(request: InitRequest, clean: EdgeCleaner) -> InitEvent:
         claude_session_id=request.claudeSessionId,
         project=resolve_project(request.project, request.cwd),
         cwd=request.cwd,
-        prompt=clean.redactor.text(prompt),
+        prompt=clean.text(prompt),
         skip_reason=skip_reason,
         key=request.idempotencyKey,
         occurred_at=occurred_at(request),

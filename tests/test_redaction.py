@@ -145,3 +145,28 @@ async def test_no_secret_reaches_the_data_dir(tmp_path: Path) -> None:
     for secret in (AWS, ANTHROPIC, GITHUB, "ZmFrZSBrZXkgbWF0ZXJpYWw", "correcthorse42", "hunter2x"):
         assert data_dir_contains(data_dir, secret.encode()) == [], secret
     assert data_dir_contains(data_dir, b"[REDACTED:aws-access-key]")
+
+
+def test_a_huge_text_is_redacted_only_where_it_is_kept() -> None:
+    """Megabytes cut to head and tail are redacted in the kept ends with a margin, never whole: the
+    worker's single thread pays for ~cap characters however long the text. A secret across a cut
+    or cut by a window's edge is gone all the same."""
+    from sessionmem.protocol.fields import REDACT_MARGIN, clean_text
+    from sessionmem.protocol.limits import FIELD_CAP, head_tail
+
+    redactor = Redactor()
+    seen: list[int] = []
+
+    def redact(text: str) -> str:
+        seen.append(len(text))
+        return redactor.text(text)
+
+    plain = "".join(f"line {n}: nothing to hide here\n" for n in range(200_000))  # ~6 MB
+    assert clean_text(plain, FIELD_CAP, redact) == head_tail(plain, FIELD_CAP)  # the same cut as ever
+    assert max(seen) <= FIELD_CAP // 2 + REDACT_MARGIN
+    keep = (FIELD_CAP - 64) // 2
+    for at in (keep - 10, len(plain) - keep - 10,  # across the head's cut, across the tail's cut
+               len(plain) - keep - REDACT_MARGIN - 10):  # across the tail window's own edge
+        text = plain[:at] + AWS + plain[at + len(AWS):]
+        cleaned = clean_text(text, FIELD_CAP, redact)
+        assert not any(AWS[i:i + 8] in cleaned for i in range(len(AWS) - 7)), at  # no part of it either

@@ -14,7 +14,7 @@ nothing downstream has to walk an adversarially deep structure, and nothing is l
 from __future__ import annotations
 
 from sessionmem.protocol import fastjson
-from sessionmem.protocol.limits import MAX_DEPTH, bound_value, deeper_than, head_tail
+from sessionmem.protocol.limits import ELISION, MAX_DEPTH, bound_value, deeper_than, head_tail
 from sessionmem.protocol.privacy import contains_tag, strip_private, strip_private_deep
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
@@ -23,17 +23,32 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+# Beyond each cut, what is redacted with the kept text (longer than any secret a pattern finds whole).
+REDACT_MARGIN = 8192  # an 8192-bit RSA key in PEM is ~6.4 KB
+
 def encode_utf8(value: Any) -> bytes:
     """The compact JSON encoding clients send (the worker passes msgspec's, which is the same size)."""
     return fastjson.dumps(value).encode("utf-8")
 
 
 def clean_text(text: str, cap: int, redact: Callable[[str], str] | None = None) -> str:
-    """``text`` without private spans (and, given ``redact``, secrets), cut to head and tail beyond ``cap`` characters."""
+    """``text`` without private spans (and, given ``redact``, secrets), cut to head and tail beyond ``cap`` characters.
+
+    Only what is kept is redacted: each end with :data:`REDACT_MARGIN` characters beyond
+    its cut, then the margin dropped. A secret across a cut is whole in the margin and
+    redacted before the cut; a secret cut by the window's own edge lies in the margin and
+    is dropped with it. So a body of megabytes costs the worker's single thread the
+    redaction of ~``cap`` characters, not of megabytes.
+    """
     text = strip_private(text)
-    if redact is not None:
-        text = redact(text)
-    return head_tail(text, cap)
+    if redact is None:
+        return head_tail(text, cap)
+    if len(text) <= cap + 2 * REDACT_MARGIN:
+        return head_tail(redact(text), cap)
+    keep = max(cap - 64, 2) // 2  # as head_tail keeps
+    head = redact(text[: keep + REDACT_MARGIN])
+    tail = redact(text[-(keep + REDACT_MARGIN):])
+    return head[: len(head) - REDACT_MARGIN] + ELISION.format(n=len(text) - 2 * keep) + tail[REDACT_MARGIN:]
 
 
 def clean_value(value: Any, cap: int, encode: Callable[[Any], bytes] = encode_utf8, *,

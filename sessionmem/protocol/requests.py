@@ -15,7 +15,6 @@ import zlib
 from sessionmem.protocol import fastjson
 from sessionmem.protocol.fields import clean_text, clean_value
 from sessionmem.protocol.limits import FIELD_CAP
-from sessionmem.protocol.privacy import strip_private
 from sessionmem.protocol.project import project_of
 from sessionmem.protocol.routes import COMPLETE, CONTEXT, IDEMPOTENCY_KEY, INIT, OBSERVATIONS, OCCURRED_AT, SUMMARIZE
 
@@ -114,7 +113,7 @@ def clean_body(body: dict[str, Any], cap: int = FIELD_CAP) -> dict[str, Any]:
     """
     cleaned = dict(body)
     if isinstance(cleaned.get("prompt"), str):
-        cleaned["prompt"] = strip_private(cleaned["prompt"])
+        cleaned["prompt"] = clean_text(cleaned["prompt"], cap)
     for key in TOOL_FIELDS:
         if key in cleaned:
             cleaned[key] = clean_value(cleaned[key], cap)
