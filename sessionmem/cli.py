@@ -102,9 +102,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         make_private(str(settings.data_dir))
         # Held for the worker's lifetime: a second worker for this data dir stops here,
-        # even if the first has not written worker.json yet.
-        instance_lock = open(settings.data_dir / INSTANCE_LOCK_FILE, "a+", encoding="ascii")  # not emptied: it
-        # may be a running worker's, naming its pid
+        # even if the first has not written worker.json yet. Opened without emptying it:
+        # it may be a running worker's, naming its pid.
+        instance_lock = open(settings.data_dir / INSTANCE_LOCK_FILE, "a+", encoding="ascii")
     except OSError as exc:
         print(f"sessionmem: cannot use the data dir {settings.data_dir}: {exc.strerror or exc} "
               f"(choose another with --data-dir or SESSIONMEM_DATA_DIR)", file=sys.stderr)
