@@ -155,7 +155,11 @@ def build_server(client: MemoryClient, default_project: str) -> MCPServer:
             min_length=1, max_length=MAX_BATCH_IDS,
             description="Observation ids, as search and timeline show them (plain numbers).")],
     ) -> str:
-        return render.observation_records(await ask(client.observations, ids))
+        reply = await ask(client.observations, ids)
+        if not reply["observations"]:
+            raise ToolError(f"no observation with id {', '.join(map(str, reply['missing']))} "
+                            f"(ids come from search or timeline)")
+        return render.observation_records(reply)
 
     server.add_tool(search, title="Search memory", annotations=READ_ONLY, structured_output=False, description=(
         f"Search the memory of past Claude Code sessions (project {default_project!r} unless `project` says "

@@ -30,10 +30,10 @@ from collections import OrderedDict
 import trio
 
 from sessionmem.logs import log_exception
+from sessionmem.protocol.safe_text import one_line, wrap
 from sessionmem.records import OBSERVATION, SUMMARY, SearchFilters
 from sessionmem.search.context import telling_fact
 from sessionmem.search.hybrid import SearchService
-from sessionmem.search.safe_text import one_line, wrap
 from sessionmem.storage.base import Store
 
 log = logging.getLogger(__name__)

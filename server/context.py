@@ -7,7 +7,7 @@ this order: the latest session's summary, the chosen memories (best session firs
 then one line for each earlier session; what does not fit is left out whole.
 
 Stored text is untrusted: every field printed here is neutralized
-(:func:`sessionmem.search.safe_text.neutral`).
+(:func:`sessionmem.protocol.safe_text.neutral`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 
 from sessionmem.protocol.privacy import CONTEXT_TAG
+from sessionmem.protocol.safe_text import one_line
 from sessionmem.records import SummaryRow
 from sessionmem.search.context import ContextLine, ContextPlan, SessionGroup
-from sessionmem.search.safe_text import one_line
 
 CHARS_PER_TOKEN = 4
 EARLIER_SHARE = 0.2  # of the budget kept for earlier sessions' one-liners, when there are some

@@ -1,7 +1,9 @@
-"""Stored text made safe to hand to an agent inside ``<sessionmem-context>``.
+"""Stored text made safe to hand to an agent: inside ``<sessionmem-context>``, or as an MCP tool's answer.
 
 Stored text is untrusted (it came from tool output, web pages, files). Every field put
-into injected context goes through :func:`neutral`: our tags in any spelling are
+into injected context, and into what the MCP tools answer Claude, goes through
+:func:`neutral` (standard library only, so the MCP server, which talks to the worker
+through this package alone, uses the same rules): our tags in any spelling are
 removed, so nothing can close the wrapper early and speak outside it, and control and
 bidirectional-override characters are dropped, so nothing hides or reorders what a
 reader sees. :func:`wrap` adds the wrapper, which the worker strips from whatever it
