@@ -20,7 +20,7 @@ import os
 import time
 from typing import Any
 
-from sessionmem.protocol.safe_text import neutral
+from sessionmem.protocol.safe_text import neutral_deep
 from sessionmem.records import OBSERVATION
 
 SNIPPET_CHARS = 100  # of a hit's snippet in the index: enough to tell two similar titles apart
@@ -60,7 +60,7 @@ def index_line(entry: dict[str, Any]) -> str:
 
 def search_index(reply: dict[str, Any], *, scope: str) -> str:
     """The answer of ``/api/search`` as an index; ``scope`` says where it looked (``project calcproj``)."""
-    reply = _neutral(reply)
+    reply = neutral_deep(reply)  # stored text, all of it, and it goes to Claude as it is
     results = reply["results"]
     query = _cut(reply["query"], 200)
     if not results:
@@ -86,7 +86,7 @@ def search_index(reply: dict[str, Any], *, scope: str) -> str:
 
 def timeline_text(reply: dict[str, Any]) -> str:
     """The answer of ``/api/timeline``: oldest first, the anchor marked ``>>``, a line per session and prompt."""
-    reply = _neutral(reply)
+    reply = neutral_deep(reply)  # stored text, all of it, and it goes to Claude as it is
     lines = [f"Timeline around {reply['anchorKind']} {reply['anchorId']} (project {reply['project'] or 'unknown'}), "
              f"oldest first:"]
     turn: tuple[str, int] | None = None
@@ -102,21 +102,9 @@ def _section(title: str, items: list[str]) -> list[str]:
     return [f"{title}:", *(f"- {item}" for item in items)] if items else []
 
 
-def _neutral(value: Any) -> Any:
-    """Every string in ``value`` (an answer of the worker) made :func:`neutral`: all of it is stored text,
-    what a tool read or printed, or what an import said, and it goes to Claude as it is."""
-    if isinstance(value, str):
-        return neutral(value)
-    if isinstance(value, dict):
-        return {key: _neutral(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_neutral(item) for item in value]
-    return value
-
-
 def observation_record(row: dict[str, Any]) -> str:
     """Everything stored of one observation (``/api/observations/batch``'s row)."""
-    row = _neutral(row)
+    row = neutral_deep(row)
     tool = row["toolName"] + (" (failed)" if row["failed"] else "")
     agent = f", in subagent {row['agentType'] or row['agentId']}" if row.get("agentId") else ""
     lines = [

@@ -20,6 +20,7 @@ from sessionmem.protocol import routes
 from sessionmem.protocol.config import ClientConfig
 from sessionmem.protocol.limits import MAX_PAGE, MAX_SEARCH_OFFSET, MAX_SEARCH_RESULTS
 from sessionmem.protocol.project import ALL_PROJECTS, project_of
+from sessionmem.protocol.safe_text import neutral_deep
 
 WIDTH = 100
 PROJECTS_NAMED = 20
@@ -45,6 +46,7 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
     if args.json:
         print(json.dumps(answer, indent=2, ensure_ascii=False))
         return 0
+    answer = neutral_deep(answer)  # stored text, printed to a terminal: no escape sequence of its own
     results = answer["results"]
     vectors = "" if answer["vectors"] in ("used", "not asked") else f" (vectors {answer['vectors']}: words only)"
     print(f"{len(results)} result(s) for {args.query!r}, {answer['mode']}{vectors}")
@@ -109,6 +111,7 @@ def cmd_show(args: argparse.Namespace, config: ClientConfig) -> int:
     if args.json:
         print(json.dumps(answer, indent=2, ensure_ascii=False))
         return 0 if not answer["missing"] else 1
+    answer = neutral_deep(answer)
     for row in answer["observations"]:
         print(f"#{row['id']}  {_date(row['createdAt'])}  {row['project']}  session {row['claudeSessionId']}"
               f"  prompt {row['promptNumber']}")

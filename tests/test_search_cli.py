@@ -59,6 +59,19 @@ def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
         not_an_id = sessionmem(data, worker.port, "show", "#one")
         assert not_an_id.returncode == 2 and "not an observation id: '#one'" in not_an_id.stderr
 
+        # Stored text reaches a terminal without escape sequences of its own (a title that would
+        # set the window's title, say).
+        worker.post("/api/sessions/observations", {
+            "claudeSessionId": "s1", "cwd": SHOP, "tool_name": "Bash", "tool_use_id": "t9",
+            "tool_input": {"command": "echo zebra \x1b]0;pwned\x07 \u202eevil"}})
+        worker.wait_idle()
+        worker.wait_indexed()
+        printed = sessionmem(data, worker.port, "search", "zebra", "--mode", "fts")
+        assert "zebra" in printed.stdout and "\x1b" not in printed.stdout and "\u202e" not in printed.stdout
+        shown_id = json.loads(sessionmem(data, worker.port, "search", "zebra", "--json", "--mode", "fts").stdout)
+        full = sessionmem(data, worker.port, "show", str(shown_id["results"][0]["id"])).stdout
+        assert "zebra" in full and "\x1b" not in full and "\u202e" not in full
+
         # Piped into a reader that stops early (`| head`): no traceback, success.
         env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONMEM_")}
         piped = subprocess.Popen([sys.executable, "-m", "sessionmem", "search", "cart", "--data-dir", str(data),
@@ -72,7 +85,7 @@ def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
         assert bad.returncode == 2 and "'since' must be a date" in bad.stderr
 
         status = sessionmem(data, worker.port, "status")
-        assert "vector index: ready, 2 vectors" in status.stdout  # the prompt and the edit, nothing pending
+        assert "vector index: ready, 3 vectors" in status.stdout  # the prompt, the edit, the echo; nothing pending
         for number in range(25):  # newer projects: shop is no longer among the first 20 the worker lists
             worker.post("/api/sessions/init", {"claudeSessionId": f"other{number}", "cwd": f"/work/other{number}",
                                               "prompt": "something else"})

@@ -13,6 +13,7 @@ ingests, so injected memory is never stored again as new memory.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from sessionmem.protocol.privacy import CONTEXT_TAG, strip_private
 
@@ -35,6 +36,17 @@ def neutral(text: str) -> str:
         if stripped == text:
             return text
         text = stripped
+
+
+def neutral_deep(value: Any) -> Any:
+    """Every string in JSON-like ``value`` (an answer of the worker) made :func:`neutral`."""
+    if isinstance(value, str):
+        return neutral(value)
+    if isinstance(value, dict):
+        return {key: neutral_deep(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [neutral_deep(item) for item in value]
+    return value
 
 
 def one_line(text: str, limit: int) -> str:
