@@ -6,6 +6,7 @@ Standard library only, through :mod:`sessionmem.protocol` (its token, its delive
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from sessionmem.protocol.config import ClientConfig
@@ -25,6 +26,13 @@ class CommandFailed(Exception):
         super().__init__(message)
         self.code = code
         self.answer = answer
+
+    def in_flags(self) -> CommandFailed:
+        """The same failure, the worker's query parameters (``query parameter 'since'``) named as the
+        command's flags (``--since``): a person typed flags."""
+        message = re.sub(r"query parameter '(\w+)'",
+                         lambda found: "the query" if found[1] == "q" else f"--{found[1]}", str(self))
+        return CommandFailed(message, self.code, self.answer)
 
 
 def unanswered(config: ClientConfig, detail: str) -> str:

@@ -81,7 +81,10 @@ def _export_to(out: TextIO, args: argparse.Namespace, config: ClientConfig) -> d
     while True:
         query = {key: value for key, value in (("project", args.project), ("since", args.since),
                                                ("after", after)) if value}
-        page = call(config, "GET", f"{routes.EXPORT}?{urlencode(query)}")
+        try:
+            page = call(config, "GET", f"{routes.EXPORT}?{urlencode(query)}")
+        except CommandFailed as exc:
+            raise exc.in_flags() from None
         if first:
             out.write(json.dumps(page["header"], ensure_ascii=False) + "\n")
             first = False

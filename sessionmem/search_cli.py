@@ -15,7 +15,7 @@ import time
 from typing import Any
 from urllib.parse import urlencode
 
-from sessionmem.command_client import call
+from sessionmem.command_client import CommandFailed, call
 from sessionmem.protocol import routes
 from sessionmem.protocol.config import ClientConfig
 from sessionmem.protocol.limits import MAX_PAGE, MAX_SEARCH_OFFSET, MAX_SEARCH_RESULTS
@@ -42,7 +42,10 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
                         ("file", args.file), ("kind", args.kind)):
         if value:
             query[name] = value
-    answer = call(config, "GET", f"{routes.SEARCH}?{urlencode(query)}")
+    try:
+        answer = call(config, "GET", f"{routes.SEARCH}?{urlencode(query)}")
+    except CommandFailed as exc:  # the worker names its query parameters; a person typed flags
+        raise exc.in_flags() from None
     if args.json:
         print(json.dumps(answer, indent=2, ensure_ascii=False))
         return 0

@@ -82,7 +82,7 @@ def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
         piped.stderr.close()
 
         bad = sessionmem(data, worker.port, "search", "cart", "--since", "last tuesday")
-        assert bad.returncode == 2 and "'since' must be a date" in bad.stderr
+        assert bad.returncode == 2 and "--since must be a date" in bad.stderr  # the flag, not the API's parameter
 
         status = sessionmem(data, worker.port, "status")
         assert "vector index: ready, 3 vectors" in status.stdout  # the prompt, the edit, the echo; nothing pending
