@@ -34,6 +34,15 @@ from sessionmem.protocol.prompts import typed_prompt
 from sessionmem.protocol.requests import is_internal_prompt
 
 # Lines Claude Code writes itself in the user's place: nobody typed them, and no hook saw them.
+# Claude Code's built-in commands that it handles itself, without the model: the transcript
+# records them, but no UserPromptSubmit hook fires for them live, so a backfill does not
+# make prompts (and summaries: "Request: /exit") of them either. Commands that send the
+# model a prompt (/init, /review, /compact's summary...) stay prompts.
+_LOCAL_COMMANDS = frozenset(f"/{name}" for name in (
+    "add-dir", "agents", "allowed-tools", "bashes", "bug", "clear", "config", "context", "cost", "doctor", "exit",
+    "export", "feedback", "help", "hooks", "ide", "login", "logout", "mcp", "memory", "migrate-installer", "model",
+    "output-style", "permissions", "privacy-settings", "quit", "release-notes", "resume", "rewind", "status",
+    "statusline", "terminal-setup", "theme", "todos", "upgrade", "usage", "vim"))
 _NOT_PROMPTS = ("<local-command-stdout>", "<local-command-stderr>", "Caveat: The messages below were generated",
                 "[Request interrupted by user")
 
@@ -167,7 +176,10 @@ def _is_prompt(entry: dict[str, Any]) -> str:
     text = _text(content).strip()
     if not text or is_internal_prompt(text) or text.startswith(_NOT_PROMPTS):
         return ""
-    return typed_prompt(text)  # a slash command as the user typed it, not its tags
+    typed = typed_prompt(text)  # a slash command as the user typed it, not its tags
+    if typed.split(" ", 1)[0] in _LOCAL_COMMANDS:
+        return ""
+    return typed
 
 
 def _agent_fields(entry: dict[str, Any]) -> dict[str, str]:
