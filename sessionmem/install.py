@@ -22,6 +22,7 @@ Error handling:
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -157,7 +158,7 @@ def install(path: Path | None = None) -> tuple[Path, Path | None]:
     for stage in STAGES:
         if not isinstance(hooks.get(stage, []), list):
             raise InstallError(f"{path}: \"hooks\".{stage} is not a JSON list; fix or move it first")
-    settings, _ = _without_ours(before)
+    settings, _ = _without_ours(copy.deepcopy(before))  # changed below; `before` stays what the file holds
     hooks = settings.setdefault("hooks", {})
     for stage, (matcher, timeout) in STAGES.items():
         group: dict[str, Any] = {"hooks": [{"type": "command", "command": hook_command(stage), "timeout": timeout}]}

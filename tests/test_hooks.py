@@ -259,6 +259,13 @@ def test_unit_install_is_idempotent_and_reversible(tmp_path: Path, monkeypatch: 
     assert json.loads(settings.read_text()) == original
     assert uninstall(settings)[1] == 0
 
+    # Settings without any hooks yet, or with none of ours: installed, with a backup.
+    for original in ({}, {"model": "opus", "permissions": {"allow": []}}):
+        settings.write_text(json.dumps(original))
+        _, backup = install(settings)
+        assert set(installed_stages(settings)) == set(STAGES) and backup is not None
+        assert {k: v for k, v in json.loads(settings.read_text()).items() if k != "hooks"} == original
+
     # Settings whose hooks are not the shape Claude Code reads: a clear refusal, the file untouched.
     from sessionmem.install import InstallError
 
