@@ -165,14 +165,15 @@ def _summary_event_id(record: SummaryRecord) -> int:
     return -(zlib.crc32(identity) | ((zlib.adler32(identity) & 0x3FFFFFFF) << 32)) - 1  # within SQLite's int64
 
 
-def _session(connection: apsw.Connection, claude_session_id: str, project: str, at: float) -> int:
+def _session(connection: apsw.Connection, claude_session_id: str, project: str, at: float) -> tuple[int, bool]:
+    """The row id of the session, and whether it was made now (a record came without its session's)."""
     row = connection.execute("SELECT id FROM sessions WHERE claude_session_id = ?", (claude_session_id,)).fetchone()
     if row:
-        return row[0]
+        return row[0], False
     connection.execute(
         "INSERT INTO sessions (claude_session_id, project, status, created_at, updated_at) VALUES (?, ?, 'completed', ?, ?)",
         (claude_session_id, project, at, at))
-    return connection.last_insert_rowid()
+    return connection.last_insert_rowid(), True
 
 
 def import_records(connection: apsw.Connection, records: Sequence[Record], now: float) -> ImportCounts:
@@ -198,7 +199,8 @@ def import_records(connection: apsw.Connection, records: Sequence[Record], now: 
                 " WHERE claude_session_id = ?3", (record.created_at, record.updated_at, record.claude_session_id))
             continue
         project = getattr(record, "project", None) or projects.get(record.claude_session_id, "unknown")
-        session = _session(connection, record.claude_session_id, project, record.created_at)
+        session, made = _session(connection, record.claude_session_id, project, record.created_at)
+        counts["sessions"] += made
         if isinstance(record, PromptRecord):
             connection.execute(
                 "INSERT OR IGNORE INTO user_prompts (session_db_id, project, prompt_number, text, created_at)"
@@ -221,6 +223,13 @@ def import_records(connection: apsw.Connection, records: Sequence[Record], now: 
                  record.created_at, now))
             stored("observations")
         else:
+            # The same summary by what it is, not by its event id: one the worker made itself has
+            # its journal event's (an import of a store into itself made every summary twice).
+            if connection.execute(
+                    "SELECT 1 FROM session_summaries WHERE session_db_id = ? AND prompt_number = ? AND created_at = ?",
+                    (session, record.prompt_number, record.created_at)).fetchone():
+                counts["already_there"] += 1
+                continue
             connection.execute(
                 "INSERT OR IGNORE INTO session_summaries (session_db_id, project, prompt_number, event_id, request,"
                 " investigated, learned, completed, next_steps, notes, compressed, compressor, model, created_at,"

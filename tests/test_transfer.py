@@ -61,6 +61,11 @@ async def test_a_round_trip_finds_the_same_memories(tmp_path: Path, monkeypatch:
         expected = {mode: await found(source, mode) for mode in ("fts", "hybrid")}
         shop_only = await export_all(source, "&project=shop")
         recent = await export_all(source, f"&since={time.time() + 60:.0f}")
+        # Into the store it came from: all there already (summaries too, which the worker made
+        # itself under their journal events' ids).
+        into_itself = (await source.request("POST", "/api/import", {"records": exported})).json()
+        assert into_itself == {"sessions": 0, "prompts": 0, "observations": 0, "summaries": 0,
+                               "alreadyThere": len(exported)}
     kinds = [record["kind"] for record in exported]
     assert kinds.count("session") == 3 and kinds.count("prompt") == 3 and kinds.count("observation") == 4
     assert kinds.count("summary") == 2 and not any("toolInput" in r or "toolResponse" in r for r in exported)
@@ -81,6 +86,10 @@ async def test_a_round_trip_finds_the_same_memories(tmp_path: Path, monkeypatch:
         assert sessions["shop-1"]["promptCounter"] == 1 and sessions["shop-1"]["observations"] == 2
         assert [r["createdAt"] for r in exported if r["kind"] == "observation"] == [
             r["createdAt"] for r in await export_all(target) if r["kind"] == "observation"]  # their own times
+        lone = {**[r for r in exported if r["kind"] == "observation"][0], "claudeSessionId": "came-alone",
+                "toolUseId": "alone-1"}
+        made = (await target.request("POST", "/api/import", {"records": [lone]})).json()
+        assert made["sessions"] == 1 and made["observations"] == 1  # the session it made is counted
         bad = await target.request("POST", "/api/import", {"records": [{"kind": "observation", "title": 3}]})
         assert bad.status == 400 and bad.json()["path"].startswith("$.records[0]")
 
