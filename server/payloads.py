@@ -15,11 +15,7 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
-from sessionmem.protocol.limits import MAX_IDENTIFIER, MAX_PATH, MAX_SESSION_ID, MAX_TOOL_NAME
-
-SessionId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_SESSION_ID)]
-Identifier = Annotated[str, msgspec.Meta(max_length=MAX_IDENTIFIER)]
-PathText = Annotated[str, msgspec.Meta(max_length=MAX_PATH)]
+from sessionmem.records import Identifier, PathText, SessionId, ToolName
 
 
 class _SessionBody(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,7 +41,7 @@ class LegacyInitRequest(msgspec.Struct, frozen=True):
 
 
 class ObservationRequest(_SessionBody, frozen=True, kw_only=True):
-    tool_name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TOOL_NAME)]
+    tool_name: ToolName
     tool_input: Any = None
     tool_response: Any = None
     tool_use_id: Identifier = ""

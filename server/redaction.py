@@ -74,6 +74,7 @@ class Patterns:
     keyword_at: re.Pattern[str]  # an assignment to a secret name, tried where a keyword occurs
     keyword_flag: re.Pattern[str]  # the same names as command-line flags
     secret_name: re.Pattern[str]  # a JSON key that names a token
+    token_at: re.Pattern[str]  # a name ending in "token" assigned a value
     secret_key: re.Pattern[str]  # a key of a structured value that names a secret (either rule's names)
     triggers: Triggers
 
@@ -91,7 +92,12 @@ def _detect_secrets(kind: str, plugin: str, triggers: Iterable[str], groups: dic
 
 
 # A value that is plainly not a secret: a placeholder, a variable, a redaction already.
-_NOT_A_SECRET = re.compile(r"(?i)^(?:\[REDACTED|none|null|true|false|undefined|\$\{?\w+\}?|<[^>]*>|\*+|x+|)$")
+_NOT_A_SECRET = re.compile(r"(?i)^(?:\[REDACTED|none|null|true|false|undefined|\$\{?\w+\}?|<[^>]*>|\*+|x+|"
+                           r"~?/[\w.@/-]*|https?://[^\s@]*|)$")  # also: a path, a URL with no user in it
+# A key that names something about a secret, not the secret (passwordPolicy, secretName, pwdLastSet).
+_ABOUT_A_SECRET = re.compile(r"(?i)(?:policy|name|names|url|uri|length|len|header|file|path|arn|id|hint|less|type|"
+                             r"field|prompt|set|count|expiry|expires|expires_at|ttl|rule|rules|reset|required|"
+                             r"min|max|version|enabled)$")
 
 
 @cache
@@ -126,8 +132,26 @@ def load_patterns() -> Patterns:
             "glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "GR1348941", "glcbt-", "glimt-", "glptt-", "glagent-",
             "gloas-")),
         _detect_secrets("mailchimp-key", "mailchimp:MailchimpDetector", tuple(f"-us{digit}" for digit in range(10))),
-        _detect_secrets("npm-token", "npm:NpmDetector", ("_authToken",), {0: 1}),
-        _detect_secrets("openai-key", "openai:OpenAIDetector", ("T3BlbkFJ",)),
+        # detect-secrets' npm and OpenAI patterns backtrack over a whole line from every start
+        # ("//" x 32,000 + "_authToken" held the worker 14 s): the same, anchored.
+        Detector("npm-token", ("_authToken",), (
+            (re.compile(r"/:_authToken=[ \t]*(npm_[A-Za-z0-9]{36}|[A-Fa-f0-9-]{36}|[^\s'\"]{8,512})"), 1),)),
+        Detector("openai-key", ("T3BlbkFJ",), (
+            (re.compile(r"(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]*?[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20}"), 0),)),
+        # Token formats detect-secrets does not know: Hugging Face, HashiCorp Vault, npm,
+        # DigitalOcean, Shopify.
+        Detector("api-token", ("hf_", "hvs.", "npm_", "dop_v1_", "shpat_", "shpca_", "shppa_", "shpss_"), (
+            (re.compile(r"(?<![A-Za-z0-9_])(?:hf_[A-Za-z0-9]{30,64}|hvs\.[A-Za-z0-9_-]{24,128}|npm_[A-Za-z0-9]{36}"
+                        r"|dop_v1_[a-f0-9]{64}|shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32})(?![A-Za-z0-9])"), 0),)),
+        # An Authorization header's credentials, whatever the scheme (Basic, token, Bearer...).
+        Detector("authorization", ("uthorization",), (
+            (re.compile(r"(?i)authorization[\"']?[ \t]*[:=][ \t]*[\"']?[A-Za-z-]{2,20}[ \t]+([A-Za-z0-9._~+/=-]{8,512})"),
+             1),), any_case=True),
+        # A password given on a command line or in ~/.netrc.
+        Detector("password", ("mysql", "machine"), (
+            (re.compile(r"\bmysql(?:dump|admin)?\b[^\n]{0,300}?[ \t]-p([^\s-][^\s]{0,255})"), 1),
+            (re.compile(r"\bmachine[ \t]+\S+[ \t]+login[ \t]+\S+[ \t]+password[ \t]+(\S{1,256})"), 1),
+        )),
         _detect_secrets("pypi-token", "pypi_token:PypiTokenDetector", ("pypi-Ag",)),
         _detect_secrets("sendgrid-key", "sendgrid:SendGridDetector", ("SG.",)),
         _detect_secrets("slack-token", "slack:SlackDetector", ("xox", "hooks.slack.com")),
@@ -146,8 +170,15 @@ def load_patterns() -> Patterns:
     # A JSON key naming a token (``"access_token": "..."``): its string value. (Other
     # secret names are caught by ``keyword_at``, in JSON as anywhere.)
     secret_name = re.compile(r'(?i)"\w{0,64}token"[ \t]*:[ \t]*"([^"\\\n]{1,256})"')
+    # A name that ends in "token" assigned what looks like one: 16 or more token characters, letters
+    # and digits both (GITHUB_TOKEN=..., "token": "..."). Code assigns names ending in token all the
+    # time (csrf_token: csrfToken, pad_token = tokenizer.eos_token, "{token}"): those are left.
+    token_at = re.compile(
+        r"(?i)(?<![\w])\w{0,64}token['\"\]]{0,2}[ \t]*(?::=|=>|[:=])[ \t]*['\"]?"
+        r"(?=[\w./+=-]{0,256}\d)(?=[\w./+=-]{0,256}[A-Za-z])([\w./+=-]{16,256})(?![\w./+=(\[-])")
     secret_key = re.compile(r"(?i)\w{0,64}?(?:" + keywords + r")\w{0,64}|\w{0,64}token")
-    return Patterns(detectors, keyword_at, keyword_flag, secret_name, secret_key, _trigger_automaton(detectors))
+    return Patterns(detectors, keyword_at, keyword_flag, secret_name, token_at, secret_key,
+                    _trigger_automaton(detectors))
 
 
 def _spellings(word: str) -> set[str]:
@@ -184,6 +215,40 @@ def _replace(pattern: re.Pattern[str], group: int, kind: str, text: str) -> str:
 
     return pattern.sub(group_only, text)
 
+
+_KEY_FOOTER = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
+_KEY_LINE = re.compile(r"[A-Za-z0-9+/=]{4,}")  # a line of base64, or PGP's checksum (=abcd)
+
+
+def _headless_key_blocks(text: str) -> str:
+    """Key blocks whose start was cut away (a hook cuts a long text to head and tail before the
+    worker sees it): each footer left, with the lines of key before it. Complete blocks are gone
+    already (the private-key detector runs first), so any footer left is one of these."""
+    mark = MARK.format(kind="private-key")
+    out: list[str] = []
+    done = 0
+    for footer in _KEY_FOOTER.finditer(text):
+        begin = footer.start()
+        while begin > done:  # back over whole lines of key material, at most to the last block
+            previous = text.rfind("\n", done, begin - 1)
+            line = text[previous + 1:begin].strip()
+            if not _KEY_LINE.fullmatch(line):
+                break
+            begin = previous + 1
+        out += [text[done:begin], mark]
+        done = footer.end()
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
+
+
+# The piece of a word next to where a text was cut to head and tail (by a hook, before the worker
+# saw it): half a token no pattern can know any more. A piece of an ordinary word goes too: it was
+# cut in two anyway.
+_CUT_PIECES = re.compile(r"[A-Za-z0-9_+/=.-]{8,}(?=\n…\[sessionmem: \d+ characters elided\]…\n)"
+                         r"|(?<=characters elided\]…\n)[A-Za-z0-9_+/=.-]{8,}")
+_CUT_MARK = "characters elided]…"
 
 _NON_WORD = re.compile(r"[^\w]")
 # How far past a keyword's start a name can end: keyword_at's prefix and suffix (64 word characters each)
@@ -224,6 +289,19 @@ def _keyword_values(keyword_at: re.Pattern[str], text: str, candidates: list[int
     return "".join(out)
 
 
+def _token_values(token_at: re.Pattern[str], text: str) -> str:
+    """The values assigned to names ending in "token", unless plainly not secrets."""
+    mark = MARK.format(kind="secret")
+
+    def value_only(match: re.Match[str]) -> str:
+        if _NOT_A_SECRET.match(match.group(1)):
+            return match.group(0)
+        offset = match.start(0)
+        return match.group(0)[: match.start(1) - offset] + mark + match.group(0)[match.end(1) - offset:]
+
+    return token_at.sub(value_only, text)
+
+
 class Redactor:
     """Finds secrets in text and JSON-like values (see the module docstring)."""
 
@@ -251,6 +329,8 @@ class Redactor:
             detector = patterns.detectors[index]
             for pattern, group in detector.patterns:
                 result = _replace(pattern, group, detector.kind, result)
+            if detector.kind == "private-key":
+                result = _headless_key_blocks(result)
         if keywords:
             if result is not text and result != text:  # positions moved: find the keywords again (rare)
                 keywords = self._scan(result)[1]
@@ -259,8 +339,11 @@ class Redactor:
             result = _replace(patterns.keyword_flag, 1, "secret", result)
         if tokens:
             result = _replace(patterns.secret_name, 1, "secret", result)
+            result = _token_values(patterns.token_at, result)
         for pattern, group in self._custom:
             result = _replace(pattern, group, "custom", result)
+        if _CUT_MARK in result:
+            result = _CUT_PIECES.sub(MARK.format(kind="cut"), result)
         if result != text:
             self.redactions += 1
             return result
@@ -318,7 +401,7 @@ class Redactor:
             for key, item in value.items():
                 name = self.text(key) if isinstance(key, str) else key
                 if isinstance(item, str) and isinstance(name, str) and secret_key.fullmatch(name) \
-                        and not _NOT_A_SECRET.match(item):
+                        and not _ABOUT_A_SECRET.search(name) and not _NOT_A_SECRET.match(item):
                     self.redactions += 1
                     cleaned: Any = MARK.format(kind="secret")
                 else:

@@ -11,12 +11,21 @@ snake_case; the HTTP edge writes them in camelCase (``sessionmem.server.jsonapi`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
+from sessionmem.protocol.limits import MAX_IDENTIFIER, MAX_PATH, MAX_SESSION_ID, MAX_TOOL_NAME
+
 OBSERVATION_TYPES = ("bugfix", "feature", "refactor", "change", "discovery", "decision", "failure")
 
+
+# The lengths of what names a session, a tool use or a path, wherever a body or a record is decoded
+# (ingest, import): one side door less.
+SessionId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_SESSION_ID)]
+Identifier = Annotated[str, msgspec.Meta(max_length=MAX_IDENTIFIER)]
+PathText = Annotated[str, msgspec.Meta(max_length=MAX_PATH)]
+ToolName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TOOL_NAME)]
 
 class CompressedObservation(msgspec.Struct, frozen=True):
     """The structured, searchable form of one tool use."""

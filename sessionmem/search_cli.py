@@ -47,7 +47,7 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
     except CommandFailed as exc:  # the worker names its query parameters; a person typed flags
         raise exc.in_flags() from None
     if args.json:
-        print(json.dumps(answer, indent=2, ensure_ascii=False))
+        print(json.dumps(answer, indent=2))  # \u-escaped: no control or bidi character reaches a terminal raw
         return 0
     answer = neutral_deep(answer)  # stored text, printed to a terminal: no escape sequence of its own
     results = answer["results"]
@@ -112,7 +112,7 @@ def _number(low: int, high: int) -> Any:
 def cmd_show(args: argparse.Namespace, config: ClientConfig) -> int:
     answer = call(config, "POST", routes.OBSERVATION_BATCH, {"ids": args.ids})
     if args.json:
-        print(json.dumps(answer, indent=2, ensure_ascii=False))
+        print(json.dumps(answer, indent=2))  # \u-escaped: no control or bidi character reaches a terminal raw
         return 0 if not answer["missing"] else 1
     answer = neutral_deep(answer)
     for row in answer["observations"]:

@@ -26,6 +26,7 @@ import apsw
 import msgspec
 
 from sessionmem.protocol import routes
+from sessionmem.records import Identifier, PathText, SessionId, ToolName
 
 FORMAT = routes.EXPORT_FORMAT
 VERSION = routes.EXPORT_VERSION
@@ -41,17 +42,18 @@ class Header(msgspec.Struct, frozen=True, rename="camel", tag="header", tag_fiel
 
 
 # What an imported record may say: a time between 1970 and the year 3000, a prompt number SQLite and
-# the pages can hold, a session status the schema knows. (A createdAt of 1e300 once made every
-# context of its project a 500; a prompt number of 2**63 the import itself.)
+# the pages can hold, a session status the schema knows, ids and paths of the lengths ingest allows.
+# (A createdAt of 1e300 once made every context of its project a 500; a prompt number of 2**63 the
+# import itself.)
 Moment = Annotated[float, msgspec.Meta(ge=0, le=32_503_680_000)]
 PromptNumber = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
 SessionStatus = Literal["initialized", "active", "completed", "failed"]
 
 
 class SessionRecord(msgspec.Struct, frozen=True, rename="camel", tag="session", tag_field="kind"):
-    claude_session_id: str
-    project: str
-    cwd: str | None = None
+    claude_session_id: SessionId
+    project: PathText
+    cwd: PathText | None = None
     first_prompt: str | None = None
     status: SessionStatus = "completed"
     created_at: Moment = 0.0
@@ -60,23 +62,23 @@ class SessionRecord(msgspec.Struct, frozen=True, rename="camel", tag="session", 
 
 
 class PromptRecord(msgspec.Struct, frozen=True, rename="camel", tag="prompt", tag_field="kind"):
-    claude_session_id: str
+    claude_session_id: SessionId
     prompt_number: PromptNumber
     text: str
     created_at: Moment
 
 
 class ObservationRecord(msgspec.Struct, frozen=True, rename="camel", tag="observation", tag_field="kind"):
-    claude_session_id: str
-    project: str
+    claude_session_id: SessionId
+    project: PathText
     prompt_number: PromptNumber
-    tool_name: str
-    tool_use_id: str
-    type: str
+    tool_name: ToolName
+    tool_use_id: Identifier
+    type: Identifier
     title: str
     created_at: Moment
-    agent_id: str | None = None
-    agent_type: str | None = None
+    agent_id: Identifier | None = None
+    agent_type: Identifier | None = None
     failed: bool = False
     subtitle: str = ""
     facts: list[str] = []
@@ -90,8 +92,8 @@ class ObservationRecord(msgspec.Struct, frozen=True, rename="camel", tag="observ
 
 
 class SummaryRecord(msgspec.Struct, frozen=True, rename="camel", tag="summary", tag_field="kind"):
-    claude_session_id: str
-    project: str
+    claude_session_id: SessionId
+    project: PathText
     prompt_number: PromptNumber
     created_at: Moment
     request: str = ""

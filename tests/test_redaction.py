@@ -38,6 +38,19 @@ PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAzQ8\nZmFrZSBrZXkgbWF0ZXJ
     ("GH_TOKEN github_pat_11ABCDEFG0abcdefghij_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOP",
      "github_pat_11ABCDEFG0abcdefghij", "github-token"),
     ("REDIS_URL=redis://:s3cretRedisPw@cache:6379/0", "s3cretRedisPw", "url-password"),
+    ("GITHUB_TOKEN=abc123def456ghi789 make release", "abc123def456ghi789", "secret"),
+    ('{"token": "a1B2c3D4e5F6g7H8i9J0"}', "a1B2c3D4e5F6g7H8i9J0", "secret"),
+    ("curl -H 'Authorization: Basic dXNlcjpwYXNzd29yZA=='", "dXNlcjpwYXNzd29yZA", "authorization"),
+    ("HF_HOME=x hf_abcdefghijklmnopqrstuvwxyz12345678 y", "hf_abcdefghijklmnop", "api-token"),
+    ("vault login hvs.CAESIJabcdefghijklmnopqrstuvwxyz", "hvs.CAESIJabcdefghij", "api-token"),
+    ("mysql -u root -pS3cretPw shop", "S3cretPw", "password"),
+    ("machine api.example.com login bob password hunter22", "hunter22", "password"),
+    ("//registry.npmjs.org/:_authToken=npm_abcdefghijklmnopqrstuvwxyz0123456789", "npm_abcdefghijklmnop", ""),
+    # The end of a key block whose start was cut away before the worker saw it (a hook's cut).
+    ("\n…[sessionmem: 5000 characters elided]…\nMIIEowIBAAKCAQEAzQ8abcdefghijklmnopqrst\n"
+     "ZmFrZSBrZXkgbWF0ZXJpYWw=\n-----END RSA PRIVATE KEY-----\nafter", "ZmFrZSBrZXkgbWF0ZXJpYWw", "private-key"),
+    # Half a token at a cut: no pattern knows it any more.
+    ("x ghp_A1b2C3d4E5\n…[sessionmem: 40036 characters elided]…\nF6g7H8i9J0k1 y", "A1b2C3d4E5", "cut"),
 ])
 def test_secrets_are_redacted(text: str, secret: str, kind: str) -> None:
     redacted = Redactor().text(text)
@@ -54,6 +67,10 @@ def test_secrets_are_redacted(text: str, secret: str, kind: str) -> None:
     "sk-learn is a library; pip install scikit-learn",
     "Read /home/dev/calcproj/calc.py (42 lines)",
     "if password == expected: return token",
+    "response = client.create(max_tokens=4096, input_tokens: 5)",
+    "params: { _csrf_token: csrfToken }, timePerToken := time.Second / rate, pad_token = tokenizer.eos_token",
+    'print(f"Processing token: \'{token}\'") TOKEN="$(cat ~/.config/token)"',
+    "mysql -u root -p shop < dump.sql",
 ])
 def test_ordinary_code_is_left_alone(text: str) -> None:
     assert Redactor().text(text) == text
@@ -74,6 +91,9 @@ def test_structured_values_and_custom_patterns() -> None:
     assert redacted == {"env": {"API_KEY": "[REDACTED:secret]", "tokenizer": "bert",
                                 "access_token": "[REDACTED:secret]"},
                         "cmd": "ls", "out": "password=[REDACTED:secret]", "input_tokens": 5}
+    about = {"pwd": "/home/dev/app", "passwordPolicy": "strong", "secretName": "tls-certs",
+             "password_reset_url": "https://example.com/reset", "password_min_length": "8"}
+    assert Redactor().value(about, msgspec.json.encode(about)) is about  # about secrets, not secrets
     clean = {"file_path": "/p/a.py", "content": "x = 1\n"}
     assert Redactor().value(clean, msgspec.json.encode(clean)) is clean  # untouched, not even copied
     custom = Redactor(extra_patterns=[r"ACME-[0-9]{6}", r"internal-id=(\w+)"])

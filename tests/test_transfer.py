@@ -123,6 +123,8 @@ async def test_an_import_is_ingest_like_any_other(tmp_path: Path) -> None:
             assert refused.status == 400 and refused.json()["path"] == f"$.records[0].{field}", (field, value)
         wrong_status = await worker.request("POST", "/api/import", {"records": [{**records[0], "status": "odd"}]})
         assert wrong_status.status == 400
+        too_long = await worker.request("POST", "/api/import", {"records": [{**records[2], "toolName": "t" * 100_000}]})
+        assert too_long.status == 400 and too_long.json()["path"] == "$.records[0].toolName"  # as ingest refuses it
         assert (await worker.request("GET", "/api/context/inject?project=impproj")).status == 200
     for leak in (b"LEAK1", b"LEAK2", b"LEAK4", b"LEAK5", b"LEAK6", b"LEAK7", aws.encode()):
         assert data_dir_contains(tmp_path, leak) == [], leak
