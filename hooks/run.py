@@ -38,7 +38,7 @@ import time
 
 from sessionmem.protocol import fastjson
 from sessionmem.protocol.client import WorkerUnavailable, request
-from sessionmem.protocol.config import ClientConfig
+from sessionmem.protocol.config import ClientConfig, data_dir_from
 from sessionmem.protocol.datadir import private_umask, write_private
 from sessionmem.protocol.delivery import Outcome, Patience, deliver
 from sessionmem.protocol.privacy import strip_private
@@ -134,7 +134,10 @@ def session_start(payload: dict[str, Any], project: str, config: ClientConfig, l
         # The pages need a login (a bare link answers 401): the command that gives one, as this
         # install has it (a plugin's environment is not on PATH).
         command = os.path.join(os.path.dirname(sys.executable), "sessionmem")
-        opener = f"`{command if os.path.exists(command) else 'sessionmem'} open`"
+        opener = f"{command if os.path.exists(command) else 'sessionmem'} open"
+        if config.data_dir != data_dir_from({}):  # not the default: the command must be told
+            opener += f" --data-dir {config.data_dir}"
+        opener = f"`{opener}`"
         output["systemMessage"] = (
             f"sessionmem: {count} memories of {project} loaded · {opener} to browse them"
             if count else f"sessionmem: no memories of {project} yet · {opener} shows what it records"

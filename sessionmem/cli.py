@@ -337,7 +337,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if _foreign(exc):
             report(False, unanswered(config, str(exc)))
         else:
-            report(True, f"worker not running on {config.host}:{port} (the next SessionStart hook starts it)")
+            damage = _database_damage(Path(config.data_dir) / DATABASE_FILE)
+            if damage:
+                report(False, f"worker not running, and it cannot start: {damage}")
+            else:
+                report(True, f"worker not running on {config.host}:{port} (the next SessionStart hook starts it)")
     except (KeyError, TypeError):
         report(False, f"{config.host}:{port} answers, but not as a sessionmem worker")
     try:
@@ -408,6 +412,24 @@ def _data_dir_health(path: Path) -> tuple[bool, str]:
     return True, f"data dir {path} ({free // (1024 * 1024)} MB free)"
 
 
+def _database_damage(database: Path) -> str:
+    """What SQLite's own check finds wrong with ``database`` ("" if nothing, or no file): run only while
+    no worker has it open. Standard library ``sqlite3``, read-only."""
+    import sqlite3
+
+    if not database.exists():
+        return ""
+    try:
+        connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=1.0)
+        try:
+            (verdict,) = connection.execute("PRAGMA quick_check(1)").fetchone()
+        finally:
+            connection.close()
+    except sqlite3.Error as exc:
+        return f"the database {database} cannot be read ({exc})"
+    return "" if verdict == "ok" else f"the database {database} is damaged ({verdict}); `sqlite3 {database} .recover`"
+
+
 def cmd_open(args: argparse.Namespace) -> int:
     """Print (and open, if a browser is at hand) a single-use link that logs this browser in to the worker's pages."""
     config = _client(args)
@@ -440,6 +462,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     config = _client(args)
     config.start_timeout_s = max(config.start_timeout_s, 20.0)  # type: ignore[call-overload]
     problems: list[str] = []
+    running_before = read_state(config.data_dir) is not None
     port = ensure_worker(config, problems.append)
     if port is None:
         print(f"sessionmem: no worker available: {'; '.join(problems) or 'start it with `sessionmem serve`'}",
@@ -456,6 +479,9 @@ def cmd_backfill(args: argparse.Namespace) -> int:
           f"{report.refused} refused, {report.spooled} spooled for the worker to import, {report.lost} lost")
     print(f"  unreadable: {c.broken_lines} line(s), {c.broken_files} file(s); {c.unpaired_tool_uses} tool use(s) "
           f"without a result")
+    if not running_before:
+        print(f"  a worker was started for it (port {port}); it keeps running for Claude Code's hooks "
+              f"(`sessionmem stop` stops it)")
     for error in report.errors[:10]:
         print(f"  error: {error}", file=sys.stderr)
     return 0 if not report.errors and not report.lost else 1

@@ -66,9 +66,9 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
         following = args.offset + args.limit
         print(f"\nmore with --offset {following}" if following <= MAX_SEARCH_OFFSET
               else "\nmore: narrow it down (--project, --type, --since, --file)")
-    if results:
-        print("\nfull records: sessionmem show " + " ".join(
-            str(r["id"]) for r in results[:5] if r["kind"] == "observation"))
+    observation_ids = [str(r["id"]) for r in results if r["kind"] == "observation"][:5]
+    if observation_ids:
+        print("\nfull records: sessionmem show " + " ".join(observation_ids))
     return 0
 
 

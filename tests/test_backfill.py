@@ -89,6 +89,7 @@ def test_backfill_starts_a_worker_on_the_port_it_was_given(tmp_path: Path) -> No
                                 capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr
         assert json.loads((data / "worker.json").read_text())["port"] == port
+        assert f"a worker was started for it (port {port})" in result.stdout
     finally:
         started = WorkerProcess.attach(data)
         if started is not None:

@@ -70,7 +70,8 @@ def test_session_start_injects_context(worker: WorkerClient, payloads: list[dict
     assert context.startswith("<sessionmem-context>") and "Edited calc.py" in context
     assert output["systemMessage"].startswith("sessionmem: 4 memories of calcproj loaded")
     # The command that logs a browser in, as this install has it (the pages answer 401 to a bare link).
-    assert f"`{Path(sys.executable).parent / 'sessionmem'} open` to browse them" in output["systemMessage"]
+    opener = f"`{Path(sys.executable).parent / 'sessionmem'} open --data-dir {worker.data_dir}` to browse them"
+    assert opener in output["systemMessage"]  # this data dir is not the default: the command names it
 
     quiet = run_hook("SessionStart", by_event(payloads, "SessionStart"), worker.data_dir,
                      SESSIONMEM_SYSTEM_MESSAGE="0")
@@ -181,6 +182,27 @@ def test_session_start_stops_waiting_for_a_worker_that_cannot_start(tmp_path: Pa
     doctor = subprocess.run([sys.executable, "-m", "sessionmem", "doctor", "--data-dir", str(data_dir)],
                             env=env, capture_output=True, text=True, timeout=60)
     assert doctor.returncode == 1 and "is not a SQLite database" in doctor.stdout, doctor.stdout
+
+
+def test_doctor_finds_a_database_with_damaged_pages(tmp_path: Path) -> None:
+    """A database SQLite opens but finds damaged (the worker stops at the first read of it): `doctor`
+    says so instead of "the next SessionStart hook starts it"."""
+    import sqlite3
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(mode=0o700)
+    database = data_dir / "sessionmem.db"
+    with sqlite3.connect(database) as connection:
+        connection.execute("CREATE TABLE observations (id INTEGER PRIMARY KEY, title TEXT)")
+        connection.executemany("INSERT INTO observations (title) VALUES (?)", [("x" * 200,)] * 2000)
+    with open(database, "r+b") as f:  # garbage over pages in the middle of the table's b-tree
+        f.seek(4096 * 20)
+        f.write(b"\xde\xad\xbe\xef" * 4096)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONMEM_")}
+    doctor = subprocess.run([sys.executable, "-m", "sessionmem", "doctor", "--data-dir", str(data_dir),
+                             "--port", "9"], env=env, capture_output=True, text=True, timeout=60)
+    assert doctor.returncode == 1 and "worker not running, and it cannot start" in doctor.stdout, doctor.stdout
+    assert "is damaged" in doctor.stdout and "starts it" not in doctor.stdout
 
 
 def test_hook_timeout_bounds_a_hanging_worker(tmp_path: Path, payloads: list[dict[str, Any]]) -> None:
