@@ -51,6 +51,7 @@ from sessionmem.index.actor import VectorIndex
 from sessionmem.loopwatch import LoopWatch
 from sessionmem.protocol.auth import ensure_token
 from sessionmem.protocol.datadir import make_private
+from sessionmem.protocol.spool import pending_spool_files
 from sessionmem.protocol.state import (
     SHUTDOWN_REPORT_FILE,
     WorkerState,
@@ -207,6 +208,9 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
             watching.cancel_scope.cancel(reason="the worker stopped")
     if serving is not None:
         _report_shutdown(settings, budget, serving.status.pending_at_exit)
+    else:
+        log.info("stopped while starting; %d spooled request(s) wait for the next start",
+                 len(pending_spool_files(str(settings.data_dir))))
 
 
 @asynccontextmanager

@@ -207,6 +207,8 @@ def test_a_worker_stops_while_it_imports_a_large_spool_and_loses_nothing(tmp_pat
             first.kill()
     left = len(pending_spool_files(str(data)))
     assert 0 < left < spooled  # it stopped during the import, not after it
+    assert f"stopped while starting; {left} spooled request(s) wait for the next start" in (
+        data / "worker.log").read_text()
 
     with start_worker(data, env={"SESSIONMEM_EMBEDDER": "none", "SESSIONMEM_COMPRESSOR": "offline"},
                       timeout=120) as second:
