@@ -14,7 +14,7 @@ nothing downstream has to walk an adversarially deep structure, and nothing is l
 from __future__ import annotations
 
 from sessionmem.protocol import fastjson
-from sessionmem.protocol.limits import ELISION, MAX_DEPTH, bound_value, deeper_than, head_tail
+from sessionmem.protocol.limits import MAX_DEPTH, bound_value, deeper_than, elision, head_tail, kept_each_end
 from sessionmem.protocol.privacy import contains_tag, strip_private, strip_private_deep
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
@@ -45,10 +45,10 @@ def clean_text(text: str, cap: int, redact: Callable[[str], str] | None = None) 
         return head_tail(text, cap)
     if len(text) <= cap + 2 * REDACT_MARGIN:
         return head_tail(redact(text), cap)
-    keep = max(cap - 64, 2) // 2  # as head_tail keeps
+    keep = kept_each_end(cap)
     head = redact(text[: keep + REDACT_MARGIN])
     tail = redact(text[-(keep + REDACT_MARGIN):])
-    return head[: len(head) - REDACT_MARGIN] + ELISION.format(n=len(text) - 2 * keep) + tail[REDACT_MARGIN:]
+    return head[: len(head) - REDACT_MARGIN] + elision(len(text) - 2 * keep) + tail[REDACT_MARGIN:]
 
 
 def clean_value(value: Any, cap: int, encode: Callable[[Any], bytes] = encode_utf8, *,

@@ -42,19 +42,35 @@ def head_tail(text: str, cap: int) -> str:
     """``text`` if short enough, else its head and tail around an elision marker."""
     if len(text) <= cap:
         return text
-    keep = max(cap - 64, 2) // 2
-    return text[:keep] + ELISION.format(n=len(text) - 2 * keep) + text[-keep:]
+    keep = kept_each_end(cap)
+    return text[:keep] + elision(len(text) - 2 * keep) + text[-keep:]
+
+
+def kept_each_end(cap: int) -> int:
+    """Characters :func:`head_tail` keeps of each end of a text longer than ``cap`` (room left for the marker)."""
+    return max(cap - 64, 2) // 2
+
+
+def elision(dropped: int) -> str:
+    """The marker where :func:`head_tail` took ``dropped`` characters out."""
+    return ELISION.format(n=dropped)
+
+
+def map_strings(value: Any, change: Callable[[str], str], *, keys: bool = False) -> Any:
+    """JSON-like ``value`` with ``change`` applied to every string in it (to the keys too, given ``keys``),
+    keeping its shape."""
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, dict):
+        return {(change(str(k)) if keys else k): map_strings(v, change, keys=keys) for k, v in value.items()}
+    if isinstance(value, list):
+        return [map_strings(v, change, keys=keys) for v in value]
+    return value
 
 
 def shorten_strings(value: Any, limit: int) -> Any:
     """Apply :func:`head_tail` to every string inside JSON-like data, keeping its shape."""
-    if isinstance(value, str):
-        return head_tail(value, limit)
-    if isinstance(value, dict):
-        return {k: shorten_strings(v, limit) for k, v in value.items()}
-    if isinstance(value, list):
-        return [shorten_strings(v, limit) for v in value]
-    return value
+    return map_strings(value, lambda text: head_tail(text, limit))
 
 
 def deeper_than(value: Any, limit: int) -> bool:

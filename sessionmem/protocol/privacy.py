@@ -36,6 +36,8 @@ whatever the input (no regular expression, no backtracking).
 
 from __future__ import annotations
 
+from sessionmem.protocol.limits import map_strings
+
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from typing import Any
@@ -120,10 +122,4 @@ def strip_private(text: str) -> str:
 
 def strip_private_deep(value: Any) -> Any:
     """Apply :func:`strip_private` to every string inside JSON-like data (keys included)."""
-    if isinstance(value, str):
-        return strip_private(value)
-    if isinstance(value, dict):
-        return {strip_private(str(k)): strip_private_deep(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [strip_private_deep(item) for item in value]
-    return value
+    return map_strings(value, strip_private, keys=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from sessionmem.protocol.limits import map_strings
 from sessionmem.protocol.privacy import CONTEXT_TAG, strip_private
 
 # C0 and C1 controls (whitespace aside), and the characters that reorder or hide text:
@@ -40,13 +41,7 @@ def neutral(text: str) -> str:
 
 def neutral_deep(value: Any) -> Any:
     """Every string in JSON-like ``value`` (an answer of the worker) made :func:`neutral`."""
-    if isinstance(value, str):
-        return neutral(value)
-    if isinstance(value, dict):
-        return {key: neutral_deep(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [neutral_deep(item) for item in value]
-    return value
+    return map_strings(value, neutral)
 
 
 def one_line(text: str, limit: int) -> str:
