@@ -45,10 +45,12 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
+
+from sessionmem.protocol.limits import ELISION
 
 MARK = "[REDACTED:{kind}]"
 
@@ -59,13 +61,14 @@ class Detector:
 
     The patterns run only on text holding one of the triggers (as written, or in any
     case when ``any_case``). Each pattern comes with the group that is the secret
-    (0: the whole match).
+    (0: the whole match). ``then``, if any, runs after them: what a pattern cannot say.
     """
 
     kind: str
     triggers: tuple[str, ...]
     patterns: tuple[tuple[re.Pattern[str], int], ...]
     any_case: bool = False
+    then: Callable[[str], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ def load_patterns() -> Patterns:
             (re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?"
                         r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S), 0),
             (re.compile(r"PuTTY-User-Key-File-\d.*?(?:Private-MAC: \S+|\Z)", re.S), 0),
-        )),
+        ), then=_headless_key_blocks),
         Detector("anthropic-key", ("sk-ant-",), ((re.compile(r"sk-ant-[A-Za-z0-9_\-]{16,}"), 0),)),
         Detector("api-key", ("sk-",), ((re.compile(r"(?<![A-Za-z0-9])sk-(?:proj-|svcacct-)?[A-Za-z0-9_\-]{20,}"), 0),)),
         Detector("bearer-token", ("bearer",), ((re.compile(r"(?i)\bbearer\s+([A-Za-z0-9._~+/\-]{12,}=*)"), 1),),
@@ -210,14 +213,17 @@ def _trigger_automaton(detectors: tuple[Detector, ...]) -> Triggers:
     return Triggers(ahocorasick_rs.AhoCorasick(list(starts)), tuple(starts.values()))
 
 
-def _replace(pattern: re.Pattern[str], group: int, kind: str, text: str) -> str:
+def _replace(pattern: re.Pattern[str], group: int, kind: str, text: str, *,
+             unless: re.Pattern[str] | None = None) -> str:
+    """``text`` with ``group`` of each match of ``pattern`` replaced by the mark of ``kind`` (``unless``
+    that group matches ``unless``: a value plainly not a secret)."""
     mark = MARK.format(kind=kind)
     if group == 0:
         return pattern.sub(mark, text)
 
     def group_only(match: re.Match[str]) -> str:
         start, end = match.span(group)
-        if start < 0:
+        if start < 0 or (unless is not None and unless.match(match.group(group))):
             return match.group(0)
         offset = match.start(0)
         return match.group(0)[: start - offset] + mark + match.group(0)[end - offset:]
@@ -255,9 +261,9 @@ def _headless_key_blocks(text: str) -> str:
 # The piece of a word next to where a text was cut to head and tail (by a hook, before the worker
 # saw it): half a token no pattern can know any more. A piece of an ordinary word goes too: it was
 # cut in two anyway.
-_CUT_PIECES = re.compile(r"[A-Za-z0-9_+/=.-]{8,}(?=\n…\[sessionmem: \d+ characters elided\]…\n)"
-                         r"|(?<=characters elided\]…\n)[A-Za-z0-9_+/=.-]{8,}")
-_CUT_MARK = "characters elided]…"
+_MARKER_HEAD, _CUT_MARK = ELISION.split("{n}")  # the marker head_tail puts at a cut, around its count
+_CUT_PIECES = re.compile(rf"[A-Za-z0-9_+/=.-]{{8,}}(?={re.escape(_MARKER_HEAD)}\d+{re.escape(_CUT_MARK)})"
+                         rf"|(?<={re.escape(_CUT_MARK)})[A-Za-z0-9_+/=.-]{{8,}}")
 
 _NON_WORD = re.compile(r"[^\w]")
 # How far past a keyword's start a name can end: keyword_at's prefix and suffix (64 word characters each)
@@ -298,19 +304,6 @@ def _keyword_values(keyword_at: re.Pattern[str], text: str, candidates: list[int
     return "".join(out)
 
 
-def _token_values(token_at: re.Pattern[str], text: str) -> str:
-    """The values assigned to names ending in "token", unless plainly not secrets."""
-    mark = MARK.format(kind="secret")
-
-    def value_only(match: re.Match[str]) -> str:
-        if _NOT_A_SECRET.match(match.group(1)):
-            return match.group(0)
-        offset = match.start(0)
-        return match.group(0)[: match.start(1) - offset] + mark + match.group(0)[match.end(1) - offset:]
-
-    return token_at.sub(value_only, text)
-
-
 class Redactor:
     """Finds secrets in text and JSON-like values (see the module docstring)."""
 
@@ -338,8 +331,8 @@ class Redactor:
             detector = patterns.detectors[index]
             for pattern, group in detector.patterns:
                 result = _replace(pattern, group, detector.kind, result)
-            if detector.kind == "private-key":
-                result = _headless_key_blocks(result)
+            if detector.then is not None:
+                result = detector.then(result)
         if keywords:
             if result is not text and result != text:  # positions moved: find the keywords again (rare)
                 keywords = self._scan(result)[1]
@@ -348,7 +341,7 @@ class Redactor:
             result = _replace(patterns.keyword_flag, 1, "secret", result)
         if tokens:
             result = _replace(patterns.secret_name, 1, "secret", result)
-            result = _token_values(patterns.token_at, result)
+            result = _replace(patterns.token_at, 1, "secret", result, unless=_NOT_A_SECRET)
         for pattern, group in self._custom:
             result = _replace(pattern, group, "custom", result)
         if _CUT_MARK in result:
