@@ -19,7 +19,6 @@ from sessionmem.events import CompleteEvent, InitEvent, ObservationEvent, Summar
 from sessionmem.protocol import routes
 from sessionmem.protocol.fields import clean_text, clean_value
 from sessionmem.protocol.limits import MAX_REASON
-from sessionmem.protocol.privacy import strip_private
 from sessionmem.protocol.project import resolve_project
 from sessionmem.protocol.requests import is_internal_prompt
 from sessionmem.server.payloads import (
@@ -80,16 +79,16 @@ def occurred_at(request: InitRequest | ObservationRequest | SummarizeRequest | C
 
 
 def init_event(request: InitRequest, clean: EdgeCleaner) -> InitEvent:
-    prompt, skip_reason = strip_private(request.prompt), ""
     if is_internal_prompt(request.prompt):
         prompt, skip_reason = "", "internal <task-notification>, not a user prompt"
-    elif request.prompt.strip() and not prompt:
-        skip_reason = "prompt is entirely private"
+    else:  # private spans out, then secrets, then the cap; only private spans can leave nothing
+        prompt = clean.text(request.prompt)
+        skip_reason = "prompt is entirely private" if request.prompt.strip() and not prompt else ""
     return InitEvent(
         claude_session_id=request.claudeSessionId,
         project=resolve_project(request.project, request.cwd),
         cwd=request.cwd,
-        prompt=clean.text(prompt),
+        prompt=prompt,
         skip_reason=skip_reason,
         key=request.idempotencyKey,
         occurred_at=occurred_at(request),
@@ -162,6 +161,10 @@ class Ingestor:
     @property
     def redactor(self) -> Redactor:
         return self._clean.redactor
+
+    def clean_text(self, text: str) -> str:
+        """``text`` as any text is stored: private spans out, secrets out, cut to the cap (imports use it)."""
+        return self._clean.text(text)
 
     async def prompt(self, payload: InitRequest, *, recall: bool = True) -> tuple[int, IngestReply]:
         event = init_event(payload, self._clean)

@@ -16,7 +16,6 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from sessionmem.protocol import routes
-from sessionmem.protocol.privacy import strip_private
 from sessionmem.server.payloads import decode
 from sessionmem.server.routing import int_arg, json_response, text_arg
 from sessionmem.server.search_api import parse_moment
@@ -106,11 +105,7 @@ def add_maintenance_routes(app: QuartTrio, services: Services) -> None:
     @app.post(routes.IMPORT)
     async def import_() -> Response:
         wanted = decode(await request.get_data(cache=False), ImportRequest)
-        redactor = services.ingestor.redactor
-
-        def clean(text: str) -> str:
-            return redactor.text(strip_private(text))
-
+        clean = services.ingestor.clean_text
         # Off the Trio thread: a batch holds up to MAX_IMPORT records of any length.
         records = await trio.to_thread.run_sync(lambda: [cleaned(record, clean) for record in wanted.records])
         counts = await store.import_records(records)

@@ -45,8 +45,6 @@ BLOCKED_WAIT_S = 4.0  # how long one round waits for room in a full mailbox
 ROOM_POLL_S = 0.05
 
 
-MAX_ROUTE_LINE = 256  # the route path and newline before a spooled body
-
 class SpoolStatistics(msgspec.Struct, frozen=True):
     rounds: int
     imported: int
@@ -101,16 +99,12 @@ class SpoolImporter:
 
     async def _import_file(self, file: str) -> str:
         """``imported``, ``duplicate``, ``rejected`` or ``blocked`` (a mailbox stayed full)."""
-        size = (await trio.to_thread.run_sync(os.stat, file)).st_size
-        if size > self._max_body_bytes + MAX_ROUTE_LINE:
-            # What HTTP would have refused (413) is not let in by the side door (nor read whole).
-            return await self._reject(file, f"{size} bytes: larger than the body limit ({self._max_body_bytes})")
         raw = await trio.to_thread.run_sync(Path(file).read_bytes)
         try:
             path, body = parse_spool_file(raw, INGEST)
         except SpoolFormatError as exc:
             return await self._reject(file, str(exc))
-        if len(body) > self._max_body_bytes:
+        if len(body) > self._max_body_bytes:  # what HTTP refuses (413) is not let in by the side door
             return await self._reject(file, f"{len(body)} bytes: larger than the body limit ({self._max_body_bytes})")
         give_up_at = trio.current_time() + BLOCKED_WAIT_S
         while True:
