@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sessionmem import data_cli, search_cli
-from sessionmem.command_client import CommandFailed, call, unanswered
+from sessionmem.command_client import CommandFailed, call, foreign, unanswered, whole_number
 from sessionmem.config import DATABASE_FILE, Settings, SettingsError, load_settings
 from sessionmem.protocol import routes
 from sessionmem.protocol.config import DATA_DIR_ENV, ClientConfig
@@ -160,11 +160,6 @@ def _caused_by(exc: BaseException, matches: Any) -> BaseException | None:
     return exc if matches(exc) else None
 
 
-def _foreign(exc: WorkerUnreachable) -> bool:
-    """Something answered, but refused this data dir's token: a worker of another data dir."""
-    return str(exc).startswith("HTTP 401")
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     config = _client(args)
     port = config.worker_port()
@@ -176,7 +171,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if starting is not None:
             print(f"sessionmem: worker {starting} is starting (replaying its journal, importing spooled events); "
                   f"it answers once ready")
-        elif _foreign(exc):
+        elif foreign(str(exc)):
             print(f"sessionmem: {unanswered(config, str(exc))}")
         else:
             print(f"sessionmem: worker not running on {config.host}:{port} ({exc})")
@@ -334,7 +329,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         report(status == 200, f"worker running: pid {health['pid']}, {config.host}:{port}, "
                               f"compressor {health['compressor']}")
     except WorkerUnreachable as exc:
-        if _foreign(exc):
+        if foreign(str(exc)):
             report(False, unanswered(config, str(exc)))
         else:
             damage = _database_damage(Path(config.data_dir) / DATABASE_FILE)
@@ -374,7 +369,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 LOW_DISK_BYTES = 100 * 1024 * 1024
-SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def _data_dir_health(path: Path) -> tuple[bool, str]:
@@ -394,16 +388,6 @@ def _data_dir_health(path: Path) -> tuple[bool, str]:
             os.fsync(probe.fileno())
     except OSError as exc:
         return False, f"data dir {path} does not take a write: {exc.strerror or exc}"
-    database = path / DATABASE_FILE
-    try:
-        with open(database, "rb") as f:
-            head = f.read(16)
-    except FileNotFoundError:
-        head = SQLITE_HEADER
-    except OSError as exc:
-        return False, f"database {database} cannot be read: {exc.strerror or exc}"
-    if head and head != SQLITE_HEADER:
-        return False, f"database {database} is not a SQLite database (move it aside; the worker cannot start)"
     free = shutil.disk_usage(path).free
     if free < LOW_DISK_BYTES:
         return False, f"data dir {path}: only {free // (1024 * 1024)} MB free on its disk"
@@ -496,16 +480,6 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sessionmem", description="Persistent memory for Claude Code sessions.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -540,7 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
     backfill = sub.add_parser("backfill", help="import past sessions from Claude Code transcripts (idempotent)")
     backfill.add_argument("path", nargs="?", default="~/.claude/projects", help="a transcript or a directory of them")
     common(backfill)
-    backfill.add_argument("--workers", type=_positive_int, default=4, help="sessions sent in parallel (default 4)")
+    backfill.add_argument("--workers", type=whole_number(1), default=4, help="sessions sent in parallel (default 4)")
     backfill.set_defaults(fn=cmd_backfill)
     open_page = sub.add_parser("open", help="log this browser in to the worker's pages (a single-use link)")
     common(open_page)

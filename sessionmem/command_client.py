@@ -5,8 +5,10 @@ Standard library only, through :mod:`sessionmem.protocol` (its token, its delive
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from sessionmem.protocol.config import ClientConfig
@@ -27,18 +29,24 @@ class CommandFailed(Exception):
         self.code = code
         self.answer = answer
 
-    def in_flags(self) -> CommandFailed:
-        """The same failure, the worker's query parameters (``query parameter 'since'``) named as the
-        command's flags (``--since``): a person typed flags."""
-        message = re.sub(r"query parameter '(\w+)'",
-                         lambda found: "the query" if found[1] == "q" else f"--{found[1]}", str(self))
-        return CommandFailed(message, self.code, self.answer)
+
+def in_flags(message: str) -> str:
+    """The worker's words for its query parameters (``query parameter 'since'``) as the commands' flags
+    (``--since``): a person typed flags."""
+    return re.sub(r"query parameter '(\w+)'", lambda found: "the query" if found[1] == "q" else f"--{found[1]}",
+                  message)
+
+
+def foreign(detail: str) -> bool:
+    """Whether an unanswered call's ``detail`` says something answered but refused this data dir's token:
+    a worker of another data dir."""
+    return detail.startswith("HTTP 401")
 
 
 def unanswered(config: ClientConfig, detail: str) -> str:
     """Why a call got no answer, in a user's words. A 401 means something answered for another data dir."""
     where = f"{config.host}:{config.worker_port()}"
-    if detail.startswith("HTTP 401"):
+    if foreign(detail):
         return (f"the worker on {where} refused this data dir's token: it serves another data dir "
                 f"(check --data-dir and --port; this one is {config.data_dir})")
     return f"the worker on {where} did not answer ({detail}); is it running? (`sessionmem serve`, or start Claude Code)"
@@ -57,5 +65,22 @@ def call(config: ClientConfig, method: str, path: str, body: Any = None, patienc
         raise CommandFailed(f"not a sessionmem answer: HTTP {status}") from None
     if status != 200:
         message = answer.get("error", answer) if isinstance(answer, dict) else answer
-        raise CommandFailed(f"{message} (HTTP {status})", 2 if 400 <= status < 500 else 1, answer)
+        raise CommandFailed(f"{in_flags(str(message))} (HTTP {status})", 2 if 400 <= status < 500 else 1, answer)
     return answer
+
+
+def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` (to ``high``, if given)."""
+    bounds = f"from {low} to {high}" if high is not None else f"{low} or more"
+
+    def number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be a whole number {bounds}, not {text!r}")
+        return value
+
+    return number
+

@@ -81,10 +81,7 @@ def _export_to(out: TextIO, args: argparse.Namespace, config: ClientConfig) -> d
     while True:
         query = {key: value for key, value in (("project", args.project), ("since", args.since),
                                                ("after", after)) if value}
-        try:
-            page = call(config, "GET", f"{routes.EXPORT}?{urlencode(query)}")
-        except CommandFailed as exc:
-            raise exc.in_flags() from None
+        page = call(config, "GET", f"{routes.EXPORT}?{urlencode(query)}")
         if first:
             out.write(json.dumps(page["header"], ensure_ascii=False) + "\n")
             first = False

@@ -22,7 +22,6 @@ Error handling:
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shutil
@@ -106,7 +105,7 @@ def _without_ours(settings: dict[str, Any]) -> tuple[dict[str, Any], int]:
     removed = 0
     hooks = settings.get("hooks")
     if not isinstance(hooks, dict):
-        return settings, 0
+        return dict(settings), 0  # a copy, like the other way out: callers change what they get
     cleaned: dict[str, Any] = {}
     for stage, groups in hooks.items():
         if not isinstance(groups, list):
@@ -158,7 +157,7 @@ def install(path: Path | None = None) -> tuple[Path, Path | None]:
     for stage in STAGES:
         if not isinstance(hooks.get(stage, []), list):
             raise InstallError(f"{path}: \"hooks\".{stage} is not a JSON list; fix or move it first")
-    settings, _ = _without_ours(copy.deepcopy(before))  # changed below; `before` stays what the file holds
+    settings, _ = _without_ours(before)
     hooks = settings.setdefault("hooks", {})
     for stage, (matcher, timeout) in STAGES.items():
         group: dict[str, Any] = {"hooks": [{"type": "command", "command": hook_command(stage), "timeout": timeout}]}

@@ -15,7 +15,7 @@ import time
 from typing import Any
 from urllib.parse import urlencode
 
-from sessionmem.command_client import CommandFailed, call
+from sessionmem.command_client import call, whole_number
 from sessionmem.protocol import routes
 from sessionmem.protocol.config import ClientConfig
 from sessionmem.protocol.limits import MAX_PAGE, MAX_SEARCH_OFFSET, MAX_SEARCH_RESULTS
@@ -42,10 +42,7 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
                         ("file", args.file), ("kind", args.kind)):
         if value:
             query[name] = value
-    try:
-        answer = call(config, "GET", f"{routes.SEARCH}?{urlencode(query)}")
-    except CommandFailed as exc:  # the worker names its query parameters; a person typed flags
-        raise exc.in_flags() from None
+    answer = call(config, "GET", f"{routes.SEARCH}?{urlencode(query)}")
     if args.json:
         print(json.dumps(answer, indent=2))  # \u-escaped: no control or bidi character reaches a terminal raw
         return 0
@@ -95,20 +92,6 @@ def _observation_id(text: str) -> int:
     return number
 
 
-def _number(low: int, high: int) -> Any:
-    """An argparse type: a whole number from ``low`` to ``high``."""
-    def number(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = low - 1
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be a number from {low} to {high}, not {text!r}")
-        return value
-
-    return number
-
-
 def cmd_show(args: argparse.Namespace, config: ClientConfig) -> int:
     answer = call(config, "POST", routes.OBSERVATION_BATCH, {"ids": args.ids})
     if args.json:
@@ -147,9 +130,9 @@ def add_commands(sub: Any, common: Any, client: Any) -> None:
     search.add_argument("--since", help="a date (2026-11-01), Unix seconds or an age (12h, 7d)")
     search.add_argument("--until", help="likewise")
     search.add_argument("--file", help="observations that read or modified this file (a path or its end)")
-    search.add_argument("--limit", type=_number(1, MAX_SEARCH_RESULTS), default=10,
+    search.add_argument("--limit", type=whole_number(1, MAX_SEARCH_RESULTS), default=10,
                         help=f"results (1-{MAX_SEARCH_RESULTS}, default 10)")
-    search.add_argument("--offset", type=_number(0, MAX_SEARCH_OFFSET), default=0,
+    search.add_argument("--offset", type=whole_number(0, MAX_SEARCH_OFFSET), default=0,
                         help="results to skip (the next page: --offset 10)")
     search.add_argument("--json", action="store_true", help="the worker's JSON answer")
     search.set_defaults(fn=lambda args: cmd_search(args, client(args)))

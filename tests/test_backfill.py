@@ -96,4 +96,4 @@ def test_backfill_starts_a_worker_on_the_port_it_was_given(tmp_path: Path) -> No
             started.stop()
     refused = subprocess.run([sys.executable, "-m", "sessionmem", "backfill", str(SOURCE), "--workers", "0"],
                              capture_output=True, text=True)
-    assert refused.returncode == 2 and "must be 1 or more" in refused.stderr
+    assert refused.returncode == 2 and "must be a whole number 1 or more, not '0'" in refused.stderr
