@@ -348,7 +348,8 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
 async def _warm_up(compressor: Compressor, redactor: Redactor, embedder: EmbedderService, *, freeze: bool) -> None:
     """Load the LLM client, the secret detectors and the embedding model off the Trio thread; a failure
     only costs the first use. ``freeze``: then keep what is loaded out of later garbage collections
-    (:func:`~sessionmem.gcwatch.freeze_startup_objects`)."""
+    (:func:`~sessionmem.gcwatch.freeze_startup_objects`), and collect young objects less often
+    (:func:`~sessionmem.gcwatch.widen_young_generation`)."""
     try:
         await trio.to_thread.run_sync(redactor.load)
         await compressor.warm_up()
@@ -357,6 +358,7 @@ async def _warm_up(compressor: Compressor, redactor: Redactor, embedder: Embedde
         logs.log_exception(log, "warming up failed; the first use will load what it needs", exc)
     if freeze:
         gcwatch.freeze_startup_objects()
+        gcwatch.widen_young_generation()
 
 
 def _report_shutdown(settings: Settings, budget: ShutdownBudget, pending_left: int) -> None:

@@ -3,6 +3,7 @@ environment choosing the compressor, and the operator commands against a running
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sessionmem.gcwatch import YOUNG_GENERATION_OBJECTS
 from sessionmem.testing.messages_api import ScriptedMessagesAPI
 from sessionmem.testing.worker_process import WorkerClient, WorkerProcess
 
@@ -134,10 +136,12 @@ def test_the_embedding_process_ends_with_the_worker(worker_factory: Callable[...
 
 
 def test_the_worker_keeps_what_it_loaded_out_of_garbage_collections(worker_factory: Callable[..., WorkerProcess]) -> None:
-    """Once warm, the worker freezes its startup objects; /debug shows the collector's pauses."""
+    """Once warm, the worker freezes its startup objects and collects young ones less often; /debug shows
+    the collector's thresholds and pauses."""
     worker = worker_factory()
     collector = worker.wait_until(lambda: (found := worker.get("/debug")["gc"])["frozenObjects"] > 0 and found)
     assert collector["frozenObjects"] > 10_000  # the web stack, the detectors, the embedder's Python side
+    assert collector["thresholds"] == [YOUNG_GENERATION_OBJECTS, *gc.get_threshold()[1:]]
     assert [sorted(generation) for generation in collector["generations"]] == [["collections", "maxMs", "totalMs"]] * 3
     full = collector["generations"][2]
     assert full["collections"] >= 1 and 0 < full["maxMs"] <= full["totalMs"]  # the collection before the freeze
