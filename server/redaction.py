@@ -31,8 +31,9 @@ Cost: each kind has a few literal triggers, all found in one pass over the text 
 an Aho-Corasick automaton (``ahocorasick-rs``, the Rust ``aho-corasick`` crate: on the
 corpus's 13,268 tool inputs, outputs and messages it found the same triggers as
 ``pyahocorasick`` at 0.24-0.38 of its time); the regular expressions of a kind run
-only on text holding one of its triggers, and the keyword rule only where a keyword
-occurs. Every pattern is linear in the text: a trigger word repeated over 64 KiB
+only on text holding one of its triggers, and the keyword and token rules only at
+the start of a word holding a keyword or ``token`` (run over the whole text, the token
+rule was 21 % of redaction's time on the corpus). Every pattern is linear in the text: a trigger word repeated over 64 KiB
 takes at most ~60 ms. ``bench/edge_cost.py`` measures the usual cost on the corpus,
 ``bench/redaction_worst.py`` the worst.
 
@@ -213,17 +214,15 @@ def _trigger_automaton(detectors: tuple[Detector, ...]) -> Triggers:
     return Triggers(ahocorasick_rs.AhoCorasick(list(starts)), tuple(starts.values()))
 
 
-def _replace(pattern: re.Pattern[str], group: int, kind: str, text: str, *,
-             unless: re.Pattern[str] | None = None) -> str:
-    """``text`` with ``group`` of each match of ``pattern`` replaced by the mark of ``kind`` (``unless``
-    that group matches ``unless``: a value plainly not a secret)."""
+def _replace(pattern: re.Pattern[str], group: int, kind: str, text: str) -> str:
+    """``text`` with ``group`` of each match of ``pattern`` replaced by the mark of ``kind``."""
     mark = MARK.format(kind=kind)
     if group == 0:
         return pattern.sub(mark, text)
 
     def group_only(match: re.Match[str]) -> str:
         start, end = match.span(group)
-        if start < 0 or (unless is not None and unless.match(match.group(group))):
+        if start < 0:
             return match.group(0)
         offset = match.start(0)
         return match.group(0)[: start - offset] + mark + match.group(0)[end - offset:]
@@ -271,8 +270,14 @@ _NON_WORD = re.compile(r"[^\w]")
 NAME_AFTER_KEYWORD = 64 + 16 + 64
 
 
-def _keyword_values(keyword_at: re.Pattern[str], text: str, candidates: list[int]) -> str:
-    """``text`` with the values assigned to secret names redacted; ``candidates`` are where keywords start."""
+def _assigned_values(assignment: re.Pattern[str], text: str, candidates: list[int]) -> str:
+    """``text`` with the values of ``assignment`` tried where a secret name's word may hold a candidate
+    (where a keyword, or ``token``, starts) redacted: the first group that took part in the match, unless
+    it is plainly not a secret.
+
+    Tried at the start of each candidate's word only, not over the whole text: a pattern
+    that begins with a run of word characters (``\\w{0,64}``) tried at every position
+    costs 64 steps a character."""
     mark = MARK.format(kind="secret")
     out: list[str] = []
     done = 0  # text before this is settled
@@ -283,16 +288,16 @@ def _keyword_values(keyword_at: re.Pattern[str], text: str, candidates: list[int
             run_end = found.start() if found else len(text)
         if run_end - candidate > NAME_AFTER_KEYWORD:
             continue  # too far from any '=' or ':' to be a name (a long run "pwdpwd..." is linear this way)
-        # The keyword may carry a prefix ("db_password"): start at the beginning of its word.
+        # The candidate may carry a prefix ("db_password", "GITHUB_TOKEN"): start at the beginning of its word.
         start = candidate
         while start > done and candidate - start < 64 and (text[start - 1].isalnum() or text[start - 1] == "_"):
             start -= 1
         if start < done:
             continue
-        match = keyword_at.match(text, start)
+        match = assignment.match(text, start)
         if match is None:
             continue
-        group = next(n for n in (1, 2, 3) if match.start(n) >= 0)
+        group = next(n for n in range(1, (assignment.groups or 0) + 1) if match.start(n) >= 0)
         if _NOT_A_SECRET.match(match.group(group)):
             continue
         out.append(text[done:match.start(group)])
@@ -333,15 +338,18 @@ class Redactor:
                 result = _replace(pattern, group, detector.kind, result)
             if detector.then is not None:
                 result = detector.then(result)
+        scanned = text
         if keywords:
-            if result is not text and result != text:  # positions moved: find the keywords again (rare)
-                keywords = self._scan(result)[1]
-            result = _keyword_values(patterns.keyword_at, result, keywords)
+            if result != scanned:  # positions moved: find the words again (rare)
+                _, keywords, _, tokens = self._scan(scanned := result)
+            result = _assigned_values(patterns.keyword_at, result, keywords)
         if flags and keywords:
             result = _replace(patterns.keyword_flag, 1, "secret", result)
         if tokens:
             result = _replace(patterns.secret_name, 1, "secret", result)
-            result = _replace(patterns.token_at, 1, "secret", result, unless=_NOT_A_SECRET)
+            if result != scanned:
+                tokens = self._scan(scanned := result)[3]
+            result = _assigned_values(patterns.token_at, result, tokens)
         for pattern, group in self._custom:
             result = _replace(pattern, group, "custom", result)
         if _CUT_MARK in result:
@@ -351,12 +359,14 @@ class Redactor:
             return result
         return text
 
-    def _scan(self, text: str) -> tuple[set[int], list[int], bool, bool]:
-        """One pass: the detectors ``text`` may hold, where keywords start, any ``--`` flag, any ``token``."""
+    def _scan(self, text: str) -> tuple[set[int], list[int], bool, list[int]]:
+        """One pass: the detectors ``text`` may hold, where keywords start, any ``--`` flag, where ``token``
+        starts."""
         assert self._patterns is not None
         kinds: set[int] = set()
         keywords: set[int] = set()
-        flags = tokens = False
+        tokens: list[int] = []
+        flags = False
         triggers = self._patterns.triggers
         # Overlapping: every occurrence of every word ("PRIVATE KEY" holds the keyword "KEY").
         for word, start, _ in triggers.automaton.find_matches_as_indexes(text, overlapping=True):
@@ -368,8 +378,8 @@ class Redactor:
             elif what == FLAG:
                 flags = True
             else:
-                tokens = True
-        return kinds, sorted(keywords), flags, tokens
+                tokens.append(start)
+        return kinds, sorted(keywords), flags, sorted(tokens)
 
     def value(self, value: Any, encoded: bytes) -> Any:
         """A JSON-like value with secrets redacted; ``encoded`` is its JSON. The value itself when
