@@ -261,6 +261,7 @@ def _headless_key_blocks(text: str) -> str:
 # saw it): half a token no pattern can know any more. A piece of an ordinary word goes too: it was
 # cut in two anyway.
 _MARKER_HEAD, _CUT_MARK = ELISION.split("{n}")  # the marker head_tail puts at a cut, around its count
+_CUT_SIGN = _CUT_MARK.strip()  # the same in JSON text, where its line breaks are escaped
 _CUT_PIECES = re.compile(rf"[A-Za-z0-9_+/=.-]{{8,}}(?={re.escape(_MARKER_HEAD)}\d+{re.escape(_CUT_MARK)})"
                          rf"|(?<={re.escape(_CUT_MARK)})[A-Za-z0-9_+/=.-]{{8,}}")
 
@@ -389,8 +390,10 @@ class Redactor:
         after the two characters ``\\n``, and the quotes of a file's JSON content are
         ``\\"``, which hid keys at the start of a line and ``"api_key": "..."`` inside a
         file), and a string under a key that names a secret is one. The JSON text serves
-        one scan first: no trigger word in it means none in any string or key (no trigger
-        holds a character JSON escapes), the usual case, and the value is left alone.
+        one scan first: it holds every trigger word that any string or key holds (no
+        trigger holds a character JSON escapes), so a string holding none of the words
+        found there, and no cut, is left alone without a scan of its own -- unless
+        ``redact_patterns`` are set, which can match anything.
         """
         if not self.enabled or value is None or isinstance(value, (bool, int, float)):
             return value
@@ -398,30 +401,41 @@ class Redactor:
             return self.text(value)
         self.load()
         assert self._patterns is not None
-        if not self._patterns.triggers.automaton.find_matches_as_indexes(encoded.decode("utf-8", "replace")):
+        json_text = encoded.decode("utf-8", "replace")
+        words = {json_text[start:end] for _, start, end
+                 in self._patterns.triggers.automaton.find_matches_as_indexes(json_text, overlapping=True)}
+        if not words and not self._custom and _CUT_SIGN not in json_text:
             return value
-        return self._walk(value)
+        return self._walk(value, tuple(words))
 
-    def _walk(self, value: Any) -> Any:
-        """``value`` with every string redacted; the same object when nothing in it changed."""
+    def _text_holding(self, text: str, words: tuple[str, ...]) -> str:
+        """:meth:`text`, for a string that needs it: one holding a word of ``words``, or a cut, or any
+        string when there are custom patterns."""
+        if self._custom or _CUT_MARK in text or any(word in text for word in words):
+            return self.text(text)
+        return text
+
+    def _walk(self, value: Any, words: tuple[str, ...]) -> Any:
+        """``value`` with every string redacted (those holding ``words``: see :meth:`_text_holding`); the
+        same object when nothing in it changed."""
         if isinstance(value, str):
-            return self.text(value)
+            return self._text_holding(value, words)
         if isinstance(value, dict):
             assert self._patterns is not None
             secret_key = self._patterns.secret_key
             out, changed = {}, False
             for key, item in value.items():
-                name = self.text(key) if isinstance(key, str) else key
+                name = self._text_holding(key, words) if isinstance(key, str) else key
                 if isinstance(item, str) and isinstance(name, str) and secret_key.fullmatch(name) \
                         and not _ABOUT_A_SECRET.search(name) and not _NOT_A_SECRET.match(item):
                     self.redactions += 1
                     cleaned: Any = MARK.format(kind="secret")
                 else:
-                    cleaned = self._walk(item)
+                    cleaned = self._walk(item, words)
                 changed = changed or name is not key or cleaned is not item
                 out[name] = cleaned
             return out if changed else value
         if isinstance(value, list):
-            items = [self._walk(item) for item in value]
+            items = [self._walk(item, words) for item in value]
             return items if any(new is not old for new, old in zip(items, value)) else value
         return value

@@ -117,6 +117,25 @@ def test_structured_values_are_redacted_string_by_string() -> None:
     }
 
 
+def test_custom_patterns_and_cuts_reach_every_string_of_a_structured_value() -> None:
+    """Found by a review: a structured value with no built-in trigger word was left as it was, so a
+    ``redact_patterns`` match in a Bash ``stdout``, and half a token where a hook cut that stdout to
+    head and tail, were stored."""
+    from sessionmem.protocol.limits import shorten_strings
+
+    custom = Redactor(extra_patterns=[r"ACME-[0-9]{6}"])
+    value = {"stdout": "deployed ticket ACME-123456", "interrupted": False}
+    assert custom.value(value, msgspec.json.encode(value)) == {"stdout": "deployed ticket [REDACTED:custom]",
+                                                              "interrupted": False}
+    half_token = "Z9x8W7v6U5t4S3r2Q1p0" * 10  # nothing a detector knows: only the cut says it was cut
+    cut = shorten_strings({"stdout": "log line\n" * 50 + half_token + " done"}, 300)
+    redacted = Redactor().value(cut, msgspec.json.encode(cut))
+    assert "Z9x8W7v6" not in redacted["stdout"] and "[REDACTED:cut] done" in redacted["stdout"]
+    assert redacted["stdout"].startswith("log line\n")
+    plain = {"stdout": "log line\n" * 50, "files": ["a.py"]}
+    assert Redactor().value(plain, msgspec.json.encode(plain)) is plain  # nothing to find: not even copied
+
+
 def test_a_long_run_repeating_a_keyword_is_tried_near_its_end_only() -> None:
     """``"pwd" * 20000`` once made the keyword rule run ~40 s on the Trio thread (a try at every
     keyword, each scanning the rest of the run): only keywords a name's length from the run's end
