@@ -22,10 +22,12 @@ UNITS = (*KEYWORD_TRIGGERS, "password", "secret", "api_key", "token", "--passwor
          "sk-ant-", "PRIVATE KEY", "-----BEGIN RSA PRIVATE KEY-----", "bearer ", "Bearer", "eyJ", "eyJa.", "AKIA",
          "aws", "AccountKey=", "ghp_", "github_pat_", "glpat-", "-us1", "_authToken", "T3BlbkFJ", "pypi-Ag", "SG.",
          "xox", "hooks.slack.com", "sq0csp-", "k_live_", "password=", "password:", '"token":', '"a_token": "',
-         "a:b@", "://a:", "PuTTY-User-Key-File-2", "contrasena", "passwd=x ", "=", '"', "\\")
+         "a:b@", "://a:", "PuTTY-User-Key-File-2", "contrasena", "passwd=x ", "=", '"', "\\", "curl ", "curl -u a:",
+         "sshpass -p ", "docker login ", "X-API-Key: ", "api-key", '"auth": "')
 # Units repeated, then what completes their pattern (detect-secrets' npm and OpenAI patterns
 # backtracked over the whole run from every start: "//" x 32,000 + "_authToken" held 14 s).
-SUFFIXED = (("//", "_authToken"), ("sk-", "T3BlbkFJ"), ("mysql ", "-p"), ("AAAA\n", "-----END RSA PRIVATE KEY-----"),
+SUFFIXED = (("//", "_authToken"), ("sk-", "T3BlbkFJ"), ("mysql ", "-p"), ("curl ", " -u a:b"), ("docker login ", " -p x"),
+            ("AAAA\n", "-----END RSA PRIVATE KEY-----"),
             ("x", "\n…[sessionmem: 9 characters elided]…\n"))
 SIZES = (16 * 1024, 64 * 1024)
 

@@ -19,7 +19,9 @@ What is found, and replaced by ``[REDACTED:<kind>]``:
 - what detect-secrets does not know, or finds only in part: Anthropic and OpenAI
   ``sk-...`` keys, fine-grained GitHub, Hugging Face, Vault, npm, DigitalOcean and
   Shopify tokens, the credentials of an ``Authorization`` header of any scheme, JSON web
-  tokens with their signature, ``mysql -p`` and ``.netrc`` passwords, a URL's password
+  tokens with their signature, passwords on a command line (``mysql -p``, ``curl -u``,
+  ``sshpass -p``, ``docker login -p``) and in ``.netrc``, ``X-API-Key`` headers, Docker's
+  registry logins (``"auth": "..."``), a URL's password
   without a user, and PEM private key blocks: whole (header to footer; without a
   footer, to the end of the text), or the end of one whose start was cut away;
 - where a text was cut to head and tail before the worker saw it, the piece of a word
@@ -160,11 +162,21 @@ def load_patterns() -> Patterns:
         Detector("authorization", ("uthorization",), (
             (re.compile(r"(?i)authorization[\"']?[ \t]*[:=][ \t]*[\"']?[A-Za-z-]{2,20}[ \t]+([A-Za-z0-9._~+/=-]{8,512})"),
              1),), any_case=True),
-        # A password given on a command line or in ~/.netrc.
-        Detector("password", ("mysql", "machine"), (
+        # A password given on a command line (mysql -pX, curl -u user:X, sshpass -p X, docker login -p X)
+        # or in ~/.netrc.
+        Detector("password", ("mysql", "machine", "curl", "sshpass", "docker"), (
             (re.compile(r"\bmysql(?:dump|admin)?\b[^\n]{0,300}?[ \t]-p([^\s-][^\s]{0,255})"), 1),
             (re.compile(r"\bmachine[ \t]+\S+[ \t]+login[ \t]+\S+[ \t]+password[ \t]+(\S{1,256})"), 1),
+            (re.compile(r"\bcurl\b[^\n]{0,300}?[ \t](?:-u|--user)(?:[ \t]+|=)?['\"]?[^\s:'\"]{1,128}:([^\s'\"$][^\s'\"]{0,255})"), 1),
+            (re.compile(r"\bsshpass[ \t]+-p[ \t]*['\"]?([^\s'\"$][^\s'\"]{0,255})"), 1),
+            (re.compile(r"\bdocker[ \t]+login\b[^\n]{0,300}?[ \t]-p[ \t]*['\"]?([^\s'\"$-][^\s'\"]{0,255})"), 1),
         )),
+        # An API key header (X-API-Key: ..., api-key: ...) and a registry login in a Docker config
+        # ("auth": "<base64 of user:password>").
+        Detector("api-key", ("api-key", "API-Key", "apikey", "\"auth\""), (
+            (re.compile(r"(?i)(?<![\w-])(?:x-)?api-?key[\"']?[ \t]*[:=][ \t]*[\"']?([A-Za-z0-9._~+/=-]{8,512}+)(?![(\[])"), 1),
+            (re.compile(r'"auth"[ \t]*:[ \t]*"([A-Za-z0-9+/=]{8,1024})"'), 1),
+        ), any_case=True),
         _detect_secrets("pypi-token", "pypi_token:PypiTokenDetector", ("pypi-Ag",)),
         _detect_secrets("sendgrid-key", "sendgrid:SendGridDetector", ("SG.",)),
         _detect_secrets("slack-token", "slack:SlackDetector", ("xox", "hooks.slack.com")),

@@ -46,6 +46,12 @@ PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAzQ8\nZmFrZSBrZXkgbWF0ZXJ
     ("vault login hvs.CAESIJabcdefghijklmnopqrstuvwxyz", "hvs.CAESIJabcdefghij", "api-token"),
     ("mysql -u root -pS3cretPw shop", "S3cretPw", "password"),
     ("machine api.example.com login bob password hunter22", "hunter22", "password"),
+    ("curl -sS -u deploy:S3cretDeployPw https://ci.example.com/api", "S3cretDeployPw", "password"),
+    ("curl --user 'bob:hunter22x' https://x", "hunter22x", "password"),
+    ("sshpass -p 'Hunter2Pw!' ssh admin@host", "Hunter2Pw!", "password"),
+    ("docker login -u me -p Dk3rPassw0rd registry.example.com", "Dk3rPassw0rd", "password"),
+    ("curl -H 'X-API-Key: abcdef0123456789' https://api.example.com", "abcdef0123456789", "api-key"),
+    ('{"auths": {"https://index.docker.io/v1/": {"auth": "dXNlcjpwYXNzd29yZDEyMw=="}}}', "dXNlcjpwYXNz", "api-key"),
     ("//registry.npmjs.org/:_authToken=npm_abcdefghijklmnopqrstuvwxyz0123456789", "npm_abcdefghijklmnop", ""),
     # The end of a key block whose start was cut away before the worker saw it (a hook's cut).
     ("\n…[sessionmem: 5000 characters elided]…\nMIIEowIBAAKCAQEAzQ8abcdefghijklmnopqrst\n"
@@ -72,6 +78,11 @@ def test_secrets_are_redacted(text: str, secret: str, kind: str) -> None:
     "params: { _csrf_token: csrfToken }, timePerToken := time.Second / rate, pad_token = tokenizer.eos_token",
     'print(f"Processing token: \'{token}\'") TOKEN="$(cat ~/.config/token)"',
     "mysql -u root -p shop < dump.sql",
+    "curl -u $USER:$PASS https://x; curl -u \"${CREDS}\" https://y",
+    "docker login -u me --password-stdin < pw.txt; docker login -p $DOCKER_PW",
+    "sshpass -f ~/.pw ssh host; sshpass -p $PW ssh host",
+    "apikey = get_api_key_from_env(); the api-key header is required",
+    " 398 twilio-api-key: CHAT_LOGS/c7d2069e-c561-4759-8adf-b0745be78c29.jsonl",  # grep's answer, in the corpus
 ])
 def test_ordinary_code_is_left_alone(text: str) -> None:
     assert Redactor().text(text) == text
