@@ -50,7 +50,7 @@ from sessionmem.protocol.limits import (
 )
 from sessionmem.protocol.project import ALL_PROJECTS
 from sessionmem.protocol.routes import MCP_SERVER_NAME, SEARCH_MODES
-from sessionmem.records import DOCUMENT_KINDS, OBSERVATION_TYPES
+from sessionmem.records import DOCUMENT_KINDS, OBSERVATION_TYPES, ObservationType
 
 P = TypeVar("P")
 
@@ -58,7 +58,6 @@ DEFAULT_LIMIT = 20
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
 Kind = Literal[DOCUMENT_KINDS]  # type: ignore[valid-type]
-ObservationType = Literal[OBSERVATION_TYPES]  # type: ignore[valid-type]
 Mode = Literal[SEARCH_MODES]  # type: ignore[valid-type]
 Moment = Annotated[str | None, Field(
     max_length=64, description="A date (2026-11-01, 2026-11-01T14:30; local time), Unix seconds, "

@@ -26,7 +26,7 @@ import apsw
 import msgspec
 
 from sessionmem.protocol import routes
-from sessionmem.records import Identifier, PathText, SessionId, ToolName
+from sessionmem.records import Identifier, ObservationType, PathText, SessionId, ToolName
 
 FORMAT = routes.EXPORT_FORMAT
 VERSION = routes.EXPORT_VERSION
@@ -74,7 +74,7 @@ class ObservationRecord(msgspec.Struct, frozen=True, rename="camel", tag="observ
     prompt_number: PromptNumber
     tool_name: ToolName
     tool_use_id: Identifier
-    type: Identifier
+    type: ObservationType  # what every page and filter knows (import refused "nonsense" no more)
     title: str
     created_at: Moment
     agent_id: Identifier | None = None

@@ -123,6 +123,8 @@ async def test_an_import_is_ingest_like_any_other(tmp_path: Path) -> None:
             assert refused.status == 400 and refused.json()["path"] == f"$.records[0].{field}", (field, value)
         wrong_status = await worker.request("POST", "/api/import", {"records": [{**records[0], "status": "odd"}]})
         assert wrong_status.status == 400
+        wrong_type = await worker.request("POST", "/api/import", {"records": [{**records[2], "type": "nonsense"}]})
+        assert wrong_type.status == 400 and wrong_type.json()["path"] == "$.records[0].type"
         too_long = await worker.request("POST", "/api/import", {"records": [{**records[2], "toolName": "t" * 100_000}]})
         assert too_long.status == 400 and too_long.json()["path"] == "$.records[0].toolName"  # as ingest refuses it
         assert (await worker.request("GET", "/api/context/inject?project=impproj")).status == 200
