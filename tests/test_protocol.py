@@ -300,6 +300,31 @@ def test_worktrees_that_are_gone_still_name_their_repository(cwd: str, project: 
     assert project_of(cwd) == project
 
 
+def test_a_spool_file_is_on_the_disk_under_its_name_before_the_hook_says_spooled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spooled event is nowhere else: its bytes are synced before the rename, and the directory after
+    it, or a machine that crashes right after could come back with an empty file or none."""
+    from sessionmem.protocol import datadir
+    from sessionmem.protocol.spool import pending_spool_files, spool_dir, write_spool_file
+
+    steps: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        steps.append("fsync directory" if os.path.isdir(f"/proc/self/fd/{fd}") else "fsync file")
+        real_fsync(fd)
+
+    def replace(source: str, target: str) -> None:
+        steps.append("rename")
+        real_replace(source, target)
+
+    monkeypatch.setattr(datadir.os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    assert write_spool_file(str(tmp_path), "/api/sessions/observations", b"{}") == (True, "")
+    assert steps == ["fsync file", "rename", "fsync directory"]
+    assert [Path(p).parent for p in pending_spool_files(str(tmp_path))] == [Path(spool_dir(str(tmp_path)))]
+
+
 def test_a_spool_file_the_disk_cannot_hold_is_not_left_half_written(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A nearly full disk takes part of a write: the hook must say the event was not spooled, and leave

@@ -25,8 +25,10 @@ def private_umask() -> None:
     os.umask(0o077)
 
 
-def write_private(path: str, data: bytes, *, append: bool = False) -> None:
-    """Write (or append) ``data`` to ``path``, a file only its owner can read, whatever the umask."""
+def write_private(path: str, data: bytes, *, append: bool = False, durable: bool = False) -> None:
+    """Write (or append) ``data`` to ``path``, a file only its owner can read, whatever the umask.
+
+    ``durable``: on the disk (fsync) before this returns, not only in the page cache."""
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
     fd = os.open(path, flags, PRIVATE_FILE)
     try:
@@ -36,6 +38,23 @@ def write_private(path: str, data: bytes, *, append: bool = False) -> None:
             if written <= 0:
                 raise OSError(28, "no space left on the device")
             view = view[written:]
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_directory(path: str) -> None:
+    """Make the names in directory ``path`` (a file just renamed into it) survive a crash of the machine.
+    Best effort: a file system that cannot sync a directory is left to its own ordering."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
     finally:
         os.close(fd)
 
