@@ -21,9 +21,9 @@ What is found, and replaced by ``[REDACTED:<kind>]``:
   Shopify tokens, the credentials of an ``Authorization`` header of any scheme, JSON web
   tokens with their signature, passwords on a command line (``mysql -p``, ``curl -u``,
   ``sshpass -p``, ``docker login -p``) and in ``.netrc``, ``X-API-Key`` headers, Docker's
-  registry logins (``"auth": "..."``), a URL's password
-  without a user, and PEM private key blocks: whole (header to footer; without a
-  footer, to the end of the text), or the end of one whose start was cut away;
+  registry logins (``"auth": "..."``), a URL's password without a user, and PEM private
+  key blocks: whole (header to footer; without a footer, to the end of the text), or the
+  end of one whose start was cut away;
 - where a text was cut to head and tail before the worker saw it, the piece of a word
   at each cut (half a token, which no pattern knows any more);
 - the patterns of the ``redact_patterns`` setting (regular expressions; a group, if
@@ -35,9 +35,9 @@ corpus's 13,268 tool inputs, outputs and messages it found the same triggers as
 ``pyahocorasick`` at 0.24-0.38 of its time); the regular expressions of a kind run
 only on text holding one of its triggers, and the keyword and token rules only at
 the start of a word holding a keyword or ``token`` (run over the whole text, the token
-rule was 21 % of redaction's time on the corpus). Every pattern is linear in the text: a trigger word repeated over 64 KiB
-takes at most ~60 ms. ``bench/edge_cost.py`` measures the usual cost on the corpus,
-``bench/redaction_worst.py`` the worst.
+rule was 21 % of redaction's time on the corpus). Every pattern is linear in the
+text: a trigger word repeated over 64 KiB takes at most ~65 ms. ``bench/edge_cost.py``
+measures the usual cost on the corpus, ``bench/redaction_worst.py`` the worst.
 
 Error handling:
     A bad pattern in the settings is refused when the settings are read. Redaction
