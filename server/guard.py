@@ -9,9 +9,15 @@ this layer runs):
 2. A request from a web page of another origin is refused (403): an ``Origin`` other
    than the worker's own, or ``Sec-Fetch-Site: cross-site``.
 3. The token (:mod:`sessionmem.protocol.auth`): ``Authorization: Bearer <token>``, or
-   the worker's cookie; on every route but ``GET /api/health`` (401 otherwise). The
+   the pages' cookie; on every route but ``GET /api/health`` (401 otherwise). The
    exchange ``GET /login?code=...`` trades a single-use code (:class:`LoginCodes`,
-   issued to an authenticated client) for the cookie.
+   issued to an authenticated client) for the cookie. The cookie holds a page login
+   (:class:`PageLogins`), never the token: browsers send a cookie of 127.0.0.1 to every
+   port of it, so any other local web server a browser visits gets it (a trial showed
+   it). A page login reads (``GET``) and may do what the pages do (replay a session, log
+   out), nothing else -- no ingest, import or maintenance: whoever finds it cannot plant
+   memory. It lasts :data:`PAGE_LOGIN_S`, and ends at ``POST /logout`` or when the
+   worker stops.
 4. A request with a body must say it is JSON (415 otherwise): a plain HTML form, which
    needs no CORS preflight, cannot.
 
@@ -37,9 +43,13 @@ from sessionmem.server.payloads import ErrorReply
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 LOGIN_CODE_TTL_S = 300.0
-COOKIE_MAX_AGE_S = 30 * 24 * 3600
+PAGE_LOGIN_S = 12 * 3600.0
+MAX_PAGE_LOGINS = 64  # the oldest goes first: a login link clicked over and over cannot fill memory
 EXEMPT_PATHS = frozenset({routes.HEALTH})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+READ_METHODS = frozenset({"GET", "HEAD"})
+# What a page login may do besides reading: what the pages' buttons do.
+_PAGE_ACTION = re.compile(r"/api/sessions/[^/]+/replay|" + re.escape(routes.LOGOUT))
 
 
 # A path of this worker's pages: a slash, then no second slash or backslash (a browser reads
@@ -53,6 +63,7 @@ class GuardStatistics(msgspec.Struct, frozen=True):
     refused_content_type: int
     logins: int
     refused_logins: int
+    refused_page_logins: int = 0  # a page login asking for what only the token may do
 
 
 class LoginCodes:
@@ -74,6 +85,32 @@ class LoginCodes:
         return expiry is not None and expiry > time.monotonic()
 
 
+class PageLogins:
+    """The logins of the web pages: random credentials, each valid for :data:`PAGE_LOGIN_S` (in memory: a
+    worker that stops ends them all)."""
+
+    def __init__(self, lifetime_s: float = PAGE_LOGIN_S, most: int = MAX_PAGE_LOGINS) -> None:
+        self.lifetime_s = lifetime_s
+        self._most = most
+        self._expiry: dict[bytes, float] = {}  # in the order issued
+
+    def issue(self) -> str:
+        now = time.monotonic()
+        self._expiry = {login: expiry for login, expiry in self._expiry.items() if expiry > now}
+        while len(self._expiry) >= self._most:
+            del self._expiry[next(iter(self._expiry))]
+        login = os.urandom(32).hex()
+        self._expiry[login.encode("ascii")] = now + self.lifetime_s
+        return login
+
+    def valid(self, login: bytes) -> bool:
+        expiry = self._expiry.get(login)  # a dict lookup: its time does not depend on how much of it matches
+        return expiry is not None and expiry > time.monotonic()
+
+    def end(self, login: bytes) -> None:
+        self._expiry.pop(login, None)
+
+
 def is_loopback(host: str) -> bool:
     """Whether binding ``host`` keeps the worker on this machine."""
     return host in ("127.0.0.1", "localhost", "::1", "[::1]") or host.startswith("127.")
@@ -92,7 +129,8 @@ class AccessGuard:
         self._token = token.encode("ascii")
         self._extra_host = extra_host
         self.login_codes = login_codes or LoginCodes()
-        self._refused = {"host": 0, "origin": 0, "token": 0, "content_type": 0, "login": 0}
+        self.page_logins = PageLogins()
+        self._refused = {"host": 0, "origin": 0, "token": 0, "content_type": 0, "login": 0, "page_login": 0}
         self._logins = 0
         self.bind(port)
 
@@ -111,7 +149,8 @@ class AccessGuard:
 
     def statistics(self) -> GuardStatistics:
         r = self._refused
-        return GuardStatistics(r["host"], r["origin"], r["token"], r["content_type"], self._logins, r["login"])
+        return GuardStatistics(r["host"], r["origin"], r["token"], r["content_type"], self._logins, r["login"],
+                               r["page_login"])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         assert self._app is not None, "protect() an app first"
@@ -127,6 +166,9 @@ class AccessGuard:
         if scope["path"] == routes.LOGIN:
             await self._login(scope, send)
             return
+        if scope["path"] == routes.LOGOUT:
+            await self._logout(scope, send)
+            return
         await self._app(scope, receive, send)
 
     def _refusal(self, scope: Scope) -> tuple[int, str, str, list[tuple[bytes, bytes]]] | None:
@@ -138,28 +180,39 @@ class AccessGuard:
         if (origin is not None and origin not in self._origins) or header(scope, b"sec-fetch-site") == b"cross-site":
             return 403, "origin", "requests from other origins are refused", []
         path = scope["path"]
-        if path not in EXEMPT_PATHS and path != routes.LOGIN and not self._authenticated(scope):
-            return (401, "token", "missing or wrong token: send 'Authorization: Bearer' with the token in "
-                                  "the data dir's auth.token (or run `sessionmem open` for the web pages)",
-                    [(b"www-authenticate", b'Bearer realm="sessionmem"')])
+        if path not in EXEMPT_PATHS and path != routes.LOGIN:
+            access = self._access(scope)
+            if access is None:
+                return (401, "token", "missing or wrong token: send 'Authorization: Bearer' with the token in "
+                                      "the data dir's auth.token (or run `sessionmem open` for the web pages)",
+                        [(b"www-authenticate", b'Bearer realm="sessionmem"')])
+            if access == "page" and scope["method"] not in READ_METHODS and not _PAGE_ACTION.fullmatch(path):
+                return (403, "page_login", "the web pages' login reads memory; this needs the token "
+                                           "('Authorization: Bearer' with the data dir's auth.token)", [])
         if scope["method"] in BODY_METHODS:
             content_type = (header(scope, b"content-type") or b"").split(b";", 1)[0].strip().lower()
             if content_type != b"application/json":
                 return 415, "content_type", "request bodies must be JSON (Content-Type: application/json)", []
         return None
 
-    def _authenticated(self, scope: Scope) -> bool:
+    def _access(self, scope: Scope) -> str | None:
+        """``"token"`` (the bearer token), ``"page"`` (a page login's cookie) or ``None``."""
         authorization = header(scope, b"authorization")
         if authorization is not None:
             scheme, _, credential = authorization.partition(b" ")
-            return scheme.lower() == b"bearer" and hmac.compare_digest(credential.strip(), self._token)
+            good = scheme.lower() == b"bearer" and hmac.compare_digest(credential.strip(), self._token)
+            return "token" if good else None
+        login = self._page_login(scope)
+        return "page" if login is not None and self.page_logins.valid(login) else None
+
+    def _page_login(self, scope: Scope) -> bytes | None:
         cookies = header(scope, b"cookie")
         if cookies is not None:
             for cookie in cookies.split(b";"):
                 cookie = cookie.strip()
                 if cookie.startswith(self._cookie_prefix):
-                    return hmac.compare_digest(cookie[len(self._cookie_prefix):], self._token)
-        return False
+                    return cookie[len(self._cookie_prefix):]
+        return None
 
     async def _login(self, scope: Scope, send: Send) -> None:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
@@ -172,8 +225,20 @@ class AccessGuard:
             await respond(send, 401, ErrorReply("this login link is not valid (any more): run `sessionmem open`"))
             return
         self._logins += 1
-        cookie = (cookie_name(self.port) + "=" + self._token.decode("ascii")
-                  + f"; HttpOnly; SameSite=Strict; Path=/; Max-Age={COOKIE_MAX_AGE_S}")
+        cookie = (f"{cookie_name(self.port)}={self.page_logins.issue()}"
+                  f"; HttpOnly; SameSite=Strict; Path=/; Max-Age={self.page_logins.lifetime_s:.0f}")
         await respond(send, 303, b"", content_type=b"text/plain", headers=[
             (b"location", target.encode("latin-1")), (b"set-cookie", cookie.encode("ascii")),
             (b"cache-control", b"no-store")])
+
+    async def _logout(self, scope: Scope, send: Send) -> None:
+        """End this browser's page login (the guard let only a POST with a valid login or the token here)."""
+        if scope["method"] != "POST":
+            await respond(send, 405, ErrorReply("log out with POST"), headers=[(b"allow", b"POST")])
+            return
+        login = self._page_login(scope)
+        if login is not None:
+            self.page_logins.end(login)
+        expired = f"{cookie_name(self.port)}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"
+        await respond(send, 200, {"loggedOut": login is not None}, headers=[(b"set-cookie", expired.encode("ascii")),
+                                                                          (b"cache-control", b"no-store")])

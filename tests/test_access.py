@@ -88,7 +88,9 @@ async def test_a_login_code_is_traded_once_for_an_httponly_strict_cookie(app: In
     assert login.status == 303 and login.headers["location"] == "/debug"
     cookie = login.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and cookie.startswith("sessionmem_token_37777=")
+    assert "Max-Age=43200" in cookie  # a page login lasts 12 hours
     value = cookie.split(";", 1)[0]
+    assert app.token not in value  # a page login, never the token (browsers send it to every port of the host)
     browser = {"authorization": None, "cookie": f"other=1; {value}"}
     assert (await app.request("GET", "/debug", headers=browser)).status == 200
     again = await app.request("GET", f"/login?code={issued['code']}", headers={"authorization": None})
@@ -104,6 +106,40 @@ async def test_a_login_code_is_traded_once_for_an_httponly_strict_cookie(app: In
         code = (await app.post("/api/auth/login-code", {}))["code"]
         answer = await app.request("GET", f"/login?code={code}&next={target}", headers={"authorization": None})
         assert answer.status == 303 and answer.headers["location"] == "/", (target, answer.status)
+
+
+async def test_a_page_login_reads_and_replays_but_never_writes_memory(app: InProcessWorker) -> None:
+    """Found by a trial: the cookie was the token itself, and Chromium sent it to another web server on
+    127.0.0.1 (cookies are not kept per port), which could then plant memory for every next session."""
+    code = (await app.post("/api/auth/login-code", {}))["code"]
+    login = await app.request("GET", f"/login?code={code}", headers={"authorization": None})
+    browser = {"authorization": None, "cookie": login.headers["set-cookie"].split(";", 1)[0]}
+    for path in ("/", "/debug", "/api/projects", "/api/search?q=x", "/api/export"):
+        assert (await app.request("GET", path, headers=browser)).status == 200, path
+    replay = await app.request("POST", "/api/sessions/no-such/replay", {}, headers=browser)
+    assert replay.status == 404  # let through: the operator page's button (and nothing to replay here)
+    writes = [("POST", "/api/sessions/observations", {"claudeSessionId": "s", "tool_name": "Bash"}),
+              ("POST", "/api/sessions/init", {"claudeSessionId": "s", "prompt": "plant this"}),
+              ("POST", "/api/import", {"records": []}), ("POST", "/api/auth/login-code", {}),
+              ("POST", "/api/maintenance/prune", {"olderThanDays": 0})]
+    for method, path, body in writes:
+        refused = await app.request(method, path, body, headers=browser)
+        assert refused.status == 403 and "needs the token" in refused.json()["error"], path
+    assert (await app.debug())["access"]["refusedPageLogins"] == len(writes)
+    assert (await app.request("GET", "/logout", headers=browser)).status == 405
+    out = await app.request("POST", "/logout", {}, headers=browser)
+    assert out.status == 200 and out.json() == {"loggedOut": True} and "Max-Age=0" in out.headers["set-cookie"]
+    assert (await app.request("GET", "/debug", headers=browser)).status == 401  # ended
+
+
+def test_page_logins_expire_and_are_bounded() -> None:
+    from sessionmem.server.guard import PageLogins
+
+    logins = PageLogins(lifetime_s=0.0)
+    assert not logins.valid(logins.issue().encode())  # past its lifetime at once
+    logins = PageLogins(most=3)
+    issued = [logins.issue().encode() for _ in range(5)]
+    assert [logins.valid(login) for login in issued] == [False, False, True, True, True]  # the oldest went first
 
 
 def test_token_file_is_private_and_stable(tmp_path: Path) -> None:

@@ -262,3 +262,8 @@ def test_a_failed_session_is_marked_and_replayed_from_the_page(browser: Browser,
                  and cell(browser, "doomed", "processed").startswith("1\n"), "the parked event processed")
     assert not browser.css('#actors tr[data-session="doomed"] button.replay')
     assert_only_this_worker(browser, threaded)
+    # The page login ends with its button: the same browser is refused afterwards.
+    browser.click("button[data-logout]")
+    browser.wait(lambda: "Logged out" in browser.text("body"), "the logged-out notice")
+    status = browser.js("return fetch('/api/projects').then(r => r.status)")
+    assert status == 401

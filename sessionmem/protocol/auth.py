@@ -3,11 +3,12 @@
 The worker creates ``<data dir>/auth.token`` at its first start: 32 random bytes as
 hex, in a file only its owner can read (0600, in a 0700 data dir). Every request but
 ``GET /api/health`` must carry it, as ``Authorization: Bearer <token>`` (hooks, the
-commands, backfill, the MCP server, the bench) or, for the web pages the worker
-serves, as the HttpOnly, SameSite=Strict cookie :data:`COOKIE_NAME`, which the worker
-sets only in exchange for a single-use login code that an authenticated client asked
-for (``sessionmem open``). A web page elsewhere cannot read the file, cannot send the
-header without a preflight the worker refuses, and never gets the cookie.
+commands, backfill, the MCP server, the bench). The web pages the worker serves get a
+page login instead (``sessionmem.server.guard``): the HttpOnly, SameSite=Strict cookie
+:data:`COOKIE_NAME` holds a credential of its own, set only in exchange for a
+single-use login code that an authenticated client asked for (``sessionmem open``),
+and it reads memory, never writes it. A web page elsewhere cannot read the file and
+cannot send the header without a preflight the worker refuses.
 
 Error handling:
     :func:`read_token` returns ``None`` for a missing or unreadable file (a client

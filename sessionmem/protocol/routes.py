@@ -54,7 +54,8 @@ ASSETS = "/assets/{name}"  # the pages' scripts and styles, served from the pack
 
 # -- access (sessionmem.protocol.auth) ---------------------------------------------------
 LOGIN_CODE = "/api/auth/login-code"  # POST, with the token: a single-use code for a browser
-LOGIN = "/login"  # GET ?code=...&next=/path: trades the code for the worker's cookie
+LOGIN = "/login"  # GET ?code=...&next=/path: trades the code for a page login's cookie
+LOGOUT = "/logout"  # POST: ends the page login of the cookie sent
 
 # -- ingest body fields ------------------------------------------------------------------
 SESSION_FIELDS = ("claudeSessionId", "cwd", "project", "idempotencyKey", "occurredAt")

@@ -1,4 +1,4 @@
-// The worker's JSON API, same origin. The browser sends the worker's HttpOnly cookie
+// The worker's JSON API, same origin. The browser sends the page login's HttpOnly cookie
 // (set by the login link of `sessionmem open`); bodies are JSON, as the guard requires.
 
 export class ApiError extends Error {
@@ -38,4 +38,13 @@ export const postJSON = (path, body = {}, params) => call("POST", path, params, 
 /** A path with its {name} parameters filled in, each percent-encoded. */
 export function path(template, values) {
   return template.replace(/\{(\w+)\}/g, (_, name) => encodeURIComponent(values[name]));
+}
+
+// Every page's "Log out" button ends this browser's page login (the cookie is no use after).
+for (const button of document.querySelectorAll("[data-logout]")) {
+  button.addEventListener("click", async () => {
+    await postJSON("/logout").catch(() => null);
+    document.body.replaceChildren(document.createTextNode(
+      "Logged out. Run `sessionmem open` for a new login link."));
+  });
 }
