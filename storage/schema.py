@@ -274,8 +274,34 @@ def migrate(connection: apsw.Connection) -> int:
         raise RuntimeError(
             f"database schema version {version} is newer than this sessionmem ({len(MIGRATIONS)})"
         )
+    if version and _columns(connection, "journal") >= {"payload"}:
+        with connection:
+            _move_payloads_out(connection)
     for target in range(version + 1, len(MIGRATIONS) + 1):
         with connection:
             connection.execute(MIGRATIONS[target - 1])
             connection.execute(f"PRAGMA user_version = {target}")
     return len(MIGRATIONS)
+
+
+def _columns(connection: apsw.Connection, table: str) -> set[str]:
+    return {name for (name,) in connection.execute("SELECT name FROM pragma_table_info(?)", (table,))}
+
+
+def _move_payloads_out(connection: apsw.Connection) -> None:
+    """A database of the first releases (e94329e, fa128a4): bring it to the layout version 1 has had since.
+
+    7768d28 moved the journal's payloads into ``journal_payloads`` and the observations'
+    raw tool data out of them by rewriting version 1 in place, not by a step of its own.
+    So a database of before still says version 1 or 2, yet has ``journal.payload`` (NOT
+    NULL: every insert of today failed) and no ``journal_payloads`` (the start failed).
+    The payloads move; the observations' copies of the raw tool data go (the journal's
+    payload holds the same, and retention prunes it there).
+    """
+    connection.execute("CREATE TABLE IF NOT EXISTS journal_payloads ("
+                       " id INTEGER PRIMARY KEY REFERENCES journal (id), payload BLOB NOT NULL)")
+    connection.execute("INSERT OR IGNORE INTO journal_payloads (id, payload) SELECT id, payload FROM journal")
+    connection.execute("ALTER TABLE journal DROP COLUMN payload")
+    for column in ("tool_input", "tool_response"):
+        if column in _columns(connection, "observations"):
+            connection.execute(f"ALTER TABLE observations DROP COLUMN {column}")

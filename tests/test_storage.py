@@ -175,6 +175,47 @@ def test_version_2_databases_are_migrated_keeping_their_rows(tmp_path: Path) -> 
     migrated.close()
 
 
+async def test_a_database_of_the_first_releases_is_upgraded_and_served(tmp_path: Path) -> None:
+    """Found by an upgrade trial: 7768d28 rewrote version 1 in place, so a database written by
+    e94329e or fa128a4 kept ``journal.payload`` and had no ``journal_payloads``: the worker ran the
+    later steps, then died at start, and every event after was refused (NOT NULL payload)."""
+    released = (Path(__file__).parent / "fixtures" / "schema-fa128a4.sql").read_text()
+    version_1, version_2 = released.split("-- version 2\n")
+    path = tmp_path / "db.sqlite"
+    connection = apsw.Connection(str(path))
+    for version, script in enumerate((version_1, version_2), 1):
+        with connection:
+            connection.execute(script)
+            connection.execute(f"PRAGMA user_version = {version}")
+    done = b'{"kind":"observation","session_id":"old","project":"p","tool_name":"Read","tool_input":{"file_path":"a.py"}}'
+    pending = b'{"kind":"observation","session_id":"old","project":"p","tool_name":"Bash","tool_use_id":"t2"}'
+    connection.execute(
+        "INSERT INTO sessions (id, claude_session_id, project, created_at, updated_at) VALUES (1, 'old', 'p', 0, 0);"
+        "INSERT INTO journal (id, claude_session_id, kind, payload, status, accepted_at)"
+        " VALUES (1, 'old', 'observation', ?, 'done', 1), (2, 'old', 'observation', ?, 'pending', 2);"
+        "INSERT INTO observations (session_id, project, prompt_number, event_id, tool_name, tool_use_id,"
+        " tool_input, tool_response, type, title, compressed, compressor, created_at)"
+        " VALUES (1, 'p', 1, 1, 'Read', 't1', '{\"file_path\": \"a.py\"}', 'x', 'discovery', 'Read a.py', 1,"
+        " 'offline', 1)",
+        (done, pending))
+    connection.close()
+    delivered: list[Envelope] = []
+    async with open_sqlite_store(path) as store:
+        (envelope,) = await store.pending_events()  # the payload moved, and decodes as today's event
+        assert envelope.event_id == 2 and envelope.event.tool_use_id == "t2"
+        event = ObservationEvent(claude_session_id="old", project="p", tool_name="Read", tool_use_id="t3")
+        accepted = await store.accept_event(event, delivered.append)  # was: NOT NULL constraint failed
+        assert accepted.envelope.event_id == 3 and not accepted.duplicate
+    upgraded = apsw.Connection(str(path))
+    assert upgraded.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+    assert [row[0] for row in upgraded.execute("SELECT id FROM journal_payloads ORDER BY id")] == [1, 2, 3]
+    assert upgraded.execute("SELECT payload FROM journal_payloads WHERE id = 1").fetchone()[0] == done
+    assert upgraded.execute("SELECT title FROM observations").fetchall() == [("Read a.py",)]
+    assert not {"tool_input", "tool_response"} & {
+        name for (name,) in upgraded.execute("SELECT name FROM pragma_table_info('observations')")}
+    upgraded.close()
+
+
 def test_migrations_are_versioned(tmp_path: Path) -> None:
     connection = open_writer(tmp_path / "db.sqlite")
     assert connection.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
