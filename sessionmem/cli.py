@@ -87,6 +87,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import trio
 
     from sessionmem.server.guard import is_loopback
+    from sessionmem.storage.schema import SchemaTooNew
     from sessionmem.worker import configure_logging, raise_file_limit, run_worker, shorten_gil_switch_interval
 
     settings = _settings(args)
@@ -131,6 +132,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if _caused_by(exc, lambda e: isinstance(e, OSError) and e.errno == errno.EADDRINUSE):
             print(f"sessionmem: port {settings.port} on {settings.host} is already in use "
                   f"(set SESSIONMEM_PORT or --port)", file=sys.stderr)
+            return 1
+        newer = _caused_by(exc, lambda e: isinstance(e, SchemaTooNew))
+        if newer is not None:
+            print(f"sessionmem: {newer}: the data dir {settings.data_dir} was upgraded by a newer sessionmem. "
+                  f"Install that version again (nothing was changed), or use another --data-dir", file=sys.stderr)
             return 1
         damaged = _caused_by(exc, lambda e: isinstance(e, (apsw.NotADBError, apsw.CorruptError)))
         if damaged is not None:
@@ -398,18 +404,20 @@ def _data_dir_health(path: Path) -> tuple[bool, str]:
 
 def _database_damage(database: Path) -> str:
     """What SQLite's own check finds wrong with ``database`` ("" if nothing, or no file): run only while
-    no worker has it open. Standard library ``sqlite3``, read-only."""
-    import sqlite3
+    no worker has it open. Read-only, through APSW: the SQLite the worker itself runs (a system's older
+    one, as Python's ``sqlite3`` may link, found damage in healthy files: Debian 12's 3.40.1 did)."""
+    import apsw
 
     if not database.exists():
         return ""
     try:
-        connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=1.0)
+        connection = apsw.Connection(str(database), flags=apsw.SQLITE_OPEN_READONLY)
         try:
+            connection.set_busy_timeout(1000)
             (verdict,) = connection.execute("PRAGMA quick_check(1)").fetchone()
         finally:
             connection.close()
-    except sqlite3.Error as exc:
+    except apsw.Error as exc:
         return f"the database {database} cannot be read ({exc})"
     return "" if verdict == "ok" else f"the database {database} is damaged ({verdict}); `sqlite3 {database} .recover`"
 

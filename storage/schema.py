@@ -262,18 +262,20 @@ CREATE INDEX prompts_project ON user_prompts (project, created_at);
 MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 
 
+class SchemaTooNew(RuntimeError):
+    """The database was written by a newer sessionmem (a downgrade): nothing is changed."""
+
+
 def migrate(connection: apsw.Connection) -> int:
     """Bring the database up to the newest schema; returns the resulting version.
 
     Error handling:
-        A database newer than this code (a downgrade) raises ``RuntimeError`` rather
-        than guessing; any SQL error rolls back the step that raised it.
+        A database newer than this code (a downgrade) raises :class:`SchemaTooNew`
+        rather than guessing; any SQL error rolls back the step that raised it.
     """
     (version,) = connection.execute("PRAGMA user_version").fetchone()
     if version > len(MIGRATIONS):
-        raise RuntimeError(
-            f"database schema version {version} is newer than this sessionmem ({len(MIGRATIONS)})"
-        )
+        raise SchemaTooNew(f"database schema version {version} is newer than this sessionmem ({len(MIGRATIONS)})")
     if version and _columns(connection, "journal") >= {"payload"}:
         with connection:
             _move_payloads_out(connection)

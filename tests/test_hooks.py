@@ -206,6 +206,35 @@ def test_doctor_finds_a_database_with_damaged_pages(tmp_path: Path) -> None:
     assert "is damaged" in doctor.stdout and "starts it" not in doctor.stdout
 
 
+def test_doctor_finds_a_healthy_store_healthy_and_serve_explains_a_newer_one(tmp_path: Path) -> None:
+    """Found by an upgrade trial: `doctor` checked with Python's sqlite3, here the system's SQLite 3.40.1,
+    which finds a NULL in observation_files.basename of every store (a generated column it does not
+    read as the worker's 3.54 does) and called healthy stores damaged. And a store a newer version
+    upgraded stopped `serve` with a 55-line traceback."""
+    from sessionmem.storage.sqlite import open_writer
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(mode=0o700)
+    connection = open_writer(data_dir / "sessionmem.db")
+    connection.execute("INSERT INTO sessions (id, claude_session_id, project, created_at, updated_at)"
+                       " VALUES (1, 's', 'p', 0, 0)")
+    connection.execute("INSERT INTO observations (session_db_id, project, prompt_number, event_id, tool_name,"
+                       " tool_use_id, type, title, files_read, compressed, compressor, created_at)"
+                       " VALUES (1, 'p', 1, 1, 'Read', 't', 'discovery', 'Read a.py', '[\"/w/a.py\"]', 1, 'offline', 0)")
+    connection.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONMEM_")}
+    doctor = subprocess.run([sys.executable, "-m", "sessionmem", "doctor", "--data-dir", str(data_dir),
+                             "--port", "9"], env=env, capture_output=True, text=True, timeout=60)
+    assert "damaged" not in doctor.stdout and "cannot start" not in doctor.stdout, doctor.stdout
+    connection = open_writer(data_dir / "sessionmem.db")
+    connection.execute("PRAGMA user_version = 99")
+    connection.close()
+    serve = subprocess.run([sys.executable, "-m", "sessionmem", "serve", "--data-dir", str(data_dir), "--port", "0"],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert serve.returncode == 1 and "Traceback" not in serve.stderr, serve.stderr[-2000:]
+    assert "upgraded by a newer sessionmem" in serve.stderr and "schema version 99" in serve.stderr
+
+
 def test_hook_timeout_bounds_a_hanging_worker(tmp_path: Path, payloads: list[dict[str, Any]]) -> None:
     import socket
 
