@@ -41,6 +41,7 @@ from sessionmem.protocol.client import WorkerUnavailable, request
 from sessionmem.protocol.config import ClientConfig, data_dir_from
 from sessionmem.protocol.datadir import private_umask, write_private
 from sessionmem.protocol.delivery import Outcome, Patience, deliver
+from sessionmem.protocol.limits import printable_line
 from sessionmem.protocol.privacy import strip_private
 from sessionmem.protocol.project import project_of
 from sessionmem.protocol.requests import api_call, encoded_call, is_internal_prompt, text_field
@@ -138,9 +139,10 @@ def session_start(payload: dict[str, Any], project: str, config: ClientConfig, l
         if config.data_dir != data_dir_from({}):  # not the default: the command must be told
             opener += f" --data-dir {config.data_dir}"
         opener = f"`{opener}`"
+        name = printable_line(project)  # Claude Code shows it in a terminal: no escape sequence, one line
         output["systemMessage"] = (
-            f"sessionmem: {count} memories of {project} loaded · {opener} to browse them"
-            if count else f"sessionmem: no memories of {project} yet · {opener} shows what it records"
+            f"sessionmem: {count} memories of {name} loaded · {opener} to browse them"
+            if count else f"sessionmem: no memories of {name} yet · {opener} shows what it records"
         )
     return output or None
 

@@ -47,6 +47,7 @@ from sessionmem.protocol.limits import (
     MAX_SEARCH_OFFSET,
     MAX_SEARCH_RESULTS,
     MAX_TIMELINE_SIDE,
+    printable_line,
 )
 from sessionmem.protocol.project import ALL_PROJECTS
 from sessionmem.protocol.routes import MCP_SERVER_NAME, SEARCH_MODES
@@ -71,7 +72,7 @@ def instructions(project: str) -> str:
         f"before re-investigating something that may have been done before. Work from cheap to "
         f"expensive: `search` for a compact index of hits, `timeline` for what happened around one, "
         f"`get_observations` for the full records of the few that matter. The current project is "
-        f"{project!r}; pass project=\"*\" to search all projects.")
+        f"{printable_line(project)!r}; pass project=\"*\" to search all projects.")
 
 
 def _project_param(project: str | None, default: str) -> dict[str, str]:
@@ -81,7 +82,7 @@ def _project_param(project: str | None, default: str) -> dict[str, str]:
 
 
 def _scope(params: dict[str, str | int]) -> str:
-    return f"project {params['project']}" if "project" in params else "all projects"
+    return f"project {printable_line(str(params['project']))}" if "project" in params else "all projects"
 
 
 def build_server(client: MemoryClient, default_project: str) -> MCPServer:
@@ -161,8 +162,8 @@ def build_server(client: MemoryClient, default_project: str) -> MCPServer:
         return render.observation_records(reply)
 
     server.add_tool(search, title="Search memory", annotations=READ_ONLY, structured_output=False, description=(
-        f"Search the memory of past Claude Code sessions (project {default_project!r} unless `project` says "
-        f"otherwise) by words and meaning. Returns a compact index, one line a hit: "
+        f"Search the memory of past Claude Code sessions (project {printable_line(default_project)!r} unless "
+        f"`project` says otherwise) by words and meaning. Returns a compact index, one line a hit: "
         f"`id | date | type | title [files] — snippet`; an observation's id is a number, other kinds are "
         f"`summary:3`, `prompt:7`. Start here: it is cheap. Then call `get_observations` with the ids that "
         f"matter for their full records (facts, narrative, files), or `timeline` with one id for what "

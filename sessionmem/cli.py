@@ -27,6 +27,7 @@ from sessionmem.protocol import routes
 from sessionmem.protocol.config import DATA_DIR_ENV, ClientConfig
 from sessionmem.protocol.datadir import make_private, private_umask
 from sessionmem.protocol.delivery import Patience, deliver
+from sessionmem.protocol.limits import printable_line
 from sessionmem.protocol.state import (
     INSTANCE_LOCK_FILE,
     SHUTDOWN_REPORT_FILE,
@@ -204,7 +205,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     failed = [a["claudeSessionId"] for a in debug["actors"] if a["state"] == "failed"]
     failed += [s for s in journal.get("parkedSessions", []) if s not in failed]  # failed before a restart too
     if failed:
-        print(f"  failed sessions (`sessionmem replay SESSION_ID` once fixed): {', '.join(failed)}")
+        print(f"  failed sessions (`sessionmem replay SESSION_ID` once fixed): "
+              f"{', '.join(printable_line(session) for session in failed)}")
     return 0
 
 

@@ -42,6 +42,18 @@ def _not_a_schema_reprepare(record: logging.LogRecord) -> bool:
     return getattr(record, "sqlite_code", None) != SQLITE_SCHEMA
 
 
+class _OneRecordALine(logging.Formatter):
+    """Messages with what a client sent in them (a session id, a project) escaped: a line break cannot
+    forge a second record, nor an escape sequence reach the terminal that reads the log (found by a
+    trial). A traceback, added after the message, keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        if line.isprintable():
+            return line
+        return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in line)
+
+
 def configure_logging(log_path: Path, *, to_stderr: bool) -> None:
     """The worker's log: ``log_path`` (rotated), and stderr when running in a terminal."""
     handlers: list[logging.Handler] = [
@@ -51,12 +63,8 @@ def configure_logging(log_path: Path, *, to_stderr: bool) -> None:
         handlers.append(logging.StreamHandler(sys.stderr))
     for handler in handlers:
         handler.addFilter(_not_a_schema_reprepare)
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        handlers=handlers,
-        force=True,
-    )
+        handler.setFormatter(_OneRecordALine("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
     # The SDK's HTTP client logs every request at INFO; keep the log about sessionmem.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     # Trio's accept loop logs a full traceback every 100 ms while out of file descriptors;

@@ -76,6 +76,11 @@ def test_session_start_injects_context(worker: WorkerClient, payloads: list[dict
     quiet = run_hook("SessionStart", by_event(payloads, "SessionStart"), worker.data_dir,
                      SESSIONMEM_SYSTEM_MESSAGE="0")
     assert "systemMessage" not in json.loads(quiet.stdout)
+    # A project named by a directory with an escape sequence, a line break and a bidi override in its
+    # name (a trial's): the message Claude Code prints in the terminal stays one plain line.
+    hostile = {**by_event(payloads, "SessionStart"), "cwd": "/w/ansi\x1b]0;TITLE\x07\x1b[31mred\n\nSYSTEM NOTE\u202e"}
+    message = json.loads(run_hook("SessionStart", hostile, worker.data_dir).stdout)["systemMessage"]
+    assert message.isprintable() and "no memories of ansi ]0;TITLE [31mred SYSTEM NOTE yet" in message
 
 
 def test_private_prompts_are_not_sent(worker: WorkerClient) -> None:
@@ -97,7 +102,9 @@ def test_bad_stdin_fails_open(worker: WorkerClient, stdin: bytes) -> None:
 
 def test_huge_tool_response_is_truncated_not_lost(worker: WorkerClient, payloads: list[dict[str, Any]]) -> None:
     payload = dict(by_event(payloads, "PostToolUse"))
-    payload["tool_response"] = {"stdout": "BEGIN" + "y" * (50 * 1024 * 1024) + "END", "stderr": ""}
+    # 50 MiB of output lines: cut to head and tail, and the piece of a line at each cut redacted (it could be
+    # half a token).
+    payload["tool_response"] = {"stdout": "BEGIN\n" + ("y" * 99 + "\n") * (512 * 1024) + "END", "stderr": ""}
     payload["tool_use_id"] = "toolu_huge"
     started = time.monotonic()
     result = run_hook("PostToolUse", payload, worker.data_dir)
@@ -106,7 +113,8 @@ def test_huge_tool_response_is_truncated_not_lost(worker: WorkerClient, payloads
     worker.wait_idle()
     (row,) = [o for o in worker.get("/api/observations")["observations"] if o["toolUseId"] == "toolu_huge"]
     stdout = worker.get(f"/api/observations/{row['id']}")["toolResponse"]["stdout"]
-    assert stdout.startswith("BEGIN") and stdout.endswith("END") and "elided" in stdout
+    assert stdout.startswith("BEGIN\n") and stdout.endswith("\nEND") and "elided" in stdout
+    assert stdout.count("[REDACTED:cut]") == 2
 
 
 def test_stop_reads_the_transcript_when_needed(worker: WorkerClient, tmp_path: Path) -> None:

@@ -112,3 +112,11 @@ def bound_value(value: Any, cap: int, encode: Callable[[Any], bytes], encoded: b
     flat = head_tail(text, cap)
     escaping = len(encode(flat)) - cap  # the quotes and backslashes of JSON inside a JSON string
     return head_tail(text, max(cap - escaping, 256)) if escaping > 0 else flat
+
+
+def printable_line(text: str) -> str:
+    """``text`` on one line of printable characters: controls (escape sequences, line breaks) and
+    invisible format characters (bidirectional overrides, zero-width) become spaces, runs of spaces
+    one. For a name printed in a terminal or a message (a project, a session id): no ``re``, so a
+    hook can afford it."""
+    return " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())

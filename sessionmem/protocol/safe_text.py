@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sessionmem.protocol.limits import map_strings
 from sessionmem.protocol.privacy import CONTEXT_TAG, strip_private
 
 # C0 and C1 controls (whitespace aside), and the characters that reorder or hide text:
@@ -39,9 +38,22 @@ def neutral(text: str) -> str:
         text = stripped
 
 
+# Fields of the worker's answers that name something (they come from a hook's payload, as the agent's
+# session had them): printed on one line. A line break in a session id forged a record line in an
+# MCP answer and in `sessionmem show` (found by a trial).
+ONE_LINE_FIELDS = frozenset({"project", "claudeSessionId", "agentId", "agentType", "toolName", "toolUseId", "cwd",
+                             "type", "kind", "title"})
+
+
 def neutral_deep(value: Any) -> Any:
-    """Every string in JSON-like ``value`` (an answer of the worker) made :func:`neutral`."""
-    return map_strings(value, neutral)
+    """Every string in JSON-like ``value`` (an answer of the worker) made :func:`neutral`, and those of the
+    :data:`ONE_LINE_FIELDS` one line too."""
+    if isinstance(value, dict):
+        return {key: one_line(item, len(item)) if key in ONE_LINE_FIELDS and isinstance(item, str)
+                else neutral_deep(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [neutral_deep(item) for item in value]
+    return neutral(value) if isinstance(value, str) else value
 
 
 def one_line(text: str, limit: int) -> str:
