@@ -18,10 +18,12 @@ from typing import Any
 from sessionmem.protocol.privacy import CONTEXT_TAG, strip_private
 
 # C0 and C1 controls (whitespace aside), and the characters that reorder or hide text:
-# bidirectional embeddings, overrides and isolates, marks, and zero-width joiners.
-# And Unicode's tag characters (U+E0000-E007F): invisible, yet a model reads them as ASCII.
-_INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff"
-                        "\U000e0000-\U000e007f]")
+# bidirectional embeddings, overrides and isolates, marks, zero-width joiners, the soft
+# hyphen, the grapheme joiner and variation selectors (invisible inside a word: "</session\xadmem-context>"
+# reads as the closing tag). And Unicode's tag characters (U+E0000-E007F): invisible, yet a
+# model reads them as ASCII.
+_INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\xad\u034f\u061c\u180e\u200b-\u200f\u202a-\u202e"
+                        "\u2060-\u2069\ufe00-\ufe0f\ufeff\U000e0000-\U000e007f\U000e0100-\U000e01ef]")
 # Every other space (no-break, em, ideographic...) made a plain one before the tags are looked for:
 # `</sessionmem-context\u00a0>` is no tag to the strip, and became `</sessionmem-context >` once a
 # line's spaces were joined.
