@@ -72,7 +72,8 @@ def test_each_report_of_a_subagent_is_an_observation_of_its_own(payloads: list[d
 
 
 @pytest.mark.parametrize("value", [
-    {"stdout": "x" * (3 * FIELD_CAP), "stderr": "", "interrupted": False},
+    # Words shorter than a token: the worker redacts the piece of a long word at a cut (test_redaction).
+    {"stdout": "word " * (3 * FIELD_CAP // 5), "stderr": "", "interrupted": False},
     ["line " * 40 for _ in range(2000)],
     {"content": "é" * FIELD_CAP, "nested": [{"deep": "<private>p</private>ok" * 3}]},
     "plain " * 30_000,
