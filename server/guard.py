@@ -10,9 +10,9 @@ this layer runs):
    than the worker's own, or ``Sec-Fetch-Site: cross-site``.
 3. The token (:mod:`sessionmem.protocol.auth`): ``Authorization: Bearer <token>``, or
    the pages' cookie; on every route but ``GET /api/health`` (401 otherwise). The
-   exchange ``GET /login?code=...`` trades a single-use code (:class:`LoginCodes`,
-   issued to an authenticated client) for the cookie. The cookie holds a page login
-   (:class:`PageLogins`), never the token: browsers send a cookie of 127.0.0.1 to every
+   exchange ``GET /login?code=...`` trades a single-use code (issued to an
+   authenticated client) for the cookie. The cookie holds a page login (both are
+   :class:`ExpiringSecrets`), never the token: browsers send a cookie of 127.0.0.1 to every
    port of it, so any other local web server a browser visits gets it (a trial showed
    it). A page login reads (``GET``) and may do what the pages do (replay a session, log
    out), nothing else -- no ingest, import or maintenance: whoever finds it cannot plant
@@ -44,7 +44,7 @@ from sessionmem.server.payloads import ErrorReply
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 LOGIN_CODE_TTL_S = 300.0
 PAGE_LOGIN_S = 12 * 3600.0
-MAX_PAGE_LOGINS = 64  # the oldest goes first: a login link clicked over and over cannot fill memory
+MAX_SECRETS = 64  # login codes, or page logins, at once
 EXEMPT_PATHS = frozenset({routes.HEALTH})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 READ_METHODS = frozenset({"GET", "HEAD"})
@@ -66,49 +66,41 @@ class GuardStatistics(msgspec.Struct, frozen=True):
     refused_page_logins: int = 0  # a page login asking for what only the token may do
 
 
-class LoginCodes:
-    """Single-use, short-lived codes that a browser trades for the worker's cookie."""
+class ExpiringSecrets:
+    """Random secrets the worker hands out, each good for ``lifetime_s``: the single-use login codes
+    (:meth:`take`), and the page logins they are traded for (:meth:`valid` until :meth:`end`).
 
-    def __init__(self, ttl_s: float = LOGIN_CODE_TTL_S) -> None:
-        self._ttl_s = ttl_s
-        self._codes: dict[str, float] = {}
+    Resource handling:
+        Kept in memory (a worker that stops forgets them all), at most ``most`` at once: the
+        oldest goes first, so secrets asked for over and over cannot fill memory.
+    """
 
-    def issue(self) -> str:
-        now = time.monotonic()
-        self._codes = {code: expiry for code, expiry in self._codes.items() if expiry > now}
-        code = os.urandom(16).hex()
-        self._codes[code] = now + self._ttl_s
-        return code
-
-    def redeem(self, code: str) -> bool:
-        expiry = self._codes.pop(code, None)
-        return expiry is not None and expiry > time.monotonic()
-
-
-class PageLogins:
-    """The logins of the web pages: random credentials, each valid for :data:`PAGE_LOGIN_S` (in memory: a
-    worker that stops ends them all)."""
-
-    def __init__(self, lifetime_s: float = PAGE_LOGIN_S, most: int = MAX_PAGE_LOGINS) -> None:
+    def __init__(self, lifetime_s: float, *, most: int = MAX_SECRETS) -> None:
         self.lifetime_s = lifetime_s
         self._most = most
-        self._expiry: dict[bytes, float] = {}  # in the order issued
+        self._expiry: dict[str, float] = {}  # in the order issued
 
     def issue(self) -> str:
         now = time.monotonic()
-        self._expiry = {login: expiry for login, expiry in self._expiry.items() if expiry > now}
+        self._expiry = {secret: expiry for secret, expiry in self._expiry.items() if expiry > now}
         while len(self._expiry) >= self._most:
             del self._expiry[next(iter(self._expiry))]
-        login = os.urandom(32).hex()
-        self._expiry[login.encode("ascii")] = now + self.lifetime_s
-        return login
+        secret = os.urandom(32).hex()
+        self._expiry[secret] = now + self.lifetime_s
+        return secret
 
-    def valid(self, login: bytes) -> bool:
-        expiry = self._expiry.get(login)  # a dict lookup: its time does not depend on how much of it matches
+    def valid(self, secret: str) -> bool:
+        expiry = self._expiry.get(secret)  # a dict lookup: its time does not depend on how much of it matches
         return expiry is not None and expiry > time.monotonic()
 
-    def end(self, login: bytes) -> None:
-        self._expiry.pop(login, None)
+    def take(self, secret: str) -> bool:
+        """Whether ``secret`` is valid; it is not any more (a single use)."""
+        valid = self.valid(secret)
+        self.end(secret)
+        return valid
+
+    def end(self, secret: str) -> None:
+        self._expiry.pop(secret, None)
 
 
 def is_loopback(host: str) -> bool:
@@ -124,12 +116,12 @@ def cookie_name(port: int) -> str:
 class AccessGuard:
     """The checks of the module docstring, in front of the app given to :meth:`protect`."""
 
-    def __init__(self, *, token: str, port: int, extra_host: str = "", login_codes: LoginCodes | None = None) -> None:
+    def __init__(self, *, token: str, port: int, extra_host: str = "") -> None:
         self._app: ASGIApp | None = None
         self._token = token.encode("ascii")
         self._extra_host = extra_host
-        self.login_codes = login_codes or LoginCodes()
-        self.page_logins = PageLogins()
+        self.login_codes = ExpiringSecrets(LOGIN_CODE_TTL_S)
+        self.page_logins = ExpiringSecrets(PAGE_LOGIN_S)
         self._refused = {"host": 0, "origin": 0, "token": 0, "content_type": 0, "login": 0, "page_login": 0}
         self._logins = 0
         self.bind(port)
@@ -205,13 +197,13 @@ class AccessGuard:
         login = self._page_login(scope)
         return "page" if login is not None and self.page_logins.valid(login) else None
 
-    def _page_login(self, scope: Scope) -> bytes | None:
+    def _page_login(self, scope: Scope) -> str | None:
         cookies = header(scope, b"cookie")
         if cookies is not None:
             for cookie in cookies.split(b";"):
                 cookie = cookie.strip()
                 if cookie.startswith(self._cookie_prefix):
-                    return cookie[len(self._cookie_prefix):]
+                    return cookie[len(self._cookie_prefix):].decode("latin-1")
         return None
 
     async def _login(self, scope: Scope, send: Send) -> None:
@@ -220,7 +212,7 @@ class AccessGuard:
         target = (query.get("next") or ["/"])[0]
         if not _PAGE_PATH.fullmatch(target):
             target = "/"  # only pages of this worker (not //host, /\\host, nor a header broken by CR LF)
-        if not self.login_codes.redeem(code):
+        if not self.login_codes.take(code):
             self._refused["login"] += 1
             await respond(send, 401, ErrorReply("this login link is not valid (any more): run `sessionmem open`"))
             return

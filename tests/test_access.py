@@ -132,14 +132,16 @@ async def test_a_page_login_reads_and_replays_but_never_writes_memory(app: InPro
     assert (await app.request("GET", "/debug", headers=browser)).status == 401  # ended
 
 
-def test_page_logins_expire_and_are_bounded() -> None:
-    from sessionmem.server.guard import PageLogins
+def test_page_logins_and_login_codes_expire_and_are_bounded() -> None:
+    from sessionmem.server.guard import ExpiringSecrets
 
-    logins = PageLogins(lifetime_s=0.0)
-    assert not logins.valid(logins.issue().encode())  # past its lifetime at once
-    logins = PageLogins(most=3)
-    issued = [logins.issue().encode() for _ in range(5)]
-    assert [logins.valid(login) for login in issued] == [False, False, True, True, True]  # the oldest went first
+    secrets = ExpiringSecrets(0.0)
+    assert not secrets.valid(secrets.issue())  # past its lifetime at once
+    secrets = ExpiringSecrets(60.0, most=3)
+    issued = [secrets.issue() for _ in range(5)]
+    assert [secrets.valid(secret) for secret in issued] == [False, False, True, True, True]  # the oldest went first
+    assert secrets.take(issued[4]) and not secrets.take(issued[4])  # a single use
+    assert secrets.valid(issued[3])  # the others stay
 
 
 def test_token_file_is_private_and_stable(tmp_path: Path) -> None:
