@@ -119,4 +119,7 @@ def printable_line(text: str) -> str:
     invisible format characters (bidirectional overrides, zero-width) become spaces, runs of spaces
     one. For a name printed in a terminal or a message (a project, a session id): no ``re``, so a
     hook can afford it."""
-    return " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
+    line = " ".join(text.split())
+    if line.isprintable():  # the usual case, at C speed
+        return line
+    return " ".join("".join(ch if ch.isprintable() else " " for ch in line).split())

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from sessionmem.protocol.limits import printable_line
 from sessionmem.protocol.privacy import CONTEXT_TAG, strip_private
 
 # C0 and C1 controls (whitespace aside), and the characters that reorder or hide text:
@@ -51,17 +52,18 @@ def neutral_deep(value: Any) -> Any:
     """Every string in JSON-like ``value`` (an answer of the worker) made :func:`neutral`, and those of the
     :data:`ONE_LINE_FIELDS` one line too."""
     if isinstance(value, dict):
-        return {key: one_line(item, len(item)) if key in ONE_LINE_FIELDS and isinstance(item, str)
-                else neutral_deep(item) for key, item in value.items()}
+        return {key: one_line(item) if key in ONE_LINE_FIELDS and isinstance(item, str) else neutral_deep(item)
+                for key, item in value.items()}
     if isinstance(value, list):
         return [neutral_deep(item) for item in value]
     return neutral(value) if isinstance(value, str) else value
 
 
-def one_line(text: str, limit: int) -> str:
-    """:func:`neutral` text on one line, cut to ``limit`` characters."""
-    text = " ".join(neutral(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def one_line(text: str, limit: int | None = None) -> str:
+    """:func:`neutral` text on one printable line (:func:`~sessionmem.protocol.limits.printable_line`),
+    cut to ``limit`` characters if given."""
+    text = printable_line(neutral(text))
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
 def wrap(lines: list[str]) -> str:
