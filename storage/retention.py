@@ -42,9 +42,10 @@ class StorageReport(msgspec.Struct, frozen=True):
 
 def prune_payloads(connection: apsw.Connection, before: float, *, after_id: int = 0,
                    limit: int = PRUNE_BATCH) -> tuple[int, int]:
-    """Strip the raw tool data of stored observations that happened before ``before`` (by the time the
-    event carries, else -- its ``occurred_at`` is 0, as a live hook's is -- its arrival), among up to ``limit`` journal entries after ``after_id``;
-    returns (pruned, the last entry looked at, or 0 once at the end)."""
+    """Strip the raw tool data of stored observations that happened before ``before``, among up to
+    ``limit`` journal entries after ``after_id``; returns (pruned, the last entry looked at, or 0 once at
+    the end). When an event happened is the time it carries, else (``occurred_at`` 0, as a live hook
+    sends it) its arrival."""
     rows = connection.execute(
         "SELECT j.id, j.kind = 'observation' AND j.status = 'done'"
         " AND coalesce(nullif(json_extract(CAST(p.payload AS TEXT), '$.occurred_at'), 0), j.accepted_at) < ?"

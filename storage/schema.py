@@ -276,7 +276,7 @@ def migrate(connection: apsw.Connection) -> int:
     (version,) = connection.execute("PRAGMA user_version").fetchone()
     if version > len(MIGRATIONS):
         raise SchemaTooNew(f"database schema version {version} is newer than this sessionmem ({len(MIGRATIONS)})")
-    if version and _columns(connection, "journal") >= {"payload"}:
+    if version and "payload" in _columns(connection, "journal"):
         with connection:
             _move_payloads_out(connection)
     for target in range(version + 1, len(MIGRATIONS) + 1):
