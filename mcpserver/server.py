@@ -35,7 +35,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import Field
+from pydantic import Field, Strict
 
 from sessionmem import __version__
 from sessionmem.mcpserver import render
@@ -54,6 +54,9 @@ from sessionmem.protocol.routes import MCP_SERVER_NAME, SEARCH_MODES
 from sessionmem.records import DOCUMENT_KINDS, OBSERVATION_TYPES, ObservationType
 
 P = TypeVar("P")
+# An integer argument must be a JSON number: pydantic's lax mode took `true` as 1 and "5" as 5 (found by a
+# trial: get_observations(ids=[true]) answered observation 1).
+Integer = Annotated[int, Strict()]
 
 DEFAULT_LIMIT = 20
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
@@ -118,8 +121,8 @@ def build_server(client: MemoryClient, default_project: str) -> MCPServer:
         until: Moment = None,
         mode: Annotated[Mode, Field(description="hybrid: words and meaning (best); fts: exact words only; "
                                                 "vector: meaning only.")] = SEARCH_MODES[0],
-        limit: Annotated[int, Field(ge=1, le=MAX_SEARCH_RESULTS, description="Hits per page.")] = DEFAULT_LIMIT,
-        offset: Annotated[int, Field(ge=0, le=MAX_SEARCH_OFFSET, description="Hits to skip (next page).")] = 0,
+        limit: Annotated[Integer, Field(ge=1, le=MAX_SEARCH_RESULTS, description="Hits per page.")] = DEFAULT_LIMIT,
+        offset: Annotated[Integer, Field(ge=0, le=MAX_SEARCH_OFFSET, description="Hits to skip (next page).")] = 0,
     ) -> str:
         params: dict[str, str | int] = {"q": query, "mode": mode, "limit": limit, "offset": offset,
                                         **_project_param(project, default_project)}
@@ -129,7 +132,7 @@ def build_server(client: MemoryClient, default_project: str) -> MCPServer:
         return render.search_index(await ask(client.search, params), scope=_scope(params))
 
     async def timeline(
-        anchor: Annotated[int | str | None, Field(
+        anchor: Annotated[Integer | str | None, Field(
             description="The hit to center on: an observation id (42) or kind:id (summary:3, prompt:7), as "
                         "search shows them.")] = None,
         query: Annotated[str | None, Field(
@@ -138,8 +141,8 @@ def build_server(client: MemoryClient, default_project: str) -> MCPServer:
         project: Annotated[str | None, Field(
             max_length=1000, description=f"With query: the project to search (default {default_project!r}; "
                                          f"'*' for all).")] = None,
-        before: Annotated[int, Field(ge=0, le=MAX_TIMELINE_SIDE, description="Entries before the anchor.")] = 5,
-        after: Annotated[int, Field(ge=0, le=MAX_TIMELINE_SIDE, description="Entries after the anchor.")] = 5,
+        before: Annotated[Integer, Field(ge=0, le=MAX_TIMELINE_SIDE, description="Entries before the anchor.")] = 5,
+        after: Annotated[Integer, Field(ge=0, le=MAX_TIMELINE_SIDE, description="Entries after the anchor.")] = 5,
     ) -> str:
         params: dict[str, str | int] = {"before": before, "after": after}
         if anchor is not None and str(anchor).strip():
@@ -151,7 +154,7 @@ def build_server(client: MemoryClient, default_project: str) -> MCPServer:
         return render.timeline_text(await ask(client.timeline, params))
 
     async def get_observations(
-        ids: Annotated[list[Annotated[int, Field(ge=1, le=2**63 - 1)]], Field(
+        ids: Annotated[list[Annotated[Integer, Field(ge=1, le=2**63 - 1)]], Field(
             min_length=1, max_length=MAX_BATCH_IDS,
             description="Observation ids, as search and timeline show them (plain numbers).")],
     ) -> str:

@@ -185,6 +185,10 @@ BAD_CALLS = [  # (tool, arguments, what the error says)
     ("timeline", {"anchor": 999_999}, "no observation with id 999999"),
     ("get_observations", {"ids": []}, "ids"),
     ("get_observations", {"ids": [0]}, "ids"),
+    ("get_observations", {"ids": [True]}, "valid integer"),  # not observation 1
+    ("get_observations", {"ids": ["1"]}, "valid integer"),
+    ("search", {"query": "x", "limit": "5"}, "valid integer"),
+    ("timeline", {"anchor": True}, "anchor"),
     ("get_observations", {"ids": [999_998, 999_999]}, "no observation with id 999998, 999999"),
     ("forget_everything", {}, "forget_everything"),
 ]
