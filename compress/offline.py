@@ -31,6 +31,17 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _code(text: str) -> str:
+    """``text`` as one markdown code span: fenced by one backtick more than its longest run of them,
+    padded where it starts or ends with one (CommonMark's rule), so a stored backtick cannot end the
+    span and let the rest read as markdown (found by a trial)."""
+    if "`" not in text:
+        return f"`{text}`"
+    fence = "`" * (max(len(run) for run in re.findall("`+", text)) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def _first_line(text: str) -> str:
     for line in str(text).splitlines():
         if line.strip():
@@ -57,11 +68,11 @@ def _edit_fact(old: str, new: str) -> str:
     removed = _first_line("\n".join(before[start:len(before) - end]))
     added = _first_line("\n".join(after[start:len(after) - end]))
     if removed and added:
-        return f"replaced `{removed}` with `{added}`"
+        return f"replaced {_code(removed)} with {_code(added)}"
     if added:
-        return f"added `{added}`"
+        return f"added {_code(added)}"
     if removed:
-        return f"removed `{removed}`"
+        return f"removed {_code(removed)}"
     return "changed whitespace only" if old != new else ""
 
 
@@ -152,7 +163,7 @@ def _describe(event: ObservationEvent, context: SessionContext) -> _Draft:
         content = str(data.get("content", ""))
         draft = _Draft(_change_type(context.prompt) if context.prompt else "feature", f"Wrote {rel or 'a file'} ({_line_count(content)} lines)")
         if (first := _first_line(content)):
-            draft.facts.append(_clip(f"starts with `{first}`", _FACT_MAX))
+            draft.facts.append(_clip(f"starts with {_code(first)}", _FACT_MAX))
         defs = re.findall(r"^\s*(?:async\s+def|def|class|function|export\s+function)\s+(\w+)", content, re.M)
         if defs:
             draft.facts.append(_clip("defines " + ", ".join(dict.fromkeys(defs)), _FACT_MAX))
@@ -161,7 +172,7 @@ def _describe(event: ObservationEvent, context: SessionContext) -> _Draft:
     elif tool == "Bash":
         command = str(data.get("command", ""))
         description = str(data.get("description", ""))
-        draft = _Draft("discovery", _clip(f"Ran `{_first_line(command)}`", _TITLE_MAX))
+        draft = _Draft("discovery", _clip(f"Ran {_code(_first_line(command))}", _TITLE_MAX))
         draft.subtitle = _clip(description, 120)
         draft.facts.append(_clip(f"command: {command}", _FACT_MAX))
         if event.failed:
@@ -181,7 +192,7 @@ def _describe(event: ObservationEvent, context: SessionContext) -> _Draft:
     elif tool in ("Grep", "Glob"):
         pattern = str(data.get("pattern", ""))
         where = _relative(str(data.get("path", "")), cwd)
-        draft = _Draft("discovery", _clip(f"Searched for `{pattern}`" + (f" in {where}" if where else ""), _TITLE_MAX))
+        draft = _Draft("discovery", _clip(f"Searched for {_code(pattern)}" + (f" in {where}" if where else ""), _TITLE_MAX))
         hits = _hit_count(event.tool_response, response_text)
         if hits is not None:
             draft.facts.append(f"{hits} match{'es' if hits != 1 else ''}")

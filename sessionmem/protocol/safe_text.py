@@ -4,7 +4,8 @@ Stored text is untrusted (it came from tool output, web pages, files). Every fie
 into injected context, and into what the MCP tools answer Claude, goes through
 :func:`neutral` (standard library only, so the MCP server, which talks to the worker
 through this package alone, uses the same rules): our tags in any spelling are
-removed, so nothing can close the wrapper early and speak outside it, and control and
+removed, and its name in any other spelling is written apart, so nothing can close the
+wrapper early and speak outside it, not even in a model's eyes; and control and
 bidirectional-override characters are dropped, so nothing hides or reorders what a
 reader sees. :func:`wrap` adds the wrapper, which the worker strips from whatever it
 ingests, so injected memory is never stored again as new memory.
@@ -13,6 +14,7 @@ ingests, so injected memory is never stored again as new memory.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
 from sessionmem.protocol.limits import printable_line
@@ -29,6 +31,11 @@ _INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\xad\u034f\u061c\u1
 # `</sessionmem-context\u00a0>` is no tag to the strip, and became `</sessionmem-context >` once a
 # line's spaces were joined.
 _SPACES = re.compile("[\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+# The wrapper's name in any other spelling: another case, fullwidth letters (NFKC folds them), another
+# hyphen or none. No tag to the strip, yet a model may read `</sessionmem‑context>`, `＜/sessionmem-context＞`,
+# `< /sessionmem-context>` or `&lt;/sessionmem-context&gt;` as the end of memory (found by a trial).
+_NAME_SPELLINGS = re.compile(r"sessionmem\W{0,3}context", re.IGNORECASE)
+NAME_DEFANGED = "sessionmem context"  # a tag name has no space: no spelling of the closing tag is left
 
 
 def neutral(text: str) -> str:
@@ -37,8 +44,17 @@ def neutral(text: str) -> str:
     while True:  # until no tag is left: taking one out can join the halves of another around it
         stripped = strip_private(text)
         if stripped == text:
-            return text
+            return _defang_name(text)
         text = stripped
+
+
+def _defang_name(text: str) -> str:
+    """``text`` with every spelling of the wrapper's name written :data:`NAME_DEFANGED` (NFKC-folded then;
+    untouched if it has none)."""
+    folded = text if text.isascii() else unicodedata.normalize("NFKC", text)
+    if _NAME_SPELLINGS.search(folded) is None:
+        return text
+    return _NAME_SPELLINGS.sub(NAME_DEFANGED, folded)
 
 
 # Fields of the worker's answers that name something (they come from a hook's payload, as the agent's
