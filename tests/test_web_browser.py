@@ -186,6 +186,39 @@ def test_hostile_text_renders_as_text_and_runs_nothing(browser: Browser, threade
     assert_only_this_worker(browser, threaded)
 
 
+def test_text_that_would_reorder_or_hide_itself_shows_as_stored(browser: Browser, threaded: ThreadedWorker) -> None:
+    """A bidirectional override in a file name and a prompt: shown in stored order, and nowhere else."""
+    from sessionmem.protocol.safe_text import _INVISIBLE
+
+    base = {"session_id": "bidi", "cwd": "/w/bidi"}
+    send(threaded, {**base, "hook_event_name": "UserPromptSubmit", "prompt": "open \u202einvoice\u200b.txt please"})
+    send(threaded, {**base, "hook_event_name": "PostToolUse", "tool_name": "Read", "tool_use_id": "t1",
+                    "tool_input": {"file_path": "/w/bidi/invoice\u202etxt.exe"}, "tool_response": "x\u2066y"})
+    threaded.wait_idle()
+    browser.login(threaded, "/")
+    browser.wait(lambda: "invoicetxt.exe" in browser.text("#list"), "the file name in stored order")
+    chips = browser.js("return [...document.querySelectorAll('#list .chip')].map(c => c.title + c.textContent)")
+    assert chips and all("\u202e" not in chip for chip in chips)
+    browser.click('#list .item[data-key="observation:1"]')
+    browser.wait(lambda: "xy" in browser.content("#detail .raw"), "the tool output without its isolate")
+    shown = browser.js("return document.body.textContent")
+    assert not _INVISIBLE.search(shown), [hex(ord(c)) for c in _INVISIBLE.findall(shown)]
+    # The pages drop exactly what the worker drops from text it hands an agent.
+    dropped = browser.driver.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        import("/assets/dom.js").then(({visibleText}) => {
+          const dropped = [];
+          for (let point = 0; point <= 0xe01ff; point++) {
+            if (point >= 0xd800 && point <= 0xdfff) continue;
+            if (visibleText(String.fromCodePoint(point)) === "") dropped.push(point);
+          }
+          done(dropped);
+        });""")
+    assert dropped == [point for point in range(0xE0200) if not 0xD800 <= point <= 0xDFFF
+                       and _INVISIBLE.fullmatch(chr(point))]
+    assert_only_this_worker(browser, threaded)
+
+
 def cell(browser: Browser, session: str, column: str) -> str:
     cells = browser.css(f'#actors tr[data-session="{session}"] td[data-column="{column}"]')
     return cells[0].text if cells else ""

@@ -1,11 +1,25 @@
 // Building the DOM without markup: every piece of text becomes a Text node
 // (textContent), never HTML. Stored content -- prompts, tool output, file paths,
 // titles -- is data from the agent's session and may hold `<script>`, `onerror=`
-// or `javascript:` links; here it can only ever be text.
+// or `javascript:` links; here it can only ever be text. And text that reads as it
+// is stored: characters that reorder or hide text are dropped (visibleText).
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 // Attributes that would run or load something: never set through h().
 const FORBIDDEN = /^(on|innerhtml$|outerhtml$|srcdoc$|src$|style$|formaction$|action$)/i;
+
+// C0 and C1 controls (tab, newline and return aside), bidirectional embeddings, overrides,
+// isolates and marks, zero-width and other invisible format characters, variation selectors
+// and Unicode's tag characters: the set the worker drops from text it hands an agent
+// (sessionmem/protocol/safe_text.py, _INVISIBLE; a test holds the two equal). An override
+// showed the file "invoice\u202etxt.exe" as "invoiceexe.txt" and reversed every paragraph
+// after it (found by a trial).
+const INVISIBLE = /[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\xad\u034f\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufe00-\ufe0f\ufeff\u{e0000}-\u{e007f}\u{e0100}-\u{e01ef}]/gu;
+
+/** ``text`` without the characters that reorder or hide text (see INVISIBLE). */
+export function visibleText(text) {
+  return String(text).replace(INVISIBLE, "");
+}
 
 /** A link target of this worker only: "#..." or "/path"; anything else becomes "#". */
 export function safeHref(value) {
@@ -24,16 +38,17 @@ function setProps(el, props) {
     if (key === "class") el.setAttribute("class", Array.isArray(value) ? value.filter(Boolean).join(" ") : value);
     else if (key === "dataset") Object.assign(el.dataset, value);
     else if (key === "href") el.setAttribute("href", safeHref(value));
-    else if (key === "value" || key === "checked" || key === "selected") el[key] = value;
+    else if (key === "value" || key === "checked" || key === "selected") el[key] = value;  // exact: a filter's value
+    else if (key === "title") el.setAttribute(key, visibleText(value));  // a tooltip shows stored text too
     else el.setAttribute(key, value === true ? "" : String(value));
   }
 }
 
-/** Append children: nodes as they are, anything else as text. */
+/** Append children: nodes as they are, anything else as visible text. */
 export function append(el, ...children) {
   for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined || child === false) continue;
-    el.append(child instanceof Node ? child : String(child));
+    el.append(child instanceof Node ? child : visibleText(child));
   }
   return el;
 }
