@@ -211,7 +211,10 @@ def create_quart_app(services: Services) -> QuartTrio:
 
     @app.get(routes.PROJECTS)
     async def projects() -> Response:
-        return json_response({"projects": await store.list_projects(limit=int_arg("limit", 200, low=1))})
+        limit = int_arg("limit", 200, low=1)
+        rows = await store.list_projects(limit=limit + 1, offset=int_arg("offset", 0, high=10**9),
+                                         containing=text_arg("q"))
+        return json_response({"projects": rows[:limit], "more": len(rows) > limit})
 
     @app.get(routes.OBSERVATION_LIST)
     async def list_observations() -> Response:

@@ -123,8 +123,9 @@ class Store(Protocol):
 
     # -- reads (used by routes)
     async def list_sessions(self, *, project: str | None, limit: int, offset: int) -> list[SessionRow]: ...
-    async def list_projects(self, *, limit: int) -> list[ProjectRow]:
-        """Projects with sessions, the most recently active first."""
+    async def list_projects(self, *, limit: int, offset: int = 0, containing: str | None = None) -> list[ProjectRow]:
+        """Projects with sessions, the most recently active first; ``containing``: only names holding it
+        (any case)."""
 
     async def list_observations(self, *, project: str | None, limit: int, offset: int) -> list[ObservationRow]: ...
     async def get_observation(self, observation_id: int) -> ObservationDetail | None: ...

@@ -697,11 +697,12 @@ class SQLiteStore:
 
         return await self._readers.run(query)
 
-    async def list_projects(self, *, limit: int) -> list[ProjectRow]:
+    async def list_projects(self, *, limit: int, offset: int = 0, containing: str | None = None) -> list[ProjectRow]:
         def query(connection: apsw.Connection) -> list[ProjectRow]:
             rows = connection.execute(  # the sessions_project index (project, updated_at) covers it
-                "SELECT project, count(*), max(updated_at) FROM sessions GROUP BY project"
-                " ORDER BY max(updated_at) DESC, project LIMIT ?", (limit,))
+                "SELECT project, count(*), max(updated_at) FROM sessions"
+                " WHERE ?1 IS NULL OR instr(lower(project), lower(?1)) > 0 GROUP BY project"
+                " ORDER BY max(updated_at) DESC, project LIMIT ?2 OFFSET ?3", (containing, limit, offset))
             return [ProjectRow(*row) for row in rows]
 
         return await self._readers.run(query)

@@ -207,3 +207,9 @@ async def test_projects_most_recently_active_first(app: InProcessWorker) -> None
     assert [(p["project"], p["sessions"]) for p in projects] == [("newest", 1), ("older", 2), ("newer", 1)]
     assert (await app.get("/api/projects?limit=1"))["projects"][0]["project"] == "newest"
     assert (await app.request("GET", "/api/projects?limit=0")).status == 400
+    # Paging reaches every project (the viewer's "More projects…"), and a name can be looked for.
+    pages = [await app.get(f"/api/projects?limit=2&offset={offset}") for offset in (0, 2)]
+    assert [[p["project"] for p in page["projects"]] for page in pages] == [["newest", "older"], ["newer"]]
+    assert [page["more"] for page in pages] == [True, False]
+    assert [p["project"] for p in (await app.get("/api/projects?q=NEW"))["projects"]] == ["newest", "newer"]
+    assert (await app.request("GET", "/api/projects?offset=-1")).status == 400

@@ -219,6 +219,32 @@ def test_text_that_would_reorder_or_hide_itself_shows_as_stored(browser: Browser
     assert_only_this_worker(browser, threaded)
 
 
+def project_options(browser: Browser) -> list[str]:
+    return browser.js("return [...document.querySelectorAll('#project option')].map(o => o.textContent)")
+
+
+def test_every_project_can_be_chosen_however_many_there_are(browser: Browser, threaded: ThreadedWorker) -> None:
+    """The selector shows a page of projects and "More projects…" for the next: the oldest is reachable."""
+    send(threaded, {"session_id": "mine", "cwd": "/w/mine", "hook_event_name": "PostToolUse", "tool_name": "Read",
+                    "tool_use_id": "t1", "tool_input": {"file_path": "/w/mine/app.py"}, "tool_response": "x"})
+    for n in range(205):  # newer than mine: a page of 200 leaves mine out
+        send(threaded, {"session_id": f"s{n}", "cwd": f"/w/p{n:03d}", "hook_event_name": "UserPromptSubmit",
+                        "prompt": "hi"})
+    threaded.wait_idle()
+    browser.login(threaded, "/")
+    browser.wait(lambda: len(project_options(browser)) == 202, "a page of projects and More")
+    assert project_options(browser)[-1] == "More projects…" and "mine" not in project_options(browser)
+    browser.js("const s = document.querySelector('#project'); s.selectedIndex = s.options.length - 1;"
+               "s.dispatchEvent(new Event('change'))")
+    browser.wait(lambda: "mine" in project_options(browser), "the next page of projects")
+    assert "More projects…" not in project_options(browser) and len(project_options(browser)) == 207
+    browser.js("const s = document.querySelector('#project'); s.value = 'mine'; s.dispatchEvent(new Event('change'))")
+    browser.wait(lambda: feed_keys(browser) == ["observation:1"], "the oldest project's memory")
+    browser.driver.get(threaded.url + "/#project=mine")  # named by a link, before any next page is loaded
+    browser.wait(lambda: browser.one("#project").get_attribute("value") == "mine", "the linked project chosen")
+    assert_only_this_worker(browser, threaded)
+
+
 def cell(browser: Browser, session: str, column: str) -> str:
     cells = browser.css(f'#actors tr[data-session="{session}"] td[data-column="{column}"]')
     return cells[0].text if cells else ""

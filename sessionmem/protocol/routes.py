@@ -39,7 +39,7 @@ SEARCH = "/api/search"  # GET ?q=&mode=&project=&kind=&type=&since=&until=&file=
 SEARCH_MODES = ("hybrid", "fts", "vector")  # ?mode= of SEARCH; the first is the default
 TIMELINE = "/api/timeline"  # GET ?anchor=<observation id | kind:id>&before=&after=, or ?q= (and filters)
 OBSERVATION_BATCH = "/api/observations/batch"  # POST {"ids": [...]}: full observations, in the order asked
-PROJECTS = "/api/projects"  # GET ?limit=: projects with sessions, the most recently active first
+PROJECTS = "/api/projects"  # GET ?limit=&offset=&q=: projects with sessions, the most recently active first
 STREAM = "/stream"
 
 # -- operators ---------------------------------------------------------------------------

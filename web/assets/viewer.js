@@ -74,16 +74,40 @@ async function guarded(work) {
 
 // -- projects ---------------------------------------------------------------------------
 
+// The selector lists the most recently active projects a page at a time; its last option,
+// "More projects…", loads the next page (a trial's 1,500 projects hid the user's own).
 async function loadProjects() {
-  page.projects = (await getJSON("/api/projects")).projects.map((row) => row.project);
-  const chosen = state().project;
+  const first = await getJSON("/api/projects");
+  page.projects = first.projects.map((row) => row.project);
   const select = byId("project");
   replace(select, h("option", {value: ""}, "All projects"),
-    page.projects.map((name) => h("option", {value: name}, name)));
-  if (chosen !== null && chosen !== "" && !page.projects.includes(chosen)) {
-    select.append(h("option", {value: chosen}, chosen));
+    page.projects.map((name) => h("option", {value: name}, name)),
+    first.more ? h("option", {value: "", dataset: {more: "1"}}, "More projects…") : null);
+  const chosen = state().project;
+  showProject(chosen ?? page.projects[0] ?? "");
+}
+
+async function loadMoreProjects() {
+  const select = byId("project");
+  const next = await getJSON("/api/projects", {offset: page.projects.length});
+  const fresh = next.projects.map((row) => row.project).filter((name) => !page.projects.includes(name));
+  page.projects.push(...fresh);
+  const moreOption = select.querySelector("option[data-more]");
+  for (const name of fresh) {
+    select.querySelector(`option[data-extra][value="${CSS.escape(name)}"]`)?.remove();
+    select.insertBefore(h("option", {value: name}, name), moreOption);
   }
-  select.value = chosen ?? page.projects[0] ?? "";
+  if (!next.more) moreOption?.remove();
+  showProject(state().project ?? "");
+}
+
+/** Select ``name``, adding it if no page loaded so far holds it (a link or the fragment named it). */
+function showProject(name) {
+  const select = byId("project");
+  if (name !== "" && ![...select.options].some((option) => option.value === name && !option.dataset.more)) {
+    select.insertBefore(h("option", {value: name, dataset: {extra: "1"}}, name), select.querySelector("option[data-more]"));
+  }
+  select.value = name;
 }
 
 // -- the list: the feed, or search results ---------------------------------------------------
@@ -210,8 +234,7 @@ function syncForm(current) {
     const input = byId(name);
     if (input.value !== current[name]) input.value = current[name];
   }
-  const select = byId("project");
-  if (current.project !== null && select.value !== current.project) select.value = current.project;
+  if (current.project !== null && byId("project").value !== current.project) showProject(current.project);
 }
 
 async function render() {
@@ -263,7 +286,10 @@ function onSession(event) {
 // -- start -----------------------------------------------------------------------------------
 
 function wire() {
-  byId("project").addEventListener("change", (event) => navigate({project: event.target.value, open: null, view: null}));
+  byId("project").addEventListener("change", (event) => {
+    if (event.target.selectedOptions[0]?.dataset.more) guarded(loadMoreProjects);
+    else navigate({project: event.target.value, open: null, view: null});
+  });
   byId("search").addEventListener("submit", (event) => {
     event.preventDefault();
     const changes = Object.fromEntries(FILTERS.map((name) => [name, byId(name).value.trim()]));
