@@ -227,6 +227,7 @@ def test_every_project_can_be_chosen_however_many_there_are(browser: Browser, th
     """The selector shows a page of projects and "More projects…" for the next: the oldest is reachable."""
     send(threaded, {"session_id": "mine", "cwd": "/w/mine", "hook_event_name": "PostToolUse", "tool_name": "Read",
                     "tool_use_id": "t1", "tool_input": {"file_path": "/w/mine/app.py"}, "tool_response": "x"})
+    threaded.wait_idle()  # stored, so its session is last touched before the others start
     for n in range(205):  # newer than mine: a page of 200 leaves mine out
         send(threaded, {"session_id": f"s{n}", "cwd": f"/w/p{n:03d}", "hook_event_name": "UserPromptSubmit",
                         "prompt": "hi"})
