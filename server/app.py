@@ -52,6 +52,7 @@ from sessionmem.server.routing import (
     error_response,
     int_arg,
     json_response,
+    project_arg,
     rule,
     sse_message,
     sse_response,
@@ -202,7 +203,7 @@ def create_quart_app(services: Services) -> QuartTrio:
 
     def page() -> dict[str, Any]:
         """``project``, ``limit`` and ``offset`` from the query string, validated."""
-        return {"project": request.args.get("project") or None,
+        return {"project": project_arg(),
                 "limit": int_arg("limit", 50, low=1), "offset": int_arg("offset", 0, high=10**9)}
 
     @app.get(routes.SESSIONS)

@@ -17,7 +17,7 @@ from quart_trio import QuartTrio
 
 from sessionmem.protocol import routes
 from sessionmem.server.payloads import decode
-from sessionmem.server.routing import int_arg, json_response, text_arg
+from sessionmem.server.routing import int_arg, json_response, project_arg, text_arg
 from sessionmem.server.search_api import parse_moment
 from sessionmem.server.services import Services
 from sessionmem.storage.retention import StorageReport
@@ -93,7 +93,7 @@ def add_maintenance_routes(app: QuartTrio, services: Services) -> None:
 
     @app.get(routes.EXPORT)
     async def export() -> Response:
-        project = text_arg("project")
+        project = project_arg()
         since_raw = text_arg("since", limit=100)
         since = parse_moment(since_raw, "since") if since_raw else None
         after = int_arg("after", 0, low=0, high=2**63 - 1)

@@ -13,6 +13,7 @@ from typing import Any
 from quart import Response, request
 
 from sessionmem.protocol.limits import MAX_PAGE
+from sessionmem.protocol.project import ALL_PROJECTS
 from sessionmem.server.jsonapi import encode
 from sessionmem.server.payloads import BadRequest, ErrorReply
 
@@ -58,6 +59,13 @@ def int_arg(name: str, default: int, *, low: int = 0, high: int = MAX_PAGE) -> i
     if not low <= value <= high:
         raise BadRequest(f"query parameter {name!r} must be between {low} and {high}", f"?{name}")
     return value
+
+
+def project_arg() -> str | None:
+    """The ``project`` filter: ``None`` (every project) if absent, blank or ``*``, as the MCP tools and the
+    command line say it."""
+    project = text_arg("project")
+    return None if project == ALL_PROJECTS else project
 
 
 def text_arg(name: str, *, limit: int = 1000) -> str | None:

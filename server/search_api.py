@@ -40,7 +40,7 @@ from sessionmem.records import (
 from sessionmem.search.hybrid import SearchMode
 from sessionmem.search.snippets import snippet
 from sessionmem.server.payloads import BadRequest, decode
-from sessionmem.server.routing import error_response, int_arg, json_response, list_arg, text_arg
+from sessionmem.server.routing import error_response, int_arg, json_response, list_arg, project_arg, text_arg
 from sessionmem.server.services import Services
 
 _AGE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
@@ -106,7 +106,7 @@ def filters_from_query() -> SearchFilters:
     """``project``, ``kind``, ``type``, ``since``, ``until``, ``file``, ``concept``, ``session``."""
     since, until = request.args.get("since"), request.args.get("until")
     return SearchFilters(
-        project=text_arg("project"),
+        project=project_arg(),
         kinds=list_arg("kind", DOCUMENT_KINDS) or DOCUMENT_KINDS,
         types=list_arg("type", OBSERVATION_TYPES),
         since=parse_moment(since, "since") if since and since.strip() else None,

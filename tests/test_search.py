@@ -83,6 +83,8 @@ async def test_filters_narrow_every_mode(memory: InProcessWorker) -> None:
     for mode in ("hybrid", "fts", "vector"):
         shop = await memory.get(f"/api/search?q=fix+dates+cart+prices&mode={mode}&project=shop&limit=50")
         assert shop["results"] and {r["project"] for r in shop["results"]} == {"shop"}, mode
+        every = await memory.get(f"/api/search?q=fix+dates+cart+prices&mode={mode}&project=*&limit=50")
+        assert {r["project"] for r in every["results"]} > {"shop"}, mode  # '*' is every project, as MCP says
         edits = await memory.get(f"/api/search?q=cart+prices+feed&mode={mode}&type=bugfix,feature,change&limit=50")
         assert edits["results"] and all(r["kind"] == "observation" and r["type"] != "discovery"
                                         for r in edits["results"]), mode
