@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import unquote_to_bytes, urlencode
 
 import msgspec
 import trio
@@ -108,6 +108,17 @@ def create_quart_app(services: Services) -> QuartTrio:
     @app.errorhandler(BadRequest)
     async def bad_request(exc: BadRequest) -> Response:
         return error_response(400, exc.message, path=exc.path)
+
+    @app.before_request
+    async def query_string_is_utf8() -> None:
+        # Werkzeug keeps an escape that is not UTF-8 as its text: /api/search?q=%FF%FE searched for
+        # "%FF%FE" (found by a trial). Bodies that are not UTF-8 are 400s too.
+        raw = request.query_string
+        if raw:
+            try:
+                unquote_to_bytes(raw).decode()
+            except UnicodeDecodeError:
+                raise BadRequest("the query string is not valid UTF-8 once percent-decoded", "?") from None
 
     @app.errorhandler(MailboxFull)
     async def mailbox_full(exc: MailboxFull) -> Response:

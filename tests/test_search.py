@@ -160,6 +160,7 @@ def _encode(params: dict[str, str]) -> str:
     ("q=cart&limit=0", "?limit"), ("q=cart&limit=101", "?limit"), ("q=cart&type=nonsense", "?type"),
     ("q=cart&kind=file", "?kind"), ("q=cart&since=last+tuesday", "?since"), ("q=cart&offset=-1", "?offset"),
     ("q=cart&until=nan", "?until"), ("q=cart&since=1e400", "?since"),
+    ("q=%FF%FE", "?"), ("q=cart&file=%C3", "?"),  # escapes that are not UTF-8: not searched for as text
 ])
 async def test_bad_parameters_are_a_clear_400(memory: InProcessWorker, query: str, problem: str) -> None:
     reply = await memory.request("GET", "/api/search?" + query)
