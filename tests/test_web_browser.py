@@ -246,6 +246,22 @@ def test_every_project_can_be_chosen_however_many_there_are(browser: Browser, th
     assert_only_this_worker(browser, threaded)
 
 
+def test_debug_draws_a_bounded_table_and_its_filter_reaches_every_actor(browser: Browser,
+                                                                        threaded: ThreadedWorker) -> None:
+    for n in range(230):
+        send(threaded, {"session_id": f"s{n:03d}", "cwd": f"/w/p{n:03d}", "hook_event_name": "UserPromptSubmit",
+                        "prompt": "hi"})
+    threaded.wait_idle()
+    browser.login(threaded, "/debug")
+    browser.wait(lambda: "230 of 230" in browser.text("#actor-count"), "every actor counted")
+    assert len(browser.css("#actors tbody tr")) == 200 and "first 200 shown" in browser.text("#actor-count")
+    browser.one("#actor-filter").send_keys("s229")  # past the rows drawn, in session order
+    browser.wait(lambda: [row.get_attribute("data-session") for row in browser.css("#actors tbody tr")] == ["s229"],
+                 "the filtered actor's row")
+    assert browser.text("#actor-count") == "1 of 230"
+    assert_only_this_worker(browser, threaded)
+
+
 def cell(browser: Browser, session: str, column: str) -> str:
     cells = browser.css(f'#actors tr[data-session="{session}"] td[data-column="{column}"]')
     return cells[0].text if cells else ""
