@@ -13,6 +13,7 @@ import argparse
 import errno
 import fcntl
 import json
+import logging
 import os
 import signal
 import sys
@@ -128,7 +129,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     raise_file_limit()
     shorten_gil_switch_interval()
     try:
-        trio.run(run_worker, settings)
+        new_code = trio.run(run_worker, settings)
     except Exception as exc:
         if _caused_by(exc, lambda e: isinstance(e, OSError) and e.errno == errno.EADDRINUSE):
             print(f"sessionmem: port {settings.port} on {settings.host} is already in use "
@@ -153,7 +154,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
                   f"(is the disk full or read-only?)", file=sys.stderr)
             return 1
         raise
+    if new_code:
+        _start_again()
     return 0
+
+
+def _start_again() -> None:
+    """Replace this process by the same command (same pid, same environment), which imports the new code.
+
+    The instance lock goes with the old image (Python opens files close-on-exec); the
+    new worker takes it, then replays what the journal holds.
+    """
+    logging.shutdown()
+    sys.stderr.flush()
+    try:
+        os.execv(sys.executable, sys.orig_argv)
+    except OSError as exc:  # the interpreter went with the upgrade: the next SessionStart starts the new one
+        print(f"sessionmem: cannot start again with the new code ({exc}); the next session starts it",
+              file=sys.stderr)
 
 
 def _caused_by(exc: BaseException, matches: Any) -> BaseException | None:

@@ -71,6 +71,7 @@ class Settings:
     request_timeout_s: float = 30.0  # a request must be answered within this (slow-drip headers and bodies)
     keep_alive_timeout_s: float = 5.0  # an idle keep-alive connection is closed after this
     shutdown_timeout_s: float = 15.0  # SIGTERM to exit, all stages together
+    code_watch_s: float = 10.0  # how often the worker looks whether its code changed on disk (an upgrade; 0: never)
 
     # Context injection
     context_token_budget: int = 2000
@@ -149,6 +150,7 @@ _ENV = {
     "SESSIONMEM_REQUEST_TIMEOUT": "request_timeout_s",
     "SESSIONMEM_KEEP_ALIVE_TIMEOUT": "keep_alive_timeout_s",
     "SESSIONMEM_SHUTDOWN_TIMEOUT": "shutdown_timeout_s",
+    "SESSIONMEM_CODE_WATCH": "code_watch_s",
     "SESSIONMEM_CONTEXT_TOKENS": "context_token_budget",
     "SESSIONMEM_CONTEXT_OBSERVATIONS": "context_observations",
     "SESSIONMEM_FILE_RECALL": "file_recall",
@@ -241,6 +243,8 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
         raise SettingsError(f"port must be 0..65535, got {settings.port}")
     if settings.max_restarts < 0 or settings.restart_window_s <= 0:
         raise SettingsError("max_restarts must be >= 0 and restart_window_s > 0")
+    if not settings.code_watch_s >= 0:  # NaN too
+        raise SettingsError(f"code_watch_s must be >= 0 (0: never), got {settings.code_watch_s}")
     for pattern in settings.redact_patterns:
         try:
             re.compile(pattern)

@@ -35,7 +35,7 @@ import msgspec
 import trio
 from hypercorn.config import Config as HypercornConfig
 
-from sessionmem import __version__, gcwatch, logs
+from sessionmem import __version__, codewatch, gcwatch, logs
 from sessionmem.actors.restart import RestartPolicy
 from sessionmem.actors.router import SessionRouter
 from sessionmem.actors.session import ActorDeps, SessionActor, park_failed_session
@@ -175,8 +175,10 @@ def configure_logging(settings: Settings, *, to_stderr: bool) -> None:
     logs.configure_logging(settings.log_path, to_stderr=to_stderr)
 
 
-async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-    """Run the worker until SIGTERM or SIGINT; reports the bound port via ``task_status``.
+async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> bool:
+    """Run the worker until SIGTERM or SIGINT, or until its code changes on disk; reports the bound port via
+    ``task_status``. Returns whether it stopped for new code (:mod:`sessionmem.codewatch`): the caller then
+    starts it again.
 
     A signal while the worker is still starting (importing a large spool, say) ends the
     start there, rather than being heard once it serves: what was imported is journaled,
@@ -186,6 +188,7 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
     signalled = trio.Event()
     starting = trio.CancelScope()
     serving: Services | None = None
+    code_changed = ""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
 
         async def watch_signals() -> None:
@@ -199,11 +202,22 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
                 signalled.set()
                 return
 
+        async def watch_code() -> None:
+            nonlocal code_changed
+            changed = await codewatch.wait_for_code_change(settings.code_watch_s)
+            if not signalled.is_set():
+                code_changed = changed
+                log.warning("sessionmem's code changed on disk (%s): stopping, to start again with the new code",
+                            changed)
+                signalled.set()
+
         async with trio.open_nursery() as watching:
             watching.start_soon(watch_signals)
             with starting:
                 async with open_services(settings, budget=budget, freeze_when_warm=True) as services:
                     serving = services
+                    if settings.code_watch_s > 0:
+                        watching.start_soon(watch_code)
                     await serve_http(services, budget, shutdown_trigger=signalled.wait, task_status=task_status)
             watching.cancel_scope.cancel(reason="the worker stopped")
     if serving is not None:
@@ -211,6 +225,7 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
     else:
         log.info("stopped while starting; %d spooled request(s) wait for the next start",
                  len(pending_spool_files(str(settings.data_dir))))
+    return bool(code_changed)
 
 
 @asynccontextmanager

@@ -47,8 +47,8 @@ def test_every_command_works_from_the_wheel_in_a_fresh_virtualenv(tmp_path: Path
         helped = run(sessionmem, command, "--help", env=env, timeout=60)
         assert helped.returncode == 0, (command, helped.stderr.decode())
 
-    worker = subprocess.Popen([str(sessionmem), "serve"], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen([str(sessionmem), "serve"], env={**env, "SESSIONMEM_CODE_WATCH": "0.5"},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
         while not (data / "worker.json").exists():
@@ -73,6 +73,19 @@ def test_every_command_works_from_the_wheel_in_a_fresh_virtualenv(tmp_path: Path
             time.sleep(0.5)
         assert b"divide by zero" in found.stdout
         assert run(sessionmem, "show", "1", env=env, timeout=60).returncode == 0
+
+        # An upgrade replaces a module the worker runs: it stops, and starts again with the new code.
+        first = json.loads((data / "worker.json").read_text())
+        module = next((venv / "lib").glob("python3*/site-packages/sessionmem/server/redaction.py"))
+        module.write_text(module.read_text() + "\nUPGRADED = True\n")
+        deadline = time.monotonic() + 60
+        while (again := _worker_state(data)) is None or again["started_at"] == first["started_at"]:
+            assert time.monotonic() < deadline and worker.poll() is None, "the worker did not start again"
+            time.sleep(0.2)
+        assert again["pid"] == first["pid"] == worker.pid  # the same process, its code new
+        env["SESSIONMEM_PORT"] = str(again["port"])
+        assert b"divide by zero" in run(sessionmem, "search", "divide", env=env, timeout=60).stdout
+        assert b"code changed on disk" in (data / "worker.log").read_bytes()
         doctor = run(sessionmem, "doctor", env=env, timeout=60)
         assert b"worker" in doctor.stdout, doctor.stderr
         stopped = run(sessionmem, "stop", env=env, timeout=60)
@@ -81,3 +94,10 @@ def test_every_command_works_from_the_wheel_in_a_fresh_virtualenv(tmp_path: Path
     finally:
         if worker.poll() is None:
             worker.kill()
+
+
+def _worker_state(data: Path) -> dict[str, object] | None:
+    try:
+        return json.loads((data / "worker.json").read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,62 @@
+"""Notice that sessionmem's own code changed on disk under a running worker: an upgrade.
+
+A worker runs for days. ``pip install -U sessionmem``, or a ``git pull`` of the checkout
+it runs from, replaces its files under it, and it would go on running the old code --
+the old redaction rules, say: a trial's upgraded hook sent a password that the old worker
+stored verbatim -- and import later modules of the new version beside the old ones.
+Nothing else would tell: every version says 0.1.0.
+
+So once the worker serves, :func:`wait_for_code_change` notes the files of the
+sessionmem modules it has loaded, and looks at them again every ``interval_s``. A file
+replaced (another inode), rewritten (size, modification time) or gone is an upgrade; the
+worker then stops as SIGTERM stops it and starts again from its own command line, with
+the new code (:mod:`sessionmem.cli`, ``serve``).
+
+Resource handling:
+    Each look stats the few hundred loaded module files on a worker thread (~1 ms).
+
+Error handling:
+    A file that cannot be stat'ed counts as gone, which is a change: a half-done upgrade
+    makes the worker restart, and a restart that cannot import its code fails at start
+    with its traceback in ``worker.stderr`` (the next SessionStart tries again).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import trio
+
+Stamp = tuple[int, int, int] | None  # (inode, size, modification time in ns); None: gone
+
+
+def loaded_code_files() -> tuple[str, ...]:
+    """The source files of every sessionmem module loaded now, sorted."""
+    files = {module.__file__ for name, module in list(sys.modules.items())
+             if (name == "sessionmem" or name.startswith("sessionmem.")) and getattr(module, "__file__", None)}
+    return tuple(sorted(files))  # type: ignore[arg-type]
+
+
+def stamps(files: tuple[str, ...]) -> tuple[Stamp, ...]:
+    """What each of ``files`` is on disk now."""
+    found: list[Stamp] = []
+    for path in files:
+        try:
+            status = os.stat(path)
+        except OSError:
+            found.append(None)
+        else:
+            found.append((status.st_ino, status.st_size, status.st_mtime_ns))
+    return tuple(found)
+
+
+async def wait_for_code_change(interval_s: float) -> str:
+    """Return (the path of the first file that changed) once a loaded module's file changed on disk."""
+    files = loaded_code_files()
+    before = await trio.to_thread.run_sync(stamps, files)
+    while True:
+        await trio.sleep(interval_s)
+        now = await trio.to_thread.run_sync(stamps, files)
+        if now != before:
+            return next(path for path, old, new in zip(files, before, now, strict=True) if old != new)
