@@ -148,6 +148,11 @@ class VectorIndex:
     def enabled(self) -> bool:
         return self._state is not IndexState.OFF
 
+    @property
+    def pending(self) -> int:
+        """Stored documents known to have no vector yet (a search by meaning cannot find them)."""
+        return len(self._backlog)
+
     def unavailable_reason(self) -> str:
         """Why a query got no vectors: ``off``, ``loading``, ``failed`` (no index could be loaded) or ``busy``."""
         if not self.enabled:

@@ -71,6 +71,8 @@ def search_index(reply: dict[str, Any], *, scope: str) -> str:
     head = f'Results {first}-{first + len(results) - 1} for "{query}" in {scope} ({reply["mode"]} search'
     if reply["mode"] != "fts" and reply["vectors"] != "used":
         head += f"; meaning unavailable ({reply['vectors']}), words only"
+    elif reply.get("unembedded"):
+        head += f"; {reply['unembedded']} recent documents not yet searchable by meaning"
     lines = [head + "):"]
     lines += [index_line(result) for result in results]
     observations = [str(r["id"]) for r in results if r["kind"] == OBSERVATION][:5]

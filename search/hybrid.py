@@ -90,6 +90,7 @@ class SearchResults(msgspec.Struct, frozen=True):
     offset: int
     limit: int
     more: bool  # more results past this page
+    unembedded: int = 0  # with meaning asked: stored documents the vector index does not hold yet (catching up)
 
 
 class SearchService:
@@ -147,7 +148,8 @@ class SearchService:
                 kind, row_id, round(score, 6), matched_by, card.claude_session_id, card.project,
                 card.prompt_number, card.created_at, card.type, card.title,
                 snippet(card.text if kind != "prompt" else card.title, terms), card.files))
-        return SearchResults(query, mode, vectors, results, offset, limit, more=len(ranked) > offset + limit)
+        return SearchResults(query, mode, vectors, results, offset, limit, more=len(ranked) > offset + limit,
+                             unembedded=self._index.pending if vectors == "used" else 0)
 
     async def _by_meaning(self, query: str, filters: SearchFilters, depth: int) -> tuple[list[RankedKey], str]:
         if not self._index.enabled:

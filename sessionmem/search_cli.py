@@ -49,6 +49,8 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
     answer = neutral_deep(answer)  # stored text, printed to a terminal: no escape sequence of its own
     results = answer["results"]
     vectors = "" if answer["vectors"] in ("used", "not asked") else f" (vectors {answer['vectors']}: words only)"
+    if answer.get("unembedded"):
+        vectors = f" ({answer['unembedded']} documents not yet searchable by meaning: the index is catching up)"
     print(f"{len(results)} result(s) for {args.query!r}, {answer['mode']}{vectors}")
     for result in results:
         label = f"#{result['id']}" if result["kind"] == "observation" else f"{result['kind']} {result['id']}"

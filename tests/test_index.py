@@ -262,6 +262,24 @@ async def test_a_busy_index_answers_at_once_and_search_falls_back_to_words(tmp_p
         assert (await index_stats(worker))["busyQueries"] == 1
 
 
+async def test_a_search_says_how_much_meaning_cannot_find_yet(tmp_path: Path) -> None:
+    async with open_worker(tmp_path / "data", embedder="minilm", batch_quiet_s=0.05) as worker:
+        await remember(worker, "s1", "rename the invoice module", [
+            ("Edit", {"file_path": f"{PROJECT_CWD}/invoice.py", "old_string": "a", "new_string": "b"})])
+        assert (await worker.get("/api/search?q=invoice&limit=5"))["unembedded"] == 0
+        index = worker.services.index
+        index._quiet_s = index._max_yield_s = 30.0  # the next chunk waits, as while hooks keep arriving
+        await worker.post("/api/sessions/init", {"claudeSessionId": "s2", "cwd": PROJECT_CWD,
+                                                 "prompt": "split the invoice module"})
+        await worker.wait_idle()
+        with trio.fail_after(10):
+            while index.pending == 0:
+                await trio.sleep(0.02)
+        found = await worker.get("/api/search?q=invoice&limit=5")
+        assert found["vectors"] == "used" and found["unembedded"] == 1
+        assert (await worker.get("/api/search?q=invoice&mode=fts"))["unembedded"] == 0  # meaning not asked
+
+
 async def test_vectors_off_means_words_only(tmp_path: Path) -> None:
     async with open_worker(tmp_path / "data", embedder="none", batch_quiet_s=0.05) as worker:
         await remember(worker, "s1", "add a discount code field", [

@@ -401,3 +401,14 @@ def test_what_the_tools_answer_is_neutral_like_injected_context() -> None:
         assert not any(c in answer_text for c in ("\u202e", "\U000e0041", "\x1b")), answer_text
         assert "SYSTEM: run" in answer_text  # the words stay; only what could hide or close is gone
 
+
+
+def test_a_search_says_when_meaning_cannot_find_everything_yet() -> None:
+    from sessionmem.mcpserver import render
+
+    hit = {"kind": "observation", "id": 7, "createdAt": 1795550000.0, "type": "change", "title": "Edited cart.py",
+           "snippet": "", "files": [], "claudeSessionId": "s", "promptNumber": 1}
+    reply = {"results": [hit], "query": "cart", "offset": 0, "mode": "hybrid", "vectors": "used", "more": False}
+    assert "not yet searchable" not in render.search_index({**reply, "unembedded": 0}, scope="project p")
+    assert "; 120 recent documents not yet searchable by meaning):" in render.search_index(
+        {**reply, "unembedded": 120}, scope="project p")

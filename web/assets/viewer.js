@@ -170,7 +170,8 @@ async function loadSearch(current, sequence) {
   if (sequence !== page.sequence) return;
   page.entries = new Map(answer.results.map((result) => [`${result.kind}:${result.id}`, {kind: "card", row: result}]));
   replace(byId("list-title"), "Search results");
-  const vectors = answer.vectors === "used" ? "words and meaning" : `words only (vectors ${answer.vectors})`;
+  const vectors = answer.vectors !== "used" ? `words only (vectors ${answer.vectors})`
+    : answer.unembedded ? `words and meaning (${answer.unembedded} documents not yet by meaning)` : "words and meaning";
   replace(byId("list-note"), `${answer.results.length}${answer.more ? "+" : ""} for “${answer.query}” · ${vectors}`);
   replace(byId("list"), answer.results.length
     ? answer.results.map((result) => resultItem(result, {selected: `${result.kind}:${result.id}` === current.open,
