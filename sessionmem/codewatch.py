@@ -8,12 +8,12 @@ Nothing else would tell: every version says 0.1.0.
 
 So once the worker serves, :func:`wait_for_code_change` notes the files of the
 sessionmem modules it has loaded, and looks at them again every ``interval_s``. A file
-replaced (another inode), rewritten (size, modification time) or gone is an upgrade; the
-worker then stops as SIGTERM stops it and starts again from its own command line, with
-the new code (:mod:`sessionmem.cli`, ``serve``).
+replaced (another inode), rewritten (size, modification time) or gone is an upgrade. Once
+the files hold still for :data:`SETTLE_S`, the worker stops as SIGTERM stops it and starts
+again from its own command line, with the new code (:mod:`sessionmem.cli`, ``serve``).
 
 Resource handling:
-    Each look stats the few hundred loaded module files on a worker thread (~1 ms).
+    Each look stats the loaded module files on a worker thread (~90 files, 0.2 ms).
 
 Error handling:
     A file that cannot be stat'ed counts as gone, which is a change: a half-done upgrade
@@ -28,6 +28,7 @@ import sys
 
 import trio
 
+SETTLE_S = 1.0  # a change counts once the files have not changed again for this long
 Stamp = tuple[int, int, int] | None  # (inode, size, modification time in ns); None: gone
 
 
@@ -59,4 +60,11 @@ async def wait_for_code_change(interval_s: float) -> str:
         await trio.sleep(interval_s)
         now = await trio.to_thread.run_sync(stamps, files)
         if now != before:
-            return next(path for path, old, new in zip(files, before, now, strict=True) if old != new)
+            changed = next(path for path, old, new in zip(files, before, now, strict=True) if old != new)
+            # pip removes the old files, then writes the new ones: wait until they hold still, so that
+            # the new start does not import half an upgrade.
+            while True:
+                await trio.sleep(SETTLE_S)
+                settled, now = now, await trio.to_thread.run_sync(stamps, files)
+                if now == settled:
+                    return changed

@@ -171,7 +171,10 @@ def start_worker(data_dir: Path, *, env: dict[str, str] | None = None, timeout: 
     state = data_dir / STATE_FILE
     state.unlink(missing_ok=True)
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONMEM_", "ANTHROPIC_"))}
-    full_env.update({"SESSIONMEM_DATA_DIR": str(data_dir), "SESSIONMEM_PORT": "0", "PYTHONUNBUFFERED": "1"})
+    # A worker of the checkout under test or bench does not restart when someone edits the code meanwhile
+    # (sessionmem.codewatch): a bench run restarted in the middle would report a broken run as figures.
+    full_env.update({"SESSIONMEM_DATA_DIR": str(data_dir), "SESSIONMEM_PORT": "0", "PYTHONUNBUFFERED": "1",
+                     "SESSIONMEM_CODE_WATCH": "0"})
     full_env.update(env or {})
     stderr = open(data_dir / log_name, "ab")
     def limit_files() -> None:
