@@ -204,7 +204,11 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
 
         async def watch_code() -> None:
             nonlocal code_changed
-            changed = await codewatch.wait_for_code_change(settings.code_watch_s)
+            try:
+                changed = await codewatch.wait_for_code_change(settings.code_watch_s)
+            except Exception as exc:  # never the worker's end: it serves on, as before an upgrade
+                logs.log_exception(log, "watching the code for an upgrade failed; no longer watching", exc)
+                return
             if not signalled.is_set():
                 code_changed = changed
                 log.warning("sessionmem's code changed on disk (%s): stopping, to start again with the new code",

@@ -1,0 +1,74 @@
+"""The code watch: a loaded module's file changed on disk is noticed once it holds still.
+
+The whole path (a worker from a wheel, a module rewritten under it, the same process serving
+again with the new code) is in tests/test_wheel.py.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from sessionmem import codewatch
+
+
+@pytest.fixture
+def loaded_module(tmp_path: Path) -> Iterator[Path]:
+    """A module of ours, as far as the watch can tell: in sys.modules under sessionmem., with a file."""
+    source = tmp_path / "probe.py"
+    source.write_text("VERSION = 1\n")
+    module = types.ModuleType("sessionmem._codewatch_probe")
+    module.__file__ = str(source)
+    sys.modules[module.__name__] = module
+    try:
+        yield source
+    finally:
+        del sys.modules[module.__name__]
+
+
+def test_the_files_of_loaded_modules_of_ours_only(loaded_module: Path) -> None:
+    files = codewatch.loaded_code_files()
+    assert str(loaded_module) in files and codewatch.__file__ in files
+    assert trio.__file__ not in files and list(files) == sorted(files)
+
+
+async def test_a_rewritten_module_is_a_change_once_it_holds_still(loaded_module: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codewatch, "SETTLE_S", 0.2)
+    found: list[str] = []
+
+    async def watch() -> None:
+        found.append(await codewatch.wait_for_code_change(0.05))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        await trio.sleep(0.3)
+        assert found == []  # nothing changed: nothing said
+        for version in range(2, 6):  # an upgrade writing for a while: still settling
+            loaded_module.write_text(f"VERSION = {version}  # {'x' * version}\n")
+            await trio.sleep(0.1)
+        assert found == []
+        with trio.fail_after(5):
+            while not found:
+                await trio.sleep(0.02)
+    assert found == [str(loaded_module)]
+
+
+async def test_a_module_gone_is_a_change(loaded_module: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codewatch, "SETTLE_S", 0.05)
+    found: list[str] = []
+
+    async def watch() -> None:
+        found.append(await codewatch.wait_for_code_change(0.05))
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            await trio.sleep(0.2)  # its first look taken
+            loaded_module.unlink()
+    assert found == [str(loaded_module)]
