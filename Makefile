@@ -50,7 +50,7 @@ run: $(STAMP) bytecode
 # tests/test_layers.py also checks, with a forbidden import shown failing).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check --quiet .
-	$(VENV)/bin/python tools/lint_imports.py --no-logo
+	$(VENV)/bin/lint-imports --no-logo --no-cache
 
 test: $(STAMP) $(E2E_STAMP) $(BROWSER_STAMP) bytecode lint
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)

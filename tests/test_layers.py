@@ -11,28 +11,29 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-LINT = [sys.executable, str(REPO / "tools" / "lint_imports.py")]
+# Bare, as anyone runs it: pyproject.toml's contract type (tools/import_layout.py) lays out the installed package.
+LINT = [str(Path(sys.executable).with_name("lint-imports")), "--no-cache"]
 
 # What a PostToolUse hook process may import: the standard library's C parts it needs, and the protocol.
 HOOK_IMPORTS_PREFIXES = ("sessionmem.hooks", "sessionmem.protocol")
 
 
 def lint(root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*LINT, "--root", str(root)], capture_output=True, text=True, timeout=120)
+    return subprocess.run(LINT, capture_output=True, text=True, timeout=120, cwd=root)
 
 
 def copy_tree(tmp_path: Path) -> Path:
-    """The package folders and pyproject.toml, as a checkout would have them."""
+    """The package folders, tools/ and pyproject.toml, as a checkout would have them."""
     root = tmp_path / "checkout"
     config = tomllib.loads((REPO / "pyproject.toml").read_text())
-    for folder in set(config["tool"]["setuptools"]["package-dir"].values()):
+    for folder in {*config["tool"]["setuptools"]["package-dir"].values(), "tools"}:
         shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
     return root
 
 
 def test_the_contracts_hold() -> None:
-    result = subprocess.run(LINT, capture_output=True, text=True, timeout=120)
+    result = lint(REPO)
     assert result.returncode == 0, result.stdout + result.stderr
     contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
     assert f"{len(contracts)} kept, 0 broken" in result.stdout
@@ -62,6 +63,16 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, file: str, line:
     assert result.returncode != 0
     broken_section = result.stdout.split("Broken contracts", 1)[1]
     assert broken in broken_section, result.stdout
+
+
+def test_a_mapped_folder_left_out_of_the_graph_breaks_the_layout_contract(tmp_path: Path) -> None:
+    root = copy_tree(tmp_path)
+    config = root / "pyproject.toml"
+    config.write_text(config.read_text().replace('"sessionmem.web" = "web"',
+                                                 '"sessionmem.web" = "web"\n"sessionmem.ghost" = "ghost"', 1))
+    result = lint(root)  # ghost/ does not exist: nothing of it can be checked
+    assert result.returncode != 0
+    assert "sessionmem.ghost is not in the import graph" in result.stdout.split("Broken contracts", 1)[1]
 
 
 def test_a_hook_process_loads_only_the_standard_library_and_the_protocol() -> None:
