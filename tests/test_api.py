@@ -328,6 +328,9 @@ async def test_bad_spool_files_are_set_aside_and_the_rest_imported(tmp_path: Pat
                                        + b"x" * (MAX_BODY_BYTES + 1) + b'"}',
         "00000000000000000006-1.json": b'/api/sessions/init\n{"claudeSessionId": "s", "prompt": "kept",'
                                        b' "idempotencyKey": "k5"}',
+        # Far past it: read no further than a body's worth, and set aside alike.
+        "00000000000000000007-1.json": b'/api/sessions/init\n{"claudeSessionId": "s", "prompt": "'
+                                       + b"x" * (3 * MAX_BODY_BYTES) + b'"}',
     }
     for name, raw in files.items():
         (spool / name).write_bytes(raw)
@@ -336,9 +339,9 @@ async def test_bad_spool_files_are_set_aside_and_the_rest_imported(tmp_path: Pat
         assert [s["firstPrompt"] for s in sessions] == ["kept"]
         spool_stats = (await worker.debug())["spool"]
     rejected = sorted(p.name for p in (spool / "rejected").iterdir() if not p.name.endswith(".reason"))
-    assert rejected == sorted(list(files)[:5]) and list(spool.glob("*.json")) == []
-    assert spool_stats["rejected"] == 5 and spool_stats["imported"] == 1 and spool_stats["failedRounds"] == 0
+    assert rejected == sorted([*list(files)[:5], list(files)[6]]) and list(spool.glob("*.json")) == []
+    assert spool_stats["rejected"] == 6 and spool_stats["imported"] == 1 and spool_stats["failedRounds"] == 0
     reasons = [(spool / "rejected" / f"{name}.reason").read_text() for name in rejected]
     assert "not valid UTF-8" in reasons[0] and "nested too deeply" in reasons[1]
-    assert "larger than the body limit" in reasons[4]
+    assert "larger than the body limit" in reasons[4] and "larger than the body limit" in reasons[5]
     assert not any(r.exc_info for r in caplog.records) and sum(len(r.getMessage()) for r in caplog.records) < 5000
