@@ -188,7 +188,7 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
     signalled = trio.Event()
     starting = trio.CancelScope()
     serving: Services | None = None
-    code_changed = ""
+    code_changed = False
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
 
         async def watch_signals() -> None:
@@ -210,7 +210,7 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
                 logs.log_exception(log, "watching the code for an upgrade failed; no longer watching", exc)
                 return
             if not signalled.is_set():
-                code_changed = changed
+                code_changed = True
                 log.warning("sessionmem's code changed on disk (%s): stopping, to start again with the new code",
                             changed)
                 signalled.set()
@@ -229,7 +229,7 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
     else:
         log.info("stopped while starting; %d spooled request(s) wait for the next start",
                  len(pending_spool_files(str(settings.data_dir))))
-    return bool(code_changed)
+    return code_changed
 
 
 @asynccontextmanager

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from sessionmem.protocol.state import read_state
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,15 +77,16 @@ def test_every_command_works_from_the_wheel_in_a_fresh_virtualenv(tmp_path: Path
         assert run(sessionmem, "show", "1", env=env, timeout=60).returncode == 0
 
         # An upgrade replaces a module the worker runs: it stops, and starts again with the new code.
-        first = json.loads((data / "worker.json").read_text())
+        first = read_state(str(data))
+        assert first is not None
         module = next((venv / "lib").glob("python3*/site-packages/sessionmem/server/redaction.py"))
         module.write_text(module.read_text() + "\nUPGRADED = True\n")
         deadline = time.monotonic() + 60
-        while (again := _worker_state(data)) is None or again["started_at"] == first["started_at"]:
+        while (again := read_state(str(data))) is None or again.started_at == first.started_at:
             assert time.monotonic() < deadline and worker.poll() is None, "the worker did not start again"
             time.sleep(0.2)
-        assert again["pid"] == first["pid"] == worker.pid  # the same process, its code new
-        env["SESSIONMEM_PORT"] = str(again["port"])
+        assert again.pid == first.pid == worker.pid  # the same process, its code new
+        env["SESSIONMEM_PORT"] = str(again.port)
         assert b"divide by zero" in run(sessionmem, "search", "divide", env=env, timeout=60).stdout
         assert b"code changed on disk" in (data / "worker.log").read_bytes()
         doctor = run(sessionmem, "doctor", env=env, timeout=60)
@@ -95,9 +98,3 @@ def test_every_command_works_from_the_wheel_in_a_fresh_virtualenv(tmp_path: Path
         if worker.poll() is None:
             worker.kill()
 
-
-def _worker_state(data: Path) -> dict[str, object] | None:
-    try:
-        return json.loads((data / "worker.json").read_text())
-    except (OSError, ValueError):
-        return None
