@@ -7,9 +7,9 @@ stored verbatim -- and import later modules of the new version beside the old on
 Nothing else would tell: every version says 0.1.0.
 
 So once the worker serves, :func:`wait_for_code_change` notes the files of the
-sessionmem modules it has loaded, and looks at them again every ``interval_s``. A file
-replaced (another inode), rewritten (size, modification time) or gone is an upgrade. Once
-the files hold still for :data:`SETTLE_S`, the worker stops as SIGTERM stops it and starts
+sessionmem modules it has loaded, and looks at them again every ``interval_s``, with those
+of modules loaded since. A file replaced (another inode), rewritten (size, modification
+time) or gone is an upgrade. Once the files hold still for :data:`SETTLE_S`, the worker stops as SIGTERM stops it and starts
 again from its own command line, with the new code (:mod:`sessionmem.cli`, ``serve``).
 
 Resource handling:
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
 
 import trio
 
@@ -41,32 +42,33 @@ def loaded_code_files() -> tuple[str, ...]:
     return tuple(sorted(files))  # type: ignore[arg-type]
 
 
-def stamps(files: tuple[str, ...]) -> tuple[Stamp, ...]:
+def stamps(files: Iterable[str]) -> dict[str, Stamp]:
     """What each of ``files`` is on disk now."""
-    found: list[Stamp] = []
+    found: dict[str, Stamp] = {}
     for path in files:
         try:
             status = os.stat(path)
         except OSError:
-            found.append(None)
+            found[path] = None
         else:
-            found.append((status.st_ino, status.st_size, status.st_mtime_ns))
-    return tuple(found)
+            found[path] = (status.st_ino, status.st_size, status.st_mtime_ns)
+    return found
 
 
 async def wait_for_code_change(interval_s: float) -> str:
     """Return (the path of the first file that changed) once a loaded module's file changed on disk."""
-    files = loaded_code_files()
-    before = await trio.to_thread.run_sync(stamps, files)
+    known = await trio.to_thread.run_sync(stamps, loaded_code_files())
     while True:
         await trio.sleep(interval_s)
-        now = await trio.to_thread.run_sync(stamps, files)
-        if now != before:
-            changed = next(path for path, old, new in zip(files, before, now, strict=True) if old != new)
-            # pip removes the old files, then writes the new ones: wait until they hold still, so that
-            # the new start does not import half an upgrade.
-            while True:
-                await trio.sleep(SETTLE_S)
-                settled, now = now, await trio.to_thread.run_sync(stamps, files)
-                if now == settled:
-                    return changed
+        now = await trio.to_thread.run_sync(stamps, {*known, *loaded_code_files()})
+        changed = [path for path, stamp in known.items() if now[path] != stamp]
+        if not changed:
+            known = now  # modules loaded since (the warm-up's, a lazy import) are watched from here on
+            continue
+        # pip removes the old files, then writes the new ones: wait until they hold still, so that
+        # the new start does not import half an upgrade.
+        while True:
+            await trio.sleep(SETTLE_S)
+            settled, now = now, await trio.to_thread.run_sync(stamps, now)
+            if now == settled:
+                return changed[0]

@@ -17,18 +17,23 @@ import trio
 from sessionmem import codewatch
 
 
-@pytest.fixture
-def loaded_module(tmp_path: Path) -> Iterator[Path]:
+def load(source: Path) -> str:
     """A module of ours, as far as the watch can tell: in sys.modules under sessionmem., with a file."""
-    source = tmp_path / "probe.py"
     source.write_text("VERSION = 1\n")
-    module = types.ModuleType("sessionmem._codewatch_probe")
+    module = types.ModuleType(f"sessionmem._codewatch_{source.stem}")
     module.__file__ = str(source)
     sys.modules[module.__name__] = module
+    return module.__name__
+
+
+@pytest.fixture
+def loaded_module(tmp_path: Path) -> Iterator[Path]:
+    source = tmp_path / "probe.py"
+    name = load(source)
     try:
         yield source
     finally:
-        del sys.modules[module.__name__]
+        del sys.modules[name]
 
 
 def test_the_files_of_loaded_modules_of_ours_only(loaded_module: Path) -> None:
@@ -72,3 +77,26 @@ async def test_a_module_gone_is_a_change(loaded_module: Path, monkeypatch: pytes
             await trio.sleep(0.2)  # its first look taken
             loaded_module.unlink()
     assert found == [str(loaded_module)]
+
+
+async def test_a_module_loaded_after_the_first_look_is_watched_too(loaded_module: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codewatch, "SETTLE_S", 0.05)
+    found: list[str] = []
+
+    async def watch() -> None:
+        found.append(await codewatch.wait_for_code_change(0.05))
+
+    later = tmp_path / "later.py"
+    try:
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch)
+                await trio.sleep(0.2)  # its first looks taken
+                load(later)  # as the warm-up imports the embedder
+                await trio.sleep(0.2)
+                assert found == []  # a newly loaded module is no change
+                later.write_text("VERSION = 2  # upgraded\n")
+    finally:
+        del sys.modules["sessionmem._codewatch_later"]
+    assert found == [str(later)]

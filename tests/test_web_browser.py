@@ -188,7 +188,7 @@ def test_hostile_text_renders_as_text_and_runs_nothing(browser: Browser, threade
 
 def test_text_that_would_reorder_or_hide_itself_shows_as_stored(browser: Browser, threaded: ThreadedWorker) -> None:
     """A bidirectional override in a file name and a prompt: shown in stored order, and nowhere else."""
-    from sessionmem.protocol.safe_text import _INVISIBLE
+    from sessionmem.protocol.safe_text import INVISIBLE
 
     base = {"session_id": "bidi", "cwd": "/w/bidi"}
     send(threaded, {**base, "hook_event_name": "UserPromptSubmit", "prompt": "open \u202einvoice\u200b.txt please"})
@@ -202,7 +202,7 @@ def test_text_that_would_reorder_or_hide_itself_shows_as_stored(browser: Browser
     browser.click('#list .item[data-key="observation:1"]')
     browser.wait(lambda: "xy" in browser.content("#detail .raw"), "the tool output without its isolate")
     shown = browser.js("return document.body.textContent")
-    assert not _INVISIBLE.search(shown), [hex(ord(c)) for c in _INVISIBLE.findall(shown)]
+    assert not INVISIBLE.search(shown), [hex(ord(c)) for c in INVISIBLE.findall(shown)]
     # The pages drop exactly what the worker drops from text it hands an agent.
     dropped = browser.driver.execute_async_script("""
         const done = arguments[arguments.length - 1];
@@ -215,7 +215,7 @@ def test_text_that_would_reorder_or_hide_itself_shows_as_stored(browser: Browser
           done(dropped);
         });""")
     assert dropped == [point for point in range(0xE0200) if not 0xD800 <= point <= 0xDFFF
-                       and _INVISIBLE.fullmatch(chr(point))]
+                       and INVISIBLE.fullmatch(chr(point))]
     assert_only_this_worker(browser, threaded)
 
 

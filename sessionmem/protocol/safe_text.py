@@ -25,8 +25,9 @@ from sessionmem.protocol.privacy import CONTEXT_TAG, strip_private
 # hyphen, the grapheme joiner and variation selectors (invisible inside a word: "</session\xadmem-context>"
 # reads as the closing tag). And Unicode's tag characters (U+E0000-E007F): invisible, yet a
 # model reads them as ASCII.
-_INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\xad\u034f\u061c\u180e\u200b-\u200f\u202a-\u202e"
-                        "\u2060-\u2069\ufe00-\ufe0f\ufeff\U000e0000-\U000e007f\U000e0100-\U000e01ef]")
+# The pages drop the same characters (web/assets/dom.js; a browser test holds the two equal).
+INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\xad\u034f\u061c\u180e\u200b-\u200f\u202a-\u202e"
+                       "\u2060-\u2069\ufe00-\ufe0f\ufeff\U000e0000-\U000e007f\U000e0100-\U000e01ef]")
 # Every other space (no-break, em, ideographic...) made a plain one before the tags are looked for:
 # `</sessionmem-context\u00a0>` is no tag to the strip, and became `</sessionmem-context >` once a
 # line's spaces were joined.
@@ -41,7 +42,7 @@ NAME_DEFANGED = "sessionmem context"  # a tag name has no space: no spelling of 
 
 def neutral(text: str) -> str:
     """Stored text made safe to print inside the wrapper (see the module docstring)."""
-    text = _SPACES.sub(" ", _INVISIBLE.sub("", str(text)))
+    text = _SPACES.sub(" ", INVISIBLE.sub("", str(text)))
     while True:  # until no tag is left: taking one out can join the halves of another around it
         stripped = strip_private(text)
         if stripped == text:
