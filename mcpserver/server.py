@@ -23,18 +23,20 @@ This module's annotations are evaluated (no ``from __future__ import annotations
 the SDK reads them at run time to build each tool's schema.
 
 Error handling:
-    Bad arguments (the schema's, or the worker's own 400 naming the parameter), an
+    Bad arguments (the schema's, one the tool does not take, or the worker's own 400
+    naming the parameter), an
     unknown id, and a worker that cannot be reached or started are tool errors
     (``isError``) with a message for the model; anything unexpected is a tool error
     too (the SDK's), logged to stderr. The server itself never stops for a tool call.
 """
 
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal, TypeVar
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, InputRequiredResult, Tool, ToolAnnotations
 from pydantic import Field, Strict
 
 from sessionmem import __version__
@@ -78,6 +80,38 @@ def instructions(project: str) -> str:
         f"{printable_line(project)!r}; pass project=\"*\" to search all projects.")
 
 
+class StrictToolServer(MCPServer):
+    """An :class:`MCPServer` whose tools refuse arguments they do not take.
+
+    The SDK validates the arguments a tool takes and drops any others: a misspelt
+    ``projet="*"`` searched the current project as if nothing was asked, and the model
+    was never told. Here an unknown argument is a tool error naming it and listing the
+    tool's own, and each tool's input schema says ``additionalProperties: false`` so a
+    client can see it before calling.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._parameters: dict[str, tuple[str, ...]] = {}
+
+    def add_tool(self, fn: Callable[..., Any], name: str | None = None, **kwargs: Any) -> None:
+        super().add_tool(fn, name=name, **kwargs)
+        self._parameters[name or fn.__name__] = tuple(inspect.signature(fn).parameters)
+
+    async def list_tools(self) -> list[Tool]:
+        return [tool.model_copy(update={"input_schema": {**tool.input_schema, "additionalProperties": False}})
+                for tool in await super().list_tools()]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+                        ) -> CallToolResult | InputRequiredResult:
+        taken = self._parameters.get(name)
+        unknown = sorted(set(arguments) - set(taken)) if taken is not None else []
+        if unknown:
+            listed = ", ".join(printable_line(argument[:64]) for argument in unknown[:5])
+            raise ToolError(f"{name} takes no argument {listed}; its arguments are: {', '.join(taken or ())}")
+        return await super().call_tool(name, arguments, context)
+
+
 def _project_param(project: str | None, default: str) -> dict[str, str]:
     """The ``project`` query parameter: the default project, none for ``*``, or the one named."""
     chosen = default if project is None else project.strip()
@@ -88,9 +122,9 @@ def _scope(params: dict[str, str | int]) -> str:
     return f"project {printable_line(str(params['project']))}" if "project" in params else "all projects"
 
 
-def build_server(client: MemoryClient, default_project: str) -> MCPServer:
+def build_server(client: MemoryClient, default_project: str) -> StrictToolServer:
     """The MCP server with its three tools, asking ``client``; ``default_project`` is searched unless told otherwise."""
-    server: MCPServer = MCPServer(MCP_SERVER_NAME, version=__version__, instructions=instructions(default_project),
+    server = StrictToolServer(MCP_SERVER_NAME, version=__version__, instructions=instructions(default_project),
                                   log_level="WARNING")
 
     async def ask(call: Callable[[P], Awaitable[dict[str, Any]]], params: P) -> dict[str, Any]:

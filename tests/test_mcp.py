@@ -123,6 +123,7 @@ async def test_the_three_tools_describe_progressive_disclosure(memory: dict[str,
     ids = tools["get_observations"].input_schema["properties"]["ids"]
     assert (ids["minItems"], ids["maxItems"], ids["items"]["type"]) == (1, MAX_BATCH_IDS, "integer")
     assert all(tool.annotations.read_only_hint for tool in tools.values())
+    assert all(tool.input_schema["additionalProperties"] is False for tool in tools.values())
 
 
 async def test_search_is_a_compact_index_of_stored_memory(memory: dict[str, Any]) -> None:
@@ -191,6 +192,9 @@ BAD_CALLS = [  # (tool, arguments, what the error says)
     ("timeline", {"anchor": True}, "anchor"),
     ("get_observations", {"ids": [999_998, 999_999]}, "no observation with id 999998, 999999"),
     ("forget_everything", {}, "forget_everything"),
+    # A misspelt filter was dropped and the search ran without it.
+    ("search", {"query": "x", "projct": "*"}, "search takes no argument projct; its arguments are: query, project"),
+    ("get_observations", {"ids": [1], "full": True, "verbose": 1}, "takes no argument full, verbose"),
 ]
 
 
