@@ -446,7 +446,13 @@ def cmd_open(args: argparse.Namespace) -> int:
     """Print (and open, if a browser is at hand) a single-use link that logs this browser in to the worker's pages."""
     config = _client(args)
     if read_state(config.data_dir) is None:
-        print("sessionmem: no worker is running (`sessionmem serve`, or start Claude Code)", file=sys.stderr)
+        from sessionmem.protocol.launch import probe
+
+        port = config.worker_port()
+        held = (f"; port {port} is in use by something else (a worker of another data dir, or another program)"
+                if probe(config, port, PROBE.request_timeout_s) == "foreign" else "")
+        print(f"sessionmem: no worker is running for {config.data_dir}{held} (`sessionmem serve`, or start Claude "
+              f"Code)", file=sys.stderr)
         return 1
     target = {"viewer": "/", "debug": routes.DEBUG}[args.page]
     body = call(config, "POST", f"{routes.LOGIN_CODE}?next={target}", {}, patience=PROBE)

@@ -103,5 +103,10 @@ def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
         for command in (("search", "cart"), ("status",)):
             foreign = sessionmem(data.parent / "another", worker.port, *command)
             assert foreign.returncode == 1 and "it serves another data dir" in foreign.stdout + foreign.stderr
+        elsewhere = sessionmem(data.parent / "another", worker.port, "open", "--print-only")
+        assert elsewhere.returncode == 1 and f"port {worker.port} is in use by something else" in elsewhere.stderr
+    not_started = sessionmem(data.parent / "another", worker.port, "open", "--print-only")
+    assert not_started.returncode == 1 and "no worker is running for" in not_started.stderr
+    assert "in use" not in not_started.stderr
     down = sessionmem(data, worker.port, "search", "cart")
     assert down.returncode == 1 and "did not answer" in down.stderr
