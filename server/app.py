@@ -42,7 +42,7 @@ from sessionmem.server.fast_ingest import (
     storage_message,
     too_large_message,
 )
-from sessionmem.server.guard import LOGIN_CODE_TTL_S, AccessGuard
+from sessionmem.server.guard import ACCESS_SCOPE_KEY, LOGIN_CODE_TTL_S, AccessGuard
 from sessionmem.server.jsonapi import encode
 from sessionmem.server.maintenance_api import add_maintenance_routes
 from sessionmem.server.pages import add_page_routes
@@ -69,6 +69,13 @@ log = logging.getLogger(__name__)
 # injected memories are ranked against (a fresh start has none: the most recent).
 FOCUSED_SOURCES = ("clear", "compact", "resume")
 KEEP_ALIVE_S = 15  # an SSE comment this often keeps idle streams (and their proxies) open
+
+
+class PublicHealth(msgspec.Struct, frozen=True):
+    """What the health route tells a caller without the token: any local user can ask."""
+
+    status: str
+    version: str
 
 
 class Health(msgspec.Struct, frozen=True):
@@ -148,6 +155,8 @@ def create_quart_app(services: Services) -> QuartTrio:
 
     @app.get(routes.HEALTH)
     async def health() -> Response:
+        if request.scope.get(ACCESS_SCOPE_KEY) is None:  # no token: where the data lives is not theirs to know
+            return json_response(PublicHealth("ok", status.version))
         return json_response(Health("ok", status.pid, status.version, status.uptime_seconds(),
                                     services.compressor.name, str(settings.data_dir)))
 

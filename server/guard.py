@@ -46,6 +46,9 @@ LOGIN_CODE_TTL_S = 300.0
 PAGE_LOGIN_S = 12 * 3600.0
 MAX_SECRETS = 64  # login codes, or page logins, at once
 EXEMPT_PATHS = frozenset({routes.HEALTH})
+# Set in the scope of a request to an exempt path: whether it carried the token or a page
+# login, so the route can say less to anyone else.
+ACCESS_SCOPE_KEY = "sessionmem.access"
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 READ_METHODS = frozenset({"GET", "HEAD"})
 # What a page login may do besides reading: what the pages' buttons do.
@@ -172,7 +175,9 @@ class AccessGuard:
         if (origin is not None and origin not in self._origins) or header(scope, b"sec-fetch-site") == b"cross-site":
             return 403, "origin", "requests from other origins are refused", []
         path = scope["path"]
-        if path not in EXEMPT_PATHS and path != routes.LOGIN:
+        if path in EXEMPT_PATHS:
+            scope[ACCESS_SCOPE_KEY] = self._access(scope)
+        elif path != routes.LOGIN:
             access = self._access(scope)
             if access is None:
                 return (401, "token", "missing or wrong token: send 'Authorization: Bearer' with the token in "

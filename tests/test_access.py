@@ -64,6 +64,12 @@ async def test_loopback_names_are_served(app: InProcessWorker, host: str) -> Non
 
 async def test_every_route_but_health_needs_the_token(app: InProcessWorker) -> None:
     assert (await app.request("GET", "/api/health", headers={"authorization": None})).status == 200
+    # Without the token it says it is up, and nothing of where the memory lives or who runs it.
+    for authorization in (None, "Bearer wrong"):
+        public = await app.request("GET", "/api/health", headers={"authorization": authorization})
+        assert public.status == 200 and set(public.json()) == {"status", "version"}, public.json()
+    full = await app.get("/api/health")
+    assert {"pid", "dataDir", "compressor"} <= set(full)
     guarded = [(m, p) for m, p in every_route(app) if p not in (routes.HEALTH, routes.LOGIN)]
     assert len(guarded) >= 30 and ("POST", "/api/import") in guarded and ("GET", "/api/export") in guarded
     for method, path in [*guarded, ("GET", "/api/context/inject?project=p"), ("GET", "/no/such/route")]:

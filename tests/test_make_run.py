@@ -31,7 +31,9 @@ def test_make_run_serves_health_with_no_api_key(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "worker did not start"
             time.sleep(0.1)
         port = json.loads(state.read_text())["port"]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=5) as response:
+        token = (tmp_path / ".sessionmem" / "auth.token").read_text().strip()
+        asked = urllib.request.Request(f"http://127.0.0.1:{port}/api/health", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(asked, timeout=5) as response:
             health = json.loads(response.read())
         assert response.status == 200 and health["status"] == "ok"
         assert health["compressor"] == "offline"
