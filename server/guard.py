@@ -9,7 +9,8 @@ this layer runs):
 2. A request from a web page of another origin is refused (403): an ``Origin`` other
    than the worker's own, or ``Sec-Fetch-Site: cross-site``.
 3. The token (:mod:`sessionmem.protocol.auth`): ``Authorization: Bearer <token>``, or
-   the pages' cookie; on every route but ``GET /api/health`` (401 otherwise). The
+   the pages' cookie; on every route but ``GET /api/health`` (401 otherwise), which
+   answers a caller without either its status and version only (``ACCESS_SCOPE_KEY``). The
    exchange ``GET /login?code=...`` trades a single-use code (issued to an
    authenticated client) for the cookie. The cookie holds a page login (both are
    :class:`ExpiringSecrets`), never the token: browsers send a cookie of 127.0.0.1 to every
