@@ -16,8 +16,8 @@ Error handling:
     429, 5xx, timeouts and connection errors (a refused connection, a reply cut off
     mid-way) are retried with exponential backoff and jitter (honouring
     ``Retry-After``) up to ``llm_max_attempts`` calls, each under its own timeout.
-    Other API errors, exhausted retries and replies that do not parse are not
-    retried: each tool use is stored as a raw observation built from its own data
+    Other API errors, exhausted retries, 2xx replies the SDK cannot read (a proxy's
+    page) or that are not a message, and replies that do not parse are not retried: each tool use is stored as a raw observation built from its own data
     and marked ``compressed=False`` -- never dropped, never retried forever. Calls
     that keep failing open a circuit breaker (:mod:`.breaker`): while it is open, and
     while the budget is spent, batches go to the offline compressor (their
@@ -49,7 +49,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_FIELD_LIMIT = 4000  # characters of each tool input/response shown to the model
+_FIELD_LIMIT = 4000  # characters of each tool input/response, and of the prompt, shown to the model
+# Characters of a session's prompts in a summary request: the first (what was asked) and the
+# latest that fit. Every prompt in full made the request grow with the session (a trial: +4 KB
+# a prompt, up to the model's context window).
+_PROMPTS_LIMIT = 3 * _FIELD_LIMIT
 
 OBSERVATION_SYSTEM = f"""You compress a coding agent's tool uses into observations for its long-term memory.
 For each numbered tool use, write exactly one block, in order:
@@ -85,7 +89,10 @@ def _shown(value: Any) -> str:
 
 
 def observation_request(context: SessionContext, events: Sequence[ObservationEvent]) -> str:
-    parts = [f"Project: {context.project}", f"User prompt: {context.prompt or '(unknown)'}", ""]
+    # The prompt is cut like a tool's data: a long one went with every batch in full (a trial: 66 KB
+    # a call for a one-line `echo`, the session's token cap spent in 13 tool uses).
+    parts = [f"Project: {context.project}", f"User prompt: {_shown(context.prompt) if context.prompt else '(unknown)'}",
+             ""]
     for number, event in enumerate(events, 1):
         failed = ' failed="true"' if event.failed else ""
         parts.append(f'<tool_use index="{number}" name="{event.tool_name}"{failed}>')
@@ -96,8 +103,7 @@ def observation_request(context: SessionContext, events: Sequence[ObservationEve
 
 
 def summary_request(context: SessionContext, request: SummarizeEvent, inputs: SummaryInputs) -> str:
-    lines = [f"Project: {context.project}", "Prompts:"]
-    lines += [f"{n}. {_shown(p)}" for n, p in enumerate(inputs.prompts, 1)]
+    lines = [f"Project: {context.project}", "Prompts:", *_prompts_shown(inputs.prompts)]
     lines.append("Observations:")
     lines += [f"- [{o.type}] {o.title}" for o in inputs.observations[-60:]]
     if request.last_assistant_message:
@@ -105,8 +111,36 @@ def summary_request(context: SessionContext, request: SummarizeEvent, inputs: Su
     return "\n".join(lines)
 
 
+def _prompts_shown(prompts: Sequence[str]) -> list[str]:
+    """Numbered lines of ``prompts`` within :data:`_PROMPTS_LIMIT`: the first, then the latest that fit,
+    a line saying how many were left out between them."""
+    shown = [_shown(prompt) for prompt in prompts]
+    if not shown:
+        return []
+    budget = _PROMPTS_LIMIT - len(shown[0])
+    latest: list[int] = []
+    for number in range(len(shown), 1, -1):
+        if len(shown[number - 1]) > budget:
+            break
+        budget -= len(shown[number - 1])
+        latest.append(number)
+    lines = [f"1. {shown[0]}"]
+    elided = len(shown) - 1 - len(latest)
+    if elided:
+        lines.append(f"…[{elided} prompt(s) elided]…")
+    lines += [f"{number}. {shown[number - 1]}" for number in reversed(latest)]
+    return lines
+
+
 class _GaveUp(Exception):
-    """The call could not be made to succeed; the caller falls back to raw observations."""
+    """The call could not be made to succeed; the caller falls back to raw observations.
+
+    ``tokens``: what the failed call cost anyway (a reply that came but was unusable).
+    """
+
+    def __init__(self, message: str, tokens: int = 0) -> None:
+        super().__init__(message)
+        self.tokens = tokens
 
 
 class _NotNow(Exception):
@@ -188,8 +222,14 @@ class AnthropicCompressor:
             raise _NotNow("circuit breaker open")
         try:
             text, tokens_in, tokens_out = await self._call_with_retries(system, content)
-        except _GaveUp:
+        except _GaveUp as failure:
             self._breaker.failed()
+            self._budget.spend(context.claude_session_id, failure.tokens)
+            raise
+        except BaseException:
+            # Cancelled (the actor or the worker stopping) or a bug: neither a success nor a
+            # failure, but a half-open breaker's trial must end, or no call is let through again.
+            self._breaker.abandoned()
             raise
         self._breaker.succeeded()
         self._said.discard("breaker")
@@ -227,17 +267,41 @@ class AnthropicCompressor:
                     anthropic.APIStatusError, trio.TooSlowError) as exc:
                 retryable = not isinstance(exc, anthropic.APIStatusError) or exc.status_code == 429 or exc.status_code >= 500
                 if not retryable or attempt >= settings.llm_max_attempts:
-                    self._stats["failures"] += 1
-                    log.warning("LLM call failed after %d attempt(s): %s", attempt, exc)
-                    raise _GaveUp(str(exc)) from exc
+                    raise self._failure(f"LLM call failed after {attempt} attempt(s): {exc}") from exc
                 self._stats["retries"] += 1
                 await trio.sleep(self._backoff(exc, attempt))
                 continue
-            text = "".join(block.text for block in message.content if getattr(block, "type", "") == "text")
-            usage = message.usage
-            self._stats["input_tokens"] += usage.input_tokens
-            self._stats["output_tokens"] += usage.output_tokens
-            return text, usage.input_tokens, usage.output_tokens
+            except Exception as exc:
+                # The SDK could not read a 2xx reply (not JSON: a proxy's or a captive portal's
+                # page). Not retried: what answered will answer the same. A failure like any
+                # other, so the breaker counts it -- once, it crashed the session's actor.
+                raise self._failure(f"unreadable LLM reply: {type(exc).__name__}: {exc}") from exc
+            return self._reply_parts(message, len(system) + len(content))
+
+    def _failure(self, message: str, *, tokens: int = 0) -> _GaveUp:
+        self._stats["failures"] += 1
+        log.warning("%s", message[:500])
+        return _GaveUp(message, tokens)
+
+    def _reply_parts(self, message: Any, request_chars: int) -> tuple[str, int, int]:
+        """(text, input tokens, output tokens) of a reply; :class:`_GaveUp` for one that is not a Message.
+
+        A reply without its usage is counted at an estimate (four characters a token of
+        the request), so a provider that hides it still spends the budget.
+        """
+        usage = getattr(message, "usage", None)
+        tokens_in, tokens_out = getattr(usage, "input_tokens", None), getattr(usage, "output_tokens", None)
+        if not (isinstance(tokens_in, int) and isinstance(tokens_out, int)):
+            tokens_in, tokens_out = request_chars // 4, 0
+        self._stats["input_tokens"] += tokens_in
+        self._stats["output_tokens"] += tokens_out
+        content = getattr(message, "content", None)
+        if not isinstance(content, list) or usage is None:
+            missing = "content" if not isinstance(content, list) else "usage"
+            raise self._failure(f"unusable LLM reply: {type(message).__name__} without {missing}",
+                                tokens=tokens_in + tokens_out)
+        texts = (getattr(block, "text", None) for block in content if getattr(block, "type", "") == "text")
+        return "".join(text for text in texts if isinstance(text, str)), tokens_in, tokens_out
 
     def _backoff(self, exc: BaseException, attempt: int) -> float:
         cap = self._settings.llm_backoff_cap_s

@@ -3,7 +3,8 @@
 ``closed`` (calls go through) -> after ``threshold`` calls in a row that failed for
 good (their retries exhausted) -> ``open`` for ``open_s`` seconds: no calls, the
 caller uses the offline compressor -> ``half-open``: one trial call; success closes
-the breaker, failure opens it again for twice as long (up to ``max_open_s``).
+the breaker, failure opens it again for twice as long (up to ``max_open_s``); a trial
+that ends without an outcome (:meth:`CircuitBreaker.abandoned`) lets the next one through.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class CircuitBreaker:
             self._open()
         elif self._open_until is None and self._failures >= self._threshold:
             self._open()
+
+    def abandoned(self) -> None:
+        """A call allowed by :meth:`allow` ended without an outcome (cancelled): a trial may run again."""
+        self._trial_running = False
 
     def _open(self) -> None:
         self._open_until = self._clock() + self._open_s

@@ -40,6 +40,9 @@ class Action:
     text: str | None = None  # a reply body text instead of the generated XML
     echo: bool = False  # reply with the request's own text (system prompt and content)
     cut: bool = False  # announce the whole reply, send half of it, and close the connection
+    body: bytes | None = None  # a 200 with this body as it is (a proxy's page, broken JSON)
+    content_type: str = "application/json"  # of ``body``
+    drop: tuple[str, ...] = ()  # keys left out of the message (``content``, ``usage``)
 
 
 @dataclass
@@ -126,6 +129,9 @@ class ScriptedMessagesAPI:
                     kind = "rate_limit_error" if action.status == 429 else "api_error"
                     self._send(action.status, {"type": "error", "error": {"type": kind, "message": "scripted"}}, headers)
                     return
+                if action.body is not None:
+                    self._send(200, action.body, content_type=action.content_type)
+                    return
                 if action.echo:
                     blocks = [{"type": "text", "text": json.dumps(body.get("system")) + str(body["messages"])}]
                 elif action.text is not None:
@@ -148,6 +154,8 @@ class ScriptedMessagesAPI:
                     "stop_sequence": None,
                     "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out},
                 }
+                for key in action.drop:
+                    message.pop(key, None)
                 if action.cut:
                     self._send_cut(message)
                 elif body.get("stream"):
@@ -200,11 +208,12 @@ class ScriptedMessagesAPI:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-            def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-                data = json.dumps(payload).encode()
+            def _send(self, status: int, payload: dict[str, Any] | bytes, headers: dict[str, str] | None = None,
+                      content_type: str = "application/json") -> None:
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 try:
                     self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", content_type)
                     self.send_header("Content-Length", str(len(data)))
                     for name, value in (headers or {}).items():
                         self.send_header(name, value)

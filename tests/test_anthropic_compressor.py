@@ -13,8 +13,12 @@ import anthropic
 import pytest
 import trio
 
-from sessionmem.compress.anthropic_backend import AnthropicCompressor
+from sessionmem.compress.anthropic_backend import AnthropicCompressor, observation_request, summary_request
+from sessionmem.compress.base import SessionContext
+from sessionmem.compress.breaker import CircuitBreaker
 from sessionmem.config import Settings
+from sessionmem.events import ObservationEvent, SummarizeEvent
+from sessionmem.records import SummaryInputs
 from sessionmem.testing.harness import InProcessWorker, open_worker
 from sessionmem.testing.messages_api import Action, ScriptedMessagesAPI
 
@@ -186,6 +190,49 @@ async def test_a_refused_connection_falls_back_and_the_breaker_opens_then_closes
     assert messages_api.statuses() == [500, 500, 200]  # the open breaker saved a call
 
 
+UNREADABLE = [  # 2xx replies the SDK cannot read, or messages that are not one (found by a trial: each
+    # crashed the session's actor, which retried the same call at once until the session was failed)
+    Action(body=b"<html>gateway</html>", content_type="text/html"),  # a proxy's or a captive portal's page
+    Action(body=b'{"id": "msg_x", "type": "mess'),
+    Action(drop=("content",)),
+    Action(drop=("usage",)),
+]
+
+
+async def test_an_unreadable_reply_is_a_failure_the_breaker_counts_not_a_crash(
+        tmp_path: Path, messages_api: ScriptedMessagesAPI) -> None:
+    settings = {**LLM_SETTINGS, "batch_size": 1, "llm_breaker_failures": 4, "llm_breaker_open_s": 0.3}
+    async with open_worker(tmp_path / "data", compressor=scripted(messages_api.url), **settings) as worker:
+        messages_api.queue(*UNREADABLE)
+        for n in range(len(UNREADABLE) + 1):
+            await post_tool(worker, "odd", f"u{n}")
+            await worker.wait_idle()
+        debug = await worker.debug()
+        rows = [await observation(worker, f"u{n}") for n in range(len(UNREADABLE) + 1)]
+        # The breaker opened on the fourth; once half-open, its trial call meets another
+        # unreadable reply: it opens again -- it does not stay half-open, letting nothing through.
+        await trio.sleep(0.35)
+        messages_api.queue(UNREADABLE[0])
+        await post_tool(worker, "odd", "t1")
+        await worker.wait_idle()
+        reopened = (await worker.debug())["compressor"]["breaker"]
+        await trio.sleep(0.7)
+        await post_tool(worker, "odd", "t2")  # the model answers again: calls go through
+        await worker.wait_idle()
+        closed = (await worker.debug())["compressor"]
+        assert (await observation(worker, "t2"))["compressed"] is True
+    assert debug["supervisor"]["crashes"] == 0 and debug["journal"]["parked"] == 0
+    assert [r["compressed"] for r in rows] == [False, False, False, False, True]  # raw, then offline
+    assert [r["compressor"] for r in rows[:4]] == ["anthropic"] * 4 and rows[4]["compressor"] == "offline"
+    compressor = debug["compressor"]
+    assert compressor["failures"] == 4 and compressor["retries"] == 0  # what answered would answer the same
+    assert compressor["breaker"]["state"] == "open"
+    assert compressor["budget"]["usedToday"] > 0  # the reply without usage is counted at an estimate
+    assert (reopened["state"], reopened["opened"]) == ("open", 2)
+    assert closed["breaker"]["state"] == "closed" and closed["failures"] == 5
+    assert len(messages_api.requests) == 6  # one call each, and none while open
+
+
 async def test_token_budgets_fall_back_to_offline_and_say_so(tmp_path: Path, messages_api: ScriptedMessagesAPI,
                                                              caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
@@ -208,3 +255,33 @@ async def test_token_budgets_fall_back_to_offline_and_say_so(tmp_path: Path, mes
             await worker.wait_idle()
         budget = (await worker.debug())["compressor"]["budget"]
     assert budget["sessionsCapped"] == 1 and len(messages_api.requests) == 3  # "two" had its own cap
+
+
+def test_what_a_request_carries_is_bounded_whatever_the_prompts() -> None:
+    # A trial sent 40 prompts of 67,000 characters: each batch carried the prompt whole (66 KB for
+    # a one-line echo) and each summary every prompt (+4 KB a prompt).
+    long_prompt = "please refactor " + "x" * 67_000
+    context = SessionContext("s", "p", prompt=long_prompt)
+    echo = ObservationEvent(claude_session_id="s", project="p", tool_name="Bash", tool_input={"command": "echo ok"}, tool_response="ok")
+    assert len(observation_request(context, [echo])) < 5_000
+    prompts = [f"prompt {n} " + "y" * 5_000 for n in range(1, 41)]
+    request = summary_request(context, SummarizeEvent(claude_session_id="s", project="p"), SummaryInputs(prompts, []))
+    assert len(request) < 13_000
+    assert "1. prompt 1 " in request and "40. prompt 40 " in request and "prompt 39 " not in request
+    assert "…[38 prompt(s) elided]…" in request  # each cut to ~4,000: the first and the latest fit
+    few = summary_request(context, SummarizeEvent(claude_session_id="s", project="p"), SummaryInputs(["fix it", "and test it"], []))
+    assert "1. fix it\n2. and test it" in few and "elided" not in few
+
+
+def test_a_trial_call_that_ends_without_an_outcome_lets_the_next_one_through() -> None:
+    now = [0.0]
+    breaker = CircuitBreaker(threshold=1, open_s=1.0, max_open_s=4.0, clock=lambda: now[0])
+    assert breaker.allow()
+    breaker.failed()
+    assert breaker.state == "open" and not breaker.allow()
+    now[0] = 1.5
+    assert breaker.allow() and not breaker.allow()  # half-open: one trial at a time
+    breaker.abandoned()  # cancelled: it neither closes nor opens the breaker...
+    assert breaker.state == "half-open" and breaker.allow()  # ...and does not hold the next trial back
+    breaker.succeeded()
+    assert breaker.state == "closed" and breaker.allow()
