@@ -14,6 +14,7 @@ from typing import Any
 
 from sessionmem.compress.base import CompressorStatistics, SessionContext
 from sessionmem.events import ObservationEvent, SummarizeEvent
+from sessionmem.protocol.limits import printable_line
 from sessionmem.records import CompressedObservation, CompressedSummary, SummaryInputs
 
 _TITLE_MAX = 100
@@ -81,9 +82,11 @@ def _a(word: str) -> str:
 
 
 def _relative(path: str, cwd: str) -> str:
+    """``path`` as the text names it: under ``cwd``, relative to it; on one line (a break in a
+    name must not pass for a line of the narrative)."""
     if cwd and path.startswith(cwd.rstrip("/") + "/"):
-        return path[len(cwd.rstrip("/")) + 1 :]
-    return path
+        path = path[len(cwd.rstrip("/")) + 1 :]
+    return printable_line(path)
 
 
 def _text_of(value: Any) -> str:

@@ -5,6 +5,11 @@ missing close tag, prose around the blocks), so this is a tolerant scanner rathe
 than an XML parser: it finds each block, reads the fields it recognises, unescapes
 entities, and ignores the rest. A block without a usable ``type`` and ``title`` does
 not count as parsed.
+
+What it keeps is bounded whatever the reply holds (:data:`LIMITS`): the reply is the
+model's, or whatever answers at ``ANTHROPIC_BASE_URL``, and it is stored and handed to
+later sessions. A trial's proxy stored a 1,000,000-character narrative and 10,000 facts,
+and one ``get_observations`` call then answered a million characters.
 """
 
 from __future__ import annotations
@@ -12,7 +17,14 @@ from __future__ import annotations
 import html
 import re
 
+from sessionmem.protocol.limits import printable_line
 from sessionmem.records import OBSERVATION_TYPES
+
+# Characters of each field kept (and items of each list); a file is a name, on one line.
+LIMITS = {"title": 200, "subtitle": 300, "narrative": 2000, "fact": 500, "concept": 100, "file": 1024,
+          "summary_field": 4000}
+MOST_ITEMS = {"facts": 20, "concepts": 10, "files_read": 50, "files_modified": 50}
+MAX_REPLY_CHARS = 200_000  # what is scanned of a reply (2,048 tokens are ~8,000)
 
 # Bounded input (the reply is limited by max_tokens) and lazy, non-nested patterns:
 # no catastrophic backtracking.
@@ -21,9 +33,9 @@ _INDEX = re.compile(r"""index\s*=\s*["']?(\d+)""", re.I)
 _SUMMARY = re.compile(r"<summary\b[^>]*>(.*?)(?:</summary\s*>|$)", re.S | re.I)
 
 
-def _field(body: str, name: str) -> str:
+def _field(body: str, name: str, limit: int) -> str:
     match = re.search(rf"<{name}\b[^>]*>(.*?)</{name}\s*>", body, re.S | re.I)
-    return html.unescape(match.group(1).strip()) if match else ""
+    return html.unescape(match.group(1).strip())[:limit].strip() if match else ""
 
 
 def _items(body: str, container: str, item: str) -> tuple[str, ...]:
@@ -34,7 +46,11 @@ def _items(body: str, container: str, item: str) -> tuple[str, ...]:
     found = re.findall(rf"<{item}\b[^>]*>(.*?)</{item}\s*>", inner, re.S | re.I)
     if not found:
         found = [line.lstrip("-* ").strip() for line in inner.splitlines()]
-    return tuple(html.unescape(value.strip()) for value in found if value.strip())
+    values = (html.unescape(value.strip()) for value in found if value.strip())
+    if item == "file":
+        values = (printable_line(value) for value in values)
+    kept = (value[: LIMITS[item]].strip() for value in values)
+    return tuple(value for value in kept if value)[: MOST_ITEMS[container]]
 
 
 class ParsedObservation(dict[str, object]):
@@ -43,9 +59,9 @@ class ParsedObservation(dict[str, object]):
 
 def parse_observations(text: str) -> list[ParsedObservation]:
     parsed = []
-    for attributes, body in _BLOCK.findall(text):
-        type_ = _field(body, "type").lower()
-        title = _field(body, "title")
+    for attributes, body in _BLOCK.findall(text[:MAX_REPLY_CHARS]):
+        type_ = _field(body, "type", 40).lower()
+        title = _field(body, "title", LIMITS["title"])
         if not title or type_ not in OBSERVATION_TYPES:
             continue
         index_match = _INDEX.search(attributes)
@@ -54,9 +70,9 @@ def parse_observations(text: str) -> list[ParsedObservation]:
                 index=int(index_match.group(1)) if index_match else None,
                 type=type_,
                 title=title,
-                subtitle=_field(body, "subtitle"),
+                subtitle=_field(body, "subtitle", LIMITS["subtitle"]),
                 facts=_items(body, "facts", "fact"),
-                narrative=_field(body, "narrative"),
+                narrative=_field(body, "narrative", LIMITS["narrative"]),
                 concepts=_items(body, "concepts", "concept"),
                 files_read=_items(body, "files_read", "file"),
                 files_modified=_items(body, "files_modified", "file"),
@@ -69,10 +85,10 @@ SUMMARY_FIELDS = ("request", "investigated", "learned", "completed", "next_steps
 
 
 def parse_summary(text: str) -> dict[str, str] | None:
-    match = _SUMMARY.search(text)
+    match = _SUMMARY.search(text[:MAX_REPLY_CHARS])
     if not match:
         return None
-    fields = {name: _field(match.group(1), name) for name in SUMMARY_FIELDS}
+    fields = {name: _field(match.group(1), name, LIMITS["summary_field"]) for name in SUMMARY_FIELDS}
     if not fields["request"] and not fields["completed"] and not fields["learned"]:
         return None
     return fields
