@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -64,9 +65,13 @@ class SpoolStatistics(msgspec.Struct, frozen=True):
 
 
 class SpoolImporter:
-    def __init__(self, ingestor: Ingestor, data_dir: Path, *, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+    def __init__(self, ingestor: Ingestor, data_dir: Path, *, max_body_bytes: int = MAX_BODY_BYTES,
+                 still_ours: Callable[[], bool] = lambda: True) -> None:
         self._ingestor = ingestor
         self._data_dir = str(data_dir)
+        # Whether the data dir is still the one the worker's database is in: a spool written into a
+        # new one (the old deleted under the worker) is that directory's next worker's to import.
+        self._still_ours = still_ours
         self._max_body_bytes = max_body_bytes
         self._rounds = self._imported = self._duplicates = self._rejected = self._waiting = 0
         self._failed_rounds = 0
@@ -87,6 +92,9 @@ class SpoolImporter:
         """Ingest every spooled request now; returns how many were imported."""
         self._rounds += 1
         imported = 0
+        if not await trio.to_thread.run_sync(self._still_ours):
+            self._last_error = "the data dir was deleted or replaced: its spool is left to its own worker"
+            return 0
         files = await trio.to_thread.run_sync(pending_spool_files, self._data_dir)
         try:
             for index, file in enumerate(files):

@@ -129,7 +129,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     raise_file_limit()
     shorten_gil_switch_interval()
     try:
-        new_code = trio.run(run_worker, settings)
+        start_again = trio.run(run_worker, settings)
     except Exception as exc:
         if _caused_by(exc, lambda e: isinstance(e, OSError) and e.errno == errno.EADDRINUSE):
             print(f"sessionmem: port {settings.port} on {settings.host} is already in use "
@@ -154,7 +154,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                   f"(is the disk full or read-only?)", file=sys.stderr)
             return 1
         raise
-    if new_code:
+    if start_again:
         _start_again()
     return 0
 

@@ -1,4 +1,5 @@
-"""Notice that sessionmem's own code changed on disk under a running worker: an upgrade.
+"""Notice that the ground moved under a running worker: its own code changed on disk (an
+upgrade), or its data dir was deleted or replaced.
 
 A worker runs for days. ``pip install -U sessionmem``, or a ``git pull`` of the checkout
 it runs from, replaces its files under it, and it would go on running the old code --
@@ -12,8 +13,17 @@ of modules loaded since. A file replaced (another inode), rewritten (size, modif
 time) or gone is an upgrade. Once the files hold still for :data:`SETTLE_S`, the worker stops as SIGTERM stops it and starts
 again from its own command line, with the new code (:mod:`sessionmem.cli`, ``serve``).
 
+The data dir: a user who deletes ``~/.sessionmem`` to start afresh (or moves it) leaves
+the worker writing to files that no path reaches any more. The hooks find no token in the
+new directory, spool, and the worker imported that spool into its deleted database: a
+trial lost every later session that way. :class:`DataDirIdentity` tells the directory and
+database the worker opened from what is at their paths now; the spool importer asks it
+before each round, and :func:`wait_for_data_dir_change` makes the worker start again, as
+for new code, on whatever is at the path now.
+
 Resource handling:
-    Each look stats the loaded module files on a worker thread (~90 files, 0.2 ms).
+    Each look stats the loaded module files on a worker thread (~90 files, 0.2 ms); the
+    data dir's look is two stats.
 
 Error handling:
     A file that cannot be stat'ed counts as gone, which is a change: a half-done upgrade
@@ -26,6 +36,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 
 import trio
 
@@ -72,3 +83,32 @@ async def wait_for_code_change(interval_s: float) -> str:
             settled, now = now, await trio.to_thread.run_sync(stamps, now)
             if now == settled:
                 return changed[0]
+
+
+class DataDirIdentity:
+    """The data dir and database file a worker opened, told apart from what is at their paths later."""
+
+    def __init__(self, data_dir: Path, database: Path) -> None:
+        self._paths = (data_dir, database)
+        self._opened = self._look()
+
+    def _look(self) -> tuple[tuple[int, int] | None, ...]:
+        found: list[tuple[int, int] | None] = []
+        for path in self._paths:
+            try:
+                status = os.stat(path)
+            except OSError:
+                found.append(None)
+            else:
+                found.append((status.st_dev, status.st_ino))
+        return tuple(found)
+
+    def still_ours(self) -> bool:
+        """Whether the data dir and database at their paths are those opened (not deleted, moved or replaced)."""
+        return self._look() == self._opened
+
+
+async def wait_for_data_dir_change(identity: DataDirIdentity, interval_s: float) -> None:
+    """Return once ``identity``'s data dir or database is no longer at its path."""
+    while await trio.to_thread.run_sync(identity.still_ours):
+        await trio.sleep(interval_s)

@@ -80,6 +80,7 @@ HTTP_SHARE = 0.2  # open requests finish (Hypercorn's graceful close)
 DRAIN_SHARE = 0.45  # actors finish what they hold
 INDEX_SHARE = 0.15  # the vector index saves what changed since its last save
 COMPRESSOR_SHARE = 0.1  # the LLM client and the embedding model close
+DATA_DIR_CHECK_S = 2.0  # how often the worker checks that its data dir is still at its path
 
 
 class ShutdownStage(msgspec.Struct, frozen=True):
@@ -176,9 +177,9 @@ def configure_logging(settings: Settings, *, to_stderr: bool) -> None:
 
 
 async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> bool:
-    """Run the worker until SIGTERM or SIGINT, or until its code changes on disk; reports the bound port via
-    ``task_status``. Returns whether it stopped for new code (:mod:`sessionmem.codewatch`): the caller then
-    starts it again.
+    """Run the worker until SIGTERM or SIGINT, or until its code changes on disk or its data dir is deleted or
+    replaced; reports the bound port via ``task_status``. Returns whether it stopped for one of those
+    (:mod:`sessionmem.codewatch`): the caller then starts it again.
 
     A signal while the worker is still starting (importing a large spool, say) ends the
     start there, rather than being heard once it serves: what was imported is journaled,
@@ -215,11 +216,22 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
                             changed)
                 signalled.set()
 
+        async def watch_data_dir() -> None:
+            nonlocal code_changed
+            await codewatch.wait_for_data_dir_change(home, DATA_DIR_CHECK_S)
+            if not signalled.is_set():
+                code_changed = True
+                log.warning("the data dir %s was deleted or replaced under the worker: stopping, to start "
+                            "again on what is there now", settings.data_dir)
+                signalled.set()
+
         async with trio.open_nursery() as watching:
             watching.start_soon(watch_signals)
             with starting:
                 async with open_services(settings, budget=budget, freeze_when_warm=True) as services:
                     serving = services
+                    home = codewatch.DataDirIdentity(settings.data_dir, settings.db_path)
+                    watching.start_soon(watch_data_dir)
                     if settings.code_watch_s > 0:
                         watching.start_soon(watch_code)
                     await serve_http(services, budget, shutdown_trigger=signalled.wait, task_status=task_status)
@@ -359,7 +371,9 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
     pool = ConnectionPool(max_connections=connection_limit(settings.max_connections),
                           request_timeout_s=settings.request_timeout_s)
     return Services(settings, status, store, router, supervisor, compressor, broadcaster, ingestor,
-                    SpoolImporter(ingestor, settings.data_dir, max_body_bytes=settings.max_body_bytes), guard, pool, embedder, index,
+                    SpoolImporter(ingestor, settings.data_dir, max_body_bytes=settings.max_body_bytes,
+                                  still_ours=codewatch.DataDirIdentity(settings.data_dir, settings.db_path).still_ours),
+                    guard, pool, embedder, index,
                     search, ContextPlanner(store, index, embedder, observations=settings.context_observations),
                     Pruner(store, retention_days=settings.raw_retention_days), LoopWatch())
 

@@ -100,3 +100,54 @@ async def test_a_module_loaded_after_the_first_look_is_watched_too(loaded_module
     finally:
         del sys.modules["sessionmem._codewatch_later"]
     assert found == [str(later)]
+
+
+def test_a_data_dir_deleted_or_replaced_is_no_longer_the_workers(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "sessionmem.db").write_bytes(b"x")
+    identity = codewatch.DataDirIdentity(data, data / "sessionmem.db")
+    assert identity.still_ours()
+    (data / "sessionmem.db").write_bytes(b"written again, in place")
+    assert identity.still_ours()  # the worker's own writes are not a change
+    data.rename(tmp_path / "moved")
+    data.mkdir()
+    assert not identity.still_ours()  # moved away, a new directory at the path
+    data.rmdir()
+    assert not identity.still_ours()  # gone
+
+
+@pytest.mark.slow
+def test_a_worker_whose_data_dir_is_deleted_starts_again_on_the_new_one(tmp_path: Path) -> None:
+    # A trial: after `rm -rf` of the data dir, the hooks (no token in the new directory) spooled, and
+    # the old worker imported their spool into its deleted database -- those sessions were lost.
+    import json
+    import shutil
+
+    from sessionmem.protocol import routes
+    from sessionmem.protocol.spool import pending_spool_files, write_spool_file
+    from sessionmem.protocol.state import read_state
+    from sessionmem.testing.worker_process import WorkerProcess, start_worker
+
+    data = tmp_path / "data"
+    worker = start_worker(data, env={"SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_EMBEDDER": "none"})
+    restarted: WorkerProcess | None = None
+    try:
+        worker.post(routes.INIT, {"claudeSessionId": "before", "cwd": "/home/me/shop", "prompt": "old memory"})
+        worker.wait_idle()
+        first = read_state(str(data))
+        assert first is not None
+        shutil.rmtree(data)
+        body = {"claudeSessionId": "after", "cwd": "/home/me/shop", "prompt": "a session after the reset"}
+        assert write_spool_file(str(data), routes.INIT, json.dumps(body).encode())[0]  # as a hook does
+        restarted = worker.wait_until(lambda: WorkerProcess.attach(data), timeout=30)
+        assert restarted is not None
+        state = read_state(str(data))
+        assert state is not None and state.pid == first.pid and state.started_at > first.started_at
+        sessions = restarted.wait_until(lambda: restarted.get(routes.SESSIONS)["sessions"] or None, timeout=30)
+        assert [s["claudeSessionId"] for s in sessions] == ["after"]  # the spool, imported here; the old store gone
+        assert pending_spool_files(str(data)) == []
+    finally:
+        (restarted or worker).stop()
+        if worker.process is not None and worker.process.poll() is None:
+            worker.stop()
