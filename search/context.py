@@ -115,15 +115,17 @@ class ContextPlanner:
         self._embedder = embedder
         self._observations = observations
 
-    async def plan(self, project: str, *, focus: str = "", focus_latest_prompt: bool = False) -> ContextPlan:
+    async def plan(self, project: str, *, focus: str = "", focus_latest_prompt: bool = False,
+                   session: str = "") -> ContextPlan:
         """The plan for ``project``; ``focus`` ranks by relevance to that text, ``focus_latest_prompt``
-        (without a ``focus``) by relevance to the project's newest prompt, through its stored vector.
+        (without a ``focus``) by relevance to the newest prompt of ``session`` (resumed, cleared,
+        compacted) or else of the project, through its stored vector.
 
         Three hops off the Trio thread, each 0.1-0.2 ms on a busy machine: a read of where to
         start, the index (or the embedder), a read of the chosen rows.
         """
         start = await self._store.context_start(project, summaries=SUMMARIES_READ, recent=CANDIDATES,
-                                                latest_prompt=focus_latest_prompt and not focus)
+                                                latest_prompt=focus_latest_prompt and not focus, session=session)
         focus_prompt_id = None
         if start.latest_prompt is not None:
             focus_prompt_id, focus = start.latest_prompt

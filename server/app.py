@@ -29,7 +29,7 @@ from sessionmem.actors.child import MailboxFull
 from sessionmem.broadcast import live_event_name
 from sessionmem.logs import log_exception
 from sessionmem.protocol import routes
-from sessionmem.protocol.limits import MAX_QUERY_CHARS
+from sessionmem.protocol.limits import MAX_QUERY_CHARS, MAX_SESSION_ID
 from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, READY, STARTING
 from sessionmem.server.context import render_context
 from sessionmem.server.debug import processing_status
@@ -213,7 +213,8 @@ def create_quart_app(services: Services) -> QuartTrio:
         budget = int_arg("tokens", settings.context_token_budget, low=100, high=100_000)
         focus = text_arg("q", limit=MAX_QUERY_CHARS) or ""
         plan = await services.context.plan(
-            project, focus=focus, focus_latest_prompt=(request.args.get("source") or "") in FOCUSED_SOURCES)
+            project, focus=focus, focus_latest_prompt=(request.args.get("source") or "") in FOCUSED_SOURCES,
+            session=text_arg("session", limit=MAX_SESSION_ID) or "")
         text, named = render_context(plan, token_budget=budget)
         return Response(text, content_type="text/markdown; charset=utf-8", headers={
             CONTEXT_COUNT_HEADER: str(named),

@@ -184,9 +184,9 @@ class Store(Protocol):
 
     # -- the SessionStart context, in two reads (each one snapshot, one thread hop)
     async def context_start(self, project: str, *, summaries: int, recent: int,
-                            latest_prompt: bool) -> ContextStart:
-        """The project's ``summaries`` newest summaries, ``recent`` newest observation ids, and its latest
-        prompt if ``latest_prompt``."""
+                            latest_prompt: bool, session: str = "") -> ContextStart:
+        """The project's ``summaries`` newest summaries, ``recent`` newest observation ids, and if
+        ``latest_prompt`` the latest prompt of ``session``, else of the project."""
 
     async def context_rows(self, candidates: Sequence[tuple[str, int]], filters: SearchFilters,
                            choose: Callable[[set[int]], list[int]]) -> ContextRows:

@@ -235,30 +235,40 @@ FOCUS_MIN_WORDS = 3
 FOCUS_LOOKBACK = 20
 
 
-def _latest_prompt(connection: apsw.Connection, *, project: str) -> tuple[int, str] | None:
-    """The project's newest prompt that says what the work is about (:data:`FOCUS_MIN_WORDS`).
+def _latest_prompt(connection: apsw.Connection, *, project: str, session: str = "") -> tuple[int, str] | None:
+    """The newest prompt of ``session`` (resumed or compacted: its own work), else of the project, that says
+    what the work is about (:data:`FOCUS_MIN_WORDS`).
 
     A slash command is judged, and returned, as the user typed it
     (:func:`~sessionmem.protocol.prompts.typed_prompt`): earlier backfills stored its
     transcript tags, which read as five words.
     """
+    queries = [
+        # The prompts_project index (project, created_at) holds them newest first: the cost
+        # does not grow with the store (schema _V6).
+        ("SELECT id, text FROM user_prompts WHERE project = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+         (project, FOCUS_LOOKBACK)),
+    ]
+    if session:
+        # A trial: the resume of one session was focused on another's newer prompt of the project.
+        queries.insert(0, ("SELECT p.id, p.text FROM sessions s CROSS JOIN user_prompts p ON p.session_db_id = s.id"
+                           " WHERE s.claude_session_id = ? AND p.project = ?"
+                           " ORDER BY p.prompt_number DESC, p.id DESC LIMIT ?", (session, project, FOCUS_LOOKBACK)))
     newest = None
-    for row_id, stored in connection.execute(
-            # The prompts_project index (project, created_at) holds them newest first: the cost
-            # does not grow with the store (schema _V6).
-            "SELECT id, text FROM user_prompts WHERE project = ? ORDER BY created_at DESC, id DESC LIMIT ?",
-            (project, FOCUS_LOOKBACK)):
-        text = typed_prompt(stored)
-        if len(recall.query_terms(text)) >= FOCUS_MIN_WORDS:
-            return row_id, text
-        newest = newest or (row_id, text)
+    for sql, params in queries:
+        for row_id, stored in connection.execute(sql, params):
+            text = typed_prompt(stored)
+            if len(recall.query_terms(text)) >= FOCUS_MIN_WORDS:
+                return row_id, text
+            newest = newest or (row_id, text)
     return newest
 
 
 def read_context_start(connection: apsw.Connection, *, project: str, summaries: int, recent: int,
-                       latest_prompt: bool) -> ContextStart:
+                       latest_prompt: bool, session: str = "") -> ContextStart:
     """Where SessionStart's context starts, in one snapshot: the project's newest ``summaries``
-    summaries, its ``recent`` newest observation ids, and (``latest_prompt``) its focus prompt.
+    summaries, its ``recent`` newest observation ids, and (``latest_prompt``) its focus prompt,
+    ``session``'s own if it has one.
 
     Each read walks the project's own index: its cost does not grow with what other
     projects hold (a new project's SessionStart once walked every summary and prompt of
@@ -268,7 +278,7 @@ def read_context_start(connection: apsw.Connection, *, project: str, summaries: 
         return ContextStart(
             _list_summaries(connection, project=project, limit=summaries, offset=0),
             _recent_observation_ids(connection, project=project, limit=recent),
-            _latest_prompt(connection, project=project) if latest_prompt else None)
+            _latest_prompt(connection, project=project, session=session) if latest_prompt else None)
 
 
 # ---------------------------------------------------------------------------
@@ -855,9 +865,9 @@ class SQLiteStore:
         return memories
 
     async def context_start(self, project: str, *, summaries: int, recent: int,
-                            latest_prompt: bool) -> ContextStart:
+                            latest_prompt: bool, session: str = "") -> ContextStart:
         return await self._readers.run(partial(read_context_start, project=project, summaries=summaries,
-                                               recent=recent, latest_prompt=latest_prompt))
+                                               recent=recent, latest_prompt=latest_prompt, session=session))
 
     async def context_rows(self, candidates: Sequence[tuple[str, int]], filters: SearchFilters,
                            choose: Callable[[set[int]], list[int]]) -> ContextRows:
