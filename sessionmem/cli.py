@@ -349,22 +349,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     else:
         report(True, f"compressor: {settings.resolved_compressor} (setting: {settings.compressor}, "
                      f"model {settings.model})")
-    port = config.worker_port()
-    try:
-        status, health = _call(config, "GET", routes.HEALTH)
-        report(status == 200, f"worker running: pid {health['pid']}, {config.host}:{port}, "
-                              f"compressor {health['compressor']}")
-    except WorkerUnreachable as exc:
-        if foreign(str(exc)):
-            report(False, unanswered(config, str(exc)))
-        else:
-            damage = _database_damage(Path(config.data_dir) / DATABASE_FILE)
-            if damage:
-                report(False, f"worker not running, and it cannot start: {damage}")
-            else:
-                report(True, f"worker not running on {config.host}:{port} (the next SessionStart hook starts it)")
-    except (KeyError, TypeError):
-        report(False, f"{config.host}:{port} answers, but not as a sessionmem worker")
+    _doctor_worker(config, report)
     try:
         wired = installed_stages()
     except Exception as exc:  # a broken settings.json is worth reporting, not crashing on
@@ -440,6 +425,37 @@ def _database_damage(database: Path) -> str:
     except apsw.Error as exc:
         return f"the database {database} cannot be read ({exc})"
     return "" if verdict == "ok" else f"the database {database} is damaged ({verdict}); `sqlite3 {database} .recover`"
+
+
+def _doctor_worker(config: ClientConfig, report: Any) -> None:
+    """Report whether this data dir's worker runs, or why the hooks cannot start one."""
+    from sessionmem.protocol.launch import probe
+
+    port, where = config.worker_port(), f"{config.host}:{config.worker_port()}"
+    state = probe(config, port, PROBE.request_timeout_s)
+    if state == "down":
+        damage = _database_damage(Path(config.data_dir) / DATABASE_FILE)
+        if damage:
+            report(False, f"worker not running, and it cannot start: {damage}")
+        else:
+            report(True, f"worker not running on {where} (the next SessionStart hook starts it)")
+        return
+    try:
+        _, health = _call(config, "GET", routes.HEALTH)
+    except WorkerUnreachable:
+        health = None
+    if state == "foreign":
+        # Not this data dir's worker: the hooks will not start one there (a trial: doctor said "the next
+        # SessionStart hook starts it" while another program held the port).
+        held_by = ("a sessionmem worker of another data dir" if isinstance(health, dict) and "version" in health
+                   else "a program that is not sessionmem")
+        report(False, f"{where} is held by {held_by}: the hooks cannot start this data dir's worker there "
+                      f"(stop it, or choose another port: --port, SESSIONMEM_PORT)")
+    elif isinstance(health, dict) and "pid" in health:
+        report(True, f"worker {'running' if state == 'ready' else 'starting'}: pid {health['pid']}, {where}, "
+                     f"compressor {health['compressor']}")
+    else:
+        report(False, f"{where} answers, but not as a sessionmem worker")
 
 
 def cmd_open(args: argparse.Namespace) -> int:

@@ -214,6 +214,26 @@ def test_doctor_finds_a_database_with_damaged_pages(tmp_path: Path) -> None:
     assert "is damaged" in doctor.stdout and "starts it" not in doctor.stdout
 
 
+def test_doctor_says_when_another_program_holds_the_port(tmp_path: Path) -> None:
+    """A trial: with `python -m http.server` on the port, doctor said "[ok] worker not running (the next
+    SessionStart hook starts it)"; the hooks refuse to start a worker against a taken port."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONMEM_")}
+        doctor = subprocess.run([sys.executable, "-m", "sessionmem", "doctor", "--data-dir", str(tmp_path / "data"),
+                                 "--port", str(server.server_port)], env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert doctor.returncode == 1 and "is held by a program that is not sessionmem" in doctor.stdout, doctor.stdout
+    assert "starts it" not in doctor.stdout
+
+
 def test_doctor_finds_a_healthy_store_healthy_and_serve_explains_a_newer_one(tmp_path: Path) -> None:
     """Found by an upgrade trial: `doctor` checked with Python's sqlite3, here the system's SQLite 3.40.1,
     which finds a NULL in observation_files.basename of every store (a generated column it does not

@@ -112,6 +112,9 @@ def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
         for command in (("search", "cart"), ("status",)):
             foreign = sessionmem(data.parent / "another", worker.port, *command)
             assert foreign.returncode == 1 and "it serves another data dir" in foreign.stdout + foreign.stderr
+        doctor = sessionmem(data.parent / "another", worker.port, "doctor")
+        assert "is held by a sessionmem worker of another data dir" in doctor.stdout, doctor.stdout
+        assert "worker running: pid" in sessionmem(data, worker.port, "doctor").stdout
         elsewhere = sessionmem(data.parent / "another", worker.port, "open", "--print-only")
         assert elsewhere.returncode == 1 and f"port {worker.port} is in use by something else" in elsewhere.stderr
     not_started = sessionmem(data.parent / "another", worker.port, "open", "--print-only")
