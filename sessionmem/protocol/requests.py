@@ -77,7 +77,9 @@ def api_call(payload: dict[str, Any], *, project: str | None = None) -> tuple[st
         # <task-notification>, which is not a user prompt: keep them as an observation.
         report = text_field(payload, "last_assistant_message")
         agent_id = text_field(payload, "agent_id")
-        if not report:
+        if not report or not text_field(payload, "agent_type"):
+            # Without a type it is Claude Code's own agent, not one the model started: /compact's
+            # report is a recap of the whole conversation, which would come back as memory (a trial).
             return None
         import zlib  # here: ~0.4 ms of every hook's start for the one stage that needs it
 
