@@ -189,7 +189,7 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
     signalled = trio.Event()
     starting = trio.CancelScope()
     serving: Services | None = None
-    code_changed = False
+    start_again = False
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
 
         async def watch_signals() -> None:
@@ -204,23 +204,23 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
                 return
 
         async def watch_code() -> None:
-            nonlocal code_changed
+            nonlocal start_again
             try:
                 changed = await codewatch.wait_for_code_change(settings.code_watch_s)
             except Exception as exc:  # never the worker's end: it serves on, as before an upgrade
                 logs.log_exception(log, "watching the code for an upgrade failed; no longer watching", exc)
                 return
             if not signalled.is_set():
-                code_changed = True
+                start_again = True
                 log.warning("sessionmem's code changed on disk (%s): stopping, to start again with the new code",
                             changed)
                 signalled.set()
 
         async def watch_data_dir() -> None:
-            nonlocal code_changed
+            nonlocal start_again
             await codewatch.wait_for_data_dir_change(home, DATA_DIR_CHECK_S)
             if not signalled.is_set():
-                code_changed = True
+                start_again = True
                 log.warning("the data dir %s was deleted or replaced under the worker: stopping, to start "
                             "again on what is there now", settings.data_dir)
                 signalled.set()
@@ -241,7 +241,7 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
     else:
         log.info("stopped while starting; %d spooled request(s) wait for the next start",
                  len(pending_spool_files(str(settings.data_dir))))
-    return code_changed
+    return start_again
 
 
 @asynccontextmanager

@@ -7,10 +7,11 @@ thread, commits once, then answers each caller.
 Two lanes. A *request* (the default: an accepted hook event, an operator's command)
 has someone waiting on an HTTP answer; *background* work (what session actors store,
 pruning) has not. Each transaction takes every waiting request (up to ``max_batch``),
-then background work up to a weight of ``background_weight`` -- at least one piece, so
-it always moves on. A piece's weight is its size (observation rows, say). Before the
-lanes, everything waiting went into one transaction: under a 500 events/s open loop,
-batches of 80-500 operations, mostly observations being stored (~150-180 us a row with
+then background work up to a weight of ``background_weight`` -- of
+``request_background_weight`` when it carries requests, which wait for its commit -- at
+least one piece, so it always moves on. A piece's weight is its size (observation rows,
+say). Before the lanes, everything waiting went into one transaction: under a 500
+events/s open loop, batches of 80-500 operations, mostly observations being stored (~150-180 us a row with
 its FTS5 and file rows), took 0.25-0.76 s, and every event accepted meanwhile waited
 for that commit. Submissions of one lane run in the order they were made; the two
 lanes are independent (the operations are). If any operation raises, the
@@ -46,6 +47,8 @@ T = TypeVar("T")
 MAX_BATCH = 512
 # Background work in one transaction: ~64 observation rows, about 10 ms of the writer.
 BACKGROUND_WEIGHT = 64
+# ...and in one that carries requests, which wait for its commit: one actor's batch (8 rows).
+REQUEST_BACKGROUND_WEIGHT = 8
 
 
 class _Operation(Generic[T]):
@@ -96,10 +99,12 @@ class WriterStatistics(msgspec.Struct, frozen=True):
 
 class GroupCommitWriter:
     def __init__(self, connection: apsw.Connection, *, max_batch: int = MAX_BATCH,
-                 background_weight: int = BACKGROUND_WEIGHT) -> None:
+                 background_weight: int = BACKGROUND_WEIGHT,
+                 request_background_weight: int = REQUEST_BACKGROUND_WEIGHT) -> None:
         self._connection = connection
         self._max_batch = max_batch
         self._background_weight = background_weight
+        self._request_background_weight = min(request_background_weight, background_weight)
         self._send, self._receive = trio.open_memory_channel[_Operation[Any]](max_batch * 4)
         self._background_send, self._background_receive = trio.open_memory_channel[_Operation[Any]](max_batch * 4)
         self._held: _Operation[Any] | None = None  # background work taken but over the last batch's weight
@@ -186,8 +191,9 @@ class GroupCommitWriter:
         requests_ended = _take_into(batch, self._receive, self._max_batch)
         for operation in batch:
             self._waiting.pop(operation, None)
+        most = self._request_background_weight if batch else self._background_weight
         weight, background_ended = 0, False
-        while weight < self._background_weight:
+        while weight < most:
             operation, self._held = self._held, None
             if operation is None:
                 try:
@@ -197,7 +203,7 @@ class GroupCommitWriter:
                 except trio.EndOfChannel:
                     background_ended = True
                     break
-            if weight and weight + operation.weight > self._background_weight:
+            if weight and weight + operation.weight > most:
                 self._held = operation  # first in the next batch
                 break
             batch.append(operation)

@@ -38,7 +38,7 @@ def named(writer: RecordingWriter, name: str) -> Any:
 async def test_requests_go_first_and_background_work_takes_a_bounded_share(tmp_path: Path) -> None:
     connection = apsw.Connection(str(tmp_path / "writer.db"))
     connection.execute("CREATE TABLE done (name TEXT)")
-    writer = RecordingWriter(connection, background_weight=10)
+    writer = RecordingWriter(connection, background_weight=10, request_background_weight=4)
     gate = threading.Event()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(writer.run)
@@ -56,12 +56,13 @@ async def test_requests_go_first_and_background_work_takes_a_bounded_share(tmp_p
         stats = writer.statistics()
         assert (stats.queued, stats.background_queued) == (10, 7)
         gate.set()
-        # The requests come first, with background work up to its weight (10: two of 4);
+        # The requests come first, with background work up to its share beside requests (4: one
+        # of 4), which wait for that commit; then background work up to its weight (10: two of 4);
         # work heavier than the whole share still goes, alone.
-        while len(writer.transactions) < 5:
+        while len(writer.transactions) < 6:
             await trio.sleep(0.01)
         writer.close()
-    assert writer.transactions == [[], ["r0", "r1", "r2", "b0", "b1"], ["b2", "b3"], ["b4", "b5"], ["heavy"]]
+    assert writer.transactions == [[], ["r0", "r1", "r2", "b0"], ["b1", "b2"], ["b3", "b4"], ["b5"], ["heavy"]]
     assert [name for (name,) in connection.execute("SELECT name FROM done")] == [
         "r0", "r1", "r2", "b0", "b1", "b2", "b3", "b4", "b5", "heavy"]
     assert writer.statistics().queued == 0
