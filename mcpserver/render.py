@@ -20,7 +20,6 @@ import os
 import time
 from typing import Any
 
-from sessionmem.protocol.limits import printable_line
 from sessionmem.protocol.safe_text import neutral_deep
 from sessionmem.records import OBSERVATION
 
@@ -102,8 +101,7 @@ def timeline_text(reply: dict[str, Any]) -> str:
 
 
 def _section(title: str, items: list[str]) -> list[str]:
-    # An item on one line: a stored line break could start a heading or a section of its own.
-    return [f"{title}:", *(f"- {printable_line(item)}" for item in items)] if items else []
+    return [f"{title}:", *(f"- {item}" for item in items)] if items else []
 
 
 def observation_record(row: dict[str, Any]) -> str:
@@ -112,19 +110,19 @@ def observation_record(row: dict[str, Any]) -> str:
     tool = row["toolName"] + (" (failed)" if row["failed"] else "")
     agent = f", in subagent {row['agentType'] or row['agentId']}" if row.get("agentId") else ""
     lines = [
-        f"## {row['id']} | {row['type']} | {printable_line(row['title'])}",
+        f"## {row['id']} | {row['type']} | {row['title']}",
         f"project {row['project']} | session {row['claudeSessionId']}, prompt {row['promptNumber']} | "
         f"{when(row['createdAt'])} | tool {tool}{agent}",
     ]
     if row["subtitle"]:
-        lines.append(printable_line(row["subtitle"]))
+        lines.append(row["subtitle"])
     if row["narrative"]:
         lines += ["", row["narrative"], ""]
     lines += _section("Facts", row["facts"])
     lines += _section("Files read", row["filesRead"])
     lines += _section("Files modified", row["filesModified"])
     if row["concepts"]:
-        lines.append("Concepts: " + ", ".join(printable_line(concept) for concept in row["concepts"]))
+        lines.append("Concepts: " + ", ".join(row["concepts"]))
     if not row["compressed"]:
         lines.append("(stored from the raw tool use: the compressor could not summarize it)")
     return "\n".join(lines)

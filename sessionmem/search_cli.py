@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 from sessionmem.command_client import call, whole_number
 from sessionmem.protocol import routes
 from sessionmem.protocol.config import ClientConfig
-from sessionmem.protocol.limits import MAX_PAGE, MAX_SEARCH_OFFSET, MAX_SEARCH_RESULTS, printable_line
+from sessionmem.protocol.limits import MAX_PAGE, MAX_SEARCH_OFFSET, MAX_SEARCH_RESULTS
 from sessionmem.protocol.project import ALL_PROJECTS, project_of
 from sessionmem.protocol.safe_text import neutral_deep
 
@@ -103,16 +103,15 @@ def cmd_show(args: argparse.Namespace, config: ClientConfig) -> int:
     for row in answer["observations"]:
         print(f"#{row['id']}  {_date(row['createdAt'])}  {row['project']}  session {row['claudeSessionId']}"
               f"  prompt {row['promptNumber']}")
-        # Names and list items on one line each: a stored line break must not pass for a line of ours.
-        print(f"  {row['type']}: {printable_line(row['title'])}  ({row['toolName']}, {row['compressor']})")
-        for label, value in (("subtitle", printable_line(row["subtitle"])), ("narrative", row["narrative"])):
+        print(f"  {row['type']}: {row['title']}  ({row['toolName']}, {row['compressor']})")
+        for label, value in (("subtitle", row["subtitle"]), ("narrative", row["narrative"])):
             if value:
                 print(f"  {label}: {value}")
         for fact in row["facts"]:
-            print(f"  - {printable_line(fact)}")
+            print(f"  - {fact}")
         for label in ("filesRead", "filesModified", "concepts"):
             if row[label]:
-                print(f"  {label}: {', '.join(printable_line(item) for item in row[label])}")
+                print(f"  {label}: {', '.join(row[label])}")
         print()
     if answer["missing"]:
         print(f"no observation with id {', '.join(map(str, answer['missing']))}", file=sys.stderr)

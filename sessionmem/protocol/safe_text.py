@@ -59,22 +59,32 @@ def _defang_name(text: str) -> str:
     return _NAME_SPELLINGS.sub(NAME_DEFANGED, folded)
 
 
-# Fields of the worker's answers that name something (they come from a hook's payload, as the agent's
-# session had them): printed on one line. A line break in a session id forged a record line in an
-# MCP answer and in `sessionmem show` (found by a trial).
+# Fields of the worker's answers that name something or are one item of a list (they come from a
+# hook's payload, or from a model's reply): printed on one line, each string of a list too. A line
+# break in a session id forged a record line in an MCP answer and in `sessionmem show`, and one in a
+# file a model named a "SYSTEM:" line of its own (found by trials). A narrative keeps its lines.
 ONE_LINE_FIELDS = frozenset({"project", "claudeSessionId", "agentId", "agentType", "toolName", "toolUseId", "cwd",
-                             "type", "kind", "title"})
+                             "type", "kind", "title", "subtitle", "facts", "concepts", "files", "filesRead",
+                             "filesModified"})
 
 
 def neutral_deep(value: Any) -> Any:
     """Every string in JSON-like ``value`` (an answer of the worker) made :func:`neutral`, and those of the
-    :data:`ONE_LINE_FIELDS` one line too."""
+    :data:`ONE_LINE_FIELDS` (strings, or lists of them) one line too."""
     if isinstance(value, dict):
-        return {key: one_line(item) if key in ONE_LINE_FIELDS and isinstance(item, str) else neutral_deep(item)
+        return {key: _one_line_deep(item) if key in ONE_LINE_FIELDS else neutral_deep(item)
                 for key, item in value.items()}
     if isinstance(value, list):
         return [neutral_deep(item) for item in value]
     return neutral(value) if isinstance(value, str) else value
+
+
+def _one_line_deep(value: Any) -> Any:
+    if isinstance(value, str):
+        return one_line(value)
+    if isinstance(value, list):
+        return [one_line(item) if isinstance(item, str) else neutral_deep(item) for item in value]
+    return neutral_deep(value)
 
 
 def one_line(text: str, limit: int | None = None) -> str:
