@@ -18,6 +18,7 @@ from sessionmem import __version__
 from sessionmem.actors.router import SessionRouter
 from sessionmem.actors.supervisor import ActorSupervisor
 from sessionmem.broadcast import Broadcaster
+from sessionmem.codewatch import DataDirIdentity
 from sessionmem.compress.base import Compressor
 from sessionmem.config import Settings
 from sessionmem.embed.service import EmbedderService
@@ -89,3 +90,4 @@ class Services:
     context: ContextPlanner
     pruner: Pruner
     loop: LoopWatch
+    home: DataDirIdentity  # the data dir and database opened: the spool importer and the worker's watch ask it

@@ -218,7 +218,8 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
 
         async def watch_data_dir() -> None:
             nonlocal start_again
-            await codewatch.wait_for_data_dir_change(home, DATA_DIR_CHECK_S)
+            assert serving is not None  # started once the services are
+            await codewatch.wait_for_data_dir_change(serving.home, DATA_DIR_CHECK_S)
             if not signalled.is_set():
                 start_again = True
                 log.warning("the data dir %s was deleted or replaced under the worker: stopping, to start "
@@ -230,7 +231,6 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
             with starting:
                 async with open_services(settings, budget=budget, freeze_when_warm=True) as services:
                     serving = services
-                    home = codewatch.DataDirIdentity(settings.data_dir, settings.db_path)
                     watching.start_soon(watch_data_dir)
                     if settings.code_watch_s > 0:
                         watching.start_soon(watch_code)
@@ -370,12 +370,13 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
                         extra_host="" if is_loopback(settings.host) else settings.host)
     pool = ConnectionPool(max_connections=connection_limit(settings.max_connections),
                           request_timeout_s=settings.request_timeout_s)
+    home = codewatch.DataDirIdentity(settings.data_dir, settings.db_path)
     return Services(settings, status, store, router, supervisor, compressor, broadcaster, ingestor,
                     SpoolImporter(ingestor, settings.data_dir, max_body_bytes=settings.max_body_bytes,
-                                  still_ours=codewatch.DataDirIdentity(settings.data_dir, settings.db_path).still_ours),
+                                  still_ours=home.still_ours),
                     guard, pool, embedder, index,
                     search, ContextPlanner(store, index, embedder, observations=settings.context_observations),
-                    Pruner(store, retention_days=settings.raw_retention_days), LoopWatch())
+                    Pruner(store, retention_days=settings.raw_retention_days), LoopWatch(), home)
 
 
 async def _warm_up(compressor: Compressor, redactor: Redactor, embedder: EmbedderService, *, freeze: bool) -> None:
