@@ -160,7 +160,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _start_again() -> None:
-    """Replace this process by the same command (same pid, same environment), which imports the new code.
+    """Replace this process by the same command (same pid, same environment), which imports the new code and
+    opens what is at the data dir's path now.
 
     The instance lock goes with the old image (Python opens files close-on-exec); the
     new worker takes it, then replays what the journal holds.
@@ -170,7 +171,7 @@ def _start_again() -> None:
     try:
         os.execv(sys.executable, sys.orig_argv)
     except OSError as exc:  # the interpreter went with the upgrade: the next SessionStart starts the new one
-        print(f"sessionmem: cannot start again with the new code ({exc}); the next session starts it",
+        print(f"sessionmem: cannot start again ({exc}); the next session starts it",
               file=sys.stderr)
 
 
@@ -427,11 +428,24 @@ def _database_damage(database: Path) -> str:
     return "" if verdict == "ok" else f"the database {database} is damaged ({verdict}); `sqlite3 {database} .recover`"
 
 
+def _port_holder(config: ClientConfig) -> str:
+    """Who holds the port of a data dir without a ready worker: ``a sessionmem worker of another data dir``
+    (its health answers, without our token, only its status and version) or ``a program that is not
+    sessionmem``."""
+    try:
+        _, health = _call(config, "GET", routes.HEALTH)
+    except WorkerUnreachable:
+        health = None
+    return ("a sessionmem worker of another data dir" if isinstance(health, dict) and "version" in health
+            else "a program that is not sessionmem")
+
+
 def _doctor_worker(config: ClientConfig, report: Any) -> None:
     """Report whether this data dir's worker runs, or why the hooks cannot start one."""
     from sessionmem.protocol.launch import probe
 
-    port, where = config.worker_port(), f"{config.host}:{config.worker_port()}"
+    port = config.worker_port()
+    where = f"{config.host}:{port}"
     state = probe(config, port, PROBE.request_timeout_s)
     if state == "down":
         damage = _database_damage(Path(config.data_dir) / DATABASE_FILE)
@@ -440,18 +454,17 @@ def _doctor_worker(config: ClientConfig, report: Any) -> None:
         else:
             report(True, f"worker not running on {where} (the next SessionStart hook starts it)")
         return
+    if state == "foreign":
+        # Not this data dir's worker: the hooks will not start one there (a trial: doctor said "the next
+        # SessionStart hook starts it" while another program held the port).
+        report(False, f"{where} is held by {_port_holder(config)}: the hooks cannot start this data dir's worker "
+                      f"there (stop it, or choose another port: --port, SESSIONMEM_PORT)")
+        return
     try:
         _, health = _call(config, "GET", routes.HEALTH)
     except WorkerUnreachable:
         health = None
-    if state == "foreign":
-        # Not this data dir's worker: the hooks will not start one there (a trial: doctor said "the next
-        # SessionStart hook starts it" while another program held the port).
-        held_by = ("a sessionmem worker of another data dir" if isinstance(health, dict) and "version" in health
-                   else "a program that is not sessionmem")
-        report(False, f"{where} is held by {held_by}: the hooks cannot start this data dir's worker there "
-                      f"(stop it, or choose another port: --port, SESSIONMEM_PORT)")
-    elif isinstance(health, dict) and "pid" in health:
+    if isinstance(health, dict) and "pid" in health:
         report(True, f"worker {'running' if state == 'ready' else 'starting'}: pid {health['pid']}, {where}, "
                      f"compressor {health['compressor']}")
     else:
@@ -465,7 +478,7 @@ def cmd_open(args: argparse.Namespace) -> int:
         from sessionmem.protocol.launch import probe
 
         port = config.worker_port()
-        held = (f"; port {port} is in use by something else (a worker of another data dir, or another program)"
+        held = (f"; port {port} is held by {_port_holder(config)}"
                 if probe(config, port, PROBE.request_timeout_s) == "foreign" else "")
         print(f"sessionmem: no worker is running for {config.data_dir}{held} (`sessionmem serve`, or start Claude "
               f"Code)", file=sys.stderr)

@@ -116,7 +116,7 @@ def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
         assert "is held by a sessionmem worker of another data dir" in doctor.stdout, doctor.stdout
         assert "worker running: pid" in sessionmem(data, worker.port, "doctor").stdout
         elsewhere = sessionmem(data.parent / "another", worker.port, "open", "--print-only")
-        assert elsewhere.returncode == 1 and f"port {worker.port} is in use by something else" in elsewhere.stderr
+        assert elsewhere.returncode == 1 and f"port {worker.port} is held by a sessionmem worker of another data dir" in elsewhere.stderr
     not_started = sessionmem(data.parent / "another", worker.port, "open", "--print-only")
     assert not_started.returncode == 1 and "no worker is running for" in not_started.stderr
     assert "in use" not in not_started.stderr
