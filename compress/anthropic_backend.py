@@ -17,8 +17,9 @@ Error handling:
     mid-way) are retried with exponential backoff and jitter (honouring
     ``Retry-After``) up to ``llm_max_attempts`` calls, each under its own timeout.
     Other API errors, exhausted retries, 2xx replies the SDK cannot read (a proxy's
-    page) or that are not a message, and replies that do not parse are not retried: each tool use is stored as a raw observation built from its own data
-    and marked ``compressed=False`` -- never dropped, never retried forever. Calls
+    page) or that are not a message, and replies that do not parse are not retried:
+    each tool use is stored as a raw observation built from its own data and marked
+    ``compressed=False`` -- never dropped, never retried forever. Calls
     that keep failing open a circuit breaker (:mod:`.breaker`): while it is open, and
     while the budget is spent, batches go to the offline compressor (their
     observations say ``compressor: offline``). Cancellation always propagates.
@@ -91,8 +92,8 @@ def _shown(value: Any) -> str:
 def observation_request(context: SessionContext, events: Sequence[ObservationEvent]) -> str:
     # The prompt is cut like a tool's data: a long one went with every batch in full (a trial: 66 KB
     # a call for a one-line `echo`, the session's token cap spent in 13 tool uses).
-    parts = [f"Project: {context.project}", f"User prompt: {_shown(context.prompt) if context.prompt else '(unknown)'}",
-             ""]
+    prompt = _shown(context.prompt) if context.prompt else "(unknown)"
+    parts = [f"Project: {context.project}", f"User prompt: {prompt}", ""]
     for number, event in enumerate(events, 1):
         failed = ' failed="true"' if event.failed else ""
         parts.append(f'<tool_use index="{number}" name="{event.tool_name}"{failed}>')

@@ -243,17 +243,14 @@ def _latest_prompt(connection: apsw.Connection, *, project: str, session: str = 
     (:func:`~sessionmem.protocol.prompts.typed_prompt`): earlier backfills stored its
     transcript tags, which read as five words.
     """
-    queries = [
-        # The prompts_project index (project, created_at) holds them newest first: the cost
-        # does not grow with the store (schema _V6).
-        ("SELECT id, text FROM user_prompts WHERE project = ? ORDER BY created_at DESC, id DESC LIMIT ?",
-         (project, FOCUS_LOOKBACK)),
-    ]
-    if session:
-        # A trial: the resume of one session was focused on another's newer prompt of the project.
-        queries.insert(0, ("SELECT p.id, p.text FROM sessions s CROSS JOIN user_prompts p ON p.session_db_id = s.id"
-                           " WHERE s.claude_session_id = ? AND p.project = ?"
-                           " ORDER BY p.prompt_number DESC, p.id DESC LIMIT ?", (session, project, FOCUS_LOOKBACK)))
+    # The session's own first (a trial: the resume of one session was focused on another's newer prompt
+    # of the project), on its (session, prompt_number) key; then the project's, on the prompts_project
+    # index (project, created_at), newest first: the cost does not grow with the store (schema _V6).
+    queries = [("SELECT p.id, p.text FROM sessions s CROSS JOIN user_prompts p ON p.session_db_id = s.id"
+                " WHERE s.claude_session_id = ? AND p.project = ? ORDER BY p.prompt_number DESC, p.id DESC LIMIT ?",
+                (session, project, FOCUS_LOOKBACK))] if session else []
+    queries.append(("SELECT id, text FROM user_prompts WHERE project = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+                    (project, FOCUS_LOOKBACK)))
     newest = None
     for sql, params in queries:
         for row_id, stored in connection.execute(sql, params):
