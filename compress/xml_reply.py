@@ -15,6 +15,7 @@ and one ``get_observations`` call then answered a million characters.
 from __future__ import annotations
 
 import html
+import itertools
 import re
 
 from sessionmem.protocol.limits import printable_line
@@ -50,7 +51,7 @@ def _items(body: str, container: str, item: str) -> tuple[str, ...]:
     if item == "file":
         values = (printable_line(value) for value in values)
     kept = (value[: LIMITS[item]].strip() for value in values)
-    return tuple(value for value in kept if value)[: MOST_ITEMS[container]]
+    return tuple(itertools.islice((value for value in kept if value), MOST_ITEMS[container]))  # the rest unread
 
 
 class ParsedObservation(dict[str, object]):
