@@ -470,8 +470,8 @@ async def _measure_fts(worker: WorkerProcess, queries: list[str], runs: int) -> 
             timer.add("claude_mem_sql_observations", time.perf_counter() - started)
             counts["claude_mem"].append(len(rows))
             started = time.perf_counter()
-            # What the worker's fts mode runs in SQL for one page (depth 60, as SearchService asks).
-            keys = recall.search_text(database, recall.query_terms(query), filters, 60)
+            # What the worker's fts mode runs in SQL for one page of 20 (and one more, as SearchService asks).
+            keys = recall.search_text(database, recall.query_terms(query), filters, 21, every_word_first=True)
             recall.cards(database, [(key.kind, key.row_id) for key in keys[:20]])
             timer.add("ours_sql_observations", time.perf_counter() - started)
             await client.get(routes.HEALTH, timer, "health_http")

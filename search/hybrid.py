@@ -5,6 +5,8 @@ filters and fuses the two rankings with reciprocal rank fusion: a document's sco
 the sum over the rankings it is in of ``weight / (RRF_K + rank)``. Neither
 retriever's raw scores need to be comparable, and a document both find rises to the
 top. ``fts`` and ``vector`` use one retriever alone; in ``hybrid`` the two run at once.
+Words rank documents holding every word of the query first (as a search box does),
+then those holding some (where a search that demands every word finds nothing).
 
 The vector side: the query is embedded in the embedder's urgent lane (a few ms), the
 index returns the nearest vectors, and SQLite keeps those that pass the filters; when
@@ -108,14 +110,16 @@ class SearchService:
     async def search(self, query: str, filters: SearchFilters, *, mode: SearchMode = SearchMode.HYBRID,
                      limit: int = 20, offset: int = 0) -> SearchResults:
         self.searches += 1
-        depth = max(MIN_DEPTH, (offset + limit) * 3)
+        # Fusion needs candidates past the page from both retrievers; words alone, only the
+        # page and one more (to know there is more): fewer to rank, and the same ranking.
+        depth = offset + limit + 1 if mode is SearchMode.FTS else max(MIN_DEPTH, (offset + limit) * 3)
         words: list[RankedKey] = []
         meaning: list[RankedKey] = []
         vectors = "not asked"
 
         async def by_words() -> None:
             nonlocal words
-            words = (await self._store.search_text(query, filters, depth))[:depth]
+            words = await self._store.search_text(query, filters, depth, every_word_first=True)
 
         async def by_meaning() -> None:
             nonlocal meaning, vectors

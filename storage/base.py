@@ -152,8 +152,10 @@ class Store(Protocol):
 
     # -- the read half (search, timeline, the vector index's documents, file recall).
     # A document is named by its key: (kind, row id), kind one of records.DOCUMENT_KINDS.
-    async def search_text(self, query: str, filters: SearchFilters, limit: int) -> list[RankedKey]:
-        """Full-text search: the best ``limit`` documents of each wanted kind, best first.
+    async def search_text(self, query: str, filters: SearchFilters, limit: int, *,
+                          every_word_first: bool = False) -> list[RankedKey]:
+        """Full-text search: the best ``limit`` documents of the wanted kinds, best first; with
+        ``every_word_first``, those holding every word of ``query`` before those holding some.
 
         ``query`` is a user's text, never query syntax: any string is safe.
         """

@@ -7,9 +7,10 @@ each from its own table and full-text table.
 
 User text never reaches FTS5's query language: :func:`query_terms` keeps the words
 of a query (letters and digits, any script) and drops the rest (quotes, ``*``,
-``NEAR(``, ``AND``/``OR``, ``col:``); a search asks for any of them, each as a quoted
-string, so bm25 ranks documents with more and rarer words first -- the rarer ones
-only, when common words would make it slow (:func:`affordable_match`).
+``NEAR(``, ``AND``/``OR``, ``col:``), each as a quoted string. A search someone typed
+asks first for documents holding all of them; any search asks for documents holding
+any of them, so bm25 ranks documents with more and rarer words first -- the rarer
+ones only, when common words would make it slow (:func:`affordable_match`).
 
 Error handling:
     Nothing a user can type raises here: a query without words finds nothing. SQL
@@ -174,38 +175,61 @@ def affordable_match(connection: apsw.Connection, kind: str, terms: Sequence[str
 
 
 def search_text(connection: apsw.Connection, terms: Sequence[str], filters: SearchFilters,
-                limit: int) -> list[RankedKey]:
-    """The best ``limit`` documents of each wanted kind matching ``terms`` (see :func:`affordable_match`),
+                limit: int, *, every_word_first: bool = False) -> list[RankedKey]:
+    """The best ``limit`` documents of the wanted kinds matching ``terms`` (see :func:`affordable_match`),
     best first.
 
-    Scores are bm25's, negated (higher is better); kinds are merged by score. Matches
-    are ranked in the full-text table alone and only the best are checked against
-    ``filters``; when too few pass, or the filters name a small project
-    (:data:`SMALL_PROJECT`), they are ranked joined to their rows, filters in SQL.
+    Scores are bm25's, negated (higher is better); kinds are merged by score. With
+    ``every_word_first`` (a search someone typed), documents holding every term come
+    first, best first, then those holding only some: when at least ``limit`` hold every
+    term, the others are not ranked at all (bm25 scores every row a query matches, and a
+    query's any-word matches are many times its every-word ones). Either way a longer
+    ``limit`` extends the same ranking, so pages never repeat or skip a document.
     """
-    found: list[RankedKey] = []
-    for kind in filters.wanted_kinds():
-        _, fts, weights = _TABLES[kind]
-        project_rows = _project_rows(connection, kind, filters)
-        if project_rows == 0:  # nothing of this kind in the project: nothing to match
-            continue
-        match = affordable_match(connection, kind, terms) if terms else None
-        if match is None:
-            continue
-        expression, at_most = match
-        ranked = limit * RANK_FIRST
-        if project_rows is None or project_rows > SMALL_PROJECT:
-            best = connection.execute(
-                f"SELECT rowid, bm25({fts}, {weights}) AS score FROM {fts} WHERE {fts} MATCH ?"
-                " ORDER BY score LIMIT ?", (expression, ranked)).fetchall()
-            kept = _passing(connection, kind, [row_id for row_id, _ in best], filters)
-            passed = [RankedKey(kind, row_id, -score) for row_id, score in best if row_id in kept]
-            if len(passed) >= limit or len(best) < ranked or 0 <= at_most <= ranked:
-                found.extend(passed[:limit])
-                continue
-        found.extend(_ranked_passing(connection, kind, expression, filters, limit))
-    found.sort(key=lambda key: key.score, reverse=True)
-    return found
+    if not terms:
+        return []
+    # Kinds of which the project holds nothing are not matched at all.
+    kinds = {kind: rows for kind in filters.wanted_kinds() if (rows := _project_rows(connection, kind, filters)) != 0}
+    every: list[RankedKey] = []
+    if every_word_first and len(terms) > 1:
+        expression = " AND ".join(_quoted(terms))
+        for kind, project_rows in kinds.items():
+            every.extend(_ranked_kind(connection, kind, (expression, -1), project_rows, filters, limit))
+        every.sort(key=lambda key: key.score, reverse=True)
+        if len(every) >= limit:
+            return every[:limit]
+    held = {(key.kind, key.row_id) for key in every}
+    some: list[RankedKey] = []
+    for kind, project_rows in kinds.items():
+        match = affordable_match(connection, kind, terms)
+        if match is not None:
+            found = _ranked_kind(connection, kind, match, project_rows, filters, limit)
+            some.extend(key for key in found if (key.kind, key.row_id) not in held)
+    some.sort(key=lambda key: key.score, reverse=True)
+    return (every + some)[:limit]
+
+
+def _ranked_kind(connection: apsw.Connection, kind: str, match: tuple[str, int], project_rows: int | None,
+                 filters: SearchFilters, limit: int) -> list[RankedKey]:
+    """The best ``limit`` rows of ``kind`` matching ``match`` (an expression, and an upper bound of the rows
+    it matches or -1) that pass ``filters``, best first; ``project_rows`` as :func:`_project_rows` counts them.
+
+    Ranked in the full-text table alone, and only the best checked against ``filters``;
+    when too few pass, or the filters name a small project (:data:`SMALL_PROJECT`),
+    ranked joined to their rows, filters in SQL.
+    """
+    _, fts, weights = _TABLES[kind]
+    expression, at_most = match
+    ranked = limit * RANK_FIRST
+    if project_rows is None or project_rows > SMALL_PROJECT:
+        best = connection.execute(
+            f"SELECT rowid, bm25({fts}, {weights}) AS score FROM {fts} WHERE {fts} MATCH ?"
+            " ORDER BY score LIMIT ?", (expression, ranked)).fetchall()
+        kept = _passing(connection, kind, [row_id for row_id, _ in best], filters)
+        passed = [RankedKey(kind, row_id, -score) for row_id, score in best if row_id in kept]
+        if len(passed) >= limit or len(best) < ranked or 0 <= at_most <= ranked:
+            return passed[:limit]
+    return _ranked_passing(connection, kind, expression, filters, limit)
 
 
 def _project_rows(connection: apsw.Connection, kind: str, filters: SearchFilters) -> int | None:

@@ -810,11 +810,13 @@ class SQLiteStore:
 
     # -- the read half (SQL in storage/recall.py) -------------------------------------------
 
-    async def search_text(self, query: str, filters: SearchFilters, limit: int) -> list[RankedKey]:
+    async def search_text(self, query: str, filters: SearchFilters, limit: int, *,
+                          every_word_first: bool = False) -> list[RankedKey]:
         terms = recall.query_terms(query)
         if not terms:
             return []
-        return await self._readers.run(partial(recall.search_text, terms=terms, filters=filters, limit=limit))
+        return await self._readers.run(partial(recall.search_text, terms=terms, filters=filters, limit=limit,
+                                               every_word_first=every_word_first))
 
     async def keep_matching(self, keys: Sequence[tuple[str, int]], filters: SearchFilters) -> set[tuple[str, int]]:
         return await self._readers.run(partial(recall.keep_matching, keys=keys, filters=filters))

@@ -126,10 +126,16 @@ async def test_a_small_project_is_searched_by_meaning_among_its_own(memory: InPr
 
 
 async def test_paging(memory: InProcessWorker) -> None:
-    first = await memory.get("/api/search?q=cart+prices+feed+tests&limit=2")
-    second = await memory.get("/api/search?q=cart+prices+feed+tests&limit=2&offset=2")
-    assert first["more"] and len(first["results"]) == 2 and second["results"]
-    assert not {(r["kind"], r["id"]) for r in first["results"]} & {(r["kind"], r["id"]) for r in second["results"]}
+    for mode in ("hybrid", "fts"):
+        query = f"/api/search?q=cart+prices+feed+tests&mode={mode}"
+        first = await memory.get(f"{query}&limit=2")
+        second = await memory.get(f"{query}&limit=2&offset=2")
+        assert first["more"] and len(first["results"]) == 2 and second["results"], mode
+        keys = [(r["kind"], r["id"]) for r in first["results"] + second["results"]]
+        assert len(set(keys)) == len(keys), mode
+    # Words alone rank the same at any depth: two pages are the first four.
+    both = await memory.get("/api/search?q=cart+prices+feed+tests&mode=fts&limit=4")
+    assert [(r["kind"], r["id"]) for r in both["results"]] == keys
 
 
 # Full-text query syntax never reaches SQLite: each is a search for its words, or a clear 400.
@@ -282,4 +288,29 @@ def test_a_small_projects_search_ranks_its_own_rows_among_many(tmp_path: Path,
     assert answers[0] == answers[1]
     assert [key.row_id for key in answers[0]] == [1, 2]  # both words, then one
     assert answers[0][0].score > answers[0][1].score
+    connection.close()
+
+
+def test_a_typed_search_ranks_documents_with_every_word_first(tmp_path: Path) -> None:
+    """Every word, best first, then some: the same ranking at any depth, so pages neither repeat nor skip."""
+    from sessionmem.records import SearchFilters
+    from sessionmem.storage import recall
+
+    titles = ["parser parser parser parser", "parser bug", "bug in the lexer",
+              "parser bug seen once in a long and winding note about many other things",
+              *[f"bug report {n}" for n in range(10)], *[f"unrelated note {n}" for n in range(10)]]
+    connection = _observations_db(tmp_path / "db", titles)
+    shop = SearchFilters(project="shop")
+    any_word = [key.row_id for key in recall.search_text(connection, ["parser", "bug"], shop, 10)]
+    # bm25 alone puts the row that only repeats the rare "parser" above the rows with both words...
+    assert any_word[0] == 1
+    typed = [key.row_id for key in recall.search_text(connection, ["parser", "bug"], shop, 10, every_word_first=True)]
+    # ...a typed search puts both rows with every word first, then the others in bm25's order.
+    assert typed[:2] == [2, 4] and typed[2:] == [row for row in any_word if row not in (2, 4)]
+    for depth in range(1, len(typed) + 1):
+        assert [key.row_id for key in recall.search_text(connection, ["parser", "bug"], shop, depth,
+                                                         every_word_first=True)] == typed[:depth]
+    # One word: nothing to hold every one of.
+    assert [key.row_id for key in recall.search_text(connection, ["bug"], shop, 10, every_word_first=True)] == [
+        key.row_id for key in recall.search_text(connection, ["bug"], shop, 10)]
     connection.close()
