@@ -85,7 +85,7 @@ class StoreStatistics(msgspec.Struct, frozen=True):
     writer: WriterStatistics
     checkpointer: CheckpointerStatistics
     gathered_reads: GatheredReadStatistics  # file recall's reads, several to a thread trip under load
-    file_recall_cache: FileRecallCacheStatistics  # file recall's answers kept until their file's next observation
+    file_recall_cache: FileRecallCacheStatistics  # file recall's rows kept until their file's next observation
 
 
 OnCommit = Callable[[Envelope], None]

@@ -444,7 +444,21 @@ def file_memories(connection: apsw.Connection, project: str, path: str, *, exclu
     its line count) says nothing worth recalling and is left out; an LLM's
     observation of a read (what was learned) is kept.
 
-    It runs on every PostToolUse of a file, before the hook's answer, so its cost must not
+    :func:`file_memory_rows` reads, :func:`choose_file_memories` chooses; the worker keeps
+    the rows of every session and chooses for each asking session
+    (:class:`~sessionmem.storage.recall_cache.FileRecallCache`).
+    """
+    rows = file_memory_rows(connection, project, path, exclude_session=exclude_session, most=limit * 4,
+                            lookback=lookback)
+    return choose_file_memories(rows, exclude_session, limit)
+
+
+def file_memory_rows(connection: apsw.Connection, project: str, path: str, *, exclude_session: str | None,
+                     most: int, lookback: int = FILE_LOOKBACK) -> list[FileMemory]:
+    """The newest ``most`` observations of ``project`` that :func:`file_memories` may answer with for
+    ``path``, newest first: of every session but ``exclude_session`` (of every session when ``None``).
+
+    It runs on PostToolUse of a file, before the hook's answer, so its cost must not
     grow with the memory: the file's rows in ``observation_files`` drive it (newest first,
     at most ``lookback`` by each index), and only their observations are read. (Left to
     itself SQLite walked every observation of the project, ``observations_project``,
@@ -453,7 +467,7 @@ def file_memories(connection: apsw.Connection, project: str, path: str, *, exclu
     to the next. CROSS JOIN keeps the order.)
     """
     params: dict[str, Any] = {**file_params(path), "project": project, "session": exclude_session,
-                              "limit": limit * 4, "lookback": lookback}
+                              "most": most, "lookback": lookback}
     rows = connection.execute(
         "WITH touches (observation_id, modified) AS ("
         "  SELECT * FROM (SELECT observation_id, modified FROM observation_files WHERE path = :file"
@@ -465,17 +479,22 @@ def file_memories(connection: apsw.Connection, project: str, path: str, *, exclu
         " SELECT o.id, s.claude_session_id, o.created_at, o.type, o.title, o.subtitle, o.facts, max(t.modified)"
         " FROM touches t CROSS JOIN observations o ON o.id = t.observation_id"
         " CROSS JOIN sessions s ON s.id = o.session_db_id"
-        " WHERE o.project = :project AND s.claude_session_id != :session"
+        " WHERE o.project = :project AND (:session IS NULL OR s.claude_session_id != :session)"
         # (recallable_files says which stores can change an answer: keep the two alike)
         " GROUP BY o.id HAVING max(t.modified) = 1 OR o.type != 'discovery' OR o.compressor != 'offline'"
-        " ORDER BY o.id DESC LIMIT :limit", params)
+        " ORDER BY o.id DESC LIMIT :most", params)
+    return [FileMemory(row_id, session, at, type_, title, subtitle, _json_list.decode(facts), bool(modified))
+            for row_id, session, at, type_, title, subtitle, facts, modified in rows]
+
+
+def choose_file_memories(rows: Sequence[FileMemory], exclude_session: str, limit: int) -> list[FileMemory]:
+    """What :func:`file_memories` answers, from :func:`file_memory_rows` (newest first): the newest
+    ``limit * 4`` of other sessions, one per title, those that modified the file first."""
     seen: set[str] = set()
     memories: list[FileMemory] = []
-    for row_id, session, at, type_, title, subtitle, facts, modified in rows:
-        if title in seen:
-            continue
-        seen.add(title)
-        memories.append(FileMemory(row_id, session, at, type_, title, subtitle, _json_list.decode(facts),
-                                   bool(modified)))
+    for memory in [row for row in rows if row.claude_session_id != exclude_session][: limit * 4]:
+        if memory.title not in seen:
+            seen.add(memory.title)
+            memories.append(memory)
     memories.sort(key=lambda memory: (not memory.modified, -memory.id))
     return memories[:limit]

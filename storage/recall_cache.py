@@ -1,25 +1,32 @@
-"""File recall's answers, kept until an observation about the file is stored.
+"""File recall's rows, kept for every session until an observation about the file is stored.
 
 Every PostToolUse of a file asks for the file's past (:func:`~sessionmem.storage.recall.file_memories`),
 and a session reads and edits the same files again and again: in the corpus, 750 of
-1,344 file tool uses were of a file the session had already used. The answer for a
-(project, path, session) changes only when an observation touching a file of the same
-name is stored by *another* session (the asking session's own observations are left out
-of its answers; an offline compressor's bare read is never an answer:
-:func:`~sessionmem.storage.recall.recallable_files`) or memories are imported. So answers
-are kept, and dropped when that happens. (An answer kept may hold an observation that a
-fresh lookup would no longer reach, among the file's newest uses, because another
-session's reads of the file came after it: an older memory of the file, not a wrong one.)
+1,344 file tool uses were of a file the session had already used. Sessions of a project
+work on the same files too, so what is kept is not one session's answer but the rows
+every session's answer is chosen from (:func:`~sessionmem.storage.recall.file_memory_rows`
+of every session, :data:`ROWS_KEPT` at most): a session asking for a file another
+session asked for reads nothing. Kept rows change only when an observation touching a
+file of the same name is stored (an offline compressor's bare read is never recalled
+and changes nothing: :func:`~sessionmem.storage.recall.recallable_files`) or memories
+are imported: then they are dropped. (Kept rows may hold an observation that a fresh
+lookup would no longer reach, among the file's newest uses, because reads of the file
+came after it: an older memory of the file, not a wrong one.)
+
+Before, answers were kept per asking session, and a store by any other session dropped
+them: under the bench's 64 sessions of one project almost every lookup read SQLite
+(107 hits of 7,016), and file recall cost the closed loop a quarter of its accepts
+(bench/README, "File recall's rows kept for every session").
 
 Freshness: a lookup takes a :meth:`FileRecallCache.ticket` before it reads, and its
-answer is kept only if no store touching the file's name came in between
-(:meth:`FileRecallCache.put`): an answer read before a commit and finished after it
-is never kept. The stores are known by name for the newest ``capacity`` names; a ticket
+rows are kept only if no store touching the file's name came in between
+(:meth:`FileRecallCache.put`): rows read before a commit and finished after it
+are never kept. The stores are known by name for the newest ``capacity`` names; a ticket
 older than the names forgotten is refused.
 
 Resource handling:
-    In memory, at most ``capacity`` answers (least recently used dropped first). Used
-    from the Trio thread only: no locks.
+    In memory, at most ``capacity`` files' rows (least recently used dropped first).
+    Used from the Trio thread only: no locks.
 """
 
 from __future__ import annotations
@@ -33,15 +40,18 @@ from sessionmem.records import FileMemory
 from sessionmem.storage.recall import file_name
 
 CAPACITY = 4096
+# The rows kept for a file: its newest memories of every session. An asking session whose own
+# memories crowd the others out of them is answered by a read of its own (SQLiteStore.file_memories).
+ROWS_KEPT = 64
 
-Key = tuple[str, str, str, int]  # project, path as asked, the asking session, how many
+Key = tuple[str, str]  # project, path as asked
 
 
 class FileRecallCacheStatistics(msgspec.Struct, frozen=True):
     entries: int
     hits: int
     misses: int
-    dropped: int  # answers dropped: an observation about their file was stored, or memories imported
+    dropped: int  # rows dropped: an observation about their file was stored, or memories imported
 
 
 def _names_of_stored(path: str) -> set[str]:
@@ -53,7 +63,7 @@ def _names_of_stored(path: str) -> set[str]:
 class FileRecallCache:
     def __init__(self, capacity: int = CAPACITY) -> None:
         self._capacity = capacity
-        self._answers: OrderedDict[Key, list[FileMemory]] = OrderedDict()
+        self._rows: OrderedDict[Key, list[FileMemory]] = OrderedDict()
         self._by_name: dict[str, set[Key]] = {}
         # When each file name was last touched by a store (a sequence number), for the newest
         # ``capacity`` names; a ticket older than what was forgotten (``_floor``) is refused.
@@ -62,34 +72,35 @@ class FileRecallCache:
         self._hits = self._misses = self._dropped = 0
 
     def statistics(self) -> FileRecallCacheStatistics:
-        return FileRecallCacheStatistics(len(self._answers), self._hits, self._misses, self._dropped)
+        return FileRecallCacheStatistics(len(self._rows), self._hits, self._misses, self._dropped)
 
     def get(self, key: Key) -> list[FileMemory] | None:
-        answer = self._answers.get(key)
-        if answer is None:
+        """The rows kept for the file, newest first; ``None`` when none are kept."""
+        rows = self._rows.get(key)
+        if rows is None:
             self._misses += 1
             return None
-        self._answers.move_to_end(key)
+        self._rows.move_to_end(key)
         self._hits += 1
-        return answer
+        return rows
 
     def ticket(self) -> int:
-        """Taken before a lookup's read; :meth:`put` keeps its answer only if still valid."""
+        """Taken before a lookup's read; :meth:`put` keeps its rows only if still valid."""
         return self._sequence
 
-    def put(self, key: Key, ticket: int, answer: list[FileMemory]) -> None:
+    def put(self, key: Key, ticket: int, rows: list[FileMemory]) -> None:
         name = file_name(key[1])
         if ticket < self._floor or self._touched.get(name, -1) > ticket:
-            return  # a store about this file (or a clear) may have come in between: the answer may be stale
-        self._answers[key] = answer
-        self._answers.move_to_end(key)
+            return  # a store about this file (or a clear) may have come in between: the rows may be stale
+        self._rows[key] = rows
+        self._rows.move_to_end(key)
         self._by_name.setdefault(name, set()).add(key)
-        while len(self._answers) > self._capacity:
-            oldest, _ = self._answers.popitem(last=False)
+        while len(self._rows) > self._capacity:
+            oldest, _ = self._rows.popitem(last=False)
             self._forget(oldest)
 
-    def stored(self, claude_session_id: str, paths: Iterable[str]) -> None:
-        """Observations of ``claude_session_id`` touching ``paths`` were committed."""
+    def stored(self, paths: Iterable[str]) -> None:
+        """Observations touching ``paths`` were committed."""
         for name in {name for path in paths for name in _names_of_stored(path)}:
             self._sequence += 1
             self._touched[name] = self._sequence
@@ -98,15 +109,14 @@ class FileRecallCache:
                 _, sequence = self._touched.popitem(last=False)
                 self._floor = max(self._floor, sequence)
             for key in list(self._by_name.get(name, ())):
-                if key[2] != claude_session_id:  # the storing session's own answers leave its observations out
-                    del self._answers[key]
-                    self._forget(key)
-                    self._dropped += 1
+                del self._rows[key]
+                self._forget(key)
+                self._dropped += 1
 
     def clear(self) -> None:
-        """Forget every answer (memories were imported)."""
-        self._dropped += len(self._answers)
-        self._answers.clear()
+        """Forget every file's rows (memories were imported)."""
+        self._dropped += len(self._rows)
+        self._rows.clear()
         self._by_name.clear()
         self._sequence += 1
         self._floor = self._sequence  # every ticket taken before now is void

@@ -72,7 +72,7 @@ from sessionmem.storage.base import (
 )
 from sessionmem.storage.checkpointer import IDLE_S, Checkpointer
 from sessionmem.storage.readers import ReaderPool, ReadGatherer
-from sessionmem.storage.recall_cache import FileRecallCache
+from sessionmem.storage.recall_cache import ROWS_KEPT, FileRecallCache
 from sessionmem.storage.schema import migrate
 from sessionmem.storage.writer import BACKGROUND_WEIGHT, GroupCommitWriter
 
@@ -453,7 +453,7 @@ class SQLiteStore:
         self.close_timeout_s = 5.0
         self._readers = ReaderPool(path, readers)
         self._gathered = ReadGatherer(path)  # file recall's short reads, on every PostToolUse of a file
-        self._file_recall = FileRecallCache()  # and their answers, until an observation about the file is stored
+        self._file_recall = FileRecallCache()  # and the rows they answer from, until an observation about the file is stored
         self._checkpointer = Checkpointer(path, idle_s=checkpoint_idle_s)
         self._connection: apsw.Connection | None = None
         self._writer: GroupCommitWriter | None = None
@@ -624,8 +624,7 @@ class SQLiteStore:
             return inserted
 
         def stored(_: int) -> None:
-            self._file_recall.stored(session.claude_session_id,
-                                     [path for _, _, obs in items for path in recall.recallable_files(obs)])
+            self._file_recall.stored([path for _, _, obs in items for path in recall.recallable_files(obs)])
 
         return await self._write(store, background=True, weight=len(items), on_commit=stored)
 
@@ -853,15 +852,20 @@ class SQLiteStore:
 
     async def file_memories(self, project: str, path: str, *, exclude_session: str,
                             limit: int) -> list[FileMemory]:
-        key = (project, path, exclude_session, limit)
-        kept = self._file_recall.get(key)
-        if kept is not None:
-            return kept
-        ticket = self._file_recall.ticket()
-        memories = await self._gathered.read(partial(recall.file_memories, project=project, path=path,
+        key = (project, path)
+        rows = self._file_recall.get(key)
+        if rows is None:
+            ticket = self._file_recall.ticket()
+            rows = await self._gathered.read(partial(recall.file_memory_rows, project=project, path=path,
+                                                     exclude_session=None, most=ROWS_KEPT))
+            self._file_recall.put(key, ticket, rows)
+        others = sum(1 for row in rows if row.claude_session_id != exclude_session)
+        if len(rows) == ROWS_KEPT and others < limit * 4:
+            # The asking session's own memories crowd the file's newest rows: older ones of
+            # other sessions may be past them. Rare; read exactly what it is answered.
+            return await self._gathered.read(partial(recall.file_memories, project=project, path=path,
                                                      exclude_session=exclude_session, limit=limit))
-        self._file_recall.put(key, ticket, memories)
-        return memories
+        return recall.choose_file_memories(rows, exclude_session, limit)
 
     async def context_start(self, project: str, *, summaries: int, recent: int,
                             latest_prompt: bool, session: str = "") -> ContextStart:

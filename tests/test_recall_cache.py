@@ -1,11 +1,14 @@
-"""File recall's kept answers: kept per asking session, dropped by what changes them, never kept stale."""
+"""File recall's kept rows: kept for every session, dropped by what changes them, never kept stale."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sessionmem.records import FileMemory
+from sessionmem.storage import sqlite
 from sessionmem.storage.recall_cache import FileRecallCache
 from sessionmem.testing.harness import InProcessWorker, open_worker
 
@@ -20,25 +23,25 @@ def memory(number: int, session: str = "before") -> list[FileMemory]:
     return [FileMemory(number, session, 1.0, "change", f"Edited auth.py #{number}", "", [], True)]
 
 
-def test_an_answer_is_kept_for_its_session_until_another_session_stores_about_the_file() -> None:
+def test_a_files_rows_are_kept_for_every_session_until_a_store_about_the_file() -> None:
     cache = FileRecallCache()
-    now, mine = ("shop", AUTH, "now", 6), ("shop", "src/auth.py", "mine", 6)
-    for key in (now, mine):
+    absolute, relative = ("shop", AUTH), ("shop", "src/auth.py")
+    for key in (absolute, relative):
         assert cache.get(key) is None
         cache.put(key, cache.ticket(), memory(1))
-    assert cache.get(now) == memory(1) and cache.get(mine) == memory(1)
-    cache.stored("mine", ["/elsewhere/lib/util.py"])  # another file: nothing changes
-    assert cache.get(now) is not None and cache.get(mine) is not None
-    cache.stored("mine", [f"{SHOP}/src/auth.py"])  # mine's own answers leave its observations out
-    assert cache.get(now) is None and cache.get(mine) == memory(1)
-    assert cache.statistics().dropped == 1 and cache.statistics().entries == 1
+    assert cache.get(absolute) == memory(1) and cache.get(relative) == memory(1)
+    cache.stored(["/elsewhere/lib/util.py"])  # another file: nothing changes
+    assert cache.get(absolute) is not None and cache.get(relative) is not None
+    cache.stored([f"{SHOP}/src/auth.py"])  # whoever stored it: every session's rows may change
+    assert cache.get(absolute) is None and cache.get(relative) is None
+    assert cache.statistics().dropped == 2 and cache.statistics().entries == 0
 
 
-def test_an_answer_read_while_a_store_about_its_file_committed_is_not_kept() -> None:
+def test_rows_read_while_a_store_about_their_file_committed_are_not_kept() -> None:
     cache = FileRecallCache()
-    key = ("shop", AUTH, "now", 6)
+    key = ("shop", AUTH)
     ticket = cache.ticket()  # the lookup starts reading...
-    cache.stored("other", [f"{SHOP}/tests/auth.py"])  # ...a file of the same name is stored meanwhile
+    cache.stored([f"{SHOP}/tests/auth.py"])  # ...a file of the same name is stored meanwhile
     cache.put(key, ticket, memory(1))
     assert cache.get(key) is None
     cache.put(key, cache.ticket(), memory(2))  # read after that commit: kept
@@ -47,10 +50,10 @@ def test_an_answer_read_while_a_store_about_its_file_committed_is_not_kept() -> 
 
 def test_a_ticket_older_than_the_stores_it_remembers_is_refused() -> None:
     cache = FileRecallCache(capacity=2)
-    key = ("shop", AUTH, "now", 6)
+    key = ("shop", AUTH)
     ticket = cache.ticket()
     for name in ("a.py", "b.py", "auth.py", "c.py", "d.py"):  # auth.py's store is forgotten by now
-        cache.stored("other", [f"{SHOP}/{name}"])
+        cache.stored([f"{SHOP}/{name}"])
     cache.put(key, ticket, memory(1))
     assert cache.get(key) is None
 
@@ -58,17 +61,17 @@ def test_a_ticket_older_than_the_stores_it_remembers_is_refused() -> None:
 def test_names_a_stored_path_answers_for() -> None:
     cache = FileRecallCache()
     for path in ("src/auth.py", "auth.py", " src/auth.py ", "/home/me/shop/src/"):
-        cache.put(("shop", path, "now", 6), cache.ticket(), memory(1))
-    cache.stored("other", ["/home/me/shop/src/"])  # a directory's path: its basename column is ''
-    assert cache.get(("shop", "/home/me/shop/src/", "now", 6)) is None
-    assert cache.get(("shop", "src/auth.py", "now", 6)) is not None
-    cache.stored("other", ["/srv/app/src/auth.py"])
-    assert all(cache.get(("shop", path, "now", 6)) is None for path in ("src/auth.py", "auth.py", " src/auth.py "))
+        cache.put(("shop", path), cache.ticket(), memory(1))
+    cache.stored(["/home/me/shop/src/"])  # a directory's path: its basename column is ''
+    assert cache.get(("shop", "/home/me/shop/src/")) is None
+    assert cache.get(("shop", "src/auth.py")) is not None
+    cache.stored(["/srv/app/src/auth.py"])
+    assert all(cache.get(("shop", path)) is None for path in ("src/auth.py", "auth.py", " src/auth.py "))
 
 
-def test_least_recently_used_answers_go_first_and_clear_voids_every_ticket() -> None:
+def test_least_recently_used_rows_go_first_and_clear_voids_every_ticket() -> None:
     cache = FileRecallCache(capacity=2)
-    keys = [("shop", f"{SHOP}/{name}", "now", 6) for name in ("a.py", "b.py", "c.py")]
+    keys = [("shop", f"{SHOP}/{name}") for name in ("a.py", "b.py", "c.py")]
     cache.put(keys[0], cache.ticket(), memory(1))
     cache.put(keys[1], cache.ticket(), memory(2))
     assert cache.get(keys[0]) is not None  # a.py used last: b.py goes first
@@ -94,36 +97,60 @@ async def kept_answers(worker: InProcessWorker) -> dict[str, int]:
     return {**store["fileRecallCache"], "reads": store["gatheredReads"]["reads"]}
 
 
-async def test_a_worker_recalls_from_its_kept_answers_and_never_misses_a_new_memory(tmp_path: Path) -> None:
-    """Real store, real SQLite: repeated reads of a file ask SQLite once; another session's edit of it
-    is recalled at the next read all the same."""
+async def test_a_worker_recalls_from_kept_rows_and_never_misses_a_new_memory(tmp_path: Path) -> None:
+    """Real store, real SQLite: reads of a file, by any session, ask SQLite once; an edit of it is
+    recalled at the next read all the same."""
     async with open_worker(tmp_path / "data", embedder="none", batch_quiet_s=0.05) as worker:
         await store_session(worker, "before", SHOP, "fix the cookie", [
             ("Edit", {"file_path": AUTH, "old_string": "max_age=60", "new_string": "max_age=3600"})])
-        # (the edit itself asked once too: its session's lookup of the file, kept)
-        assert await kept_answers(worker) == {"entries": 1, "hits": 0, "misses": 1, "dropped": 0, "reads": 1}
+        # The edit asked once (nothing to tell yet), and its store dropped what that read.
+        assert await kept_answers(worker) == {"entries": 0, "hits": 0, "misses": 1, "dropped": 1, "reads": 1}
         first = await read_of(worker, "now", 0)
         assert "max_age=3600" in first["additionalContext"]
         for number in (1, 2):
             assert "additionalContext" not in await read_of(worker, "now", number)  # told once a session
-        assert await kept_answers(worker) == {"entries": 2, "hits": 2, "misses": 2, "dropped": 0, "reads": 2}
+        # Another session reading the file reads nothing, and is told too.
+        assert "max_age=3600" in (await read_of(worker, "next", 0))["additionalContext"]
+        assert await kept_answers(worker) == {"entries": 1, "hits": 3, "misses": 2, "dropped": 1, "reads": 2}
 
-        # The session's own edit of the file does not change what it is told: still kept.
+        # The session's own edit of the file: its store drops the rows (they serve every session),
+        # and the next read tells the session nothing new.
         await store_session(worker, "now", SHOP, "and the session length", [
             ("Edit", {"file_path": AUTH, "old_string": "length=1", "new_string": "length=7"})])
         assert "additionalContext" not in await read_of(worker, "now", 3)
-        # its edit (a hit) and this read (a hit); "before"'s answer is dropped by that edit
-        assert await kept_answers(worker) == {"entries": 1, "hits": 4, "misses": 2, "dropped": 1, "reads": 2}
+        assert await kept_answers(worker) == {"entries": 1, "hits": 4, "misses": 3, "dropped": 2, "reads": 3}
 
-        # Another session's edit of it drops the answer (its mere reads did not): the next read asks
-        # SQLite and tells it.
+        # Another session's edit of it: the next read asks SQLite and tells it (mere reads changed nothing).
         await store_session(worker, "third", SHOP, "cookies for the admin too", [
             ("Edit", {"file_path": AUTH, "old_string": "admin=False", "new_string": "admin=True"})])
         told = await read_of(worker, "now", 4)
         assert "admin=True" in told["additionalContext"] and "max_age" not in told["additionalContext"]
-        assert await kept_answers(worker) == {"entries": 2, "hits": 4, "misses": 4, "dropped": 2, "reads": 4}
+        assert await kept_answers(worker) == {"entries": 1, "hits": 5, "misses": 4, "dropped": 3, "reads": 4}
 
-        # An import forgets every answer.
+        # An import forgets every file's rows.
         records = await export_all(worker)
         assert (await worker.request("POST", "/api/import", {"records": records})).status == 200
-        assert await kept_answers(worker) == {"entries": 0, "hits": 4, "misses": 4, "dropped": 4, "reads": 4}
+        assert await kept_answers(worker) == {"entries": 0, "hits": 5, "misses": 4, "dropped": 4, "reads": 4}
+
+
+async def test_a_session_whose_own_memories_crowd_the_kept_rows_is_answered_by_a_read_of_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kept rows are a file's newest memories of every session; an asking session that made all
+    of them must still hear of an older memory of another session, as a lookup of its own finds it."""
+    monkeypatch.setattr(sqlite, "ROWS_KEPT", 4)  # the newest 4: every one of them "busy"'s
+    async with open_worker(tmp_path / "data", embedder="none", batch_quiet_s=0.05) as worker:
+        await store_session(worker, "before", SHOP, "fix the cookie", [
+            ("Edit", {"file_path": AUTH, "old_string": "max_age=60", "new_string": "max_age=3600"})])
+        await store_session(worker, "busy", SHOP, "many small edits", [
+            ("Edit", {"file_path": AUTH, "old_string": f"v{n}", "new_string": f"v{n + 1}"}) for n in range(4)])
+        store = worker.services.store
+
+        async def recalled(session: str) -> list[str]:
+            return [m.claude_session_id for m in await store.file_memories("shop", AUTH, exclude_session=session,
+                                                                          limit=1)]
+
+        reads = (await kept_answers(worker))["reads"]
+        assert await recalled("someone") == ["busy"]  # the newest, from the kept rows
+        assert await recalled("busy") == ["before"]  # past its own rows: read for it alone
+        assert await recalled("someone") == ["busy"]
+        assert (await kept_answers(worker))["reads"] == reads + 2  # the kept rows once, then "busy"'s own

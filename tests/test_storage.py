@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -431,3 +432,26 @@ async def test_a_batch_of_observations_is_one_full_text_segment(tmp_path: Path) 
         connection.close()
     assert segments <= 2  # one for each of the two stores; row by row, there were more
     assert tokens == 8 * 5  # only what was inserted is counted
+
+
+def test_file_recall_chooses_from_every_sessions_rows_what_it_reads_for_one_session(tmp_path: Path) -> None:
+    """The worker keeps a file's rows of every session (``file_memory_rows``) and chooses each
+    session's answer from them (``choose_file_memories``): the same answer as a read for that session."""
+    connection = open_writer(tmp_path / "db.sqlite")
+    sessions = ["a", "b", "c"]
+    connection.execute("INSERT INTO sessions (id, claude_session_id, project, created_at, updated_at) VALUES "
+                       + ", ".join(f"({n + 1}, '{name}', 'proj', 0, 0)" for n, name in enumerate(sessions)))
+    chance = random.Random(7)
+    with connection:
+        for n in range(1, 121):
+            _observe(connection, chance.randint(1, 3), n, chance.choice(["/p/app.py", "/q/app.py", "/p/util.py"]),
+                     modified=chance.random() < 0.4, type_=chance.choice(["discovery", "change"]))
+            if chance.random() < 0.3:  # titles that repeat: one answer a title
+                connection.execute("UPDATE observations SET title = 'Edited app.py' WHERE id = ?", (n,))
+    for path in ("/p/app.py", "app.py", "/p/util.py", "/nowhere.py"):
+        every = recall.file_memory_rows(connection, "proj", path, exclude_session=None, most=10_000)
+        assert len({row.claude_session_id for row in every}) == (3 if path != "/nowhere.py" else 0)
+        for session in sessions:
+            for limit in (1, 3, 6):
+                wanted = recall.file_memories(connection, "proj", path, exclude_session=session, limit=limit)
+                assert recall.choose_file_memories(every, session, limit) == wanted, (path, session, limit)
