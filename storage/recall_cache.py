@@ -60,6 +60,16 @@ def _names_of_stored(path: str) -> set[str]:
     return {path.rsplit("/", 1)[-1], file_name(path)}
 
 
+def _may_answer(asked: str, stored: list[str]) -> bool:
+    """Whether a lookup of ``asked`` may find one of ``stored``: the same path, or one ending in it
+    (the lookup's rule, :func:`~sessionmem.storage.recall.file_params`, folding case more widely
+    than SQLite's ``LIKE`` does: rows are dropped when in doubt, never kept). Files of the same
+    name elsewhere (``__init__.py``, ``README.md``) leave them alone."""
+    path = asked.strip()
+    end = "/" + path.lstrip("/").lower()
+    return any(candidate == path or candidate.lower().endswith(end) for candidate in stored)
+
+
 class FileRecallCache:
     def __init__(self, capacity: int = CAPACITY) -> None:
         self._capacity = capacity
@@ -101,6 +111,7 @@ class FileRecallCache:
 
     def stored(self, paths: Iterable[str]) -> None:
         """Observations touching ``paths`` were committed."""
+        paths = list(paths)
         for name in {name for path in paths for name in _names_of_stored(path)}:
             self._sequence += 1
             self._touched[name] = self._sequence
@@ -108,7 +119,7 @@ class FileRecallCache:
             while len(self._touched) > self._capacity:
                 _, sequence = self._touched.popitem(last=False)
                 self._floor = max(self._floor, sequence)
-            for key in list(self._by_name.get(name, ())):
+            for key in [key for key in self._by_name.get(name, ()) if _may_answer(key[1], paths)]:
                 del self._rows[key]
                 self._forget(key)
                 self._dropped += 1

@@ -65,8 +65,14 @@ def test_names_a_stored_path_answers_for() -> None:
     cache.stored(["/home/me/shop/src/"])  # a directory's path: its basename column is ''
     assert cache.get(("shop", "/home/me/shop/src/")) is None
     assert cache.get(("shop", "src/auth.py")) is not None
-    cache.stored(["/srv/app/src/auth.py"])
-    assert all(cache.get(("shop", path)) is None for path in ("src/auth.py", "auth.py", " src/auth.py "))
+    cache.put(("shop", AUTH), cache.ticket(), memory(1))
+    cache.stored(["/srv/app/tests/AUTH.py"])  # a file of another name: nothing changes
+    cache.stored(["/srv/app/tests/auth.py"])  # the same name elsewhere: only what it may answer goes
+    assert cache.get(("shop", "auth.py")) is None
+    assert all(cache.get(("shop", path)) is not None for path in ("src/auth.py", " src/auth.py ", AUTH))
+    cache.stored(["/srv/app/SRC/auth.py"])  # a lookup's LIKE folds case
+    assert all(cache.get(("shop", path)) is None for path in ("src/auth.py", " src/auth.py "))
+    assert cache.get(("shop", AUTH)) is not None
 
 
 def test_least_recently_used_rows_go_first_and_clear_voids_every_ticket() -> None:
