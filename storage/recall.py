@@ -453,6 +453,9 @@ def file_memories(connection: apsw.Connection, project: str, path: str, *, exclu
     return choose_file_memories(rows, exclude_session, limit)
 
 
+_file_rows = msgspec.json.Decoder(list[tuple[int, str, float, str, str, str, list[str] | None, int]])
+
+
 def file_memory_rows(connection: apsw.Connection, project: str, path: str, *, exclude_session: str | None,
                      most: int, lookback: int = FILE_LOOKBACK) -> list[FileMemory]:
     """The newest ``most`` observations of ``project`` that :func:`file_memories` may answer with for
@@ -468,23 +471,29 @@ def file_memory_rows(connection: apsw.Connection, project: str, path: str, *, ex
     """
     params: dict[str, Any] = {**file_params(path), "project": project, "session": exclude_session,
                               "most": most, "lookback": lookback}
-    rows = connection.execute(
-        "WITH touches (observation_id, modified) AS ("
+    # The rows as one JSON value, one step: every row SQLite hands back gives up the GIL and
+    # waits to take it back from a busy Trio thread (bench/README, "Fewer trips through the GIL").
+    (found,) = connection.execute(
+        "SELECT json_group_array(json_array(id, session, created_at, type, title, subtitle, json(facts), modified))"
+        " FROM (WITH touches (observation_id, modified) AS ("
         "  SELECT * FROM (SELECT observation_id, modified FROM observation_files WHERE path = :file"
         "                 ORDER BY observation_id DESC LIMIT :lookback)"
         "  UNION ALL"
         "  SELECT * FROM (SELECT observation_id, modified FROM observation_files"
         "                 WHERE basename = :file_base AND path LIKE :file_suffix ESCAPE '\\'"
         "                 ORDER BY observation_id DESC LIMIT :lookback))"
-        " SELECT o.id, s.claude_session_id, o.created_at, o.type, o.title, o.subtitle, o.facts, max(t.modified)"
+        " SELECT o.id, s.claude_session_id AS session, o.created_at, o.type, o.title, o.subtitle, o.facts,"
+        "        max(t.modified) AS modified"
         " FROM touches t CROSS JOIN observations o ON o.id = t.observation_id"
         " CROSS JOIN sessions s ON s.id = o.session_db_id"
         " WHERE o.project = :project AND (:session IS NULL OR s.claude_session_id != :session)"
         # (recallable_files says which stores can change an answer: keep the two alike)
         " GROUP BY o.id HAVING max(t.modified) = 1 OR o.type != 'discovery' OR o.compressor != 'offline'"
-        " ORDER BY o.id DESC LIMIT :most", params)
-    return [FileMemory(row_id, session, at, type_, title, subtitle, _json_list.decode(facts), bool(modified))
-            for row_id, session, at, type_, title, subtitle, facts, modified in rows]
+        " ORDER BY o.id DESC LIMIT :most)", params).fetchone()
+    memories = [FileMemory(row_id, session, at, type_, title, subtitle, facts or [], bool(modified))
+                for row_id, session, at, type_, title, subtitle, facts, modified in _file_rows.decode(found)]
+    memories.sort(key=lambda memory: -memory.id)  # (an aggregate's order is SQLite's to choose)
+    return memories
 
 
 def choose_file_memories(rows: Sequence[FileMemory], exclude_session: str, limit: int) -> list[FileMemory]:
