@@ -50,6 +50,8 @@ PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAzQ8\nZmFrZSBrZXkgbWF0ZXJ
     ("curl --user 'bob:hunter22x' https://x", "hunter22x", "password"),
     ("sshpass -p 'Hunter2Pw!' ssh admin@host", "Hunter2Pw!", "password"),
     ("docker login -u me -p Dk3rPassw0rd registry.example.com", "Dk3rPassw0rd", "password"),
+    ("(cd app && mysql -uroot -pS3cretPw shop)", "S3cretPw", "password"),  # the command's word after punctuation
+    ("-curl -u deploy:S3cretDeployPw https://x", "S3cretDeployPw", "password"),
     ("curl -H 'X-API-Key: abcdef0123456789' https://api.example.com", "abcdef0123456789", "api-key"),
     ('{"auths": {"https://index.docker.io/v1/": {"auth": "dXNlcjpwYXNzd29yZDEyMw=="}}}', "dXNlcjpwYXNz", "api-key"),
     ("//registry.npmjs.org/:_authToken=npm_abcdefghijklmnopqrstuvwxyz0123456789", "npm_abcdefghijklmnop", ""),
@@ -81,6 +83,7 @@ def test_secrets_are_redacted(text: str, secret: str, kind: str) -> None:
     "curl -u $USER:$PASS https://x; curl -u \"${CREDS}\" https://y",
     "docker login -u me --password-stdin < pw.txt; docker login -p $DOCKER_PW",
     "sshpass -f ~/.pw ssh host; sshpass -p $PW ssh host",
+    "libmysql -pedantic -o out; xcurl -u a:bcdefgh; my_docker login -p Dk3rPassw0rd",  # inside another word
     "apikey = get_api_key_from_env(); the api-key header is required",
     " 398 twilio-api-key: CHAT_LOGS/c7d2069e-c561-4759-8adf-b0745be78c29.jsonl",  # grep's answer, in the corpus
 ])
