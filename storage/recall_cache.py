@@ -9,7 +9,9 @@ of every session, :data:`ROWS_KEPT` at most): a session asking for a file anothe
 session asked for reads nothing. Kept rows change only when an observation touching a
 file of the same name is stored (an offline compressor's bare read is never recalled
 and changes nothing: :func:`~sessionmem.storage.recall.recallable_files`) or memories
-are imported: then they are dropped. (Kept rows may hold an observation that a fresh
+are imported. A session's own memories are never its answer, so rows stay good for the
+session that stored (a session edits, then reads the file again) and go stale for every
+other; a store of a second session drops them. (Kept rows may hold an observation that a fresh
 lookup would no longer reach, among the file's newest uses, because reads of the file
 came after it: an older memory of the file, not a wrong one.)
 
@@ -74,6 +76,9 @@ class FileRecallCache:
     def __init__(self, capacity: int = CAPACITY) -> None:
         self._capacity = capacity
         self._rows: OrderedDict[Key, list[FileMemory]] = OrderedDict()
+        # Rows one session has stored about since they were read: still its answer (its own
+        # memories never are), stale for every other session.
+        self._only_for: dict[Key, str] = {}
         self._by_name: dict[str, set[Key]] = {}
         # When each file name was last touched by a store (a sequence number), for the newest
         # ``capacity`` names; a ticket older than what was forgotten (``_floor``) is refused.
@@ -84,10 +89,11 @@ class FileRecallCache:
     def statistics(self) -> FileRecallCacheStatistics:
         return FileRecallCacheStatistics(len(self._rows), self._hits, self._misses, self._dropped)
 
-    def get(self, key: Key) -> list[FileMemory] | None:
-        """The rows kept for the file, newest first; ``None`` when none are kept."""
+    def get(self, key: Key, claude_session_id: str) -> list[FileMemory] | None:
+        """The rows kept for the file, newest first, good for answering ``claude_session_id``; ``None``
+        when none are."""
         rows = self._rows.get(key)
-        if rows is None:
+        if rows is None or self._only_for.get(key, claude_session_id) != claude_session_id:
             self._misses += 1
             return None
         self._rows.move_to_end(key)
@@ -104,13 +110,14 @@ class FileRecallCache:
             return  # a store about this file (or a clear) may have come in between: the rows may be stale
         self._rows[key] = rows
         self._rows.move_to_end(key)
+        self._only_for.pop(key, None)
         self._by_name.setdefault(name, set()).add(key)
         while len(self._rows) > self._capacity:
             oldest, _ = self._rows.popitem(last=False)
             self._forget(oldest)
 
-    def stored(self, paths: Iterable[str]) -> None:
-        """Observations touching ``paths`` were committed."""
+    def stored(self, claude_session_id: str, paths: Iterable[str]) -> None:
+        """Observations of ``claude_session_id`` touching ``paths`` were committed."""
         paths = list(paths)
         for name in {name for path in paths for name in _names_of_stored(path)}:
             self._sequence += 1
@@ -120,19 +127,22 @@ class FileRecallCache:
                 _, sequence = self._touched.popitem(last=False)
                 self._floor = max(self._floor, sequence)
             for key in [key for key in self._by_name.get(name, ()) if _may_answer(key[1], paths)]:
-                del self._rows[key]
-                self._forget(key)
-                self._dropped += 1
+                if self._only_for.setdefault(key, claude_session_id) != claude_session_id:
+                    del self._rows[key]  # stale for every session now
+                    self._forget(key)
+                    self._dropped += 1
 
     def clear(self) -> None:
         """Forget every file's rows (memories were imported)."""
         self._dropped += len(self._rows)
         self._rows.clear()
+        self._only_for.clear()
         self._by_name.clear()
         self._sequence += 1
         self._floor = self._sequence  # every ticket taken before now is void
 
     def _forget(self, key: Key) -> None:
+        self._only_for.pop(key, None)
         name = file_name(key[1])
         keys = self._by_name.get(name)
         if keys is not None:

@@ -624,7 +624,8 @@ class SQLiteStore:
             return inserted
 
         def stored(_: int) -> None:
-            self._file_recall.stored([path for _, _, obs in items for path in recall.recallable_files(obs)])
+            self._file_recall.stored(session.claude_session_id,
+                                     [path for _, _, obs in items for path in recall.recallable_files(obs)])
 
         return await self._write(store, background=True, weight=len(items), on_commit=stored)
 
@@ -853,7 +854,7 @@ class SQLiteStore:
     async def file_memories(self, project: str, path: str, *, exclude_session: str,
                             limit: int) -> list[FileMemory]:
         key = (project, path)
-        rows = self._file_recall.get(key)
+        rows = self._file_recall.get(key, exclude_session)
         if rows is None:
             ticket = self._file_recall.ticket()
             rows = await self._gathered.read(partial(recall.file_memory_rows, project=project, path=path,
