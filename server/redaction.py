@@ -132,12 +132,13 @@ def load_patterns() -> Patterns:
             (re.compile(r"PuTTY-User-Key-File-\d.*?(?:Private-MAC: \S+|\Z)", re.S), 0),
         ), then=_headless_key_blocks),
         Detector("anthropic-key", ("sk-ant-",), ((re.compile(r"sk-ant-[A-Za-z0-9_\-]{16,}"), 0),)),
-        Detector("api-key", ("sk-",), ((re.compile(r"(?<![A-Za-z0-9])sk-(?:proj-|svcacct-)?[A-Za-z0-9_\-]{20,}"), 0),)),
+        # Patterns begin with their literal and look behind it for where it may start (see "password").
+        Detector("api-key", ("sk-",), ((re.compile(r"sk-(?<![A-Za-z0-9]sk-)(?:proj-|svcacct-)?[A-Za-z0-9_\-]{20,}"), 0),)),
         Detector("bearer-token", ("bearer",), ((re.compile(r"(?i)\bbearer\s+([A-Za-z0-9._~+/\-]{12,}=*)"), 1),),
                  any_case=True),
         # detect-secrets' JWT pattern ends lazily (it validates matches afterwards): it would leave the signature.
         # It starts where a token can (not inside a run of token characters: "eyJeyJ..." stays linear).
-        Detector("jwt", ("eyJ",), ((re.compile(r"(?<![A-Za-z0-9_=\-])eyJ[A-Za-z0-9_=\-]++\.[A-Za-z0-9_=\-]++"
+        Detector("jwt", ("eyJ",), ((re.compile(r"eyJ(?<![A-Za-z0-9_=\-]eyJ)[A-Za-z0-9_=\-]++\.[A-Za-z0-9_=\-]++"
                                                r"(?:\.[A-Za-z0-9_.+/=\-]*+)?"), 0),)),
         # Fine-grained GitHub tokens, and a URL's password with no user name (redis://:pw@host):
         # detect-secrets' GitHub and basic-auth patterns miss both.

@@ -74,6 +74,8 @@ def test_secrets_are_redacted(text: str, secret: str, kind: str) -> None:
     "for key, value in items.items():",
     "monkey = banana",
     "sk-learn is a library; pip install scikit-learn",
+    "run task-abcdefghijklmnopqrstuvwxyz01 then desk-0123456789abcdefghijklmn",  # "sk-" inside a word
+    "id=xeyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0",  # "eyJ" inside a run of token characters
     "Read /home/dev/calcproj/calc.py (42 lines)",
     "if password == expected: return token",
     "response = client.create(max_tokens=4096, input_tokens: 5)",
