@@ -53,7 +53,7 @@ class FileRecallCacheStatistics(msgspec.Struct, frozen=True):
     entries: int
     hits: int
     misses: int
-    dropped: int  # rows dropped: an observation about their file was stored, or memories imported
+    dropped: int  # rows dropped: two sessions stored observations about their file, or memories were imported
 
 
 def _names_of_stored(path: str) -> set[str]:
