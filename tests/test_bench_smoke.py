@@ -100,3 +100,15 @@ def test_gil_trips_measures_the_writer_beside_a_busy_thread(tmp_path: Path) -> N
             assert run[phase]["accept"]["p50_ms"] > 0 and run[phase]["store_64"]["p50_ms"] > 0
         assert run["busy"]["busy_thread_loops_per_s"] > 0
     assert "switch interval 0.5 ms: accept" in result.stdout
+
+
+def test_edge_cost_prices_the_edge_and_fingerprints_what_redaction_gives_back() -> None:
+    corpus = REPO / "tests" / "fixtures" / "transcripts"
+    runs = [subprocess.run([sys.executable, str(REPO / "bench" / "edge_cost.py"), "--corpus", str(corpus)],
+                           capture_output=True, text=True, timeout=300) for _ in range(2)]
+    assert all(run.returncode == 0 for run in runs), runs[0].stderr[-3000:]
+    first, second = (json.loads(run.stdout) for run in runs)
+    assert first["events"] > 0 and first["accept"]["n"] == first["events"]
+    total = first["redaction_total"]
+    assert total["fields"] >= first["events"] and total["best_ms"] > 0
+    assert total["digest"] == second["redaction_total"]["digest"]  # the same input, the same output
