@@ -20,6 +20,7 @@ Error handling:
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -135,6 +136,21 @@ def file_name(path: str) -> str:
 def file_params(path: str) -> dict[str, str]:
     path = path.strip()
     return {"file": path, "file_base": file_name(path), "file_suffix": "%/" + _like_escaped(path.lstrip("/"))}
+
+
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)  # what LIKE folds, no more
+
+
+def file_matches(asked: str, paths: Iterable[str]) -> bool:
+    """Whether :func:`file_match` finds one of ``paths`` (as ``observation_files`` holds them) for a
+    lookup of ``asked``: the same path, or a path of the same ``basename`` ending in it, its ASCII
+    letters in any case, as ``LIKE`` has it."""
+    path = asked.strip()
+    name = file_name(path)
+    end = ("/" + path.lstrip("/")).translate(_ASCII_LOWER)
+    return any(candidate == path or (candidate.rsplit("/", 1)[-1] == name
+                                     and candidate.translate(_ASCII_LOWER).endswith(end))
+               for candidate in paths if candidate)
 
 
 def _quoted(terms: Iterable[str]) -> list[str]:
@@ -433,6 +449,16 @@ def recallable_files(observation: CompressedObservation) -> tuple[str, ...]:
     if observation.type == "discovery" and observation.compressor == "offline":
         return observation.files_modified
     return (*observation.files_read, *observation.files_modified)
+
+
+def recalled_as(asked: str, observation: CompressedObservation) -> bool | None:
+    """What :func:`file_memory_rows` says of a stored ``observation`` for a lookup of ``asked``: ``None``
+    when it is not among the rows, else whether it modified the file (its ``modified``)."""
+    if file_matches(asked, observation.files_modified):
+        return True
+    if observation.type == "discovery" and observation.compressor == "offline":
+        return None
+    return False if file_matches(asked, observation.files_read) else None
 
 
 def file_memories(connection: apsw.Connection, project: str, path: str, *, exclude_session: str,

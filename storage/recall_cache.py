@@ -1,4 +1,4 @@
-"""File recall's rows, kept for every session until an observation about the file is stored.
+"""File recall's rows, kept for every session and kept up to date as observations are stored.
 
 Every PostToolUse of a file asks for the file's past (:func:`~sessionmem.storage.recall.file_memories`),
 and a session reads and edits the same files again and again: in the corpus, 750 of
@@ -6,14 +6,13 @@ and a session reads and edits the same files again and again: in the corpus, 750
 work on the same files too, so what is kept is not one session's answer but the rows
 every session's answer is chosen from (:func:`~sessionmem.storage.recall.file_memory_rows`
 of every session, :data:`ROWS_KEPT` at most): a session asking for a file another
-session asked for reads nothing. Kept rows change only when an observation touching a
-file of the same name is stored (an offline compressor's bare read is never recalled
-and changes nothing: :func:`~sessionmem.storage.recall.recallable_files`) or memories
-are imported. A session's own memories are never its answer, so rows stay good for the
-session that stored (a session edits, then reads the file again) and go stale for every
-other; a store of a second session drops them. (Kept rows may hold an observation that a fresh
-lookup would no longer reach, among the file's newest uses, because reads of the file
-came after it: an older memory of the file, not a wrong one.)
+session asked for reads nothing. When observations are stored, each joins the front of
+the rows kept for the files a lookup would find it for
+(:func:`~sessionmem.storage.recall.recalled_as`, the lookup's SQL rule in Python, tested
+against it): the rows stay what a fresh read would give, and nobody reads again. (Kept
+rows may still hold an observation that a fresh lookup would no longer reach, among the
+file's newest uses, because reads of the file came after it: an older memory of the
+file, not a wrong one.) An import forgets them all.
 
 Before, answers were kept per asking session, and a store by any other session dropped
 them: under the bench's 64 sessions of one project almost every lookup read SQLite
@@ -34,12 +33,12 @@ Resource handling:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 import msgspec
 
-from sessionmem.records import FileMemory
-from sessionmem.storage.recall import file_name
+from sessionmem.records import CompressedObservation, FileMemory
+from sessionmem.storage.recall import file_name, recallable_files, recalled_as
 
 CAPACITY = 4096
 # The rows kept for a file: its newest memories of every session. An asking session whose own
@@ -53,7 +52,7 @@ class FileRecallCacheStatistics(msgspec.Struct, frozen=True):
     entries: int
     hits: int
     misses: int
-    dropped: int  # rows dropped: two sessions stored observations about their file, or memories were imported
+    dropped: int  # rows dropped: memories were imported
 
 
 def _names_of_stored(path: str) -> set[str]:
@@ -62,23 +61,11 @@ def _names_of_stored(path: str) -> set[str]:
     return {path.rsplit("/", 1)[-1], file_name(path)}
 
 
-def _may_answer(asked: str, stored: list[str]) -> bool:
-    """Whether a lookup of ``asked`` may find one of ``stored``: the same path, or one ending in it
-    (the lookup's rule, :func:`~sessionmem.storage.recall.file_params`, folding case more widely
-    than SQLite's ``LIKE`` does: rows are dropped when in doubt, never kept). Files of the same
-    name elsewhere (``__init__.py``, ``README.md``) leave them alone."""
-    path = asked.strip()
-    end = "/" + path.lstrip("/").lower()
-    return any(candidate == path or candidate.lower().endswith(end) for candidate in stored)
-
-
 class FileRecallCache:
-    def __init__(self, capacity: int = CAPACITY) -> None:
+    def __init__(self, capacity: int = CAPACITY, rows_kept: int | None = None) -> None:
         self._capacity = capacity
+        self.rows_kept = rows_kept or ROWS_KEPT  # at most, for a file
         self._rows: OrderedDict[Key, list[FileMemory]] = OrderedDict()
-        # Rows one session has stored about since they were read: still its answer (its own
-        # memories never are), stale for every other session.
-        self._only_for: dict[Key, str] = {}
         self._by_name: dict[str, set[Key]] = {}
         # When each file name was last touched by a store (a sequence number), for the newest
         # ``capacity`` names; a ticket older than what was forgotten (``_floor``) is refused.
@@ -89,11 +76,10 @@ class FileRecallCache:
     def statistics(self) -> FileRecallCacheStatistics:
         return FileRecallCacheStatistics(len(self._rows), self._hits, self._misses, self._dropped)
 
-    def get(self, key: Key, claude_session_id: str) -> list[FileMemory] | None:
-        """The rows kept for the file, newest first, good for answering ``claude_session_id``; ``None``
-        when none are."""
+    def get(self, key: Key) -> list[FileMemory] | None:
+        """The rows kept for the file, newest first; ``None`` when none are kept."""
         rows = self._rows.get(key)
-        if rows is None or self._only_for.get(key, claude_session_id) != claude_session_id:
+        if rows is None:
             self._misses += 1
             return None
         self._rows.move_to_end(key)
@@ -110,39 +96,51 @@ class FileRecallCache:
             return  # a store about this file (or a clear) may have come in between: the rows may be stale
         self._rows[key] = rows
         self._rows.move_to_end(key)
-        self._only_for.pop(key, None)
         self._by_name.setdefault(name, set()).add(key)
         while len(self._rows) > self._capacity:
             oldest, _ = self._rows.popitem(last=False)
             self._forget(oldest)
 
-    def stored(self, claude_session_id: str, paths: Iterable[str]) -> None:
-        """Observations of ``claude_session_id`` touching ``paths`` were committed."""
-        paths = list(paths)
-        for name in {name for path in paths for name in _names_of_stored(path)}:
+    def stored(self, claude_session_id: str, project: str,
+               observations: Sequence[tuple[int, float, CompressedObservation]]) -> None:
+        """Observations of ``claude_session_id`` in ``project`` were committed, with their ids and
+        times: each joins the front of the rows kept for every file a lookup of which would find it
+        (:func:`~sessionmem.storage.recall.recalled_as`), as a fresh read would have it there."""
+        for name in {name for _, _, observation in observations for path in recallable_files(observation)
+                     for name in _names_of_stored(path)}:
             self._sequence += 1
             self._touched[name] = self._sequence
             self._touched.move_to_end(name)
             while len(self._touched) > self._capacity:
                 _, sequence = self._touched.popitem(last=False)
                 self._floor = max(self._floor, sequence)
-            for key in [key for key in self._by_name.get(name, ()) if _may_answer(key[1], paths)]:
-                if self._only_for.setdefault(key, claude_session_id) != claude_session_id:
-                    del self._rows[key]  # stale for every session now
-                    self._forget(key)
-                    self._dropped += 1
+            for key in self._by_name.get(name, ()):
+                if key[0] == project:
+                    self._rows[key] = self._joined(key[1], claude_session_id, observations, self._rows[key])
+
+    def _joined(self, asked: str, claude_session_id: str,
+                observations: Sequence[tuple[int, float, CompressedObservation]],
+                rows: list[FileMemory]) -> list[FileMemory]:
+        """``rows`` with those of ``observations`` a lookup of ``asked`` finds in front, newest first, at
+        most ``rows_kept``. (A row already there was read after its commit, before this call.)"""
+        there = {row.id for row in rows}
+        new = [FileMemory(row_id, claude_session_id, created_at, observation.type, observation.title,
+                          observation.subtitle, list(observation.facts), modified)
+               for row_id, created_at, observation in observations
+               if row_id not in there and (modified := recalled_as(asked, observation)) is not None]
+        if not new:
+            return rows
+        return sorted(new + rows, key=lambda row: -row.id)[: self.rows_kept]
 
     def clear(self) -> None:
         """Forget every file's rows (memories were imported)."""
         self._dropped += len(self._rows)
         self._rows.clear()
-        self._only_for.clear()
         self._by_name.clear()
         self._sequence += 1
         self._floor = self._sequence  # every ticket taken before now is void
 
     def _forget(self, key: Key) -> None:
-        self._only_for.pop(key, None)
         name = file_name(key[1])
         keys = self._by_name.get(name)
         if keys is not None:

@@ -72,7 +72,7 @@ from sessionmem.storage.base import (
 )
 from sessionmem.storage.checkpointer import IDLE_S, Checkpointer
 from sessionmem.storage.readers import ReaderPool, ReadGatherer
-from sessionmem.storage.recall_cache import ROWS_KEPT, FileRecallCache
+from sessionmem.storage.recall_cache import FileRecallCache
 from sessionmem.storage.schema import migrate
 from sessionmem.storage.writer import BACKGROUND_WEIGHT, GroupCommitWriter
 
@@ -445,6 +445,9 @@ async def open_sqlite_store(path: Path, *, readers: int = 4,
             await store._close()
 
 
+_event_ids = msgspec.json.Decoder(dict[str, int])
+
+
 class SQLiteStore:
     """SQLite in WAL mode under ``path``; see the module docstring. Use :func:`open_sqlite_store`."""
 
@@ -576,9 +579,11 @@ class SQLiteStore:
     ) -> int:
         if not items:
             return 0
+        recalled: list[tuple[int, float, CompressedObservation]] = []  # (id, created_at, observation) of rows added
 
         def store(connection: apsw.Connection) -> int:
             now = time.time()
+            recalled.clear()  # (the writer may run an operation twice: the last run is the one committed)
             rows = [
                 (
                     session.session_db_id, session.project, event.prompt_number, envelope.event_id, event.tool_name,
@@ -612,6 +617,12 @@ class SQLiteStore:
                 )
                 inserted += connection.changes()
             if inserted:
+                # The ids of the rows added, for file recall's kept rows: one value, one step.
+                (added,) = connection.execute("SELECT json_group_object(event_id, id) FROM observations WHERE id > ?",
+                                              (largest_before,)).fetchone()
+                ids = _event_ids.decode(added)
+                recalled.extend((ids[str(envelope.event_id)], event.occurred_at or now, obs)
+                                for envelope, event, obs in items if str(envelope.event_id) in ids)
                 connection.execute(
                     "UPDATE sessions SET"
                     " input_tokens = input_tokens + (SELECT coalesce(sum(input_tokens), 0) FROM observations WHERE id > ?1),"
@@ -624,8 +635,7 @@ class SQLiteStore:
             return inserted
 
         def stored(_: int) -> None:
-            self._file_recall.stored(session.claude_session_id,
-                                     [path for _, _, obs in items for path in recall.recallable_files(obs)])
+            self._file_recall.stored(session.claude_session_id, session.project, recalled)
 
         return await self._write(store, background=True, weight=len(items), on_commit=stored)
 
@@ -854,14 +864,14 @@ class SQLiteStore:
     async def file_memories(self, project: str, path: str, *, exclude_session: str,
                             limit: int) -> list[FileMemory]:
         key = (project, path)
-        rows = self._file_recall.get(key, exclude_session)
+        rows = self._file_recall.get(key)
         if rows is None:
             ticket = self._file_recall.ticket()
             rows = await self._gathered.read(partial(recall.file_memory_rows, project=project, path=path,
-                                                     exclude_session=None, most=ROWS_KEPT))
+                                                     exclude_session=None, most=self._file_recall.rows_kept))
             self._file_recall.put(key, ticket, rows)
         others = sum(1 for row in rows if row.claude_session_id != exclude_session)
-        if len(rows) == ROWS_KEPT and others < limit * 4:
+        if len(rows) == self._file_recall.rows_kept and others < limit * 4:
             # The asking session's own memories crowd the file's newest rows: older ones of
             # other sessions may be past them. Rare; read exactly what it is answered.
             return await self._gathered.read(partial(recall.file_memories, project=project, path=path,

@@ -1,4 +1,4 @@
-"""File recall's kept rows: kept for every session, dropped by what changes them, never kept stale."""
+"""File recall's kept rows: kept for every session, kept up to date by what is stored, never kept stale."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from sessionmem.records import FileMemory
-from sessionmem.storage import sqlite
+from sessionmem.records import CompressedObservation, FileMemory
+from sessionmem.storage import recall_cache
+from sessionmem.storage.recall import file_matches, recalled_as
 from sessionmem.storage.recall_cache import FileRecallCache
 from sessionmem.testing.harness import InProcessWorker, open_worker
 
@@ -23,64 +24,69 @@ def memory(number: int, session: str = "before") -> list[FileMemory]:
     return [FileMemory(number, session, 1.0, "change", f"Edited auth.py #{number}", "", [], True)]
 
 
-def test_a_files_rows_serve_every_session_and_a_store_about_the_file_leaves_them_to_its_session() -> None:
+def edit(path: str, title: str = "Edited auth.py") -> CompressedObservation:
+    return CompressedObservation("change", title, files_modified=(path,))
+
+
+def test_a_store_joins_the_front_of_the_rows_of_every_file_a_lookup_would_find_it_for() -> None:
     cache = FileRecallCache()
-    absolute, relative = ("shop", AUTH), ("shop", "src/auth.py")
-    for key in (absolute, relative):
-        assert cache.get(key, "now") is None
+    keys = [("shop", AUTH), ("shop", "src/auth.py"), ("shop", "auth.py"), ("shop", "tests/auth.py"),
+            ("blog", AUTH)]
+    for key in keys:
+        assert cache.get(key) is None
         cache.put(key, cache.ticket(), memory(1))
-    assert cache.get(absolute, "now") == memory(1) and cache.get(relative, "next") == memory(1)
-    cache.stored("mine", ["/elsewhere/lib/util.py"])  # another file: nothing changes
-    assert cache.get(absolute, "now") is not None and cache.get(relative, "now") is not None
-    cache.stored("mine", [f"{SHOP}/src/auth.py"])  # its own memories are never its answer: still good for it
-    assert cache.get(absolute, "mine") == memory(1) and cache.get(relative, "mine") == memory(1)
-    assert cache.get(absolute, "now") is None and cache.get(relative, "now") is None  # stale for the others
-    assert cache.statistics().dropped == 0 and cache.statistics().entries == 2
-    cache.stored("mine", [AUTH])  # again: the same
-    assert cache.get(absolute, "mine") == memory(1)
-    cache.stored("other", [AUTH])  # a second session: stale for every session
-    assert cache.get(absolute, "mine") is None and cache.get(relative, "mine") is None
-    assert cache.statistics().dropped == 2 and cache.statistics().entries == 0
-    cache.put(absolute, cache.ticket(), memory(2))  # read again: good for every session
-    assert cache.get(absolute, "now") == memory(2) and cache.get(absolute, "other") == memory(2)
+    cache.stored("mine", "shop", [(7, 5.0, edit("/elsewhere/lib/util.py"))])  # another file: nothing changes
+    assert all(cache.get(key) == memory(1) for key in keys)
+    cache.stored("mine", "shop", [(8, 6.0, edit(AUTH, "Edited auth.py again")),
+                                  (9, 7.0, CompressedObservation("discovery", "Read auth.py", files_read=(AUTH,)))])
+    joined = [FileMemory(8, "mine", 6.0, "change", "Edited auth.py again", "", [], True), *memory(1)]
+    assert [cache.get(key) for key in keys] == [joined, joined, joined, memory(1), memory(1)]  # (a bare read: never)
+    assert cache.statistics().hits == 10 and cache.statistics().misses == 5
+
+
+def test_a_row_read_after_its_commit_is_not_joined_twice() -> None:
+    cache = FileRecallCache()
+    key = ("shop", AUTH)
+    read = [FileMemory(8, "mine", 6.0, "change", "Edited auth.py", "", [], True), *memory(1)]
+    cache.put(key, cache.ticket(), read)  # read after the commit, kept before the store was told of it
+    cache.stored("mine", "shop", [(8, 6.0, edit(AUTH))])
+    assert cache.get(key) == read
 
 
 def test_rows_read_while_a_store_about_their_file_committed_are_not_kept() -> None:
     cache = FileRecallCache()
     key = ("shop", AUTH)
     ticket = cache.ticket()  # the lookup starts reading...
-    cache.stored("other", [f"{SHOP}/tests/auth.py"])  # ...a file of the same name is stored meanwhile
+    cache.stored("other", "shop", [(5, 1.0, edit(f"{SHOP}/tests/auth.py"))])  # ...a file of that name is stored
     cache.put(key, ticket, memory(1))
-    assert cache.get(key, "now") is None
+    assert cache.get(key) is None
     cache.put(key, cache.ticket(), memory(2))  # read after that commit: kept
-    assert cache.get(key, "now") == memory(2)
+    assert cache.get(key) == memory(2)
 
 
 def test_a_ticket_older_than_the_stores_it_remembers_is_refused() -> None:
     cache = FileRecallCache(capacity=2)
     key = ("shop", AUTH)
     ticket = cache.ticket()
-    for name in ("a.py", "b.py", "auth.py", "c.py", "d.py"):  # auth.py's store is forgotten by now
-        cache.stored("other", [f"{SHOP}/{name}"])
+    for number, name in enumerate(("a.py", "b.py", "auth.py", "c.py", "d.py")):  # auth.py's is forgotten by now
+        cache.stored("other", "shop", [(number, 1.0, edit(f"{SHOP}/{name}"))])
     cache.put(key, ticket, memory(1))
-    assert cache.get(key, "now") is None
+    assert cache.get(key) is None
 
 
-def test_names_a_stored_path_answers_for() -> None:
-    cache = FileRecallCache()
-    for path in ("src/auth.py", "auth.py", " src/auth.py ", "/home/me/shop/src/"):
-        cache.put(("shop", path), cache.ticket(), memory(1))
-    cache.stored("other", ["/home/me/shop/src/"])  # a directory's path: its basename column is ''
-    assert cache.get(("shop", "/home/me/shop/src/"), "now") is None
-    assert cache.get(("shop", "src/auth.py"), "now") is not None
-    cache.put(("shop", AUTH), cache.ticket(), memory(1))
-    cache.stored("other", ["/srv/app/tests/AUTH.py"])  # a file of another name: nothing changes
-    cache.stored("other", ["/srv/app/tests/auth.py"])  # the same name elsewhere: only what it may answer goes
-    assert cache.get(("shop", "auth.py"), "now") is None
-    assert all(cache.get(("shop", path), "now") is not None for path in ("src/auth.py", " src/auth.py ", AUTH))
-    cache.stored("another", ["/srv/app/SRC/auth.py"])  # a lookup's LIKE folds case
-    assert all(cache.get(("shop", path), "now") is None for path in ("src/auth.py", " src/auth.py "))
-    assert cache.get(("shop", AUTH), "now") is not None
+def test_the_lookups_rule_in_python() -> None:
+    """``recalled_as`` is ``file_memory_rows``'s rule (tests/test_storage.py holds the two alike)."""
+    assert file_matches(AUTH, [AUTH]) and file_matches(" src/auth.py ", [AUTH]) and file_matches("auth.py", [AUTH])
+    assert file_matches("SRC/auth.py", [AUTH])  # LIKE folds ASCII case...
+    assert not file_matches("src/Auth.py", [AUTH])  # ...but the name is matched as it is
+    assert not file_matches("tests/auth.py", [AUTH]) and not file_matches("th.py", [AUTH])
+    assert file_matches("/home/me/shop/src/", ["/home/me/shop/src/"]) and not file_matches("src/", ["/x/src/"])
+    assert not file_matches("é/auth.py", ["/x/É/auth.py"])  # LIKE folds ASCII letters only
+    assert recalled_as(AUTH, edit(AUTH)) is True
+    assert recalled_as(AUTH, CompressedObservation("discovery", "Read", files_read=(AUTH,))) is None
+    assert recalled_as(AUTH, CompressedObservation("discovery", "Read", files_read=(AUTH,), compressor="anthropic")) \
+        is False
+    assert recalled_as(AUTH, CompressedObservation("bugfix", "Ran", files_read=(AUTH,))) is False
 
 
 def test_least_recently_used_rows_go_first_and_clear_voids_every_ticket() -> None:
@@ -88,14 +94,14 @@ def test_least_recently_used_rows_go_first_and_clear_voids_every_ticket() -> Non
     keys = [("shop", f"{SHOP}/{name}") for name in ("a.py", "b.py", "c.py")]
     cache.put(keys[0], cache.ticket(), memory(1))
     cache.put(keys[1], cache.ticket(), memory(2))
-    assert cache.get(keys[0], "now") is not None  # a.py used last: b.py goes first
+    assert cache.get(keys[0]) is not None  # a.py used last: b.py goes first
     cache.put(keys[2], cache.ticket(), memory(3))
-    assert cache.get(keys[1], "now") is None
-    assert cache.get(keys[0], "now") is not None and cache.get(keys[2], "now") is not None
+    assert cache.get(keys[1]) is None
+    assert cache.get(keys[0]) is not None and cache.get(keys[2]) is not None
     ticket = cache.ticket()
     cache.clear()
     cache.put(keys[0], ticket, memory(1))
-    assert cache.statistics().entries == 0 and cache.get(keys[0], "now") is None
+    assert cache.statistics().entries == 0 and cache.get(keys[0]) is None
 
 
 async def read_of(worker: InProcessWorker, session: str, number: int) -> dict[str, Any]:
@@ -107,18 +113,18 @@ async def read_of(worker: InProcessWorker, session: str, number: int) -> dict[st
 
 
 async def kept_answers(worker: InProcessWorker) -> dict[str, int]:
-    await worker.wait_idle()  # every observation stored (and so every answer it drops, dropped)
+    await worker.wait_idle()  # every observation stored (and so joined to the rows kept)
     store = (await worker.get("/debug"))["store"]
     return {**store["fileRecallCache"], "reads": store["gatheredReads"]["reads"]}
 
 
 async def test_a_worker_recalls_from_kept_rows_and_never_misses_a_new_memory(tmp_path: Path) -> None:
-    """Real store, real SQLite: reads of a file, by any session, ask SQLite once; another session's
-    edit of it is recalled at the next read all the same."""
+    """Real store, real SQLite: reads of a file, by any session, ask SQLite once; edits of it, by any
+    session, join the kept rows and are recalled at the next read all the same."""
     async with open_worker(tmp_path / "data", embedder="none", batch_quiet_s=0.05) as worker:
         await store_session(worker, "before", SHOP, "fix the cookie", [
             ("Edit", {"file_path": AUTH, "old_string": "max_age=60", "new_string": "max_age=3600"})])
-        # The edit asked once (nothing to tell yet); its store left the rows good for "before" only.
+        # The edit asked once (nothing to tell yet); its store joined the rows that read.
         assert await kept_answers(worker) == {"entries": 1, "hits": 0, "misses": 1, "dropped": 0, "reads": 1}
         first = await read_of(worker, "now", 0)
         assert "max_age=3600" in first["additionalContext"]
@@ -126,32 +132,31 @@ async def test_a_worker_recalls_from_kept_rows_and_never_misses_a_new_memory(tmp
             assert "additionalContext" not in await read_of(worker, "now", number)  # told once a session
         # Another session reading the file reads nothing, and is told too.
         assert "max_age=3600" in (await read_of(worker, "next", 0))["additionalContext"]
-        assert await kept_answers(worker) == {"entries": 1, "hits": 3, "misses": 2, "dropped": 0, "reads": 2}
+        assert await kept_answers(worker) == {"entries": 1, "hits": 4, "misses": 1, "dropped": 0, "reads": 1}
 
-        # The session's own edit of the file does not change what it is told: its reads stay kept.
+        # The session's own edit of the file does not change what it is told.
         await store_session(worker, "now", SHOP, "and the session length", [
             ("Edit", {"file_path": AUTH, "old_string": "length=1", "new_string": "length=7"})])
         assert "additionalContext" not in await read_of(worker, "now", 3)
-        assert await kept_answers(worker) == {"entries": 1, "hits": 5, "misses": 2, "dropped": 0, "reads": 2}
 
-        # Another session's edit of it: the next read asks SQLite and tells it (mere reads changed nothing).
+        # Another session's edit of it is told at the next read, and nothing was read for it.
         await store_session(worker, "third", SHOP, "cookies for the admin too", [
             ("Edit", {"file_path": AUTH, "old_string": "admin=False", "new_string": "admin=True"})])
         told = await read_of(worker, "now", 4)
         assert "admin=True" in told["additionalContext"] and "max_age" not in told["additionalContext"]
-        assert await kept_answers(worker) == {"entries": 1, "hits": 5, "misses": 4, "dropped": 0, "reads": 4}
+        assert await kept_answers(worker) == {"entries": 1, "hits": 8, "misses": 1, "dropped": 0, "reads": 1}
 
         # An import forgets every file's rows.
         records = await export_all(worker)
         assert (await worker.request("POST", "/api/import", {"records": records})).status == 200
-        assert await kept_answers(worker) == {"entries": 0, "hits": 5, "misses": 4, "dropped": 1, "reads": 4}
+        assert await kept_answers(worker) == {"entries": 0, "hits": 8, "misses": 1, "dropped": 1, "reads": 1}
 
 
 async def test_a_session_whose_own_memories_crowd_the_kept_rows_is_answered_by_a_read_of_its_own(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The kept rows are a file's newest memories of every session; an asking session that made all
     of them must still hear of an older memory of another session, as a lookup of its own finds it."""
-    monkeypatch.setattr(sqlite, "ROWS_KEPT", 4)  # the newest 4: every one of them "busy"'s
+    monkeypatch.setattr(recall_cache, "ROWS_KEPT", 4)  # the newest 4: every one of them "busy"'s
     async with open_worker(tmp_path / "data", embedder="none", batch_quiet_s=0.05) as worker:
         await store_session(worker, "before", SHOP, "fix the cookie", [
             ("Edit", {"file_path": AUTH, "old_string": "max_age=60", "new_string": "max_age=3600"})])
@@ -167,4 +172,4 @@ async def test_a_session_whose_own_memories_crowd_the_kept_rows_is_answered_by_a
         assert await recalled("someone") == ["busy"]  # the newest, from the kept rows
         assert await recalled("busy") == ["before"]  # past its own rows: read for it alone
         assert await recalled("someone") == ["busy"]
-        assert (await kept_answers(worker))["reads"] == reads + 2  # the kept rows once, then "busy"'s own
+        assert (await kept_answers(worker))["reads"] == reads + 1  # "busy"'s own (the rows were read at the first edit)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -18,10 +19,12 @@ from sessionmem.records import (
     CompressedObservation,
     CompressedSummary,
     ContextStart,
+    FileMemory,
     SearchFilters,
     SessionHead,
 )
 from sessionmem.storage import recall
+from sessionmem.storage.recall_cache import FileRecallCache
 from sessionmem.storage.schema import MIGRATIONS, migrate
 from sessionmem.storage.sqlite import open_sqlite_store, open_writer, read_context_start
 
@@ -455,3 +458,50 @@ def test_file_recall_chooses_from_every_sessions_rows_what_it_reads_for_one_sess
             for limit in (1, 3, 6):
                 wanted = recall.file_memories(connection, "proj", path, exclude_session=session, limit=limit)
                 assert recall.choose_file_memories(every, session, limit) == wanted, (path, session, limit)
+
+
+def test_rows_kept_up_to_date_as_observations_are_stored_are_what_a_fresh_read_gives(tmp_path: Path) -> None:
+    """File recall's kept rows are read once, then joined by each stored observation
+    (``FileRecallCache.stored``, ``recall.recalled_as``: the lookup's SQL rule in Python). On random
+    stores of random files -- paths that end alike, differ in case, name a directory, lie in
+    another project -- they stay exactly what ``file_memory_rows`` reads afresh."""
+    connection = open_writer(tmp_path / "db.sqlite")
+    sessions = {"a": 1, "b": 2, "c": 3}
+    connection.execute("INSERT INTO sessions (id, claude_session_id, project, created_at, updated_at) VALUES "
+                       + ", ".join(f"({n}, '{name}', 'proj', 0, 0)" for name, n in sessions.items()))
+    paths = ["/p/app.py", "/q/app.py", "/p/App.py", "/P/src/app.py", "/p/src/app.py", "/p/src/", "/p/util.py",
+             "/é/app.py", "/É/app.py"]
+    asked = ["/p/app.py", "app.py", "src/app.py", "SRC/app.py", "/p/src/", "src/", "util.py", "/p/App.py",
+             "é/app.py", " /q/app.py "]
+    cache = FileRecallCache(rows_kept=8)  # small: the rows are cut as they grow
+
+    def fresh(path: str) -> list[FileMemory]:
+        return recall.file_memory_rows(connection, "proj", path, exclude_session=None, most=8, lookback=10_000)
+
+    chance = random.Random(11)
+    for n in range(1, 301):
+        if chance.random() < 0.15:
+            path = chance.choice(asked)
+            if cache.get(("proj", path)) is None:
+                cache.put(("proj", path), cache.ticket(), fresh(path))
+            continue
+        session, project = chance.choice(list(sessions)), chance.choice(["proj", "proj", "proj", "other"])
+        observation = CompressedObservation(
+            chance.choice(["discovery", "change", "bugfix"]), f"Title {chance.randint(1, 40)}",
+            files_read=tuple(chance.sample(paths, chance.randint(0, 2))),
+            files_modified=tuple(chance.sample(paths, chance.randint(0, 1))),
+            compressor=chance.choice(["offline", "offline", "anthropic"]))
+        with connection:
+            connection.execute(
+                "INSERT INTO observations (id, session_db_id, project, prompt_number, event_id, tool_name,"
+                " tool_use_id, type, title, files_read, files_modified, compressed, compressor, created_at)"
+                " VALUES (?, ?, ?, 1, ?, 'Edit', ?, ?, ?, ?, ?, 1, ?, ?)",
+                (n, sessions[session], project, n, f"t{n}", observation.type, observation.title,
+                 json.dumps(observation.files_read), json.dumps(observation.files_modified), observation.compressor,
+                 float(n)))
+        cache.stored(session, project, [(n, float(n), observation)])
+    kept = [path for path in asked if cache.get(("proj", path)) is not None]
+    assert len(kept) >= 8
+    for path in kept:
+        assert cache.get(("proj", path)) == fresh(path), path
+    assert any(len(fresh(path)) == 8 for path in kept) and any(len(fresh(path)) < 8 for path in kept)
