@@ -19,21 +19,22 @@ them: under the bench's 64 sessions of one project almost every lookup read SQLi
 (107 hits of 7,016), and file recall cost the closed loop a quarter of its accepts
 (bench/README, "File recall's rows kept for every session").
 
-Freshness: a lookup takes a :meth:`FileRecallCache.ticket` before it reads, and its
-rows are kept only if no store touching the file's name came in between
-(:meth:`FileRecallCache.put`): rows read before a commit and finished after it
-are never kept. The stores are known by name for the newest ``capacity`` names; a ticket
-older than the names forgotten is refused.
+Freshness: a lookup takes a :meth:`FileRecallCache.ticket` before it reads, and what was
+stored after that joins its rows when they are kept (:meth:`FileRecallCache.put`),
+whether the read saw it or not: rows are never kept without a store that committed while
+they were read. The newest ``capacity`` stores are known; rows read before the oldest of
+them (``stores_known``, by default ``capacity``), or before an import, are not kept.
 
 Resource handling:
-    In memory, at most ``capacity`` files' rows (least recently used dropped first).
-    Used from the Trio thread only: no locks.
+    In memory, at most ``capacity`` files' rows (least recently used dropped first) and
+    the newest ``stores_known`` stores. Used from the Trio thread only: no locks.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import msgspec
 
@@ -61,16 +62,28 @@ def _names_of_stored(path: str) -> set[str]:
     return {path.rsplit("/", 1)[-1], file_name(path)}
 
 
+@dataclass(frozen=True)
+class _Store:
+    """Observations stored together, and the names of the files they may be recalled for."""
+
+    sequence: int
+    claude_session_id: str
+    project: str
+    observations: Sequence[tuple[int, float, CompressedObservation]]
+    names: frozenset[str]
+
+
 class FileRecallCache:
-    def __init__(self, capacity: int = CAPACITY, rows_kept: int | None = None) -> None:
-        self._capacity = capacity
+    def __init__(self, capacity: int = CAPACITY, rows_kept: int | None = None, stores_known: int | None = None) -> None:
+        self._capacity = capacity  # files' rows kept, at most
         self.rows_kept = rows_kept or ROWS_KEPT  # at most, for a file
+        self._stores_known = stores_known or capacity
         self._rows: OrderedDict[Key, list[FileMemory]] = OrderedDict()
         self._by_name: dict[str, set[Key]] = {}
-        # When each file name was last touched by a store (a sequence number), for the newest
-        # ``capacity`` names; a ticket older than what was forgotten (``_floor``) is refused.
+        # The newest stores, numbered, for rows read while they committed (see put); a ticket
+        # older than the stores forgotten (``_floor``) is refused.
         self._sequence = self._floor = 0
-        self._touched: OrderedDict[str, int] = OrderedDict()
+        self._log: deque[_Store] = deque()
         self._hits = self._misses = self._dropped = 0
 
     def statistics(self) -> FileRecallCacheStatistics:
@@ -87,13 +100,21 @@ class FileRecallCache:
         return rows
 
     def ticket(self) -> int:
-        """Taken before a lookup's read; :meth:`put` keeps its rows only if still valid."""
+        """Taken before a lookup's read: :meth:`put` joins to its rows what was stored since."""
         return self._sequence
 
     def put(self, key: Key, ticket: int, rows: list[FileMemory]) -> None:
+        """Keep ``rows``, read for ``key`` after :meth:`ticket` gave ``ticket``. What was stored since
+        joins them: the read saw it or not (a row it saw is not joined twice). Rows read before a
+        clear, or before the stores still known, are not kept."""
+        if ticket < self._floor:
+            return
         name = file_name(key[1])
-        if ticket < self._floor or self._touched.get(name, -1) > ticket:
-            return  # a store about this file (or a clear) may have come in between: the rows may be stale
+        for store in reversed(self._log):
+            if store.sequence <= ticket:
+                break
+            if store.project == key[0] and name in store.names:
+                rows = self._joined(key[1], store.claude_session_id, store.observations, rows)
         self._rows[key] = rows
         self._rows.move_to_end(key)
         self._by_name.setdefault(name, set()).add(key)
@@ -106,14 +127,15 @@ class FileRecallCache:
         """Observations of ``claude_session_id`` in ``project`` were committed, with their ids and
         times: each joins the front of the rows kept for every file a lookup of which would find it
         (:func:`~sessionmem.storage.recall.recalled_as`), as a fresh read would have it there."""
-        for name in {name for _, _, observation in observations for path in recallable_files(observation)
-                     for name in _names_of_stored(path)}:
-            self._sequence += 1
-            self._touched[name] = self._sequence
-            self._touched.move_to_end(name)
-            while len(self._touched) > self._capacity:
-                _, sequence = self._touched.popitem(last=False)
-                self._floor = max(self._floor, sequence)
+        names = frozenset(name for _, _, observation in observations for path in recallable_files(observation)
+                          for name in _names_of_stored(path))
+        if not names:
+            return
+        self._sequence += 1
+        self._log.append(_Store(self._sequence, claude_session_id, project, observations, names))
+        if len(self._log) > self._stores_known:
+            self._floor = self._log.popleft().sequence
+        for name in names:
             for key in self._by_name.get(name, ()):
                 if key[0] == project:
                     self._rows[key] = self._joined(key[1], claude_session_id, observations, self._rows[key])
@@ -137,6 +159,7 @@ class FileRecallCache:
         self._dropped += len(self._rows)
         self._rows.clear()
         self._by_name.clear()
+        self._log.clear()
         self._sequence += 1
         self._floor = self._sequence  # every ticket taken before now is void
 

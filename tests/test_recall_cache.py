@@ -53,24 +53,33 @@ def test_a_row_read_after_its_commit_is_not_joined_twice() -> None:
     assert cache.get(key) == read
 
 
-def test_rows_read_while_a_store_about_their_file_committed_are_not_kept() -> None:
+def test_rows_read_while_stores_committed_are_kept_with_what_was_stored() -> None:
     cache = FileRecallCache()
     key = ("shop", AUTH)
     ticket = cache.ticket()  # the lookup starts reading...
-    cache.stored("other", "shop", [(5, 1.0, edit(f"{SHOP}/tests/auth.py"))])  # ...a file of that name is stored
+    cache.stored("other", "shop", [(5, 1.0, edit(f"{SHOP}/tests/auth.py"))])  # ...a file of that name: not this
+    cache.stored("other", "shop", [(6, 2.0, edit(AUTH))])  # this file: the read may not have seen it
+    cache.stored("other", "blog", [(7, 3.0, edit(AUTH))])  # another project's
     cache.put(key, ticket, memory(1))
-    assert cache.get(key) is None
-    cache.put(key, cache.ticket(), memory(2))  # read after that commit: kept
-    assert cache.get(key) == memory(2)
+    assert cache.get(key) == [FileMemory(6, "other", 2.0, "change", "Edited auth.py", "", [], True), *memory(1)]
+    seen = [FileMemory(6, "other", 2.0, "change", "Edited auth.py", "", [], True), *memory(1)]
+    cache.put(("shop", "src/auth.py"), ticket, seen)  # a read that saw it: not joined twice
+    assert cache.get(("shop", "src/auth.py")) == seen
 
 
-def test_a_ticket_older_than_the_stores_it_remembers_is_refused() -> None:
+def test_rows_read_before_the_stores_still_known_or_an_import_are_not_kept() -> None:
     cache = FileRecallCache(capacity=2)
     key = ("shop", AUTH)
     ticket = cache.ticket()
     for number, name in enumerate(("a.py", "b.py", "auth.py", "c.py", "d.py")):  # auth.py's is forgotten by now
         cache.stored("other", "shop", [(number, 1.0, edit(f"{SHOP}/{name}"))])
     cache.put(key, ticket, memory(1))
+    assert cache.get(key) is None
+    cache.put(key, cache.ticket(), memory(2))
+    assert cache.get(key) == memory(2)
+    ticket = cache.ticket()
+    cache.clear()
+    cache.put(key, ticket, memory(3))
     assert cache.get(key) is None
 
 

@@ -462,9 +462,10 @@ def test_file_recall_chooses_from_every_sessions_rows_what_it_reads_for_one_sess
 
 def test_rows_kept_up_to_date_as_observations_are_stored_are_what_a_fresh_read_gives(tmp_path: Path) -> None:
     """File recall's kept rows are read once, then joined by each stored observation
-    (``FileRecallCache.stored``, ``recall.recalled_as``: the lookup's SQL rule in Python). On random
-    stores of random files -- paths that end alike, differ in case, name a directory, lie in
-    another project -- they stay exactly what ``file_memory_rows`` reads afresh."""
+    (``FileRecallCache.stored``, ``recall.recalled_as``: the lookup's SQL rule in Python), those
+    stored while they were read too. On random stores of random files -- paths that end alike,
+    differ in case, name a directory, lie in another project -- they stay exactly what
+    ``file_memory_rows`` reads afresh."""
     connection = open_writer(tmp_path / "db.sqlite")
     sessions = {"a": 1, "b": 2, "c": 3}
     connection.execute("INSERT INTO sessions (id, claude_session_id, project, created_at, updated_at) VALUES "
@@ -473,17 +474,23 @@ def test_rows_kept_up_to_date_as_observations_are_stored_are_what_a_fresh_read_g
              "/é/app.py", "/É/app.py"]
     asked = ["/p/app.py", "app.py", "src/app.py", "SRC/app.py", "/p/src/", "src/", "util.py", "/p/App.py",
              "é/app.py", " /q/app.py "]
-    cache = FileRecallCache(rows_kept=8)  # small: the rows are cut as they grow
+    # Small: the rows are cut as they grow, and files are forgotten and read again.
+    cache = FileRecallCache(capacity=4, rows_kept=8, stores_known=1000)
 
     def fresh(path: str) -> list[FileMemory]:
         return recall.file_memory_rows(connection, "proj", path, exclude_session=None, most=8, lookback=10_000)
 
     chance = random.Random(11)
+    reading: list[tuple[str, int, list[FileMemory]]] = []  # lookups read, not yet kept: stores commit meanwhile
     for n in range(1, 301):
         if chance.random() < 0.15:
             path = chance.choice(asked)
             if cache.get(("proj", path)) is None:
-                cache.put(("proj", path), cache.ticket(), fresh(path))
+                reading.append((path, cache.ticket(), fresh(path)))
+            continue
+        if reading and chance.random() < 0.1:
+            path, ticket, rows = reading.pop(chance.randrange(len(reading)))
+            cache.put(("proj", path), ticket, rows)
             continue
         session, project = chance.choice(list(sessions)), chance.choice(["proj", "proj", "proj", "other"])
         observation = CompressedObservation(
@@ -500,8 +507,10 @@ def test_rows_kept_up_to_date_as_observations_are_stored_are_what_a_fresh_read_g
                  json.dumps(observation.files_read), json.dumps(observation.files_modified), observation.compressor,
                  float(n)))
         cache.stored(session, project, [(n, float(n), observation)])
+    for path, ticket, rows in reading:
+        cache.put(("proj", path), ticket, rows)
     kept = [path for path in asked if cache.get(("proj", path)) is not None]
-    assert len(kept) >= 8
+    assert len(kept) == 4
     for path in kept:
         assert cache.get(("proj", path)) == fresh(path), path
-    assert any(len(fresh(path)) == 8 for path in kept) and any(len(fresh(path)) < 8 for path in kept)
+    assert any(len(fresh(path)) == 8 for path in kept)  # cut as they grew
