@@ -23,7 +23,7 @@ Freshness: a lookup takes a :meth:`FileRecallCache.ticket` before it reads, and 
 stored after that joins its rows when they are kept (:meth:`FileRecallCache.put`),
 whether the read saw it or not: rows are never kept without a store that committed while
 they were read. The newest ``capacity`` stores are known; rows read before the oldest of
-them (``stores_known``, by default ``capacity``), or before an import, are not kept.
+them (:data:`STORES_KNOWN`), or before an import, are not kept.
 
 Resource handling:
     In memory, at most ``capacity`` files' rows (least recently used dropped first) and
@@ -42,6 +42,9 @@ from sessionmem.records import CompressedObservation, FileMemory
 from sessionmem.storage.recall import file_name, recallable_files, recalled_as
 
 CAPACITY = 4096
+# Stores remembered for rows read while they committed: a read takes milliseconds, and under the
+# bench's closed loop about 200 stores commit a second. Each holds its observations (a few KB).
+STORES_KNOWN = 256
 # The rows kept for a file: its newest memories of every session. An asking session whose own
 # memories crowd the others out of them is answered by a read of its own (SQLiteStore.file_memories).
 ROWS_KEPT = 64
@@ -77,7 +80,7 @@ class FileRecallCache:
     def __init__(self, capacity: int = CAPACITY, rows_kept: int | None = None, stores_known: int | None = None) -> None:
         self._capacity = capacity  # files' rows kept, at most
         self.rows_kept = rows_kept or ROWS_KEPT  # at most, for a file
-        self._stores_known = stores_known or capacity
+        self._stores_known = stores_known or STORES_KNOWN
         self._rows: OrderedDict[Key, list[FileMemory]] = OrderedDict()
         self._by_name: dict[str, set[Key]] = {}
         # The newest stores, numbered, for rows read while they committed (see put); a ticket

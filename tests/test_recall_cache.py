@@ -68,7 +68,7 @@ def test_rows_read_while_stores_committed_are_kept_with_what_was_stored() -> Non
 
 
 def test_rows_read_before_the_stores_still_known_or_an_import_are_not_kept() -> None:
-    cache = FileRecallCache(capacity=2)
+    cache = FileRecallCache(stores_known=2)
     key = ("shop", AUTH)
     ticket = cache.ticket()
     for number, name in enumerate(("a.py", "b.py", "auth.py", "c.py", "d.py")):  # auth.py's is forgotten by now
