@@ -454,11 +454,9 @@ def recallable_files(observation: CompressedObservation) -> tuple[str, ...]:
 def recalled_as(asked: str, observation: CompressedObservation) -> bool | None:
     """What :func:`file_memory_rows` says of a stored ``observation`` for a lookup of ``asked``: ``None``
     when it is not among the rows, else whether it modified the file (its ``modified``)."""
-    if file_matches(asked, observation.files_modified):
-        return True
-    if observation.type == "discovery" and observation.compressor == "offline":
+    if not file_matches(asked, recallable_files(observation)):
         return None
-    return False if file_matches(asked, observation.files_read) else None
+    return file_matches(asked, observation.files_modified)
 
 
 def file_memories(connection: apsw.Connection, project: str, path: str, *, exclude_session: str,

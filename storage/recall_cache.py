@@ -22,8 +22,8 @@ them: under the bench's 64 sessions of one project almost every lookup read SQLi
 Freshness: a lookup takes a :meth:`FileRecallCache.ticket` before it reads, and what was
 stored after that joins its rows when they are kept (:meth:`FileRecallCache.put`),
 whether the read saw it or not: rows are never kept without a store that committed while
-they were read. The newest ``capacity`` stores are known; rows read before the oldest of
-them (:data:`STORES_KNOWN`), or before an import, are not kept.
+they were read. The newest :data:`STORES_KNOWN` stores are known; rows read before the
+oldest of them, or before an import, are not kept.
 
 Resource handling:
     In memory, at most ``capacity`` files' rows (least recently used dropped first) and

@@ -616,13 +616,15 @@ class SQLiteStore:
                     [value for row in chunk for value in row],
                 )
                 inserted += connection.changes()
-            if inserted:
-                # The ids of the rows added, for file recall's kept rows: one value, one step.
+            if inserted and any(recall.recallable_files(obs) for _, _, obs in items):
+                # The ids of the rows added, for file recall's kept rows (which a batch of bare
+                # reads never joins): one value, one step.
                 (added,) = connection.execute("SELECT json_group_object(event_id, id) FROM observations WHERE id > ?",
                                               (largest_before,)).fetchone()
                 ids = _event_ids.decode(added)
                 recalled.extend((ids[str(envelope.event_id)], event.occurred_at or now, obs)
                                 for envelope, event, obs in items if str(envelope.event_id) in ids)
+            if inserted:
                 connection.execute(
                     "UPDATE sessions SET"
                     " input_tokens = input_tokens + (SELECT coalesce(sum(input_tokens), 0) FROM observations WHERE id > ?1),"
