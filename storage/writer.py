@@ -20,6 +20,12 @@ own savepoint, so one failing operation does not undo the others (operations mus
 therefore be safe to run twice: they are pure functions of the database state). Under load many HTTP requests
 share one commit -- and so one fsync -- without any caller waiting on a timer.
 
+Writes of one kind can also share their statements (:meth:`GroupCommitWriter.submit_together`):
+consecutive submissions that name the same ``together`` function run as one call of it
+over all their arguments. Each statement gives up the GIL and must take it back from a
+busy Trio thread (bench/README, "Fewer trips through the GIL"), so eight actors' stores
+of observations cost the statements of one, not of eight.
+
 Resource handling:
     The connection is only ever touched from the thread running the current batch,
     serialized by a ``CapacityLimiter(1)``. :meth:`GroupCommitWriter.run` closes the
@@ -51,14 +57,20 @@ BACKGROUND_WEIGHT = 64
 REQUEST_BACKGROUND_WEIGHT = 8
 
 
+# Runs the writes of one kind together: one result for each argument, in their order.
+Together = Callable[[apsw.Connection, list[Any]], list[Any]]
+
+
 class _Operation(Generic[T]):
-    __slots__ = ("fn", "on_commit", "weight", "done", "result", "error")
+    __slots__ = ("fn", "on_commit", "weight", "together", "argument", "done", "result", "error")
 
     def __init__(self, fn: Callable[[apsw.Connection], T], on_commit: Callable[[T], None] | None,
-                 weight: int = 1) -> None:
+                 weight: int = 1, together: Together | None = None, argument: Any = None) -> None:
         self.fn = fn
         self.on_commit = on_commit
         self.weight = weight
+        self.together = together
+        self.argument = argument
         self.done = trio.Event()
         self.result: T | None = None
         self.error: BaseException | None = None
@@ -146,7 +158,24 @@ class GroupCommitWriter:
         A caller cancelled while waiting does not withdraw its operation: once sent it
         will be committed, so an accepted event is never half-written.
         """
-        operation: _Operation[T] = _Operation(fn, on_commit, max(1, weight))
+        return await self._submit(_Operation(fn, on_commit, max(1, weight)), background)
+
+    async def submit_together(self, together: Together, argument: Any, *,
+                              on_commit: Callable[[Any], None] | None = None, background: bool = False,
+                              weight: int = 1) -> Any:
+        """Run ``together(connection, [argument])[0]`` in the next group commit, as :meth:`submit`,
+        and in one call of ``together`` with the arguments of every submission beside it (in
+        the same transaction, one after the other) that names the same function.
+
+        ``together`` must give the same results as called on each argument alone, in turn:
+        when a transaction must be run again one operation at a time (one of them failed),
+        each is.
+        """
+        operation: _Operation[Any] = _Operation(lambda connection: _alone(together, connection, argument),
+                                                on_commit, max(1, weight), together, argument)
+        return await self._submit(operation, background)
+
+    async def _submit(self, operation: _Operation[T], background: bool) -> T:
         send = self._background_send if background else self._send
         if not background:
             self._waiting[operation] = trio.current_time()
@@ -266,26 +295,61 @@ class GroupCommitWriter:
         # connection -- the checkpointer, PRAGMA optimize -- wrote in between.
         connection.execute("BEGIN IMMEDIATE")
         try:
-            for operation in batch:
-                if not isolate:
-                    operation.result = operation.fn(connection)
-                    continue
-                # A savepoint: undo only this operation on failure. (Not APSW's `with
-                # connection`: its clean-up error would hide what really happened.)
-                connection.execute("SAVEPOINT operation")
-                try:
-                    operation.result = operation.fn(connection)
-                except Exception as exc:
-                    operation.error = exc
-                    if connection.get_autocommit():
-                        # SQLite rolled the whole transaction back itself (SQLITE_FULL,
-                        # SQLITE_IOERR): no operation of this batch happened, and going
-                        # on would write the rest outside any transaction.
-                        raise _TransactionLost(exc) from exc
-                    connection.execute("ROLLBACK TO operation")
-                connection.execute("RELEASE operation")
+            if isolate:
+                _run_isolated(connection, batch)
+            else:
+                _run(connection, batch)
             connection.execute("COMMIT")
         except BaseException:
             if not connection.get_autocommit():
                 connection.execute("ROLLBACK")
             raise
+
+
+def _run(connection: apsw.Connection, batch: list[_Operation[Any]]) -> None:
+    """Every operation of ``batch``, those that run together in one call each (the fast path)."""
+    for run in _runs_together(batch):
+        together = run[0].together
+        if together is None or len(run) == 1:
+            run[0].result = run[0].fn(connection)
+            continue
+        results = together(connection, [operation.argument for operation in run])
+        if len(results) != len(run):
+            raise RuntimeError(f"{together.__qualname__} gave {len(results)} results for {len(run)} writes")
+        for operation, result in zip(run, results):
+            operation.result = result
+
+
+def _run_isolated(connection: apsw.Connection, batch: list[_Operation[Any]]) -> None:
+    """Every operation of ``batch`` alone, inside its own savepoint: one that fails is undone, and
+    only it (its error is its own)."""
+    for operation in batch:
+        # Not APSW's `with connection`: its clean-up error would hide what really happened.
+        connection.execute("SAVEPOINT operation")
+        try:
+            operation.result = operation.fn(connection)
+        except Exception as exc:
+            operation.error = exc
+            if connection.get_autocommit():
+                # SQLite rolled the whole transaction back itself (SQLITE_FULL,
+                # SQLITE_IOERR): no operation of this batch happened, and going
+                # on would write the rest outside any transaction.
+                raise _TransactionLost(exc) from exc
+            connection.execute("ROLLBACK TO operation")
+        connection.execute("RELEASE operation")
+
+
+def _alone(together: Together, connection: apsw.Connection, argument: Any) -> Any:
+    (result,) = together(connection, [argument])
+    return result
+
+
+def _runs_together(batch: list[_Operation[Any]]) -> list[list[_Operation[Any]]]:
+    """``batch`` cut into runs: consecutive operations of one ``together`` function, each other operation alone."""
+    runs: list[list[_Operation[Any]]] = []
+    for operation in batch:
+        if runs and operation.together is not None and runs[-1][0].together is operation.together:
+            runs[-1].append(operation)
+        else:
+            runs.append([operation])
+    return runs

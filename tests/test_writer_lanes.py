@@ -3,6 +3,7 @@ transaction, every submission of a lane in order, and everything queued committe
 
 from __future__ import annotations
 
+import json
 import threading
 from functools import partial
 from pathlib import Path
@@ -95,3 +96,86 @@ async def test_closing_commits_both_lanes_then_refuses(tmp_path: Path) -> None:
         pass
     else:
         raise AssertionError("a submission after close was taken")
+
+
+async def test_writes_of_one_kind_beside_each_other_run_as_one_call(tmp_path: Path) -> None:
+    """``submit_together``: consecutive writes naming one function share its call (and its
+    statements); any other write between them starts a new run; each caller gets its own result."""
+    connection = apsw.Connection(str(tmp_path / "writer.db"))
+    connection.execute("CREATE TABLE done (name TEXT)")
+    writer = RecordingWriter(connection)
+    calls: list[list[str]] = []
+    committed: list[str] = []
+
+    def insert_all(connection: apsw.Connection, names: list[str]) -> list[str]:
+        calls.append(names)
+        connection.execute("INSERT INTO done (name) SELECT value FROM json_each(?)", (json.dumps(names),))
+        return [name.upper() for name in names]
+
+    results: dict[str, str] = {}
+
+    async def together(name: str) -> None:
+        results[name] = await writer.submit_together(insert_all, name, on_commit=committed.append, background=True)
+
+    gate = threading.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        nursery.start_soon(writer.submit, lambda connection: gate.wait(10))
+        await wait_all_tasks_blocked()
+        for name in ("a", "b", "c"):
+            nursery.start_soon(together, name)
+            await wait_all_tasks_blocked()
+        nursery.start_soon(partial(writer.submit, named(writer, "plain"), background=True))
+        await wait_all_tasks_blocked()
+        for name in ("d", "e"):
+            nursery.start_soon(together, name)
+            await wait_all_tasks_blocked()
+        gate.set()
+        while len(results) < 5:
+            await trio.sleep(0.01)
+        writer.close()
+    assert len(writer.transactions) == 2  # the gate's, then everything queued behind it
+    assert calls == [["a", "b", "c"], ["d", "e"]]
+    assert results == {"a": "A", "b": "B", "c": "C", "d": "D", "e": "E"}
+    assert committed == ["A", "B", "C", "D", "E"]
+    assert [name for (name,) in connection.execute("SELECT name FROM done")] == ["a", "b", "c", "plain", "d", "e"]
+
+
+async def test_a_write_that_fails_run_together_fails_alone(tmp_path: Path) -> None:
+    """A run that raises is rolled back with its transaction, and every write is run again by
+    itself: the one at fault gets its error, the others are committed."""
+    connection = apsw.Connection(str(tmp_path / "writer.db"))
+    connection.execute("CREATE TABLE done (name TEXT UNIQUE)")
+    connection.execute("INSERT INTO done (name) VALUES ('taken')")
+    writer = RecordingWriter(connection)
+    calls: list[list[str]] = []
+
+    def insert_each(connection: apsw.Connection, names: list[str]) -> list[str]:
+        calls.append(names)
+        for name in names:
+            connection.execute("INSERT INTO done (name) VALUES (?)", (name,))
+        return names
+
+    outcomes: dict[str, object] = {}
+
+    async def together(name: str) -> None:
+        try:
+            outcomes[name] = await writer.submit_together(insert_each, name, background=True)
+        except apsw.ConstraintError as exc:
+            outcomes[name] = exc
+
+    gate = threading.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        nursery.start_soon(writer.submit, lambda connection: gate.wait(10))
+        await wait_all_tasks_blocked()
+        for name in ("a", "taken", "b"):
+            nursery.start_soon(together, name)
+            await wait_all_tasks_blocked()
+        gate.set()
+        while len(outcomes) < 3:
+            await trio.sleep(0.01)
+        writer.close()
+    assert calls == [["a", "taken", "b"], ["a"], ["taken"], ["b"]]
+    assert outcomes["a"] == "a" and outcomes["b"] == "b" and isinstance(outcomes["taken"], apsw.ConstraintError)
+    assert sorted(name for (name,) in connection.execute("SELECT name FROM done")) == ["a", "b", "taken"]
