@@ -9,6 +9,11 @@ with the process otherwise idle and with a thread that never waits (pure Python,
 Trio thread under load), at CPython's default switch interval and at the worker's. The
 busy thread's own progress is measured too: what the shorter interval costs it.
 
+Under load the writer's transactions carry many writes: ``accept_burst`` times
+``BURST_ACCEPTS`` accepts made at once (of ``BURST_SESSIONS`` sessions), ``store_burst``
+``BURST_STORES`` stores of ``BURST_ROWS`` observations made at once (one a session, as
+session actors make them): each burst to its last commit.
+
     .venv/bin/python bench/gil_trips.py [--out FILE.json]
 """
 
@@ -20,6 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +44,11 @@ CPYTHON_DEFAULT_S = 0.005
 ACCEPTS = 60
 STORES = 12
 ROWS = 64
+BURSTS = 12
+BURST_ACCEPTS = 20
+BURST_SESSIONS = 8
+BURST_STORES = 8
+BURST_ROWS = 8
 
 
 class BusyThread(BackgroundThread):
@@ -59,10 +70,10 @@ class Events:
     def __init__(self) -> None:
         self.count = 0
 
-    def next(self) -> ObservationEvent:
+    def next(self, session: str = "gil") -> ObservationEvent:
         self.count += 1
         n = self.count
-        return ObservationEvent(claude_session_id="gil", project="bench-gil", tool_name="Read", tool_use_id=f"t{n}",
+        return ObservationEvent(claude_session_id=session, project="bench-gil", tool_name="Read", tool_use_id=f"t{n}",
                                 tool_input={"file_path": f"/repo/src/f{n}.py"}, tool_response="x" * 200, key=f"k{n}")
 
 
@@ -92,6 +103,48 @@ async def _batches(store: SQLiteStore, events: Events) -> list[list[Any]]:
     return batches
 
 
+async def _at_once(jobs: list[Any]) -> float:
+    """Milliseconds from starting every job of ``jobs`` at once to the last one's end."""
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for job in jobs:
+            nursery.start_soon(job)
+    return (time.perf_counter() - started) * 1000
+
+
+async def _accept_bursts(store: SQLiteStore, events: Events) -> list[float]:
+    took = []
+    for _ in range(BURSTS):
+        took.append(await _at_once([partial(store.accept_event, events.next(f"gil-{n % BURST_SESSIONS}"), lambda _: None)
+                                    for n in range(BURST_ACCEPTS)]))
+        await trio.sleep(0.002)
+    return took
+
+
+async def _store_bursts(store: SQLiteStore, events: Events) -> list[float]:
+    """Each burst: ``BURST_STORES`` sessions' stores of ``BURST_ROWS`` observations, made at once."""
+    sessions = []
+    for n in range(BURST_STORES):
+        await store.accept_event(events.next(f"gil-{n}"), lambda _: None)
+        session = await store.session_info(f"gil-{n}")
+        assert session is not None
+        sessions.append(session)
+    bursts = []
+    for _ in range(BURSTS):
+        burst = []
+        for session in sessions:
+            items = []
+            for _ in range(BURST_ROWS):
+                accepted = await store.accept_event(events.next(session.claude_session_id), lambda _: None)
+                n = accepted.envelope.event_id
+                items.append((accepted.envelope, accepted.envelope.event, CompressedObservation(
+                    "discovery", f"Read f{n}.py", "src", ("a fact",), "what the read showed", ("gil",),
+                    (f"/repo/src/f{n}.py",), (), input_tokens=3)))
+            burst.append(partial(store.store_observations, session, items))
+        bursts.append(burst)
+    return [await _at_once(burst) for burst in bursts]
+
+
 async def _stores(store: SQLiteStore, batches: list[list[Any]]) -> list[float]:
     session = await store.session_info("gil")
     assert session is not None
@@ -116,13 +169,18 @@ async def measure(interval_s: float) -> dict[str, Any]:
             events = Events()
             idle_batches, busy_batches = await _batches(store, events), await _batches(store, events)
             result["idle"] = {"accept": _figures(await _accepts(store, events)),
-                              "store_64": _figures(await _stores(store, idle_batches))}
+                              "store_64": _figures(await _stores(store, idle_batches)),
+                              "accept_burst": _figures(await _accept_bursts(store, events)),
+                              "store_burst": _figures(await _store_bursts(store, events))}
             with BusyThread() as busy:
                 started = time.perf_counter()
                 accepts = await _accepts(store, events)
                 stores = await _stores(store, busy_batches)
+                accept_bursts = await _accept_bursts(store, events)
+                store_bursts = await _store_bursts(store, events)
                 loops_per_s = busy.loops / (time.perf_counter() - started)
             result["busy"] = {"accept": _figures(accepts), "store_64": _figures(stores),
+                              "accept_burst": _figures(accept_bursts), "store_burst": _figures(store_bursts),
                               "busy_thread_loops_per_s": round(loops_per_s)}
     return result
 
@@ -136,8 +194,11 @@ def main(argv: list[str] | None = None) -> int:
         idle, busy = result["idle"], result["busy"]
         print(f"switch interval {result['switch_interval_ms']:.1f} ms: "
               f"accept {idle['accept']['p50_ms']} ms idle, {busy['accept']['p50_ms']} ms busy; "
-              f"store of {ROWS} {idle['store_64']['p50_ms']} ms idle, {busy['store_64']['p50_ms']} ms busy "
-              f"(medians); busy thread {busy['busy_thread_loops_per_s']:,} loops/s")
+              f"store of {ROWS} {idle['store_64']['p50_ms']} ms idle, {busy['store_64']['p50_ms']} ms busy; "
+              f"{BURST_ACCEPTS} accepts at once {idle['accept_burst']['p50_ms']} / {busy['accept_burst']['p50_ms']} ms; "
+              f"{BURST_STORES} stores of {BURST_ROWS} at once {idle['store_burst']['p50_ms']} / "
+              f"{busy['store_burst']['p50_ms']} ms (idle / busy, medians); "
+              f"busy thread {busy['busy_thread_loops_per_s']:,} loops/s")
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))
     return 0

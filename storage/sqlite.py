@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import apsw
 import apsw.bestpractice
@@ -302,6 +302,16 @@ def _touch_session(connection: apsw.Connection, session_db_id: int, when: float)
                        " WHERE id = ?2", (when, session_db_id))
 
 
+def _touch_sessions(connection: apsw.Connection, spans: dict[int, tuple[float, float]]) -> None:
+    """:func:`_touch_session` for each session row of ``spans``, at the first then the second of its two
+    times, in one statement."""
+    connection.execute(
+        "UPDATE sessions SET created_at = min(created_at, span.value ->> 0), updated_at = max(updated_at, span.value ->> 1)"
+        " FROM json_each(?) AS span WHERE sessions.id = CAST(span.key AS INTEGER)",
+        (_to_json({str(session): span for session, span in spans.items()}),),
+    )
+
+
 def _journal(connection: apsw.Connection, event: Any, status: str, now: float) -> Envelope:
     connection.execute(
         "INSERT INTO journal (claude_session_id, kind, status, accepted_at, processed_at, idempotency_key)"
@@ -396,12 +406,145 @@ def _accept_event(connection: apsw.Connection, event: ObservationEvent | Summari
     return Accepted(envelope, session_db_id, counter, parked)
 
 
+_AcceptedEvent = ObservationEvent | SummarizeEvent | CompleteEvent
+_sessions_found = msgspec.json.Decoder(dict[str, tuple[int, int, str]])
+_keys_found = msgspec.json.Decoder(list[str])
+
+
+def _accept_events(connection: apsw.Connection, events: list[_AcceptedEvent]) -> list[Accepted]:
+    """:func:`_accept_event` of each of ``events`` in turn, in three statements whatever their number.
+
+    Each statement gives up the GIL and takes it back from a busy Trio thread (bench/README,
+    "Fewer trips through the GIL"); a transaction of twenty accepts made eighty. One read
+    answers, in one value each, the largest journal id, the sessions of ``events`` and
+    which of their idempotency keys are journaled; then one insert of journal rows (with
+    the ids SQLite would give them, the next ones in order) and one of their payloads.
+    Events that need more -- a key seen before (a duplicate, or a key reused), a session
+    not yet known -- are accepted one by one, as :func:`_accept_event` does.
+    """
+    now = time.time()
+    keys = [event.key for event in events if event.key]
+    largest, sessions_json, keys_json = connection.execute(
+        "SELECT (SELECT coalesce(max(id), 0) FROM journal),"
+        " (SELECT json_group_object(claude_session_id, json_array(id, prompt_counter, status)) FROM sessions"
+        "  WHERE claude_session_id IN (SELECT value FROM json_each(?1))),"
+        " (SELECT json_group_array(idempotency_key) FROM journal WHERE idempotency_key IN (SELECT value FROM json_each(?2)))",
+        (_to_json(list({event.claude_session_id for event in events})), _to_json(keys)),
+    ).fetchone()
+    sessions = _sessions_found.decode(sessions_json)
+    if _keys_found.decode(keys_json) or len(set(keys)) < len(keys) \
+            or any(event.claude_session_id not in sessions for event in events):
+        return [_accept_event(connection, event) for event in events]
+    accepted: list[Accepted] = []
+    for event_id, event in enumerate(events, largest + 1):
+        session_db_id, counter, status = sessions[event.claude_session_id]
+        if not isinstance(event, CompleteEvent):
+            event = msgspec.structs.replace(event, prompt_number=counter)
+        parked = status == "failed"
+        accepted.append(Accepted(Envelope(event_id, event), session_db_id, counter, parked))
+    connection.execute(
+        "INSERT INTO journal (id, claude_session_id, kind, status, accepted_at, idempotency_key) VALUES "
+        + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(accepted)),
+        [value for one in accepted for value in (
+            one.envelope.event_id, one.envelope.event.claude_session_id, event_kind(one.envelope.event),
+            "parked" if one.parked else "pending", now, one.envelope.event.key or None)],
+    )
+    connection.execute(
+        "INSERT INTO journal_payloads (id, payload) VALUES " + ", ".join(["(?, ?)"] * len(accepted)),
+        [value for one in accepted for value in (one.envelope.event_id, encode_event(one.envelope.event))],
+    )
+    return accepted
+
+
 def _mark_done(connection: apsw.Connection, event_ids: Sequence[int], now: float) -> None:
     # One statement, not one an id: each would be a trip through the GIL (see store_observations).
     connection.execute(
         "UPDATE journal SET status = 'done', processed_at = ? WHERE id IN (SELECT value FROM json_each(?))",
         (now, _to_json(list(event_ids))),
     )
+
+
+class _Stored(NamedTuple):
+    """What one store of observations added: how many rows, and (id, created_at, observation)
+    of those file recall keeps."""
+
+    inserted: int
+    recalled: list[tuple[int, float, CompressedObservation]]
+
+
+_StoreArgument = tuple[SessionInfo, Sequence[tuple[Envelope, ObservationEvent, CompressedObservation]]]
+
+
+def _store_observations(connection: apsw.Connection, stores: list[_StoreArgument]) -> list[_Stored]:
+    """The observations of ``stores`` (each a session and its items), in as few statements as one store has.
+
+    One statement for every row: FTS5 writes what a statement added to its index as a
+    segment of its own at the next statement's savepoint, so a statement per row made a
+    segment per observation, and merging them grew into most of the writer's work as the
+    index grew (bench/README, "The open loop's tail"). And few statements whatever the
+    number of stores: each statement, and each row SQLite hands back, gives up the GIL
+    and waits to take it back from a busy Trio thread (up to the interpreter's switch
+    interval; bench/README, "Fewer trips through the GIL"). The rows inserted, not those
+    ignored as already stored, are those above the largest id before; they are read back
+    (one value, one step) only when a store's count cannot be known otherwise, or file
+    recall keeps some of them.
+    """
+    now = time.time()
+    items = [item for _, store_items in stores for item in store_items]
+    rows = [
+        (
+            session.session_db_id, session.project, event.prompt_number, envelope.event_id, event.tool_name,
+            event.tool_use_id or f"event-{envelope.event_id}", event.agent_id or None,
+            event.agent_type or None, int(event.failed), obs.type, obs.title, obs.subtitle,
+            _to_json(obs.facts), obs.narrative, _to_json(obs.concepts), _to_json(obs.files_read),
+            _to_json(obs.files_modified), int(obs.compressed), obs.compressor, obs.model or None,
+            obs.input_tokens, obs.output_tokens, event.occurred_at or now, now,
+        )
+        for session, store_items in stores for envelope, event, obs in store_items
+    ]
+    (largest_before,) = connection.execute("SELECT coalesce(max(id), 0) FROM observations").fetchone()
+    inserted = 0
+    for start in range(0, len(rows), ROWS_PER_STATEMENT):
+        chunk = rows[start : start + ROWS_PER_STATEMENT]
+        connection.execute(
+            "INSERT OR IGNORE INTO observations (session_db_id, project, prompt_number, event_id, tool_name,"
+            " tool_use_id, agent_id, agent_type, failed, type, title, subtitle, facts, narrative, concepts,"
+            " files_read, files_modified, compressed, compressor, model, input_tokens, output_tokens,"
+            " created_at, stored_at) VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk)),
+            [value for row in chunk for value in row],
+        )
+        inserted += connection.changes()
+    recallable = any(recall.recallable_files(obs) for _, _, obs in items)
+    if inserted in (0, len(rows)) and not recallable:
+        results = [_Stored(len(store_items) if inserted else 0, []) for _, store_items in stores]
+    else:  # which rows were added (the ids of a replay's rows already stored are not above the largest)
+        (added,) = connection.execute("SELECT json_group_object(event_id, id) FROM observations WHERE id > ?",
+                                      (largest_before,)).fetchone()
+        ids = _event_ids.decode(added)
+        results = []
+        for _, store_items in stores:  # a row added is the first store's to hold its event (the later were ignored)
+            added_here = [(ids.pop(key), event.occurred_at or now, obs) for envelope, event, obs in store_items
+                          if (key := str(envelope.event_id)) in ids]
+            results.append(_Stored(len(added_here), added_here if recallable else []))
+    if inserted and any(obs.input_tokens or obs.output_tokens for _, _, obs in items):
+        connection.execute(
+            "UPDATE sessions SET input_tokens = input_tokens + added.input, output_tokens = output_tokens + added.output"
+            " FROM (SELECT session_db_id, sum(input_tokens) AS input, sum(output_tokens) AS output FROM observations"
+            "       WHERE id > ? GROUP BY session_db_id) AS added"
+            " WHERE sessions.id = added.session_db_id",
+            (largest_before,),
+        )
+    # A store touches its session at the time of its latest event: a session's stores here, at the
+    # earliest and the latest of those.
+    spans: dict[int, tuple[float, float]] = {}
+    for session, store_items in stores:
+        when = max(event.occurred_at or now for _, event, _ in store_items)
+        earliest, latest = spans.get(session.session_db_id, (when, when))
+        spans[session.session_db_id] = (min(earliest, when), max(latest, when))
+    _touch_sessions(connection, spans)
+    _mark_done(connection, [envelope.event_id for envelope, _, _ in items], now)
+    return results
 
 
 PARKED_SESSIONS_LISTED = 20
@@ -484,11 +627,25 @@ class SQLiteStore:
                      weight: int = 1) -> Any:
         """``fn(connection, *args)`` in a group commit; ``background`` and ``weight`` as
         :meth:`GroupCommitWriter.submit` has them (what actors store is background work)."""
+        with self._taking_writes() as writer:
+            return await writer.submit(lambda connection: fn(connection, *args), on_commit=on_commit,
+                                       background=background, weight=weight)
+
+    async def _write_together(self, together: Any, argument: Any, *, on_commit: Any = None, background: bool = False,
+                              weight: int = 1) -> Any:
+        """``together(connection, [argument])[0]`` in a group commit, in one call with the writes of
+        its kind beside it (:meth:`GroupCommitWriter.submit_together`)."""
+        with self._taking_writes() as writer:
+            return await writer.submit_together(together, argument, on_commit=on_commit, background=background,
+                                                weight=weight)
+
+    @contextmanager
+    def _taking_writes(self) -> Iterator[GroupCommitWriter]:
+        """The writer; a database that cannot take writes (disk full, read-only) raised as :class:`StorageUnavailable`."""
         if self._writer is None:
             raise RuntimeError("store is not open")
         try:
-            return await self._writer.submit(lambda connection: fn(connection, *args), on_commit=on_commit,
-                                             background=background, weight=weight)
+            yield self._writer
         except UNAVAILABLE as exc:
             raise StorageUnavailable(f"the database cannot take writes: {exc}") from exc
 
@@ -508,7 +665,7 @@ class SQLiteStore:
             if not accepted.parked and not accepted.duplicate:
                 on_commit(accepted.envelope)
 
-        return await self._write(_accept_event, event, on_commit=deliver)
+        return await self._write_together(_accept_events, event, on_commit=deliver)
 
     async def pending_events(self) -> list[Envelope]:
         def query(connection: apsw.Connection) -> list[Envelope]:
@@ -579,67 +736,13 @@ class SQLiteStore:
     ) -> int:
         if not items:
             return 0
-        recalled: list[tuple[int, float, CompressedObservation]] = []  # (id, created_at, observation) of rows added
 
-        def store(connection: apsw.Connection) -> int:
-            now = time.time()
-            recalled.clear()  # (the writer may run an operation twice: the last run is the one committed)
-            rows = [
-                (
-                    session.session_db_id, session.project, event.prompt_number, envelope.event_id, event.tool_name,
-                    event.tool_use_id or f"event-{envelope.event_id}", event.agent_id or None,
-                    event.agent_type or None, int(event.failed), obs.type, obs.title, obs.subtitle,
-                    _to_json(obs.facts), obs.narrative, _to_json(obs.concepts), _to_json(obs.files_read),
-                    _to_json(obs.files_modified), int(obs.compressed), obs.compressor, obs.model or None,
-                    obs.input_tokens, obs.output_tokens, event.occurred_at or now, now,
-                )
-                for envelope, event, obs in items
-            ]
-            # One statement for every row: FTS5 writes what a statement added to its index as a
-            # segment of its own at the next statement's savepoint, so a statement per row made a
-            # segment per observation, and merging them grew into most of the writer's work as
-            # the index grew (bench/README, "The open loop's tail"). No RETURNING, and no row
-            # read back: every row SQLite hands back is a step, and every step gives up the GIL
-            # and waits to take it back from a busy Trio thread (up to the interpreter's switch
-            # interval; bench/README, "Fewer trips through the GIL"). The rows inserted, not those ignored as
-            # already stored, are those above the largest id before.
-            (largest_before,) = connection.execute("SELECT coalesce(max(id), 0) FROM observations").fetchone()
-            inserted = 0
-            for start in range(0, len(rows), ROWS_PER_STATEMENT):
-                chunk = rows[start : start + ROWS_PER_STATEMENT]
-                connection.execute(
-                    "INSERT OR IGNORE INTO observations (session_db_id, project, prompt_number, event_id, tool_name,"
-                    " tool_use_id, agent_id, agent_type, failed, type, title, subtitle, facts, narrative, concepts,"
-                    " files_read, files_modified, compressed, compressor, model, input_tokens, output_tokens,"
-                    " created_at, stored_at) VALUES "
-                    + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk)),
-                    [value for row in chunk for value in row],
-                )
-                inserted += connection.changes()
-            if inserted and any(recall.recallable_files(obs) for _, _, obs in items):
-                # The ids of the rows added, for file recall's kept rows (which a batch of bare
-                # reads never joins): one value, one step.
-                (added,) = connection.execute("SELECT json_group_object(event_id, id) FROM observations WHERE id > ?",
-                                              (largest_before,)).fetchone()
-                ids = _event_ids.decode(added)
-                recalled.extend((ids[str(envelope.event_id)], event.occurred_at or now, obs)
-                                for envelope, event, obs in items if str(envelope.event_id) in ids)
-            if inserted:
-                connection.execute(
-                    "UPDATE sessions SET"
-                    " input_tokens = input_tokens + (SELECT coalesce(sum(input_tokens), 0) FROM observations WHERE id > ?1),"
-                    " output_tokens = output_tokens + (SELECT coalesce(sum(output_tokens), 0) FROM observations WHERE id > ?1)"
-                    " WHERE id = ?2",
-                    (largest_before, session.session_db_id),
-                )
-            _touch_session(connection, session.session_db_id, max(event.occurred_at or now for _, event, _ in items))
-            _mark_done(connection, [envelope.event_id for envelope, _, _ in items], now)
-            return inserted
+        def stored(result: _Stored) -> None:
+            self._file_recall.stored(session.claude_session_id, session.project, result.recalled)
 
-        def stored(_: int) -> None:
-            self._file_recall.stored(session.claude_session_id, session.project, recalled)
-
-        return await self._write(store, background=True, weight=len(items), on_commit=stored)
+        result = await self._write_together(_store_observations, (session, items), on_commit=stored, background=True,
+                                            weight=len(items))
+        return result.inserted
 
     async def store_summary(self, session: SessionInfo, envelope: Envelope, summary: CompressedSummary) -> bool:
         event = envelope.event
@@ -799,12 +902,8 @@ class SQLiteStore:
 
     async def reclaim_space(self, *, full: bool = False) -> None:
         """Give freed pages back to the file system: incrementally, or by a full VACUUM (``full``)."""
-        if self._writer is None:
-            raise RuntimeError("store is not open")
-        try:
-            await self._writer.run_alone(retention.vacuum if full else retention.reclaim)
-        except UNAVAILABLE as exc:
-            raise StorageUnavailable(f"the database cannot take writes: {exc}") from exc
+        with self._taking_writes() as writer:
+            await writer.run_alone(retention.vacuum if full else retention.reclaim)
 
     async def storage_report(self) -> retention.StorageReport:
         return await self._readers.run(partial(retention.report, path=self.path))

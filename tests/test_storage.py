@@ -22,8 +22,10 @@ from sessionmem.records import (
     FileMemory,
     SearchFilters,
     SessionHead,
+    SessionInfo,
 )
 from sessionmem.storage import recall
+from sessionmem.storage import sqlite as sqlite_store
 from sessionmem.storage.recall_cache import FileRecallCache
 from sessionmem.storage.schema import MIGRATIONS, migrate
 from sessionmem.storage.sqlite import open_sqlite_store, open_writer, read_context_start
@@ -514,3 +516,122 @@ def test_rows_kept_up_to_date_as_observations_are_stored_are_what_a_fresh_read_g
     for path in kept:
         assert cache.get(("proj", path)) == fresh(path), path
     assert any(len(fresh(path)) == 8 for path in kept)  # cut as they grew
+
+
+def test_stores_of_observations_run_together_leave_what_each_run_alone_leaves(tmp_path: Path) -> None:
+    """The writer runs beside each other stores of several sessions as one (``_store_observations``
+    of them all: the statements of one store). On random stores -- sessions that repeat, rows
+    already stored, a store made twice, tokens or none, files recall keeps or not -- the database and each store's
+    result are the same as each store run alone, in turn."""
+    chance = random.Random(5)
+    sessions = [SessionInfo(n, f"s{n}", "proj", "active", 1, "") for n in (1, 2, 3)]
+    for trial in range(25):
+        together, alone = (open_writer(tmp_path / f"{trial}-{name}.sqlite") for name in ("together", "alone"))
+        stores = []
+        for connection in (together, alone):
+            connection.execute("INSERT INTO sessions (id, claude_session_id, project, created_at, updated_at) VALUES "
+                               + ", ".join(f"({s.session_db_id}, '{s.claude_session_id}', 'proj', 500, 500)"
+                                           for s in sessions))
+            connection.execute("INSERT INTO journal (id, claude_session_id, kind, accepted_at) VALUES "
+                               + ", ".join(f"({n}, 's1', 'observation', 0)" for n in range(1, 41)))
+        event_ids = chance.sample(range(1, 41), 30)
+        for _ in range(chance.randint(1, 5)):
+            session = chance.choice(sessions)
+            items = []
+            for _ in range(chance.randint(1, 6)):
+                event_id = event_ids.pop()
+                path = chance.choice(["/p/a.py", "/p/b.py"])
+                event = ObservationEvent(claude_session_id=session.claude_session_id, project="proj",
+                                         tool_name=chance.choice(["Read", "Edit"]), tool_use_id=f"t{event_id}",
+                                         occurred_at=chance.uniform(0, 1000))
+                observation = CompressedObservation(
+                    "discovery", f"t {event_id}", files_read=(path,) if chance.random() < 0.5 else (),
+                    input_tokens=chance.choice([0, 0, 7]), output_tokens=chance.choice([0, 3]))
+                items.append((Envelope(event_id, event), event, observation))
+            if stores and chance.random() < 0.3:  # a store of the same events again beside the first (a replay)
+                session, items = chance.choice(stores)
+            stores.append((session, items))
+        stored_before = [item for _, items in stores for item in items if chance.random() < 0.2]
+        for connection in (together, alone):
+            with connection:
+                sqlite_store._store_observations(connection, [(sessions[0], stored_before)] if stored_before else [])
+        with together:
+            results = sqlite_store._store_observations(together, stores)
+        each = []
+        for store in stores:
+            with alone:
+                each += sqlite_store._store_observations(alone, [store])
+        assert results == each, trial
+        for table, columns in (("observations", "*"), ("sessions", "id, input_tokens, output_tokens, created_at,"
+                                                                     " updated_at"), ("journal", "id, status")):
+            dumps = [connection.execute(f"SELECT {columns} FROM {table} ORDER BY 1").fetchall()
+                     for connection in (together, alone)]
+            if table == "observations":  # stored_at is the time of the store
+                dumps = [[row[:-1] for row in dump] for dump in dumps]
+            assert dumps[0] == dumps[1], (trial, table)
+        together.close()
+        alone.close()
+
+
+def _result_or_error(connection: apsw.Connection, run: Callable[..., T], *args: object) -> T | str:
+    """``run(*args)``, or the name of the error it raised, its writes then undone (as the writer
+    would: it runs each write of a failed transaction alone, and only the one at fault fails)."""
+    connection.execute("SAVEPOINT trial")
+    try:
+        return run(*args)
+    except Exception as exc:
+        connection.execute("ROLLBACK TO trial")
+        return type(exc).__name__
+    finally:
+        connection.execute("RELEASE trial")
+
+
+def _accept_each(connection: apsw.Connection, events: list[ObservationEvent | SummarizeEvent | CompleteEvent],
+                 ) -> list[object]:
+    return [sqlite_store._accept_event(connection, event) for event in events]
+
+
+def test_accepts_run_together_leave_what_each_run_alone_leaves(tmp_path: Path) -> None:
+    """Accepts beside each other in a transaction run as one (``_accept_events``: three statements).
+    On random events -- of every kind, of sessions known, failed or never seen, with keys new,
+    repeated in the batch or journaled before (a duplicate, or a key reused) -- each result, or
+    error, and the journal are the same as each event accepted alone, in turn."""
+    chance = random.Random(3)
+    fast = 0
+    for trial in range(40):
+        together, alone = (open_writer(tmp_path / f"{trial}-{name}.sqlite") for name in ("together", "alone"))
+        for connection in (together, alone):
+            connection.execute("INSERT INTO sessions (id, claude_session_id, project, status, prompt_counter, created_at,"
+                               " updated_at) VALUES (1, 's1', 'proj', 'active', 2, 0, 0), (2, 's2', 'proj', 'failed', 1, 0, 0)")
+            with connection:
+                sqlite_store._accept_event(connection, ObservationEvent(claude_session_id="s1", project="proj",
+                                                                       tool_name="Read", key="old"))
+        events: list[ObservationEvent | SummarizeEvent | CompleteEvent] = []
+        unknown_session = chance.random() < 0.2
+        for n in range(chance.randint(1, 8)):
+            session = chance.choice(["s1", "s2", "s3"] if unknown_session else ["s1", "s2"])
+            key = chance.choice([f"k{trial}-{n}"] * 6 + [f"k{trial}-0", "old", ""])
+            kind = chance.choice(["observation", "observation", "summarize", "complete"])
+            if kind == "observation":
+                events.append(ObservationEvent(claude_session_id=session, project="proj", tool_name="Read",
+                                               tool_use_id=f"t{n}", key=key, occurred_at=float(n)))
+            elif kind == "summarize":
+                events.append(SummarizeEvent(claude_session_id=session, project="proj", key=key))
+            else:
+                events.append(CompleteEvent(claude_session_id=session, project="proj", key=key))
+
+        with together:
+            got = _result_or_error(together, sqlite_store._accept_events, together, events)
+        with alone:
+            wanted = _result_or_error(alone, _accept_each, alone, events)
+        assert got == wanted, trial
+        for table, columns in (("journal", "id, claude_session_id, kind, status, processed_at, idempotency_key"),
+                               ("journal_payloads", "*"), ("sessions", "id, claude_session_id, status, prompt_counter")):
+            dumps = [connection.execute(f"SELECT {columns} FROM {table} ORDER BY 1").fetchall()
+                     for connection in (together, alone)]
+            assert dumps[0] == dumps[1], (trial, table)
+        keys = [event.key for event in events if event.key]
+        fast += not unknown_session and len(set(keys)) == len(keys) and "old" not in keys
+        together.close()
+        alone.close()
+    assert fast >= 10  # the three statements were tried, not only the one by one path
