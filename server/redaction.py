@@ -416,7 +416,8 @@ class Redactor:
         one scan first: it holds every trigger word that any string or key holds (no
         trigger holds a character JSON escapes), so a string holding none of the words
         found there, and no cut, is left alone without a scan of its own -- unless
-        ``redact_patterns`` are set, which can match anything.
+        ``redact_patterns`` are set, which can match anything. (Nor is one holding only
+        a ``--`` when no keyword is found: a flag is redacted only after a keyword.)
         """
         if not self.enabled or value is None or isinstance(value, (bool, int, float)):
             return value
@@ -425,10 +426,14 @@ class Redactor:
         self.load()
         assert self._patterns is not None
         triggers = self._patterns.triggers
-        words = {triggers.words[word] for word, _, _ in triggers.in_utf8.find_matches_as_indexes(encoded, overlapping=True)}
-        if not words and not self._custom and _CUT_SIGN_UTF8 not in encoded:
+        found = {word for word, _, _ in triggers.in_utf8.find_matches_as_indexes(encoded, overlapping=True)}
+        if not any(triggers.what[word] == KEYWORD for word in found):
+            # A "--" flag names a secret only with a keyword ("--password x"): without any, no
+            # string is redacted for its flags (the commonest case: command lines).
+            found = {word for word in found if triggers.what[word] != FLAG}
+        if not found and not self._custom and _CUT_SIGN_UTF8 not in encoded:
             return value
-        return self._walk(value, tuple(words))
+        return self._walk(value, tuple({triggers.words[word] for word in found}))
 
     def _text_holding(self, text: str, words: tuple[str, ...]) -> str:
         """:meth:`text`, for a string that needs it: one holding a word of ``words``, or a cut, or any

@@ -133,6 +133,30 @@ def test_structured_values_are_redacted_string_by_string() -> None:
     }
 
 
+class CountingRedactor(Redactor):
+    """Counts the strings it scans one by one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scanned = 0
+
+    def text(self, text: str) -> str:
+        self.scanned += 1
+        return super().text(text)
+
+
+def test_a_value_whose_only_trigger_is_a_flag_is_not_scanned_string_by_string() -> None:
+    """``--`` starts a secret only after a keyword (``--password x``): a command line with flags and no
+    keyword anywhere in its value (most of them) costs its JSON's one scan, not one a string."""
+    redactor = CountingRedactor()
+    command = {"command": "git log --oneline --graph -- src/", "description": "history --since"}
+    assert redactor.value(command, msgspec.json.encode(command)) is command and redactor.scanned == 0
+    flagged = {"command": "deploy --password hunter2x9 --verbose", "description": "ship it"}
+    assert redactor.value(flagged, msgspec.json.encode(flagged)) == {
+        "command": "deploy --password [REDACTED:secret] --verbose", "description": "ship it"}
+    assert redactor.scanned == 1
+
+
 def test_custom_patterns_and_cuts_reach_every_string_of_a_structured_value() -> None:
     """Found by a review: a structured value with no built-in trigger word was left as it was, so a
     ``redact_patterns`` match in a Bash ``stdout``, and half a token where a hook cut that stdout to
