@@ -302,16 +302,6 @@ def _touch_session(connection: apsw.Connection, session_db_id: int, when: float)
                        " WHERE id = ?2", (when, session_db_id))
 
 
-def _touch_sessions(connection: apsw.Connection, spans: dict[int, tuple[float, float]]) -> None:
-    """:func:`_touch_session` for each session row of ``spans``, at the first then the second of its two
-    times, in one statement."""
-    connection.execute(
-        "UPDATE sessions SET created_at = min(created_at, span.value ->> 0), updated_at = max(updated_at, span.value ->> 1)"
-        " FROM json_each(?) AS span WHERE sessions.id = CAST(span.key AS INTEGER)",
-        (_to_json({str(session): span for session, span in spans.items()}),),
-    )
-
-
 def _journal(connection: apsw.Connection, event: Any, status: str, now: float) -> Envelope:
     connection.execute(
         "INSERT INTO journal (claude_session_id, kind, status, accepted_at, processed_at, idempotency_key)"
@@ -516,33 +506,36 @@ def _store_observations(connection: apsw.Connection, stores: list[_StoreArgument
         )
         inserted += connection.changes()
     recallable = any(recall.recallable_files(obs) for _, _, obs in items)
-    if inserted in (0, len(rows)) and not recallable:
-        results = [_Stored(len(store_items) if inserted else 0, []) for _, store_items in stores]
+    recalled: list[list[tuple[int, float, CompressedObservation]]] = [[] for _ in stores]  # (id, time, observation)
+    if inserted in (0, len(rows)) and not recallable:  # every row added, or none: nothing to read back
+        added = [[obs for _, _, obs in store_items] if inserted else [] for _, store_items in stores]
     else:  # which rows were added (the ids of a replay's rows already stored are not above the largest)
-        (added,) = connection.execute("SELECT json_group_object(event_id, id) FROM observations WHERE id > ?",
-                                      (largest_before,)).fetchone()
-        ids = _event_ids.decode(added)
-        results = []
-        for _, store_items in stores:  # a row added is the first store's to hold its event (the later were ignored)
-            added_here = [(ids.pop(key), event.occurred_at or now, obs) for envelope, event, obs in store_items
-                          if (key := str(envelope.event_id)) in ids]
-            results.append(_Stored(len(added_here), added_here if recallable else []))
-    if inserted and any(obs.input_tokens or obs.output_tokens for _, _, obs in items):
-        connection.execute(
-            "UPDATE sessions SET input_tokens = input_tokens + added.input, output_tokens = output_tokens + added.output"
-            " FROM (SELECT session_db_id, sum(input_tokens) AS input, sum(output_tokens) AS output FROM observations"
-            "       WHERE id > ? GROUP BY session_db_id) AS added"
-            " WHERE sessions.id = added.session_db_id",
-            (largest_before,),
-        )
-    # A store touches its session at the time of its latest event: a session's stores here, at the
-    # earliest and the latest of those.
-    spans: dict[int, tuple[float, float]] = {}
-    for session, store_items in stores:
+        (added_ids,) = connection.execute("SELECT json_group_object(event_id, id) FROM observations WHERE id > ?",
+                                          (largest_before,)).fetchone()
+        ids = _event_ids.decode(added_ids)
+        # A row added is the first store's to hold its event (the later were ignored).
+        kept = [[(ids.pop(key), event.occurred_at or now, obs) for envelope, event, obs in store_items
+                 if (key := str(envelope.event_id)) in ids] for _, store_items in stores]
+        added = [[obs for _, _, obs in rows_added] for rows_added in kept]
+        if recallable:
+            recalled = kept
+    # Each session: the tokens of its rows added, and the earliest and latest times its stores touch
+    # it at (each store at its latest event's time), all in one statement.
+    changes: dict[int, list[float]] = {}
+    for (session, store_items), added_here in zip(stores, added):
         when = max(event.occurred_at or now for _, event, _ in store_items)
-        earliest, latest = spans.get(session.session_db_id, (when, when))
-        spans[session.session_db_id] = (min(earliest, when), max(latest, when))
-    _touch_sessions(connection, spans)
+        change = changes.setdefault(session.session_db_id, [0, 0, when, when])
+        change[0] += sum(obs.input_tokens for obs in added_here)
+        change[1] += sum(obs.output_tokens for obs in added_here)
+        change[2], change[3] = min(change[2], when), max(change[3], when)
+    connection.execute(
+        "UPDATE sessions SET input_tokens = input_tokens + change.value ->> 0,"
+        " output_tokens = output_tokens + change.value ->> 1, created_at = min(created_at, change.value ->> 2),"
+        " updated_at = max(updated_at, change.value ->> 3)"
+        " FROM json_each(?) AS change WHERE sessions.id = CAST(change.key AS INTEGER)",
+        (_to_json({str(session): change for session, change in changes.items()}),),
+    )
+    results = [_Stored(len(added_here), rows_recalled) for added_here, rows_recalled in zip(added, recalled)]
     _mark_done(connection, [envelope.event_id for envelope, _, _ in items], now)
     return results
 
