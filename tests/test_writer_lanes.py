@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -36,16 +38,28 @@ def named(writer: RecordingWriter, name: str) -> Any:
     return operation
 
 
+@asynccontextmanager
+async def held(writer: GroupCommitWriter) -> AsyncIterator[trio.Nursery]:
+    """``writer`` running and held inside a transaction for the block: what the block submits
+    (in the nursery yielded) queues behind it. At the end the writer is let go and closed, and
+    commits everything queued before the block is left."""
+    gate = threading.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        nursery.start_soon(writer.submit, lambda connection: gate.wait(10))
+        await wait_all_tasks_blocked()
+        try:
+            yield nursery
+        finally:
+            writer.close()
+            gate.set()
+
+
 async def test_requests_go_first_and_background_work_takes_a_bounded_share(tmp_path: Path) -> None:
     connection = apsw.Connection(str(tmp_path / "writer.db"))
     connection.execute("CREATE TABLE done (name TEXT)")
     writer = RecordingWriter(connection, background_weight=10, request_background_weight=4)
-    gate = threading.Event()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(writer.run)
-        # Hold the writer in a transaction while work queues behind it, one submission at a time.
-        nursery.start_soon(writer.submit, lambda connection: gate.wait(10))
-        await wait_all_tasks_blocked()
+    async with held(writer) as nursery:  # work queues behind the writer's transaction, one submission at a time
         for n in range(6):
             nursery.start_soon(partial(writer.submit, named(writer, f"b{n}"), background=True, weight=4))
             await wait_all_tasks_blocked()
@@ -56,13 +70,9 @@ async def test_requests_go_first_and_background_work_takes_a_bounded_share(tmp_p
             await wait_all_tasks_blocked()
         stats = writer.statistics()
         assert (stats.queued, stats.background_queued) == (10, 7)
-        gate.set()
-        # The requests come first, with background work up to its share beside requests (4: one
-        # of 4), which wait for that commit; then background work up to its weight (10: two of 4);
-        # work heavier than the whole share still goes, alone.
-        while len(writer.transactions) < 6:
-            await trio.sleep(0.01)
-        writer.close()
+    # The requests come first, with background work up to its share beside requests (4: one
+    # of 4), which wait for that commit; then background work up to its weight (10: two of 4);
+    # work heavier than the whole share still goes, alone.
     assert writer.transactions == [[], ["r0", "r1", "r2", "b0"], ["b1", "b2"], ["b3", "b4"], ["b5"], ["heavy"]]
     assert [name for (name,) in connection.execute("SELECT name FROM done")] == [
         "r0", "r1", "r2", "b0", "b1", "b2", "b3", "b4", "b5", "heavy"]
@@ -117,11 +127,7 @@ async def test_writes_of_one_kind_beside_each_other_run_as_one_call(tmp_path: Pa
     async def together(name: str) -> None:
         results[name] = await writer.submit_together(insert_all, name, on_commit=committed.append, background=True)
 
-    gate = threading.Event()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(writer.run)
-        nursery.start_soon(writer.submit, lambda connection: gate.wait(10))
-        await wait_all_tasks_blocked()
+    async with held(writer) as nursery:
         for name in ("a", "b", "c"):
             nursery.start_soon(together, name)
             await wait_all_tasks_blocked()
@@ -130,10 +136,6 @@ async def test_writes_of_one_kind_beside_each_other_run_as_one_call(tmp_path: Pa
         for name in ("d", "e"):
             nursery.start_soon(together, name)
             await wait_all_tasks_blocked()
-        gate.set()
-        while len(results) < 5:
-            await trio.sleep(0.01)
-        writer.close()
     assert len(writer.transactions) == 2  # the gate's, then everything queued behind it
     assert calls == [["a", "b", "c"], ["d", "e"]]
     assert results == {"a": "A", "b": "B", "c": "C", "d": "D", "e": "E"}
@@ -164,18 +166,10 @@ async def test_a_write_that_fails_run_together_fails_alone(tmp_path: Path) -> No
         except apsw.ConstraintError as exc:
             outcomes[name] = exc
 
-    gate = threading.Event()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(writer.run)
-        nursery.start_soon(writer.submit, lambda connection: gate.wait(10))
-        await wait_all_tasks_blocked()
+    async with held(writer) as nursery:
         for name in ("a", "taken", "b"):
             nursery.start_soon(together, name)
             await wait_all_tasks_blocked()
-        gate.set()
-        while len(outcomes) < 3:
-            await trio.sleep(0.01)
-        writer.close()
     assert calls == [["a", "taken", "b"], ["a"], ["taken"], ["b"]]
     assert outcomes["a"] == "a" and outcomes["b"] == "b" and isinstance(outcomes["taken"], apsw.ConstraintError)
     assert sorted(name for (name,) in connection.execute("SELECT name FROM done")) == ["a", "b", "taken"]
