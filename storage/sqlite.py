@@ -471,13 +471,13 @@ def _store_observations(connection: apsw.Connection, stores: list[_StoreArgument
     One statement for every row: FTS5 writes what a statement added to its index as a
     segment of its own at the next statement's savepoint, so a statement per row made a
     segment per observation, and merging them grew into most of the writer's work as the
-    index grew (bench/README, "The open loop's tail"). And few statements whatever the
-    number of stores: each statement, and each row SQLite hands back, gives up the GIL
-    and waits to take it back from a busy Trio thread (up to the interpreter's switch
-    interval; bench/README, "Fewer trips through the GIL"). The rows inserted, not those
-    ignored as already stored, are those above the largest id before; they are read back
-    (one value, one step) only when a store's count cannot be known otherwise, or file
-    recall keeps some of them.
+    index grew (bench/README, "The open loop's tail"). And few long statements whatever
+    the number of stores: each statement, and each row SQLite hands back, gives up the
+    GIL, and one that runs longer than a busy Trio thread takes to grab it waits for the
+    interpreter's switch interval to take it back (bench/README, "Fewer trips through the
+    GIL", "Issue 11 at stop 26"). The rows inserted, not those ignored as already stored,
+    are those above the largest id before; they are read back (one value, one step) only
+    when a store's count cannot be known otherwise, or file recall keeps some of them.
     """
     now = time.time()
     items = [item for _, store_items in stores for item in store_items]
@@ -520,7 +520,8 @@ def _store_observations(connection: apsw.Connection, stores: list[_StoreArgument
         if recallable:
             recalled = kept
     # Each session: the tokens of its rows added, and the earliest and latest times its stores touch
-    # it at (each store at its latest event's time), all in one statement.
+    # it at (each store at its latest event's time). A short UPDATE a session takes the GIL back
+    # before a waiting thread can grab it; one UPDATE ... FROM json_each for all did not.
     changes: dict[int, list[float]] = {}
     for (session, store_items), added_here in zip(stores, added):
         when = max(event.occurred_at or now for _, event, _ in store_items)
@@ -528,12 +529,10 @@ def _store_observations(connection: apsw.Connection, stores: list[_StoreArgument
         change[0] += sum(obs.input_tokens for obs in added_here)
         change[1] += sum(obs.output_tokens for obs in added_here)
         change[2], change[3] = min(change[2], when), max(change[3], when)
-    connection.execute(
-        "UPDATE sessions SET input_tokens = input_tokens + change.value ->> 0,"
-        " output_tokens = output_tokens + change.value ->> 1, created_at = min(created_at, change.value ->> 2),"
-        " updated_at = max(updated_at, change.value ->> 3)"
-        " FROM json_each(?) AS change WHERE sessions.id = CAST(change.key AS INTEGER)",
-        (_to_json({str(session): change for session, change in changes.items()}),),
+    connection.executemany(
+        "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
+        " created_at = min(created_at, ?), updated_at = max(updated_at, ?) WHERE id = ?",
+        [(*change, session) for session, change in changes.items()],
     )
     results = [_Stored(len(added_here), rows_recalled) for added_here, rows_recalled in zip(added, recalled)]
     _mark_done(connection, [envelope.event_id for envelope, _, _ in items], now)
