@@ -405,7 +405,7 @@ def _accept_events(connection: apsw.Connection, events: list[_AcceptedEvent]) ->
     """:func:`_accept_event` of each of ``events`` in turn, in three statements whatever their number.
 
     Each statement gives up the GIL and takes it back from a busy Trio thread (bench/README,
-    "Fewer trips through the GIL"); a transaction of twenty accepts made eighty. One read
+    "Fewer trips through the GIL"); a transaction of twenty accepts was eighty statements. One read
     answers, in one value each, the largest journal id, the sessions of ``events`` and
     which of their idempotency keys are journaled; then one insert of journal rows (with
     the ids SQLite would give them, the next ones in order) and one of their payloads.
