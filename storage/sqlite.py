@@ -302,12 +302,23 @@ def _touch_session(connection: apsw.Connection, session_db_id: int, when: float)
                        " WHERE id = ?2", (when, session_db_id))
 
 
+_JOURNAL_COLUMNS = "id, claude_session_id, kind, status, accepted_at, processed_at, idempotency_key"
+
+
+def _journal_row(event_id: int | None, event: Any, status: str, now: float) -> tuple[Any, ...]:
+    """The ``journal`` row of ``event`` (:data:`_JOURNAL_COLUMNS`); ``event_id`` None: SQLite's choice."""
+    return (event_id, event.claude_session_id, event_kind(event), status, now, now if status == "done" else None,
+            event.key or None)
+
+
+def _placeholders(width: int, rows: int = 1) -> str:
+    """``VALUES`` placeholders for ``rows`` rows of ``width`` values: one statement for many rows."""
+    return ", ".join(["(" + ", ".join(["?"] * width) + ")"] * rows)
+
+
 def _journal(connection: apsw.Connection, event: Any, status: str, now: float) -> Envelope:
-    connection.execute(
-        "INSERT INTO journal (claude_session_id, kind, status, accepted_at, processed_at, idempotency_key)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        (event.claude_session_id, event_kind(event), status, now, now if status == "done" else None, event.key or None),
-    )
+    connection.execute(f"INSERT INTO journal ({_JOURNAL_COLUMNS}) VALUES {_placeholders(7)}",
+                       _journal_row(None, event, status, now))
     event_id = connection.last_insert_rowid()
     connection.execute("INSERT INTO journal_payloads (id, payload) VALUES (?, ?)", (event_id, encode_event(event)))
     return Envelope(event_id, event)
@@ -372,7 +383,10 @@ def _accept_init(connection: apsw.Connection, event: InitEvent) -> InitAccepted:
     return InitAccepted(envelope, session_db_id, counter, skipped, reason)
 
 
-def _accept_event(connection: apsw.Connection, event: ObservationEvent | SummarizeEvent | CompleteEvent) -> Accepted:
+_AcceptedEvent = ObservationEvent | SummarizeEvent | CompleteEvent
+
+
+def _accept_event(connection: apsw.Connection, event: _AcceptedEvent) -> Accepted:
     now = time.time()
     earlier = _already_journaled(connection, event)
     if earlier is not None:
@@ -396,7 +410,6 @@ def _accept_event(connection: apsw.Connection, event: ObservationEvent | Summari
     return Accepted(envelope, session_db_id, counter, parked)
 
 
-_AcceptedEvent = ObservationEvent | SummarizeEvent | CompleteEvent
 _sessions_found = msgspec.json.Decoder(dict[str, tuple[int, int, str]])
 _keys_found = msgspec.json.Decoder(list[str])
 
@@ -433,14 +446,12 @@ def _accept_events(connection: apsw.Connection, events: list[_AcceptedEvent]) ->
         parked = status == "failed"
         accepted.append(Accepted(Envelope(event_id, event), session_db_id, counter, parked))
     connection.execute(
-        "INSERT INTO journal (id, claude_session_id, kind, status, accepted_at, idempotency_key) VALUES "
-        + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(accepted)),
-        [value for one in accepted for value in (
-            one.envelope.event_id, one.envelope.event.claude_session_id, event_kind(one.envelope.event),
-            "parked" if one.parked else "pending", now, one.envelope.event.key or None)],
+        f"INSERT INTO journal ({_JOURNAL_COLUMNS}) VALUES {_placeholders(7, len(accepted))}",
+        [value for one in accepted for value in _journal_row(
+            one.envelope.event_id, one.envelope.event, "parked" if one.parked else "pending", now)],
     )
     connection.execute(
-        "INSERT INTO journal_payloads (id, payload) VALUES " + ", ".join(["(?, ?)"] * len(accepted)),
+        f"INSERT INTO journal_payloads (id, payload) VALUES {_placeholders(2, len(accepted))}",
         [value for one in accepted for value in (one.envelope.event_id, encode_event(one.envelope.event))],
     )
     return accepted
@@ -501,7 +512,7 @@ def _store_observations(connection: apsw.Connection, stores: list[_StoreArgument
             " tool_use_id, agent_id, agent_type, failed, type, title, subtitle, facts, narrative, concepts,"
             " files_read, files_modified, compressed, compressor, model, input_tokens, output_tokens,"
             " created_at, stored_at) VALUES "
-            + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk)),
+            + _placeholders(24, len(chunk)),
             [value for row in chunk for value in row],
         )
         inserted += connection.changes()
