@@ -88,19 +88,21 @@ async def _accepts(store: SQLiteStore, events: Events) -> list[float]:
     return took
 
 
+async def _items(store: SQLiteStore, events: Events, count: int, session: str = "gil") -> list[Any]:
+    """``count`` accepted events of ``session`` with their observations, ready to store."""
+    items = []
+    for _ in range(count):
+        accepted = await store.accept_event(events.next(session), lambda _: None)
+        n = accepted.envelope.event_id
+        items.append((accepted.envelope, accepted.envelope.event, CompressedObservation(
+            "discovery", f"Read f{n}.py", "src", ("a fact",), "what the read showed", ("gil",),
+            (f"/repo/src/f{n}.py",), (), input_tokens=3)))
+    return items
+
+
 async def _batches(store: SQLiteStore, events: Events) -> list[list[Any]]:
     """``STORES`` batches of ``ROWS`` accepted events with their observations, ready to store."""
-    batches = []
-    for _ in range(STORES):
-        items = []
-        for _ in range(ROWS):
-            accepted = await store.accept_event(events.next(), lambda _: None)
-            n = accepted.envelope.event_id
-            items.append((accepted.envelope, accepted.envelope.event, CompressedObservation(
-                "discovery", f"Read f{n}.py", "src", ("a fact",), "what the read showed", ("gil",),
-                (f"/repo/src/f{n}.py",), (), input_tokens=3)))
-        batches.append(items)
-    return batches
+    return [await _items(store, events, ROWS) for _ in range(STORES)]
 
 
 async def _at_once(jobs: list[Any]) -> float:
@@ -121,27 +123,21 @@ async def _accept_bursts(store: SQLiteStore, events: Events) -> list[float]:
     return took
 
 
-async def _store_bursts(store: SQLiteStore, events: Events) -> list[float]:
-    """Each burst: ``BURST_STORES`` sessions' stores of ``BURST_ROWS`` observations, made at once."""
+async def _burst_stores(store: SQLiteStore, events: Events) -> list[list[Any]]:
+    """``BURSTS`` bursts, each ``BURST_STORES`` sessions' stores of ``BURST_ROWS`` observations, ready to make."""
     sessions = []
     for n in range(BURST_STORES):
         await store.accept_event(events.next(f"gil-{n}"), lambda _: None)
         session = await store.session_info(f"gil-{n}")
         assert session is not None
         sessions.append(session)
-    bursts = []
-    for _ in range(BURSTS):
-        burst = []
-        for session in sessions:
-            items = []
-            for _ in range(BURST_ROWS):
-                accepted = await store.accept_event(events.next(session.claude_session_id), lambda _: None)
-                n = accepted.envelope.event_id
-                items.append((accepted.envelope, accepted.envelope.event, CompressedObservation(
-                    "discovery", f"Read f{n}.py", "src", ("a fact",), "what the read showed", ("gil",),
-                    (f"/repo/src/f{n}.py",), (), input_tokens=3)))
-            burst.append(partial(store.store_observations, session, items))
-        bursts.append(burst)
+    return [[partial(store.store_observations, session,
+                     await _items(store, events, BURST_ROWS, session.claude_session_id)) for session in sessions]
+            for _ in range(BURSTS)]
+
+
+async def _store_bursts(bursts: list[list[Any]]) -> list[float]:
+    """Each burst's stores made at once."""
     return [await _at_once(burst) for burst in bursts]
 
 
@@ -168,16 +164,17 @@ async def measure(interval_s: float) -> dict[str, Any]:
         async with open_sqlite_store(Path(directory) / "gil.db") as store:
             events = Events()
             idle_batches, busy_batches = await _batches(store, events), await _batches(store, events)
+            idle_bursts, busy_bursts = await _burst_stores(store, events), await _burst_stores(store, events)
             result["idle"] = {"accept": _figures(await _accepts(store, events)),
                               "store_64": _figures(await _stores(store, idle_batches)),
                               "accept_burst": _figures(await _accept_bursts(store, events)),
-                              "store_burst": _figures(await _store_bursts(store, events))}
+                              "store_burst": _figures(await _store_bursts(idle_bursts))}
             with BusyThread() as busy:
                 started = time.perf_counter()
                 accepts = await _accepts(store, events)
                 stores = await _stores(store, busy_batches)
                 accept_bursts = await _accept_bursts(store, events)
-                store_bursts = await _store_bursts(store, events)
+                store_bursts = await _store_bursts(busy_bursts)
                 loops_per_s = busy.loops / (time.perf_counter() - started)
             result["busy"] = {"accept": _figures(accepts), "store_64": _figures(stores),
                               "accept_burst": _figures(accept_bursts), "store_burst": _figures(store_bursts),
