@@ -2,7 +2,7 @@
 
 Every long-lived component has a cheap ``statistics()`` that returns a frozen record;
 this module only puts them together. Logic reads their fields; the HTTP edge writes
-them as camelCase JSON (the shape is documented in the README).
+them as camelCase JSON (the shape is documented in docs/http-api.md).
 """
 
 from __future__ import annotations

@@ -259,7 +259,7 @@ async def test_processing_status(app: InProcessWorker) -> None:
 
 
 async def test_debug_document_shape(app: InProcessWorker) -> None:
-    """The /debug JSON the README documents: these sections, camelCase, from typed records."""
+    """The /debug JSON docs/http-api.md documents: these sections, camelCase, from typed records."""
     await app.post(OBS, observation())
     await app.post(OBS, observation(tool_name="Read", tool_use_id="t2", tool_input={"file_path": "/work/proj/a.py"}))
     await app.wait_idle()
