@@ -118,8 +118,8 @@ def create_quart_app(services: Services) -> QuartTrio:
 
     @app.before_request
     async def query_string_is_utf8() -> None:
-        # Werkzeug keeps an escape that is not UTF-8 as its text: /api/search?q=%FF%FE searched for
-        # "%FF%FE" (found by a trial). Bodies that are not UTF-8 are 400s too.
+        # Werkzeug keeps an escape that is not UTF-8 as its text: /api/search?q=%FF%FE would search for
+        # "%FF%FE". Bodies that are not UTF-8 are 400s too.
         raw = request.query_string
         if raw:
             try:
