@@ -24,8 +24,8 @@ UNITS = (*KEYWORD_TRIGGERS, "password", "secret", "api_key", "token", "--passwor
          "xox", "hooks.slack.com", "sq0csp-", "k_live_", "password=", "password:", '"token":', '"a_token": "',
          "a:b@", "://a:", "PuTTY-User-Key-File-2", "contrasena", "passwd=x ", "=", '"', "\\", "curl ", "curl -u a:",
          "sshpass -p ", "docker login ", "X-API-Key: ", "api-key", '"auth": "')
-# Units repeated, then what completes their pattern (detect-secrets' npm and OpenAI patterns
-# backtracked over the whole run from every start: "//" x 32,000 + "_authToken" held 14 s).
+# Units repeated, then what completes their pattern (a pattern that backtracks over the whole run
+# from every start, as detect-secrets' npm and OpenAI ones do, takes 14 s on "//" x 32,000 + "_authToken").
 SUFFIXED = (("//", "_authToken"), ("sk-", "T3BlbkFJ"), ("mysql ", "-p"), ("curl ", " -u a:b"), ("docker login ", " -p x"),
             ("AAAA\n", "-----END RSA PRIVATE KEY-----"),
             ("x", "\n…[sessionmem: 9 characters elided]…\n"))

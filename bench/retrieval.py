@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/retrieval.py [--projects N] [--sweep] [--out FILE] [--smoke]
 
-How the evaluation is built (bench/README.md, "Search quality and latency", says why):
+How the evaluation is built (bench/README.md holds the latest figures):
 
 1. **Replay.** Each corpus repository (``transcripts/<owner>__<repo>``) is one project,
    named after the repository. Its sessions are replayed in the order they started, one

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/search_latency.py [--source DATA_DIR] [--observations N] [--out DIR]
 
-How the 100,000 observations are made (bench/README.md, "Search quality and latency"):
+How the 100,000 observations are made (bench/README.md holds the latest figures):
 
 1. **Real text and real vectors.** A source data dir holds corpus sessions replayed by
    the offline compressor, with vectors from the real MiniLM embedder: by default this

@@ -52,8 +52,8 @@ log = logging.getLogger(__name__)
 
 _FIELD_LIMIT = 4000  # characters of each tool input/response, and of the prompt, shown to the model
 # Characters of a session's prompts in a summary request: the first (what was asked) and the
-# latest that fit. Every prompt in full made the request grow with the session (a trial: +4 KB
-# a prompt, up to the model's context window).
+# latest that fit. Every prompt in full would make the request grow with the session (+4 KB a
+# prompt of that size, up to the model's context window).
 _PROMPTS_LIMIT = 3 * _FIELD_LIMIT
 
 OBSERVATION_SYSTEM = f"""You compress a coding agent's tool uses into observations for its long-term memory.
@@ -90,8 +90,8 @@ def _shown(value: Any) -> str:
 
 
 def observation_request(context: SessionContext, events: Sequence[ObservationEvent]) -> str:
-    # The prompt is cut like a tool's data: a long one went with every batch in full (a trial: 66 KB
-    # a call for a one-line `echo`, the session's token cap spent in 13 tool uses).
+    # The prompt is cut like a tool's data: in full, a long one goes with every batch (a 67,000-character
+    # prompt made a 66 KB call of a one-line `echo`, and spent the session's token cap in 13 tool uses).
     prompt = _shown(context.prompt) if context.prompt else "(unknown)"
     parts = [f"Project: {context.project}", f"User prompt: {prompt}", ""]
     for number, event in enumerate(events, 1):

@@ -35,7 +35,7 @@ def _clip(text: str, limit: int) -> str:
 def _code(text: str) -> str:
     """``text`` as one markdown code span: fenced by one backtick more than its longest run of them,
     padded where it starts or ends with one (CommonMark's rule), so a stored backtick cannot end the
-    span and let the rest read as markdown (found by a trial)."""
+    span and let the rest read as markdown."""
     if "`" not in text:
         return f"`{text}`"
     fence = "`" * (max(len(run) for run in re.findall("`+", text)) + 1)

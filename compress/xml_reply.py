@@ -8,8 +8,8 @@ not count as parsed.
 
 What it keeps is bounded whatever the reply holds (:data:`LIMITS`): the reply is the
 model's, or whatever answers at ``ANTHROPIC_BASE_URL``, and it is stored and handed to
-later sessions. A trial's proxy stored a 1,000,000-character narrative and 10,000 facts,
-and one ``get_observations`` call then answered a million characters.
+later sessions. Unbounded, a proxy that answers a 1,000,000-character narrative and 10,000
+facts would have one ``get_observations`` call answer a million characters.
 """
 
 from __future__ import annotations

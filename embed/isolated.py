@@ -1,11 +1,11 @@
 """An embedder that runs its model in a child process at the lowest CPU priority.
 
 Why a process: background embedding (the vector index catching up) must take only the
-CPU that accepting events leaves. A thread of the worker given nice 19 did not do that:
+CPU that accepting events leaves. A thread of the worker given nice 19 does not do that:
 it shares the worker's GIL, and when the kernel preempts it while it holds the GIL (it
 does, a niced thread runs last), the Trio thread waits for a thread that is not
 running. Measured on the bench's open loop (500 events/s, a quiet 2-core machine,
-``bench/run.py openloop``): with the niced thread the worker accepted 166 events/s and
+``bench/run.py openloop``): with a niced thread the worker accepted 166 events/s and
 its p99 was 24 s; with vectors off, 499/s and 257 ms. A process has its own GIL and can
 be niced whole, so it really does run only on spare CPU.
 

@@ -50,7 +50,7 @@ MODEL_NAME = "all-MiniLM-L6-v2-int8"
 DIMENSIONS = 384
 MAX_TOKENS = 256  # the model's max_seq_length (sentence_bert_config.json)
 # A model run holds at most BATCH_SIZE texts and BATCH_TOKENS padded tokens (texts x
-# the longest). Measured on this 2-core machine, one thread, ms per text:
+# the longest). Measured on a 2-core machine, one thread, ms per text:
 #   8 tokens:    4.7 alone, 2.9 in runs of 4, 2.4 in runs of 32 (a run costs ~2 ms itself)
 #   64 tokens:  20.7 alone, 19.2 in 4s, 20.7 in 32s
 #   256 tokens:   88 alone,   91 in 4s,  113 in 32s (and 1.5 GB resident for its tensors)
@@ -64,11 +64,10 @@ BATCH_TOKENS = 512
 # text averaging more than 32 characters per token (long whitespace runs, words of
 # over 100 characters, which are one [UNK] each) loses something the model would see.
 MAX_CHARS = 32 * MAX_TOKENS
-# One onnxruntime thread. Measured on this 2-core machine, median ms per text over 6 runs
+# One onnxruntime thread. Measured on a 2-core machine, median ms per text over 6 runs
 # of each (1 thread -> 2 threads): 13 tokens 6.6-7.7 -> 4.8-8.2, 70 tokens 26-31 ->
 # 15-28, 256 tokens 92-99 -> 54-114. A second thread is ~1.7x faster while the other core
-# is idle, and no faster or slower while something else uses it (a test run did, for 2 of
-# the 6 runs). In the worker it would take the core that the Trio thread, the SQLite
+# is idle, and no faster or slower while something else uses that core. In the worker it would take the core that the Trio thread, the SQLite
 # writer and the index need while hooks wait on them; embedding is background work (new
 # observations, index catch-up) and a search query is short, so the core stays free.
 THREADS = 1
@@ -97,8 +96,8 @@ class _Model:
         self.tokenizer = tokenizer
 
     def encode(self, text: str) -> list[int]:
-        # One text at a time: encode_batch starts tokenizers' own thread pool and was
-        # slower here anyway (2.8 ms against 1.2 ms for 32 short texts).
+        # One text at a time: encode_batch starts tokenizers' own thread pool and is
+        # slower anyway (measured: 2.8 ms against 1.2 ms for 32 short texts).
         return self.tokenizer.encode(text[:MAX_CHARS]).ids
 
     def run(self, token_ids: Sequence[list[int]]) -> np.ndarray:

@@ -18,10 +18,10 @@ Resource handling:
     it an :class:`~sessionmem.embed.isolated.IsolatedEmbedder`, the same model in a
     child process at the lowest CPU priority, so catching up takes only what accepting
     events leaves (the figures are in that module). Catching up is worth nothing to a
-    hook waiting for its answer. The background lane's thread then only waits on a pipe.
-    (Earlier the lane's thread itself was niced: it held the worker's GIL whenever the
-    kernel preempted it, and the Trio thread waited on it. Never lower the priority of
-    a thread that takes the GIL.) Without ``background``, both lanes run ``embedder``.
+    hook waiting for its answer. The background lane's thread then only waits on a pipe:
+    the priority is lowered for the process, never for a thread, since a niced thread
+    that holds the worker's GIL when the kernel preempts it keeps the Trio thread
+    waiting. Without ``background``, both lanes run ``embedder``.
 
 Error handling:
     What the embedder raises (a failed model load, an onnxruntime error,

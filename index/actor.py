@@ -70,9 +70,10 @@ T = TypeVar("T")
 CHUNK = 16  # documents per embedding run and per add
 QUIET_S = 0.25  # a chunk waits until the database has taken no write for this long...
 # ...but no longer than this: a steady stream of writes does not stop catching up. Each chunk run
-# beside accepts shows in their tail (even at nice 19, in a process of its own): at 5 s, a 500 events/s
-# open loop's p99 was 27.7-80.6 ms against 25.5-37.8 ms at 30 s (bench/README, stop 23). Hooks of a
-# real session leave quiet gaps every few seconds; only a backfill or a bench writes without pause.
+# beside accepts shows in their tail (even at nice 19, in a process of its own): measured with a
+# 500 events/s open loop (bench/run.py openloop), p99 27.7-80.6 ms with a 5 s limit against
+# 25.5-37.8 ms with 30 s. Hooks of a real session leave quiet gaps every few seconds; only a
+# backfill or a bench writes without pause.
 MAX_YIELD_S = 30.0
 QUERY_WAIT_S = 0.25
 ERROR_PAUSE_MAX_S = 60.0

@@ -10,7 +10,7 @@ different kinds never collide and a label tells which row it is.
 
 **One graph per kind.** Observations, summaries and prompts each have their own hnswlib
 graph. A query for one kind (SessionStart asks for observations only) walks that graph
-alone: exact and as fast as an unfiltered query. In one shared graph it had to be
+alone: exact and as fast as an unfiltered query. In one shared graph it would be
 asked with hnswlib's filter, which calls back into Python for every candidate it
 weighs -- 1.6 ms against 0.3 ms at 100,000 observations, and needed whenever copies of
 one prompt crowd the neighbourhood. A query for every kind asks the three graphs and

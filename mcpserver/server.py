@@ -56,8 +56,8 @@ from sessionmem.protocol.routes import MCP_SERVER_NAME, SEARCH_MODES
 from sessionmem.records import DOCUMENT_KINDS, OBSERVATION_TYPES, ObservationType
 
 P = TypeVar("P")
-# An integer argument must be a JSON number: pydantic's lax mode took `true` as 1 and "5" as 5 (found by a
-# trial: get_observations(ids=[true]) answered observation 1).
+# An integer argument must be a JSON number: pydantic's lax mode takes `true` as 1 and "5" as 5, so
+# get_observations(ids=[true]) would answer observation 1.
 Integer = Annotated[int, Strict()]
 
 DEFAULT_LIMIT = 20

@@ -46,15 +46,16 @@ log = logging.getLogger(__name__)
 # Reciprocal rank fusion's constant. 60 is the classic one (Cormack et al. 2009); search
 # fuses words and meaning with a much smaller one, so that being near the top of
 # either ranking counts for more than being found by both at middling ranks. On the
-# corpus evaluation (bench/retrieval.py; bench/README.md, "Search quality and latency")
-# hybrid with 60 fell below full-text search in recall@10 and below vectors in MRR;
-# with 5 it is at or above both (10 and 20 land between).
+# corpus evaluation (bench/retrieval.py --sweep) hybrid with 60 ranks below full-text
+# search in recall@10 and below vectors in MRR; with 5 it is at or above both (10 and
+# 20 land between).
 RRF_K = 5
 # A vector this far (cosine distance) from the query is not a match, only the least
 # unlike document: beyond it, vector candidates are dropped. MiniLM puts a relevant
 # memory of a terse or chatty prompt as far as 0.8-1.0, so only vectors pointing away
-# from the query are dropped: on the same evaluation, 0.8 lost two thirds of what
-# vectors found for queries sharing no word with their answers (recall@10 0.06 -> 0.19).
+# from the query are dropped: on the same evaluation, 0.8 loses two thirds of what
+# vectors find for queries sharing no word with their answers (recall@10 0.06 against
+# 0.19 at 1.0).
 MAX_VECTOR_DISTANCE = 1.0
 MIN_DEPTH = 50  # candidates asked of each retriever, at least
 # When filters leave too few of the nearest vectors, more are asked for, up to this many

@@ -9,8 +9,9 @@ typed record written by :mod:`sessionmem.server.jsonapi`.
 Error handling:
     Bad input is a 400 naming the JSON path at fault; an oversized body is a 413; a
     full session mailbox is a 503 with ``Retry-After``; an unknown id is a 404.
-    Internal faults are logged with the session id and answered as 500 JSON. None of
-    these affects any other request or session.
+    Internal faults are answered as 500 JSON, counted in ``/debug`` and logged with the
+    session the request names: an ingest body's ``claudeSessionId``, a route's session,
+    or the ``session`` query argument. None of these affects any other request or session.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from sessionmem.server.fast_ingest import (
     STORAGE_RETRY_AFTER_S,
     FastIngest,
     busy_message,
+    fault_message,
     storage_message,
     too_large_message,
 )
@@ -118,8 +120,8 @@ def create_quart_app(services: Services) -> QuartTrio:
 
     @app.before_request
     async def query_string_is_utf8() -> None:
-        # Werkzeug keeps an escape that is not UTF-8 as its text: /api/search?q=%FF%FE searched for
-        # "%FF%FE" (found by a trial). Bodies that are not UTF-8 are 400s too.
+        # Werkzeug keeps an escape that is not UTF-8 as its text: /api/search?q=%FF%FE would search for
+        # "%FF%FE". Bodies that are not UTF-8 are 400s too.
         raw = request.query_string
         if raw:
             try:
@@ -144,7 +146,8 @@ def create_quart_app(services: Services) -> QuartTrio:
 
     @app.errorhandler(Exception)
     async def internal_error(exc: Exception) -> Response:
-        log_exception(log, f"internal error on {request.method} {request.path[:200]}", exc)
+        session = (request.view_args or {}).get("claude_session_id") or request.args.get("session", "")
+        log_exception(log, fault_message(request.method, request.path, str(session)[:MAX_SESSION_ID]), exc)
         status.count_error(exc)
         return error_response(500, f"internal error: {type(exc).__name__}")
 

@@ -4,7 +4,7 @@ snapshot stream, and one session actor's detail.
 ``GET /debug`` answers what the client prefers: a browser (whose ``Accept`` ranks
 ``text/html`` first) gets the page, anyone else -- ``curl``, ``sessionmem status``,
 tests, the bench, a client sending ``Accept: application/json`` or no ``Accept`` at
-all -- gets the JSON snapshot, as before the page existed. ``/debug.json`` is always
+all -- gets the JSON snapshot, so scripts that ask ``/debug`` keep their JSON. ``/debug.json`` is always
 JSON.
 
 ``GET /debug/stream`` is Server-Sent Events: one ``snapshot`` event (the JSON

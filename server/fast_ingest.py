@@ -9,8 +9,9 @@ the same code the spool import uses), answer JSON. Everything else goes to Quart
 Error handling:
     The same answers as the Quart routes give: 400 with the JSON path at fault, 413
     over the body limit (without reading the rest), 503 with ``Retry-After`` when the
-    session's mailbox is full, 500 JSON (logged, counted) for an internal fault. A
-    client that disconnects mid-body is simply dropped; nothing was journaled.
+    session's mailbox is full, 500 JSON for an internal fault (logged with the session the
+    body names, and counted in ``/debug``). A client that disconnects mid-body is simply
+    dropped; nothing was journaled.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from sessionmem.logs import log_exception
 from sessionmem.protocol.routes import RETRY_AFTER
 from sessionmem.server.asgi_reply import ASGIApp, Receive, Scope, Send, respond
 from sessionmem.server.ingest import Ingestor
-from sessionmem.server.payloads import BadRequest, ErrorReply
+from sessionmem.server.payloads import BadRequest, ErrorReply, session_named
 from sessionmem.storage.base import StorageUnavailable
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,12 @@ def busy_message(exc: MailboxFull) -> str:
 
 def storage_message(exc: StorageUnavailable) -> str:
     return f"{exc} (is the disk full?); nothing was stored; retry later"
+
+
+def fault_message(method: str, path: str, session: str) -> str:
+    """The log line of an internal fault: the request, and the session it names (if any)."""
+    line = f"internal error on {method} {path[:200]}"
+    return f"{line} (session {session!r})" if session else line
 
 
 class FastIngest:
@@ -71,7 +78,7 @@ class FastIngest:
         except StorageUnavailable as exc:
             await respond(send, 503, ErrorReply(storage_message(exc)), headers=_retry_after(STORAGE_RETRY_AFTER_S))
         except Exception as exc:
-            log_exception(log, f"internal error on POST {scope['path']}", exc)
+            log_exception(log, fault_message("POST", scope["path"], session_named(body)), exc)
             self._on_error(exc)
             await respond(send, 500, ErrorReply(f"internal error: {type(exc).__name__}"))
         else:

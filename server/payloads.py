@@ -15,6 +15,7 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
+from sessionmem.protocol.limits import MAX_SESSION_ID
 from sessionmem.records import Identifier, PathText, SessionId, ToolName
 
 
@@ -144,3 +145,19 @@ def decode(body: bytes, kind: type[T]) -> T:
         raise BadRequest(f"malformed JSON: a string is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
     except RecursionError:
         raise BadRequest("malformed JSON: nested too deeply") from None
+
+
+class _SessionNamed(msgspec.Struct, frozen=True):
+    claudeSessionId: str = ""
+
+
+_session_named = msgspec.json.Decoder(_SessionNamed)
+
+
+def session_named(body: bytes) -> str:
+    """The ``claudeSessionId`` an ingest body names, for the log line of a fault (``""`` when it names
+    none or is not a JSON object). Read only once a request failed: an accept decodes its body once."""
+    try:
+        return _session_named.decode(body).claudeSessionId[:MAX_SESSION_ID]
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return ""

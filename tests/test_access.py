@@ -115,8 +115,8 @@ async def test_a_login_code_is_traded_once_for_an_httponly_strict_cookie(app: In
 
 
 async def test_a_page_login_reads_and_replays_but_never_writes_memory(app: InProcessWorker) -> None:
-    """Found by a trial: the cookie was the token itself, and Chromium sent it to another web server on
-    127.0.0.1 (cookies are not kept per port), which could then plant memory for every next session."""
+    """The cookie is not the token: a browser sends it to every web server on 127.0.0.1 (cookies are not
+    kept per port), and one that could write with it could plant memory for every next session."""
     code = (await app.post("/api/auth/login-code", {}))["code"]
     login = await app.request("GET", f"/login?code={code}", headers={"authorization": None})
     browser = {"authorization": None, "cookie": login.headers["set-cookie"].split(";", 1)[0]}

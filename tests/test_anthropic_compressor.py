@@ -190,8 +190,8 @@ async def test_a_refused_connection_falls_back_and_the_breaker_opens_then_closes
     assert messages_api.statuses() == [500, 500, 200]  # the open breaker saved a call
 
 
-UNREADABLE = [  # 2xx replies the SDK cannot read, or messages that are not one (found by a trial: each
-    # crashed the session's actor, which retried the same call at once until the session was failed)
+UNREADABLE = [  # 2xx replies the SDK cannot read, or messages that are not one: none may crash the session's
+    # actor, which would retry the same call at once until the session was failed
     Action(body=b"<html>gateway</html>", content_type="text/html"),  # a proxy's or a captive portal's page
     Action(body=b'{"id": "msg_x", "type": "mess'),
     Action(drop=("content",)),
@@ -258,8 +258,8 @@ async def test_token_budgets_fall_back_to_offline_and_say_so(tmp_path: Path, mes
 
 
 def test_what_a_request_carries_is_bounded_whatever_the_prompts() -> None:
-    # A trial sent 40 prompts of 67,000 characters: each batch carried the prompt whole (66 KB for
-    # a one-line echo) and each summary every prompt (+4 KB a prompt).
+    # Prompts of 67,000 characters: uncut, each batch would carry the prompt whole (66 KB for a
+    # one-line echo) and each summary every prompt (+4 KB a prompt).
     long_prompt = "please refactor " + "x" * 67_000
     context = SessionContext("s", "p", prompt=long_prompt)
     echo = ObservationEvent(claude_session_id="s", project="p", tool_name="Bash", tool_input={"command": "echo ok"}, tool_response="ok")

@@ -195,6 +195,29 @@ async def test_unknown_ids_and_bad_queries(app: InProcessWorker) -> None:
     assert reply.status == 400 and reply.json()["path"] == "?project"
 
 
+async def test_internal_faults_are_500s_logged_with_the_session_and_counted(
+        app: InProcessWorker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A fault inside the worker answers 500 JSON and its log line names the session the request named:
+    an ingest body's ``claudeSessionId`` (the fast path), a route's session, a ``session`` argument."""
+    async def fails(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a fault")
+
+    monkeypatch.setattr(app.services.ingestor, "by_path", fails)
+    monkeypatch.setattr(app.services.store, "session_info", fails)
+    monkeypatch.setattr(app.services.context, "plan", fails)
+    replies = [await app.request("POST", OBS, observation(session="s-body")),
+               await app.request("POST", "/api/sessions/s-route/replay", {}),
+               await app.request("GET", "/api/context/inject?project=p&source=resume&session=s-query")]
+    assert [(r.status, r.json()["error"]) for r in replies] == [(500, "internal error: RuntimeError")] * 3
+    faults = [r.getMessage() for r in caplog.records if r.getMessage().startswith("internal error")]
+    assert [line.splitlines()[0] for line in faults] == [
+        "internal error on POST /api/sessions/observations (session 's-body')",
+        "internal error on POST /api/sessions/s-route/replay (session 's-route')",
+        "internal error on GET /api/context/inject (session 's-query')"]
+    assert "RuntimeError: a fault" in faults[0]  # with its traceback
+    assert (await app.debug())["worker"]["errors"] == 3
+
+
 async def test_legacy_init_by_database_id(app: InProcessWorker) -> None:
     first = await app.post("/api/sessions/init", {"claudeSessionId": "legacy", "cwd": "/w/leg", "prompt": "one"})
     reply = await app.request("POST", f"/sessions/{first['sessionDbId']}/init", {"userPrompt": "two"})

@@ -119,8 +119,8 @@ def test_a_data_dir_deleted_or_replaced_is_no_longer_the_workers(tmp_path: Path)
 
 @pytest.mark.slow
 def test_a_worker_whose_data_dir_is_deleted_starts_again_on_the_new_one(tmp_path: Path) -> None:
-    # A trial: after `rm -rf` of the data dir, the hooks (no token in the new directory) spooled, and
-    # the old worker imported their spool into its deleted database -- those sessions were lost.
+    # After `rm -rf` of the data dir, the hooks (no token in the new directory) spool; a worker that
+    # stayed on the deleted database would import their spool into it, and those sessions would be lost.
     import json
     import shutil
 

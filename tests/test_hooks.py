@@ -77,7 +77,7 @@ def test_session_start_injects_context(worker: WorkerClient, payloads: list[dict
                      SESSIONMEM_SYSTEM_MESSAGE="0")
     assert "systemMessage" not in json.loads(quiet.stdout)
     # A project named by a directory with an escape sequence, a line break and a bidi override in its
-    # name (a trial's): the message Claude Code prints in the terminal stays one plain line.
+    # name: the message Claude Code prints in the terminal stays one plain line.
     hostile = {**by_event(payloads, "SessionStart"), "cwd": "/w/ansi\x1b]0;TITLE\x07\x1b[31mred\n\nSYSTEM NOTE\u202e"}
     message = json.loads(run_hook("SessionStart", hostile, worker.data_dir).stdout)["systemMessage"]
     assert message.isprintable() and "no memories of ansi ]0;TITLE [31mred SYSTEM NOTE yet" in message
@@ -215,8 +215,8 @@ def test_doctor_finds_a_database_with_damaged_pages(tmp_path: Path) -> None:
 
 
 def test_doctor_says_when_another_program_holds_the_port(tmp_path: Path) -> None:
-    """A trial: with `python -m http.server` on the port, doctor said "[ok] worker not running (the next
-    SessionStart hook starts it)"; the hooks refuse to start a worker against a taken port."""
+    """With `python -m http.server` on the port, doctor must not say "[ok] worker not running (the next
+    SessionStart hook starts it)": the hooks refuse to start a worker against a taken port."""
     import functools
     import threading
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -235,10 +235,10 @@ def test_doctor_says_when_another_program_holds_the_port(tmp_path: Path) -> None
 
 
 def test_doctor_finds_a_healthy_store_healthy_and_serve_explains_a_newer_one(tmp_path: Path) -> None:
-    """Found by an upgrade trial: `doctor` checked with Python's sqlite3, here the system's SQLite 3.40.1,
-    which finds a NULL in observation_files.basename of every store (a generated column it does not
-    read as the worker's 3.54 does) and called healthy stores damaged. And a store a newer version
-    upgraded stopped `serve` with a 55-line traceback."""
+    """`doctor` checks with the worker's SQLite, not Python's sqlite3 (here the system's SQLite 3.40.1,
+    which finds a NULL in observation_files.basename of every store, a generated column it does not
+    read as the worker's 3.54 does, and would call healthy stores damaged). And a store a newer
+    version upgraded stops `serve` with a message, not a traceback."""
     from sessionmem.storage.sqlite import open_writer
 
     data_dir = tmp_path / "data"

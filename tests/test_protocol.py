@@ -69,7 +69,7 @@ def test_each_report_of_a_subagent_is_an_observation_of_its_own(payloads: list[d
     assert first is not None and again is not None and resumed is not None
     assert first[2]["tool_use_id"] == again[2]["tool_use_id"] != resumed[2]["tool_use_id"]
     assert first[2]["tool_use_id"].startswith(f"subagent-{stop['agent_id']}-")
-    # Claude Code's own agents (/compact's summarizer, recorded from 2.1.328 by a trial) have no type:
+    # Claude Code's own agents (/compact's summarizer, as recorded from 2.1.328) have no type:
     # their report is a recap of the conversation, not work done, and is not stored.
     compaction = {**stop, "agent_type": "", "last_assistant_message": "<analysis>…</analysis><summary>recap"}
     assert api_call(compaction, project="calcproj") is None

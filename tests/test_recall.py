@@ -142,7 +142,7 @@ async def test_session_start_ranks_memories_by_the_prompt_it_continues(tmp_path:
         focused, _ = await context(worker, "source=compact")
         assert '## Relevant to "users get logged out after a minute"' in focused
         # A resumed (or compacted) session is focused on its own latest prompt, not on the project's
-        # newest, another session's (found by a trial with the real CLI's --resume).
+        # newest, another session's (as the real CLI's --resume asks).
         resumed, _ = await context(worker, "source=resume&session=cookies")
         assert '## Relevant to "fix the session cookie that expires too early"' in resumed
         unknown, _ = await context(worker, "source=resume&session=nobody")  # no prompt of its own

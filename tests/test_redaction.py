@@ -158,9 +158,8 @@ def test_a_value_whose_only_trigger_is_a_flag_is_not_scanned_string_by_string() 
 
 
 def test_custom_patterns_and_cuts_reach_every_string_of_a_structured_value() -> None:
-    """Found by a review: a structured value with no built-in trigger word was left as it was, so a
-    ``redact_patterns`` match in a Bash ``stdout``, and half a token where a hook cut that stdout to
-    head and tail, were stored."""
+    """A structured value with no built-in trigger word is redacted too: a ``redact_patterns`` match in
+    a Bash ``stdout``, and half a token where a hook cut that stdout to head and tail, are not stored."""
     from sessionmem.protocol.limits import shorten_strings
 
     custom = Redactor(extra_patterns=[r"ACME-[0-9]{6}"])

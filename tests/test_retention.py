@@ -21,8 +21,8 @@ async def test_old_raw_tool_data_is_pruned_and_the_file_shrinks(tmp_path: Path) 
     async with open_worker(tmp_path / "data", embedder="none", batch_quiet_s=0.05) as worker:
         for number in range(60):
             old = number < 40
-            # 40 backfilled 40 days ago, 15 a day ago, and 5 live: hooks send no time (found by a trial: every
-            # live event was taken for 1970 and lost its raw data at the first round).
+            # 40 backfilled 40 days ago, 15 a day ago, and 5 live: hooks send no time, and a live event
+            # must not be taken for 1970 and lose its raw data at the first round.
             when = {"occurredAt": time.time() - (40 if old else 1) * DAY} if number < 55 else {}
             reply = await worker.request("POST", "/api/sessions/observations", {
                 "claudeSessionId": "old" if old else "new", "cwd": "/w/proj", "tool_name": "Read",

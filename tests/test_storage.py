@@ -182,9 +182,9 @@ def test_version_2_databases_are_migrated_keeping_their_rows(tmp_path: Path) -> 
 
 
 async def test_a_database_of_the_first_releases_is_upgraded_and_served(tmp_path: Path) -> None:
-    """Found by an upgrade trial: 7768d28 rewrote version 1 in place, so a database written by
-    e94329e or fa128a4 kept ``journal.payload`` and had no ``journal_payloads``: the worker ran the
-    later steps, then died at start, and every event after was refused (NOT NULL payload)."""
+    """A database written by the first releases (e94329e, fa128a4) has ``journal.payload`` and no
+    ``journal_payloads`` (version 1 changed after them): the upgrade takes it through every step, so
+    the worker starts and takes events (not dying at start, every event refused by NOT NULL payload)."""
     released = (Path(__file__).parent / "fixtures" / "schema-fa128a4.sql").read_text()
     version_1, version_2 = released.split("-- version 2\n")
     path = tmp_path / "db.sqlite"

@@ -154,7 +154,7 @@ def test_a_worker_that_cannot_run_shows_the_stall_in_debug_and_its_log(
     worker = worker_factory()
     before = worker.wait_until(lambda: (found := worker.get("/debug")["loop"])["samples"] >= 5 and found)
     assert before["intervalMs"] == 100
-    assert before["gilSwitchIntervalMs"] == 0.5  # the worker's, not CPython's 5 ms (bench/README)
+    assert before["gilSwitchIntervalMs"] == 0.5  # the worker's, not CPython's 5 ms (bench/gil_trips.py)
     os.kill(worker.pid, signal.SIGSTOP)
     try:
         time.sleep(1.5)

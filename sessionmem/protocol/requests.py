@@ -79,7 +79,7 @@ def api_call(payload: dict[str, Any], *, project: str | None = None) -> tuple[st
         agent_id = text_field(payload, "agent_id")
         if not report or not text_field(payload, "agent_type"):
             # Without a type it is Claude Code's own agent, not one the model started: /compact's
-            # report is a recap of the whole conversation, which would come back as memory (a trial).
+            # report is a recap of the whole conversation, which would come back as memory.
             return None
         import zlib  # here: ~0.4 ms of every hook's start for the one stage that needs it
 

@@ -29,13 +29,13 @@ from sessionmem.protocol.privacy import CONTEXT_TAG, strip_private
 INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\xad\u034f\u061c\u180e\u200b-\u200f\u202a-\u202e"
                        "\u2060-\u2069\ufe00-\ufe0f\ufeff\U000e0000-\U000e007f\U000e0100-\U000e01ef]")
 # Every other space (no-break, em, ideographic...) made a plain one before the tags are looked for:
-# `</sessionmem-context\u00a0>` is no tag to the strip, and became `</sessionmem-context >` once a
-# line's spaces were joined.
+# `</sessionmem-context\u00a0>` is no tag to the strip, yet becomes `</sessionmem-context >` once a
+# line's spaces are joined.
 _SPACES = re.compile("[\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 # The wrapper's name in any other spelling: another case, fullwidth letters (NFKC folds them), another
 # dash, spaces or nothing between its words. No tag to the strip, yet a model may read `</sessionmem‑context>`,
-# `＜/sessionmem-context＞`, `< /sessionmem-context>` or `&lt;/sessionmem-context&gt;` as the end of memory
-# (found by a trial). A path (`sessionmem/context.py`) is left as it is.
+# `＜/sessionmem-context＞`, `< /sessionmem-context>` or `&lt;/sessionmem-context&gt;` as the end of memory.
+# A path (`sessionmem/context.py`) is left as it is.
 _NAME_SPELLINGS = re.compile("sessionmem[\\s\\-\u2010-\u2015\u2212\ufe58\ufe63\uff0d]{0,3}context", re.IGNORECASE)
 NAME_DEFANGED = "sessionmem context"  # a tag name has no space: no spelling of the closing tag is left
 
@@ -61,8 +61,8 @@ def _defang_name(text: str) -> str:
 
 # Fields of the worker's answers that name something or are one item of a list (they come from a
 # hook's payload, or from a model's reply): printed on one line, each string of a list too. A line
-# break in a session id forged a record line in an MCP answer and in `sessionmem show`, and one in a
-# file a model named a "SYSTEM:" line of its own (found by trials). A narrative keeps its lines.
+# break in a session id would forge a record line in an MCP answer and in `sessionmem show`, and one in
+# a file a model named a "SYSTEM:" line of its own. A narrative keeps its lines.
 ONE_LINE_FIELDS = frozenset({"project", "claudeSessionId", "agentId", "agentType", "toolName", "toolUseId", "cwd",
                              "type", "kind", "title", "subtitle", "facts", "concepts", "files", "filesRead",
                              "filesModified"})

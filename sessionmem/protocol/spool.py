@@ -10,8 +10,8 @@ File format (both sides use this module): ``<route path>\\n<JSON body>``, named
 ``<time_ns>-<pid>.json`` so that sorting names sorts events. A file is written under
 a dot-name, synced to the disk, renamed into place and the directory synced: the
 importer never sees half a file, and a machine that crashes right after the hook said
-"spooled" still has it (0.51 ms against 0.06 ms unsynced on this machine's disk, on a
-path taken only when the worker cannot take the event). A file the worker cannot
+"spooled" still has it (measured: 0.51 ms against 0.06 ms unsynced, on a path taken
+only when the worker cannot take the event). A file the worker cannot
 import is moved to ``spool/rejected/`` with the reason beside it.
 Private spans were removed before the body was built.
 

@@ -2,7 +2,7 @@
 // failed sessions marked with a Replay button; a click on a row selects the actor.
 // Rows are kept and their cells updated in place, so a click is never lost to a redraw.
 // At most ROWS_SHOWN rows are drawn (the first in the chosen order; the filter reaches the
-// others): 1,500 actors redrawn every second held the browser for 730 ms (found by a trial).
+// others): 1,500 actors redrawn every second hold the browser for 730 ms.
 
 import {h, replace} from "./dom.js";
 import {ago, counts, duration, number} from "./format.js";

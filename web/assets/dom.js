@@ -12,8 +12,8 @@ const FORBIDDEN = /^(on|innerhtml$|outerhtml$|srcdoc$|src$|style$|formaction$|ac
 // isolates and marks, zero-width and other invisible format characters, variation selectors
 // and Unicode's tag characters: the set the worker drops from text it hands an agent
 // (sessionmem/protocol/safe_text.py, INVISIBLE; a test holds the two equal). An override
-// showed the file "invoice\u202etxt.exe" as "invoiceexe.txt" and reversed every paragraph
-// after it (found by a trial).
+// would show the file "invoice\u202etxt.exe" as "invoiceexe.txt" and reverse every paragraph
+// after it.
 const INVISIBLE = /[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\xad\u034f\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufe00-\ufe0f\ufeff\u{e0000}-\u{e007f}\u{e0100}-\u{e01ef}]/gu;
 
 /** ``text`` without the characters that reorder or hide text (see INVISIBLE). */

@@ -75,7 +75,7 @@ async function guarded(work) {
 // -- projects ---------------------------------------------------------------------------
 
 // The selector lists the most recently active projects a page at a time; its last option,
-// "More projects…", loads the next page (a trial's 1,500 projects hid the user's own).
+// "More projects…", loads the next page (with 1,500 projects, one list would hide the user's own).
 async function loadProjects() {
   const first = await getJSON("/api/projects");
   page.projects = first.projects.map((row) => row.project);
