@@ -186,7 +186,7 @@ def add_search_routes(app: QuartTrio, services: Services) -> None:
 
     @app.post(routes.OBSERVATION_BATCH)
     async def observations_batch() -> Response:
-        wanted = decode(await request.get_data(cache=False), BatchRequest).ids
+        wanted = decode(await request.get_data(cache=False, as_text=False, parse_form_data=False), BatchRequest).ids
         found = await services.store.observations_by_ids(wanted)
         present = {row.id for row in found}
         return json_response(BatchReply(found, [i for i in dict.fromkeys(wanted) if i not in present]))
