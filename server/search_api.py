@@ -56,7 +56,7 @@ class BatchReply(msgspec.Struct, frozen=True):
     missing: list[int]
 
 
-class TimelineEntry(msgspec.Struct, frozen=True):
+class TimelineEntry(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
     id: int
     anchor: bool
@@ -127,9 +127,10 @@ def query_text(*, required: bool) -> str:
 
 
 def _entry(card: DocumentCard, anchor: tuple[str, int]) -> TimelineEntry:
-    return TimelineEntry(card.kind, card.id, (card.kind, card.id) == anchor, card.claude_session_id,
-                         card.prompt_number, card.created_at, card.type, card.title, snippet(card.text, []),
-                         card.files)
+    return TimelineEntry(kind=card.kind, id=card.id, anchor=(card.kind, card.id) == anchor,
+                         claude_session_id=card.claude_session_id, prompt_number=card.prompt_number,
+                         created_at=card.created_at, type=card.type, title=card.title,
+                         snippet=snippet(card.text, []), files=card.files)
 
 
 def _anchor(raw: str) -> tuple[str, int]:
