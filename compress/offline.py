@@ -285,7 +285,7 @@ class OfflineCompressor:
         return build_offline_summary(context, request, inputs)
 
     def statistics(self) -> CompressorStatistics:
-        return CompressorStatistics(self.name, tool_uses=self._observations, summaries=self._summaries)
+        return CompressorStatistics(backend=self.name, tool_uses=self._observations, summaries=self._summaries)
 
     def seed_usage(self, tokens_today: int) -> None:
         return None  # no LLM, no budget
