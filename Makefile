@@ -46,11 +46,13 @@ bytecode: $(STAMP)
 run: $(STAMP) bytecode
 	$(VENV)/bin/sessionmem serve $(ARGS)
 
-# Style and layers: ruff, and the import-linter contracts of pyproject.toml (which
-# tests/test_layers.py also checks, with a forbidden import shown failing).
+# Style, layers and types: ruff, the import-linter contracts of pyproject.toml (which
+# tests/test_layers.py also checks, with a forbidden import shown failing), and mypy
+# ([tool.mypy], run on the tree laid out as installed by tools/typecheck.py).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check --quiet .
 	$(VENV)/bin/lint-imports --no-logo --no-cache
+	$(VENV)/bin/python -m tools.typecheck
 
 test: $(STAMP) $(E2E_STAMP) $(BROWSER_STAMP) bytecode lint
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)

@@ -75,7 +75,7 @@ class SessionActor:
         self._session: SessionInfo | None = None
         self._cwd = ""
         self._prompt = ""
-        self._batch: list[Envelope] = []
+        self._batch: list[tuple[Envelope, ObservationEvent]] = []
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         child = self._child
@@ -87,9 +87,8 @@ class SessionActor:
         child.transition(ActorState.RUNNING)
 
         # What a crashed predecessor had taken but not finished goes first, in order.
-        redo = list(child.inflight)
-        for envelope in redo:
-            await self._handle(envelope)
+        for taken in list(child.inflight):
+            await self._handle(taken)
 
         while True:
             envelope = await self._next()
@@ -135,7 +134,7 @@ class SessionActor:
             case ObservationEvent():
                 self._maybe_inject_fault(envelope, event)
                 self._cwd = event.cwd or self._cwd
-                self._batch.append(envelope)
+                self._batch.append((envelope, event))
                 child.batching(len(self._batch))
                 if len(self._batch) >= self._settings.batch_size:
                     await self._flush()
@@ -172,17 +171,17 @@ class SessionActor:
         batch, child = self._batch, self._child
         session = await self._require_session()
         child.transition(ActorState.COMPRESSING)
-        events = [envelope.event for envelope in batch]
-        observations = await self._deps.compressor.compress(self._context(session), events)  # type: ignore[arg-type]
+        events = [event for _, event in batch]
+        observations = await self._deps.compressor.compress(self._context(session), events)
         child.transition(ActorState.STORING)
-        await self._deps.store.store_observations(session, list(zip(batch, events, observations)))  # type: ignore[arg-type]
+        await self._deps.store.store_observations(
+            session, [(envelope, event, observation) for (envelope, event), observation in zip(batch, observations)])
         self._batch = []
         child.batching(0)
-        for envelope, event, observation in zip(batch, events, observations):
+        for (envelope, event), observation in zip(batch, observations):
             child.finished(envelope)
             self._deps.broadcaster.publish(LiveObservation(
-                session.claude_session_id, session.project, event.tool_name, observation.type,  # type: ignore[union-attr]
-                observation.title))
+                session.claude_session_id, session.project, event.tool_name, observation.type, observation.title))
         child.transition(ActorState.RUNNING)
 
     async def _summarize(self, envelope: Envelope, event: SummarizeEvent) -> None:

@@ -24,6 +24,7 @@ Error handling:
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -40,6 +41,14 @@ log = logging.getLogger(__name__)
 
 TRANSIENT_BACKOFF_FIRST_S = 0.5
 TRANSIENT_BACKOFF_CAP_S = 30.0
+
+
+class AfterCrash(enum.Enum):
+    """What the supervisor does with a child that crashed (:meth:`ActorSupervisor._crashed`)."""
+
+    RESTART = "restart"  # within the restart policy
+    GIVE_UP = "give up"  # past the policy: the child is parked as failed
+    STOP = "stop"  # shutting down: its events stay pending and are replayed at the next start
 
 
 class SupervisorStatistics(msgspec.Struct, frozen=True):
@@ -126,15 +135,15 @@ class ActorSupervisor:
                     child.transition(ActorState.STARTING)
                     continue
                 except Exception as exc:
-                    verdict = self._crashed(child, exc)
-                    if verdict == "restart":
-                        child.transition(ActorState.STARTING)
-                        continue
-                    if verdict == "give up":
-                        child.transition(ActorState.FAILED)
-                        await self._park(child)
-                    else:  # shutting down: its events stay pending and are replayed at the next start
-                        child.transition(ActorState.STOPPED)
+                    match self._crashed(child, exc):
+                        case AfterCrash.RESTART:
+                            child.transition(ActorState.STARTING)
+                            continue
+                        case AfterCrash.GIVE_UP:
+                            child.transition(ActorState.FAILED)
+                            await self._park(child)
+                        case AfterCrash.STOP:
+                            child.transition(ActorState.STOPPED)
                     return
                 # Normal return: idle or shutting down. Decide atomically (no await
                 # between this check and leaving) whether work arrived meanwhile.
@@ -151,17 +160,17 @@ class ActorSupervisor:
             if child.state.alive:  # cancelled at the drain deadline
                 child.transition(ActorState.STOPPED)
 
-    def _crashed(self, child: SessionChild, exc: Exception) -> str:
-        """Record a crash: ``restart``, ``give up`` (past the policy) or ``stop`` (shutting down)."""
+    def _crashed(self, child: SessionChild, exc: Exception) -> AfterCrash:
+        """Record a crash and decide what follows it."""
         self._crashes += 1
         child.crashed(exc)
         log_exception(log, f"session actor {child.claude_session_id} crashed: {child.last_error}", exc)
         if self._closing:
-            return "stop"
+            return AfterCrash.STOP
         if child.intensity.crashed(self._clock()):
             self._restarts += 1
-            return "restart"
-        return "give up"
+            return AfterCrash.RESTART
+        return AfterCrash.GIVE_UP
 
     async def _park(self, child: SessionChild) -> None:
         self._failed += 1

@@ -43,22 +43,22 @@ def create_bare_app() -> QuartTrio:
 async def bare_asgi(scope: dict, receive: object, send: object) -> None:
     if scope["type"] == "lifespan":
         while True:
-            message = await receive()  # type: ignore[operator]
+            message = await receive()
             kind = message["type"].replace("lifespan.", "")
-            await send({"type": f"lifespan.{kind}.complete"})  # type: ignore[operator]
+            await send({"type": f"lifespan.{kind}.complete"})
             if kind == "shutdown":
                 return
     body = b""
     while True:
-        message = await receive()  # type: ignore[operator]
+        message = await receive()
         body += message.get("body", b"")
         if not message.get("more_body"):
             break
     decode(body, ObservationRequest)
     payload = _encoder.encode({"status": "accepted"})
-    await send({"type": "http.response.start", "status": 202,  # type: ignore[operator]
+    await send({"type": "http.response.start", "status": 202,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
-    await send({"type": "http.response.body", "body": payload})  # type: ignore[operator]
+    await send({"type": "http.response.body", "body": payload})
 
 
 async def main(state_file: str, kind: str = "quart") -> None:

@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = scenarios.scenario_context(ctx, observations=args.context_observations,
                                                        requests=args.context_requests)
         if name in ctx.disk and isinstance(results.get(name), dict):
-            results[name]["data_dir_bytes"] = ctx.disk[name]  # type: ignore[index]
+            results[name]["data_dir_bytes"] = ctx.disk[name]
     summary = write_report(out, meta, results, ctx.plots)
     print(summary.read_text())
     lost = sum(r.get("lost", 0) + r.get("duplicates", 0) for r in results.values() if isinstance(r, dict))

@@ -27,6 +27,7 @@ Error handling:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -155,6 +156,23 @@ def default_client(settings: Settings) -> anthropic.AsyncAnthropic:
     return anthropic.AsyncAnthropic(max_retries=0, timeout=settings.llm_timeout_s)
 
 
+@dataclasses.dataclass
+class _Counters:
+    """What :meth:`AnthropicCompressor.statistics` reports, counted as it happens (see there)."""
+
+    tool_uses: int = 0
+    summaries: int = 0
+    calls: int = 0
+    in_flight: int = 0
+    retries: int = 0
+    failures: int = 0
+    unparsed_replies: int = 0
+    raw_fallbacks: int = 0
+    offline_fallbacks: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
 class AnthropicCompressor:
     name = "anthropic"
 
@@ -171,25 +189,17 @@ class AnthropicCompressor:
         self._budget = TokenBudget(daily_limit=settings.llm_daily_token_budget,
                                    session_cap=settings.llm_session_token_cap)
         self._said: set[str] = set()  # reasons already logged (once each)
-        self._stats: dict[str, Any] = {
-            "backend": self.name,
-            "model": settings.model,
-            "summaries": 0,
-            "calls": 0,
-            "failures": 0,
-            "retries": 0,
-            "unparsed_replies": 0,
-            "raw_fallbacks": 0,
-            "offline_fallbacks": 0,
-            "input_tokens": 0,
-            "output_tokens": 0,
-            "tool_uses": 0,
-            "in_flight": 0,
-        }
+        self._counters = _Counters()
 
     def statistics(self) -> CompressorStatistics:
-        return CompressorStatistics(**self._stats, client_ready=self._client is not None,
-                                    breaker=self._breaker.statistics(), budget=self._budget.statistics())
+        counted = self._counters
+        return CompressorStatistics(
+            backend=self.name, model=self._settings.model, tool_uses=counted.tool_uses, summaries=counted.summaries,
+            calls=counted.calls, in_flight=counted.in_flight, retries=counted.retries, failures=counted.failures,
+            unparsed_replies=counted.unparsed_replies, raw_fallbacks=counted.raw_fallbacks,
+            offline_fallbacks=counted.offline_fallbacks, input_tokens=counted.input_tokens,
+            output_tokens=counted.output_tokens, client_ready=self._client is not None,
+            breaker=self._breaker.statistics(), budget=self._budget.statistics())
 
     def seed_usage(self, tokens_today: int) -> None:
         self._budget.seed(tokens_today)
@@ -252,8 +262,8 @@ class AnthropicCompressor:
             attempt += 1
             try:
                 async with self._limiter:
-                    self._stats["in_flight"] += 1
-                    self._stats["calls"] += 1
+                    self._counters.in_flight += 1
+                    self._counters.calls += 1
                     try:
                         with trio.fail_after(settings.llm_timeout_s + 5):
                             message = await client.messages.create(
@@ -263,13 +273,13 @@ class AnthropicCompressor:
                                 messages=[{"role": "user", "content": content}],
                             )
                     finally:
-                        self._stats["in_flight"] -= 1
+                        self._counters.in_flight -= 1
             except (anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APIConnectionError,
                     anthropic.APIStatusError, trio.TooSlowError) as exc:
                 retryable = not isinstance(exc, anthropic.APIStatusError) or exc.status_code == 429 or exc.status_code >= 500
                 if not retryable or attempt >= settings.llm_max_attempts:
                     raise self._failure(f"LLM call failed after {attempt} attempt(s): {exc}") from exc
-                self._stats["retries"] += 1
+                self._counters.retries += 1
                 await trio.sleep(self._backoff(exc, attempt))
                 continue
             except Exception as exc:
@@ -280,7 +290,7 @@ class AnthropicCompressor:
             return self._reply_parts(message, len(system) + len(content))
 
     def _failure(self, message: str, *, tokens: int = 0) -> _GaveUp:
-        self._stats["failures"] += 1
+        self._counters.failures += 1
         log.warning("%s", message[:500])
         return _GaveUp(message, tokens)
 
@@ -294,8 +304,8 @@ class AnthropicCompressor:
         tokens_in, tokens_out = getattr(usage, "input_tokens", None), getattr(usage, "output_tokens", None)
         if not (isinstance(tokens_in, int) and isinstance(tokens_out, int)):
             tokens_in, tokens_out = request_chars // 4, 0
-        self._stats["input_tokens"] += tokens_in
-        self._stats["output_tokens"] += tokens_out
+        self._counters.input_tokens += tokens_in
+        self._counters.output_tokens += tokens_out
         content = getattr(message, "content", None)
         if not isinstance(content, list) or usage is None:
             missing = "content" if not isinstance(content, list) else "usage"
@@ -317,21 +327,21 @@ class AnthropicCompressor:
         return min(cap, 0.5 * 2 ** (attempt - 1)) * random.uniform(0.8, 1.2)
 
     async def compress(self, context: SessionContext, events: Sequence[ObservationEvent]) -> list[CompressedObservation]:
-        self._stats["tool_uses"] += len(events)
+        self._counters.tool_uses += len(events)
         try:
             text, tokens_in, tokens_out = await self._call(context, OBSERVATION_SYSTEM,
                                                            observation_request(context, events))
         except _NotNow:
-            self._stats["offline_fallbacks"] += len(events)
+            self._counters.offline_fallbacks += len(events)
             return await self._offline.compress(context, events)
         except _GaveUp:
             return self._raw(context, events)
         parsed = parse_observations(text)
-        by_index = {p["index"]: p for p in parsed if p["index"] is not None}
+        by_index = {p.index: p for p in parsed if p.index is not None}
         if not by_index and len(parsed) == len(events):
             by_index = {n: p for n, p in enumerate(parsed, 1)}
         if not by_index:
-            self._stats["unparsed_replies"] += 1
+            self._counters.unparsed_replies += 1
             log.warning("unusable LLM reply for %d tool use(s) of session %s", len(events), context.claude_session_id)
         # Tokens are spread over the batch so per-session totals add up.
         shares_in = _spread(tokens_in, len(events))
@@ -340,20 +350,20 @@ class AnthropicCompressor:
         for number, event in enumerate(events, 1):
             block = by_index.get(number)
             if block is None:
-                self._stats["raw_fallbacks"] += 1
+                self._counters.raw_fallbacks += 1
                 raw = build_offline_observation(context, event, compressor=self.name, compressed=False)
                 results.append(_with_tokens(raw, self._settings.model, shares_in[number - 1], shares_out[number - 1]))
                 continue
             results.append(
                 CompressedObservation(
-                    type=str(block["type"]),
-                    title=str(block["title"])[:200],
-                    subtitle=str(block["subtitle"]),
-                    facts=tuple(block["facts"]),  # type: ignore[arg-type]
-                    narrative=str(block["narrative"]),
-                    concepts=tuple(block["concepts"]),  # type: ignore[arg-type]
-                    files_read=tuple(block["files_read"]),  # type: ignore[arg-type]
-                    files_modified=tuple(block["files_modified"]),  # type: ignore[arg-type]
+                    type=block.type,
+                    title=block.title[:200],
+                    subtitle=block.subtitle,
+                    facts=block.facts,
+                    narrative=block.narrative,
+                    concepts=block.concepts,
+                    files_read=block.files_read,
+                    files_modified=block.files_modified,
                     compressed=True,
                     compressor=self.name,
                     model=self._settings.model,
@@ -364,24 +374,24 @@ class AnthropicCompressor:
         return results
 
     def _raw(self, context: SessionContext, events: Sequence[ObservationEvent]) -> list[CompressedObservation]:
-        self._stats["raw_fallbacks"] += len(events)
+        self._counters.raw_fallbacks += len(events)
         return [build_offline_observation(context, event, compressor=self.name, compressed=False) for event in events]
 
     async def summarize(self, context: SessionContext, request: SummarizeEvent, inputs: SummaryInputs) -> CompressedSummary:
-        self._stats["summaries"] += 1
+        self._counters.summaries += 1
         try:
             text, tokens_in, tokens_out = await self._call(context, SUMMARY_SYSTEM,
                                                            summary_request(context, request, inputs))
         except _NotNow:
-            self._stats["offline_fallbacks"] += 1
+            self._counters.offline_fallbacks += 1
             return await self._offline.summarize(context, request, inputs)
         except _GaveUp:
-            self._stats["raw_fallbacks"] += 1
+            self._counters.raw_fallbacks += 1
             return build_offline_summary(context, request, inputs, compressor=self.name, compressed=False)
         fields = parse_summary(text)
         if fields is None:
-            self._stats["unparsed_replies"] += 1
-            self._stats["raw_fallbacks"] += 1
+            self._counters.unparsed_replies += 1
+            self._counters.raw_fallbacks += 1
             fallback = build_offline_summary(context, request, inputs, compressor=self.name, compressed=False)
             return _with_tokens(fallback, self._settings.model, tokens_in, tokens_out)
         return CompressedSummary(

@@ -29,7 +29,7 @@ class SessionContext(msgspec.Struct, frozen=True):
     tokens_used: int = 0  # LLM tokens the session had spent when its actor started
 
 
-class CompressorStatistics(msgspec.Struct, frozen=True):
+class CompressorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """Counters of a compressor; the LLM figures stay 0 for the offline one."""
 
     backend: str

@@ -9,14 +9,21 @@ that ends without an outcome (:meth:`CircuitBreaker.abandoned`) lets the next on
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Callable
 
 import msgspec
 
 
+class BreakerState(enum.StrEnum):
+    CLOSED = "closed"  # calls go through
+    OPEN = "open"  # calls are refused until the breaker's pause is over
+    HALF_OPEN = "half-open"  # one trial call at a time decides: closed again, or open for longer
+
+
 class BreakerStatistics(msgspec.Struct, frozen=True):
-    state: str  # closed | open | half-open
+    state: BreakerState
     consecutive_failures: int
     opened: int  # times it opened
     open_for_seconds: float  # until it lets a trial call through (0 unless open)
@@ -36,17 +43,17 @@ class CircuitBreaker:
         self._opened = 0
 
     @property
-    def state(self) -> str:
+    def state(self) -> BreakerState:
         if self._open_until is None:
-            return "closed"
-        return "open" if self._clock() < self._open_until else "half-open"
+            return BreakerState.CLOSED
+        return BreakerState.OPEN if self._clock() < self._open_until else BreakerState.HALF_OPEN
 
     def allow(self) -> bool:
         """Whether a call may be made now (in half-open state, one trial at a time)."""
         state = self.state
-        if state == "closed":
+        if state is BreakerState.CLOSED:
             return True
-        if state == "half-open" and not self._trial_running:
+        if state is BreakerState.HALF_OPEN and not self._trial_running:
             self._trial_running = True
             return True
         return False

@@ -151,7 +151,8 @@ def _describe(event: ObservationEvent, context: SessionContext) -> _Draft:
         draft.files_read.append(path)
         draft.concepts.append("how-it-works")
     elif tool in ("Edit", "MultiEdit", "NotebookEdit"):
-        edits = data.get("edits") if isinstance(data.get("edits"), list) else [data]
+        listed = data.get("edits")
+        edits = listed if isinstance(listed, list) else [data]
         removed = sum(_line_count(str(e.get("old_string", ""))) for e in edits if isinstance(e, dict))
         added = sum(_line_count(str(e.get("new_string", e.get("new_source", "")))) for e in edits if isinstance(e, dict))
         draft = _Draft(_change_type(context.prompt), f"Edited {rel or 'a file'} (-{removed} +{added} lines)")
@@ -284,7 +285,7 @@ class OfflineCompressor:
         return build_offline_summary(context, request, inputs)
 
     def statistics(self) -> CompressorStatistics:
-        return CompressorStatistics(self.name, tool_uses=self._observations, summaries=self._summaries)
+        return CompressorStatistics(backend=self.name, tool_uses=self._observations, summaries=self._summaries)
 
     def seed_usage(self, tokens_today: int) -> None:
         return None  # no LLM, no budget

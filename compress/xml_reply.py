@@ -18,6 +18,8 @@ import html
 import itertools
 import re
 
+import msgspec
+
 from sessionmem.protocol.limits import printable_line
 from sessionmem.records import OBSERVATION_TYPES
 
@@ -54,12 +56,22 @@ def _items(body: str, container: str, item: str) -> tuple[str, ...]:
     return tuple(itertools.islice((value for value in kept if value), MOST_ITEMS[container]))  # the rest unread
 
 
-class ParsedObservation(dict[str, object]):
-    """Field name -> value for one observation block; ``index`` is 1-based or None."""
+class ParsedObservation(msgspec.Struct, frozen=True, kw_only=True):
+    """One observation block; ``index`` is 1-based, or None where the reply gave none."""
+
+    index: int | None
+    type: str
+    title: str
+    subtitle: str
+    facts: tuple[str, ...]
+    narrative: str
+    concepts: tuple[str, ...]
+    files_read: tuple[str, ...]
+    files_modified: tuple[str, ...]
 
 
 def parse_observations(text: str) -> list[ParsedObservation]:
-    parsed = []
+    parsed: list[ParsedObservation] = []
     for attributes, body in _BLOCK.findall(text[:MAX_REPLY_CHARS]):
         type_ = _field(body, "type", 40).lower()
         title = _field(body, "title", LIMITS["title"])

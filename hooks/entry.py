@@ -30,7 +30,7 @@ def _bootstrap() -> None:
     package.__path__ = [package_dir]
     hooks = types.ModuleType("sessionmem.hooks")
     hooks.__path__ = [here]
-    package.hooks = hooks
+    setattr(package, "hooks", hooks)  # noqa: B010 -- a ModuleType has no declared `hooks`
     sys.modules["sessionmem"] = package
     sys.modules["sessionmem.hooks"] = hooks
 

@@ -174,7 +174,7 @@ def handle(stage: str, payload: dict[str, Any], config: ClientConfig, log: _Log)
     # A key of its own per event: if it reaches a slow worker *and* is spooled, the
     # worker stores it once.
     call = encoded_call({**payload, "hook_event_name": stage}, project=project,
-                        key=f"hook-{os.urandom(12).hex()}", cap=config.tool_response_cap)  # type: ignore[arg-type]
+                        key=f"hook-{os.urandom(12).hex()}", cap=config.tool_response_cap)
     if call is None:
         return None
     outcome = _send(config, *call, log)

@@ -87,7 +87,7 @@ class IndexState(str, Enum):
     FAILED = "failed"  # the last catch-up attempt failed; retried after a pause
 
 
-class IndexStatistics(msgspec.Struct, frozen=True):
+class IndexStatistics(msgspec.Struct, frozen=True, kw_only=True):
     state: IndexState
     model_id: str
     dimensions: int
@@ -231,12 +231,15 @@ class VectorIndex:
             span = self._recent[-1][0] - self._recent[0][0]
             rate = round(sum(n for _, n in list(self._recent)[1:]) / span, 1) if span > 0 else 0.0
         return IndexStatistics(
-            self._state, self._embedder.model_id, self._embedder.dimensions,
-            index.vectors if index else 0, index.capacity if index else 0, len(self._backlog), self._added,
-            self._removed, self._queries, self._busy_queries, self._rebuilds, self._last_rebuild_reason,
-            round(self._load_seconds, 3), round(self._embed_seconds, 3), rate, self._saves, self._last_save_at,
-            round(self._last_save_seconds, 3), self._last_save_bytes, self._failures, self._last_error,
-            yields=self._yields, vectors_by_kind=index.vectors_by_kind() if index else {})
+            state=self._state, model_id=self._embedder.model_id, dimensions=self._embedder.dimensions,
+            vectors=index.vectors if index else 0, capacity=index.capacity if index else 0,
+            pending=len(self._backlog), added=self._added, removed=self._removed, queries=self._queries,
+            busy_queries=self._busy_queries, rebuilds=self._rebuilds, last_rebuild_reason=self._last_rebuild_reason,
+            load_seconds=round(self._load_seconds, 3), embed_seconds=round(self._embed_seconds, 3),
+            catch_up_per_second=rate, saves=self._saves, last_save_at=self._last_save_at,
+            last_save_seconds=round(self._last_save_seconds, 3), last_save_bytes=self._last_save_bytes,
+            failures=self._failures, last_error=self._last_error, yields=self._yields,
+            vectors_by_kind=index.vectors_by_kind() if index else {})
 
     # -- the actor ---------------------------------------------------------------------
 

@@ -68,7 +68,7 @@ class MemoryClient:
         self._start_worker = start_worker
         self._limiter = anyio.CapacityLimiter(CONCURRENT_CALLS)
         # A tool call can wait longer than a hook for a worker it starts (as backfill does).
-        if float(config.start_timeout_s) < START_TIMEOUT_S:  # type: ignore[arg-type]
+        if config.start_timeout_s < START_TIMEOUT_S:
             config.start_timeout_s = START_TIMEOUT_S
 
     async def search(self, params: dict[str, str | int]) -> dict[str, Any]:

@@ -63,6 +63,7 @@ Integer = Annotated[int, Strict()]
 DEFAULT_LIMIT = 20
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
+# Made from the tuples, so the tools' schemas follow them; a type checker reads these as Any.
 Kind = Literal[DOCUMENT_KINDS]  # type: ignore[valid-type]
 Mode = Literal[SEARCH_MODES]  # type: ignore[valid-type]
 Moment = Annotated[str | None, Field(
@@ -94,7 +95,8 @@ class StrictToolServer(MCPServer):
         super().__init__(*args, **kwargs)
         self._parameters: dict[str, tuple[str, ...]] = {}
 
-    def add_tool(self, fn: Callable[..., Any], name: str | None = None, **kwargs: Any) -> None:
+    # The SDK's options are passed on as they are, not repeated here.
+    def add_tool(self, fn: Callable[..., Any], name: str | None = None, **kwargs: Any) -> None:  # type: ignore[override]
         super().add_tool(fn, name=name, **kwargs)
         self._parameters[name or fn.__name__] = tuple(inspect.signature(fn).parameters)
 

@@ -73,7 +73,7 @@ class BackfillReport:
 def send_event(config: ClientConfig, payload: dict[str, object], key: str, project: str,
                patience: Patience, *, occurred_at: float = 0.0) -> Outcome | None:
     """Deliver one hook event as its API call; ``None`` when the event sends nothing."""
-    call = encoded_call(payload, project=project, key=key, cap=config.tool_response_cap,  # type: ignore[arg-type]
+    call = encoded_call(payload, project=project, key=key, cap=config.tool_response_cap,
                         occurred_at=occurred_at)
     if call is None or call[2] is None:  # nothing to send, or SessionStart (a read)
         return None

@@ -239,8 +239,8 @@ def _session_events(session_id: str, entries: list[dict[str, Any]], stats: Conve
     for entry in entries:
         at = _timestamp(entry) or last_at
         last_at = at
-        message = entry.get("message") if isinstance(entry.get("message"), dict) else {}
-        content = message.get("content")
+        message = entry.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
         prompt = _is_prompt(entry)
         if prompt:
             if turn_open:

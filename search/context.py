@@ -197,7 +197,7 @@ def earlier_sessions(summaries: list[SummaryRow]) -> tuple[SummaryRow | None, li
     if not summaries:
         return None, []
     seen = {summaries[0].claude_session_id}
-    earlier = []
+    earlier: list[SummaryRow] = []
     for summary in summaries[1:]:
         if summary.claude_session_id not in seen and len(earlier) < EARLIER_SESSIONS:
             seen.add(summary.claude_session_id)

@@ -70,7 +70,7 @@ class SearchMode(str, Enum):
     VECTOR = "vector"
 
 
-class SearchResult(msgspec.Struct, frozen=True):
+class SearchResult(msgspec.Struct, frozen=True, kw_only=True):
     kind: str  # observation | summary | prompt
     id: int
     score: float  # hybrid: fused reciprocal rank; fts: bm25 (negated); vector: cosine similarity
@@ -150,9 +150,10 @@ class SearchService:
             matched_by = [name for name, found in (("words", found_by_words), ("meaning", found_by_meaning))
                           if (kind, row_id) in found]
             results.append(SearchResult(
-                kind, row_id, round(score, 6), matched_by, card.claude_session_id, card.project,
-                card.prompt_number, card.created_at, card.type, card.title,
-                snippet(card.text if kind != "prompt" else card.title, terms), card.files))
+                kind=kind, id=row_id, score=round(score, 6), matched_by=matched_by,
+                claude_session_id=card.claude_session_id, project=card.project, prompt_number=card.prompt_number,
+                created_at=card.created_at, type=card.type, title=card.title,
+                snippet=snippet(card.text if kind != "prompt" else card.title, terms), files=card.files))
         return SearchResults(query, mode, vectors, results, offset, limit, more=len(ranked) > offset + limit,
                              unembedded=self._index.pending if vectors == "used" else 0)
 

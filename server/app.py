@@ -103,7 +103,9 @@ class LoginCode(msgspec.Struct, frozen=True):
 def create_app(services: Services) -> AccessGuard:
     """The worker's ASGI app: the access guard (:mod:`.guard`), then the hot ingest routes
     (:mod:`.fast_ingest`), then Quart."""
-    ingest = FastIngest(create_quart_app(services), services.ingestor,
+    # Quart types its ASGI messages as TypedDicts, the layers in front of it as plain dicts.
+    quart_app = create_quart_app(services)
+    ingest = FastIngest(quart_app, services.ingestor,  # type: ignore[arg-type]
                         max_body_bytes=services.settings.max_body_bytes, on_error=services.status.count_error)
     return services.guard.protect(ingest)
 
@@ -152,7 +154,7 @@ def create_quart_app(services: Services) -> QuartTrio:
         return error_response(500, f"internal error: {type(exc).__name__}")
 
     async def body(kind: type) -> Any:
-        return decode(await request.get_data(cache=False), kind)
+        return decode(await request.get_data(cache=False, as_text=False, parse_form_data=False), kind)
 
     # -- health --------------------------------------------------------------------------
 
@@ -186,7 +188,7 @@ def create_quart_app(services: Services) -> QuartTrio:
     async def processing() -> Response:
         wanted = None
         if request.method == "POST":
-            raw = await request.get_data(cache=False)
+            raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
             wanted = (decode(raw, ProcessingRequest).claudeSessionId or None) if raw.strip() else None
         return json_response(await processing_status(services, wanted))
 

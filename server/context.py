@@ -112,10 +112,10 @@ def render_context(plan: ContextPlan, *, token_budget: int) -> tuple[str, int]:
                     named += len(line.ids)
     budget.left += reserve
     kept_earlier = ["", *earlier[:1]] if earlier and budget.take(earlier[:1]) else []
-    for line in earlier[1:] if kept_earlier else []:
-        if not budget.take([line]):
+    for earlier_line in earlier[1:] if kept_earlier else []:
+        if not budget.take([earlier_line]):
             break
-        kept_earlier.append(line)
+        kept_earlier.append(earlier_line)
     if len(kept_earlier) <= 2:  # a heading alone says nothing
         kept_earlier = []
     return "\n".join(head + summary + body + kept_earlier + tail), named

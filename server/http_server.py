@@ -211,14 +211,16 @@ class _TCPServer(TCPServer):
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self.idle_task = _IdleTimer(self.config.keep_alive_timeout, self.context.terminated,
-                                    self._initiate_server_close)
+        self._idle_timer = _IdleTimer(self.config.keep_alive_timeout, self.context.terminated,
+                                      self._initiate_server_close)
+        # Not a TrioSingleTask: Hypercorn calls only its restart and stop, which _IdleTimer has.
+        self.idle_task = self._idle_timer  # type: ignore[assignment]
 
     async def _read_data(self) -> None:
         try:
             await super()._read_data()
         finally:
-            self.idle_task.close()
+            self._idle_timer.close()
 
 
 class ConnectionPool:

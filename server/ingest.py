@@ -143,7 +143,7 @@ class Ingestor:
         body does not decode, or the path is not an ingest route.
     """
 
-    PATHS = {
+    PATHS: dict[str, type[InitRequest | ObservationRequest | SummarizeRequest | CompleteRequest]] = {
         routes.INIT: InitRequest,
         routes.OBSERVATIONS: ObservationRequest,
         routes.SUMMARIZE: SummarizeRequest,
@@ -213,7 +213,7 @@ class Ingestor:
             return await self.observation(payload, recall=recall)
         if isinstance(payload, SummarizeRequest):
             return await self.summarize(payload)
-        return await self.complete(payload)  # type: ignore[arg-type]
+        return await self.complete(payload)
 
     async def _accept(self, event: ObservationEvent | SummarizeEvent | CompleteEvent) -> tuple[int, EventAccepted]:
         with self._router.reservation(event.claude_session_id), _key_reused_is_a_bad_request():

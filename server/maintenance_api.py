@@ -83,7 +83,7 @@ def add_maintenance_routes(app: QuartTrio, services: Services) -> None:
 
     @app.post(routes.PRUNE)
     async def prune() -> Response:
-        raw = await request.get_data(cache=False)
+        raw = await request.get_data(cache=False, as_text=False, parse_form_data=False)
         wanted = decode(raw, PruneRequest) if raw.strip() else PruneRequest()
         started = time.perf_counter()
         before = await store.storage_report()
@@ -104,7 +104,7 @@ def add_maintenance_routes(app: QuartTrio, services: Services) -> None:
 
     @app.post(routes.IMPORT)
     async def import_() -> Response:
-        wanted = decode(await request.get_data(cache=False), ImportRequest)
+        wanted = decode(await request.get_data(cache=False, as_text=False, parse_form_data=False), ImportRequest)
         clean = services.ingestor.clean_text
         # Off the Trio thread: a batch holds up to MAX_IMPORT records of any length.
         records = await trio.to_thread.run_sync(lambda: [cleaned(record, clean) for record in wanted.records])

@@ -227,8 +227,8 @@ def _trigger_automaton(detectors: tuple[Detector, ...]) -> Triggers:
         for trigger in detector.triggers:
             for spelling in _spellings(trigger) if detector.any_case else {trigger}:
                 starts[spelling] = index
-    for words, what in ((KEYWORD_TRIGGERS, KEYWORD), (("--",), FLAG), (("token",), TOKEN)):
-        for word in words:
+    for listed, what in ((KEYWORD_TRIGGERS, KEYWORD), (("--",), FLAG), (("token",), TOKEN)):
+        for word in listed:
             for spelling in _spellings(word):
                 starts[spelling] = what
     words = tuple(starts)

@@ -56,7 +56,7 @@ class BatchReply(msgspec.Struct, frozen=True):
     missing: list[int]
 
 
-class TimelineEntry(msgspec.Struct, frozen=True):
+class TimelineEntry(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
     id: int
     anchor: bool
@@ -127,9 +127,10 @@ def query_text(*, required: bool) -> str:
 
 
 def _entry(card: DocumentCard, anchor: tuple[str, int]) -> TimelineEntry:
-    return TimelineEntry(card.kind, card.id, (card.kind, card.id) == anchor, card.claude_session_id,
-                         card.prompt_number, card.created_at, card.type, card.title, snippet(card.text, []),
-                         card.files)
+    return TimelineEntry(kind=card.kind, id=card.id, anchor=(card.kind, card.id) == anchor,
+                         claude_session_id=card.claude_session_id, prompt_number=card.prompt_number,
+                         created_at=card.created_at, type=card.type, title=card.title,
+                         snippet=snippet(card.text, []), files=card.files)
 
 
 def _anchor(raw: str) -> tuple[str, int]:
@@ -186,7 +187,7 @@ def add_search_routes(app: QuartTrio, services: Services) -> None:
 
     @app.post(routes.OBSERVATION_BATCH)
     async def observations_batch() -> Response:
-        wanted = decode(await request.get_data(cache=False), BatchRequest).ids
+        wanted = decode(await request.get_data(cache=False, as_text=False, parse_form_data=False), BatchRequest).ids
         found = await services.store.observations_by_ids(wanted)
         present = {row.id for row in found}
         return json_response(BatchReply(found, [i for i in dict.fromkeys(wanted) if i not in present]))

@@ -71,7 +71,7 @@ class WorkerStatus:
                                 self.base_url, self._errors, self._last_error)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Services:
     settings: Settings
     status: WorkerStatus

@@ -23,6 +23,7 @@ Error handling:
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 from collections.abc import Callable
@@ -52,6 +53,15 @@ MAX_ROUTE_LINE = 256  # the route path and newline before a spooled body
 def _read_at_most(file: str, size: int) -> bytes:
     with open(file, "rb") as f:
         return f.read(size)
+
+
+class SpoolOutcome(enum.Enum):
+    """What became of one spooled request."""
+
+    IMPORTED = "imported"
+    DUPLICATE = "duplicate"  # its idempotency key was journaled before: the file goes, nothing is added
+    REJECTED = "rejected"  # unreadable, too large or not a valid body: set aside with the reason
+    BLOCKED = "blocked"  # a session's mailbox stayed full: the file stays for the next round
 
 
 class SpoolStatistics(msgspec.Struct, frozen=True):
@@ -99,10 +109,10 @@ class SpoolImporter:
         try:
             for index, file in enumerate(files):
                 outcome = await self._import_file(file)
-                if outcome == "blocked":
+                if outcome is SpoolOutcome.BLOCKED:
                     self._waiting = len(files) - index
                     break
-                imported += outcome == "imported"
+                imported += outcome is SpoolOutcome.IMPORTED
             else:
                 self._waiting = 0
         except Exception as exc:  # a broken file system or database must not take the worker down
@@ -113,8 +123,7 @@ class SpoolImporter:
             log.info("imported %d spooled event(s)", imported)
         return imported
 
-    async def _import_file(self, file: str) -> str:
-        """``imported``, ``duplicate``, ``rejected`` or ``blocked`` (a mailbox stayed full)."""
+    async def _import_file(self, file: str) -> SpoolOutcome:
         # What HTTP refuses (413) is not let in by the side door, nor read whole: at most a body's worth.
         raw = await trio.to_thread.run_sync(_read_at_most, file, self._max_body_bytes + MAX_ROUTE_LINE + 1)
         try:
@@ -130,19 +139,19 @@ class SpoolImporter:
                 break
             except MailboxFull:
                 if trio.current_time() >= give_up_at:
-                    return "blocked"
+                    return SpoolOutcome.BLOCKED
                 await trio.sleep(ROOM_POLL_S)
             except BadRequest as exc:
                 return await self._reject(file, f"{exc.message} (at {exc.path})")
         await trio.to_thread.run_sync(os.unlink, file)
         if reply.duplicate:
             self._duplicates += 1
-            return "duplicate"
+            return SpoolOutcome.DUPLICATE
         self._imported += 1
-        return "imported"
+        return SpoolOutcome.IMPORTED
 
-    async def _reject(self, file: str, reason: str) -> str:
+    async def _reject(self, file: str, reason: str) -> SpoolOutcome:
         log.warning("spooled request %s rejected: %s", os.path.basename(file), reason[:300])
         await trio.to_thread.run_sync(reject_spool_file, file, reason)
         self._rejected += 1
-        return "rejected"
+        return SpoolOutcome.REJECTED

@@ -51,7 +51,7 @@ LiveEvent = LivePrompt | LiveObservation | LiveSummary | LiveSession
 
 
 def live_event_name(event: LiveEvent) -> str:
-    return type(event).__struct_config__.tag  # type: ignore[return-value]
+    return str(type(event).__struct_config__.tag)  # each event's tag is its name
 
 
 class BroadcasterStatistics(msgspec.Struct, frozen=True):

@@ -420,7 +420,7 @@ def _database_damage(database: Path) -> str:
         connection = apsw.Connection(str(database), flags=apsw.SQLITE_OPEN_READONLY)
         try:
             connection.set_busy_timeout(1000)
-            (verdict,) = connection.execute("PRAGMA quick_check(1)").fetchone()
+            (verdict,) = connection.execute("PRAGMA quick_check(1)").fetchone() or ("no answer",)
         finally:
             connection.close()
     except apsw.Error as exc:
@@ -507,7 +507,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         print(f"sessionmem: {root} does not exist", file=sys.stderr)
         return 1
     config = _client(args)
-    config.start_timeout_s = max(config.start_timeout_s, 20.0)  # type: ignore[call-overload]
+    config.start_timeout_s = max(config.start_timeout_s, 20.0)
     problems: list[str] = []
     running_before = read_state(config.data_dir) is not None
     port = ensure_worker(config, problems.append)

@@ -15,7 +15,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any
 from urllib.parse import urlencode
 
 from sessionmem.command_client import CommandFailed, call
@@ -74,7 +74,7 @@ def cmd_export(args: argparse.Namespace, config: ClientConfig) -> int:
     return 0
 
 
-def _export_to(out: TextIO, args: argparse.Namespace, config: ClientConfig) -> dict[str, int]:
+def _export_to(out: IO[str], args: argparse.Namespace, config: ClientConfig) -> dict[str, int]:
     """Write the export, page by page, to ``out``; the records written of each kind."""
     counts: dict[str, int] = {}
     after, first = 0, True

@@ -20,11 +20,9 @@ from typing import Any
 
 import msgspec
 
-_CLAUDE_SESSION_ID = msgspec.field(name="session_id")
-
 
 class InitEvent(msgspec.Struct, frozen=True, tag="init", tag_field="kind", omit_defaults=True):
-    claude_session_id: str = _CLAUDE_SESSION_ID
+    claude_session_id: str = msgspec.field(name="session_id")
     project: str
     cwd: str = ""
     prompt: str = ""
@@ -35,7 +33,7 @@ class InitEvent(msgspec.Struct, frozen=True, tag="init", tag_field="kind", omit_
 
 
 class ObservationEvent(msgspec.Struct, frozen=True, tag="observation", tag_field="kind", omit_defaults=True):
-    claude_session_id: str = _CLAUDE_SESSION_ID
+    claude_session_id: str = msgspec.field(name="session_id")
     project: str
     tool_name: str
     tool_use_id: str = ""
@@ -52,7 +50,7 @@ class ObservationEvent(msgspec.Struct, frozen=True, tag="observation", tag_field
 
 
 class SummarizeEvent(msgspec.Struct, frozen=True, tag="summarize", tag_field="kind", omit_defaults=True):
-    claude_session_id: str = _CLAUDE_SESSION_ID
+    claude_session_id: str = msgspec.field(name="session_id")
     project: str
     last_user_message: str = ""
     last_assistant_message: str = ""
@@ -62,7 +60,7 @@ class SummarizeEvent(msgspec.Struct, frozen=True, tag="summarize", tag_field="ki
 
 
 class CompleteEvent(msgspec.Struct, frozen=True, tag="complete", tag_field="kind", omit_defaults=True):
-    claude_session_id: str = _CLAUDE_SESSION_ID
+    claude_session_id: str = msgspec.field(name="session_id")
     project: str = ""
     reason: str = ""
     key: str = ""
@@ -80,7 +78,7 @@ class Envelope(msgspec.Struct, frozen=True):
 
 
 _encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder(Event)
+_decoder: msgspec.json.Decoder[Event] = msgspec.json.Decoder(Event)
 
 
 def encode_event(event: Event) -> bytes:
@@ -92,4 +90,4 @@ def decode_event(payload: bytes) -> Event:
 
 
 def event_kind(event: Event) -> str:
-    return type(event).__struct_config__.tag  # type: ignore[return-value]
+    return str(type(event).__struct_config__.tag)  # each kind's tag is its name

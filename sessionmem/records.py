@@ -11,14 +11,14 @@ snake_case; the HTTP edge writes them in camelCase (``sessionmem.server.jsonapi`
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
 from sessionmem.protocol.limits import MAX_IDENTIFIER, MAX_PATH, MAX_SESSION_ID, MAX_TOOL_NAME
 
-OBSERVATION_TYPES = ("bugfix", "feature", "refactor", "change", "discovery", "decision", "failure")
-ObservationType = Literal[OBSERVATION_TYPES]  # type: ignore[valid-type]
+ObservationType = Literal["bugfix", "feature", "refactor", "change", "discovery", "decision", "failure"]
+OBSERVATION_TYPES: tuple[ObservationType, ...] = get_args(ObservationType)
 
 
 # The lengths of what names a session, a tool use or a path, wherever a body or a record is decoded

@@ -371,12 +371,14 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
     pool = ConnectionPool(max_connections=connection_limit(settings.max_connections),
                           request_timeout_s=settings.request_timeout_s)
     home = codewatch.DataDirIdentity(settings.data_dir, settings.db_path)
-    return Services(settings, status, store, router, supervisor, compressor, broadcaster, ingestor,
-                    SpoolImporter(ingestor, settings.data_dir, max_body_bytes=settings.max_body_bytes,
-                                  still_ours=home.still_ours),
-                    guard, pool, embedder, index,
-                    search, ContextPlanner(store, index, embedder, observations=settings.context_observations),
-                    Pruner(store, retention_days=settings.raw_retention_days), LoopWatch(), home)
+    return Services(
+        settings=settings, status=status, store=store, router=router, supervisor=supervisor, compressor=compressor,
+        broadcaster=broadcaster, ingestor=ingestor,
+        spool=SpoolImporter(ingestor, settings.data_dir, max_body_bytes=settings.max_body_bytes,
+                            still_ours=home.still_ours),
+        guard=guard, connections=pool, embedder=embedder, index=index, search=search,
+        context=ContextPlanner(store, index, embedder, observations=settings.context_observations),
+        pruner=Pruner(store, retention_days=settings.raw_retention_days), loop=LoopWatch(), home=home)
 
 
 async def _warm_up(compressor: Compressor, redactor: Redactor, embedder: EmbedderService, *, freeze: bool) -> None:

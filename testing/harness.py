@@ -82,7 +82,7 @@ class InProcessWorker:
 
     async def debug(self) -> dict[str, Any]:
         """The ``/debug`` document, as JSON would have it."""
-        return to_api(await debug_snapshot(self.services))  # type: ignore[no-any-return]
+        return to_api(await debug_snapshot(self.services))
 
     async def wait_idle(self, *, timeout: float = 30.0, poll: float = 0.01) -> None:
         """Wait until the journal has nothing pending and no actor holds work."""

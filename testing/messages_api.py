@@ -229,8 +229,7 @@ class ScriptedMessagesAPI:
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self._server.server_port}"
 
     def queue(self, *actions: Action) -> None:
         with self._lock:

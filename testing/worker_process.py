@@ -10,6 +10,7 @@ Resource handling:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -177,14 +178,14 @@ def start_worker(data_dir: Path, *, env: dict[str, str] | None = None, timeout: 
                      "SESSIONMEM_CODE_WATCH": "0"})
     full_env.update(env or {})
     stderr = open(data_dir / log_name, "ab")
-    def limit_files() -> None:
+    def limit_files(limit: int) -> None:
         import resource
 
-        resource.setrlimit(resource.RLIMIT_NOFILE, (file_limit, file_limit))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
     process = subprocess.Popen([sys.executable, "-m", "sessionmem", "serve"], env=full_env,
                                stdout=stderr, stderr=stderr, stdin=subprocess.DEVNULL,
-                               preexec_fn=limit_files if file_limit is not None else None)
+                               preexec_fn=functools.partial(limit_files, file_limit) if file_limit is not None else None)
     stderr.close()
     deadline = time.monotonic() + timeout
     while True:

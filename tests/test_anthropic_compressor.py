@@ -15,7 +15,7 @@ import trio
 
 from sessionmem.compress.anthropic_backend import AnthropicCompressor, observation_request, summary_request
 from sessionmem.compress.base import SessionContext
-from sessionmem.compress.breaker import CircuitBreaker
+from sessionmem.compress.breaker import BreakerState, CircuitBreaker
 from sessionmem.config import Settings
 from sessionmem.events import ObservationEvent, SummarizeEvent
 from sessionmem.records import SummaryInputs
@@ -50,7 +50,7 @@ async def post_tool(worker: InProcessWorker, session: str, tool_use_id: str) -> 
 
 async def observation(worker: InProcessWorker, tool_use_id: str) -> dict[str, object]:
     rows = (await worker.get("/api/observations?limit=500"))["observations"]
-    return next(r for r in rows if r["toolUseId"] == tool_use_id)  # type: ignore[no-any-return]
+    return next(r for r in rows if r["toolUseId"] == tool_use_id)
 
 
 async def test_batch_is_compressed_in_one_call_and_summarized(tmp_path: Path,
@@ -278,10 +278,10 @@ def test_a_trial_call_that_ends_without_an_outcome_lets_the_next_one_through() -
     breaker = CircuitBreaker(threshold=1, open_s=1.0, max_open_s=4.0, clock=lambda: now[0])
     assert breaker.allow()
     breaker.failed()
-    assert breaker.state == "open" and not breaker.allow()
+    assert breaker.state is BreakerState.OPEN and not breaker.allow()
     now[0] = 1.5
     assert breaker.allow() and not breaker.allow()  # half-open: one trial at a time
     breaker.abandoned()  # cancelled: it neither closes nor opens the breaker...
-    assert breaker.state == "half-open" and breaker.allow()  # ...and does not hold the next trial back
+    assert breaker.state is BreakerState.HALF_OPEN and breaker.allow()  # ...and does not hold the next trial back
     breaker.succeeded()
-    assert breaker.state == "closed" and breaker.allow()
+    assert breaker.state is BreakerState.CLOSED and breaker.allow()

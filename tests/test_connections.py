@@ -55,7 +55,7 @@ def closed_by_server(sock: socket.socket, within: float) -> bool:
 
 @pytest.fixture
 def limited_worker(tmp_path: object) -> Iterator[WorkerProcess]:
-    worker = start_worker(tmp_path / "data", file_limit=256,  # type: ignore[operator]
+    worker = start_worker(tmp_path / "data", file_limit=256,
                           env={"SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_BATCH_QUIET": "0.05",
                                "SESSIONMEM_KEEP_ALIVE_TIMEOUT": "60", "SESSIONMEM_REQUEST_TIMEOUT": "2"})
     yield worker

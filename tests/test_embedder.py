@@ -253,7 +253,7 @@ def test_a_child_that_dies_mid_request_is_an_error_and_the_next_request_starts_a
         assert isolated.statistics().texts == 2  # the killed child's work was never answered
         # A child that does not answer (stopped here) cannot hold the close: it is killed.
         second = isolated.pid
-        os.kill(second, signal.SIGSTOP)  # type: ignore[arg-type]
+        os.kill(second, signal.SIGSTOP)
         outcome: list[BaseException] = []
 
         def embed_stuck() -> None:
@@ -285,7 +285,7 @@ def test_the_child_exits_when_the_worker_is_killed(tmp_path: Path) -> None:
               "sys.stdin.read()\n")
     parent = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        child = int(parent.stdout.readline())  # type: ignore[union-attr]
+        child = int(parent.stdout.readline())
         assert _alive(child)
         parent.kill()  # no clean-up runs in the parent
         parent.wait(10)

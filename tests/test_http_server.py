@@ -89,7 +89,7 @@ class CountingStream:
 async def test_a_response_goes_out_in_one_write_and_an_empty_one_in_none() -> None:
     ours, client = socket.socketpair()
     stream = CountingStream(trio.socket.from_stdlib_socket(ours))
-    connection = _Connection(stream)  # type: ignore[arg-type]
+    connection = _Connection(stream)
     with client:
         # As Hypercorn sends a response: head, body, end of message (empty with a content-length).
         await connection.send_all(HEAD)

@@ -119,7 +119,7 @@ async def test_summary_from_observations(payloads: list[dict[str, Any]]) -> None
     assert summary.completed.startswith("Modified calc.py")
     assert "Failed: Ran `python3" in summary.learned
     assert summary.next_steps == "Next, add a test."
-    assert compressor.statistics() == CompressorStatistics("offline", tool_uses=4, summaries=0)
+    assert compressor.statistics() == CompressorStatistics(backend="offline", tool_uses=4, summaries=0)
 
     # A later turn without tool use (`/exit`, a question answered from memory) is summarized as
     # itself: its own prompt, no work of the turn before, even when the transcript's last user

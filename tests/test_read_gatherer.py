@@ -25,7 +25,7 @@ def database(tmp_path: Path) -> Path:
     return path
 
 
-def count_below(limit: int, threads: list[int]):  # type: ignore[no-untyped-def]
+def count_below(limit: int, threads: list[int]):
     def read(connection: apsw.Connection) -> int:
         threads.append(threading.get_ident())
         return connection.execute("SELECT count(*) FROM numbers WHERE n < ?", (limit,)).fetchone()[0]
@@ -65,7 +65,7 @@ async def test_a_failing_read_fails_only_its_caller(database: Path) -> None:
     gate = threading.Event()
     outcomes: dict[str, object] = {}
 
-    async def ask(name: str, fn) -> None:  # type: ignore[no-untyped-def]
+    async def ask(name: str, fn) -> None:
         try:
             outcomes[name] = await gatherer.read(fn)
         except apsw.SQLError as exc:

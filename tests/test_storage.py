@@ -111,7 +111,7 @@ async def test_pending_events_survive_reopen_in_order(tmp_path: Path) -> None:
             await store.accept_event(obs(n, session=f"s{n % 2}"), lambda e: None)
     async with open_sqlite_store(tmp_path / "db.sqlite") as store:
         pending = await store.pending_events()
-    assert [e.event.tool_use_id for e in pending] == ["t0", "t1", "t2", "t3", "t4"]  # type: ignore[union-attr]
+    assert [e.event.tool_use_id for e in pending] == ["t0", "t1", "t2", "t3", "t4"]
     assert [e.event_id for e in pending] == sorted(e.event_id for e in pending)
 
 
@@ -126,7 +126,7 @@ async def test_park_and_unpark(tmp_path: Path) -> None:
         unparked: list[list[Envelope]] = []
         replayed = await store.unpark_session("s1", unparked.append)
         info = await store.session_info("s1")
-    assert [e.event.tool_use_id for e in replayed] == ["t1", "t3"]  # type: ignore[union-attr]
+    assert [e.event.tool_use_id for e in replayed] == ["t1", "t3"]
     assert unparked == [replayed]
     assert info is not None and info.status == "initialized"
 
@@ -137,7 +137,7 @@ async def test_full_text_index_follows_observations(tmp_path: Path) -> None:
         await store.accept_event(obs(1), envelopes.append)
         info = await store.session_info("s1")
         assert info is not None
-        await store.store_observations(info, [(envelopes[0], envelopes[0].event,  # type: ignore[list-item]
+        await store.store_observations(info, [(envelopes[0], envelopes[0].event,
                                                CompressedObservation("bugfix", "Guard zeppelin divisor"))])
     connection = apsw.Connection(str(tmp_path / "db.sqlite"))
     hits = connection.execute("SELECT rowid FROM observations_fts WHERE observations_fts MATCH 'zeppelin'").fetchall()
@@ -282,7 +282,7 @@ async def test_a_full_disk_fails_the_whole_batch_and_writes_nothing(tmp_path: Pa
             disk.free()
             await store.accept_event(obs(1), lambda e: None)
             pending = await store.pending_events()
-    assert [e.event.tool_use_id for e in pending] == ["t0", "t1"]  # type: ignore[union-attr]
+    assert [e.event.tool_use_id for e in pending] == ["t0", "t1"]
     connection = apsw.Connection(str(tmp_path / "db.sqlite"))
     assert connection.execute("SELECT count(*) FROM sqlite_master WHERE name = 'blobs'").fetchone()[0] == 0
 

@@ -236,7 +236,7 @@ async def observed(worker: InProcessWorker, session: str) -> list[str]:
 
 
 @pytest.fixture
-async def faulty(tmp_path: Path) -> InProcessWorker:  # type: ignore[misc]
+async def faulty(tmp_path: Path) -> InProcessWorker:
     async with open_worker(tmp_path / "data", fault_injection=True, max_restarts=5, restart_window_s=60,
                            batch_quiet_s=0.05, batch_size=2) as worker:
         yield worker
@@ -310,7 +310,7 @@ async def test_idle_actors_stop_and_come_back(tmp_path: Path) -> None:
                 while True:
                     actors = (await worker.debug())["actors"]
                     if actors and actors[0]["state"] == "stopped":
-                        return actors[0]  # type: ignore[no-any-return]
+                        return actors[0]
                     await trio.sleep(0.02)
 
         await send(worker, OBS, observation("idle", "t1"), 202)
@@ -333,16 +333,16 @@ class StalledCompressor:
         self.gate = trio.Event()
         self.waiting = 0
 
-    async def compress(self, context, events):  # type: ignore[no-untyped-def]
+    async def compress(self, context, events):
         self.waiting += 1
         await self.gate.wait()
         return await self._inner.compress(context, events)
 
-    async def summarize(self, context, request, inputs):  # type: ignore[no-untyped-def]
+    async def summarize(self, context, request, inputs):
         await self.gate.wait()
         return await self._inner.summarize(context, request, inputs)
 
-    def statistics(self):  # type: ignore[no-untyped-def]
+    def statistics(self):
         return self._inner.statistics()
 
     def seed_usage(self, tokens_today: int) -> None:

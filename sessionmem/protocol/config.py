@@ -13,6 +13,7 @@ Error handling:
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from sessionmem.protocol import fastjson
 from sessionmem.protocol.limits import FIELD_CAP
@@ -42,7 +43,7 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off", "")
 
 
-def data_dir_from(environ: dict[str, str]) -> str:
+def data_dir_from(environ: Mapping[str, str]) -> str:
     return os.path.expanduser(environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR)
 
 
@@ -51,11 +52,20 @@ class ClientConfig:
 
     __slots__ = ("data_dir", "host", "port", "hook_timeout_s", "start_timeout_s", "system_message",
                  "tool_response_cap", "problems")
+    # Set from DEFAULTS by key (each coerced to its default's type): declared for the type checker.
+    data_dir: str
+    host: str
+    port: int
+    hook_timeout_s: float
+    start_timeout_s: float
+    system_message: bool
+    tool_response_cap: int
+    problems: list[str]
 
-    def __init__(self, environ: dict[str, str] | None = None) -> None:
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         env = os.environ if environ is None else environ
-        self.problems: list[str] = []
-        self.data_dir = data_dir_from(env)  # type: ignore[arg-type]
+        self.problems = []
+        self.data_dir = data_dir_from(env)
         values: dict[str, object] = dict(DEFAULTS)
         try:
             with open(os.path.join(self.data_dir, SETTINGS_FILE), encoding="utf-8") as f:
@@ -81,10 +91,10 @@ class ClientConfig:
                 if word not in TRUE_WORDS + FALSE_WORDS:
                     raise ValueError(value)
                 return word in TRUE_WORDS
-            if isinstance(default, int):
-                return int(value)  # type: ignore[call-overload]
-            if isinstance(default, float):
-                return float(value)  # type: ignore[arg-type]
+            if isinstance(default, (int, float)):
+                if not isinstance(value, (str, int, float)):  # as int() and float() do on JSON's other values
+                    raise TypeError(value)
+                return int(value) if isinstance(default, int) else float(value)
             return str(value)
         except (TypeError, ValueError):
             self.problems.append(f"{key}={value!r} is invalid; using {default!r}")
@@ -101,7 +111,7 @@ class ClientConfig:
         from sessionmem.protocol.state import read_state
 
         state = read_state(self.data_dir)
-        return state.port if state is not None else self.port  # type: ignore[return-value]
+        return state.port if state is not None else self.port
 
     @property
     def hook_log_path(self) -> str:

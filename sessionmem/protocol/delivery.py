@@ -75,7 +75,7 @@ class Patience:
     @classmethod
     def hook(cls, config: ClientConfig) -> Patience:
         """A hook's: its HTTP budget, no retry of failures (the spool is faster than a broken worker)."""
-        budget = float(config.hook_timeout_s)  # type: ignore[arg-type]
+        budget = config.hook_timeout_s
         return cls(budget, budget, retry_failures=False, keep_order=True)
 
     @classmethod
@@ -117,9 +117,9 @@ def deliver(config: ClientConfig, method: str, path: str, body: bytes | None, *,
             sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> Outcome:
     """Send one request to the worker of ``config`` under the policy of this module."""
     deadline = clock() + patience.total_s
-    spoolable = method == "POST" and body is not None and path in INGEST
-    if spoolable and patience.keep_order and spool_pending(config.data_dir):
-        return _spool(config, path, body, "behind spooled events", 0)  # type: ignore[arg-type]
+    spoolable = body if method == "POST" and path in INGEST else None  # what is spooled if not delivered
+    if spoolable is not None and patience.keep_order and spool_pending(config.data_dir):
+        return _spool(config, path, spoolable, "behind spooled events", 0)
     attempts = 0
     backoff = BACKOFF_FIRST_S
     while True:
@@ -127,7 +127,7 @@ def deliver(config: ClientConfig, method: str, path: str, body: bytes | None, *,
         remaining = deadline - clock()
         backing_off = False
         try:
-            reply = request(config.host, config.worker_port(), method, path, body,  # type: ignore[arg-type]
+            reply = request(config.host, config.worker_port(), method, path, body,
                             timeout=max(0.05, min(patience.request_timeout_s, remaining)), token=config.token())
         except WorkerUnavailable as exc:
             wait, backing_off, detail = None, patience.retry_failures, str(exc)
@@ -148,9 +148,9 @@ def deliver(config: ClientConfig, method: str, path: str, body: bytes | None, *,
         if wait is not None and clock() + wait < deadline:
             sleep(wait)
             continue
-        if not spoolable:
+        if spoolable is None:
             return Outcome("unavailable", None, detail, attempts)
-        return _spool(config, path, body, detail, attempts)  # type: ignore[arg-type]
+        return _spool(config, path, spoolable, detail, attempts)
 
 
 def _spool(config: ClientConfig, path: str, body: bytes, detail: str, attempts: int) -> Outcome:

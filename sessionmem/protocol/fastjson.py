@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 try:
     import _json
 except ImportError:  # pragma: no cover - CPython always has it
-    _json = None  # type: ignore[assignment]
+    _json = None  # type: ignore[assignment]  # no module: the branches below test for None
 
 _WHITESPACE = " \t\n\r"
 _CONSTANTS = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}
@@ -44,7 +44,8 @@ def _not_serializable(value: Any) -> Any:
 
 
 if _json is not None:
-    _scan = _json.make_scanner(_DecoderSettings())
+    # typeshed asks for a JSONDecoder; the scanner reads only the attributes it has.
+    _scan = _json.make_scanner(_DecoderSettings())  # type: ignore[arg-type]
 
     def loads(text: str | bytes) -> Any:
         if isinstance(text, (bytes, bytearray)):
