@@ -39,7 +39,7 @@ from sessionmem.logs import log_exception
 from sessionmem.records import RankedKey, SearchFilters
 from sessionmem.search.snippets import snippet
 from sessionmem.storage.base import Store
-from sessionmem.storage.recall import SMALL_PROJECT, query_terms
+from sessionmem.storage.fulltext import SMALL_PROJECT, query_terms
 
 log = logging.getLogger(__name__)
 
