@@ -1,6 +1,6 @@
 """What the injected context holds: the latest summary, then what is relevant, collapsed and grouped.
 
-:class:`ContextPlanner` chooses; :mod:`sessionmem.server.context` renders the choice
+:class:`ContextPlanner` chooses; :mod:`sessionmem.server.context_markdown` renders the choice
 within the token budget.
 
 - **What is relevant.** When a focus is known (a prompt: the project's latest that says

@@ -20,7 +20,6 @@ from sessionmem.actors.supervisor import ActorSupervisor
 from sessionmem.broadcast import Broadcaster
 from sessionmem.codewatch import DataDirIdentity
 from sessionmem.compress.base import Compressor
-from sessionmem.config import Settings
 from sessionmem.embed.service import EmbedderService
 from sessionmem.index.actor import VectorIndex
 from sessionmem.loopwatch import LoopWatch
@@ -30,6 +29,7 @@ from sessionmem.server.guard import AccessGuard
 from sessionmem.server.http_server import ConnectionPool
 from sessionmem.server.ingest import Ingestor
 from sessionmem.server.spool import SpoolImporter
+from sessionmem.settings import Settings
 from sessionmem.storage.base import Store
 from sessionmem.storage.pruner import Pruner
 

@@ -23,9 +23,8 @@ from typing import Any
 
 from sessionmem import data_cli, search_cli
 from sessionmem.command_client import CommandFailed, call, foreign, unanswered, whole_number
-from sessionmem.config import DATABASE_FILE, Settings, SettingsError, load_settings
 from sessionmem.protocol import routes
-from sessionmem.protocol.config import DATA_DIR_ENV, ClientConfig
+from sessionmem.protocol.client_settings import DATA_DIR_ENV, ClientConfig
 from sessionmem.protocol.datadir import make_private, private_umask
 from sessionmem.protocol.delivery import Patience, deliver
 from sessionmem.protocol.limits import printable_line
@@ -38,6 +37,7 @@ from sessionmem.protocol.state import (
     starting_worker,
     verified_worker,
 )
+from sessionmem.settings import DATABASE_FILE, Settings, SettingsError, load_settings
 
 PROBE = Patience(3.0, 3.0, retry_failures=False)  # is it there? (status, doctor)
 STOP_MARGIN_S = 5.0  # beyond the worker's shutdown budget: interpreter exit, a loaded machine

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from sessionmem.protocol.config import ClientConfig
+from sessionmem.protocol.client_settings import ClientConfig
 from sessionmem.protocol.delivery import Patience, deliver
 
 # The first search after a start may load the embedding model (~0.3 s); a vacuum of a

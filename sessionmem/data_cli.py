@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 
 from sessionmem.command_client import CommandFailed, call
 from sessionmem.protocol import routes
-from sessionmem.protocol.config import ClientConfig
+from sessionmem.protocol.client_settings import ClientConfig
 
 MB = 1024 * 1024
 

@@ -44,7 +44,6 @@ from sessionmem.broadcast import Broadcaster
 from sessionmem.compress.base import Compressor
 from sessionmem.compress.budget import SECONDS_PER_DAY, utc_day
 from sessionmem.compress.choice import choose_compressor
-from sessionmem.config import Settings
 from sessionmem.embed.choice import background_embedder, choose_embedder
 from sessionmem.embed.service import EmbedderService
 from sessionmem.index.actor import VectorIndex
@@ -70,6 +69,7 @@ from sessionmem.server.ingest import Ingestor
 from sessionmem.server.redaction import Redactor
 from sessionmem.server.services import Services, WorkerStatus
 from sessionmem.server.spool import SpoolImporter
+from sessionmem.settings import Settings
 from sessionmem.storage.base import StorageUnavailable, Store
 from sessionmem.storage.pruner import Pruner
 from sessionmem.storage.sqlite import open_sqlite_store
