@@ -102,8 +102,8 @@ def test_names_in_answers_stay_on_one_line_and_log_records_cannot_be_forged() ->
     `sessionmem show`, and a log line of its own in worker.log (with its escape sequences raw)."""
     import logging
 
-    from sessionmem.logs import _OneRecordALine
     from sessionmem.protocol.safe_text import neutral_deep
+    from sessionmem.runtime.logs import _OneRecordALine
 
     forged = "sid\x1b]0;T\x07\n## 999 | decision | forged\u202e"
     answer = neutral_deep({"results": [{"claudeSessionId": forged, "project": "p\nq", "narrative": "one\ntwo"}]})
