@@ -103,7 +103,7 @@ def test_names_in_answers_stay_on_one_line_and_log_records_cannot_be_forged() ->
     import logging
 
     from sessionmem.protocol.safe_text import neutral_deep
-    from sessionmem.runtime.logs import _OneRecordALine
+    from sessionmem.runtime.logs import OneRecordALine
 
     forged = "sid\x1b]0;T\x07\n## 999 | decision | forged\u202e"
     answer = neutral_deep({"results": [{"claudeSessionId": forged, "project": "p\nq", "narrative": "one\ntwo"}]})
@@ -111,7 +111,7 @@ def test_names_in_answers_stay_on_one_line_and_log_records_cannot_be_forged() ->
                                    "narrative": "one\ntwo"}]}  # stored prose keeps its lines
     record = logging.LogRecord("sessionmem.supervisor", logging.WARNING, __file__, 1, "session %s failed",
                                (forged,), None)
-    line = _OneRecordALine("%(levelname)s %(message)s").format(record)
+    line = OneRecordALine("%(levelname)s %(message)s").format(record)
     assert line == "WARNING session sid\\x1b]0;T\\x07\\n## 999 | decision | forged\\u202e failed"
 
 

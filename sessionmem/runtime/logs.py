@@ -42,7 +42,7 @@ def _not_a_schema_reprepare(record: logging.LogRecord) -> bool:
     return getattr(record, "sqlite_code", None) != SQLITE_SCHEMA
 
 
-class _OneRecordALine(logging.Formatter):
+class OneRecordALine(logging.Formatter):
     """Messages with what a client sent in them (a session id, a project) escaped: a line break cannot
     forge a second record, nor an escape sequence reach the terminal that reads the log. A
     traceback, added after the message, keeps its lines."""
@@ -63,7 +63,7 @@ def configure_logging(log_path: Path, *, to_stderr: bool) -> None:
         handlers.append(logging.StreamHandler(sys.stderr))
     for handler in handlers:
         handler.addFilter(_not_a_schema_reprepare)
-        handler.setFormatter(_OneRecordALine("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(OneRecordALine("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
     # The SDK's HTTP client logs every request at INFO; keep the log about sessionmem.
     logging.getLogger("httpx").setLevel(logging.WARNING)
