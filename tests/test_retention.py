@@ -139,7 +139,7 @@ def test_prune_and_status_from_a_terminal(tmp_path: Path) -> None:
 
 
 def test_the_size_per_observation_leaves_the_transient_wal_out() -> None:
-    from sessionmem.data_cli import size_line
+    from sessionmem.cli.data_commands import size_line
 
     report = {"databaseBytes": 10 * 1024 * 1024, "walBytes": 40 * 1024 * 1024, "observations": 1024,
               "rawPayloads": 3, "rawPayloadBytes": 0}

@@ -12,7 +12,7 @@ So once the worker serves, :func:`wait_for_code_change` notes the files of the
 sessionmem modules it has loaded, and looks at them again every ``interval_s``, with those
 of modules loaded since. A file replaced (another inode), rewritten (size, modification
 time) or gone is an upgrade. Once the files hold still for :data:`SETTLE_S`, the worker stops as SIGTERM stops it and starts
-again from its own command line, with the new code (:mod:`sessionmem.cli`, ``serve``).
+again from its own command line, with the new code (:mod:`sessionmem.cli.worker_commands`, ``serve``).
 
 The data dir: a user who deletes ``~/.sessionmem`` to start afresh (or moves it) leaves
 the worker writing to files that no path reaches any more. The hooks find no token in the

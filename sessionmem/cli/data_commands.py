@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlencode
 
-from sessionmem.command_client import CommandFailed, call
+from sessionmem.cli.client import CommandFailed, call
 from sessionmem.protocol import routes
 from sessionmem.protocol.client_settings import ClientConfig
 
