@@ -35,9 +35,9 @@ from sessionmem.actors.child import SessionChild
 from sessionmem.actors.state import ActorState
 from sessionmem.broadcast import Broadcaster, LiveObservation, LivePrompt, LiveSession, LiveSummary
 from sessionmem.compress.base import Compressor, SessionContext
-from sessionmem.config import Settings
 from sessionmem.events import CompleteEvent, Envelope, InitEvent, ObservationEvent, SummarizeEvent
 from sessionmem.records import SessionInfo
+from sessionmem.settings import Settings
 from sessionmem.storage.base import Store
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ import trio
 from sessionmem.actors.child import SessionChild
 from sessionmem.actors.restart import RestartPolicy
 from sessionmem.actors.state import ActorState
-from sessionmem.logs import log_exception
+from sessionmem.runtime.logs import log_exception
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ How the evaluation is built (bench/README.md holds the latest figures):
    prompt whose turn touched no file that anything before it had touched has no
    relevant observation and is not a query.
 4. **No shared words.** A query belongs to the no-shared-words subset when the
-   search's own words of the query (``storage.recall.query_terms``: its words less
+   search's own words of the query (``storage.fulltext.query_terms``: its words less
    stopwords, any of them) match none of its relevant observations in
    ``observations_fts`` -- the same tokenizer and the same Porter stemming as the
    search, so ``fixing`` and ``fixed`` count as shared. Full-text search cannot find
@@ -70,7 +70,7 @@ from sessionmem.records import OBSERVATION, RankedKey, SearchFilters
 from sessionmem.replay.convert import ConversionStats, HookEvent, ReplaySession, convert, transcript_files
 from sessionmem.search import context, hybrid
 from sessionmem.search.hybrid import SearchMode, SearchService
-from sessionmem.storage import recall
+from sessionmem.storage import fulltext
 from sessionmem.testing.harness import InProcessWorker, open_worker
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "transcripts"
@@ -237,7 +237,7 @@ def build_queries(db_path: Path, scope: str) -> list[Query]:
             query.recent = [row_id for (row_id,) in connection.execute(
                 "SELECT id FROM observations WHERE project = ? AND created_at < ? ORDER BY created_at DESC, id DESC"
                 " LIMIT ?", (project, until, context.CANDIDATES))]
-            terms = recall.query_terms(query.text)
+            terms = fulltext.query_terms(query.text)
             expression = " OR ".join(f'"{term}"' for term in terms)
             query.shares_words = bool(terms) and connection.execute(
                 "SELECT count(*) FROM observations_fts WHERE observations_fts MATCH ?"
@@ -288,7 +288,7 @@ async def evaluate(search: SearchService, queries: list[Query], modes: Sequence[
 
 
 # What --sweep varies: the fusion's constant and weights, the vector distance cut-off, and
-# the full-text row budget (storage.recall.MATCH_BUDGET; None: the shipped value).
+# the full-text row budget (storage.fulltext.MATCH_BUDGET; None: the shipped value).
 SWEEP_RRF_K = (5, 10, 20, 60)
 SWEEP_WEIGHTS = ((1.0, 1.0), (1.0, 0.5), (0.5, 1.0))
 SWEEP_MAX_DISTANCE = (0.8, 0.9, 1.0)
@@ -316,7 +316,7 @@ async def sweep(worker: InProcessWorker, queries: dict[str, list[Query]]) -> lis
     module constants patched for the run)."""
     services = worker.services
     embedder: Any = _RememberingEmbedder(services.embedder)
-    saved = hybrid.RRF_K, hybrid.MAX_VECTOR_DISTANCE, recall.MATCH_BUDGET
+    saved = hybrid.RRF_K, hybrid.MAX_VECTOR_DISTANCE, fulltext.MATCH_BUDGET
     settings: list[Setting] = [(SearchMode.FTS, None, None, None, budget) for budget in SWEEP_MATCH_BUDGET]
     settings += [(SearchMode.VECTOR, None, None, distance, None) for distance in SWEEP_MAX_DISTANCE]
     settings += [(SearchMode.HYBRID, k, weights, distance, None) for k, weights, distance
@@ -326,7 +326,7 @@ async def sweep(worker: InProcessWorker, queries: dict[str, list[Query]]) -> lis
         for mode, k, weights, distance, budget in settings:
             hybrid.RRF_K = k or saved[0]
             hybrid.MAX_VECTOR_DISTANCE = saved[1] if distance is None else distance
-            recall.MATCH_BUDGET = budget or saved[2]
+            fulltext.MATCH_BUDGET = budget or saved[2]
             search = SearchService(services.store, services.index, embedder, weights=weights or (1.0, 1.0))
             row: dict[str, Any] = {"mode": mode.value, "rrf_k": k, "weights": weights, "max_vector_distance": distance,
                                    "match_budget": budget}
@@ -335,7 +335,7 @@ async def sweep(worker: InProcessWorker, queries: dict[str, list[Query]]) -> lis
                 row[scope] = {subset: metrics[subset][mode.value] for subset in ("all", "no_shared_words")}
             rows.append(row)
     finally:
-        hybrid.RRF_K, hybrid.MAX_VECTOR_DISTANCE, recall.MATCH_BUDGET = saved
+        hybrid.RRF_K, hybrid.MAX_VECTOR_DISTANCE, fulltext.MATCH_BUDGET = saved
     return rows
 
 

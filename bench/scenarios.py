@@ -199,7 +199,7 @@ def _replay_hooks(worker: WorkerProcess, sessions: list[ReplaySession], *, concu
 
 
 def _skip_tools() -> tuple[str, ...]:
-    from sessionmem.config import DEFAULT_SKIP_TOOLS
+    from sessionmem.settings import DEFAULT_SKIP_TOOLS
 
     return DEFAULT_SKIP_TOOLS
 

@@ -42,9 +42,9 @@ from sessionmem.compress.breaker import CircuitBreaker
 from sessionmem.compress.budget import TokenBudget
 from sessionmem.compress.offline import OfflineCompressor, build_offline_observation, build_offline_summary
 from sessionmem.compress.xml_reply import SUMMARY_FIELDS, parse_observations, parse_summary
-from sessionmem.config import Settings
 from sessionmem.events import ObservationEvent, SummarizeEvent
 from sessionmem.records import OBSERVATION_TYPES, CompressedObservation, CompressedSummary, SummaryInputs
+from sessionmem.settings import Settings
 
 if TYPE_CHECKING:
     import anthropic

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sessionmem.compress.base import Compressor
 from sessionmem.compress.offline import OfflineCompressor
-from sessionmem.config import Settings
+from sessionmem.settings import Settings
 
 
 def choose_compressor(settings: Settings) -> Compressor:

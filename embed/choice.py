@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from sessionmem.config import EMBEDDERS
 from sessionmem.embed.base import Embedder
 from sessionmem.embed.isolated import IsolatedEmbedder
 from sessionmem.embed.minilm import MiniLMEmbedder
 from sessionmem.embed.none import NoEmbedder
+from sessionmem.settings import EMBEDDERS
 
 
 def choose_embedder(name: str) -> Embedder:

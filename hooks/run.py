@@ -38,7 +38,7 @@ import time
 
 from sessionmem.protocol import fastjson
 from sessionmem.protocol.client import WorkerUnavailable, request
-from sessionmem.protocol.config import ClientConfig, data_dir_from
+from sessionmem.protocol.client_settings import ClientConfig, data_dir_from
 from sessionmem.protocol.datadir import private_umask, write_private
 from sessionmem.protocol.delivery import Outcome, Patience, deliver
 from sessionmem.protocol.limits import printable_line

@@ -59,8 +59,8 @@ import trio
 
 from sessionmem.embed.service import EmbedderService
 from sessionmem.index.hnsw import HnswIndex, key_of, label_of
-from sessionmem.logs import log_exception
 from sessionmem.records import DOCUMENT_KINDS
+from sessionmem.runtime.logs import log_exception
 from sessionmem.storage.base import Store
 
 log = logging.getLogger(__name__)

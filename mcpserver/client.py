@@ -39,7 +39,7 @@ import anyio
 import anyio.to_thread
 
 from sessionmem.protocol import routes
-from sessionmem.protocol.config import ClientConfig
+from sessionmem.protocol.client_settings import ClientConfig
 from sessionmem.protocol.delivery import Patience, deliver
 from sessionmem.protocol.launch import ensure_worker
 

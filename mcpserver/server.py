@@ -42,7 +42,7 @@ from pydantic import Field, Strict
 from sessionmem import __version__
 from sessionmem.mcpserver import render
 from sessionmem.mcpserver.client import MemoryClient, MemoryRefused, MemoryUnavailable
-from sessionmem.protocol.config import ClientConfig
+from sessionmem.protocol.client_settings import ClientConfig
 from sessionmem.protocol.limits import (
     MAX_BATCH_IDS,
     MAX_QUERY_CHARS,

@@ -25,7 +25,7 @@ from pathlib import Path
 from threading import Lock
 from typing import Any
 
-from sessionmem.protocol.config import ClientConfig
+from sessionmem.protocol.client_settings import ClientConfig
 from sessionmem.protocol.delivery import Outcome, Patience, deliver
 from sessionmem.protocol.project import project_of
 from sessionmem.protocol.requests import encoded_call

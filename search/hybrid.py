@@ -35,11 +35,11 @@ import trio
 
 from sessionmem.embed.service import EmbedderService
 from sessionmem.index.actor import VectorIndex
-from sessionmem.logs import log_exception
 from sessionmem.records import RankedKey, SearchFilters
+from sessionmem.runtime.logs import log_exception
 from sessionmem.search.snippets import snippet
 from sessionmem.storage.base import Store
-from sessionmem.storage.recall import SMALL_PROJECT, query_terms
+from sessionmem.storage.fulltext import SMALL_PROJECT, query_terms
 
 log = logging.getLogger(__name__)
 

@@ -29,9 +29,9 @@ from collections import OrderedDict
 
 import trio
 
-from sessionmem.logs import log_exception
 from sessionmem.protocol.safe_text import one_line, wrap
 from sessionmem.records import OBSERVATION, SUMMARY, SearchFilters
+from sessionmem.runtime.logs import log_exception
 from sessionmem.search.context import telling_fact
 from sessionmem.search.hybrid import SearchService
 from sessionmem.storage.base import Store

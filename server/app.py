@@ -28,11 +28,11 @@ from werkzeug.exceptions import HTTPException
 
 from sessionmem.actors.child import MailboxFull
 from sessionmem.broadcast import live_event_name
-from sessionmem.logs import log_exception
 from sessionmem.protocol import routes
 from sessionmem.protocol.limits import MAX_QUERY_CHARS, MAX_SESSION_ID
 from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, READY, STARTING
-from sessionmem.server.context import render_context
+from sessionmem.runtime.logs import log_exception
+from sessionmem.server.context_markdown import render_context
 from sessionmem.server.debug import processing_status
 from sessionmem.server.debug_routes import add_debug_routes
 from sessionmem.server.fast_ingest import (

@@ -15,10 +15,10 @@ from sessionmem.actors.supervisor import SupervisorStatistics
 from sessionmem.broadcast import BroadcasterStatistics
 from sessionmem.compress.base import CompressorStatistics
 from sessionmem.embed.service import EmbedderServiceStatistics
-from sessionmem.gcwatch import WATCH, GcStatistics
 from sessionmem.index.actor import IndexStatistics
-from sessionmem.loopwatch import LoopStatistics
 from sessionmem.records import JournalCounts
+from sessionmem.runtime.gcwatch import WATCH, GcStatistics
+from sessionmem.runtime.loopwatch import LoopStatistics
 from sessionmem.server.guard import GuardStatistics
 from sessionmem.server.http_server import ConnectionStatistics
 from sessionmem.server.services import Services, WorkerStatistics

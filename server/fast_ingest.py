@@ -20,8 +20,8 @@ import logging
 from collections.abc import Callable
 
 from sessionmem.actors.child import MailboxFull
-from sessionmem.logs import log_exception
 from sessionmem.protocol.routes import RETRY_AFTER
+from sessionmem.runtime.logs import log_exception
 from sessionmem.server.asgi_reply import ASGIApp, Receive, Scope, Send, respond
 from sessionmem.server.ingest import Ingestor
 from sessionmem.server.payloads import BadRequest, ErrorReply, session_named

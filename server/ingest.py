@@ -38,8 +38,8 @@ from sessionmem.storage.base import KeyReused
 
 if TYPE_CHECKING:
     from sessionmem.actors.router import SessionRouter
-    from sessionmem.config import Settings
     from sessionmem.search.recall import Recall
+    from sessionmem.settings import Settings
     from sessionmem.storage.base import Store
 
 FUTURE_SLACK_S = 300  # clocks differ a little; a time further ahead is not believed

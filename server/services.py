@@ -18,18 +18,18 @@ from sessionmem import __version__
 from sessionmem.actors.router import SessionRouter
 from sessionmem.actors.supervisor import ActorSupervisor
 from sessionmem.broadcast import Broadcaster
-from sessionmem.codewatch import DataDirIdentity
 from sessionmem.compress.base import Compressor
-from sessionmem.config import Settings
 from sessionmem.embed.service import EmbedderService
 from sessionmem.index.actor import VectorIndex
-from sessionmem.loopwatch import LoopWatch
+from sessionmem.runtime.codewatch import DataDirIdentity
+from sessionmem.runtime.loopwatch import LoopWatch
 from sessionmem.search.context import ContextPlanner
 from sessionmem.search.hybrid import SearchService
 from sessionmem.server.guard import AccessGuard
 from sessionmem.server.http_server import ConnectionPool
 from sessionmem.server.ingest import Ingestor
 from sessionmem.server.spool import SpoolImporter
+from sessionmem.settings import Settings
 from sessionmem.storage.base import Store
 from sessionmem.storage.pruner import Pruner
 

@@ -33,10 +33,10 @@ import msgspec
 import trio
 
 from sessionmem.actors.child import MailboxFull
-from sessionmem.logs import log_exception
 from sessionmem.protocol.limits import MAX_BODY_BYTES
 from sessionmem.protocol.routes import INGEST
 from sessionmem.protocol.spool import SpoolFormatError, parse_spool_file, pending_spool_files, reject_spool_file
+from sessionmem.runtime.logs import log_exception
 from sessionmem.server.ingest import Ingestor
 from sessionmem.server.payloads import BadRequest
 

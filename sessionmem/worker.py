@@ -35,7 +35,7 @@ import msgspec
 import trio
 from hypercorn.config import Config as HypercornConfig
 
-from sessionmem import __version__, codewatch, gcwatch, logs
+from sessionmem import __version__
 from sessionmem.actors.restart import RestartPolicy
 from sessionmem.actors.router import SessionRouter
 from sessionmem.actors.session import ActorDeps, SessionActor, park_failed_session
@@ -44,11 +44,9 @@ from sessionmem.broadcast import Broadcaster
 from sessionmem.compress.base import Compressor
 from sessionmem.compress.budget import SECONDS_PER_DAY, utc_day
 from sessionmem.compress.choice import choose_compressor
-from sessionmem.config import Settings
 from sessionmem.embed.choice import background_embedder, choose_embedder
 from sessionmem.embed.service import EmbedderService
 from sessionmem.index.actor import VectorIndex
-from sessionmem.loopwatch import LoopWatch
 from sessionmem.protocol.auth import ensure_token
 from sessionmem.protocol.datadir import make_private
 from sessionmem.protocol.spool import pending_spool_files
@@ -59,6 +57,8 @@ from sessionmem.protocol.state import (
     write_json_atomically,
     write_state,
 )
+from sessionmem.runtime import codewatch, gcwatch, logs
+from sessionmem.runtime.loopwatch import LoopWatch
 from sessionmem.search.context import ContextPlanner
 from sessionmem.search.hybrid import SearchService
 from sessionmem.search.recall import Recall
@@ -70,6 +70,7 @@ from sessionmem.server.ingest import Ingestor
 from sessionmem.server.redaction import Redactor
 from sessionmem.server.services import Services, WorkerStatus
 from sessionmem.server.spool import SpoolImporter
+from sessionmem.settings import Settings
 from sessionmem.storage.base import StorageUnavailable, Store
 from sessionmem.storage.pruner import Pruner
 from sessionmem.storage.sqlite import open_sqlite_store
@@ -179,7 +180,7 @@ def configure_logging(settings: Settings, *, to_stderr: bool) -> None:
 async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> bool:
     """Run the worker until SIGTERM or SIGINT, or until its code changes on disk or its data dir is deleted or
     replaced; reports the bound port via ``task_status``. Returns whether it stopped for one of those
-    (:mod:`sessionmem.codewatch`): the caller then starts it again.
+    (:mod:`sessionmem.runtime.codewatch`): the caller then starts it again.
 
     A signal while the worker is still starting (importing a large spool, say) ends the
     start there, rather than being heard once it serves: what was imported is journaled,
@@ -384,8 +385,8 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
 async def _warm_up(compressor: Compressor, redactor: Redactor, embedder: EmbedderService, *, freeze: bool) -> None:
     """Load the LLM client, the secret detectors and the embedding model off the Trio thread; a failure
     only costs the first use. ``freeze``: then keep what is loaded out of later garbage collections
-    (:func:`~sessionmem.gcwatch.freeze_startup_objects`), and collect young objects less often
-    (:func:`~sessionmem.gcwatch.widen_young_generation`)."""
+    (:func:`~sessionmem.runtime.gcwatch.freeze_startup_objects`), and collect young objects less often
+    (:func:`~sessionmem.runtime.gcwatch.widen_young_generation`)."""
     try:
         await trio.to_thread.run_sync(redactor.load)
         await compressor.warm_up()

@@ -42,8 +42,8 @@ from sessionmem.records import (
     SummaryRow,
 )
 from sessionmem.storage.checkpointer import CheckpointerStatistics
+from sessionmem.storage.file_memory_cache import FileRecallCacheStatistics
 from sessionmem.storage.readers import GatheredReadStatistics
-from sessionmem.storage.recall_cache import FileRecallCacheStatistics
 from sessionmem.storage.retention import StorageReport
 from sessionmem.storage.transfer import ImportCounts, Record
 from sessionmem.storage.writer import WriterStatistics

@@ -14,7 +14,7 @@ RESTART checkpoint: it takes the write lock for what the PASSIVE one left (about
 millisecond), and the writer's next transaction writes the WAL from its beginning
 again. Under a steady load the file then stops growing (in a burst as fast as a
 backfill it still grows: 87 MB at the peak of the whole corpus's), and the writer's
-``journal_size_limit`` (``storage.sqlite.WAL_LIMIT_BYTES``) cuts one that a burst left larger back
+``journal_size_limit`` (``storage.sqlite_setup.WAL_LIMIT_BYTES``) cuts one that a burst left larger back
 when it starts over. When nothing has been committed for ``idle_s``, a TRUNCATE
 checkpoint cuts the file to zero bytes. (TRUNCATE is kept for then: cutting a 64 MB
 file took 31-35 ms with the write lock held, against ~1 ms for a RESTART; under a 500

@@ -17,7 +17,7 @@ import time
 import msgspec
 import trio
 
-from sessionmem.logs import log_exception
+from sessionmem.runtime.logs import log_exception
 from sessionmem.storage.base import Store
 
 log = logging.getLogger(__name__)

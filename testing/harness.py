@@ -33,13 +33,13 @@ from typing import Any
 import trio
 
 from sessionmem.compress.base import Compressor
-from sessionmem.config import Settings, load_settings
 from sessionmem.protocol import routes
 from sessionmem.protocol.auth import bearer, read_token
 from sessionmem.server.app import create_app
 from sessionmem.server.debug import debug_snapshot
 from sessionmem.server.jsonapi import to_api
 from sessionmem.server.services import Services
+from sessionmem.settings import Settings, load_settings
 from sessionmem.testing.asgi import ASGIReply, asgi_request, open_asgi_stream
 from sessionmem.testing.worker_process import WorkerClient
 from sessionmem.worker import ShutdownBudget, open_services, serve_http

@@ -173,7 +173,7 @@ def start_worker(data_dir: Path, *, env: dict[str, str] | None = None, timeout: 
     state.unlink(missing_ok=True)
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONMEM_", "ANTHROPIC_"))}
     # A worker of the checkout under test or bench does not restart when someone edits the code meanwhile
-    # (sessionmem.codewatch): a bench run restarted in the middle would report a broken run as figures.
+    # (sessionmem.runtime.codewatch): a bench run restarted in the middle would report a broken run as figures.
     full_env.update({"SESSIONMEM_DATA_DIR": str(data_dir), "SESSIONMEM_PORT": "0", "PYTHONUNBUFFERED": "1",
                      "SESSIONMEM_CODE_WATCH": "0"})
     full_env.update(env or {})

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from sessionmem import codewatch
+from sessionmem.runtime import codewatch
 
 
 def load(source: Path) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionmem.config import DEFAULT_PORT, SettingsError, load_settings
+from sessionmem.settings import DEFAULT_PORT, SettingsError, load_settings
 
 
 def test_defaults(tmp_path: Path) -> None:

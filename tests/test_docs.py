@@ -24,8 +24,8 @@ import msgspec
 import pytest
 
 # The settings tables, imported here only: where these modules move, this is the one place to change.
-from sessionmem import config as worker_settings
-from sessionmem.protocol import config as client_settings
+from sessionmem import settings as worker_settings
+from sessionmem.protocol import client_settings
 from sessionmem.protocol import routes
 from sessionmem.server.app import create_quart_app
 from sessionmem.server.debug import DebugSnapshot
@@ -79,7 +79,7 @@ def test_every_setting_is_documented_with_its_environment_variable_and_default()
     page = (DOCS / "configuration.md").read_text(encoding="utf-8")
     rows = rows_by_first_code_span(page)
     environment: dict[str, list[str]] = {}
-    for name, field in {**worker_settings._ENV, **client_settings.ENV, client_settings.DATA_DIR_ENV: "data_dir"}.items():
+    for name, field in {**worker_settings.ENV, **client_settings.ENV, client_settings.DATA_DIR_ENV: "data_dir"}.items():
         environment.setdefault(field, []).append(name)
     problems = []
     for field in dataclasses.fields(worker_settings.Settings):

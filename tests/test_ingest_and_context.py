@@ -10,7 +10,7 @@ from sessionmem.protocol.limits import head_tail
 from sessionmem.protocol.project import resolve_project
 from sessionmem.protocol.requests import api_call
 from sessionmem.search.context import ContextPlan, group
-from sessionmem.server.context import estimate_tokens, render_context
+from sessionmem.server.context_markdown import estimate_tokens, render_context
 from sessionmem.server.ingest import EdgeCleaner, init_event, observation_event
 from sessionmem.server.redaction import Redactor
 
@@ -102,8 +102,8 @@ def test_names_in_answers_stay_on_one_line_and_log_records_cannot_be_forged() ->
     `sessionmem show`, nor a log line of its own in worker.log (with its escape sequences raw)."""
     import logging
 
-    from sessionmem.logs import _OneRecordALine
     from sessionmem.protocol.safe_text import neutral_deep
+    from sessionmem.runtime.logs import OneRecordALine
 
     forged = "sid\x1b]0;T\x07\n## 999 | decision | forged\u202e"
     answer = neutral_deep({"results": [{"claudeSessionId": forged, "project": "p\nq", "narrative": "one\ntwo"}]})
@@ -111,7 +111,7 @@ def test_names_in_answers_stay_on_one_line_and_log_records_cannot_be_forged() ->
                                    "narrative": "one\ntwo"}]}  # stored prose keeps its lines
     record = logging.LogRecord("sessionmem.supervisor", logging.WARNING, __file__, 1, "session %s failed",
                                (forged,), None)
-    line = _OneRecordALine("%(levelname)s %(message)s").format(record)
+    line = OneRecordALine("%(levelname)s %(message)s").format(record)
     assert line == "WARNING session sid\\x1b]0;T\\x07\\n## 999 | decision | forged\\u202e failed"
 
 

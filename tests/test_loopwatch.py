@@ -8,7 +8,7 @@ import time
 import pytest
 import trio
 
-from sessionmem.loopwatch import LoopWatch
+from sessionmem.runtime.loopwatch import LoopWatch
 
 
 async def test_a_held_trio_thread_shows_as_a_stall(caplog: pytest.LogCaptureFixture) -> None:
@@ -17,7 +17,7 @@ async def test_a_held_trio_thread_shows_as_a_stall(caplog: pytest.LogCaptureFixt
         await nursery.start(watch.run)
         await trio.sleep(0.2)
         before = watch.statistics()
-        with caplog.at_level(logging.WARNING, logger="sessionmem.loopwatch"):
+        with caplog.at_level(logging.WARNING, logger="sessionmem.runtime.loopwatch"):
             time.sleep(0.4)  # what a long synchronous step on the Trio thread does
             await trio.sleep(0.1)
         after = watch.statistics()

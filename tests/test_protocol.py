@@ -15,10 +15,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from sessionmem.config import _ENV, Settings
-from sessionmem.protocol import config as client_config
-from sessionmem.protocol import fastjson, routes
-from sessionmem.protocol.config import ClientConfig
+from sessionmem.protocol import client_settings, fastjson, routes
+from sessionmem.protocol.client_settings import ClientConfig
 from sessionmem.protocol.delivery import Patience, deliver
 from sessionmem.protocol.fields import clean_value
 from sessionmem.protocol.limits import FIELD_CAP, MAX_BODY_BYTES
@@ -33,6 +31,7 @@ from sessionmem.protocol.spool import (
 from sessionmem.protocol.state import WorkerState, read_state, remove_state, write_state
 from sessionmem.server.ingest import EdgeCleaner, Ingestor
 from sessionmem.server.redaction import Redactor
+from sessionmem.settings import ENV, Settings
 
 # -- one definition, both sides ---------------------------------------------------------------
 
@@ -100,11 +99,11 @@ def test_three_capped_fields_fit_the_body_limit() -> None:
 
 def test_worker_settings_share_the_clients_defaults_and_names() -> None:
     settings = {f.name: f.default for f in dataclasses.fields(Settings)}
-    for key, default in client_config.DEFAULTS.items():
+    for key, default in client_settings.DEFAULTS.items():
         assert settings[key] == default, key
-    for name, key in client_config.ENV.items():
-        assert _ENV[name] == key
-    assert _ENV[client_config.DATA_DIR_ENV] == "data_dir"
+    for name, key in client_settings.ENV.items():
+        assert ENV[name] == key
+    assert ENV[client_settings.DATA_DIR_ENV] == "data_dir"
 
 
 def test_client_config_reads_file_then_environment_and_survives_nonsense(tmp_path: Path) -> None:

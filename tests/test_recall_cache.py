@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from sessionmem.records import CompressedObservation, FileMemory
-from sessionmem.storage import recall_cache
-from sessionmem.storage.recall import file_matches, recalled_as
-from sessionmem.storage.recall_cache import FileRecallCache
+from sessionmem.storage import file_memory_cache
+from sessionmem.storage.file_memories import recalled_as
+from sessionmem.storage.file_memory_cache import FileRecallCache
+from sessionmem.storage.fulltext import file_matches
 from sessionmem.testing.harness import InProcessWorker, open_worker
 
 from .test_search import store_session
@@ -165,7 +166,7 @@ async def test_a_session_whose_own_memories_crowd_the_kept_rows_is_answered_by_a
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The kept rows are a file's newest memories of every session; an asking session that made all
     of them must still hear of an older memory of another session, as a lookup of its own finds it."""
-    monkeypatch.setattr(recall_cache, "ROWS_KEPT", 4)  # the newest 4: every one of them "busy"'s
+    monkeypatch.setattr(file_memory_cache, "ROWS_KEPT", 4)  # the newest 4: every one of them "busy"'s
     async with open_worker(tmp_path / "data", embedder="none", batch_quiet_s=0.05) as worker:
         await store_session(worker, "before", SHOP, "fix the cookie", [
             ("Edit", {"file_path": AUTH, "old_string": "max_age=60", "new_string": "max_age=3600"})])

@@ -8,8 +8,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from sessionmem.config import SettingsError, load_settings
 from sessionmem.server.redaction import Redactor
+from sessionmem.settings import SettingsError, load_settings
 from sessionmem.testing.harness import open_worker
 
 from .conftest import data_dir_contains

@@ -78,10 +78,10 @@ async def test_under_load_the_wal_starts_over_instead_of_growing(
     delays that; what it does not need is copied meanwhile."""
     import apsw
 
-    from sessionmem.storage import checkpointer, sqlite
+    from sessionmem.storage import checkpointer, sqlite_setup
 
     monkeypatch.setattr(checkpointer, "THRESHOLD_PAGES", 100)
-    monkeypatch.setattr(sqlite, "WAL_LIMIT_BYTES", 1_000_000)  # the writer's journal_size_limit
+    monkeypatch.setattr(sqlite_setup, "WAL_LIMIT_BYTES", 1_000_000)  # the writer's journal_size_limit
     path = tmp_path / "db.sqlite"
     wal = str(path) + "-wal"
     async with open_sqlite_store(path, checkpoint_idle_s=60) as store:
@@ -139,7 +139,7 @@ def test_prune_and_status_from_a_terminal(tmp_path: Path) -> None:
 
 
 def test_the_size_per_observation_leaves_the_transient_wal_out() -> None:
-    from sessionmem.data_cli import size_line
+    from sessionmem.cli.data_commands import size_line
 
     report = {"databaseBytes": 10 * 1024 * 1024, "walBytes": 40 * 1024 * 1024, "observations": 1024,
               "rawPayloads": 3, "rawPayloadBytes": 0}

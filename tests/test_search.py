@@ -223,7 +223,7 @@ async def test_observations_by_id_in_the_order_asked(memory: InProcessWorker) ->
 
 def _observations_db(path: Path, titles: list[str]) -> Any:
     """A database holding one observation per title (project ``shop``, one a second), for the SQL alone."""
-    from sessionmem.storage.sqlite import open_writer
+    from sessionmem.storage.sqlite_setup import open_writer
 
     connection = open_writer(path)
     with connection:
@@ -241,28 +241,28 @@ def _observations_db(path: Path, titles: list[str]) -> Any:
 def test_full_text_search_keeps_the_rarer_words_within_its_budget(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from sessionmem.records import OBSERVATION, SearchFilters
-    from sessionmem.storage import recall
+    from sessionmem.storage import fulltext
 
     titles = ["common"] * 6 + ["common middling"] * 3 + ["common middling rare"]
     connection = _observations_db(tmp_path / "db", titles)
-    monkeypatch.setattr(recall, "MATCH_BUDGET", 5)
+    monkeypatch.setattr(fulltext, "MATCH_BUDGET", 5)
     # 10 rows hold "common", 4 "middling", 1 "rare": the two rarer fit in 5 rows, "common" does not.
-    assert recall.affordable_match(connection, OBSERVATION, ["common", "middling", "rare"]) == (
+    assert fulltext.affordable_match(connection, OBSERVATION, ["common", "middling", "rare"]) == (
         '"rare" OR "middling"', 5)
-    assert recall.affordable_match(connection, OBSERVATION, ["rare", "middling"]) == ('"rare" OR "middling"', 4)
+    assert fulltext.affordable_match(connection, OBSERVATION, ["rare", "middling"]) == ('"rare" OR "middling"', 4)
     # Only words too common to afford: the rows holding all of them.
-    assert recall.affordable_match(connection, OBSERVATION, ["common"]) == ('"common"', -1)
-    assert recall.affordable_match(connection, OBSERVATION, ["absent"]) == ('"absent"', 0)
+    assert fulltext.affordable_match(connection, OBSERVATION, ["common"]) == ('"common"', -1)
+    assert fulltext.affordable_match(connection, OBSERVATION, ["absent"]) == ('"absent"', 0)
     # Ranked in the full-text table, then filtered, ranked again joined to the rows when the
     # filters leave too few; or, for a small project, joined from the start: the same answers.
-    for small_project in (0, recall.SMALL_PROJECT):
-        monkeypatch.setattr(recall, "SMALL_PROJECT", small_project)
-        found = recall.search_text(connection, ["common", "middling", "rare"], SearchFilters(project="shop"), 10)
+    for small_project in (0, fulltext.SMALL_PROJECT):
+        monkeypatch.setattr(fulltext, "SMALL_PROJECT", small_project)
+        found = fulltext.search_text(connection, ["common", "middling", "rare"], SearchFilters(project="shop"), 10)
         assert [key.row_id for key in found][:1] == [10] and {key.row_id for key in found} == {7, 8, 9, 10}
         # The best two matches are too late for the filter: the best that passes.
-        early = recall.search_text(connection, ["middling"], SearchFilters(project="shop", until=7.5), 1)
+        early = fulltext.search_text(connection, ["middling"], SearchFilters(project="shop", until=7.5), 1)
         assert [key.row_id for key in early] == [7]
-        assert recall.search_text(connection, ["common"], SearchFilters(project="blog"), 5) == []
+        assert fulltext.search_text(connection, ["common"], SearchFilters(project="blog"), 5) == []
     connection.close()
 
 
@@ -270,7 +270,7 @@ def test_a_small_projects_search_ranks_its_own_rows_among_many(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """A project with few rows beside a large one: its own matches, best first, whichever way it is ranked."""
     from sessionmem.records import OBSERVATION, SearchFilters
-    from sessionmem.storage import recall
+    from sessionmem.storage import fulltext
 
     connection = _observations_db(tmp_path / "db", ["parser bug", "parser", "lexer"])
     with connection:  # another project, whose matches all rank above the shop's
@@ -283,8 +283,8 @@ def test_a_small_projects_search_ranks_its_own_rows_among_many(tmp_path: Path,
     shop = SearchFilters(project="shop", kinds=(OBSERVATION,))
     answers = []
     for small_project in (0, 10):  # the shop's 3 rows: ranked with the blog's first, or joined from the start
-        monkeypatch.setattr(recall, "SMALL_PROJECT", small_project)
-        answers.append(recall.search_text(connection, ["parser", "bug"], shop, 2))
+        monkeypatch.setattr(fulltext, "SMALL_PROJECT", small_project)
+        answers.append(fulltext.search_text(connection, ["parser", "bug"], shop, 2))
     assert answers[0] == answers[1]
     assert [key.row_id for key in answers[0]] == [1, 2]  # both words, then one
     assert answers[0][0].score > answers[0][1].score
@@ -294,23 +294,23 @@ def test_a_small_projects_search_ranks_its_own_rows_among_many(tmp_path: Path,
 def test_a_typed_search_ranks_documents_with_every_word_first(tmp_path: Path) -> None:
     """Every word, best first, then some: the same ranking at any depth, so pages neither repeat nor skip."""
     from sessionmem.records import SearchFilters
-    from sessionmem.storage import recall
+    from sessionmem.storage import fulltext
 
     titles = ["parser parser parser parser", "parser bug", "bug in the lexer",
               "parser bug seen once in a long and winding note about many other things",
               *[f"bug report {n}" for n in range(10)], *[f"unrelated note {n}" for n in range(10)]]
     connection = _observations_db(tmp_path / "db", titles)
     shop = SearchFilters(project="shop")
-    any_word = [key.row_id for key in recall.search_text(connection, ["parser", "bug"], shop, 10)]
+    any_word = [key.row_id for key in fulltext.search_text(connection, ["parser", "bug"], shop, 10)]
     # bm25 alone puts the row that only repeats the rare "parser" above the rows with both words...
     assert any_word[0] == 1
-    typed = [key.row_id for key in recall.search_text(connection, ["parser", "bug"], shop, 10, every_word_first=True)]
+    typed = [key.row_id for key in fulltext.search_text(connection, ["parser", "bug"], shop, 10, every_word_first=True)]
     # ...a typed search puts both rows with every word first, then the others in bm25's order.
     assert typed[:2] == [2, 4] and typed[2:] == [row for row in any_word if row not in (2, 4)]
     for depth in range(1, len(typed) + 1):
-        assert [key.row_id for key in recall.search_text(connection, ["parser", "bug"], shop, depth,
+        assert [key.row_id for key in fulltext.search_text(connection, ["parser", "bug"], shop, depth,
                                                          every_word_first=True)] == typed[:depth]
     # One word: nothing to hold every one of.
-    assert [key.row_id for key in recall.search_text(connection, ["bug"], shop, 10, every_word_first=True)] == [
-        key.row_id for key in recall.search_text(connection, ["bug"], shop, 10)]
+    assert [key.row_id for key in fulltext.search_text(connection, ["bug"], shop, 10, every_word_first=True)] == [
+        key.row_id for key in fulltext.search_text(connection, ["bug"], shop, 10)]
     connection.close()

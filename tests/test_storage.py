@@ -24,11 +24,12 @@ from sessionmem.records import (
     SessionHead,
     SessionInfo,
 )
-from sessionmem.storage import recall
-from sessionmem.storage import sqlite as sqlite_store
-from sessionmem.storage.recall_cache import FileRecallCache
+from sessionmem.storage import file_memories, journal_writes, result_writes
+from sessionmem.storage.file_memory_cache import FileRecallCache
+from sessionmem.storage.row_reads import read_context_start
 from sessionmem.storage.schema import MIGRATIONS, migrate
-from sessionmem.storage.sqlite import open_sqlite_store, open_writer, read_context_start
+from sessionmem.storage.sqlite import open_sqlite_store
+from sessionmem.storage.sqlite_setup import open_writer
 
 T = TypeVar("T")
 
@@ -154,7 +155,7 @@ async def test_failed_operation_does_not_undo_others(tmp_path: Path) -> None:
 
         async def bad() -> None:
             with pytest.raises(apsw.SQLError):
-                await store._write(broken)
+                await store.write(broken)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(good, 1)
@@ -270,7 +271,7 @@ async def test_a_full_disk_fails_the_whole_batch_and_writes_nothing(tmp_path: Pa
 
             async def submit(n: int) -> None:
                 try:
-                    await store._write(big(n))
+                    await store.write(big(n))
                     outcomes.append("ok")
                 except StorageUnavailable as exc:
                     outcomes.append(type(exc.__cause__).__name__)
@@ -339,7 +340,7 @@ def _vm_steps(connection: apsw.Connection, read: Callable[[], T]) -> tuple[T, in
 
 def _file_recall_steps(connection: apsw.Connection, path: str, **kwargs: object) -> tuple[list[int], int]:
     """(ids recalled, SQLite virtual machine steps the recall took)."""
-    found, steps = _vm_steps(connection, lambda: recall.file_memories(
+    found, steps = _vm_steps(connection, lambda: file_memories.file_memories(
         connection, "proj", path, exclude_session="now", limit=3, **kwargs))
     return [memory.id for memory in found], steps
 
@@ -454,17 +455,17 @@ def test_file_recall_chooses_from_every_sessions_rows_what_it_reads_for_one_sess
             if chance.random() < 0.3:  # titles that repeat: one answer a title
                 connection.execute("UPDATE observations SET title = 'Edited app.py' WHERE id = ?", (n,))
     for path in ("/p/app.py", "app.py", "/p/util.py", "/nowhere.py"):
-        every = recall.file_memory_rows(connection, "proj", path, exclude_session=None, most=10_000)
+        every = file_memories.file_memory_rows(connection, "proj", path, exclude_session=None, most=10_000)
         assert len({row.claude_session_id for row in every}) == (3 if path != "/nowhere.py" else 0)
         for session in sessions:
             for limit in (1, 3, 6):
-                wanted = recall.file_memories(connection, "proj", path, exclude_session=session, limit=limit)
-                assert recall.choose_file_memories(every, session, limit) == wanted, (path, session, limit)
+                wanted = file_memories.file_memories(connection, "proj", path, exclude_session=session, limit=limit)
+                assert file_memories.choose_file_memories(every, session, limit) == wanted, (path, session, limit)
 
 
 def test_rows_kept_up_to_date_as_observations_are_stored_are_what_a_fresh_read_gives(tmp_path: Path) -> None:
     """File recall's kept rows are read once, then joined by each stored observation
-    (``FileRecallCache.stored``, ``recall.recalled_as``: the lookup's SQL rule in Python), those
+    (``FileRecallCache.stored``, ``file_memories.recalled_as``: the lookup's SQL rule in Python), those
     stored while they were read too. On random stores of random files -- paths that end alike,
     differ in case, name a directory, lie in another project -- they stay exactly what
     ``file_memory_rows`` reads afresh."""
@@ -480,7 +481,7 @@ def test_rows_kept_up_to_date_as_observations_are_stored_are_what_a_fresh_read_g
     cache = FileRecallCache(capacity=4, rows_kept=8, stores_known=1000)
 
     def fresh(path: str) -> list[FileMemory]:
-        return recall.file_memory_rows(connection, "proj", path, exclude_session=None, most=8, lookback=10_000)
+        return file_memories.file_memory_rows(connection, "proj", path, exclude_session=None, most=8, lookback=10_000)
 
     chance = random.Random(11)
     reading: list[tuple[str, int, list[FileMemory]]] = []  # lookups read, not yet kept: stores commit meanwhile
@@ -519,7 +520,7 @@ def test_rows_kept_up_to_date_as_observations_are_stored_are_what_a_fresh_read_g
 
 
 def test_stores_of_observations_run_together_leave_what_each_run_alone_leaves(tmp_path: Path) -> None:
-    """The writer runs beside each other stores of several sessions as one (``_store_observations``
+    """The writer runs beside each other stores of several sessions as one (``result_writes.store_observations``
     of them all: the statements of one store). On random stores -- sessions that repeat, rows
     already stored, a store made twice, tokens or none, files recall keeps or not -- the database and each store's
     result are the same as each store run alone, in turn."""
@@ -554,13 +555,13 @@ def test_stores_of_observations_run_together_leave_what_each_run_alone_leaves(tm
         stored_before = [item for _, items in stores for item in items if chance.random() < 0.2]
         for connection in (together, alone):
             with connection:
-                sqlite_store._store_observations(connection, [(sessions[0], stored_before)] if stored_before else [])
+                result_writes.store_observations(connection, [(sessions[0], stored_before)] if stored_before else [])
         with together:
-            results = sqlite_store._store_observations(together, stores)
+            results = result_writes.store_observations(together, stores)
         each = []
         for store in stores:
             with alone:
-                each += sqlite_store._store_observations(alone, [store])
+                each += result_writes.store_observations(alone, [store])
         assert results == each, trial
         for table, columns in (("observations", "*"), ("sessions", "id, input_tokens, output_tokens, created_at,"
                                                                      " updated_at"), ("journal", "id, status")):
@@ -588,11 +589,11 @@ def _result_or_error(connection: apsw.Connection, run: Callable[..., T], *args: 
 
 def _accept_each(connection: apsw.Connection, events: list[ObservationEvent | SummarizeEvent | CompleteEvent],
                  ) -> list[object]:
-    return [sqlite_store._accept_event(connection, event) for event in events]
+    return [journal_writes.accept_event(connection, event) for event in events]
 
 
 def test_accepts_run_together_leave_what_each_run_alone_leaves(tmp_path: Path) -> None:
-    """Accepts beside each other in a transaction run as one (``_accept_events``: three statements).
+    """Accepts beside each other in a transaction run as one (``journal_writes.accept_events``: three statements).
     On random events -- of every kind, of sessions known, failed or never seen, with keys new,
     repeated in the batch or journaled before (a duplicate, or a key reused) -- each result, or
     error, and the journal are the same as each event accepted alone, in turn."""
@@ -604,7 +605,7 @@ def test_accepts_run_together_leave_what_each_run_alone_leaves(tmp_path: Path) -
             connection.execute("INSERT INTO sessions (id, claude_session_id, project, status, prompt_counter, created_at,"
                                " updated_at) VALUES (1, 's1', 'proj', 'active', 2, 0, 0), (2, 's2', 'proj', 'failed', 1, 0, 0)")
             with connection:
-                sqlite_store._accept_event(connection, ObservationEvent(claude_session_id="s1", project="proj",
+                journal_writes.accept_event(connection, ObservationEvent(claude_session_id="s1", project="proj",
                                                                        tool_name="Read", key="old"))
         events: list[ObservationEvent | SummarizeEvent | CompleteEvent] = []
         unknown_session = chance.random() < 0.2
@@ -621,7 +622,7 @@ def test_accepts_run_together_leave_what_each_run_alone_leaves(tmp_path: Path) -
                 events.append(CompleteEvent(claude_session_id=session, project="proj", key=key))
 
         with together:
-            got = _result_or_error(together, sqlite_store._accept_events, together, events)
+            got = _result_or_error(together, journal_writes.accept_events, together, events)
         with alone:
             wanted = _result_or_error(alone, _accept_each, alone, events)
         assert got == wanted, trial

@@ -380,7 +380,7 @@ async def test_full_mailbox_is_503_with_retry_after_and_nothing_half_written(tmp
 
 
 def test_fault_injection_is_off_by_default(tmp_path: Path) -> None:
-    from sessionmem.config import load_settings
+    from sessionmem.settings import load_settings
 
     assert load_settings({}, data_dir=str(tmp_path)).fault_injection is False
 

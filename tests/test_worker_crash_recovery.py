@@ -14,7 +14,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from sessionmem.config import DEFAULT_SKIP_TOOLS
+from sessionmem.settings import DEFAULT_SKIP_TOOLS
 from sessionmem.testing.worker_process import WorkerProcess
 
 pytestmark = pytest.mark.slow

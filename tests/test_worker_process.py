@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionmem.gcwatch import YOUNG_GENERATION_OBJECTS
+from sessionmem.runtime.gcwatch import YOUNG_GENERATION_OBJECTS
 from sessionmem.testing.messages_api import ScriptedMessagesAPI
 from sessionmem.testing.worker_process import WorkerClient, WorkerProcess
 

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from sessionmem.protocol.client import Reply
-    from sessionmem.protocol.config import ClientConfig
+    from sessionmem.protocol.client_settings import ClientConfig
 
 DEFAULT_RETRY_AFTER_S = 1.0
 BACKOFF_FIRST_S = 0.25

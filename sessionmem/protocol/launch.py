@@ -30,7 +30,7 @@ TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are st
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sessionmem.protocol.config import ClientConfig
+    from sessionmem.protocol.client_settings import ClientConfig
 
 POLL_S = 0.025
 

@@ -14,7 +14,7 @@ import sys
 import traceback
 from pathlib import Path
 
-SQLITE_SCHEMA = 17  # SQLite's result code (sessionmem.logs imports no SQLite binding)
+SQLITE_SCHEMA = 17  # SQLite's result code (this module imports no SQLite binding)
 MAX_FRAMES = 8
 MAX_ENTRY = 4000
 LOG_FILE_BYTES = 10 * 1024 * 1024
@@ -37,15 +37,15 @@ def log_exception(log: logging.Logger, message: str, exc: BaseException) -> None
 
 def _not_a_schema_reprepare(record: logging.LogRecord) -> bool:
     """False for SQLite's note that a statement met a changed schema: SQLite prepares it
-    again by itself, and nothing failed. (A fresh data dir had five such lines at INFO,
-    "statement aborts ... SQLITE_SCHEMA", while its migrations recreate tables.)"""
+    again by itself, and nothing failed. (A fresh data dir's migrations, which recreate
+    tables, would otherwise log "statement aborts ... SQLITE_SCHEMA" lines at INFO.)"""
     return getattr(record, "sqlite_code", None) != SQLITE_SCHEMA
 
 
-class _OneRecordALine(logging.Formatter):
+class OneRecordALine(logging.Formatter):
     """Messages with what a client sent in them (a session id, a project) escaped: a line break cannot
-    forge a second record, nor an escape sequence reach the terminal that reads the log (found by a
-    trial). A traceback, added after the message, keeps its lines."""
+    forge a second record, nor an escape sequence reach the terminal that reads the log. A
+    traceback, added after the message, keeps its lines."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         line = super().formatMessage(record)
@@ -63,7 +63,7 @@ def configure_logging(log_path: Path, *, to_stderr: bool) -> None:
         handlers.append(logging.StreamHandler(sys.stderr))
     for handler in handlers:
         handler.addFilter(_not_a_schema_reprepare)
-        handler.setFormatter(_OneRecordALine("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(OneRecordALine("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
     # The SDK's HTTP client logs every request at INFO; keep the log about sessionmem.
     logging.getLogger("httpx").setLevel(logging.WARNING)

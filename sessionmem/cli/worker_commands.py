@@ -1,10 +1,11 @@
-"""``sessionmem`` command line: serve, status, stop, replay, backfill, install, uninstall, doctor, open, mcp;
-search and show (:mod:`sessionmem.search_cli`), prune (:mod:`sessionmem.data_cli`).
+"""``sessionmem`` commands that run the worker and wire it into Claude Code: serve, status, stop,
+replay, backfill, install, uninstall, doctor, open, mcp.
 
-The client commands (status, stop, replay, doctor) talk to the worker the way every
+The client commands (status, stop, replay, doctor, open) talk to the worker the way every
 client does (:mod:`sessionmem.protocol`: its state file, its HTTP client, its one
-delivery policy, with a command's patience), using only the standard library, so
-they start fast and work even when the worker's dependencies are broken.
+delivery policy, with a command's patience, through :func:`sessionmem.cli.client.call`),
+using only the standard library, so they start fast and work even when the worker's
+dependencies are broken.
 """
 
 from __future__ import annotations
@@ -21,13 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sessionmem import data_cli, search_cli
-from sessionmem.command_client import CommandFailed, call, foreign, unanswered, whole_number
-from sessionmem.config import DATABASE_FILE, Settings, SettingsError, load_settings
+from sessionmem.cli import data_commands
+from sessionmem.cli.client import CommandFailed, WorkerUnreachable, call, client_config, foreign
 from sessionmem.protocol import routes
-from sessionmem.protocol.config import DATA_DIR_ENV, ClientConfig
-from sessionmem.protocol.datadir import make_private, private_umask
-from sessionmem.protocol.delivery import Patience, deliver
+from sessionmem.protocol.client_settings import ClientConfig
+from sessionmem.protocol.datadir import make_private
+from sessionmem.protocol.delivery import Patience
 from sessionmem.protocol.limits import printable_line
 from sessionmem.protocol.state import (
     INSTANCE_LOCK_FILE,
@@ -38,50 +38,19 @@ from sessionmem.protocol.state import (
     starting_worker,
     verified_worker,
 )
+from sessionmem.settings import DATABASE_FILE, Settings, SettingsError, load_settings
 
 PROBE = Patience(3.0, 3.0, retry_failures=False)  # is it there? (status, doctor)
 STOP_MARGIN_S = 5.0  # beyond the worker's shutdown budget: interpreter exit, a loaded machine
-
-
-class WorkerUnreachable(Exception):
-    """The worker could not be asked (not running, or not answering)."""
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(data_dir=getattr(args, "data_dir", None), port=getattr(args, "port", None))
 
 
-def _client(args: argparse.Namespace, *, warn: bool = True) -> ClientConfig:
-    """What every client reads, with this command's ``--data-dir`` and ``--port`` on top.
-
-    A setting it could not read is said on stderr (``warn``): a hook falls back to the
-    default in silence, but a person at a terminal should know the default is in use.
-    """
-    env = dict(os.environ)
-    if getattr(args, "data_dir", None):
-        env[DATA_DIR_ENV] = args.data_dir
-    if getattr(args, "port", None) is not None:
-        env["SESSIONMEM_PORT"] = str(args.port)
-    config = ClientConfig(env)
-    for problem in config.problems if warn else ():
-        print(f"sessionmem: warning: {problem}", file=sys.stderr)
-    return config
-
-
 def _running_worker(settings: Settings) -> WorkerState | None:
     """The live worker of this data dir, or None."""
     return read_state(str(settings.data_dir))
-
-
-def _call(config: ClientConfig, method: str, path: str, *, patience: Patience = PROBE) -> tuple[int, Any]:
-    """``(status, JSON body)`` of one call under the clients' delivery policy; raises :class:`WorkerUnreachable`."""
-    outcome = deliver(config, method, path, b"{}" if method == "POST" else None, patience=patience)
-    if outcome.reply is None:
-        raise WorkerUnreachable(outcome.detail)
-    try:
-        return outcome.reply.status, outcome.reply.json()
-    except ValueError as exc:
-        raise WorkerUnreachable(f"not a sessionmem worker answer: {exc}") from None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -187,20 +156,20 @@ def _caused_by(exc: BaseException, matches: Any) -> BaseException | None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    config = _client(args)
+    config = client_config(args)
     port = config.worker_port()
     try:
-        _, health = _call(config, "GET", routes.HEALTH)
-        _, debug = _call(config, "GET", routes.DEBUG)
+        health = call(config, "GET", routes.HEALTH, patience=PROBE)
+        debug = call(config, "GET", routes.DEBUG, patience=PROBE)
     except WorkerUnreachable as exc:
         starting = starting_worker(config.data_dir)
         if starting is not None:
             print(f"sessionmem: worker {starting} is starting (replaying its journal, importing spooled events); "
                   f"it answers once ready")
-        elif foreign(str(exc)):
-            print(f"sessionmem: {unanswered(config, str(exc))}")
+        elif foreign(exc.detail):
+            print(f"sessionmem: {exc}")
         else:
-            print(f"sessionmem: worker not running on {config.host}:{port} ({exc})")
+            print(f"sessionmem: worker not running on {config.host}:{port} ({exc.detail})")
         return 1
     if args.port is not None and args.port != port:
         print(f"sessionmem: the data dir's worker listens on port {port}, not {args.port}: that is the one shown")
@@ -212,9 +181,9 @@ def cmd_status(args: argparse.Namespace) -> int:
           f"{sessions['queued']} event(s) queued; restarts {supervisor['restarts']}")
     print(f"  journal: {journal['pending']} pending, {journal['parked']} parked, {journal['done']} done")
     try:
-        _, storage = _call(config, "GET", routes.STORAGE)
-        print(f"  storage: {data_cli.size_line(storage)}")
-    except (WorkerUnreachable, KeyError):
+        storage = call(config, "GET", routes.STORAGE, patience=PROBE)
+        print(f"  storage: {data_commands.size_line(storage)}")
+    except (CommandFailed, KeyError):
         pass
     index = debug.get("index")
     if index:
@@ -273,7 +242,7 @@ def _shutdown_summary(report_path: Any) -> str:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Re-queue a failed session's parked events (after fixing what made it crash)."""
-    config = _client(args)
+    config = client_config(args)
     if read_state(config.data_dir) is None:
         print("sessionmem: the worker must be running to replay parked events (`sessionmem serve`)", file=sys.stderr)
         return 1
@@ -341,7 +310,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(f"  [{'ok' if ok else '!!'}] {message}")
 
     print("sessionmem doctor")
-    config = _client(args, warn=False)
+    config = client_config(args, warn=False)
     report(*_data_dir_health(Path(config.data_dir)))
     try:
         settings = _settings(args)
@@ -433,8 +402,8 @@ def _port_holder(config: ClientConfig) -> str:
     (its health answers, without our token, only its status and version) or ``a program that is not
     sessionmem``."""
     try:
-        _, health = _call(config, "GET", routes.HEALTH)
-    except WorkerUnreachable:
+        health = call(config, "GET", routes.HEALTH, patience=PROBE)
+    except CommandFailed:
         health = None
     return ("a sessionmem worker of another data dir" if isinstance(health, dict) and "version" in health
             else "a program that is not sessionmem")
@@ -455,14 +424,14 @@ def _doctor_worker(config: ClientConfig, report: Any) -> None:
             report(True, f"worker not running on {where} (the next SessionStart hook starts it)")
         return
     if state == "foreign":
-        # Not this data dir's worker: the hooks will not start one there (a trial: doctor said "the next
-        # SessionStart hook starts it" while another program held the port).
+        # Not this data dir's worker: the hooks will not start one there, so "the next SessionStart
+        # hook starts it" would be wrong.
         report(False, f"{where} is held by {_port_holder(config)}: the hooks cannot start this data dir's worker "
                       f"there (stop it, or choose another port: --port, SESSIONMEM_PORT)")
         return
     try:
-        _, health = _call(config, "GET", routes.HEALTH)
-    except WorkerUnreachable:
+        health = call(config, "GET", routes.HEALTH, patience=PROBE)
+    except CommandFailed:
         health = None
     if isinstance(health, dict) and "pid" in health:
         report(True, f"worker {'running' if state == 'ready' else 'starting'}: pid {health['pid']}, {where}, "
@@ -473,7 +442,7 @@ def _doctor_worker(config: ClientConfig, report: Any) -> None:
 
 def cmd_open(args: argparse.Namespace) -> int:
     """Print (and open, if a browser is at hand) a single-use link that logs this browser in to the worker's pages."""
-    config = _client(args)
+    config = client_config(args)
     if read_state(config.data_dir) is None:
         from sessionmem.protocol.launch import probe
 
@@ -506,7 +475,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     if not root.exists():
         print(f"sessionmem: {root} does not exist", file=sys.stderr)
         return 1
-    config = _client(args)
+    config = client_config(args)
     config.start_timeout_s = max(config.start_timeout_s, 20.0)
     problems: list[str] = []
     running_before = read_state(config.data_dir) is not None
@@ -539,81 +508,5 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from sessionmem.mcpserver.server import run
     from sessionmem.protocol.project import project_of
 
-    run(_client(args), project_of(os.getcwd()))
+    run(client_config(args), project_of(os.getcwd()))
     return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sessionmem", description="Persistent memory for Claude Code sessions.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--data-dir", help="data directory (default ~/.sessionmem, env SESSIONMEM_DATA_DIR)")
-        p.add_argument("--port", type=int, help="port on 127.0.0.1 of a worker to start or to ask (default 37777, env "
-                                                "SESSIONMEM_PORT); the data dir's running worker is found on its own port")
-
-    serve = sub.add_parser("serve", help="run the worker in the foreground")
-    common(serve)
-    serve.set_defaults(fn=cmd_serve)
-    status = sub.add_parser("status", help="show whether the worker runs, and its state")
-    common(status)
-    status.set_defaults(fn=cmd_status)
-    stop = sub.add_parser("stop", help="stop the running worker gracefully")
-    common(stop)
-    stop.add_argument("--timeout", type=float, default=None,
-                      help="seconds to wait (default: the worker's shutdown_timeout_s + 5)")
-    stop.set_defaults(fn=cmd_stop)
-    replay = sub.add_parser("replay", help="re-queue the parked events of a failed session")
-    common(replay)
-    replay.add_argument("claude_session_id", help="the Claude session id")
-    replay.set_defaults(fn=cmd_replay)
-    install = sub.add_parser("install", help="wire the hooks into ~/.claude/settings.json and register the MCP "
-                                             "server in ~/.claude.json (idempotent, with backups)")
-    install.add_argument("--no-mcp", dest="mcp", action="store_false",
-                         help="hooks only: do not register the MCP server (the plugin has its own)")
-    install.set_defaults(fn=cmd_install)
-    uninstall = sub.add_parser("uninstall", help="remove exactly the hooks and the MCP server `install` added")
-    uninstall.set_defaults(fn=cmd_uninstall)
-    backfill = sub.add_parser("backfill", help="import past sessions from Claude Code transcripts (idempotent)")
-    backfill.add_argument("path", nargs="?", default="~/.claude/projects", help="a transcript or a directory of them")
-    common(backfill)
-    backfill.add_argument("--workers", type=whole_number(1), default=4, help="sessions sent in parallel (default 4)")
-    backfill.set_defaults(fn=cmd_backfill)
-    open_page = sub.add_parser("open", help="log this browser in to the worker's pages (a single-use link)")
-    common(open_page)
-    open_page.add_argument("page", nargs="?", choices=("viewer", "debug"), default="viewer")
-    open_page.add_argument("--print-only", action="store_true", help="print the link, do not start a browser")
-    open_page.set_defaults(fn=cmd_open)
-    doctor = sub.add_parser("doctor", help="check worker, hook wiring, data dir and compressor")
-    common(doctor)
-    doctor.set_defaults(fn=cmd_doctor)
-    search_cli.add_commands(sub, common, _client)
-    data_cli.add_commands(sub, common, _client)
-    mcp = sub.add_parser("mcp", help="serve memory search to Claude as an MCP server (stdio)")
-    common(mcp)
-    mcp.set_defaults(fn=cmd_mcp)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    private_umask()  # whatever a command creates in the data dir (spool files, say) is its owner's only
-    try:
-        code = args.fn(args)
-        sys.stdout.flush()  # here, where a reader that went away is handled, not at exit
-        return code
-    except SettingsError as exc:
-        print(f"sessionmem: {exc}", file=sys.stderr)
-        return 2
-    except CommandFailed as exc:
-        print(f"sessionmem: {exc}", file=sys.stderr)
-        return exc.code
-    except BrokenPipeError:
-        # The reader went away (`sessionmem search ... | head`): not an error worth a traceback.
-        # Python would still fail flushing stdout at exit, so point it at nothing first.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

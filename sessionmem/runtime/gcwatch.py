@@ -3,11 +3,10 @@
 A collection holds the GIL while it walks the objects of its generations: every thread
 of the worker, the Trio thread serving hooks included, waits for it. A full collection
 walks every tracked object in the process -- with the web stack, the secret detectors
-and the embedder's Python side loaded, that took 47-58 ms in the bench's open loop
-(``bench/run.py openloop``, measured with ``gc.callbacks``), every request in flight
+and the embedder's Python side loaded, tens of milliseconds with every request in flight
 waiting. :func:`freeze_startup_objects` moves what the worker loaded at start into the
-collector's permanent generation, which no collection walks again: the full
-collection under the same load then took 7 ms. :func:`widen_young_generation` then
+collector's permanent generation, which no collection walks again: a full collection
+then walks only what was made since. :func:`widen_young_generation` then
 lets the youngest generation grow to :data:`YOUNG_GENERATION_OBJECTS` before it is
 collected: a request's objects are nearly all freed by their reference counts before
 that, so the collector walks far fewer of them.
@@ -85,9 +84,9 @@ def freeze_startup_objects() -> None:
 
 
 # The youngest generation is collected once this many more container objects were made than freed
-# (Python's default is 700). Measured in ``bench/run.py throughput`` (two alternating pairs): at 700
-# the worker paused 1,174-1,239 times for 346-381 ms in all; at 10,000, 25 times for 11-12 ms, and
-# the older generations' pauses fell with them (131 -> 2-3 ms, 69 -> 26-31 ms).
+# (Python's default is 700, at which a serving worker pauses for it many times a second). At 10,000
+# it pauses a small fraction as often, and the older generations, collected after so many of the
+# youngest's collections, pause less with it; ``/debug`` (``gc``) shows the pauses.
 YOUNG_GENERATION_OBJECTS = 10_000
 
 

@@ -3,26 +3,27 @@ upgrade), or its data dir was deleted or replaced.
 
 A worker runs for days. ``pip install -U sessionmem``, or a ``git pull`` of the checkout
 it runs from, replaces its files under it, and it would go on running the old code --
-the old redaction rules, say: a trial's upgraded hook sent a password that the old worker
-stored verbatim -- and import later modules of the new version beside the old ones.
+the old redaction rules, say: an upgraded hook may send a secret that only the new rules
+redact, and the old worker would store it verbatim -- and import later modules of the new
+version beside the old ones.
 Nothing else would tell: every version says 0.1.0.
 
 So once the worker serves, :func:`wait_for_code_change` notes the files of the
 sessionmem modules it has loaded, and looks at them again every ``interval_s``, with those
 of modules loaded since. A file replaced (another inode), rewritten (size, modification
 time) or gone is an upgrade. Once the files hold still for :data:`SETTLE_S`, the worker stops as SIGTERM stops it and starts
-again from its own command line, with the new code (:mod:`sessionmem.cli`, ``serve``).
+again from its own command line, with the new code (:mod:`sessionmem.cli.worker_commands`, ``serve``).
 
 The data dir: a user who deletes ``~/.sessionmem`` to start afresh (or moves it) leaves
 the worker writing to files that no path reaches any more. The hooks find no token in the
-new directory, spool, and the worker imported that spool into its deleted database: a
-trial lost every later session that way. :class:`DataDirIdentity` tells the directory and
+new directory, spool, and the worker would import that spool into its deleted database,
+where every later session is lost. :class:`DataDirIdentity` tells the directory and
 database the worker opened from what is at their paths now; the spool importer asks it
 before each round, and :func:`wait_for_data_dir_change` makes the worker start again, as
 for new code, on whatever is at the path now.
 
 Resource handling:
-    Each look stats the loaded module files on a worker thread (~90 files, 0.2 ms); the
+    Each look stats the loaded module files on a worker thread (about ninety files: a fraction of a millisecond); the
     data dir's look is two stats.
 
 Error handling:

@@ -15,13 +15,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from sessionmem.protocol import config as client_config
+from sessionmem.protocol import client_settings
 from sessionmem.protocol.limits import MAX_BODY_BYTES
 from sessionmem.protocol.state import STATE_FILE
 
-# What clients also read (hooks, commands: sessionmem.protocol.config, standard library
+# What clients also read (hooks, commands: sessionmem.protocol.client_settings, standard library
 # only) has one definition, there: its defaults and environment variable names.
-SHARED = client_config.DEFAULTS
+SHARED = client_settings.DEFAULTS
 DEFAULT_PORT = int(SHARED["port"])  # type: ignore[call-overload]
 DEFAULT_SKIP_TOOLS = ("TodoWrite", "AskUserQuestion", "ListMcpResourcesTool", "SlashCommand", "Skill")
 
@@ -34,7 +34,7 @@ class SettingsError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    data_dir: Path = Path(client_config.DEFAULT_DATA_DIR).expanduser()
+    data_dir: Path = Path(client_settings.DEFAULT_DATA_DIR).expanduser()
     host: str = str(SHARED["host"])
     port: int = DEFAULT_PORT
 
@@ -88,7 +88,7 @@ class Settings:
     embedder: str = "minilm"  # minilm | none (full-text search only)
     index_save_interval_s: float = 120.0  # the vector index is saved this often while it changes
 
-    # Hooks (read by the hook processes through sessionmem.protocol.config)
+    # Hooks (read by the hook processes through sessionmem.protocol.client_settings)
     hook_timeout_s: float = float(SHARED["hook_timeout_s"])  # type: ignore[arg-type]
     start_timeout_s: float = float(SHARED["start_timeout_s"])  # type: ignore[arg-type]
     system_message: bool = bool(SHARED["system_message"])
@@ -120,10 +120,10 @@ class Settings:
 
 
 # Environment variable -> field. Names are the documented public interface; those
-# clients read too are defined with them (sessionmem.protocol.config).
-_ENV = {
-    client_config.DATA_DIR_ENV: "data_dir",
-    **client_config.ENV,
+# clients read too are defined with them (sessionmem.protocol.client_settings).
+ENV = {
+    client_settings.DATA_DIR_ENV: "data_dir",
+    **client_settings.ENV,
     "SESSIONMEM_COMPRESSOR": "compressor",
     "SESSIONMEM_MODEL": "model",
     "SESSIONMEM_LLM_CONCURRENCY": "llm_concurrency",
@@ -174,9 +174,9 @@ def _coerce(name: str, raw: Any, source: str) -> Any:
             if isinstance(raw, bool):
                 return raw
             lowered = str(raw).strip().lower()
-            if lowered in client_config.TRUE_WORDS:
+            if lowered in client_settings.TRUE_WORDS:
                 return True
-            if lowered in client_config.FALSE_WORDS:
+            if lowered in client_settings.FALSE_WORDS:
                 return False
             raise ValueError(raw)
         if field_type == "int":
@@ -208,10 +208,10 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
     """
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
-    data_dir_raw = overrides.get("data_dir") or env.get(client_config.DATA_DIR_ENV) or Settings.data_dir
+    data_dir_raw = overrides.get("data_dir") or env.get(client_settings.DATA_DIR_ENV) or Settings.data_dir
     data_dir = Path(data_dir_raw).expanduser()
 
-    settings_file = data_dir / client_config.SETTINGS_FILE
+    settings_file = data_dir / client_settings.SETTINGS_FILE
     if settings_file.exists():
         try:
             from_file = json.loads(settings_file.read_text(encoding="utf-8"))
@@ -225,7 +225,7 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
                 raise SettingsError(f"{settings_file}: unknown setting {key!r}")
             values[key] = _coerce(key, raw, str(settings_file))
 
-    for env_name, field_name in _ENV.items():
+    for env_name, field_name in ENV.items():
         if env_name in env:
             values[field_name] = _coerce(field_name, env[env_name], env_name)
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlencode
 
-from sessionmem.command_client import CommandFailed, call
+from sessionmem.cli.client import CommandFailed, call
 from sessionmem.protocol import routes
-from sessionmem.protocol.config import ClientConfig
+from sessionmem.protocol.client_settings import ClientConfig
 
 MB = 1024 * 1024
 

@@ -1,23 +1,18 @@
 """File recall's rows, kept for every session and kept up to date as observations are stored.
 
-Every PostToolUse of a file asks for the file's past (:func:`~sessionmem.storage.recall.file_memories`),
-and a session reads and edits the same files again and again: in the corpus, 750 of
-1,344 file tool uses were of a file the session had already used. Sessions of a project
-work on the same files too, so what is kept is not one session's answer but the rows
-every session's answer is chosen from (:func:`~sessionmem.storage.recall.file_memory_rows`
-of every session, :data:`ROWS_KEPT` at most): a session asking for a file another
-session asked for reads nothing. When observations are stored, each joins the front of
-the rows kept for the files a lookup would find it for
-(:func:`~sessionmem.storage.recall.recalled_as`, the lookup's SQL rule in Python, tested
-against it): the rows stay what a fresh read would give, and nobody reads again. (Kept
-rows may still hold an observation that a fresh lookup would no longer reach, among the
-file's newest uses, because reads of the file came after it: an older memory of the
-file, not a wrong one.) An import forgets them all.
-
-Before, answers were kept per asking session, and a store by any other session dropped
-them: under the bench's 64 sessions of one project almost every lookup read SQLite
-(107 hits of 7,016), and file recall cost the closed loop a quarter of its accepts
-(bench/README, "File recall's rows kept for every session").
+Every PostToolUse of a file asks for the file's past
+(:func:`~sessionmem.storage.file_memories.file_memories`), and a session reads and edits the
+same files again and again. Sessions of a project work on the same files too, so what is
+kept is not one session's answer but the rows every session's answer is chosen from
+(:func:`~sessionmem.storage.file_memories.file_memory_rows` of every session,
+:data:`ROWS_KEPT` at most): a session asking for a file another session asked for reads
+nothing. When observations are stored, each joins the front of the rows kept for the files
+a lookup would find it for (:func:`~sessionmem.storage.file_memories.recalled_as`, the
+lookup's SQL rule in Python, tested against it): the rows stay what a fresh read would
+give, and nobody reads again. A store by one session therefore never drops the rows
+another session reads. (Kept rows may still hold an observation that a fresh lookup would
+no longer reach, among the file's newest uses, because reads of the file came after it: an
+older memory of the file, not a wrong one.) An import forgets them all.
 
 Freshness: a lookup takes a :meth:`FileRecallCache.ticket` before it reads, and what was
 stored after that joins its rows when they are kept (:meth:`FileRecallCache.put`),
@@ -39,7 +34,8 @@ from dataclasses import dataclass
 import msgspec
 
 from sessionmem.records import CompressedObservation, FileMemory
-from sessionmem.storage.recall import file_name, recallable_files, recalled_as
+from sessionmem.storage.file_memories import recallable_files, recalled_as
+from sessionmem.storage.fulltext import file_name
 
 CAPACITY = 4096
 # Stores remembered for rows read while they committed: a read takes milliseconds, and under the
@@ -129,7 +125,7 @@ class FileRecallCache:
                observations: Sequence[tuple[int, float, CompressedObservation]]) -> None:
         """Observations of ``claude_session_id`` in ``project`` were committed, with their ids and
         times: each joins the front of the rows kept for every file a lookup of which would find it
-        (:func:`~sessionmem.storage.recall.recalled_as`), as a fresh read would have it there."""
+        (:func:`~sessionmem.storage.file_memories.recalled_as`), as a fresh read would have it there."""
         names = frozenset(name for _, _, observation in observations for path in recallable_files(observation)
                           for name in _names_of_stored(path))
         if not names:

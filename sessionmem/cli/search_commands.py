@@ -15,9 +15,9 @@ import time
 from typing import Any
 from urllib.parse import urlencode
 
-from sessionmem.command_client import call, whole_number
+from sessionmem.cli.client import call, whole_number
 from sessionmem.protocol import routes
-from sessionmem.protocol.config import ClientConfig
+from sessionmem.protocol.client_settings import ClientConfig
 from sessionmem.protocol.limits import MAX_PAGE, MAX_SEARCH_OFFSET, MAX_SEARCH_RESULTS
 from sessionmem.protocol.project import ALL_PROJECTS, project_of
 from sessionmem.protocol.safe_text import neutral_deep

@@ -1,6 +1,6 @@
 """The settings clients read (hooks, commands, backfill), and the defaults they share with the worker.
 
-Same sources and precedence as the worker's settings (``sessionmem.config``):
+Same sources and precedence as the worker's settings (``sessionmem.settings``):
 defaults < ``<data dir>/settings.json`` < environment. Every key here is also a worker
 setting with the same name, environment variable and default (:data:`DEFAULTS`,
 :data:`ENV`): one definition, read by both.

@@ -1,4 +1,5 @@
-"""What the ``sessionmem`` commands that read or manage memory share: one call to the worker, one way to fail.
+"""What every ``sessionmem`` command that asks the worker shares: its client settings, one call to
+the worker, one way to fail.
 
 Standard library only, through :mod:`sessionmem.protocol` (its token, its delivery policy).
 """
@@ -7,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
-from sessionmem.protocol.config import ClientConfig
+from sessionmem.protocol.client_settings import DATA_DIR_ENV, ClientConfig
 from sessionmem.protocol.delivery import Patience, deliver
 
 # The first search after a start may load the embedding model (~0.3 s); a vacuum of a
@@ -28,6 +31,33 @@ class CommandFailed(Exception):
         super().__init__(message)
         self.code = code
         self.answer = answer
+
+
+class WorkerUnreachable(CommandFailed):
+    """A call that got no answer: the worker is not running, did not answer in time, or refused this
+    data dir's token (:func:`foreign`). The message says so in a user's words; ``detail`` is the
+    delivery policy's own."""
+
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(message, 1)
+        self.detail = detail
+
+
+def client_config(args: argparse.Namespace, *, warn: bool = True) -> ClientConfig:
+    """What every client reads, with this command's ``--data-dir`` and ``--port`` on top.
+
+    A setting it could not read is said on stderr (``warn``): a hook falls back to the
+    default in silence, but a person at a terminal should know the default is in use.
+    """
+    env = dict(os.environ)
+    if getattr(args, "data_dir", None):
+        env[DATA_DIR_ENV] = args.data_dir
+    if getattr(args, "port", None) is not None:
+        env["SESSIONMEM_PORT"] = str(args.port)
+    config = ClientConfig(env)
+    for problem in config.problems if warn else ():
+        print(f"sessionmem: warning: {problem}", file=sys.stderr)
+    return config
 
 
 def in_flags(message: str) -> str:
@@ -53,11 +83,13 @@ def unanswered(config: ClientConfig, detail: str) -> str:
 
 
 def call(config: ClientConfig, method: str, path: str, body: Any = None, patience: Patience = PATIENCE) -> Any:
-    """The decoded JSON answer of one successful (200) call; raises :class:`CommandFailed`."""
+    """The decoded JSON answer of one successful (200) call, under the clients' delivery policy with
+    ``patience``; raises :class:`WorkerUnreachable` when nothing answered, :class:`CommandFailed` when
+    the answer was a refusal, a failure or not the worker's."""
     encoded = json.dumps(body).encode() if body is not None else None
     outcome = deliver(config, method, path, encoded, patience=patience)
     if outcome.reply is None:
-        raise CommandFailed(unanswered(config, outcome.detail))
+        raise WorkerUnreachable(unanswered(config, outcome.detail), outcome.detail)
     status = outcome.reply.status
     try:
         answer = outcome.reply.json()

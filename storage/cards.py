@@ -1,0 +1,153 @@
+"""Document cards of the SQLite store: what a search result, a timeline and the context show of an
+observation, a summary or a prompt; the text each document's vector is made from; and timelines.
+
+Each function takes a read connection and runs on a reader thread
+(:class:`~sessionmem.storage.readers.ReaderPool`); the SQLite store's async methods wrap them.
+
+Error handling:
+    A key whose row does not exist is left out of the answer; SQL errors propagate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import apsw
+import msgspec
+
+from sessionmem.records import DOCUMENT_KINDS, OBSERVATION, PROMPT, SUMMARY, Document, DocumentCard
+from sessionmem.storage.fulltext import ALIASES, PROJECT_COLUMNS, TABLES
+
+_json_list = msgspec.json.Decoder(list[str])
+
+
+def _ids_json(keys: Iterable[tuple[str, int]], kind: str) -> str:
+    return msgspec.json.encode([row_id for key_kind, row_id in keys if key_kind == kind]).decode()
+
+
+_CARD_SQL = {
+    OBSERVATION: (
+        "SELECT o.id, s.claude_session_id, o.project, o.prompt_number, o.created_at, o.type, o.title,"
+        " o.subtitle, o.narrative, o.facts, o.files_read, o.files_modified"
+        " FROM observations o JOIN sessions s ON s.id = o.session_db_id"
+        " WHERE o.id IN (SELECT value FROM json_each(?))"),
+    SUMMARY: (
+        "SELECT m.id, s.claude_session_id, m.project, m.prompt_number, m.created_at, m.request, m.investigated,"
+        " m.learned, m.completed, m.next_steps"
+        " FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id"
+        " WHERE m.id IN (SELECT value FROM json_each(?))"),
+    PROMPT: (
+        "SELECT p.id, s.claude_session_id, p.project, p.prompt_number, p.created_at, p.text"
+        " FROM user_prompts p JOIN sessions s ON s.id = p.session_db_id"
+        " WHERE p.id IN (SELECT value FROM json_each(?))"),
+}
+
+
+def _card(kind: str, row: tuple[Any, ...]) -> DocumentCard:
+    row_id, session, project, prompt_number, created_at = row[:5]
+    if kind == OBSERVATION:
+        type_, title, subtitle, narrative, facts, files_read, files_modified = row[5:]
+        # The offline compressor's narrative repeats the prompt its subtitle holds: say it once.
+        lead = (subtitle,) if subtitle and subtitle not in narrative else ()
+        body = " ".join(part for part in (*lead, narrative, *_json_list.decode(facts)) if part)
+        files = list(dict.fromkeys(_json_list.decode(files_modified) + _json_list.decode(files_read)))
+        return DocumentCard(kind, row_id, session, project, prompt_number, created_at, type_, title, body, files)
+    if kind == SUMMARY:
+        request, investigated, learned, completed, next_steps = row[5:]
+        body = " ".join(f"{label}: {text}" for label, text in (
+            ("Completed", completed), ("Learned", learned), ("Investigated", investigated),
+            ("Next", next_steps)) if text)
+        return DocumentCard(kind, row_id, session, project, prompt_number, created_at, SUMMARY,
+                            request or "(session summary)", body, [])
+    (text,) = row[5:]
+    return DocumentCard(kind, row_id, session, project, prompt_number, created_at, PROMPT, text, text, [])
+
+
+def cards(connection: apsw.Connection, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], DocumentCard]:
+    """The cards of ``keys`` that exist, by key."""
+    found: dict[tuple[str, int], DocumentCard] = {}
+    for kind in DOCUMENT_KINDS:
+        if any(key_kind == kind for key_kind, _ in keys):
+            for row in connection.execute(_CARD_SQL[kind], (_ids_json(keys, kind),)):
+                found[(kind, row[0])] = _card(kind, row)
+    return found
+
+
+# -- documents to embed -----------------------------------------------------------------
+
+# A document's text is cut here before tokenizing: the embedder reads ~256 tokens.
+DOCUMENT_CHARS = 1200
+
+
+def document_text(card: DocumentCard) -> str:
+    """What a document's vector is made from: its title, then its body (once, not twice)."""
+    title, body = card.title.strip(), card.text.strip()
+    if card.kind == PROMPT:
+        return title[:DOCUMENT_CHARS]
+    text = body if title and title.lower() in body.lower() else f"{title}. {body}" if body else title
+    return text[:DOCUMENT_CHARS]
+
+
+def documents(connection: apsw.Connection, keys: Sequence[tuple[str, int]]) -> list[Document]:
+    """The documents of ``keys`` that exist, in the order of ``keys``."""
+    found = cards(connection, keys)
+    return [Document(kind, row_id, document_text(found[(kind, row_id)]))
+            for kind, row_id in keys if (kind, row_id) in found]
+
+
+def document_ids(connection: apsw.Connection, *, after: dict[str, int] | None = None,
+                 limit: int | None = None) -> dict[str, list[int]]:
+    """Row ids of every kind, ascending; those above ``after[kind]`` only, at most ``limit`` of each."""
+    found: dict[str, list[int]] = {}
+    for kind in DOCUMENT_KINDS:
+        table = TABLES[kind][0]
+        rows = connection.execute(f"SELECT id FROM {table} WHERE id > ? ORDER BY id LIMIT ?",
+                                  ((after or {}).get(kind, 0), -1 if limit is None else limit))
+        found[kind] = [row_id for (row_id,) in rows]
+    return found
+
+
+# -- timeline -----------------------------------------------------------------------------
+
+
+def created_at(connection: apsw.Connection, kind: str, row_id: int) -> tuple[float, str] | None:
+    """When the row was created, and its project; ``None`` if it does not exist."""
+    table, alias = TABLES[kind][0], ALIASES[kind]
+    row = connection.execute(f"SELECT {alias}.created_at, {PROJECT_COLUMNS[kind]} FROM {table} {alias} WHERE {alias}.id = ?",
+                             (row_id,)).fetchone()
+    return (row[0], row[1]) if row else None
+
+
+def around(connection: apsw.Connection, project: str, moment: float, anchor: tuple[str, int], *,
+           before: int, after: int) -> list[tuple[str, int]]:
+    """Keys of the ``before`` documents of ``project`` created before ``anchor`` and the ``after``
+    ones after it, with the anchor between them, oldest first (ties ordered by kind and id)."""
+    earlier: list[tuple[float, str, int]] = []
+    later: list[tuple[float, str, int]] = []
+    for kind in DOCUMENT_KINDS:
+        table, alias = TABLES[kind][0], ALIASES[kind]
+        base = f"SELECT {alias}.created_at, {alias}.id FROM {table} {alias} WHERE {PROJECT_COLUMNS[kind]} = :project"
+        params = {"project": project, "moment": moment, "id": anchor[1] if kind == anchor[0] else -1,
+                  "before": before, "after": after}
+        earlier += [(at, kind, row_id) for at, row_id in connection.execute(
+            base + f" AND ({alias}.created_at < :moment OR ({alias}.created_at = :moment AND {alias}.id < :id))"
+            f" ORDER BY {alias}.created_at DESC, {alias}.id DESC LIMIT :before", params)]
+        later += [(at, kind, row_id) for at, row_id in connection.execute(
+            base + f" AND ({alias}.created_at > :moment OR ({alias}.created_at = :moment AND {alias}.id > :id"
+            f" AND :id >= 0)) ORDER BY {alias}.created_at, {alias}.id LIMIT :after", params)]
+    earlier = sorted(earlier)[-before:] if before else []
+    later = sorted(later)[:after]
+    return [(kind, row_id) for _, kind, row_id in earlier] + [anchor] + [(kind, row_id) for _, kind, row_id in later]
+
+
+def timeline(connection: apsw.Connection, anchor: tuple[str, int], *, before: int,
+             after: int) -> list[DocumentCard] | None:
+    """The cards of :func:`around` ``anchor``, oldest first; ``None`` when the anchor does not exist."""
+    found = created_at(connection, *anchor)
+    if found is None:
+        return None
+    moment, project = found
+    keys = around(connection, project, moment, anchor, before=before, after=after)
+    by_key = cards(connection, keys)
+    return [by_key[key] for key in keys if key in by_key]

@@ -1,0 +1,302 @@
+"""Row reads of the SQLite store: sessions, observations, summaries and the journal's pending
+and parked events, as the worker's routes, actors and the context at SessionStart read them.
+
+Each function takes a read connection and runs on a reader thread with a pooled read
+connection (:class:`~sessionmem.storage.readers.ReaderPool`); some run several reads in one
+job, inside one :func:`snapshot`, since every thread hop costs a trip through the GIL.
+
+Error handling:
+    A row that does not exist is ``None`` or left out; SQL errors propagate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import apsw
+import msgspec
+
+from sessionmem.events import Envelope, ObservationEvent, decode_event
+from sessionmem.protocol.prompts import typed_prompt
+from sessionmem.records import (
+    OBSERVATION,
+    ContextRows,
+    ContextStart,
+    JournalCounts,
+    ObservationDetail,
+    ObservationRow,
+    ProjectRow,
+    SearchFilters,
+    SessionHead,
+    SessionInfo,
+    SessionRow,
+    SummaryInputs,
+    SummaryRow,
+)
+from sessionmem.storage.fulltext import keep_matching, query_terms
+from sessionmem.storage.sqlite_setup import to_json
+
+_SESSION_COLUMNS = (
+    "id, claude_session_id, project, cwd, first_prompt, prompt_counter, status, failure, input_tokens,"
+    " output_tokens, created_at, updated_at, completed_at,"
+    " (SELECT count(*) FROM observations o WHERE o.session_db_id = s.id)"
+)
+# In ObservationRow's field order.
+_OBSERVATION_COLUMNS = (
+    "o.id, s.claude_session_id, o.project, o.prompt_number, o.tool_name, o.tool_use_id, o.agent_id, o.agent_type,"
+    " o.failed, o.type, o.title, o.subtitle, o.facts, o.narrative, o.concepts, o.files_read, o.files_modified,"
+    " o.compressed, o.compressor, o.model, o.input_tokens, o.output_tokens, o.created_at"
+)
+_OBSERVATIONS_FROM = "FROM observations o JOIN sessions s ON s.id = o.session_db_id"
+_FAILED, _FACTS, _CONCEPTS, _FILES_READ, _FILES_MODIFIED, _COMPRESSED = 8, 12, 14, 15, 16, 17
+_OBSERVATION_WIDTH = 23
+_json_list = msgspec.json.Decoder(list[str])
+
+
+def _observation_fields(row: tuple[Any, ...]) -> list[Any]:
+    """An ``_OBSERVATION_COLUMNS`` row with SQLite's integers and JSON texts decoded."""
+    fields = list(row[:_OBSERVATION_WIDTH])
+    for index in (_FACTS, _CONCEPTS, _FILES_READ, _FILES_MODIFIED):
+        fields[index] = _json_list.decode(fields[index])
+    fields[_FAILED] = bool(fields[_FAILED])
+    fields[_COMPRESSED] = bool(fields[_COMPRESSED])
+    return fields
+
+
+def _observation_row(row: tuple[Any, ...]) -> ObservationRow:
+    return ObservationRow(*_observation_fields(row))
+
+
+def _observation_detail(row: tuple[Any, ...]) -> ObservationDetail:
+    session_db_id, event_id, payload = row[_OBSERVATION_WIDTH:]
+    tool_input = tool_response = None
+    if payload is not None:  # the raw tool data lives in the journal row of the event
+        event = decode_event(payload)
+        if isinstance(event, ObservationEvent):
+            tool_input = event.tool_input
+            tool_response = event.error if event.failed and event.tool_response is None else event.tool_response
+    return ObservationDetail(*_observation_fields(row), session_db_id=session_db_id, event_id=event_id,
+                             tool_input=tool_input, tool_response=tool_response)
+
+
+@contextmanager
+def snapshot(connection: apsw.Connection) -> Iterator[None]:
+    """Reads inside see one state of the database (a read transaction)."""
+    connection.execute("BEGIN")
+    try:
+        yield
+    finally:
+        connection.execute("COMMIT")
+
+
+def _of_project(column: str, project: str | None) -> str:
+    """The condition that rows are of ``project`` (``:project``), or none when ``project`` is ``None``.
+
+    Written out only when asked for: ``(:project IS NULL OR column = :project)`` hides the
+    column's index from SQLite, which then walks every project's rows newest first until
+    enough are of this one -- the whole table, for a project with little stored, on every
+    SessionStart.
+    """
+    return f"{column} = :project" if project is not None else "1"
+
+
+def _session_heads(connection: apsw.Connection, *, claude_session_ids: Sequence[str]) -> list[SessionHead]:
+    rows = connection.execute(
+        "SELECT claude_session_id, created_at, first_prompt FROM sessions"
+        " WHERE claude_session_id IN (SELECT value FROM json_each(?))", (to_json(list(claude_session_ids)),))
+    return [SessionHead(*row) for row in rows]
+
+
+def _recent_observation_ids(connection: apsw.Connection, *, project: str, limit: int) -> list[int]:
+    rows = connection.execute(  # observations_created (project, created_at) covers it
+        "SELECT id FROM observations WHERE project = ? ORDER BY created_at DESC, id DESC LIMIT ?", (project, limit))
+    return [row_id for (row_id,) in rows]
+
+
+def list_summaries(connection: apsw.Connection, *, project: str | None, limit: int,
+                    offset: int) -> list[SummaryRow]:
+    rows = connection.execute(
+        "SELECT m.id, s.claude_session_id, m.project, m.prompt_number, m.request, m.investigated,"
+        " m.learned, m.completed, m.next_steps, m.notes, m.compressed, m.compressor, m.model,"
+        " m.input_tokens, m.output_tokens, m.created_at"
+        f" FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id WHERE {_of_project('m.project', project)}"
+        " ORDER BY m.created_at DESC, m.id DESC LIMIT :limit OFFSET :offset",
+        {"project": project, "limit": limit, "offset": offset},
+    )
+    return [SummaryRow(*row[:10], bool(row[10]), *row[11:]) for row in rows]
+
+
+def observations_by_ids(connection: apsw.Connection, *, ids: Sequence[int]) -> list[ObservationRow]:
+    rows = connection.execute(
+        f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM} WHERE o.id IN (SELECT value FROM json_each(?))",
+        (to_json(list(ids)),))
+    by_id = {row.id: row for row in map(_observation_row, rows)}
+    return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
+
+
+# A prompt with fewer words that mean something than this ("continue", "yes, go on",
+# "keep going") says nothing to rank memories by: the focus is the newest prompt before it
+# that does, among the newest FOCUS_LOOKBACK (else the newest, whatever it says).
+FOCUS_MIN_WORDS = 3
+FOCUS_LOOKBACK = 20
+
+
+def _latest_prompt(connection: apsw.Connection, *, project: str, session: str = "") -> tuple[int, str] | None:
+    """The newest prompt of ``session`` (resumed or compacted: its own work), else of the project, that says
+    what the work is about (:data:`FOCUS_MIN_WORDS`).
+
+    A slash command is judged, and returned, as the user typed it
+    (:func:`~sessionmem.protocol.prompts.typed_prompt`): a stored prompt may hold its
+    transcript tags, which would read as five words.
+    """
+    # The session's own first (a resumed session is about its own work, not another session's newer
+    # prompt of the project), on its (session, prompt_number) key; then the project's, on the
+    # prompts_project index (project, created_at), newest first: the cost does not grow with the store.
+    queries = [("SELECT p.id, p.text FROM sessions s CROSS JOIN user_prompts p ON p.session_db_id = s.id"
+                " WHERE s.claude_session_id = ? AND p.project = ? ORDER BY p.prompt_number DESC, p.id DESC LIMIT ?",
+                (session, project, FOCUS_LOOKBACK))] if session else []
+    queries.append(("SELECT id, text FROM user_prompts WHERE project = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+                    (project, FOCUS_LOOKBACK)))
+    newest = None
+    for sql, params in queries:
+        for row_id, stored in connection.execute(sql, params):
+            text = typed_prompt(stored)
+            if len(query_terms(text)) >= FOCUS_MIN_WORDS:
+                return row_id, text
+            newest = newest or (row_id, text)
+    return newest
+
+
+def read_context_start(connection: apsw.Connection, *, project: str, summaries: int, recent: int,
+                       latest_prompt: bool, session: str = "") -> ContextStart:
+    """Where SessionStart's context starts, in one snapshot: the project's newest ``summaries``
+    summaries, its ``recent`` newest observation ids, and (``latest_prompt``) its focus prompt,
+    ``session``'s own if it has one.
+
+    Each read walks the project's own index: its cost does not grow with what other
+    projects hold, so a new project's SessionStart does not walk every summary and prompt
+    of the store.
+    """
+    with snapshot(connection):
+        return ContextStart(
+            list_summaries(connection, project=project, limit=summaries, offset=0),
+            _recent_observation_ids(connection, project=project, limit=recent),
+            _latest_prompt(connection, project=project, session=session) if latest_prompt else None)
+
+def context_rows(connection: apsw.Connection, candidates: Sequence[tuple[str, int]], filters: SearchFilters,
+                 choose: Callable[[set[int]], list[int]]) -> ContextRows:
+    """The observations ``choose`` picks among those of ``candidates`` that pass ``filters``, and the
+    heads of their sessions, in one snapshot."""
+    with snapshot(connection):
+        kept = keep_matching(connection, candidates, filters) if candidates else set()
+        observations = observations_by_ids(
+            connection, ids=choose({row_id for kind, row_id in kept if kind == OBSERVATION}))
+        named = list(dict.fromkeys(row.claude_session_id for row in observations))
+        return ContextRows(observations, _session_heads(connection, claude_session_ids=named))
+
+
+def session_info(connection: apsw.Connection, claude_session_id: str) -> SessionInfo | None:
+    row = connection.execute(
+        "SELECT s.id, s.claude_session_id, s.project, s.status, s.prompt_counter,"
+        " coalesce((SELECT text FROM user_prompts p WHERE p.session_db_id = s.id"
+        "           ORDER BY prompt_number DESC LIMIT 1), ''), s.input_tokens + s.output_tokens"
+        " FROM sessions s WHERE s.claude_session_id = ?",
+        (claude_session_id,),
+    ).fetchone()
+    return SessionInfo(*row) if row else None
+
+
+def summary_inputs(connection: apsw.Connection, session: SessionInfo) -> SummaryInputs:
+    prompts = [
+        text
+        for (text,) in connection.execute(
+            "SELECT text FROM user_prompts WHERE session_db_id = ? ORDER BY prompt_number",
+            (session.session_db_id,),
+        )
+    ]
+    observations = connection.execute(
+        f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM} WHERE o.session_db_id = ? ORDER BY o.id",
+        (session.session_db_id,),
+    )
+    return SummaryInputs(prompts, [_observation_row(row) for row in observations])
+
+
+def list_sessions(connection: apsw.Connection, *, project: str | None, limit: int, offset: int) -> list[SessionRow]:
+    # The page first, then its observation counts: counted for every session of the project
+    # before the sort, they would cost a count per session of the project on every page.
+    rows = connection.execute(
+        f"SELECT {_SESSION_COLUMNS} FROM (SELECT * FROM sessions WHERE {_of_project('project', project)}"
+        " ORDER BY updated_at DESC, id DESC LIMIT :limit OFFSET :offset) s ORDER BY updated_at DESC, id DESC",
+        {"project": project, "limit": limit, "offset": offset},
+    )
+    return [SessionRow(*row) for row in rows]
+
+
+def list_projects(connection: apsw.Connection, *, limit: int, offset: int = 0,
+                  containing: str | None = None) -> list[ProjectRow]:
+    rows = connection.execute(  # the sessions_project index (project, updated_at) covers it
+        "SELECT project, count(*), max(updated_at) FROM sessions"
+        " WHERE ?1 IS NULL OR instr(lower(project), lower(?1)) > 0 GROUP BY project"
+        " ORDER BY max(updated_at) DESC, project LIMIT ?2 OFFSET ?3", (containing, limit, offset))
+    return [ProjectRow(*row) for row in rows]
+
+
+def session_by_db_id(connection: apsw.Connection, session_db_id: int) -> SessionRow | None:
+    row = connection.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE id = ?",
+                             (session_db_id,)).fetchone()
+    return SessionRow(*row) if row else None
+
+
+def list_observations(connection: apsw.Connection, *, project: str | None, limit: int,
+                      offset: int) -> list[ObservationRow]:
+    rows = connection.execute(
+        f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM} WHERE {_of_project('o.project', project)}"
+        " ORDER BY o.created_at DESC, o.id DESC LIMIT :limit OFFSET :offset",
+        {"project": project, "limit": limit, "offset": offset},
+    )
+    return [_observation_row(row) for row in rows]
+
+
+def get_observation(connection: apsw.Connection, observation_id: int) -> ObservationDetail | None:
+    row = connection.execute(
+        f"SELECT {_OBSERVATION_COLUMNS}, o.session_db_id, o.event_id, p.payload {_OBSERVATIONS_FROM}"
+        " LEFT JOIN journal_payloads p ON p.id = o.event_id WHERE o.id = ?",
+        (observation_id,),
+    ).fetchone()
+    return _observation_detail(row) if row else None
+
+
+def llm_tokens_since(connection: apsw.Connection, timestamp: float) -> int:
+    (tokens,) = connection.execute(
+        "SELECT (SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM observations WHERE stored_at >= ?1)"
+        " + (SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM session_summaries"
+        "    WHERE stored_at >= ?1)", (timestamp,)).fetchone()
+    return int(tokens)
+
+
+# The parked sessions /debug names, at most.
+PARKED_SESSIONS_LISTED = 20
+
+
+def journal_counts(connection: apsw.Connection) -> JournalCounts:
+    # Open rows come from the small partial index; journal rows are never
+    # deleted, so the rest are done: no scan of the whole journal per /debug.
+    counts = dict(connection.execute(
+        "SELECT status, count(*) FROM journal WHERE status != 'done' GROUP BY status").fetchall())
+    (total,) = connection.execute("SELECT coalesce(max(id), 0) FROM journal").fetchone()
+    pending, parked = counts.get("pending", 0), counts.get("parked", 0)
+    sessions = [session for (session,) in connection.execute(
+        "SELECT DISTINCT claude_session_id FROM journal WHERE status = 'parked' LIMIT ?",
+        (PARKED_SESSIONS_LISTED,))] if parked else []
+    return JournalCounts(pending, parked, total - pending - parked, sessions)
+
+
+def pending_events(connection: apsw.Connection) -> list[Envelope]:
+    """The journal's pending events, in journal order: what a start replays."""
+    cursor = connection.execute(
+        "SELECT j.id, p.payload FROM journal j JOIN journal_payloads p ON p.id = j.id"
+        " WHERE j.status = 'pending' ORDER BY j.id"
+    )
+    return [Envelope(event_id, decode_event(payload)) for event_id, payload in cursor]
