@@ -16,7 +16,6 @@ import trio
 from sessionmem.compress.anthropic_backend import AnthropicCompressor, observation_request, summary_request
 from sessionmem.compress.base import SessionContext
 from sessionmem.compress.breaker import BreakerState, CircuitBreaker
-from sessionmem.settings import Settings
 from sessionmem.events import ObservationEvent, SummarizeEvent
 from sessionmem.records import SummaryInputs
 from sessionmem.settings import Settings
