@@ -22,6 +22,13 @@ this layer runs):
 4. A request with a body must say it is JSON (415 otherwise): a plain HTML form, which
    needs no CORS preflight, cannot.
 
+A 401 is JSON, but for a person: a ``GET`` of a page (:data:`PAGE_PATHS`: the viewer,
+``/debug``, a login link) whose ``Accept`` ranks HTML above JSON, as a browser's does,
+gets a small page that says how to log in (``sessionmem open``). Its text is fixed (no
+token, nothing of the request); it is never cached and carries the pages' headers. An
+API client (``Accept: application/json``, ``*/*`` or none) and every ``/api/`` route get
+the JSON.
+
 Error handling:
     Refusals are counted (:class:`GuardStatistics`), never logged one by one: a
     flood of bad requests cannot fill the log.
@@ -40,6 +47,7 @@ import msgspec
 from sessionmem.protocol import routes
 from sessionmem.protocol.auth import COOKIE_NAME
 from sessionmem.server.asgi_reply import ASGIApp, Receive, Scope, Send, header, respond
+from sessionmem.server.pages import COMMON_HEADERS, MESSAGE_POLICY, html_preferred
 from sessionmem.server.payloads import ErrorReply
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
@@ -59,6 +67,31 @@ _PAGE_ACTION = re.compile(r"/api/sessions/[^/]+/replay|" + re.escape(routes.LOGO
 # A path of this worker's pages: a slash, then no second slash or backslash (a browser reads
 # `//host` and `/\host` as another host), and only characters a header carries as they are.
 _PAGE_PATH = re.compile(r"/(?![/\\])[A-Za-z0-9_\-./?=&%]*")
+# Where a browser is sent, and so where a refusal may be a page: the command that logs it in to that page.
+PAGE_PATHS = {routes.VIEWER: "sessionmem open", routes.DEBUG: "sessionmem open debug", routes.LOGIN: "sessionmem open"}
+_NOT_LOGGED_IN = ("The pages show what sessionmem remembers of your Claude Code sessions, so they are shown only to "
+                  "a browser that a login link let in.")
+_LINK_NOT_VALID = f"This login link is not valid any more: each one works once, within {LOGIN_CODE_TTL_S / 60:.0f} minutes."
+_LOGIN_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>sessionmem · log in</title>
+</head>
+<body>
+<h1>sessionmem: this browser is not logged in</h1>
+<p>{reason}</p>
+<p>To log it in, run this in a terminal on this machine:</p>
+<pre><code>{command}</code></pre>
+<p>It opens this page with a link that works once, within {code_minutes:.0f} minutes. The login lasts
+{login_hours:.0f} hours, or until you log out or the worker stops. Add <code>--print-only</code> to print the link
+instead of starting a browser, and <code>--data-dir DIR</code> if the worker keeps its memory in another data
+dir than the default.</p>
+</body>
+</html>
+"""
+
 
 class GuardStatistics(msgspec.Struct, frozen=True):
     refused_host: int
@@ -157,7 +190,10 @@ class AccessGuard:
         if refusal is not None:
             status, kind, message, extra = refusal
             self._refused[kind] += 1
-            await respond(send, status, ErrorReply(message), headers=extra)
+            if status == 401 and wants_page(scope):
+                await respond_with_login_page(send, scope, _NOT_LOGGED_IN, extra)
+            else:
+                await respond(send, status, ErrorReply(message), headers=extra)
             return
         if scope["path"] == routes.LOGIN:
             await self._login(scope, send)
@@ -220,7 +256,10 @@ class AccessGuard:
             target = "/"  # only pages of this worker (not //host, /\\host, nor a header broken by CR LF)
         if not self.login_codes.take(code):
             self._refused["login"] += 1
-            await respond(send, 401, ErrorReply("this login link is not valid (any more): run `sessionmem open`"))
+            if wants_page(scope):
+                await respond_with_login_page(send, scope, _LINK_NOT_VALID)
+            else:
+                await respond(send, 401, ErrorReply("this login link is not valid (any more): run `sessionmem open`"))
             return
         self._logins += 1
         cookie = (f"{cookie_name(self.port)}={self.page_logins.issue()}"
@@ -240,3 +279,20 @@ class AccessGuard:
         expired = f"{cookie_name(self.port)}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"
         await respond(send, 200, {"loggedOut": login is not None}, headers=[(b"set-cookie", expired.encode("ascii")),
                                                                           (b"cache-control", b"no-store")])
+
+
+def wants_page(scope: Scope) -> bool:
+    """Whether a refusal of this request is for a person: a ``GET`` of a page, ``Accept`` ranking HTML first."""
+    return (scope["method"] == "GET" and scope["path"] in PAGE_PATHS
+            and html_preferred((header(scope, b"accept") or b"").decode("latin-1")))
+
+
+async def respond_with_login_page(send: Send, scope: Scope, reason: str,
+                                  extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    """A 401 as a page that says how to log in: fixed text (the command for the page asked for), not cached."""
+    page = _LOGIN_PAGE.format(reason=reason, command=PAGE_PATHS[scope["path"]],
+                              code_minutes=LOGIN_CODE_TTL_S / 60, login_hours=PAGE_LOGIN_S / 3600)
+    headers = [(name.lower().encode(), value.encode()) for name, value in COMMON_HEADERS.items()]
+    headers += [(b"content-security-policy", MESSAGE_POLICY.encode()), (b"cache-control", b"no-store"),
+                (b"vary", b"Accept"), *(extra or [])]
+    await respond(send, 401, page.encode("utf-8"), content_type=b"text/html; charset=utf-8", headers=headers)

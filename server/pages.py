@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from quart import Response, request
 from quart_trio import QuartTrio
+from werkzeug.datastructures import MIMEAccept
+from werkzeug.http import parse_accept_header
 
 from sessionmem.protocol import routes
 from sessionmem.server.routing import error_response, rule
@@ -26,6 +28,7 @@ from sessionmem.web.assets import ASSET_NAME, PageAssets
 PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
                "font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 DATA_POLICY = "default-src 'none'; frame-ancestors 'none'"
+MESSAGE_POLICY = "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"  # a page of text only
 COMMON_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
@@ -34,10 +37,16 @@ COMMON_HEADERS = {
 }
 
 
+def html_preferred(accept: str | None) -> bool:
+    """Whether an ``Accept`` header ranks HTML above JSON (a browser's does; curl's ``*/*``, none, and
+    an API client's ``application/json`` do not)."""
+    ranked = parse_accept_header(accept, MIMEAccept)
+    return ranked.quality("text/html") > ranked.quality("application/json")
+
+
 def prefers_html() -> bool:
-    """Whether the request's ``Accept`` ranks HTML above JSON (a browser's does; curl's ``*/*`` does not)."""
-    accept = request.accept_mimetypes
-    return accept.quality("text/html") > accept.quality("application/json")
+    """:func:`html_preferred` for the request being answered."""
+    return html_preferred(request.headers.get("Accept"))
 
 
 async def asset_response(assets: PageAssets, name: str) -> Response:

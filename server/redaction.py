@@ -17,7 +17,8 @@ What is found, and replaced by ``[REDACTED:<kind>]``:
   token-like value: the value; in a structured value, a string under a key naming a
   secret (not one naming something about it: ``passwordPolicy``);
 - what detect-secrets does not know, or finds only in part: Anthropic and OpenAI
-  ``sk-...`` keys, fine-grained GitHub, Hugging Face, Vault, npm, DigitalOcean and
+  ``sk-...`` keys (a token of their own: an ``sk-`` inside a word or a path, as in the
+  folder Claude Code names after a project of a user ``sk``, is none), fine-grained GitHub, Hugging Face, Vault, npm, DigitalOcean and
   Shopify tokens, the credentials of an ``Authorization`` header of any scheme, JSON web
   tokens with their signature, passwords on a command line (``mysql -p``, ``curl -u``,
   ``sshpass -p``, ``docker login -p``) and in ``.netrc``, ``X-API-Key`` headers, Docker's
@@ -110,6 +111,13 @@ def _detect_secrets(kind: str, plugin: str, triggers: Iterable[str], groups: dic
     return Detector(kind, tuple(triggers), tuple((pattern, (groups or {}).get(n, 0)) for n, pattern in enumerate(denylist)))
 
 
+def _begins_a_token(literal: str) -> str:
+    """A look behind ``literal`` (which the pattern begins with): it starts a token, not the middle of a word or
+    of a path (after a letter or digit, ``/``, ``\\`` or ``-``); after an escaped line break or tab (``\\n``
+    in a JSON text inside the text) it does."""
+    return rf"(?:(?<=\\[ntr]{literal})|(?<![A-Za-z0-9/\\\-]{literal}))"
+
+
 # A value that is plainly not a secret: a placeholder, a variable, a redaction already.
 _NOT_A_SECRET = re.compile(r"(?i)^(?:\[REDACTED|none|null|true|false|undefined|\$\{?\w+\}?|<[^>]*>|\*+|x+|"
                            r"~?/[\w.@/-]*|https?://[^\s@]*|)$")  # also: a path, a URL with no user in it
@@ -131,9 +139,15 @@ def load_patterns() -> Patterns:
                         r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S), 0),
             (re.compile(r"PuTTY-User-Key-File-\d.*?(?:Private-MAC: \S+|\Z)", re.S), 0),
         ), then=_headless_key_blocks),
-        Detector("anthropic-key", ("sk-ant-",), ((re.compile(r"sk-ant-[A-Za-z0-9_\-]{16,}"), 0),)),
         # Patterns begin with their literal and look behind it for where it may start (see "password").
-        Detector("api-key", ("sk-",), ((re.compile(r"sk-(?<![A-Za-z0-9]sk-)(?:proj-|svcacct-)?[A-Za-z0-9_\-]{20,}"), 0),)),
+        # An `sk-` key is a word of its own, never a piece of a path: not after a letter or digit
+        # ("task-ant-colony-sim"), a slash, a backslash or a dash (a folder "sk-...", or a user "sk" in
+        # Claude Code's folder of a project, "-Users-sk-src-..."), and not followed by a slash (a folder
+        # "sk-.../"). A backslash may follow one: the end of a key inside escaped JSON (\"sk-...\").
+        Detector("anthropic-key", ("sk-ant-",), (
+            (re.compile(r"sk-ant-" + _begins_a_token("sk-ant-") + r"[A-Za-z0-9_\-]{16,}+(?!/)"), 0),)),
+        Detector("api-key", ("sk-",), (
+            (re.compile(r"sk-" + _begins_a_token("sk-") + r"(?:proj-|svcacct-)?[A-Za-z0-9_\-]{20,}+(?!/)"), 0),)),
         Detector("bearer-token", ("bearer",), ((re.compile(r"(?i)\bbearer\s+([A-Za-z0-9._~+/\-]{12,}=*)"), 1),),
                  any_case=True),
         # detect-secrets' JWT pattern ends lazily (it validates matches afterwards): it would leave the signature.
@@ -192,11 +206,12 @@ def load_patterns() -> Patterns:
         _detect_secrets("stripe-key", "stripe:StripeDetector", ("k_live_",)),
     )
     # Assignments to a name from detect-secrets' keyword list (with affixes, as its plugin
-    # allows): optional closing quotes, '=' or ':' (or ':=', '=>'), then the value, quoted
+    # allows): optional closing quotes, '=' or ':' (or ':=', '=>'; not '::', which names a scope, as in
+    # a test's id "tests/test_api.py::TestAPIKey::test_x"), then the value, quoted
     # (up to its quote) or bare (up to a space or punctuation, and not a call or subscript
     # such as ``os.environ[...]``).
     keyword_at = re.compile(
-        r"(?i)\w{0,64}?(?:" + keywords + r")\w{0,64}['\"\]]{0,2}[ \t]*(?::=|=>|[:=])[ \t]*"
+        r"(?i)\w{0,64}?(?:" + keywords + r")\w{0,64}['\"\]]{0,2}[ \t]*(?::=|=>|=|:(?!:))[ \t]*"
         r"(?:\"([^\"\n]{1,256})\"|'([^'\n]{1,256})'|((?![\[{(<])[^\s'\",;(){}\[\]]{4,256}+)(?![(\[]))"
     )
     keyword_flag = re.compile(r"(?i)--(?:" + keywords + r"|token)(?:=|[ \t]+)(?![-'\"])(\S{2,256})")
@@ -207,7 +222,7 @@ def load_patterns() -> Patterns:
     # and digits both (GITHUB_TOKEN=..., "token": "..."). Code assigns names ending in token all the
     # time (csrf_token: csrfToken, pad_token = tokenizer.eos_token, "{token}"): those are left.
     token_at = re.compile(
-        r"(?i)(?<![\w])\w{0,64}token['\"\]]{0,2}[ \t]*(?::=|=>|[:=])[ \t]*['\"]?"
+        r"(?i)(?<![\w])\w{0,64}token['\"\]]{0,2}[ \t]*(?::=|=>|=|:(?!:))[ \t]*['\"]?"
         r"(?=[\w./+=-]{0,256}\d)(?=[\w./+=-]{0,256}[A-Za-z])([\w./+=-]{16,256})(?![\w./+=(\[-])")
     secret_key = re.compile(r"(?i)\w{0,64}?(?:" + keywords + r")\w{0,64}|\w{0,64}token")
     return Patterns(detectors, keyword_at, keyword_flag, secret_name, token_at, secret_key,

@@ -30,7 +30,8 @@ from sessionmem.testing.harness import ThreadedWorker, open_worker, serve_in_thr
 from .test_hooks import run_hook
 
 TAGS = ["<private>", "</private>", "<PRIVATE >", "<private a=b>", "</private >", "<sessionmem-context>",
-        "</sessionmem-context>", "<Sessionmem-Context x>", "<privateer>", "<", ">", "</"]
+        "</sessionmem-context>", "<Sessionmem-Context x>", "<privateer>", "<", ">", "</", "< private>",
+        "< / private>", "[private]", "[/private]", "[", "]", "private"]
 
 small_text = st.one_of(
     st.text(max_size=200),
@@ -175,7 +176,7 @@ def strings(value: Any) -> Iterator[str]:
 
 def has_tag(text: str) -> bool:
     """Whether ``text`` still holds a privacy tag as the grammar reads one (``<PRIVATE0`` is none)."""
-    return any(privacy._tag_at(text, at) is not None for at in range(len(text)) if text[at] == "<")
+    return next(privacy.tags_in(text), None) is not None
 
 
 hook_payloads = st.one_of(

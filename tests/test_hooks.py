@@ -89,6 +89,9 @@ def test_private_prompts_are_not_sent(worker: WorkerClient) -> None:
                                    worker.data_dir))
     assert_silent_success(run_hook("UserPromptSubmit", {**base, "prompt": "<private>unterminated secret"},
                                    worker.data_dir))
+    # Careless markup: a closer whose opener was forgotten hides what comes before it.
+    assert_silent_success(run_hook("UserPromptSubmit", {**base, "prompt": "my password is hunter2</private>"},
+                                   worker.data_dir))
     assert worker.get("/api/sessions")["sessions"] == []  # nothing reached the worker
     assert worker.get("/debug")["journal"]["done"] == 0
 

@@ -93,6 +93,54 @@ def test_ordinary_code_is_left_alone(text: str) -> None:
     assert Redactor().text(text) == text
 
 
+SESSION = "0b1c2d3e-4f56-4789-abcd-ef0123456789"  # a session id: the name of a transcript file
+
+
+@pytest.mark.parametrize("text", [
+    # Transcript paths, as Claude Code names them: the project's folder with its slashes made dashes,
+    # then the session id. A user "sk" put "-sk-" there, and the api-key detector took the rest for a key.
+    f"read the full transcript at: /Users/alice/.claude/projects/-Users-alice-src-app/{SESSION}.jsonl",
+    f"/Users/sk/.claude/projects/-Users-sk-Documents-GitHub-my-application/{SESSION}.jsonl",
+    f"/home/sk/.claude/projects/-home-sk-work-sk-learn-experiments-2024/{SESSION}/subagents/agent-a1b2c3d4.jsonl",
+    f'{{"transcript_path": "/Users/sk/.claude/projects/-Users-sk-code-payments-service-v2/{SESSION}.jsonl"}}',
+    f"claude --resume {SESSION} # ~/.claude/projects/-Users-bob-sk-ant-colony-simulation-2/{SESSION}.jsonl",
+    # Folders and files named like a key's prefix, in any position of a path.
+    "/home/dev/task-ant-colony-simulation-2024/main.py",  # "sk-ant-" inside a word
+    "cd sk-learn-experiments-v2-final/ && ls; cat ./sk-learn-experiments-v2-final/train.py",
+    r"C:\work\sk-learn-experiments-v2-final\train.py",
+    # A test's id names a scope with "::", not an assignment: "Key::" is no "key: value".
+    "tests/test_redaction.py::TestAPIKeyRedaction::test_anthropic_key PASSED",
+    "PASSED tests/test_auth.py::test_password::test_hashing_is_slow[argon2]",
+])
+def test_paths_are_left_alone(text: str) -> None:
+    assert Redactor().text(text) == text
+    value = {"transcript_path": text, "files": [text]}
+    assert Redactor().value(value, msgspec.json.encode(value)) is value
+
+
+@pytest.mark.parametrize(("text", "secret", "kind"), [
+    # Keys where a path could be: at a line's start, after '=', ':', a quote, a space, in a URL's query.
+    ("sk-proj-abcdefghijklmnopqrstuvwxyz123456\n", "abcdefghijklmnop", "api-key"),
+    ("OPENAI_API_KEY=sk-abcdefghijklmnopqrstuvwxyz0123 ./run.sh /tmp/out", "abcdefghijklmnop", "api-key"),
+    ("curl 'https://api.example.com/v1/models?key=sk-abcdefghijklmnopqrstuvwxyz0123&x=1'", "abcdefghijklmnop",
+     "api-key"),
+    ('cat /home/u/app/.env\nANTHROPIC_API_KEY="sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123"', "api03-abcdefgh", ""),
+    # Inside JSON written as a string (a log line, a transcript read as a file): after an escaped line
+    # break, and before an escaped quote.
+    ('{"message": "my key is\\nsk-ant-api03-abcdefghijklmnopqrstuvwxyz0123\\" ok"}', "api03-abcdefgh",
+     "anthropic-key"),
+    ('\\"sk-proj-abcdefghijklmnopqrstuvwxyz123456\\"', "abcdefghijklmnop", "api-key"),
+    # A key next to a transcript path is still a key.
+    (f"/Users/sk/.claude/projects/-Users-sk-app/{SESSION}.jsonl sk-proj-abcdefghijklmnopqrstuvwxyz123456",
+     "abcdefghijklmnop", "api-key"),
+    # A single ':' still assigns.
+    ("TestAPIKey: hunter2hunter2", "hunter2hunter2", "secret"),
+    ("GITHUB_TOKEN: abcd1234efgh5678ijkl", "abcd1234efgh5678ijkl", "secret"),
+])
+def test_keys_in_the_places_of_paths_are_still_redacted(text: str, secret: str, kind: str) -> None:
+    redacted = Redactor().text(text)
+    assert secret not in redacted and f"[REDACTED:{kind}" in redacted
+
 def test_positions_are_characters_after_text_beyond_ascii() -> None:
     # The trigger automaton searches UTF-8 underneath: a keyword after multi-byte characters
     # must still be found where it is, or the assignment after it is not recognized.

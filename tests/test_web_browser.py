@@ -343,3 +343,16 @@ def test_a_failed_session_is_marked_and_replayed_from_the_page(browser: Browser,
     browser.wait(lambda: "Logged out" in browser.text("body"), "the logged-out notice")
     status = browser.js("return fetch('/api/projects').then(r => r.status)")
     assert status == 401
+
+
+def test_a_browser_without_a_login_is_told_how_to_log_in(browser: Browser, threaded: ThreadedWorker) -> None:
+    """A bare link to the pages answers a page that names the command, not a raw JSON 401."""
+    for path, command in (("/", "sessionmem open"), ("/debug", "sessionmem open debug")):
+        browser.requested_hosts()  # forget what was asked before
+        browser.driver.get(threaded.url + path)
+        browser.wait(lambda: "not logged in" in browser.text("body"), "the login page")  # noqa: B023
+        assert browser.driver.title == "sessionmem · log in" and browser.text("pre") == command
+        assert threaded.token is not None and threaded.token not in browser.driver.page_source
+        assert browser.requested_hosts(threaded.url + "/") == {threaded.url}
+    browser.login(threaded, "/")  # and the command's link leads in
+    assert browser.driver.title == VIEWER_TITLE
