@@ -48,6 +48,8 @@ class CompressorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     client_ready: bool = False  # the LLM client is loaded (it loads in the background after start)
     breaker: BreakerStatistics | None = None
     budget: BudgetStatistics | None = None
+    reason: str = ""  # why this backend runs (the setting, or what ``auto`` found), and what it does meanwhile
+    last_failure: str = ""  # why the latest LLM request failed for good ("" once one succeeds)
 
 
 class Compressor(Protocol):

@@ -1,7 +1,8 @@
 """A circuit breaker for the LLM: stop calling an API that keeps failing, try again later.
 
 ``closed`` (calls go through) -> after ``threshold`` calls in a row that failed for
-good (their retries exhausted) -> ``open`` for ``open_s`` seconds: no calls, the
+good (their retries exhausted), or at once on a failure that retrying soon cannot fix
+(:meth:`CircuitBreaker.trip`) -> ``open`` for ``open_s`` seconds: no calls, the
 caller uses the offline compressor -> ``half-open``: one trial call; success closes
 the breaker, failure opens it again for twice as long (up to ``max_open_s``); a trial
 that ends without an outcome (:meth:`CircuitBreaker.abandoned`) lets the next one through.
@@ -72,6 +73,16 @@ class CircuitBreaker:
             self._open_s = min(self._open_s * 2, self._max_open_s)
             self._open()
         elif self._open_until is None and self._failures >= self._threshold:
+            self._open()
+
+    def trip(self) -> None:
+        """A failure that retrying soon cannot fix (a quota, a rate limit, a login): open now, or again for longer."""
+        self._failures += 1
+        if self._trial_running:  # the trial failed: open again, for longer
+            self._trial_running = False
+            self._open_s = min(self._open_s * 2, self._max_open_s)
+            self._open()
+        elif self._open_until is None:  # (a call that was in flight when it opened changes nothing)
             self._open()
 
     def abandoned(self) -> None:

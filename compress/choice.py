@@ -1,16 +1,69 @@
-"""Which compressor the worker uses (``Settings.resolved_compressor``)."""
+"""Which compressor the worker uses, and why (``Settings.resolved_compressor``).
+
+``compressor = "auto"`` (the default) picks, in order: ``anthropic`` when an API key is
+configured (``ANTHROPIC_API_KEY`` or ``ANTHROPIC_AUTH_TOKEN``); else ``claude-code`` when a
+Claude Code CLI is found (``claude_path``, or ``claude`` on ``PATH``), whose login the
+backend reads with ``claude auth status`` off the Trio thread, in the background after the
+worker starts -- the offline compressor serves while it is not logged in; else ``offline``.
+Finding the CLI is a few ``stat`` calls, so choosing never delays the worker's start.
+The reason is in ``/debug`` (``compressor.reason``) and ``sessionmem doctor``.
+"""
 
 from __future__ import annotations
 
+import os
+
 from sessionmem.compress.base import Compressor
 from sessionmem.compress.offline import OfflineCompressor
-from sessionmem.settings import Settings
+from sessionmem.settings import Settings, anthropic_credentials_configured, find_claude_cli
+
+
+def reason(settings: Settings, environ: dict[str, str] | None = None) -> str:
+    """Why ``settings.resolved_compressor`` is the one (the CLI's login aside: the backend reads it)."""
+    if settings.compressor != "auto":
+        return f"set: compressor = {settings.compressor}"
+    if anthropic_credentials_configured(environ):
+        return "auto: an Anthropic API key is configured"
+    if find_claude_cli(settings.claude_path, environ):
+        return "auto: no Anthropic API key, a Claude Code CLI is installed"
+    where = f"not at claude_path {settings.claude_path}" if settings.claude_path else "not on PATH"
+    return f"auto: no Anthropic API key, and no Claude Code CLI ({where})"
 
 
 def choose_compressor(settings: Settings) -> Compressor:
+    why = reason(settings)
     if settings.resolved_compressor == "anthropic":
         # Imported only when used: the SDK costs an offline worker ~100 MB and its start-up time.
         from sessionmem.compress.anthropic_backend import AnthropicCompressor
 
-        return AnthropicCompressor(settings)
-    return OfflineCompressor()
+        return AnthropicCompressor(settings, reason=why)
+    if settings.resolved_compressor == "claude-code":
+        from sessionmem.compress.claude_code_backend import ClaudeCodeCompressor
+
+        return ClaudeCodeCompressor(settings, reason=why)
+    return OfflineCompressor(reason=why)
+
+
+def describe(settings: Settings, *, login_timeout_s: float = 20.0) -> tuple[str, str]:
+    """(backend, why) as ``sessionmem doctor`` reports it: for ``claude-code``, the CLI's login read now.
+
+    Blocking (it runs ``claude auth status``): for commands, never on the worker's Trio thread.
+    """
+    import subprocess
+
+    backend, why = settings.resolved_compressor, reason(settings)
+    if backend != "claude-code":
+        return backend, why
+    from sessionmem.compress.claude_code_backend import cli_environment, parse_login
+
+    executable = find_claude_cli(settings.claude_path)
+    if not executable:
+        return backend, f"{why}; no Claude Code CLI found: offline compressor meanwhile"
+    try:
+        done = subprocess.run([executable, "auth", "status", "--json"], capture_output=True, timeout=login_timeout_s,
+                              env=cli_environment(settings, dict(os.environ)), stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return backend, f"{why}; `{executable} auth status` failed ({exc}): offline compressor meanwhile"
+    login = parse_login(done.returncode, done.stdout)
+    meanwhile = "" if login.logged_in else ": offline compressor until it is"
+    return backend, f"{why}; Claude Code CLI {executable}, {login.detail}{meanwhile}"

@@ -272,7 +272,8 @@ class OfflineCompressor:
 
     name = "offline"
 
-    def __init__(self) -> None:
+    def __init__(self, *, reason: str = "") -> None:
+        self._reason = reason  # why the worker runs offline (``/debug``)
         self._observations = 0
         self._summaries = 0
 
@@ -285,7 +286,8 @@ class OfflineCompressor:
         return build_offline_summary(context, request, inputs)
 
     def statistics(self) -> CompressorStatistics:
-        return CompressorStatistics(backend=self.name, tool_uses=self._observations, summaries=self._summaries)
+        return CompressorStatistics(backend=self.name, tool_uses=self._observations, summaries=self._summaries,
+                                    reason=self._reason)
 
     def seed_usage(self, tokens_today: int) -> None:
         return None  # no LLM, no budget

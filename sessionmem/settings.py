@@ -39,8 +39,10 @@ class Settings:
     port: int = DEFAULT_PORT
 
     # Compression
-    compressor: str = "auto"  # auto | anthropic | offline
+    compressor: str = "auto"  # auto | anthropic | claude-code | offline
     model: str = "claude-haiku-4-5"
+    claude_path: str = ""  # the Claude Code CLI of the claude-code compressor ("": `claude` on PATH)
+    claude_code_concurrency: int = 2  # Claude Code CLI processes the claude-code compressor runs at once
     llm_concurrency: int = 2
     llm_timeout_s: float = 60.0
     llm_max_attempts: int = 4
@@ -95,9 +97,13 @@ class Settings:
 
     @property
     def resolved_compressor(self) -> str:
-        """``anthropic`` or ``offline``: ``auto`` means anthropic when credentials are configured."""
+        """The backend the worker builds: ``auto`` means ``anthropic`` when an API key is configured, else
+        ``claude-code`` when a Claude Code CLI is found (its login is checked when it is first needed,
+        off the Trio thread: ``sessionmem.compress.claude_code_backend``), else ``offline``."""
         if self.compressor == "auto":
-            return "anthropic" if anthropic_credentials_configured() else "offline"
+            if anthropic_credentials_configured():
+                return "anthropic"
+            return "claude-code" if find_claude_cli(self.claude_path) else "offline"
         return self.compressor
 
     @property
@@ -126,6 +132,8 @@ ENV = {
     **client_settings.ENV,
     "SESSIONMEM_COMPRESSOR": "compressor",
     "SESSIONMEM_MODEL": "model",
+    "SESSIONMEM_CLAUDE_PATH": "claude_path",
+    "SESSIONMEM_CLAUDE_CODE_CONCURRENCY": "claude_code_concurrency",
     "SESSIONMEM_LLM_CONCURRENCY": "llm_concurrency",
     "SESSIONMEM_LLM_TIMEOUT": "llm_timeout_s",
     "SESSIONMEM_LLM_MAX_ATTEMPTS": "llm_max_attempts",
@@ -161,7 +169,7 @@ ENV = {
     "SESSIONMEM_EMBEDDER": "embedder",
     "SESSIONMEM_INDEX_SAVE_INTERVAL": "index_save_interval_s",
 }
-_COMPRESSORS = ("auto", "anthropic", "offline")
+_COMPRESSORS = ("auto", "anthropic", "claude-code", "offline")
 EMBEDDERS = ("minilm", "none")  # what sessionmem.embed.choice builds
 
 
@@ -237,6 +245,8 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
     settings = Settings(**values)
     if settings.compressor not in _COMPRESSORS:
         raise SettingsError(f"compressor must be one of {', '.join(_COMPRESSORS)}, got {settings.compressor!r}")
+    if not 1 <= settings.claude_code_concurrency <= 8:
+        raise SettingsError(f"claude_code_concurrency must be 1..8, got {settings.claude_code_concurrency}")
     if settings.embedder not in EMBEDDERS:
         raise SettingsError(f"embedder must be one of {', '.join(EMBEDDERS)}, got {settings.embedder!r}")
     if not 0 <= settings.port <= 65535:
@@ -260,3 +270,17 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
 def anthropic_credentials_configured(environ: dict[str, str] | None = None) -> bool:
     env = os.environ if environ is None else environ
     return bool(env.get("ANTHROPIC_API_KEY") or env.get("ANTHROPIC_AUTH_TOKEN"))
+
+
+def find_claude_cli(claude_path: str = "", environ: dict[str, str] | None = None) -> str:
+    """The Claude Code CLI's executable: ``claude_path`` if it is one, else ``claude`` on ``PATH``; "" if none.
+
+    Cheap (a few ``stat`` calls): it says whether the CLI is there, not whether it is logged in.
+    """
+    import shutil
+
+    if claude_path:
+        path = os.path.expanduser(claude_path)
+        return path if os.path.isfile(path) and os.access(path, os.X_OK) else ""
+    env = os.environ if environ is None else environ
+    return shutil.which("claude", path=env.get("PATH")) or ""

@@ -317,8 +317,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         report(False, f"{exc} (the worker will not start until it is fixed)")
     else:
-        report(True, f"compressor: {settings.resolved_compressor} (setting: {settings.compressor}, "
-                     f"model {settings.model})")
+        from sessionmem.compress.choice import describe
+
+        backend, why = describe(settings)
+        model = f", model {settings.model}" if backend != "offline" else ""
+        report(True, f"compressor: {backend} ({why}{model})")
     _doctor_worker(config, report)
     try:
         wired = installed_stages()
@@ -436,8 +439,28 @@ def _doctor_worker(config: ClientConfig, report: Any) -> None:
     if isinstance(health, dict) and "pid" in health:
         report(True, f"worker {'running' if state == 'ready' else 'starting'}: pid {health['pid']}, {where}, "
                      f"compressor {health['compressor']}")
+        _doctor_compressor(config, report)
     else:
         report(False, f"{where} answers, but not as a sessionmem worker")
+
+
+def _doctor_compressor(config: ClientConfig, report: Any) -> None:
+    """What the running worker's compressor does now: why it runs, and whether it falls back to offline."""
+    try:
+        snapshot = call(config, "GET", routes.DEBUG_JSON, patience=PROBE)
+    except CommandFailed:
+        return
+    stats = snapshot.get("compressor") if isinstance(snapshot, dict) else None
+    if not isinstance(stats, dict):
+        return
+    if stats.get("reason"):
+        report(True, f"worker's compressor {stats.get('backend')}: {stats['reason']}")
+    breaker = stats.get("breaker") or {}
+    if breaker.get("state") in ("open", "half-open"):
+        report(False, f"worker's compressor: circuit breaker {breaker['state']} (offline compressor for "
+                      f"{breaker.get('openForSeconds', 0):.0f} s more): {stats.get('lastFailure') or 'repeated failures'}")
+    elif stats.get("lastFailure"):
+        report(True, f"worker's compressor: its latest request failed: {stats['lastFailure']}")
 
 
 def cmd_open(args: argparse.Namespace) -> int:

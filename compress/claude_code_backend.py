@@ -1,0 +1,363 @@
+"""Compression with the user's own Claude Code login, through their installed ``claude`` CLI.
+
+The same batched observation and summary requests as the ``anthropic`` backend
+(:mod:`.prompts`, :mod:`.llm`), each sent by one run of ``claude -p`` in headless mode:
+the request on stdin, the reply and the tokens the CLI reports (its JSON ``usage``) on
+stdout. Users who sign in to Claude Code with a subscription have no API key; this is how
+their memory gets a model.
+
+Why the CLI directly, not ``claude-agent-sdk``: the SDK drives the same CLI (through
+anyio, which would run under Trio), but its 0.2.189 wheel is 178 MB because it bundles
+its own 400 MB copy of the CLI, while every user of this backend already has Claude Code
+installed; and it gives no process rules of its own (an ``atexit`` SIGTERM, nothing after
+a ``kill -9``). Running ``claude -p --output-format json`` is a few lines and keeps the
+rules below ours.
+
+What the child is (:func:`cli_command`; each flag checked against the pinned CLI in
+``tests/test_claude_code_compressor.py``):
+    ``--tools ""`` (no tools) and ``--strict-mcp-config`` (no MCP servers);
+    ``--system-prompt`` ours, not Claude Code's; ``--model`` the ``model`` setting (Haiku);
+    ``--setting-sources ""`` (no user or project settings, so no hooks of ours, no plugins
+    and no CLAUDE.md) and ``--settings`` with ``disableAllHooks`` (no hooks from anywhere
+    else either: the compressor's own runs are never captured as memory) and thinking off;
+    ``--no-session-persistence`` (nothing in ``~/.claude/projects``, nothing in
+    ``claude --resume``); ``--disable-slash-commands``. Not ``--bare``: it never reads the
+    OAuth login, so it cannot serve a subscription user. Environment:
+    ``CLAUDE_CODE_MAX_RETRIES=0`` (our retry policy, below, decides),
+    ``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` (``llm_max_tokens``), ``API_TIMEOUT_MS``
+    (``llm_timeout_s``), ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` (no telemetry or
+    update checks from a background child). It runs in ``<data dir>/claude-code``, an
+    empty directory. What the CLI adds around our request (an identity line in the system
+    prompt, reminders of the environment, the model and the date) measures about 1,300
+    characters a request, shared by the batch's tool uses (docs/compressors.md).
+
+Resource handling:
+    A ``CapacityLimiter`` of ``claude_code_concurrency`` runs (default 2) bounds the CLI
+    processes alive at once. Each run is started with :func:`trio.run_process` as the
+    leader of a new process group (``start_new_session``), through a tiny guard
+    (:mod:`.claude_code_guard`) that holds the read end of the worker's *lifeline* pipe:
+    when the worker dies, ``kill -9`` included, the guard kills its group. A run that
+    outlasts ``llm_timeout_s`` (plus the CLI's start-up allowance), or whose caller is
+    cancelled (the worker stopping), has its whole group killed with SIGKILL and is reaped
+    before the call returns. :meth:`ClaudeCodeCompressor.aclose` closes the lifeline and
+    kills the groups still running, so nothing outlives the worker's shutdown budget.
+
+Login:
+    Whether the CLI is logged in is read from ``claude auth status`` (JSON, exit 0 when
+    logged in; under a second), run as any other child, once in the background after the
+    worker starts (:meth:`~ClaudeCodeCompressor.warm_up`) and again after
+    :data:`LOGIN_RECHECK_S` while it is not, or after an authentication failure. While it is
+    not logged in, batches go to the offline compressor and ``/debug`` says why.
+
+Error handling:
+    The CLI's result says what happened (``is_error``, ``api_error_status``). A rate limit or
+    a spent quota (429, "usage limit") and a refused login (401, 403) open the circuit
+    breaker at once: a retry within minutes cannot help, and the user's quota is theirs.
+    Overload, 5xx, a run past its timeout and a CLI that crashed or printed no result are
+    retried with exponential backoff up to ``llm_max_attempts`` runs, then count as one
+    failure for the breaker. Tool uses of a request that failed for good are stored raw
+    (``compressed=False``), those refused while the breaker is open go to the offline
+    compressor: nothing is lost. Cancellation always propagates.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import msgspec
+import trio
+
+from sessionmem.compress.llm import LLMCompressor
+from sessionmem.settings import Settings, find_claude_cli
+
+log = logging.getLogger(__name__)
+
+GUARD = Path(__file__).with_name("claude_code_guard.py")
+STARTUP_ALLOWANCE_S = 20.0  # a run's timeout is llm_timeout_s plus this: the CLI's start (~0.6 s idle, seconds on a busy machine)
+LOGIN_TIMEOUT_S = 20.0  # `claude auth status`
+LOGIN_RECHECK_S = 300.0  # while not logged in, the login is read again this often (a user may log in any time)
+REAP_TIMEOUT_S = 5.0  # a killed group's leader is reaped within this (SIGKILL: at once)
+MAX_OUTPUT_BYTES = 4 * 1024 * 1024  # of a run's stdout or stderr kept (a result is a few KB)
+CHILD_DIR = "claude-code"  # in the data dir: the runs' empty working directory
+# --settings of every run: no hook from any source runs (ours would capture the compressor's own
+# run as a session), and no extended thinking (the CLI turns it on for Haiku with a 32k budget).
+CHILD_SETTINGS = {"disableAllHooks": True, "alwaysThinkingEnabled": False}
+_QUOTA_WORDS = ("usage limit", "limit reached", "quota", "rate limit", "rate_limit", "credit balance")
+_AUTH_WORDS = ("not logged in", "failed to authenticate", "invalid api key", "please run /login", "oauth token")
+
+
+class CliUsage(msgspec.Struct, frozen=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+
+class CliResult(msgspec.Struct, frozen=True):
+    """The ``--output-format json`` result of a ``claude -p`` run (the fields read; the rest ignored)."""
+
+    type: str = ""
+    subtype: str = ""
+    is_error: bool = False
+    result: str = ""
+    usage: CliUsage | None = None
+    api_error_status: int | None = None
+    terminal_reason: str = ""
+
+
+class LoginStatus(msgspec.Struct, frozen=True):
+    """``claude auth status``: whether the CLI can call a model, and a line saying how (or why not)."""
+
+    logged_in: bool
+    detail: str
+
+
+class RunFailed(NamedTuple):
+    problem: str
+    retryable: bool  # overload, 5xx, a crash: another run may succeed
+
+
+_RESULT = msgspec.json.Decoder(CliResult)
+
+
+def cli_command(executable: str, settings: Settings, system: str) -> list[str]:
+    """The ``claude -p`` command line of one request (the request itself goes on stdin)."""
+    return [
+        executable, "-p", "--output-format", "json", "--input-format", "text",
+        "--model", settings.model,
+        "--tools", "",
+        "--strict-mcp-config",
+        "--system-prompt", system,
+        "--setting-sources", "",
+        "--settings", json.dumps(CHILD_SETTINGS),
+        "--no-session-persistence",
+        "--disable-slash-commands",
+    ]
+
+
+def cli_environment(settings: Settings, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The worker's environment (``HOME``, ``PATH``, proxies, the user's Claude Code variables), and ours."""
+    env = dict(os.environ if environ is None else environ)
+    env.update(
+        CLAUDE_CODE_MAX_RETRIES="0",
+        CLAUDE_CODE_MAX_OUTPUT_TOKENS=str(settings.llm_max_tokens),
+        API_TIMEOUT_MS=str(int(settings.llm_timeout_s * 1000)),
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+    )
+    return env
+
+
+def parse_login(returncode: int, stdout: bytes) -> LoginStatus:
+    """What ``claude auth status`` said (JSON; exit status 0 when logged in)."""
+    try:
+        status = json.loads(stdout)
+    except ValueError:
+        status = None
+    if not isinstance(status, dict):
+        return LoginStatus(False, f"`claude auth status` answered no JSON (exit status {returncode})")
+    if returncode == 0 and status.get("loggedIn") is True:
+        return LoginStatus(True, f"logged in ({status.get('authMethod') or 'unknown method'})")
+    return LoginStatus(False, "not logged in (run `claude auth login`)")
+
+
+class ClaudeCodeCompressor(LLMCompressor):
+    name = "claude-code"
+
+    def __init__(self, settings: Settings, *, executable: str = "", reason: str = "",
+                 environ: dict[str, str] | None = None, run_timeout_s: float | None = None) -> None:
+        """``environ``: the runs' environment before ours (default: the worker's); ``run_timeout_s``: how long one
+        run may take before its group is killed (default: ``llm_timeout_s`` plus :data:`STARTUP_ALLOWANCE_S`)."""
+        super().__init__(settings, reason=reason)
+        self._run_timeout_s = run_timeout_s or settings.llm_timeout_s + STARTUP_ALLOWANCE_S
+        self._executable = executable or find_claude_cli(settings.claude_path)
+        self._env = cli_environment(settings, environ)
+        self._workdir = settings.data_dir / CHILD_DIR
+        self._limiter = trio.CapacityLimiter(settings.claude_code_concurrency)
+        # The lifeline: the worker holds the only write end (not inheritable); each guard a read end.
+        self._lifeline_read, self._lifeline_write = os.pipe()
+        self._groups: set[int] = set()  # process groups alive (their leaders' pids)
+        self._login: LoginStatus | None = None
+        self._login_checked = float("-inf")
+        self._login_lock = trio.Lock()
+        self._closed = False
+
+    # -- what /debug and doctor read -----------------------------------------------------------
+
+    def reason(self) -> str:
+        where = f"Claude Code CLI {self._executable}" if self._executable else "no Claude Code CLI found"
+        login = self._login.detail if self._login is not None else "login not checked yet"
+        meanwhile = "" if self._login is None or self._login.logged_in else ": offline compressor meanwhile"
+        return f"{self._reason + '; ' if self._reason else ''}{where}, {login}{meanwhile}"
+
+    def _client_ready(self) -> bool:
+        return self._login is not None and self._login.logged_in
+
+    # -- the login ----------------------------------------------------------------------------
+
+    async def warm_up(self) -> None:
+        await self.login()
+
+    async def login(self) -> LoginStatus:
+        """The CLI's login, read again when it is older than :data:`LOGIN_RECHECK_S` and was not logged in."""
+        async with self._login_lock:
+            stale = trio.current_time() - self._login_checked > LOGIN_RECHECK_S
+            if self._login is None or (not self._login.logged_in and stale):
+                self._login = await self._read_login()
+                self._login_checked = trio.current_time()
+                log.info("claude-code compressor: %s", self.reason())
+            return self._login
+
+    async def _read_login(self) -> LoginStatus:
+        if not self._executable:
+            return LoginStatus(False, "no `claude` on PATH (set claude_path)")
+        try:
+            with trio.fail_after(LOGIN_TIMEOUT_S):
+                done = await self._run([self._executable, "auth", "status", "--json"], b"")
+        except trio.TooSlowError:
+            return LoginStatus(False, f"`claude auth status` did not answer within {LOGIN_TIMEOUT_S:.0f} s")
+        except OSError as exc:
+            return LoginStatus(False, f"cannot run {self._executable}: {exc}")
+        return parse_login(done.returncode, done.stdout)
+
+    async def _refusal(self) -> str:
+        status = await self.login()
+        return "" if status.logged_in else f"Claude Code is {status.detail}"
+
+    # -- one request ----------------------------------------------------------------------------
+
+    async def _request(self, system: str, content: str) -> tuple[str, int, int]:
+        settings = self._settings
+        command = cli_command(self._executable, settings, system)
+        attempt = 0
+        while True:
+            attempt += 1
+            async with self._limiter:
+                self._counters.in_flight += 1
+                self._counters.calls += 1
+                try:
+                    with trio.move_on_after(self._run_timeout_s) as timeout:
+                        done = await self._run(command, content.encode())
+                except OSError as exc:  # the CLI is gone (uninstalled, moved): no use trying again soon
+                    raise self._failure(f"cannot run {self._executable}: {exc}", trip=True) from exc
+                finally:
+                    self._counters.in_flight -= 1
+            if timeout.cancelled_caught:
+                problem, retryable = f"no result within {self._run_timeout_s:g} s (its process group killed)", True
+            else:
+                outcome = self._outcome(done)
+                if not isinstance(outcome, RunFailed):
+                    return outcome
+                problem, retryable = outcome.problem, outcome.retryable
+            if not retryable or attempt >= settings.llm_max_attempts:
+                raise self._failure(f"Claude Code CLI failed after {attempt} run(s): {problem}")
+            self._counters.retries += 1
+            await trio.sleep(min(settings.llm_backoff_cap_s, 0.5 * 2 ** (attempt - 1)) * random.uniform(0.8, 1.2))
+
+    def _outcome(self, done: subprocess.CompletedProcess[bytes]) -> tuple[str, int, int] | RunFailed:
+        """A run's (text, input tokens, output tokens), or what went wrong and whether to retry.
+
+        Raises :class:`~sessionmem.compress.llm.GaveUp` with ``trip`` for a rate limit, a quota or a login refused.
+        """
+        try:
+            result = _RESULT.decode(done.stdout.strip() or b"{}")
+        except msgspec.DecodeError:
+            result = CliResult()
+        usage = result.usage or CliUsage()
+        tokens_in = usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
+        tokens_out = usage.output_tokens
+        self._count_tokens(tokens_in, tokens_out)
+        if result.type != "result":
+            stderr = done.stderr.decode(errors="replace").strip()[-300:]
+            return RunFailed(f"exit status {done.returncode}, no result{': ' + stderr if stderr else ''}", True)
+        if not result.is_error and done.returncode == 0:
+            if result.usage is None:  # token use comes from the CLI, or the reply is not trusted
+                raise self._failure("the CLI's result has no usage", trip=False)
+            return result.result, tokens_in, tokens_out
+        status = result.api_error_status
+        said = result.result.strip()[:300]
+        lowered = said.lower()
+        if status in (401, 403) or any(word in lowered for word in _AUTH_WORDS):
+            self._login_checked = float("-inf")
+            self._login = None  # read the login again before the next request
+            raise self._failure(f"Claude Code's login was refused ({status}): {said}", tokens=tokens_in + tokens_out,
+                                trip=True)
+        if status == 429 or any(word in lowered for word in _QUOTA_WORDS):
+            raise self._failure(f"Claude Code is rate-limited or out of quota ({status}): {said}",
+                                tokens=tokens_in + tokens_out, trip=True)
+        retryable = status is None or status >= 500 or status == 408
+        return RunFailed(f"{'API error ' + str(status) if status else result.subtype or 'error'}: {said}", retryable)
+
+    async def _run(self, command: list[str], stdin: bytes) -> subprocess.CompletedProcess[bytes]:
+        """Run ``command`` under the guard, as the leader of its own process group, and wait for it.
+
+        However this ends -- the command exits, the caller's timeout or cancellation -- the
+        group is killed if it still runs and the guard is reaped before this returns or raises.
+        """
+        if self._closed:
+            raise trio.ClosedResourceError("the claude-code compressor is closed")
+        await trio.to_thread.run_sync(lambda: self._workdir.mkdir(parents=True, exist_ok=True))
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-I", "-S", str(GUARD), str(self._lifeline_read), *command],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            pass_fds=(self._lifeline_read,), cwd=str(self._workdir), env=self._env)
+        self._groups.add(process.pid)
+        output: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+
+        async def feed() -> None:
+            assert process.stdin is not None
+            try:
+                await process.stdin.send_all(stdin)
+            except trio.BrokenResourceError:
+                pass  # it exited without reading all of it: its status says why
+            finally:
+                await process.stdin.aclose()  # end of input: the CLI starts its request
+
+        async def read(stream: trio.abc.ReceiveStream | None, into: bytearray) -> None:
+            assert stream is not None
+            try:
+                while chunk := await stream.receive_some(65536):
+                    if len(into) < MAX_OUTPUT_BYTES:
+                        into += chunk
+            finally:
+                await stream.aclose()
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(feed)
+                nursery.start_soon(read, process.stdout, output["stdout"])
+                nursery.start_soon(read, process.stderr, output["stderr"])
+                await process.wait()
+        finally:
+            if process.returncode is None:
+                _kill_group(process.pid)
+            with trio.move_on_after(REAP_TIMEOUT_S, shield=True):
+                await process.wait()
+            self._groups.discard(process.pid)
+        status = process.returncode if process.returncode is not None else -signal.SIGKILL
+        return subprocess.CompletedProcess(command, status, bytes(output["stdout"]),
+                                           bytes(output["stderr"]))
+
+    async def aclose(self) -> None:
+        """Close the lifeline (every guard then kills its group) and kill the groups still running."""
+        if self._closed:
+            return
+        self._closed = True
+        os.close(self._lifeline_write)
+        for group in list(self._groups):
+            _kill_group(group)
+        os.close(self._lifeline_read)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # gone already

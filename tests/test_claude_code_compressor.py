@@ -1,0 +1,397 @@
+"""The claude-code compressor: the real pinned Claude Code CLI, logged in with its own OAuth credentials in a
+temporary HOME, pointed at the scripted Messages API (``ANTHROPIC_BASE_URL``).
+
+Shown here: ``auto`` chooses it without an API key, and what the model answers is stored; the CLI's flags
+exist; its runs send no tools and our system prompt, run none of our hooks and write no session file; a rate
+limit opens the breaker and nothing is lost; a run past its timeout, and every run after a ``kill -9`` of the
+worker, leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from sessionmem.compress.choice import describe, reason
+from sessionmem.compress.claude_code_backend import ClaudeCodeCompressor, RunFailed, cli_command, parse_login
+from sessionmem.compress.llm import GaveUp
+from sessionmem.compress.prompts import OBSERVATION_SYSTEM, SUMMARY_SYSTEM
+from sessionmem.settings import Settings, load_settings
+from sessionmem.testing.harness import InProcessWorker, open_worker
+from sessionmem.testing.messages_api import Action, ScriptedMessagesAPI
+from sessionmem.testing.worker_process import WorkerProcess, start_worker
+
+REPO = Path(__file__).resolve().parent.parent
+CLAUDE = REPO / "e2e" / "node_modules" / ".bin" / "claude"
+CLI_ADDS_AT_MOST = 1_600  # characters the CLI adds around our system prompt and request (about 1,300 measured)
+
+
+def _require_cli() -> None:
+    if not CLAUDE.exists():
+        pytest.fail(f"{CLAUDE} is missing: `make test` installs the pinned Claude Code CLI (npm ci in e2e/)")
+
+
+def logged_in_home(home: Path) -> Path:
+    """A HOME whose Claude Code is logged in with a subscription (an OAuth login, as `claude auth login` leaves it)."""
+    (home / ".claude").mkdir(parents=True, exist_ok=True)
+    credentials = home / ".claude" / ".credentials.json"
+    credentials.write_text(json.dumps({"claudeAiOauth": {
+        "accessToken": "sk-ant-oat01-scripted", "refreshToken": "sk-ant-ort01-scripted",
+        "expiresAt": int((time.time() + 30 * 86400) * 1000), "scopes": ["user:inference", "user:profile"],
+        "subscriptionType": "pro"}}))
+    credentials.chmod(0o600)
+    return home
+
+
+def cli_env(home: Path, api: ScriptedMessagesAPI, *, path: str | None = None) -> dict[str, str]:
+    """This process's environment without any credentials or settings of its own, for ``home`` and ``api``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONMEM_", "ANTHROPIC_", "CLAUDE"))}
+    env.update(HOME=str(home), ANTHROPIC_BASE_URL=api.url)
+    if path is not None:
+        env["PATH"] = path
+    return env
+
+
+def text_of(blocks: Any) -> str:
+    if isinstance(blocks, str):
+        return blocks
+    return "".join(block.get("text", "") for block in blocks or [] if isinstance(block, dict))
+
+
+def claude_processes(home: Path) -> list[int]:
+    """Pids of the live processes (the CLI, or a guard) running with ``HOME=home``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if f"HOME={home}".encode() in environ and state != "Z" and int(entry.name) != os.getpid():
+            found.append(int(entry.name))
+    return found
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.1)
+
+
+# -- fast: what the CLI says, read as the backend reads it --------------------------------------------
+
+
+def test_login_status_is_read_from_the_cli_json() -> None:
+    assert parse_login(0, b'{"loggedIn": true, "authMethod": "claude.ai"}').logged_in
+    assert not parse_login(1, b'{"loggedIn": false, "authMethod": "none"}').logged_in
+    assert not parse_login(0, b"not json").logged_in
+
+
+def _result(**fields: Any) -> subprocess.CompletedProcess[bytes]:
+    body = {"type": "result", "subtype": "success", "is_error": False, "result": "", "api_error_status": None,
+            "usage": {"input_tokens": 10, "output_tokens": 2, "cache_read_input_tokens": 5}, **fields}
+    return subprocess.CompletedProcess([], 1 if body["is_error"] else 0, json.dumps(body).encode(), b"")
+
+
+@pytest.mark.parametrize(
+    ("fields", "trips", "retryable"),
+    [
+        ({"is_error": True, "api_error_status": 429, "result": "API Error: rate limited"}, True, None),
+        ({"is_error": True, "api_error_status": None, "result": "Claude usage limit reached"}, True, None),
+        ({"is_error": True, "api_error_status": 401, "result": "Failed to authenticate. API Error: 401"}, True, None),
+        ({"is_error": True, "api_error_status": 529, "result": "API Error: 529 overloaded"}, False, True),
+        ({"is_error": True, "api_error_status": 400, "result": "API Error: 400 bad request"}, False, False),
+        ({"type": "crash"}, False, True),
+    ],
+    ids=["rate-limit", "usage-limit", "auth", "overloaded", "bad-request", "no-result"],
+)
+def test_a_failed_run_trips_the_breaker_or_is_retried(tmp_path: Path, fields: dict[str, Any], trips: bool,
+                                                      retryable: bool | None) -> None:
+    compressor = ClaudeCodeCompressor(Settings(data_dir=tmp_path), executable=str(CLAUDE))
+    try:
+        outcome = compressor._outcome(_result(**fields))
+    except GaveUp as failure:
+        assert trips and failure.trip
+    else:
+        assert not trips and isinstance(outcome, RunFailed) and outcome.retryable is retryable
+    finally:
+        trio.run(compressor.aclose)
+
+
+def test_a_successful_run_counts_the_tokens_the_cli_reported(tmp_path: Path) -> None:
+    compressor = ClaudeCodeCompressor(Settings(data_dir=tmp_path), executable=str(CLAUDE))
+    assert compressor._outcome(_result(result="<summary/>")) == ("<summary/>", 15, 2)  # cache reads are input too
+    trio.run(compressor.aclose)
+
+
+def test_auto_chooses_by_api_key_then_cli_then_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _require_cli()
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PATH", str(CLAUDE.parent))
+    settings = load_settings({}, data_dir=str(tmp_path))
+    assert settings.compressor == "auto" and settings.resolved_compressor == "claude-code"
+    assert reason(settings) == "auto: no Anthropic API key, a Claude Code CLI is installed"
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    assert settings.resolved_compressor == "anthropic"
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no claude there
+    assert settings.resolved_compressor == "offline"
+    assert load_settings({}, data_dir=str(tmp_path), claude_path=str(CLAUDE)).resolved_compressor == "claude-code"
+    assert load_settings({"SESSIONMEM_COMPRESSOR": "claude-code"}, data_dir=str(tmp_path)).compressor == "claude-code"
+
+
+# -- the pinned CLI ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_every_flag_the_backend_passes_exists_in_the_pinned_cli(tmp_path: Path) -> None:
+    _require_cli()
+    env = {"HOME": str(tmp_path), "PATH": os.environ["PATH"]}
+    help_text = subprocess.run([str(CLAUDE), "--help"], capture_output=True, text=True, env=env, timeout=60).stdout
+    flags = [arg for arg in cli_command(str(CLAUDE), Settings(), "system") if arg.startswith("--")]
+    assert flags and all(flag in help_text for flag in flags), [f for f in flags if f not in help_text]
+    status_help = subprocess.run([str(CLAUDE), "auth", "status", "--help"], capture_output=True, text=True, env=env,
+                                 timeout=60).stdout
+    assert "--json" in status_help
+
+
+@pytest.fixture
+def api() -> Iterator[ScriptedMessagesAPI]:
+    with ScriptedMessagesAPI() as scripted:
+        yield scripted
+
+
+@pytest.mark.slow
+def test_doctor_says_which_compressor_and_why(tmp_path: Path, api: ScriptedMessagesAPI) -> None:
+    _require_cli()
+    home = logged_in_home(tmp_path / "home")
+    env = cli_env(home, api, path=f"{CLAUDE.parent}:{os.path.dirname(sys.executable)}:/usr/bin:/bin")
+    env.update(SESSIONMEM_DATA_DIR=str(tmp_path / "data"), SESSIONMEM_PORT="0")
+    doctor = subprocess.run([sys.executable, "-m", "sessionmem", "doctor"], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert (f"compressor: claude-code (auto: no Anthropic API key, a Claude Code CLI is installed; Claude Code CLI "
+            f"{CLAUDE}, logged in (claude.ai), model claude-haiku-4-5)") in doctor.stdout, doctor.stdout
+
+    (home / ".claude" / ".credentials.json").unlink()
+    doctor = subprocess.run([sys.executable, "-m", "sessionmem", "doctor"], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert "not logged in (run `claude auth login`): offline compressor until it is" in doctor.stdout, doctor.stdout
+
+
+def _marker_hooks(home: Path, marker: Path) -> None:
+    """User settings with a hook on every stage that appends its stage to ``marker``."""
+    command = {"type": "command", "command": f"echo hook >> {marker}"}
+    hooks = {stage: [{"hooks": [command]}] for stage in ("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd")}
+    settings = home / ".claude" / "settings.json"
+    settings.write_text(json.dumps({"hooks": hooks}))
+
+
+@pytest.mark.slow
+def test_auto_compresses_with_the_cli_and_its_runs_are_bare(tmp_path: Path, api: ScriptedMessagesAPI) -> None:
+    """The acceptance test: no API key, a logged-in CLI: ``auto`` is claude-code, a real worker stores what
+    the model answered; the requests hold no tools and our system prompt; no hook ran, no session was written."""
+    _require_cli()
+    home = logged_in_home(tmp_path / "home")
+    marker = tmp_path / "hooks-ran"
+    _marker_hooks(home, marker)
+    path = f"{CLAUDE.parent}:{os.path.dirname(sys.executable)}:/usr/bin:/bin"
+    env = cli_env(home, api, path=path)
+
+    # The control: a plain run of the same CLI in this HOME runs the user's hooks.
+    plain = subprocess.run([str(CLAUDE), "-p", "hello", "--output-format", "json", "--no-session-persistence"],
+                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180, stdin=subprocess.DEVNULL)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    wait_for(marker.exists, 30, "the control run's hooks ran")
+    marker.unlink()
+    # ... and sessionmem's own hooks, installed as a user installs them, would post to this data dir.
+    data_dir = tmp_path / "data"
+    install = subprocess.run([sys.executable, "-m", "sessionmem", "install", "--no-mcp"], capture_output=True,
+                             text=True, env={**env, "SESSIONMEM_DATA_DIR": str(data_dir)}, timeout=60)
+    assert install.returncode == 0, install.stderr
+    assert "sessionmem" in (home / ".claude" / "settings.json").read_text()
+    before = {str(p) for p in (home / ".claude").rglob("*")}
+    requests_before, tokens_before = len(api.requests), (api.input_tokens, api.output_tokens)
+
+    worker = start_worker(data_dir, env={**env, "SESSIONMEM_COMPRESSOR": "auto", "SESSIONMEM_BATCH_QUIET": "0.2",
+                                         "SESSIONMEM_BATCH_SIZE": "4"}, timeout=60)
+    try:
+        assert worker.get("/api/health")["compressor"] == "claude-code"
+        worker.post("/api/sessions/init", {"claudeSessionId": "cc", "cwd": "/work/calc", "prompt": "Fix divide"})
+        for n, tool in enumerate(("Read", "Edit", "Bash"), 1):
+            worker.post("/api/sessions/observations", {
+                "claudeSessionId": "cc", "cwd": "/work/calc", "tool_name": tool, "tool_use_id": f"t{n}",
+                "tool_input": {"file_path": "/work/calc/calc.py"}, "tool_response": "def divide(a, b): ..."})
+        worker.post("/api/sessions/summarize", {"claudeSessionId": "cc", "last_assistant_message": "Fixed."})
+        worker.wait_idle(timeout=180)
+        rows = worker.get("/api/observations?limit=50")["observations"]
+        summaries = worker.get("/api/summaries")["summaries"]
+        sessions = worker.get("/api/sessions")["sessions"]
+        stats = worker.get("/debug.json")["compressor"]
+    finally:
+        worker.stop()
+
+    assert sorted(r["title"] for r in rows) == ["Scripted: Bash #3", "Scripted: Edit #2", "Scripted: Read #1"]
+    assert all(r["compressed"] and r["compressor"] == "claude-code" for r in rows)
+    (summary,) = summaries
+    assert summary["request"] == "scripted request" and summary["compressor"] == "claude-code"
+    assert stats["backend"] == "claude-code" and stats["clientReady"] is True
+    assert stats["reason"] == (f"auto: no Anthropic API key, a Claude Code CLI is installed; Claude Code CLI {CLAUDE}, "
+                               "logged in (claude.ai)")
+    # Token use is what the CLI reported: the scripted server's counts.
+    assert (stats["inputTokens"], stats["outputTokens"]) == (api.input_tokens - tokens_before[0],
+                                                             api.output_tokens - tokens_before[1])
+    (session,) = sessions
+    assert session["inputTokens"] == stats["inputTokens"] and session["outputTokens"] == stats["outputTokens"]
+
+    sent = [r.body for r in api.requests[requests_before:]]
+    assert len(sent) == stats["calls"] >= 2  # one request per batch and one per summary: no side requests
+    for body in sent:
+        assert body["tools"] == [] and body["model"] == "claude-haiku-4-5"
+        assert body.get("thinking") in (None, {"type": "disabled"}) and body["max_tokens"] <= 2048
+        system = text_of(body["system"])
+        assert OBSERVATION_SYSTEM in system or SUMMARY_SYSTEM in system
+        assert "Claude Code" not in system.replace("Claude Code CLI", "")  # not Claude Code's own system prompt
+        ours = OBSERVATION_SYSTEM if OBSERVATION_SYSTEM in system else SUMMARY_SYSTEM
+        (message,) = body["messages"]
+        content = text_of(message["content"])
+        added = len(system) - len(ours) + len(content) - len(_our_request(content))
+        assert added <= CLI_ADDS_AT_MOST, (added, system, content)
+
+    # No hook ran: not the marker's, not sessionmem's (no hooks.log, no session but the one posted).
+    time.sleep(1.0)  # a hook would have run by now (they run before and after the request)
+    assert not marker.exists()
+    assert not (data_dir / "hooks.log").exists()
+    assert [s["claudeSessionId"] for s in sessions] == ["cc"]
+    # No session file: nothing new under ~/.claude but what the CLI keeps of itself (no projects/, no transcript).
+    new = {str(p) for p in (home / ".claude").rglob("*")} - before
+    assert not [p for p in new if "/projects" in p or p.endswith(".jsonl")], sorted(new)
+    assert claude_processes(home) == []
+
+
+def _our_request(content: str) -> str:
+    """Our request inside the user message the CLI sent (the CLI puts its reminders before it)."""
+    start = content.find("Project: ")
+    return content[start:] if start >= 0 else content
+
+
+# -- failures, in the in-process worker with the real CLI ------------------------------------------
+
+
+LLM_SETTINGS = {"llm_backoff_cap_s": 0.2, "llm_max_attempts": 2, "batch_size": 2, "batch_quiet_s": 0.1,
+                "llm_breaker_open_s": 600}
+
+
+@pytest.fixture
+async def cli_worker(tmp_path: Path, api: ScriptedMessagesAPI) -> AsyncIterator[tuple[InProcessWorker, Path]]:
+    _require_cli()
+    home = logged_in_home(tmp_path / "home")
+    env = cli_env(home, api)
+    async with open_worker(tmp_path / "data", compressor=lambda s: ClaudeCodeCompressor(
+            s, executable=str(CLAUDE), environ=env, run_timeout_s=20), **LLM_SETTINGS) as worker:
+        yield worker, home
+
+
+async def post_tools(worker: InProcessWorker, session: str, *ids: str) -> None:
+    for tool_use_id in ids:
+        reply = await worker.request("POST", "/api/sessions/observations", {
+            "claudeSessionId": session, "cwd": "/work/llm", "tool_name": "Read", "tool_use_id": tool_use_id,
+            "tool_input": {"file_path": f"/work/llm/{tool_use_id}.py"}, "tool_response": "print('hi')\n"})
+        assert reply.status == 202
+
+
+@pytest.mark.slow
+async def test_a_rate_limit_opens_the_breaker_and_nothing_is_lost(
+        cli_worker: tuple[InProcessWorker, Path], api: ScriptedMessagesAPI) -> None:
+    worker, home = cli_worker
+    api.queue(Action(status=429, retry_after=1))
+    await post_tools(worker, "limited", "a1", "a2")
+    await worker.wait_idle(timeout=120)
+    await post_tools(worker, "limited", "a3", "a4")
+    await worker.wait_idle(timeout=120)
+    debug = await worker.debug()
+    rows = {r["toolUseId"]: r for r in (await worker.get("/api/observations?limit=50"))["observations"]}
+
+    assert api.statuses() == [429]  # not retried, and no call while the breaker is open
+    assert sorted(rows) == ["a1", "a2", "a3", "a4"]  # nothing lost
+    assert [rows[i]["compressed"] for i in ("a1", "a2")] == [False, False]  # the failed batch: raw
+    assert {rows[i]["compressor"] for i in ("a3", "a4")} == {"offline"}  # then the offline compressor
+    stats = debug["compressor"]
+    assert stats["breaker"]["state"] == "open" and stats["breaker"]["opened"] == 1
+    assert "rate-limited or out of quota (429)" in stats["lastFailure"]
+    assert stats["offlineFallbacks"] == 2 and stats["retries"] == 0
+    assert claude_processes(home) == []
+
+
+@pytest.mark.slow
+async def test_a_run_past_its_timeout_has_its_group_killed(tmp_path: Path, api: ScriptedMessagesAPI) -> None:
+    _require_cli()
+    home = logged_in_home(tmp_path / "home")
+    settings = load_settings({}, data_dir=str(tmp_path / "data"), compressor="claude-code", llm_max_attempts=1)
+    compressor = ClaudeCodeCompressor(settings, executable=str(CLAUDE), environ=cli_env(home, api), run_timeout_s=8)
+    api.stall()
+    try:
+        from sessionmem.compress.base import SessionContext
+        from sessionmem.events import ObservationEvent
+
+        event = ObservationEvent(claude_session_id="slow", project="p", tool_name="Read", tool_use_id="s1",
+                                 tool_input={"file_path": "a.py"}, tool_response="x")
+        with trio.fail_after(120):
+            (row,) = await compressor.compress(SessionContext("slow", "p"), [event])
+        assert row.compressed is False  # stored raw
+        assert "no result within 8 s" in compressor.statistics().last_failure
+        assert api.requests  # the CLI was mid-request when it was killed
+        assert claude_processes(home) == []  # reaped before compress() returned
+    finally:
+        api.resume()
+        await compressor.aclose()
+
+
+@pytest.mark.slow
+def test_no_claude_process_survives_a_kill_9_of_the_worker(tmp_path: Path, api: ScriptedMessagesAPI) -> None:
+    _require_cli()
+    home = logged_in_home(tmp_path / "home")
+    env = cli_env(home, api, path=f"{CLAUDE.parent}:{os.path.dirname(sys.executable)}:/usr/bin:/bin")
+    api.stall()  # every request hangs: the CLI is mid-request when the worker dies
+    worker: WorkerProcess | None = None
+    try:
+        worker = start_worker(tmp_path / "data", env={**env, "SESSIONMEM_COMPRESSOR": "claude-code",
+                                                      "SESSIONMEM_BATCH_QUIET": "0.1"}, timeout=60)
+        worker.post("/api/sessions/observations", {
+            "claudeSessionId": "k", "cwd": "/work/k", "tool_name": "Read", "tool_use_id": "k1",
+            "tool_input": {"file_path": "/work/k/a.py"}, "tool_response": "x"})
+        wait_for(lambda: len(api.requests) > 0, 120, "the CLI's request reached the model")
+        children = claude_processes(home)
+        assert children, "no CLI process while its request is in flight"
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.process.wait(timeout=30)  # type: ignore[union-attr]
+        wait_for(lambda: claude_processes(home) == [], 30, f"the CLI processes {children} ended")
+    finally:
+        api.resume()
+        if worker is not None and worker.process is not None and worker.process.poll() is None:
+            worker.process.kill()
+        for pid in claude_processes(home):  # a failure above must not leak them
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_describe_without_a_cli_says_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    settings = load_settings({}, data_dir=str(tmp_path))
+    assert describe(settings) == ("offline", "auto: no Anthropic API key, and no Claude Code CLI (not on PATH)")
