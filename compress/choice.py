@@ -13,4 +13,9 @@ def choose_compressor(settings: Settings) -> Compressor:
         from sessionmem.compress.anthropic_backend import AnthropicCompressor
 
         return AnthropicCompressor(settings)
+    if settings.resolved_compressor == "openai-compatible":
+        # Imported only when used, as the anthropic SDK is.
+        from sessionmem.compress.openai_backend import OpenAICompatibleCompressor
+
+        return OpenAICompatibleCompressor(settings)
     return OfflineCompressor()
