@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from sessionmem.settings import Settings, SettingsError, load_settings
 from sessionmem.testing.chat_completions_api import ScriptedChatCompletionsAPI
 from sessionmem.testing.harness import InProcessWorker, open_worker
 from sessionmem.testing.messages_api import Action
+from sessionmem.testing.worker_process import WorkerProcess
 
 from .conftest import data_dir_contains
 
@@ -328,3 +329,26 @@ def test_choosing_it_imports_no_sdk_and_no_http_client_until_warm_up(tmp_path: P
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": ""}, check=True).stdout
     assert out.split() == ["[]", "True", "False"]
+
+
+@pytest.mark.slow
+def test_a_real_worker_chosen_by_the_environment_logs_no_key(worker_factory: Callable[..., WorkerProcess],
+                                                             chat_api: ScriptedChatCompletionsAPI) -> None:
+    # `sessionmem serve` as a user runs it: the environment chooses the backend, the worker's own log file.
+    quoted = json.dumps({"error": {"message": f"Incorrect API key provided: {KEY}"}}).encode()
+    chat_api.queue(Action(status=401, body=quoted))
+    worker = worker_factory(SESSIONMEM_COMPRESSOR="openai-compatible", SESSIONMEM_OPENAI_MODEL=MODEL,
+                            SESSIONMEM_OPENAI_BASE_URL=chat_api.url, SESSIONMEM_OPENAI_API_KEY=KEY,
+                            SESSIONMEM_EMBEDDER="none", SESSIONMEM_BATCH_SIZE=1, SESSIONMEM_BATCH_QUIET=0.05)
+    for n in range(2):
+        worker.post("/api/sessions/observations", {
+            "claudeSessionId": "process", "cwd": "/work/llm", "tool_name": "Read", "tool_use_id": f"p{n}",
+            "tool_input": {"file_path": f"/work/llm/p{n}.py"}, "tool_response": "print('hi')\n"})
+        worker.wait_idle(timeout=60)
+    debug = worker.get("/debug")
+    worker.stop()
+    assert chat_api.statuses() == [401, 200]
+    assert debug["compressor"]["backend"] == "openai-compatible" and debug["compressor"]["model"] == MODEL
+    log = (worker.data_dir / "worker.log").read_text()
+    assert "compressor openai-compatible" in log and "HTTP 401" in log and "[api key]" in log
+    assert data_dir_contains(worker.data_dir, KEY.encode()) == []  # the log, the database, the state files
