@@ -41,6 +41,11 @@ def choose_compressor(settings: Settings) -> Compressor:
         from sessionmem.compress.claude_code_backend import ClaudeCodeCompressor
 
         return ClaudeCodeCompressor(settings, reason=why)
+    if settings.resolved_compressor == "openai-compatible":
+        # Imported only when used, as the anthropic SDK is.
+        from sessionmem.compress.openai_backend import OpenAICompatibleCompressor
+
+        return OpenAICompatibleCompressor(settings, reason=why)
     return OfflineCompressor(reason=why)
 
 

@@ -39,7 +39,7 @@ class Settings:
     port: int = DEFAULT_PORT
 
     # Compression
-    compressor: str = "auto"  # auto | anthropic | claude-code | offline
+    compressor: str = "auto"  # auto | anthropic | claude-code | openai-compatible | offline
     model: str = "claude-haiku-4-5"
     claude_path: str = ""  # the Claude Code CLI of the claude-code compressor ("": `claude` on PATH)
     claude_code_concurrency: int = 2  # Claude Code CLI processes the claude-code compressor runs at once
@@ -52,6 +52,11 @@ class Settings:
     llm_breaker_open_s: float = 60.0  # offline compressor meanwhile; doubles while trial calls fail
     llm_daily_token_budget: int = 2_000_000  # input + output tokens a UTC day, whole worker (0: no limit)
     llm_session_token_cap: int = 300_000  # per Claude session (0: no cap)
+    # The openai-compatible compressor (a local model: Ollama, LM Studio, vLLM, llama.cpp's server).
+    # The key is kept out of repr(): a logged Settings must not carry it.
+    openai_base_url: str = "http://127.0.0.1:11434/v1"  # Ollama's default address
+    openai_model: str = ""  # required with compressor = openai-compatible: the server's name of the model
+    openai_api_key: str = dataclasses.field(default="", repr=False)  # sent as a Bearer token when set
 
     # Actors
     batch_size: int = 8
@@ -142,6 +147,9 @@ ENV = {
     "SESSIONMEM_LLM_BREAKER_OPEN": "llm_breaker_open_s",
     "SESSIONMEM_LLM_DAILY_TOKENS": "llm_daily_token_budget",
     "SESSIONMEM_LLM_SESSION_TOKENS": "llm_session_token_cap",
+    "SESSIONMEM_OPENAI_BASE_URL": "openai_base_url",
+    "SESSIONMEM_OPENAI_MODEL": "openai_model",
+    "SESSIONMEM_OPENAI_API_KEY": "openai_api_key",
     "SESSIONMEM_BATCH_SIZE": "batch_size",
     "SESSIONMEM_BATCH_QUIET": "batch_quiet_s",
     "SESSIONMEM_IDLE_TIMEOUT": "idle_timeout_s",
@@ -169,7 +177,7 @@ ENV = {
     "SESSIONMEM_EMBEDDER": "embedder",
     "SESSIONMEM_INDEX_SAVE_INTERVAL": "index_save_interval_s",
 }
-_COMPRESSORS = ("auto", "anthropic", "claude-code", "offline")
+_COMPRESSORS = ("auto", "anthropic", "claude-code", "openai-compatible", "offline")
 EMBEDDERS = ("minilm", "none")  # what sessionmem.embed.choice builds
 
 
@@ -247,6 +255,12 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
         raise SettingsError(f"compressor must be one of {', '.join(_COMPRESSORS)}, got {settings.compressor!r}")
     if not 1 <= settings.claude_code_concurrency <= 8:
         raise SettingsError(f"claude_code_concurrency must be 1..8, got {settings.claude_code_concurrency}")
+    if settings.compressor == "openai-compatible":
+        if not settings.openai_model:
+            raise SettingsError("compressor openai-compatible needs openai_model (SESSIONMEM_OPENAI_MODEL): "
+                                "the server's name of the model, such as qwen2.5-coder:7b for Ollama")
+        if not re.match(r"https?://[^/]", settings.openai_base_url):
+            raise SettingsError(f"openai_base_url must be an http:// or https:// URL, got {settings.openai_base_url!r}")
     if settings.embedder not in EMBEDDERS:
         raise SettingsError(f"embedder must be one of {', '.join(EMBEDDERS)}, got {settings.embedder!r}")
     if not 0 <= settings.port <= 65535:

@@ -65,8 +65,10 @@ def configure_logging(log_path: Path, *, to_stderr: bool) -> None:
         handler.addFilter(_not_a_schema_reprepare)
         handler.setFormatter(OneRecordALine("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
-    # The SDK's HTTP client logs every request at INFO; keep the log about sessionmem.
+    # The HTTP client (httpx2: the anthropic SDK's, and the openai-compatible compressor's) logs
+    # every request at INFO; keep the log about sessionmem.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
     # Trio's accept loop logs a full traceback every 100 ms while out of file descriptors;
     # the connection cap keeps the worker below the limit, and this keeps the log readable.
     logging.getLogger("trio.serve_listeners").setLevel(logging.CRITICAL)
