@@ -47,7 +47,7 @@ PAGE_BYTES = 4096
 IDLE_S = 10.0  # no commit for this long: truncate the WAL
 
 
-class CheckpointerStatistics(msgspec.Struct, frozen=True):
+class CheckpointerStatistics(msgspec.Struct, frozen=True, kw_only=True):
     checkpoints: int
     wal_bytes: int  # size of the WAL file at the last look
     last_checkpointed_pages: int

@@ -28,7 +28,7 @@ from sessionmem.storage.sqlite_values import all_rows, integer, one_row
 PRUNE_BATCH = 500  # journal entries rewritten per transaction: other writers wait at most this long
 
 
-class StorageReport(msgspec.Struct, frozen=True):
+class StorageReport(msgspec.Struct, frozen=True, kw_only=True):
     database_bytes: int
     wal_bytes: int
     observations: int

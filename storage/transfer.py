@@ -66,7 +66,7 @@ SessionStatus = Literal["initialized", "active", "completed", "failed"]  # the C
 SESSION_STATUSES: tuple[SessionStatus, ...] = get_args(SessionStatus)
 
 
-class SessionRecord(msgspec.Struct, frozen=True, rename="camel", tag="session", tag_field="kind"):
+class SessionRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag="session", tag_field="kind"):
     claude_session_id: SessionId
     project: PathText
     cwd: PathText | None = None
@@ -84,7 +84,8 @@ class PromptRecord(msgspec.Struct, frozen=True, rename="camel", tag="prompt", ta
     created_at: Moment
 
 
-class ObservationRecord(msgspec.Struct, frozen=True, rename="camel", tag="observation", tag_field="kind"):
+class ObservationRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag="observation",
+                        tag_field="kind"):
     claude_session_id: SessionId
     project: PathText
     prompt_number: PromptNumber
@@ -107,7 +108,7 @@ class ObservationRecord(msgspec.Struct, frozen=True, rename="camel", tag="observ
     model: str | None = None
 
 
-class SummaryRecord(msgspec.Struct, frozen=True, rename="camel", tag="summary", tag_field="kind"):
+class SummaryRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag="summary", tag_field="kind"):
     claude_session_id: SessionId
     project: PathText
     prompt_number: PromptNumber
