@@ -58,7 +58,7 @@ CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENO
 RESERVED_FILES = 64  # descriptors kept for the database, logs and the spool, below the process limit
 
 
-class ConnectionStatistics(msgspec.Struct, frozen=True):
+class ConnectionStatistics(msgspec.Struct, frozen=True, kw_only=True):
     max_connections: int
     open: int
     peak: int
@@ -233,8 +233,9 @@ class ConnectionPool:
         self._peak = self._accepted = self._evicted = self._refused = self._timed_out = self._accept_errors = 0
 
     def statistics(self) -> ConnectionStatistics:
-        return ConnectionStatistics(self._max, len(self._open), self._peak, self._accepted, self._evicted,
-                                    self._refused, self._timed_out, self._accept_errors)
+        return ConnectionStatistics(max_connections=self._max, open=len(self._open), peak=self._peak,
+                                    accepted=self._accepted, evicted=self._evicted, refused=self._refused,
+                                    timed_out=self._timed_out, accept_errors=self._accept_errors)
 
     async def serve(self, listener: trio.SocketListener, handler: Callable[[_Connection], Awaitable[None]],
                     handler_nursery: trio.Nursery) -> None:

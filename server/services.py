@@ -34,7 +34,7 @@ from sessionmem.storage.base import Store
 from sessionmem.storage.pruner import Pruner
 
 
-class WorkerStatistics(msgspec.Struct, frozen=True):
+class WorkerStatistics(msgspec.Struct, frozen=True, kw_only=True):
     pid: int
     version: str
     uptime_seconds: float
@@ -67,8 +67,9 @@ class WorkerStatus:
         return round(time.time() - self.started_at, 3)
 
     def statistics(self) -> WorkerStatistics:
-        return WorkerStatistics(self.pid, self.version, self.uptime_seconds(), self.ready.is_set(), self._data_dir,
-                                self.base_url, self._errors, self._last_error)
+        return WorkerStatistics(pid=self.pid, version=self.version, uptime_seconds=self.uptime_seconds(),
+                                ready=self.ready.is_set(), data_dir=self._data_dir, base_url=self.base_url,
+                                errors=self._errors, last_error=self._last_error)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -75,7 +75,7 @@ class SessionInfo(msgspec.Struct, frozen=True):
     tokens_used: int = 0  # LLM input + output tokens of its stored results
 
 
-class SessionRow(msgspec.Struct, frozen=True):
+class SessionRow(msgspec.Struct, frozen=True, kw_only=True):
     session_db_id: int
     claude_session_id: str
     project: str
@@ -106,7 +106,7 @@ class ProjectRow(msgspec.Struct, frozen=True):
     last_active_at: float  # the latest update of any of its sessions
 
 
-class ObservationRow(msgspec.Struct, frozen=True):
+class ObservationRow(msgspec.Struct, frozen=True, kw_only=True):
     id: int
     claude_session_id: str
     project: str
@@ -132,7 +132,7 @@ class ObservationRow(msgspec.Struct, frozen=True):
     created_at: float
 
 
-class ObservationDetail(ObservationRow, frozen=True):
+class ObservationDetail(ObservationRow, frozen=True, kw_only=True):
     """An observation with the raw tool data it was made from (kept once, in the journal)."""
 
     session_db_id: int
@@ -141,7 +141,7 @@ class ObservationDetail(ObservationRow, frozen=True):
     tool_response: Any = None
 
 
-class SummaryRow(msgspec.Struct, frozen=True):
+class SummaryRow(msgspec.Struct, frozen=True, kw_only=True):
     id: int
     claude_session_id: str
     project: str
@@ -224,7 +224,7 @@ class RankedKey(msgspec.Struct, frozen=True, array_like=True):
     score: float
 
 
-class DocumentCard(msgspec.Struct, frozen=True):
+class DocumentCard(msgspec.Struct, frozen=True, kw_only=True):
     """What a search result or a timeline entry shows of a document: enough to choose, not all of it."""
 
     kind: str
@@ -239,7 +239,7 @@ class DocumentCard(msgspec.Struct, frozen=True):
     files: list[str]  # files read or modified (observations)
 
 
-class FileMemory(msgspec.Struct, frozen=True):
+class FileMemory(msgspec.Struct, frozen=True, kw_only=True):
     """A past observation touching a file (file-aware recall)."""
 
     id: int

@@ -22,7 +22,7 @@ from sessionmem.protocol.state import STATE_FILE
 # What clients also read (hooks, commands: sessionmem.protocol.client_settings, standard library
 # only) has one definition, there: its defaults and environment variable names.
 SHARED = client_settings.DEFAULTS
-DEFAULT_PORT = int(SHARED["port"])  # type: ignore[call-overload]
+DEFAULT_PORT = SHARED["port"]
 DEFAULT_SKIP_TOOLS = ("TodoWrite", "AskUserQuestion", "ListMcpResourcesTool", "SlashCommand", "Skill")
 
 
@@ -35,7 +35,7 @@ class SettingsError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Settings:
     data_dir: Path = Path(client_settings.DEFAULT_DATA_DIR).expanduser()
-    host: str = str(SHARED["host"])
+    host: str = SHARED["host"]
     port: int = DEFAULT_PORT
 
     # Compression
@@ -69,7 +69,7 @@ class Settings:
 
     # HTTP edge
     max_body_bytes: int = MAX_BODY_BYTES
-    tool_response_cap: int = int(SHARED["tool_response_cap"])  # type: ignore[call-overload]
+    tool_response_cap: int = SHARED["tool_response_cap"]
     skip_tools: tuple[str, ...] = DEFAULT_SKIP_TOOLS
     redact_secrets: bool = True  # API keys, tokens, private keys, passwords: never stored (server/redaction.py)
     redact_patterns: tuple[str, ...] = ()  # more regular expressions to redact (a group, if any, is the secret)
@@ -96,9 +96,9 @@ class Settings:
     index_save_interval_s: float = 120.0  # the vector index is saved this often while it changes
 
     # Hooks (read by the hook processes through sessionmem.protocol.client_settings)
-    hook_timeout_s: float = float(SHARED["hook_timeout_s"])  # type: ignore[arg-type]
-    start_timeout_s: float = float(SHARED["start_timeout_s"])  # type: ignore[arg-type]
-    system_message: bool = bool(SHARED["system_message"])
+    hook_timeout_s: float = SHARED["hook_timeout_s"]
+    start_timeout_s: float = SHARED["start_timeout_s"]
+    system_message: bool = SHARED["system_message"]
 
     @property
     def resolved_compressor(self) -> str:

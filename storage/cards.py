@@ -11,15 +11,18 @@ Error handling:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING
 
 import apsw
 import msgspec
 
 from sessionmem.records import DOCUMENT_KINDS, OBSERVATION, PROMPT, SUMMARY, Document, DocumentCard
 from sessionmem.storage.fulltext import ALIASES, PROJECT_COLUMNS, TABLES
+from sessionmem.storage.sqlite_values import all_rows, integer, optional_row, real, text, text_list
 
-_json_list = msgspec.json.Decoder(list[str])
+if TYPE_CHECKING:
+    from apsw import SQLiteValues
 
 
 def _ids_json(keys: Iterable[tuple[str, int]], kind: str) -> str:
@@ -44,24 +47,27 @@ _CARD_SQL = {
 }
 
 
-def _card(kind: str, row: tuple[Any, ...]) -> DocumentCard:
+def _card(kind: str, row: SQLiteValues) -> DocumentCard:
+    """A ``_CARD_SQL[kind]`` row as its card."""
     row_id, session, project, prompt_number, created_at = row[:5]
+    head = partial(DocumentCard, kind=kind, id=integer(row_id), claude_session_id=text(session),
+                   project=text(project), prompt_number=integer(prompt_number), created_at=real(created_at))
     if kind == OBSERVATION:
-        type_, title, subtitle, narrative, facts, files_read, files_modified = row[5:]
+        type_, title, subtitle, narrative = map(text, row[5:9])
+        facts, files_read, files_modified = map(text_list, row[9:])
         # The offline compressor's narrative repeats the prompt its subtitle holds: say it once.
         lead = (subtitle,) if subtitle and subtitle not in narrative else ()
-        body = " ".join(part for part in (*lead, narrative, *_json_list.decode(facts)) if part)
-        files = list(dict.fromkeys(_json_list.decode(files_modified) + _json_list.decode(files_read)))
-        return DocumentCard(kind, row_id, session, project, prompt_number, created_at, type_, title, body, files)
+        body = " ".join(part for part in (*lead, narrative, *facts) if part)
+        files = list(dict.fromkeys(files_modified + files_read))
+        return head(type=type_, title=title, text=body, files=files)
     if kind == SUMMARY:
-        request, investigated, learned, completed, next_steps = row[5:]
-        body = " ".join(f"{label}: {text}" for label, text in (
+        request, investigated, learned, completed, next_steps = map(text, row[5:])
+        body = " ".join(f"{label}: {part}" for label, part in (
             ("Completed", completed), ("Learned", learned), ("Investigated", investigated),
-            ("Next", next_steps)) if text)
-        return DocumentCard(kind, row_id, session, project, prompt_number, created_at, SUMMARY,
-                            request or "(session summary)", body, [])
-    (text,) = row[5:]
-    return DocumentCard(kind, row_id, session, project, prompt_number, created_at, PROMPT, text, text, [])
+            ("Next", next_steps)) if part)
+        return head(type=SUMMARY, title=request or "(session summary)", text=body, files=[])
+    prompt = text(row[5])
+    return head(type=PROMPT, title=prompt, text=prompt, files=[])
 
 
 def cards(connection: apsw.Connection, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], DocumentCard]:
@@ -69,8 +75,9 @@ def cards(connection: apsw.Connection, keys: Sequence[tuple[str, int]]) -> dict[
     found: dict[tuple[str, int], DocumentCard] = {}
     for kind in DOCUMENT_KINDS:
         if any(key_kind == kind for key_kind, _ in keys):
-            for row in connection.execute(_CARD_SQL[kind], (_ids_json(keys, kind),)):
-                found[(kind, row[0])] = _card(kind, row)
+            for row in all_rows(connection, _CARD_SQL[kind], (_ids_json(keys, kind),)):
+                card = _card(kind, row)
+                found[(kind, card.id)] = card
     return found
 
 
@@ -102,9 +109,9 @@ def document_ids(connection: apsw.Connection, *, after: dict[str, int] | None = 
     found: dict[str, list[int]] = {}
     for kind in DOCUMENT_KINDS:
         table = TABLES[kind][0]
-        rows = connection.execute(f"SELECT id FROM {table} WHERE id > ? ORDER BY id LIMIT ?",
-                                  ((after or {}).get(kind, 0), -1 if limit is None else limit))
-        found[kind] = [row_id for (row_id,) in rows]
+        rows = all_rows(connection, f"SELECT id FROM {table} WHERE id > ? ORDER BY id LIMIT ?",
+                        ((after or {}).get(kind, 0), -1 if limit is None else limit))
+        found[kind] = [integer(row_id) for (row_id,) in rows]
     return found
 
 
@@ -114,9 +121,10 @@ def document_ids(connection: apsw.Connection, *, after: dict[str, int] | None = 
 def created_at(connection: apsw.Connection, kind: str, row_id: int) -> tuple[float, str] | None:
     """When the row was created, and its project; ``None`` if it does not exist."""
     table, alias = TABLES[kind][0], ALIASES[kind]
-    row = connection.execute(f"SELECT {alias}.created_at, {PROJECT_COLUMNS[kind]} FROM {table} {alias} WHERE {alias}.id = ?",
-                             (row_id,)).fetchone()
-    return (row[0], row[1]) if row else None
+    row = optional_row(
+        connection, f"SELECT {alias}.created_at, {PROJECT_COLUMNS[kind]} FROM {table} {alias} WHERE {alias}.id = ?",
+        (row_id,))
+    return (real(row[0]), text(row[1])) if row is not None else None
 
 
 def around(connection: apsw.Connection, project: str, moment: float, anchor: tuple[str, int], *,
@@ -130,11 +138,11 @@ def around(connection: apsw.Connection, project: str, moment: float, anchor: tup
         base = f"SELECT {alias}.created_at, {alias}.id FROM {table} {alias} WHERE {PROJECT_COLUMNS[kind]} = :project"
         params = {"project": project, "moment": moment, "id": anchor[1] if kind == anchor[0] else -1,
                   "before": before, "after": after}
-        earlier += [(at, kind, row_id) for at, row_id in connection.execute(
-            base + f" AND ({alias}.created_at < :moment OR ({alias}.created_at = :moment AND {alias}.id < :id))"
+        earlier += [(real(at), kind, integer(row_id)) for at, row_id in all_rows(
+            connection, base + f" AND ({alias}.created_at < :moment OR ({alias}.created_at = :moment AND {alias}.id < :id))"
             f" ORDER BY {alias}.created_at DESC, {alias}.id DESC LIMIT :before", params)]
-        later += [(at, kind, row_id) for at, row_id in connection.execute(
-            base + f" AND ({alias}.created_at > :moment OR ({alias}.created_at = :moment AND {alias}.id > :id"
+        later += [(real(at), kind, integer(row_id)) for at, row_id in all_rows(
+            connection, base + f" AND ({alias}.created_at > :moment OR ({alias}.created_at = :moment AND {alias}.id > :id"
             f" AND :id >= 0)) ORDER BY {alias}.created_at, {alias}.id LIMIT :after", params)]
     earlier = sorted(earlier)[-before:] if before else []
     later = sorted(later)[:after]

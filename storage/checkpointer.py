@@ -39,13 +39,15 @@ import apsw
 import msgspec
 import trio
 
+from sessionmem.storage.sqlite_values import integer, one_row
+
 INTERVAL_S = 1.0
 THRESHOLD_PAGES = 1000  # SQLite's own default auto-checkpoint size
 PAGE_BYTES = 4096
 IDLE_S = 10.0  # no commit for this long: truncate the WAL
 
 
-class CheckpointerStatistics(msgspec.Struct, frozen=True):
+class CheckpointerStatistics(msgspec.Struct, frozen=True, kw_only=True):
     checkpoints: int
     wal_bytes: int  # size of the WAL file at the last look
     last_checkpointed_pages: int
@@ -72,7 +74,7 @@ def _checkpoint_all(connection: apsw.Connection, mode: int) -> bool:
 
 def _data_version(connection: apsw.Connection) -> int:
     """Changes whenever another connection commits (SQLite's ``PRAGMA data_version``)."""
-    return connection.execute("PRAGMA data_version").fetchone()[0]
+    return integer(one_row(connection, "PRAGMA data_version")[0])
 
 
 def _wal_bytes(path: Path) -> int:
@@ -96,8 +98,10 @@ class Checkpointer:
         self._last_error = ""
 
     def statistics(self) -> CheckpointerStatistics:
-        return CheckpointerStatistics(self._checkpoints, self._wal_bytes, self._last_pages, self._failures,
-                                      self._last_error, self._truncations, self._restarts)
+        return CheckpointerStatistics(checkpoints=self._checkpoints, wal_bytes=self._wal_bytes,
+                                      last_checkpointed_pages=self._last_pages, failures=self._failures,
+                                      last_error=self._last_error, truncations=self._truncations,
+                                      restarts=self._restarts)
 
     async def run(self, *, close_timeout_s: float = 5.0,
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -20,6 +20,7 @@ import msgspec
 
 from sessionmem.records import CompressedObservation, FileMemory
 from sessionmem.storage.fulltext import file_matches, file_params
+from sessionmem.storage.sqlite_values import one_row, text
 
 # How many of a file's newest uses (by whole path, and again by path end) file recall
 # looks at: its cost is bounded by this, not by how much the project has stored.
@@ -79,7 +80,8 @@ def file_memory_rows(connection: apsw.Connection, project: str, path: str, *, ex
                               "most": most, "lookback": lookback}
     # The rows as one JSON value, one step: every row SQLite hands back gives up the GIL and
     # waits to take it back from a busy Trio thread.
-    (found,) = connection.execute(
+    (found,) = one_row(
+        connection,
         "SELECT json_group_array(json_array(id, session, created_at, type, title, subtitle, json(facts), modified))"
         " FROM (WITH touches (observation_id, modified) AS ("
         "  SELECT * FROM (SELECT observation_id, modified FROM observation_files WHERE path = :file"
@@ -95,9 +97,10 @@ def file_memory_rows(connection: apsw.Connection, project: str, path: str, *, ex
         " WHERE o.project = :project AND (:session IS NULL OR s.claude_session_id != :session)"
         # (recallable_files says which stores can change an answer: keep the two alike)
         " GROUP BY o.id HAVING max(t.modified) = 1 OR o.type != 'discovery' OR o.compressor != 'offline'"
-        " ORDER BY o.id DESC LIMIT :most)", params).fetchone()
-    memories = [FileMemory(row_id, session, at, type_, title, subtitle, facts or [], bool(modified))
-                for row_id, session, at, type_, title, subtitle, facts, modified in _file_rows.decode(found)]
+        " ORDER BY o.id DESC LIMIT :most)", params)
+    memories = [FileMemory(id=row_id, claude_session_id=session, created_at=at, type=type_, title=title,
+                           subtitle=subtitle, facts=facts or [], modified=bool(modified))
+                for row_id, session, at, type_, title, subtitle, facts, modified in _file_rows.decode(text(found))]
     memories.sort(key=lambda memory: -memory.id)  # (an aggregate's order is SQLite's to choose)
     return memories
 

@@ -145,8 +145,9 @@ class FileRecallCache:
         """``rows`` with those of ``observations`` a lookup of ``asked`` finds in front, newest first, at
         most ``rows_kept``. (A row already there was read after its commit, before this call.)"""
         there = {row.id for row in rows}
-        new = [FileMemory(row_id, claude_session_id, created_at, observation.type, observation.title,
-                          observation.subtitle, list(observation.facts), modified)
+        new = [FileMemory(id=row_id, claude_session_id=claude_session_id, created_at=created_at,
+                          type=observation.type, title=observation.title, subtitle=observation.subtitle,
+                          facts=list(observation.facts), modified=modified)
                for row_id, created_at, observation in observations
                if row_id not in there and (modified := recalled_as(asked, observation)) is not None]
         if not new:

@@ -35,6 +35,7 @@ from sessionmem.records import (
     RankedKey,
     SearchFilters,
 )
+from sessionmem.storage.sqlite_values import all_rows, integer, one_row, real
 
 MAX_QUERY_TERMS = 32
 # Words that almost every document holds: asking for them costs a scan of their long
@@ -163,18 +164,19 @@ def affordable_match(connection: apsw.Connection, kind: str, terms: Sequence[str
     """
     table, fts, _ = TABLES[kind]
     every = " OR ".join(_quoted(terms))
-    (highest,) = connection.execute(f"SELECT coalesce(max(id), 0) FROM {table}").fetchone()
+    highest = integer(one_row(connection, f"SELECT coalesce(max(id), 0) FROM {table}")[0])
     if highest <= MATCH_BUDGET:  # a small table: every term is affordable
         return every, highest
     count = f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT {MATCH_BUDGET + 1})"
-    (matched,) = connection.execute(count, (every,)).fetchone()
+    matched = integer(one_row(connection, count, (every,))[0])
     if matched <= MATCH_BUDGET:
         return every, matched
-    counted = sorted((connection.execute(count, (f'"{term}"',)).fetchone()[0], term) for term in terms)
+    counted = sorted((integer(one_row(connection, count, (f'"{term}"',))[0]), term) for term in terms)
     present = [(rows, term) for rows, term in counted if rows]
     if not present:
         return None
-    kept, total = [], 0
+    kept: list[str] = []
+    total = 0
     for rows, term in present:
         if total + rows > MATCH_BUDGET:
             break
@@ -233,9 +235,9 @@ def _ranked_kind(connection: apsw.Connection, kind: str, match: tuple[str, int],
     expression, at_most = match
     ranked = limit * RANK_FIRST
     if project_rows is None or project_rows > SMALL_PROJECT:
-        best = connection.execute(
-            f"SELECT rowid, bm25({fts}, {weights}) AS score FROM {fts} WHERE {fts} MATCH ?"
-            " ORDER BY score LIMIT ?", (expression, ranked)).fetchall()
+        best = [(integer(row_id), real(score)) for row_id, score in all_rows(
+            connection, f"SELECT rowid, bm25({fts}, {weights}) AS score FROM {fts} WHERE {fts} MATCH ?"
+            " ORDER BY score LIMIT ?", (expression, ranked))]
         kept = _passing(connection, kind, [row_id for row_id, _ in best], filters)
         passed = [RankedKey(kind, row_id, -score) for row_id, score in best if row_id in kept]
         if len(passed) >= limit or len(best) < ranked or 0 <= at_most <= ranked:
@@ -249,10 +251,11 @@ def _project_rows(connection: apsw.Connection, kind: str, filters: SearchFilters
     if filters.project is None:
         return None
     table, alias = TABLES[kind][0], ALIASES[kind]
-    (rows,) = connection.execute(
+    (rows,) = one_row(
+        connection,
         f"SELECT count(*) FROM (SELECT 1 FROM {table} {alias} WHERE {PROJECT_COLUMNS[kind]} = ? LIMIT {SMALL_PROJECT + 1})",
-        (filters.project,)).fetchone()
-    return int(rows)
+        (filters.project,))
+    return integer(rows)
 
 
 def small_project_keys(connection: apsw.Connection, filters: SearchFilters, most: int) -> list[tuple[str, int]] | None:
@@ -263,8 +266,8 @@ def small_project_keys(connection: apsw.Connection, filters: SearchFilters, most
     keys: list[tuple[str, int]] = []
     for kind in filters.wanted_kinds():
         table, alias = TABLES[kind][0], ALIASES[kind]
-        ids = [row_id for (row_id,) in connection.execute(
-            f"SELECT {alias}.id FROM {table} {alias} WHERE {PROJECT_COLUMNS[kind]} = ? LIMIT ?", (filters.project, most + 1))]
+        ids = [integer(row_id) for (row_id,) in all_rows(
+            connection, f"SELECT {alias}.id FROM {table} {alias} WHERE {PROJECT_COLUMNS[kind]} = ? LIMIT ?", (filters.project, most + 1))]
         if len(ids) > most:
             return None
         keys.extend((kind, row_id) for row_id in ids)
@@ -280,11 +283,11 @@ def _ranked_passing(connection: apsw.Connection, kind: str, expression: str, fil
     params: dict[str, Any] = {"match": expression, "limit": limit}
     joins, where = _filter_sql(kind, filters, params)
     # CROSS JOIN: the full-text table drives (a filter's index must not), so bm25 can score its rows.
-    rows = connection.execute(
-        f"SELECT {fts}.rowid, bm25({fts}, {weights}) AS score FROM {fts}"
+    rows = all_rows(
+        connection, f"SELECT {fts}.rowid, bm25({fts}, {weights}) AS score FROM {fts}"
         f" CROSS JOIN {table} {alias} ON {alias}.id = {fts}.rowid{joins}"
         f" WHERE {fts} MATCH :match AND {where} ORDER BY score LIMIT :limit", params)
-    return [RankedKey(kind, row_id, -score) for row_id, score in rows]
+    return [RankedKey(kind, integer(row_id), -real(score)) for row_id, score in rows]
 
 
 def _passing(connection: apsw.Connection, kind: str, ids: Sequence[int], filters: SearchFilters) -> set[int]:
@@ -295,10 +298,10 @@ def _passing(connection: apsw.Connection, kind: str, ids: Sequence[int], filters
     alias = ALIASES[kind]
     params: dict[str, Any] = {"ids": msgspec.json.encode(ids).decode()}
     joins, where = _filter_sql(kind, filters, params)
-    rows = connection.execute(
-        f"SELECT {alias}.id FROM json_each(:ids) j CROSS JOIN {table} {alias} ON {alias}.id = j.value{joins}"
+    rows = all_rows(
+        connection, f"SELECT {alias}.id FROM json_each(:ids) j CROSS JOIN {table} {alias} ON {alias}.id = j.value{joins}"
         f" WHERE {where}", params)
-    return {row_id for (row_id,) in rows}
+    return {integer(row_id) for (row_id,) in rows}
 
 
 def keep_matching(connection: apsw.Connection, keys: Sequence[tuple[str, int]],

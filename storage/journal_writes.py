@@ -32,12 +32,16 @@ from sessionmem.events import (
 )
 from sessionmem.storage.base import Accepted, InitAccepted, KeyReused
 from sessionmem.storage.sqlite_setup import placeholders, to_json
+from sessionmem.storage.sqlite_values import all_rows, blob, integer, one_row, optional_row, text
 
 
 def _load_session(connection: apsw.Connection, claude_session_id: str) -> tuple[int, int, str] | None:
-    return connection.execute(
-        "SELECT id, prompt_counter, status FROM sessions WHERE claude_session_id = ?", (claude_session_id,)
-    ).fetchone()
+    row = optional_row(
+        connection, "SELECT id, prompt_counter, status FROM sessions WHERE claude_session_id = ?", (claude_session_id,))
+    if row is None:
+        return None
+    session_db_id, prompt_counter, status = row
+    return integer(session_db_id), integer(prompt_counter), text(status)
 
 
 def _create_session(connection: apsw.Connection, claude_session_id: str, project: str, cwd: str, now: float) -> int:
@@ -78,16 +82,18 @@ def _already_journaled(connection: apsw.Connection, event: Any) -> Envelope | No
     """
     if not event.key:
         return None
-    row = connection.execute(
+    row = optional_row(
+        connection,
         "SELECT j.id, p.payload, j.claude_session_id, j.kind FROM journal j JOIN journal_payloads p ON p.id = j.id"
         " WHERE j.idempotency_key = ?",
         (event.key,),
-    ).fetchone()
+    )
     if row is None:
         return None
-    if (row[2], row[3]) != (event.claude_session_id, event_kind(event)):
+    event_id, payload, claude_session_id, kind = row
+    if (text(claude_session_id), text(kind)) != (event.claude_session_id, event_kind(event)):
         raise KeyReused(f"idempotency key {event.key[:100]!r} was used for another event")
-    return Envelope(row[0], decode_event(row[1]))
+    return Envelope(integer(event_id), decode_event(blob(payload)))
 
 
 def accept_init(connection: apsw.Connection, event: InitEvent) -> InitAccepted:
@@ -176,19 +182,20 @@ def accept_events(connection: apsw.Connection, events: list[AcceptedEvent]) -> l
     """
     now = time.time()
     keys = [event.key for event in events if event.key]
-    largest, sessions_json, keys_json = connection.execute(
+    largest, sessions_json, keys_json = one_row(
+        connection,
         "SELECT (SELECT coalesce(max(id), 0) FROM journal),"
         " (SELECT json_group_object(claude_session_id, json_array(id, prompt_counter, status)) FROM sessions"
         "  WHERE claude_session_id IN (SELECT value FROM json_each(?1))),"
         " (SELECT json_group_array(idempotency_key) FROM journal WHERE idempotency_key IN (SELECT value FROM json_each(?2)))",
         (to_json(list({event.claude_session_id for event in events})), to_json(keys)),
-    ).fetchone()
-    sessions = _sessions_found.decode(sessions_json)
-    if _keys_found.decode(keys_json) or len(set(keys)) < len(keys) \
+    )
+    sessions = _sessions_found.decode(text(sessions_json))
+    if _keys_found.decode(text(keys_json)) or len(set(keys)) < len(keys) \
             or any(event.claude_session_id not in sessions for event in events):
         return [accept_event(connection, event) for event in events]
     accepted: list[Accepted] = []
-    for event_id, event in enumerate(events, largest + 1):
+    for event_id, event in enumerate(events, integer(largest) + 1):
         session_db_id, counter, status = sessions[event.claude_session_id]
         if not isinstance(event, CompleteEvent):
             event = msgspec.structs.replace(event, prompt_number=counter)
@@ -232,11 +239,12 @@ def park_session(connection: apsw.Connection, claude_session_id: str, error: str
 
 def unpark_session(connection: apsw.Connection, claude_session_id: str) -> list[Envelope]:
     """The session's parked events are pending again, and the session no longer failed; returns those events."""
-    rows = connection.execute(
+    rows = all_rows(
+        connection,
         "SELECT j.id, p.payload FROM journal j JOIN journal_payloads p ON p.id = j.id"
         " WHERE j.claude_session_id = ? AND j.status = 'parked' ORDER BY j.id",
         (claude_session_id,),
-    ).fetchall()
+    )
     connection.execute(
         "UPDATE journal SET status = 'pending' WHERE claude_session_id = ? AND status = 'parked'",
         (claude_session_id,),
@@ -246,4 +254,4 @@ def unpark_session(connection: apsw.Connection, claude_session_id: str) -> list[
         " failure = NULL, updated_at = ? WHERE claude_session_id = ? AND status = 'failed'",
         (time.time(), claude_session_id),
     )
-    return [Envelope(event_id, decode_event(payload)) for event_id, payload in rows]
+    return [Envelope(integer(event_id), decode_event(blob(payload))) for event_id, payload in rows]

@@ -68,11 +68,12 @@ class ReaderPool:
 
 class _Read(Generic[T]):
     __slots__ = ("fn", "done", "result", "error")
+    # Set when ``fn`` returns, and read only then: once ``done``, if ``error`` is None.
+    result: T
 
     def __init__(self, fn: Callable[[apsw.Connection], T]) -> None:
         self.fn = fn
         self.done = trio.Event()
-        self.result: T | None = None
         self.error: BaseException | None = None
 
 
@@ -138,7 +139,7 @@ class ReadGatherer:
         await read.done.wait()
         if read.error is not None:
             raise read.error
-        return read.result  # type: ignore[return-value]
+        return read.result
 
     def close(self) -> None:
         self._send.close()

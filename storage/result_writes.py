@@ -23,6 +23,7 @@ from sessionmem.records import CompressedObservation, CompressedSummary, Session
 from sessionmem.storage.file_memories import recallable_files
 from sessionmem.storage.journal_writes import mark_done, touch_session
 from sessionmem.storage.sqlite_setup import placeholders, to_json
+from sessionmem.storage.sqlite_values import integer, one_row, text
 
 # Observations stored by one INSERT (store_observations says why one): 24 parameters
 # each, well within SQLite's 32,766.
@@ -72,7 +73,7 @@ def store_observations(connection: apsw.Connection, stores: list[StoreArgument])
         )
         for session, store_items in stores for envelope, event, obs in store_items
     ]
-    (largest_before,) = connection.execute("SELECT coalesce(max(id), 0) FROM observations").fetchone()
+    largest_before = integer(one_row(connection, "SELECT coalesce(max(id), 0) FROM observations")[0])
     inserted = 0
     for start in range(0, len(rows), ROWS_PER_STATEMENT):
         chunk = rows[start : start + ROWS_PER_STATEMENT]
@@ -90,9 +91,9 @@ def store_observations(connection: apsw.Connection, stores: list[StoreArgument])
     if inserted in (0, len(rows)) and not recallable:  # every row added, or none: nothing to read back
         added = [[obs for _, _, obs in store_items] if inserted else [] for _, store_items in stores]
     else:  # which rows were added (the ids of a replay's rows already stored are not above the largest)
-        (added_ids,) = connection.execute("SELECT json_group_object(event_id, id) FROM observations WHERE id > ?",
-                                          (largest_before,)).fetchone()
-        ids = _event_ids.decode(added_ids)
+        (added_ids,) = one_row(connection, "SELECT json_group_object(event_id, id) FROM observations WHERE id > ?",
+                               (largest_before,))
+        ids = _event_ids.decode(text(added_ids))
         # A row added is the first store's to hold its event (the later were ignored).
         kept = [[(ids.pop(key), event.occurred_at or now, obs) for envelope, event, obs in store_items
                  if (key := str(envelope.event_id)) in ids] for _, store_items in stores]

@@ -23,10 +23,12 @@ from pathlib import Path
 import apsw
 import msgspec
 
+from sessionmem.storage.sqlite_values import all_rows, integer, one_row
+
 PRUNE_BATCH = 500  # journal entries rewritten per transaction: other writers wait at most this long
 
 
-class StorageReport(msgspec.Struct, frozen=True):
+class StorageReport(msgspec.Struct, frozen=True, kw_only=True):
     database_bytes: int
     wal_bytes: int
     observations: int
@@ -46,27 +48,32 @@ def prune_payloads(connection: apsw.Connection, before: float, *, after_id: int 
     ``limit`` journal entries after ``after_id``; returns (pruned, the last entry looked at, or 0 once at
     the end). When an event happened is the time it carries, else (``occurred_at`` 0, as a live hook
     sends it) its arrival."""
-    rows = connection.execute(
+    rows = all_rows(
+        connection,
         "SELECT j.id, j.kind = 'observation' AND j.status = 'done'"
         " AND coalesce(nullif(json_extract(CAST(p.payload AS TEXT), '$.occurred_at'), 0), j.accepted_at) < ?"
         " AND json_type(CAST(p.payload AS TEXT), '$.pruned') IS NULL"
         " FROM journal j JOIN journal_payloads p ON p.id = j.id WHERE j.id > ? ORDER BY j.id LIMIT ?",
-        (before, after_id, limit)).fetchall()
-    ids = [(row_id,) for row_id, prunable in rows if prunable]
+        (before, after_id, limit))
+    ids = [(integer(row_id),) for row_id, prunable in rows if prunable]
     connection.executemany(
         "UPDATE journal_payloads SET payload = CAST(json_set(json_remove(CAST(payload AS TEXT),"
         " '$.tool_input', '$.tool_response'), '$.pruned', json('true')) AS BLOB) WHERE id = ?", ids)
-    return len(ids), (rows[-1][0] if len(rows) == limit else 0)
+    return len(ids), (integer(rows[-1][0]) if len(rows) == limit else 0)
 
 
 def reclaim(connection: apsw.Connection) -> int:
     """Give free pages back to the file system (incremental auto-vacuum); returns the pages freed."""
-    (before,) = connection.execute("PRAGMA freelist_count").fetchone()
+    before = _freelist_count(connection)
     connection.execute("PRAGMA incremental_vacuum").fetchall()  # runs a page per row: read them all
-    (after,) = connection.execute("PRAGMA freelist_count").fetchone()
+    after = _freelist_count(connection)
     if before != after:
         _write_back(connection)
     return before - after
+
+
+def _freelist_count(connection: apsw.Connection) -> int:
+    return integer(one_row(connection, "PRAGMA freelist_count")[0])
 
 
 def vacuum(connection: apsw.Connection) -> None:
@@ -88,21 +95,24 @@ def _write_back(connection: apsw.Connection) -> None:
 def use_incremental_vacuum_if_new(connection: apsw.Connection) -> None:
     """A database without tables yet gets incremental auto-vacuum (it cannot be turned on later
     without a full VACUUM)."""
-    (tables,) = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    if tables == 0:
+    (tables,) = one_row(connection, "SELECT count(*) FROM sqlite_master")
+    if integer(tables) == 0:
         vacuum(connection)
 
 
 def report(connection: apsw.Connection, path: Path) -> StorageReport:
     """Sizes on disk and what holds them (a scan of the journal's payloads: for an operator, not a hot path)."""
-    (observations,) = connection.execute("SELECT count(*) FROM observations").fetchone()
-    raw_bytes, raw_count = connection.execute(
+    (observations,) = one_row(connection, "SELECT count(*) FROM observations")
+    raw_bytes, raw_count = one_row(
+        connection,
         "SELECT coalesce(sum(length(p.payload)), 0), count(*) FROM journal j JOIN journal_payloads p ON p.id = j.id"
-        " WHERE j.kind = 'observation' AND json_type(CAST(p.payload AS TEXT), '$.pruned') IS NULL").fetchone()
-    (mode,) = connection.execute("PRAGMA auto_vacuum").fetchone()
-    (free,) = connection.execute("PRAGMA freelist_count").fetchone()
-    return StorageReport(_size(path), _size(Path(str(path) + "-wal")), observations, raw_bytes, raw_count,
-                         {0: "none", 1: "full", 2: "incremental"}.get(mode, str(mode)), free)
+        " WHERE j.kind = 'observation' AND json_type(CAST(p.payload AS TEXT), '$.pruned') IS NULL")
+    mode = integer(one_row(connection, "PRAGMA auto_vacuum")[0])
+    return StorageReport(
+        database_bytes=_size(path), wal_bytes=_size(Path(str(path) + "-wal")), observations=integer(observations),
+        raw_payload_bytes=integer(raw_bytes), raw_payloads=integer(raw_count),
+        auto_vacuum={0: "none", 1: "full", 2: "incremental"}.get(mode, str(mode)),
+        free_pages=_freelist_count(connection))
 
 
 def _size(path: Path) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 import apsw
 import msgspec
@@ -37,6 +37,22 @@ from sessionmem.records import (
 )
 from sessionmem.storage.fulltext import keep_matching, query_terms
 from sessionmem.storage.sqlite_setup import to_json
+from sessionmem.storage.sqlite_values import (
+    all_rows,
+    blob,
+    flag,
+    integer,
+    one_row,
+    optional_real,
+    optional_row,
+    optional_text,
+    real,
+    text,
+    text_list,
+)
+
+if TYPE_CHECKING:
+    from apsw import SQLiteValues
 
 _SESSION_COLUMNS = (
     "id, claude_session_id, project, cwd, first_prompt, prompt_counter, status, failure, input_tokens,"
@@ -50,35 +66,57 @@ _OBSERVATION_COLUMNS = (
     " o.compressed, o.compressor, o.model, o.input_tokens, o.output_tokens, o.created_at"
 )
 _OBSERVATIONS_FROM = "FROM observations o JOIN sessions s ON s.id = o.session_db_id"
-_FAILED, _FACTS, _CONCEPTS, _FILES_READ, _FILES_MODIFIED, _COMPRESSED = 8, 12, 14, 15, 16, 17
 _OBSERVATION_WIDTH = 23
-_json_list = msgspec.json.Decoder(list[str])
 
 
-def _observation_fields(row: tuple[Any, ...]) -> list[Any]:
-    """An ``_OBSERVATION_COLUMNS`` row with SQLite's integers and JSON texts decoded."""
-    fields = list(row[:_OBSERVATION_WIDTH])
-    for index in (_FACTS, _CONCEPTS, _FILES_READ, _FILES_MODIFIED):
-        fields[index] = _json_list.decode(fields[index])
-    fields[_FAILED] = bool(fields[_FAILED])
-    fields[_COMPRESSED] = bool(fields[_COMPRESSED])
-    return fields
+def _observation_row(row: SQLiteValues) -> ObservationRow:
+    """An ``_OBSERVATION_COLUMNS`` row (and any columns after them) as its record."""
+    return ObservationRow(
+        id=integer(row[0]), claude_session_id=text(row[1]), project=text(row[2]), prompt_number=integer(row[3]),
+        tool_name=text(row[4]), tool_use_id=text(row[5]), agent_id=optional_text(row[6]),
+        agent_type=optional_text(row[7]), failed=flag(row[8]), type=text(row[9]), title=text(row[10]),
+        subtitle=text(row[11]), facts=text_list(row[12]), narrative=text(row[13]), concepts=text_list(row[14]),
+        files_read=text_list(row[15]), files_modified=text_list(row[16]), compressed=flag(row[17]),
+        compressor=text(row[18]), model=optional_text(row[19]), input_tokens=integer(row[20]),
+        output_tokens=integer(row[21]), created_at=real(row[22]))
 
 
-def _observation_row(row: tuple[Any, ...]) -> ObservationRow:
-    return ObservationRow(*_observation_fields(row))
-
-
-def _observation_detail(row: tuple[Any, ...]) -> ObservationDetail:
+def _observation_detail(row: SQLiteValues) -> ObservationDetail:
+    """An ``_OBSERVATION_COLUMNS`` row followed by the session's row id, the event's id and its payload."""
     session_db_id, event_id, payload = row[_OBSERVATION_WIDTH:]
     tool_input = tool_response = None
     if payload is not None:  # the raw tool data lives in the journal row of the event
-        event = decode_event(payload)
+        event = decode_event(blob(payload))
         if isinstance(event, ObservationEvent):
             tool_input = event.tool_input
             tool_response = event.error if event.failed and event.tool_response is None else event.tool_response
-    return ObservationDetail(*_observation_fields(row), session_db_id=session_db_id, event_id=event_id,
-                             tool_input=tool_input, tool_response=tool_response)
+    return ObservationDetail(**msgspec.structs.asdict(_observation_row(row)), session_db_id=integer(session_db_id),
+                             event_id=integer(event_id), tool_input=tool_input, tool_response=tool_response)
+
+
+def _summary_row(row: SQLiteValues) -> SummaryRow:
+    return SummaryRow(
+        id=integer(row[0]), claude_session_id=text(row[1]), project=text(row[2]), prompt_number=integer(row[3]),
+        request=text(row[4]), investigated=text(row[5]), learned=text(row[6]), completed=text(row[7]),
+        next_steps=text(row[8]), notes=text(row[9]), compressed=flag(row[10]), compressor=text(row[11]),
+        model=optional_text(row[12]), input_tokens=integer(row[13]), output_tokens=integer(row[14]),
+        created_at=real(row[15]))
+
+
+def _session_row(row: SQLiteValues) -> SessionRow:
+    """A ``_SESSION_COLUMNS`` row as its record."""
+    return SessionRow(
+        session_db_id=integer(row[0]), claude_session_id=text(row[1]), project=text(row[2]),
+        cwd=optional_text(row[3]), first_prompt=optional_text(row[4]), prompt_counter=integer(row[5]),
+        status=text(row[6]), failure=optional_text(row[7]), input_tokens=integer(row[8]),
+        output_tokens=integer(row[9]), created_at=real(row[10]), updated_at=real(row[11]),
+        completed_at=optional_real(row[12]), observations=integer(row[13]))
+
+
+def _envelope(row: SQLiteValues) -> Envelope:
+    """A journal row's id and payload as the event it holds."""
+    event_id, payload = row
+    return Envelope(integer(event_id), decode_event(blob(payload)))
 
 
 @contextmanager
@@ -103,21 +141,24 @@ def _of_project(column: str, project: str | None) -> str:
 
 
 def _session_heads(connection: apsw.Connection, *, claude_session_ids: Sequence[str]) -> list[SessionHead]:
-    rows = connection.execute(
-        "SELECT claude_session_id, created_at, first_prompt FROM sessions"
+    found = all_rows(
+        connection, "SELECT claude_session_id, created_at, first_prompt FROM sessions"
         " WHERE claude_session_id IN (SELECT value FROM json_each(?))", (to_json(list(claude_session_ids)),))
-    return [SessionHead(*row) for row in rows]
+    return [SessionHead(text(session), real(created_at), optional_text(first_prompt))
+            for session, created_at, first_prompt in found]
 
 
 def _recent_observation_ids(connection: apsw.Connection, *, project: str, limit: int) -> list[int]:
-    rows = connection.execute(  # observations_created (project, created_at) covers it
-        "SELECT id FROM observations WHERE project = ? ORDER BY created_at DESC, id DESC LIMIT ?", (project, limit))
-    return [row_id for (row_id,) in rows]
+    found = all_rows(  # observations_created (project, created_at) covers it
+        connection, "SELECT id FROM observations WHERE project = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+        (project, limit))
+    return [integer(row_id) for (row_id,) in found]
 
 
 def list_summaries(connection: apsw.Connection, *, project: str | None, limit: int,
                     offset: int) -> list[SummaryRow]:
-    rows = connection.execute(
+    found = all_rows(
+        connection,
         "SELECT m.id, s.claude_session_id, m.project, m.prompt_number, m.request, m.investigated,"
         " m.learned, m.completed, m.next_steps, m.notes, m.compressed, m.compressor, m.model,"
         " m.input_tokens, m.output_tokens, m.created_at"
@@ -125,14 +166,15 @@ def list_summaries(connection: apsw.Connection, *, project: str | None, limit: i
         " ORDER BY m.created_at DESC, m.id DESC LIMIT :limit OFFSET :offset",
         {"project": project, "limit": limit, "offset": offset},
     )
-    return [SummaryRow(*row[:10], bool(row[10]), *row[11:]) for row in rows]
+    return [_summary_row(row) for row in found]
 
 
 def observations_by_ids(connection: apsw.Connection, *, ids: Sequence[int]) -> list[ObservationRow]:
-    rows = connection.execute(
+    found = all_rows(
+        connection,
         f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM} WHERE o.id IN (SELECT value FROM json_each(?))",
         (to_json(list(ids)),))
-    by_id = {row.id: row for row in map(_observation_row, rows)}
+    by_id = {row.id: row for row in map(_observation_row, found)}
     return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
 
 
@@ -154,18 +196,18 @@ def _latest_prompt(connection: apsw.Connection, *, project: str, session: str = 
     # The session's own first (a resumed session is about its own work, not another session's newer
     # prompt of the project), on its (session, prompt_number) key; then the project's, on the
     # prompts_project index (project, created_at), newest first: the cost does not grow with the store.
-    queries = [("SELECT p.id, p.text FROM sessions s CROSS JOIN user_prompts p ON p.session_db_id = s.id"
+    queries: list[tuple[str, tuple[str | int, ...]]] = [("SELECT p.id, p.text FROM sessions s CROSS JOIN user_prompts p ON p.session_db_id = s.id"
                 " WHERE s.claude_session_id = ? AND p.project = ? ORDER BY p.prompt_number DESC, p.id DESC LIMIT ?",
                 (session, project, FOCUS_LOOKBACK))] if session else []
     queries.append(("SELECT id, text FROM user_prompts WHERE project = ? ORDER BY created_at DESC, id DESC LIMIT ?",
                     (project, FOCUS_LOOKBACK)))
     newest = None
     for sql, params in queries:
-        for row_id, stored in connection.execute(sql, params):
-            text = typed_prompt(stored)
-            if len(query_terms(text)) >= FOCUS_MIN_WORDS:
-                return row_id, text
-            newest = newest or (row_id, text)
+        for row_id, stored in connection.execute(sql, params):  # read no further than needed
+            prompt = typed_prompt(text(stored))
+            if len(query_terms(prompt)) >= FOCUS_MIN_WORDS:
+                return integer(row_id), prompt
+            newest = newest or (integer(row_id), prompt)
     return newest
 
 
@@ -198,25 +240,32 @@ def context_rows(connection: apsw.Connection, candidates: Sequence[tuple[str, in
 
 
 def session_info(connection: apsw.Connection, claude_session_id: str) -> SessionInfo | None:
-    row = connection.execute(
+    row = optional_row(
+        connection,
         "SELECT s.id, s.claude_session_id, s.project, s.status, s.prompt_counter,"
         " coalesce((SELECT text FROM user_prompts p WHERE p.session_db_id = s.id"
         "           ORDER BY prompt_number DESC LIMIT 1), ''), s.input_tokens + s.output_tokens"
         " FROM sessions s WHERE s.claude_session_id = ?",
         (claude_session_id,),
-    ).fetchone()
-    return SessionInfo(*row) if row else None
+    )
+    if row is None:
+        return None
+    session_db_id, session, project, status, prompt_counter, last_prompt, tokens_used = row
+    return SessionInfo(integer(session_db_id), text(session), text(project), text(status), integer(prompt_counter),
+                       text(last_prompt), integer(tokens_used))
 
 
 def summary_inputs(connection: apsw.Connection, session: SessionInfo) -> SummaryInputs:
     prompts = [
-        text
-        for (text,) in connection.execute(
+        text(prompt)
+        for (prompt,) in all_rows(
+            connection,
             "SELECT text FROM user_prompts WHERE session_db_id = ? ORDER BY prompt_number",
             (session.session_db_id,),
         )
     ]
-    observations = connection.execute(
+    observations = all_rows(
+        connection,
         f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM} WHERE o.session_db_id = ? ORDER BY o.id",
         (session.session_db_id,),
     )
@@ -226,54 +275,59 @@ def summary_inputs(connection: apsw.Connection, session: SessionInfo) -> Summary
 def list_sessions(connection: apsw.Connection, *, project: str | None, limit: int, offset: int) -> list[SessionRow]:
     # The page first, then its observation counts: counted for every session of the project
     # before the sort, they would cost a count per session of the project on every page.
-    rows = connection.execute(
+    found = all_rows(
+        connection,
         f"SELECT {_SESSION_COLUMNS} FROM (SELECT * FROM sessions WHERE {_of_project('project', project)}"
         " ORDER BY updated_at DESC, id DESC LIMIT :limit OFFSET :offset) s ORDER BY updated_at DESC, id DESC",
         {"project": project, "limit": limit, "offset": offset},
     )
-    return [SessionRow(*row) for row in rows]
+    return [_session_row(row) for row in found]
 
 
 def list_projects(connection: apsw.Connection, *, limit: int, offset: int = 0,
                   containing: str | None = None) -> list[ProjectRow]:
-    rows = connection.execute(  # the sessions_project index (project, updated_at) covers it
+    found = all_rows(  # the sessions_project index (project, updated_at) covers it
+        connection,
         "SELECT project, count(*), max(updated_at) FROM sessions"
         " WHERE ?1 IS NULL OR instr(lower(project), lower(?1)) > 0 GROUP BY project"
         " ORDER BY max(updated_at) DESC, project LIMIT ?2 OFFSET ?3", (containing, limit, offset))
-    return [ProjectRow(*row) for row in rows]
+    return [ProjectRow(text(project), integer(sessions), real(last_active_at))
+            for project, sessions, last_active_at in found]
 
 
 def session_by_db_id(connection: apsw.Connection, session_db_id: int) -> SessionRow | None:
-    row = connection.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE id = ?",
-                             (session_db_id,)).fetchone()
-    return SessionRow(*row) if row else None
+    row = optional_row(connection, f"SELECT {_SESSION_COLUMNS} FROM sessions s WHERE id = ?", (session_db_id,))
+    return _session_row(row) if row is not None else None
 
 
 def list_observations(connection: apsw.Connection, *, project: str | None, limit: int,
                       offset: int) -> list[ObservationRow]:
-    rows = connection.execute(
+    found = all_rows(
+        connection,
         f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM} WHERE {_of_project('o.project', project)}"
         " ORDER BY o.created_at DESC, o.id DESC LIMIT :limit OFFSET :offset",
         {"project": project, "limit": limit, "offset": offset},
     )
-    return [_observation_row(row) for row in rows]
+    return [_observation_row(row) for row in found]
 
 
 def get_observation(connection: apsw.Connection, observation_id: int) -> ObservationDetail | None:
-    row = connection.execute(
+    row = optional_row(
+        connection,
         f"SELECT {_OBSERVATION_COLUMNS}, o.session_db_id, o.event_id, p.payload {_OBSERVATIONS_FROM}"
         " LEFT JOIN journal_payloads p ON p.id = o.event_id WHERE o.id = ?",
         (observation_id,),
-    ).fetchone()
-    return _observation_detail(row) if row else None
+    )
+    return _observation_detail(row) if row is not None else None
 
 
 def llm_tokens_since(connection: apsw.Connection, timestamp: float) -> int:
-    (tokens,) = connection.execute(
+    (tokens,) = one_row(
+        connection,
         "SELECT (SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM observations WHERE stored_at >= ?1)"
         " + (SELECT coalesce(sum(input_tokens + output_tokens), 0) FROM session_summaries"
-        "    WHERE stored_at >= ?1)", (timestamp,)).fetchone()
-    return int(tokens)
+        "    WHERE stored_at >= ?1)", (timestamp,))
+    return integer(tokens)
 
 
 # The parked sessions /debug names, at most.
@@ -283,20 +337,18 @@ PARKED_SESSIONS_LISTED = 20
 def journal_counts(connection: apsw.Connection) -> JournalCounts:
     # Open rows come from the small partial index; journal rows are never
     # deleted, so the rest are done: no scan of the whole journal per /debug.
-    counts = dict(connection.execute(
-        "SELECT status, count(*) FROM journal WHERE status != 'done' GROUP BY status").fetchall())
-    (total,) = connection.execute("SELECT coalesce(max(id), 0) FROM journal").fetchone()
+    counts = {text(status): integer(count) for status, count in all_rows(
+        connection, "SELECT status, count(*) FROM journal WHERE status != 'done' GROUP BY status")}
+    (total,) = one_row(connection, "SELECT coalesce(max(id), 0) FROM journal")
     pending, parked = counts.get("pending", 0), counts.get("parked", 0)
-    sessions = [session for (session,) in connection.execute(
-        "SELECT DISTINCT claude_session_id FROM journal WHERE status = 'parked' LIMIT ?",
+    sessions = [text(session) for (session,) in all_rows(
+        connection, "SELECT DISTINCT claude_session_id FROM journal WHERE status = 'parked' LIMIT ?",
         (PARKED_SESSIONS_LISTED,))] if parked else []
-    return JournalCounts(pending, parked, total - pending - parked, sessions)
+    return JournalCounts(pending, parked, integer(total) - pending - parked, sessions)
 
 
 def pending_events(connection: apsw.Connection) -> list[Envelope]:
     """The journal's pending events, in journal order: what a start replays."""
-    cursor = connection.execute(
-        "SELECT j.id, p.payload FROM journal j JOIN journal_payloads p ON p.id = j.id"
-        " WHERE j.status = 'pending' ORDER BY j.id"
-    )
-    return [Envelope(event_id, decode_event(payload)) for event_id, payload in cursor]
+    return [_envelope(row) for row in all_rows(
+        connection, "SELECT j.id, p.payload FROM journal j JOIN journal_payloads p ON p.id = j.id"
+        " WHERE j.status = 'pending' ORDER BY j.id")]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import apsw
 
+from sessionmem.storage.sqlite_values import all_rows, integer, one_row, text
+
 _V1 = """
 CREATE TABLE sessions (
     id                INTEGER PRIMARY KEY,
@@ -273,7 +275,7 @@ def migrate(connection: apsw.Connection) -> int:
         A database newer than this code (a downgrade) raises :class:`SchemaTooNew`
         rather than guessing; any SQL error rolls back the step that raised it.
     """
-    (version,) = connection.execute("PRAGMA user_version").fetchone()
+    version = integer(one_row(connection, "PRAGMA user_version")[0])
     if version > len(MIGRATIONS):
         raise SchemaTooNew(f"database schema version {version} is newer than this sessionmem ({len(MIGRATIONS)})")
     if version and "payload" in _columns(connection, "journal"):
@@ -287,7 +289,7 @@ def migrate(connection: apsw.Connection) -> int:
 
 
 def _columns(connection: apsw.Connection, table: str) -> set[str]:
-    return {name for (name,) in connection.execute("SELECT name FROM pragma_table_info(?)", (table,))}
+    return {text(name) for (name,) in all_rows(connection, "SELECT name FROM pragma_table_info(?)", (table,))}
 
 
 def _move_payloads_out(connection: apsw.Connection) -> None:

@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TypeVar, TypeVarTuple
 
 import apsw
 import trio
@@ -83,7 +83,11 @@ from sessionmem.storage.checkpointer import IDLE_S, Checkpointer
 from sessionmem.storage.file_memory_cache import FileRecallCache
 from sessionmem.storage.readers import ReaderPool, ReadGatherer
 from sessionmem.storage.sqlite_setup import open_writer
-from sessionmem.storage.writer import BACKGROUND_WEIGHT, GroupCommitWriter
+from sessionmem.storage.writer import BACKGROUND_WEIGHT, GroupCommitWriter, Together
+
+T = TypeVar("T")
+A = TypeVar("A")
+Args = TypeVarTuple("Args")
 
 # What the disk or the file system does to a write, as opposed to what a request does:
 # SQLITE_FULL, SQLITE_IOERR, SQLITE_READONLY, SQLITE_CANTOPEN.
@@ -162,8 +166,8 @@ class SQLiteStore:
         return StoreStatistics(str(self.path), self._writer.statistics(), self._checkpointer.statistics(),
                                self._gathered.statistics(), self._file_recall.statistics())
 
-    async def write(self, fn: Any, *args: Any, on_commit: Any = None, background: bool = False,
-                    weight: int = 1) -> Any:
+    async def write(self, fn: Callable[[apsw.Connection, *Args], T], *args: *Args,
+                    on_commit: Callable[[T], None] | None = None, background: bool = False, weight: int = 1) -> T:
         """``fn(connection, *args)`` in a group commit; ``background`` and ``weight`` as
         :meth:`GroupCommitWriter.submit` has them (what actors store is background work).
         Every write of the store goes through here; a database that cannot take writes
@@ -172,8 +176,9 @@ class SQLiteStore:
             return await writer.submit(lambda connection: fn(connection, *args), on_commit=on_commit,
                                        background=background, weight=weight)
 
-    async def _write_together(self, together: Any, argument: Any, *, on_commit: Any = None, background: bool = False,
-                              weight: int = 1) -> Any:
+    async def _write_together(self, together: Together[A, T], argument: A, *,
+                              on_commit: Callable[[T], None] | None = None, background: bool = False,
+                              weight: int = 1) -> T:
         """``together(connection, [argument])[0]`` in a group commit, in one call with the writes of
         its kind beside it (:meth:`GroupCommitWriter.submit_together`)."""
         with self._taking_writes() as writer:

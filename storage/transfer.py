@@ -20,13 +20,28 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 import apsw
 import msgspec
 
 from sessionmem.protocol import routes
-from sessionmem.records import Identifier, ObservationType, PathText, SessionId, ToolName
+from sessionmem.records import OBSERVATION_TYPES, Identifier, ObservationType, PathText, SessionId, ToolName
+from sessionmem.storage.sqlite_values import (
+    all_rows,
+    flag,
+    integer,
+    one_of,
+    optional_real,
+    optional_row,
+    optional_text,
+    real,
+    text,
+    text_list,
+)
+
+if TYPE_CHECKING:
+    from apsw import SQLiteValues
 
 FORMAT = routes.EXPORT_FORMAT
 VERSION = routes.EXPORT_VERSION
@@ -47,10 +62,11 @@ class Header(msgspec.Struct, frozen=True, rename="camel", tag="header", tag_fiel
 # import itself.)
 Moment = Annotated[float, msgspec.Meta(ge=0, le=32_503_680_000)]
 PromptNumber = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
-SessionStatus = Literal["initialized", "active", "completed", "failed"]
+SessionStatus = Literal["initialized", "active", "completed", "failed"]  # the CHECK of sessions.status
+SESSION_STATUSES: tuple[SessionStatus, ...] = get_args(SessionStatus)
 
 
-class SessionRecord(msgspec.Struct, frozen=True, rename="camel", tag="session", tag_field="kind"):
+class SessionRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag="session", tag_field="kind"):
     claude_session_id: SessionId
     project: PathText
     cwd: PathText | None = None
@@ -68,7 +84,8 @@ class PromptRecord(msgspec.Struct, frozen=True, rename="camel", tag="prompt", ta
     created_at: Moment
 
 
-class ObservationRecord(msgspec.Struct, frozen=True, rename="camel", tag="observation", tag_field="kind"):
+class ObservationRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag="observation",
+                        tag_field="kind"):
     claude_session_id: SessionId
     project: PathText
     prompt_number: PromptNumber
@@ -91,7 +108,7 @@ class ObservationRecord(msgspec.Struct, frozen=True, rename="camel", tag="observ
     model: str | None = None
 
 
-class SummaryRecord(msgspec.Struct, frozen=True, rename="camel", tag="summary", tag_field="kind"):
+class SummaryRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag="summary", tag_field="kind"):
     claude_session_id: SessionId
     project: PathText
     prompt_number: PromptNumber
@@ -119,9 +136,6 @@ class ImportCounts(msgspec.Struct, frozen=True):
     already_there: int = 0  # records that were imported before (or stored live): nothing changed
 
 
-_json_list = msgspec.json.Decoder(list[str])
-
-
 # -- export -------------------------------------------------------------------------------
 
 
@@ -129,33 +143,67 @@ def export_page(connection: apsw.Connection, *, project: str | None, since: floa
                 after_session: int) -> tuple[list[Record], int]:
     """The records of up to :data:`PAGE` sessions (by row id, after ``after_session``) of ``project``
     that have anything since ``since``; and the last session's row id (0: no more)."""
-    sessions = connection.execute(
+    sessions = all_rows(
+        connection,
         "SELECT id, claude_session_id, project, cwd, first_prompt, status, created_at, updated_at, completed_at"
         " FROM sessions WHERE id > ?1 AND (?2 IS NULL OR project = ?2) AND (?3 IS NULL OR updated_at >= ?3)"
-        " ORDER BY id LIMIT ?4", (after_session, project, since, PAGE)).fetchall()
+        " ORDER BY id LIMIT ?4", (after_session, project, since, PAGE))
     records: list[Record] = []
-    for row_id, claude_id, session_project, cwd, first, status, created, updated, completed in sessions:
-        records.append(SessionRecord(claude_id, session_project, cwd, first, status, created, updated, completed))
-        window = (row_id, since)
-        records += [PromptRecord(claude_id, number, text, at) for number, text, at in connection.execute(
-            "SELECT prompt_number, text, created_at FROM user_prompts WHERE session_db_id = ?1"
+    last = 0
+    for row in sessions:
+        last, session = integer(row[0]), _session_record(row[1:])
+        records.append(session)
+        window = (last, since)
+        claude_id = session.claude_session_id
+        records += [PromptRecord(claude_id, integer(number), text(prompt), real(at)) for number, prompt, at in all_rows(
+            connection, "SELECT prompt_number, text, created_at FROM user_prompts WHERE session_db_id = ?1"
             " AND (?2 IS NULL OR created_at >= ?2) ORDER BY prompt_number", window)]
-        for row in connection.execute(
-                "SELECT project, prompt_number, tool_name, tool_use_id, type, title, created_at, agent_id, agent_type,"
-                " failed, subtitle, facts, narrative, concepts, files_read, files_modified, compressed, compressor,"
-                " model FROM observations WHERE session_db_id = ?1 AND (?2 IS NULL OR created_at >= ?2) ORDER BY id",
-                window):
-            fields = list(row)
-            for index in (11, 13, 14, 15):
-                fields[index] = _json_list.decode(fields[index])
-            fields[9], fields[16] = bool(fields[9]), bool(fields[16])
-            records.append(ObservationRecord(claude_id, *fields))
-        records += [SummaryRecord(claude_id, *row[:3], *row[3:9], bool(row[9]), *row[10:]) for row in connection.execute(
-            "SELECT project, prompt_number, created_at, request, investigated, learned, completed, next_steps, notes,"
-            " compressed, compressor, model FROM session_summaries WHERE session_db_id = ?1"
+        records += [_observation_record(claude_id, row) for row in all_rows(
+            connection,
+            f"SELECT {_OBSERVATION_COLUMNS} FROM observations WHERE session_db_id = ?1"
             " AND (?2 IS NULL OR created_at >= ?2) ORDER BY id", window)]
-    last = sessions[-1][0] if len(sessions) == PAGE else 0
-    return records, last
+        records += [_summary_record(claude_id, row) for row in all_rows(
+            connection,
+            f"SELECT {_SUMMARY_COLUMNS} FROM session_summaries WHERE session_db_id = ?1"
+            " AND (?2 IS NULL OR created_at >= ?2) ORDER BY id", window)]
+    return records, (last if len(sessions) == PAGE else 0)
+
+
+def _session_record(row: SQLiteValues) -> SessionRecord:
+    claude_id, project, cwd, first_prompt, status, created_at, updated_at, completed_at = row
+    return SessionRecord(
+        claude_session_id=text(claude_id), project=text(project), cwd=optional_text(cwd),
+        first_prompt=optional_text(first_prompt), status=one_of(status, SESSION_STATUSES),
+        created_at=real(created_at), updated_at=real(updated_at), completed_at=optional_real(completed_at))
+
+
+# In the order _observation_record reads them.
+_OBSERVATION_COLUMNS = (
+    "project, prompt_number, tool_name, tool_use_id, type, title, created_at, agent_id, agent_type, failed, subtitle,"
+    " facts, narrative, concepts, files_read, files_modified, compressed, compressor, model")
+
+
+def _observation_record(claude_id: str, row: SQLiteValues) -> ObservationRecord:
+    return ObservationRecord(
+        claude_session_id=claude_id, project=text(row[0]), prompt_number=integer(row[1]), tool_name=text(row[2]),
+        tool_use_id=text(row[3]), type=one_of(row[4], OBSERVATION_TYPES), title=text(row[5]),
+        created_at=real(row[6]), agent_id=optional_text(row[7]), agent_type=optional_text(row[8]),
+        failed=flag(row[9]), subtitle=text(row[10]), facts=text_list(row[11]), narrative=text(row[12]),
+        concepts=text_list(row[13]), files_read=text_list(row[14]), files_modified=text_list(row[15]),
+        compressed=flag(row[16]), compressor=text(row[17]), model=optional_text(row[18]))
+
+
+# In the order _summary_record reads them.
+_SUMMARY_COLUMNS = ("project, prompt_number, created_at, request, investigated, learned, completed, next_steps, notes,"
+                    " compressed, compressor, model")
+
+
+def _summary_record(claude_id: str, row: SQLiteValues) -> SummaryRecord:
+    return SummaryRecord(
+        claude_session_id=claude_id, project=text(row[0]), prompt_number=integer(row[1]), created_at=real(row[2]),
+        request=text(row[3]), investigated=text(row[4]), learned=text(row[5]), completed=text(row[6]),
+        next_steps=text(row[7]), notes=text(row[8]), compressed=flag(row[9]), compressor=text(row[10]),
+        model=optional_text(row[11]))
 
 
 # -- import -------------------------------------------------------------------------------
@@ -169,9 +217,9 @@ def _summary_event_id(record: SummaryRecord) -> int:
 
 def _session(connection: apsw.Connection, claude_session_id: str, project: str, at: float) -> tuple[int, bool]:
     """The row id of the session, and whether it was made now (a record came without its session's)."""
-    row = connection.execute("SELECT id FROM sessions WHERE claude_session_id = ?", (claude_session_id,)).fetchone()
-    if row:
-        return row[0], False
+    row = optional_row(connection, "SELECT id FROM sessions WHERE claude_session_id = ?", (claude_session_id,))
+    if row is not None:
+        return integer(row[0]), False
     connection.execute(
         "INSERT INTO sessions (claude_session_id, project, status, created_at, updated_at) VALUES (?, ?, 'completed', ?, ?)",
         (claude_session_id, project, at, at))
@@ -227,9 +275,10 @@ def import_records(connection: apsw.Connection, records: Sequence[Record], now: 
         else:
             # The same summary by what it is, not by its event id: one the worker made itself has
             # its journal event's (an import of a store into itself made every summary twice).
-            if connection.execute(
+            if optional_row(
+                    connection,
                     "SELECT 1 FROM session_summaries WHERE session_db_id = ? AND prompt_number = ? AND created_at = ?",
-                    (session, record.prompt_number, record.created_at)).fetchone():
+                    (session, record.prompt_number, record.created_at)) is not None:
                 counts["already_there"] += 1
                 continue
             connection.execute(

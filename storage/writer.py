@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 import apsw
@@ -50,6 +51,7 @@ import msgspec
 import trio
 
 T = TypeVar("T")
+A = TypeVar("A")
 MAX_BATCH = 512
 # Background work in one transaction: ~64 observation rows, about 10 ms of the writer.
 BACKGROUND_WEIGHT = 64
@@ -57,22 +59,23 @@ BACKGROUND_WEIGHT = 64
 REQUEST_BACKGROUND_WEIGHT = 8
 
 
-# Runs the writes of one kind together: one result for each argument, in their order.
-Together = Callable[[apsw.Connection, list[Any]], list[Any]]
+# Runs the writes of one kind together (arguments of type A): one result for each argument, in their order.
+Together = Callable[[apsw.Connection, list[A]], list[T]]
 
 
 class _Operation(Generic[T]):
     __slots__ = ("fn", "on_commit", "weight", "together", "argument", "done", "result", "error")
+    # Set when ``fn`` (or its ``together`` run) returns, and read only then: once ``done``, if ``error`` is None.
+    result: T
 
     def __init__(self, fn: Callable[[apsw.Connection], T], on_commit: Callable[[T], None] | None,
-                 weight: int = 1, together: Together | None = None, argument: Any = None) -> None:
+                 weight: int = 1, together: Together[Any, T] | None = None, argument: Any = None) -> None:
         self.fn = fn
         self.on_commit = on_commit
         self.weight = weight
         self.together = together
         self.argument = argument
         self.done = trio.Event()
-        self.result: T | None = None
         self.error: BaseException | None = None
 
 
@@ -160,9 +163,9 @@ class GroupCommitWriter:
         """
         return await self._submit(_Operation(fn, on_commit, max(1, weight)), background)
 
-    async def submit_together(self, together: Together, argument: Any, *,
-                              on_commit: Callable[[Any], None] | None = None, background: bool = False,
-                              weight: int = 1) -> Any:
+    async def submit_together(self, together: Together[A, T], argument: A, *,
+                              on_commit: Callable[[T], None] | None = None, background: bool = False,
+                              weight: int = 1) -> T:
         """Run ``together(connection, [argument])[0]`` in the next group commit, as :meth:`submit`,
         and in one call of ``together`` with the arguments of every submission beside it (in
         the same transaction, one after the other) that names the same function.
@@ -171,8 +174,8 @@ class GroupCommitWriter:
         when a transaction must be run again one operation at a time (one of them failed),
         each is.
         """
-        operation: _Operation[Any] = _Operation(lambda connection: _alone(together, connection, argument),
-                                                on_commit, max(1, weight), together, argument)
+        operation = _Operation(partial(_alone, together, argument=argument), on_commit, max(1, weight), together,
+                               argument)
         return await self._submit(operation, background)
 
     async def _submit(self, operation: _Operation[T], background: bool) -> T:
@@ -191,7 +194,7 @@ class GroupCommitWriter:
         await operation.done.wait()
         if operation.error is not None:
             raise operation.error
-        return operation.result  # type: ignore[return-value]
+        return operation.result
 
     async def run_alone(self, fn: Callable[[apsw.Connection], T]) -> T:
         """Run ``fn(connection)`` between two group commits, outside any transaction (VACUUM, say).
@@ -218,8 +221,8 @@ class GroupCommitWriter:
         """The next batch (module docstring), and whether both lanes are closed and empty."""
         batch: list[_Operation[Any]] = []
         requests_ended = _take_into(batch, self._receive, self._max_batch)
-        for operation in batch:
-            self._waiting.pop(operation, None)
+        for request in batch:
+            self._waiting.pop(request, None)
         most = self._request_background_weight if batch else self._background_weight
         weight, background_ended = 0, False
         while weight < most:
@@ -282,7 +285,7 @@ class GroupCommitWriter:
         except Exception:
             pass  # rolled back: redo the batch isolating each operation
         for operation in batch:
-            operation.result = operation.error = None
+            operation.error = None  # (and each result is set again)
         try:
             self._transaction(batch, isolate=True)
         except _TransactionLost as lost:
@@ -339,7 +342,7 @@ def _run_isolated(connection: apsw.Connection, batch: list[_Operation[Any]]) -> 
         connection.execute("RELEASE operation")
 
 
-def _alone(together: Together, connection: apsw.Connection, argument: Any) -> Any:
+def _alone(together: Together[A, T], connection: apsw.Connection, *, argument: A) -> T:
     (result,) = together(connection, [argument])
     return result
 

@@ -21,8 +21,14 @@ SHOP = "/home/me/shop"
 AUTH = f"{SHOP}/src/auth.py"
 
 
+def remembered(number: int, session: str, created_at: float, title: str) -> FileMemory:
+    """A change to the file that ``session`` made."""
+    return FileMemory(id=number, claude_session_id=session, created_at=created_at, type="change", title=title,
+                      subtitle="", facts=[], modified=True)
+
+
 def memory(number: int, session: str = "before") -> list[FileMemory]:
-    return [FileMemory(number, session, 1.0, "change", f"Edited auth.py #{number}", "", [], True)]
+    return [remembered(number, session, 1.0, f"Edited auth.py #{number}")]
 
 
 def edit(path: str, title: str = "Edited auth.py") -> CompressedObservation:
@@ -40,7 +46,7 @@ def test_a_store_joins_the_front_of_the_rows_of_every_file_a_lookup_would_find_i
     assert all(cache.get(key) == memory(1) for key in keys)
     cache.stored("mine", "shop", [(8, 6.0, edit(AUTH, "Edited auth.py again")),
                                   (9, 7.0, CompressedObservation("discovery", "Read auth.py", files_read=(AUTH,)))])
-    joined = [FileMemory(8, "mine", 6.0, "change", "Edited auth.py again", "", [], True), *memory(1)]
+    joined = [remembered(8, "mine", 6.0, "Edited auth.py again"), *memory(1)]
     assert [cache.get(key) for key in keys] == [joined, joined, joined, memory(1), memory(1)]  # (a bare read: never)
     assert cache.statistics().hits == 10 and cache.statistics().misses == 5
 
@@ -48,7 +54,7 @@ def test_a_store_joins_the_front_of_the_rows_of_every_file_a_lookup_would_find_i
 def test_a_row_read_after_its_commit_is_not_joined_twice() -> None:
     cache = FileRecallCache()
     key = ("shop", AUTH)
-    read = [FileMemory(8, "mine", 6.0, "change", "Edited auth.py", "", [], True), *memory(1)]
+    read = [remembered(8, "mine", 6.0, "Edited auth.py"), *memory(1)]
     cache.put(key, cache.ticket(), read)  # read after the commit, kept before the store was told of it
     cache.stored("mine", "shop", [(8, 6.0, edit(AUTH))])
     assert cache.get(key) == read
@@ -62,8 +68,8 @@ def test_rows_read_while_stores_committed_are_kept_with_what_was_stored() -> Non
     cache.stored("other", "shop", [(6, 2.0, edit(AUTH))])  # this file: the read may not have seen it
     cache.stored("other", "blog", [(7, 3.0, edit(AUTH))])  # another project's
     cache.put(key, ticket, memory(1))
-    assert cache.get(key) == [FileMemory(6, "other", 2.0, "change", "Edited auth.py", "", [], True), *memory(1)]
-    seen = [FileMemory(6, "other", 2.0, "change", "Edited auth.py", "", [], True), *memory(1)]
+    assert cache.get(key) == [remembered(6, "other", 2.0, "Edited auth.py"), *memory(1)]
+    seen = [remembered(6, "other", 2.0, "Edited auth.py"), *memory(1)]
     cache.put(("shop", "src/auth.py"), ticket, seen)  # a read that saw it: not joined twice
     assert cache.get(("shop", "src/auth.py")) == seen
 

@@ -30,6 +30,7 @@ from sessionmem.storage.row_reads import read_context_start
 from sessionmem.storage.schema import MIGRATIONS, migrate
 from sessionmem.storage.sqlite import open_sqlite_store
 from sessionmem.storage.sqlite_setup import open_writer
+from sessionmem.storage.sqlite_values import UnexpectedRow, flag, integer, one_of, one_row, optional_text, real, text
 
 T = TypeVar("T")
 
@@ -636,3 +637,21 @@ def test_accepts_run_together_leave_what_each_run_alone_leaves(tmp_path: Path) -
         together.close()
         alone.close()
     assert fast >= 10  # the three statements were tried, not only the one by one path
+
+
+def test_a_row_is_read_as_the_types_the_schema_gives_it_or_refused_by_name() -> None:
+    connection = apsw.Connection(":memory:")
+    number, decimal, word, nothing, bit = one_row(connection, "SELECT 7, 1.5, 'seven', NULL, 1")
+    assert (integer(number), real(number), real(decimal), text(word), optional_text(nothing), flag(bit)) == \
+        (7, 7.0, 1.5, "seven", None, True)
+    assert one_of(word, ("six", "seven")) == "seven"
+    with pytest.raises(UnexpectedRow, match="expected an integer in a row of the store, got str 'seven'"):
+        integer(word)
+    with pytest.raises(UnexpectedRow, match="expected a text in a row of the store, got NoneType None"):
+        text(nothing)
+    with pytest.raises(UnexpectedRow, match="expected 0 or 1"):
+        flag(number)
+    with pytest.raises(UnexpectedRow, match="expected one of"):
+        one_of(word, ("six",))
+    with pytest.raises(UnexpectedRow, match="no row from 'SELECT 1 WHERE 0'"):
+        one_row(connection, "SELECT 1 WHERE 0")

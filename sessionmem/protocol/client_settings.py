@@ -23,7 +23,22 @@ DATA_DIR_ENV = "SESSIONMEM_DATA_DIR"
 SETTINGS_FILE = "settings.json"
 HOOK_LOG_FILE = "hooks.log"
 
-DEFAULTS: dict[str, object] = {
+TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    class Defaults(TypedDict):
+        """Each default's type: the type a value of the setting is coerced to."""
+
+        host: str
+        port: int
+        hook_timeout_s: float
+        start_timeout_s: float
+        system_message: bool
+        tool_response_cap: int
+
+
+DEFAULTS: Defaults = {
     "host": "127.0.0.1",
     "port": 37777,
     "hook_timeout_s": 2.0,  # a hook's HTTP budget for one event

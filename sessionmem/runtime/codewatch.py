@@ -49,9 +49,10 @@ def loaded_code_files() -> tuple[str, ...]:
     """The source files of every sessionmem module loaded now, sorted."""
     # A copy first, taken at once under the GIL: a worker thread may import a module meanwhile, and
     # iterating the live dict then failed ("changed size during iteration", seen at a start).
-    files = {module.__file__ for name, module in sys.modules.copy().items()
-             if (name == "sessionmem" or name.startswith("sessionmem.")) and getattr(module, "__file__", None)}
-    return tuple(sorted(files))  # type: ignore[arg-type]
+    files = {file for name, module in sys.modules.copy().items()
+             if (name == "sessionmem" or name.startswith("sessionmem."))
+             and isinstance(file := getattr(module, "__file__", None), str) and file}
+    return tuple(sorted(files))
 
 
 def stamps(files: Iterable[str]) -> dict[str, Stamp]:

@@ -31,7 +31,7 @@ STALL_MS = 100.0  # a wake-up this late counts as a stall
 LOG_STALL_S = 1.0  # a stall this long is logged
 
 
-class LoopStatistics(msgspec.Struct, frozen=True):
+class LoopStatistics(msgspec.Struct, frozen=True, kw_only=True):
     interval_ms: float  # how long the watch asks to sleep each time
     samples: int  # wake-ups measured since the worker started
     lag_p50_ms: float  # how late they were, over the last minute
@@ -90,5 +90,6 @@ class LoopWatch:
         def at(fraction: float) -> float:
             return round(recent[min(len(recent) - 1, int(len(recent) * fraction))] * 1000, 3) if recent else 0.0
 
-        return LoopStatistics(self.interval_s * 1000, self._samples, at(0.5), at(0.99), round(self._max * 1000, 3),
-                              self._max_at, self._stalls, round(sys.getswitchinterval() * 1000, 3))
+        return LoopStatistics(interval_ms=self.interval_s * 1000, samples=self._samples, lag_p50_ms=at(0.5),
+                              lag_p99_ms=at(0.99), lag_max_ms=round(self._max * 1000, 3), lag_max_at=self._max_at,
+                              stalls=self._stalls, gil_switch_interval_ms=round(sys.getswitchinterval() * 1000, 3))
