@@ -45,6 +45,8 @@ class CommandKind(msgspec.Struct, frozen=True):
 
 
 _QUOTED = re.compile(r"'[^']*'|\"(?:\\.|[^\"\\])*\"")
+# A here-document's body is data, not commands (`cat > notes.md <<EOF … EOF`).
+_HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?(.*?)\n.*?\n\s*\1\b", re.S)
 _SEPARATOR = re.compile(r"&&|\|\||;|\n|\|(?!\|)")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # Writing a file through a redirection (not `2>&1`, not to /dev/null) makes a command more than a look.
@@ -142,7 +144,7 @@ def _routine(words: list[str], part: str) -> Routine | None:
 
 def classify(command: str) -> CommandKind:
     """What ``command`` was run for (see the module docstring)."""
-    bare = _QUOTED.sub("Q", command)
+    bare = _QUOTED.sub("Q", _HEREDOC.sub("<<H", command) if "<<" in command else command)
     words_of = [(words, part) for part in _SEPARATOR.split(bare) if (words := _words(part))]
     names = [words[0].rsplit("/", 1)[-1] for words, _ in words_of]
     # A test word inside a look (`ls tests/`, `grep -r pytest`, `git log -- tests`) is no test run.

@@ -35,12 +35,19 @@ _BUGFIX_WORDS = re.compile(r"\b(fix|bug|broken|error|crash|fail|issue|wrong|regr
 _FEATURE_WORDS = re.compile(r"\b(add|implement|create|build|support|introduce|new)\b", re.I)
 _REFACTOR_WORDS = re.compile(r"\b(refactor|rename|clean ?up|simplify|extract|restructure|move)\b", re.I)
 _EXIT_CODE = re.compile(r"Exit code (\d+)")
+_WINDOW = 3000  # characters of an output's start, and of its end, read for errors and test results
 # Claude Code's answer when the user rejects a tool use: a decision of the user's, not a failure.
 _DECLINED = "The user doesn't want to proceed with this tool use"
 # The line of an output that says what went wrong (a compiler's "error:", a refusal, a missing file).
+# Both are matched against the lower-cased text: without re.IGNORECASE the scan of a long output
+# with no match is ten times faster (about 0.3 ms instead of 2.5 ms for 10 kB).
 _ERROR_LINE = re.compile(r"\b(?:error|fatal|exception|failed|failure|denied|not found|no such file|cannot|can't"
-                         r"|segmentation fault|undefined|refused|timed out|invalid)\b|^[ \t]*E\s", re.I | re.M)
-_ERROR_WORD = re.compile(r"\b(?:error|fatal)\b|^[ \t]*!\s", re.I | re.M)
+                         r"|segmentation fault|undefined|refused|timed out|invalid)\b|^[ \t]*e\s", re.M)
+_ERROR_WORD = re.compile(r"\b(?:error|fatal)\b|^[ \t]*!\s", re.M)
+# What each must find somewhere before it is worth running (a substring test runs at C speed).
+_ERROR_WORD_NEEDLES = ("error", "fatal", "!")
+_ERROR_LINE_NEEDLES = ("fa", "exception", "denied", "not found", "no such file", "can", "segmentation", "undefined",
+                       "refused", "timed out", "invalid", "e ", "e\t")
 # A test run that failed although its exit status is hidden (`pytest | tail -20` exits 0).
 _TEST_FAILURE = re.compile(r"\b[1-9]\d* (?:failed|failures?|errors?)\b|^FAILED\b|^--- FAIL|^FAIL\b"
                            r"|test result: FAILED|^Tests?:.*\bfailed", re.M)
@@ -259,7 +266,7 @@ def _describe(event: ObservationEvent, context: SessionContext) -> _Draft:
             draft.type = "failure"
             draft.title = _clip(f"Failed: {draft.title}", _TITLE_MAX)
             draft.concepts.append("gotcha")
-            if (detail := _error_line(event.error)):
+            if (detail := _error_line(_window(event.error))):
                 draft.facts.append(_clip(f"error: {detail}", _FACT_MAX))
     if event.agent_type:
         draft.facts.append(f"done by the {event.agent_type} subagent")
@@ -273,7 +280,7 @@ def _describe_command(event: ObservationEvent, data: dict[str, Any], response_te
     one title of its sort, a test run or a build by whether it passed and why not, a commit by its message."""
     command = str(data.get("command", ""))
     shown = _code(_first_line(command))
-    output = event.error or response_text if event.failed else response_text
+    output = _window(event.error or response_text if event.failed else response_text)
     kind = classify(command)
     if event.failed and _DECLINED in output:
         draft = _Draft("decision", _clip(f"The user declined to run {shown}", _TITLE_MAX))
@@ -288,7 +295,7 @@ def _describe_command(event: ObservationEvent, data: dict[str, Any], response_te
         draft.concepts.append(ROUTINE_CONCEPT)
         return draft
     if kind.kind is Kind.TEST:
-        failed = event.failed or bool(_TEST_FAILURE.search(output))
+        failed = event.failed or _mentions(output, "fail", "error") and bool(_TEST_FAILURE.search(output))
         draft = _Draft("failure" if failed else "discovery",
                        _clip(f"Tests {'failed' if failed else 'passed'}: {shown}", _TITLE_MAX))
         draft.facts.append(_clip(f"command: {command}", _FACT_MAX))
@@ -303,7 +310,8 @@ def _describe_command(event: ObservationEvent, data: dict[str, Any], response_te
         return draft
     if kind.kind is Kind.BUILD:
         # Through a pipe the exit status is the last command's (`make 2>&1 | head`): the output tells.
-        failed = event.failed or "|" in command and bool(_BUILD_FAILURE.search(output))
+        failed = event.failed or "|" in command and _mentions(output, "error", "!") \
+            and bool(_BUILD_FAILURE.search(output))
         draft = _Draft("failure" if failed else "discovery",
                        _clip(f"{'Build failed' if failed else 'Built'}: {shown}", _TITLE_MAX))
         draft.facts += [_clip(f"command: {command}", _FACT_MAX), status if event.failed or not failed else "command failed"]
@@ -336,6 +344,20 @@ def _describe_command(event: ObservationEvent, data: dict[str, Any], response_te
     return draft
 
 
+def _window(text: str) -> str:
+    """The start and the end of a long output: where a compiler's first error and a test runner's summary
+    are. Regular expressions scan a few kilobytes, not the whole capped response (Python's re scans a
+    pattern with no literal prefix at about 0.1 ms a kilobyte)."""
+    return text if len(text) <= 2 * _WINDOW else f"{text[:_WINDOW]}\n{text[-_WINDOW:]}"
+
+
+def _mentions(text: str, *needles: str) -> bool:
+    """Whether ``text`` holds one of ``needles`` (lower case), at C speed: the regular expression after it is
+    skipped for the usual output that has nothing to find."""
+    lowered = text.lower()
+    return any(needle in lowered for needle in needles)
+
+
 def _error_line(text: str) -> str:
     """The line of a failed tool's output that says what went wrong: a Python traceback's last line, else
     the first line naming an error (a compiler's first error, not make's last progress line), else the
@@ -343,8 +365,13 @@ def _error_line(text: str) -> str:
     text = _strip_error_prefix(str(text or ""))
     if "Traceback (most recent call last)" in text:
         return _strip_error_prefix(_last_meaningful_line(text))
-    for pattern in (_ERROR_WORD, _ERROR_LINE):
-        for match in pattern.finditer(text):
+    lowered = text.lower()
+    if len(lowered) != len(text):  # a character whose lower case is longer: positions would not match
+        lowered = "".join(ch if len(ch.lower()) != 1 else ch.lower() for ch in text)
+    for pattern, needles in ((_ERROR_WORD, _ERROR_WORD_NEEDLES), (_ERROR_LINE, _ERROR_LINE_NEEDLES)):
+        if not any(needle in lowered for needle in needles):
+            continue
+        for match in pattern.finditer(lowered):
             start = text.rfind("\n", 0, match.start()) + 1
             end = text.find("\n", match.end())
             line = _strip_error_prefix(text[start:end if end >= 0 else len(text)].strip())
