@@ -12,7 +12,8 @@ within the token budget.
   (:data:`RECENCY_WEIGHT`) orders memories about as relevant, newer first. Without a
   focus: the most recent.
 - **Telling first.** What the offline compressor made of a mere look (a read, a
-  search: where Claude looked, not what it learned) comes after everything else.
+  search, a routine command: where Claude looked, not what it learned) comes after
+  everything else.
 - **Collapsed.** The same action on the same file (``Read src/app.py`` five times, or
   three edits of it) is one line with its ids and a count.
 - **Grouped** by session, each under its first prompt, the sessions holding the best
@@ -35,6 +36,7 @@ from sessionmem.index.actor import VectorIndex
 from sessionmem.records import (
     OBSERVATION,
     PROMPT,
+    ROUTINE_CONCEPT,
     ContextRows,
     FileMemory,
     ObservationRow,
@@ -86,13 +88,15 @@ class ContextPlan(msgspec.Struct, frozen=True):
         return sum(len(line.ids) for group in self.groups for line in group.lines)
 
 
-# What the offline compressor makes of a look (a read, a search) says where Claude
-# looked, not what it learned: such lines go after the others.
+# What the offline compressor makes of a look (a read, a search, a routine command such
+# as `git status` or `ls`) says where Claude looked, not what it learned: such lines go
+# after the others.
 _LOOKS = ("Read", "Grep", "Glob", "LS")
 
 
 def is_bare(row: ObservationRow) -> bool:
-    return row.compressor == "offline" and row.type == "discovery" and row.tool_name in _LOOKS
+    return row.compressor == "offline" and row.type == "discovery" and (
+        row.tool_name in _LOOKS or ROUTINE_CONCEPT in row.concepts)
 
 
 def collapse_key(row: ObservationRow) -> tuple[str, str]:

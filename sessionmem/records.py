@@ -19,6 +19,9 @@ from sessionmem.protocol.limits import MAX_IDENTIFIER, MAX_PATH, MAX_SESSION_ID,
 
 ObservationType = Literal["bugfix", "feature", "refactor", "change", "discovery", "decision", "failure"]
 OBSERVATION_TYPES: tuple[ObservationType, ...] = get_args(ObservationType)
+# The concept the offline compressor gives a routine command (`git status`, `ls`, a formatter): the
+# injected context puts such observations after the others.
+ROUTINE_CONCEPT = "routine"
 
 
 # The lengths of what names a session, a tool use or a path, wherever a body or a record is decoded
