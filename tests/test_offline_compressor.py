@@ -169,9 +169,12 @@ def bash(command: str, output: str = "", *, failed: bool = False, error: str = "
 
 
 def rows_of(events: list[ObservationEvent], observations: list[CompressedObservation]) -> list[ObservationRow]:
-    return [ObservationRow(n, "s", "calcproj", e.prompt_number or 1, e.tool_name, e.tool_use_id, None, None, e.failed,
-                           o.type, o.title, o.subtitle, list(o.facts), o.narrative, list(o.concepts),
-                           list(o.files_read), list(o.files_modified), True, "offline", None, 0, 0, 0.0)
+    return [ObservationRow(id=n, claude_session_id="s", project="calcproj", prompt_number=e.prompt_number or 1,
+                           tool_name=e.tool_name, tool_use_id=e.tool_use_id, agent_id=None, agent_type=None,
+                           failed=e.failed, type=o.type, title=o.title, subtitle=o.subtitle, facts=list(o.facts),
+                           narrative=o.narrative, concepts=list(o.concepts), files_read=list(o.files_read),
+                           files_modified=list(o.files_modified), compressed=True, compressor="offline", model=None,
+                           input_tokens=0, output_tokens=0, created_at=0.0)
             for n, (e, o) in enumerate(zip(events, observations), start=1)]
 
 
