@@ -54,8 +54,15 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-logo --no-cache
 	$(VENV)/bin/python -m tools.typecheck
 
+# The suite runs in PYTEST_WORKERS processes (pytest-xdist): most tests wait for worker processes,
+# hooks and timers rather than compute, so even two cores finish it in about half the time. Tests
+# that must not overlap, or share an expensive module fixture, carry one `xdist_group` mark and run
+# in order on one process (`--dist loadgroup`): the Claude Code CLI tests, the browser tests.
+# `make test PYTEST_ARGS="-n 0"` runs it in this one process; later options win.
+PYTEST_WORKERS ?= 4
+
 test: $(STAMP) $(E2E_STAMP) $(BROWSER_STAMP) bytecode lint
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info e2e/node_modules

@@ -19,6 +19,23 @@ from sessionmem.testing.worker_process import WorkerProcess, start_worker
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
+# Tests that take minutes, started first so that a parallel run (`make test`) does not end waiting
+# for one of them started last; the rest keep their order. A prefix of a test's node id.
+LONGEST_FIRST = (
+    "tests/test_worker_crash_recovery.py::test_five_kills",
+    "tests/test_marketplace.py",  # with it, its xdist group: the Claude Code CLI tests
+    "tests/test_wheel.py",
+    "tests/test_bench_smoke.py",
+    "tests/test_worker_process.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        return next((n for n, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)), len(LONGEST_FIRST))
+
+    items.sort(key=rank)
+
 
 @pytest.fixture
 async def app(tmp_path: Path) -> AsyncIterator[InProcessWorker]:

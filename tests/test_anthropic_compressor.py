@@ -162,8 +162,9 @@ async def test_a_refused_connection_falls_back_and_the_breaker_opens_then_closes
     with socket.socket() as closed:  # a port nobody listens on
         closed.bind(("127.0.0.1", 0))
         nowhere = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    # Open for longer than the test: the later tool uses meet it open however slow the machine is.
     settings = {**LLM_SETTINGS, "llm_max_attempts": 1, "batch_size": 1, "llm_breaker_failures": 2,
-                "llm_breaker_open_s": 0.5}
+                "llm_breaker_open_s": 60}
     async with open_worker(tmp_path / "down", compressor=scripted(nowhere), **settings) as worker:
         for n in range(4):
             await post_tool(worker, "down", f"d{n}")
@@ -174,14 +175,14 @@ async def test_a_refused_connection_falls_back_and_the_breaker_opens_then_closes
     assert [r["compressor"] for r in rows] == ["anthropic", "anthropic", "offline", "offline"]
     assert [r["compressed"] for r in rows] == [False, False, True, True]  # raw fallbacks, then offline ones
 
-    settings["llm_breaker_open_s"] = 0.2
+    settings["llm_breaker_open_s"] = 1.0  # the third tool use meets it open even on a busy machine
     async with open_worker(tmp_path / "flaky", compressor=scripted(messages_api.url), **settings) as worker:
         messages_api.queue(Action(status=500), Action(status=500))
         for n in range(3):
             await post_tool(worker, "flaky", f"f{n}")
             await worker.wait_idle()
         assert (await worker.debug())["compressor"]["breaker"]["state"] == "open"
-        await trio.sleep(0.3)  # half-open: the next batch is a trial call, which succeeds
+        await trio.sleep(1.1)  # half-open: the next batch is a trial call, which succeeds
         await post_tool(worker, "flaky", "f3")
         await worker.wait_idle()
         stats = (await worker.debug())["compressor"]
@@ -201,7 +202,9 @@ UNREADABLE = [  # 2xx replies the SDK cannot read, or messages that are not one:
 
 async def test_an_unreadable_reply_is_a_failure_the_breaker_counts_not_a_crash(
         tmp_path: Path, messages_api: ScriptedMessagesAPI) -> None:
-    settings = {**LLM_SETTINGS, "batch_size": 1, "llm_breaker_failures": 4, "llm_breaker_open_s": 0.3}
+    # Open for 0.8 s (1.6 s once reopened): long enough that the fifth tool use and the look at the
+    # reopened breaker come while it is open, even on a busy machine.
+    settings = {**LLM_SETTINGS, "batch_size": 1, "llm_breaker_failures": 4, "llm_breaker_open_s": 0.8}
     async with open_worker(tmp_path / "data", compressor=scripted(messages_api.url), **settings) as worker:
         messages_api.queue(*UNREADABLE)
         for n in range(len(UNREADABLE) + 1):
@@ -211,12 +214,12 @@ async def test_an_unreadable_reply_is_a_failure_the_breaker_counts_not_a_crash(
         rows = [await observation(worker, f"u{n}") for n in range(len(UNREADABLE) + 1)]
         # The breaker opened on the fourth; once half-open, its trial call meets another
         # unreadable reply: it opens again -- it does not stay half-open, letting nothing through.
-        await trio.sleep(0.35)
+        await trio.sleep(0.9)
         messages_api.queue(UNREADABLE[0])
         await post_tool(worker, "odd", "t1")
         await worker.wait_idle()
         reopened = (await worker.debug())["compressor"]["breaker"]
-        await trio.sleep(0.7)
+        await trio.sleep(1.7)  # reopened for twice as long
         await post_tool(worker, "odd", "t2")  # the model answers again: calls go through
         await worker.wait_idle()
         closed = (await worker.debug())["compressor"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -36,15 +36,38 @@ def loaded_module(tmp_path: Path) -> Iterator[Path]:
         del sys.modules[name]
 
 
+@pytest.fixture
+def looks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many looks at the files the watch has finished (``looks[0]``): tests wait for a look
+    rather than sleep for one, which a busy machine may not have taken yet."""
+    done = [0]
+    stamps = codewatch.stamps
+
+    def counted(paths: Iterable[str]) -> dict[str, codewatch.Stamp]:
+        found = stamps(paths)
+        done[0] += 1
+        return found
+
+    monkeypatch.setattr(codewatch, "stamps", counted)
+    return done
+
+
+async def wait_for_looks(looks: list[int], count: int) -> None:
+    with trio.fail_after(10):
+        while looks[0] < count:
+            await trio.sleep(0.01)
+
+
 def test_the_files_of_loaded_modules_of_ours_only(loaded_module: Path) -> None:
     files = codewatch.loaded_code_files()
     assert str(loaded_module) in files and codewatch.__file__ in files
     assert trio.__file__ not in files and list(files) == sorted(files)
 
 
-async def test_a_rewritten_module_is_a_change_once_it_holds_still(loaded_module: Path,
+async def test_a_rewritten_module_is_a_change_once_it_holds_still(loaded_module: Path, looks: list[int],
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(codewatch, "SETTLE_S", 0.2)
+    # Writes come every 0.1 s; a second of settling holds even when a busy machine delays one.
+    monkeypatch.setattr(codewatch, "SETTLE_S", 1.0)
     found: list[str] = []
 
     async def watch() -> None:
@@ -52,7 +75,7 @@ async def test_a_rewritten_module_is_a_change_once_it_holds_still(loaded_module:
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(watch)
-        await trio.sleep(0.3)
+        await wait_for_looks(looks, 3)
         assert found == []  # nothing changed: nothing said
         for version in range(2, 6):  # an upgrade writing for a while: still settling
             loaded_module.write_text(f"VERSION = {version}  # {'x' * version}\n")
@@ -64,7 +87,8 @@ async def test_a_rewritten_module_is_a_change_once_it_holds_still(loaded_module:
     assert found == [str(loaded_module)]
 
 
-async def test_a_module_gone_is_a_change(loaded_module: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_module_gone_is_a_change(loaded_module: Path, looks: list[int],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(codewatch, "SETTLE_S", 0.05)
     found: list[str] = []
 
@@ -74,12 +98,13 @@ async def test_a_module_gone_is_a_change(loaded_module: Path, monkeypatch: pytes
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch)
-            await trio.sleep(0.2)  # its first look taken
+            await wait_for_looks(looks, 1)  # its first look taken
             loaded_module.unlink()
     assert found == [str(loaded_module)]
 
 
 async def test_a_module_loaded_after_the_first_look_is_watched_too(loaded_module: Path, tmp_path: Path,
+                                                                    looks: list[int],
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(codewatch, "SETTLE_S", 0.05)
     found: list[str] = []
@@ -92,9 +117,9 @@ async def test_a_module_loaded_after_the_first_look_is_watched_too(loaded_module
         with trio.fail_after(5):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(watch)
-                await trio.sleep(0.2)  # its first looks taken
+                await wait_for_looks(looks, 2)  # its first looks taken
                 load(later)  # as the warm-up imports the embedder
-                await trio.sleep(0.2)
+                await wait_for_looks(looks, looks[0] + 2)  # a whole look since: the new module is known
                 assert found == []  # a newly loaded module is no change
                 later.write_text("VERSION = 2  # upgraded\n")
     finally:

@@ -73,7 +73,10 @@ def test_idle_connections_cannot_lock_out_hooks(limited_worker: WorkerProcess) -
                                           "tool_use_id": "under-load", "tool_input": {"file_path": "/w/p/a"}},
                           worker.data_dir)
         assert_silent_success(result)
-        assert time.monotonic() - started < 5
+        # Answered, not spooled: the hook said nothing, within its deadline (3 s) and its start on a
+        # busy machine.
+        assert not (worker.data_dir / "hooks.log").exists()
+        assert time.monotonic() - started < 8
         connections = worker.get("/debug")["connections"]
     assert connections["maxConnections"] == 256 - 64 and connections["peak"] <= 192
     assert connections["evicted"] + connections["refused"] > 0
@@ -89,7 +92,7 @@ def test_a_request_sent_a_byte_at_a_time_is_cut_off(limited_worker: WorkerProces
         slow.sendall(request_head(worker, "/api/sessions/observations", 1000) + b"{")
         started = time.monotonic()
         cut = False
-        while time.monotonic() - started < 10 and not cut:
+        while time.monotonic() - started < 15 and not cut:
             try:
                 slow.sendall(b" ")
             except (BrokenPipeError, ConnectionResetError):
@@ -97,7 +100,8 @@ def test_a_request_sent_a_byte_at_a_time_is_cut_off(limited_worker: WorkerProces
                 break
             cut = closed_by_server(slow, 0.5)
         elapsed = time.monotonic() - started
-    assert cut and elapsed < 5, elapsed  # request_timeout_s (2) and one sweep (1)
+    # request_timeout_s (2) and one sweep (1), and slack for a busy machine; uncut, it trickles on for 15 s.
+    assert cut and elapsed < 8, elapsed
     assert worker.get("/debug")["connections"]["timedOut"] >= 1
 
 
@@ -117,12 +121,13 @@ def _health(connection: http.client.HTTPConnection, token: str | None) -> int:
 def test_the_idle_timeout_counts_only_idle_time(worker_factory: Callable[..., WorkerProcess]) -> None:
     """Requests spaced closer than the keep-alive timeout keep one connection for longer than it;
     a request whose body takes longer than the timeout to arrive is not cut off."""
-    worker = worker_factory(SESSIONMEM_KEEP_ALIVE_TIMEOUT=0.6, SESSIONMEM_REQUEST_TIMEOUT=10)
+    # Gaps of 0.4 s against a timeout of 1.5 s: inside it even when a busy machine delays one.
+    worker = worker_factory(SESSIONMEM_KEEP_ALIVE_TIMEOUT=1.5, SESSIONMEM_REQUEST_TIMEOUT=10)
     connection = http.client.HTTPConnection("127.0.0.1", worker.port, timeout=5)
     try:
         assert _health(connection, worker.token) == 200
         first_socket = connection.sock
-        for _ in range(4):  # 1.6 s in all, each gap well inside 0.6 s
+        for _ in range(5):  # 2 s in all, longer than the timeout
             time.sleep(0.4)
             assert _health(connection, worker.token) == 200
             assert connection.sock is first_socket  # the same connection: it was never closed
@@ -132,10 +137,10 @@ def test_the_idle_timeout_counts_only_idle_time(worker_factory: Callable[..., Wo
     with socket.create_connection(("127.0.0.1", worker.port), timeout=5) as slow:
         body = b'{"claudeSessionId": "idle-timer", "project": "p", "prompt": "hello"}'
         slow.sendall(request_head(worker, "/api/sessions/init", len(body)))
-        time.sleep(1.5)  # busy, not idle: the 0.6 s keep-alive timeout does not apply
+        time.sleep(2.5)  # busy, not idle: the 1.5 s keep-alive timeout does not apply
         slow.sendall(body)
         assert slow.recv(4096).startswith(b"HTTP/1.1 200")
-        assert closed_by_server(slow, 3)  # idle again after its answer: closed at the timeout
+        assert closed_by_server(slow, 5)  # idle again after its answer: closed at the timeout
 
 
 def test_a_connection_the_client_closes_is_let_go_at_once(worker_factory: Callable[..., WorkerProcess]) -> None:
@@ -146,7 +151,7 @@ def test_a_connection_the_client_closes_is_let_go_at_once(worker_factory: Callab
         assert _health(connection, worker.token) == 200
         connection.close()
     # Only the connection asking is open, long before 60 s.
-    assert worker.wait_until(lambda: worker.get("/debug")["connections"]["open"] <= 1 or None, timeout=5)
+    assert worker.wait_until(lambda: worker.get("/debug")["connections"]["open"] <= 1 or None, timeout=20)
 
 
 def test_idle_keep_alive_connections_do_not_hold_the_shutdown(worker_factory: Callable[..., WorkerProcess]) -> None:
@@ -160,6 +165,6 @@ def test_idle_keep_alive_connections_do_not_hold_the_shutdown(worker_factory: Ca
     assert worker.stop() == 0
     stages = {stage["name"]: stage["seconds"]
               for stage in json.loads((worker.data_dir / "worker.shutdown.json").read_text())["stages"]}
-    assert stages["http"] < 1.5, stages
+    assert stages["http"] < 2.5, stages  # held by them, it would take the whole 3 s
     for connection in connections:
         connection.close()

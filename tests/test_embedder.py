@@ -91,10 +91,11 @@ def test_a_long_text_is_truncated_not_refused(minilm: MiniLMEmbedder) -> None:
     # Only the beginning counts: what lies past the model's window changes nothing.
     (with_other_tail,) = minilm.embed([text + " a completely different ending about sourdough bread"])
     np.testing.assert_allclose(vector, with_other_tail, atol=1e-6)
-    # The work is bounded too: a 5 MB tool output is cut before tokenizing (7 s without the cut).
+    # The work is bounded too: a 5 MB tool output is cut before tokenizing (7 s without the cut; the
+    # bound is half that, for a busy machine).
     started = time.perf_counter()
     minilm.embed(["y" * 5_000_000])
-    assert time.perf_counter() - started < 2.0
+    assert time.perf_counter() - started < 3.5
 
 
 def test_statistics_count_texts_and_model_runs() -> None:
@@ -111,9 +112,7 @@ def test_statistics_count_texts_and_model_runs() -> None:
 
 
 def test_construction_loads_nothing() -> None:
-    started = time.perf_counter()
     embedder = MiniLMEmbedder()
-    assert time.perf_counter() - started < 0.05
     assert embedder.statistics().loaded is False
     # Not even onnxruntime or tokenizers are imported until the first text.
     script = ("import sys\nfrom sessionmem.embed.choice import choose_embedder\nchoose_embedder('minilm')\n"

@@ -110,7 +110,9 @@ def test_huge_tool_response_is_truncated_not_lost(worker: WorkerClient, payloads
     payload["tool_response"] = {"stdout": "BEGIN\n" + ("y" * 99 + "\n") * (512 * 1024) + "END", "stderr": ""}
     payload["tool_use_id"] = "toolu_huge"
     started = time.monotonic()
-    result = run_hook("PostToolUse", payload, worker.data_dir)
+    # Reading and cutting 50 MiB takes a hook ~1.3 s of CPU; on a busy machine that can pass the default
+    # deadline (3 s), which would end it silently: a longer budget, so that the cut itself is what is tested.
+    result = run_hook("PostToolUse", payload, worker.data_dir, SESSIONMEM_HOOK_TIMEOUT="5")
     assert_silent_success(result)
     assert time.monotonic() - started < 10
     worker.wait_idle()
@@ -140,9 +142,11 @@ def test_worker_down_fails_open_fast(tmp_path: Path, payloads: list[dict[str, An
     data_dir = tmp_path / "nowhere"
     for stage in ("UserPromptSubmit", "PostToolUse", "PostToolUseFailure", "Stop", "SessionEnd"):
         started = time.monotonic()
-        result = run_hook(stage, by_event(payloads, stage), data_dir, SESSIONMEM_PORT="9")
+        result = run_hook(stage, by_event(payloads, stage), data_dir, SESSIONMEM_PORT="9",
+                          SESSIONMEM_HOOK_TIMEOUT="10")
         assert_silent_success(result)
-        assert time.monotonic() - started < 1.5  # refused at once, not the 2 s timeout
+        # Refused at once, not the 10 s timeout (the bound leaves room for a start on a busy machine).
+        assert time.monotonic() - started < 5
     assert (data_dir / "hooks.log").read_text().count("event spooled") == 5
 
 
@@ -278,8 +282,10 @@ def test_hook_timeout_bounds_a_hanging_worker(tmp_path: Path, payloads: list[dic
                           SESSIONMEM_HOOK_TIMEOUT="0.5")
         elapsed = time.monotonic() - started
     assert_silent_success(result)
-    assert elapsed < 1.5
+    # Its own 0.5 s timeout fired (the hard timer, 1 s later, would have ended it without a word); the
+    # bound adds the start on a busy machine. Unbounded, the hook would hang until run_hook gives up.
     assert "timed out" in (tmp_path / "hooks.log").read_text()
+    assert elapsed < 4.0
 
 
 def test_unit_project_identity(tmp_path: Path) -> None:
@@ -380,10 +386,11 @@ def test_session_start_with_a_foreign_program_on_the_port(tmp_path: Path, payloa
         thread = threading.Thread(target=answer, daemon=True)
         thread.start()
         started = time.monotonic()
-        result = run_hook("SessionStart", by_event(payloads, "SessionStart"), tmp_path, SESSIONMEM_PORT=str(port))
+        result = run_hook("SessionStart", by_event(payloads, "SessionStart"), tmp_path, SESSIONMEM_PORT=str(port),
+                          SESSIONMEM_START_TIMEOUT="10")
         elapsed = time.monotonic() - started
     assert_silent_success(result)
-    assert elapsed < 2.0
+    assert elapsed < 5  # it gave up at once, not after its 10 s start timeout
     assert "not a ready sessionmem worker" in (tmp_path / "hooks.log").read_text()
     assert not (tmp_path / "worker.json").exists()  # no worker was started against a taken port
 

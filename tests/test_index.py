@@ -336,6 +336,11 @@ class CountingEmbedder:
         pass
 
 
+# How long the database must be quiet before catching up goes on: writes come every 20 ms, and on a
+# busy machine one can be late by far more than that without the database being quiet.
+QUIET_S = 0.5
+
+
 class SteadyWrites:
     """A journal write every 20 ms while started: a database that is never quiet for long."""
 
@@ -372,7 +377,7 @@ async def test_catching_up_waits_while_the_database_takes_writes(tmp_path: Path)
             await store.accept_init(InitEvent(f"s{n}", "proj", prompt=f"prompt {n}"), lambda e: None)
         embedder = CountingEmbedder()
         index = VectorIndex(store, EmbedderService(embedder), tmp_path / "index", chunk=8,
-                            quiet_s=0.1, max_yield_s=60)
+                            quiet_s=QUIET_S, max_yield_s=60)
         writes = SteadyWrites(store)  # hooks arriving
 
         async with trio.open_nursery() as nursery:
@@ -386,7 +391,7 @@ async def test_catching_up_waits_while_the_database_takes_writes(tmp_path: Path)
                 await index.caught_up()
             stats = index.statistics()
             assert stats.vectors == 40 and len(embedder.chunks_at) == 5
-            assert embedder.chunks_at[0] >= quiet_from + 0.1 and stats.yields == 1  # then one after the other
+            assert embedder.chunks_at[0] >= quiet_from + QUIET_S and stats.yields == 1  # then one after the other
             # A steady stream of writes delays a chunk by at most max_yield_s.
             index._max_yield_s = 0.3
             writes.start(nursery)
@@ -410,7 +415,7 @@ async def test_what_is_stored_while_catching_up_waits_goes_first_and_counts_as_p
     async with open_sqlite_store(tmp_path / "db.sqlite") as store:
         embedder = CountingEmbedder()
         index = VectorIndex(store, EmbedderService(embedder), tmp_path / "index", chunk=4,
-                            quiet_s=0.1, max_yield_s=60)
+                            quiet_s=QUIET_S, max_yield_s=60)
         writes = SteadyWrites(store)  # a backfill: catching up waits all along
 
         async def prompts(label: str) -> None:

@@ -15,7 +15,8 @@ async def test_a_held_trio_thread_shows_as_a_stall(caplog: pytest.LogCaptureFixt
     watch = LoopWatch(interval_s=0.02, log_stall_s=0.25)
     async with trio.open_nursery() as nursery:
         await nursery.start(watch.run)
-        await trio.sleep(0.2)
+        while watch.statistics().samples < 3:
+            await trio.sleep(0.02)
         before = watch.statistics()
         with caplog.at_level(logging.WARNING, logger="sessionmem.runtime.loopwatch"):
             time.sleep(0.4)  # what a long synchronous step on the Trio thread does

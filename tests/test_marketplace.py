@@ -18,6 +18,9 @@ import pytest
 from .conftest import data_dir_contains
 from .test_e2e_claude_code import CLAUDE, REPO, Harness, claude_harness, observations
 
+# It drives the Claude Code CLI: one CLI at a time when `make test` runs in parallel.
+pytestmark = pytest.mark.xdist_group("claude-code")
+
 HOOK_SH = REPO / "plugin" / "bootstrap" / "hook.sh"
 STAGES = ("SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUseFailure", "Stop", "SubagentStop",
           "SessionEnd")

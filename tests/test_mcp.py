@@ -40,6 +40,9 @@ from sessionmem.testing.worker_process import WorkerProcess
 
 from .test_e2e_claude_code import Conversation, Harness, claude_harness, first_session, observations
 
+# Its end-to-end tests drive the Claude Code CLI: one CLI at a time when `make test` runs in parallel.
+pytestmark = pytest.mark.xdist_group("claude-code")
+
 SESSION = "mcp-session-1"
 ELSEWHERE = "mcp-session-2"
 

@@ -3,7 +3,7 @@ in linear time, and the same rule wherever a field is stripped."""
 
 from __future__ import annotations
 
-import time
+import timeit
 
 import msgspec
 import pytest
@@ -133,12 +133,9 @@ def test_many_far_apart_tags_of_two_kinds() -> None:
 ])
 def test_linear_time_on_adversarial_input(make: object) -> None:
     small, large = make(100_000), make(1_000_000)
-    started = time.perf_counter()
-    strip_private(small)
-    small_s = time.perf_counter() - started
-    started = time.perf_counter()
-    strip_private(large)
-    large_s = time.perf_counter() - started
+    # The best of three runs each: what the work costs, less what other processes took of the CPU.
+    small_s = min(timeit.repeat(lambda: strip_private(small), number=1, repeat=3))
+    large_s = min(timeit.repeat(lambda: strip_private(large), number=1, repeat=3))
     assert large_s < max(0.5, 30 * small_s)  # ten times the input, not a hundred times the time
 
 

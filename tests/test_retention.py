@@ -59,7 +59,8 @@ async def test_old_raw_tool_data_is_pruned_and_the_file_shrinks(tmp_path: Path) 
 
 async def test_the_wal_is_cut_back_once_the_database_is_idle(tmp_path: Path) -> None:
     path = tmp_path / "db.sqlite"
-    async with open_sqlite_store(path, checkpoint_idle_s=0.5) as store:
+    # Idle for 2 s: a busy machine's pause between two writes is not yet an idle database.
+    async with open_sqlite_store(path, checkpoint_idle_s=2.0) as store:
         for number in range(120):
             event = ObservationEvent(claude_session_id="s", project="p", tool_name="Read", tool_use_id=f"t{number}",
                                      tool_response=BIG)

@@ -369,7 +369,9 @@ async def test_full_mailbox_is_503_with_retry_after_and_nothing_half_written(tmp
             statuses.append(reply.status)
             if reply.status == 503:
                 assert reply.headers["retry-after"] == "1" and "busy" in reply.json()["error"]
-            await trio.sleep(0.02)  # let the actor take what it can
+            with trio.fail_after(10):  # the first is taken to the stalled model however slow the machine
+                while n == 0 and stalled[0].waiting == 0:
+                    await trio.sleep(0.01)
         # One tool use is with the stalled model, two wait in the mailbox: the rest are refused.
         assert statuses == [202, 202, 202, 503, 503, 503]
         stalled[0].gate.set()

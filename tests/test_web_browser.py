@@ -30,7 +30,8 @@ from sessionmem.testing.worker_process import WorkerClient, WorkerProcess
 
 from .browser import Browser, open_browser
 
-pytestmark = pytest.mark.slow
+# One browser, set up once for the module, when `make test` runs in parallel.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
 RECORDED = Path(__file__).parent / "fixtures" / "transcripts" / "session-2.1.328.jsonl"
 TOOL_STAGES = ("PostToolUse", "PostToolUseFailure")
