@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from sessionmem.compress.llm import LLMCompressor
+from sessionmem.compress.llm import LazyClient, LLMCompressor
 from sessionmem.compress.prompts import (  # re-exported: what the backend sends
     OBSERVATION_SYSTEM,
     SUMMARY_SYSTEM,
@@ -64,32 +64,24 @@ class AnthropicCompressor(LLMCompressor):
     def __init__(self, settings: Settings, *,
                  client: Callable[[Settings], anthropic.AsyncAnthropic] = default_client, reason: str = "") -> None:
         super().__init__(settings, reason=reason)
-        self._make_client = client
-        self._client: anthropic.AsyncAnthropic | None = None
-        self._client_lock = trio.Lock()
+        self._client = LazyClient(client, settings)
         self._limiter = trio.CapacityLimiter(settings.llm_concurrency)
 
     def _client_ready(self) -> bool:
-        return self._client is not None
+        return self._client.current is not None
 
     async def warm_up(self) -> None:
-        await self._api()
+        await self._client.get()
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-
-    async def _api(self) -> anthropic.AsyncAnthropic:
-        async with self._client_lock:
-            if self._client is None:
-                self._client = await trio.to_thread.run_sync(self._make_client, self._settings)
-            return self._client
+        if self._client.current is not None:
+            await self._client.current.close()
 
     async def _request(self, system: str, content: str) -> tuple[str, int, int]:
-        import anthropic  # loaded by _api() before any call
+        import anthropic  # loaded by the client's making, before any call
 
         settings = self._settings
-        client = await self._api()
+        client = await self._client.get()
         attempt = 0
         while True:
             attempt += 1

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 import msgspec
+import trio
 
 from sessionmem.compress.base import CompressorStatistics, SessionContext
 from sessionmem.compress.breaker import CircuitBreaker
@@ -36,6 +37,29 @@ from sessionmem.records import CompressedObservation, CompressedSummary, Summary
 from sessionmem.settings import Settings
 
 log = logging.getLogger(__name__)
+
+ClientT = TypeVar("ClientT")
+
+
+class LazyClient(Generic[ClientT]):
+    """A backend's client, made once, on a worker thread, the first time it is needed.
+
+    Making one imports an SDK or loads the system's certificates (up to seconds): never on
+    the Trio thread, and never before the worker is up (``warm_up`` makes it early, in the
+    background). Callers that ask while it is being made wait for that one.
+    """
+
+    def __init__(self, make: Callable[[Settings], ClientT], settings: Settings) -> None:
+        self._make = make
+        self._settings = settings
+        self._lock = trio.Lock()
+        self.current: ClientT | None = None
+
+    async def get(self) -> ClientT:
+        async with self._lock:
+            if self.current is None:
+                self.current = await trio.to_thread.run_sync(self._make, self._settings)
+            return self.current
 
 
 class GaveUp(Exception):

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from sessionmem.compress.anthropic_backend import AnthropicCompressor
-from sessionmem.compress.llm import GaveUp
+from sessionmem.compress.llm import GaveUp, LazyClient
 from sessionmem.settings import Settings
 
 if TYPE_CHECKING:
@@ -79,25 +79,18 @@ class OpenAICompatibleCompressor(AnthropicCompressor):
                  http_client: Callable[[Settings], httpx2.AsyncClient] = default_client, reason: str = "") -> None:
         # What is inherited names the model `settings.model` (in requests, records and /debug).
         super().__init__(dataclasses.replace(settings, model=settings.openai_model), reason=reason)
-        self._make_http = http_client
-        self._http: httpx2.AsyncClient | None = None
+        self._http = LazyClient(http_client, self._settings)
         self._secret = settings.openai_api_key
 
     def _client_ready(self) -> bool:
-        return self._http is not None
+        return self._http.current is not None
 
     async def warm_up(self) -> None:
-        await self._http_client()
+        await self._http.get()
 
     async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
-
-    async def _http_client(self) -> httpx2.AsyncClient:
-        async with self._client_lock:
-            if self._http is None:
-                self._http = await trio.to_thread.run_sync(self._make_http, self._settings)
-            return self._http
+        if self._http.current is not None:
+            await self._http.current.aclose()
 
     def _failure(self, message: str, *, tokens: int = 0, trip: bool = False) -> GaveUp:
         if self._secret:
@@ -105,10 +98,10 @@ class OpenAICompatibleCompressor(AnthropicCompressor):
         return super()._failure(message, tokens=tokens, trip=trip)
 
     async def _request(self, system: str, content: str) -> tuple[str, int, int]:
-        import httpx2  # loaded by _http_client() before any call
+        import httpx2  # loaded by the client's making, before any call
 
         settings = self._settings
-        client = await self._http_client()
+        client = await self._http.get()
         request = {
             "model": settings.model,
             "max_tokens": settings.llm_max_tokens,

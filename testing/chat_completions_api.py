@@ -19,26 +19,15 @@ Resource handling:
 
 from __future__ import annotations
 
-import collections
 import json
-import threading
 import time
 import uuid
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from sessionmem.testing.messages_api import STALL_LIMIT_S, Action, default_reply
+from sessionmem.testing.messages_api import default_reply
+from sessionmem.testing.scripted_http import ScriptedHandler, ScriptedServer
 
 COMPLETIONS_PATH = "/v1/chat/completions"
-
-
-@dataclass
-class RecordedRequest:
-    body: dict[str, Any]
-    status: int
-    headers: dict[str, str]  # names in lower case
-    at: float = field(default_factory=time.time)
 
 
 def completion_text(body: dict[str, Any]) -> str:
@@ -48,57 +37,39 @@ def completion_text(body: dict[str, Any]) -> str:
     return default_reply({"system": system, "messages": [messages[-1]]})
 
 
-class ScriptedChatCompletionsAPI:
+class ScriptedChatCompletionsAPI(ScriptedServer):
     """See the module docstring; :attr:`url` is the base URL a client is given (ending in ``/v1``)."""
 
     def __init__(self, *, delay: float = 0.0, usage: bool = True) -> None:
-        self.delay = delay
+        super().__init__(delay=delay)
         self.usage = usage
-        self.script: collections.deque[Action] = collections.deque()
-        self.requests: list[RecordedRequest] = []
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self._lock = threading.Lock()
-        self._open = threading.Event()
-        self._open.set()
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:  # quiet
-                return
-
+        class Handler(ScriptedHandler):
             def do_GET(self) -> None:  # noqa: N802 (stdlib name)
                 if self.path.rstrip("/") == "/v1/models":
-                    self._send(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+                    self.send_json(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
                 else:
-                    self._send(404, _error("not found", "not_found_error"))
+                    self.send_json(404, _error("not found", "not_found_error"))
 
             def do_POST(self) -> None:  # noqa: N802 (stdlib name)
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
+                raw = self.read_body()
                 if self.path != COMPLETIONS_PATH:
-                    self._send(404, _error(f"no route {self.path}", "not_found_error"))
+                    self.send_json(404, _error(f"no route {self.path}", "not_found_error"))
                     return
                 try:
                     body = json.loads(raw)
                 except ValueError:
-                    self._send(400, _error("bad json", "invalid_request_error"))
+                    self.send_json(400, _error("bad json", "invalid_request_error"))
                     return
-                with api._lock:
-                    action = api.script.popleft() if api.script else Action()
-                    headers = {name.lower(): value for name, value in self.headers.items()}
-                    api.requests.append(RecordedRequest(body, action.status, headers))
-                api._open.wait(STALL_LIMIT_S)
-                time.sleep(action.delay or api.delay)
+                action = api._next_action(body, {name.lower(): value for name, value in self.headers.items()})
                 if action.body is not None:  # as it is, with the action's status
-                    self._send(action.status, action.body, content_type=action.content_type)
+                    self.send_json(action.status, action.body, content_type=action.content_type)
                     return
                 if action.status != 200:
                     extra = {"retry-after": str(action.retry_after)} if action.retry_after is not None else {}
                     kind = "rate_limit_exceeded" if action.status == 429 else "server_error"
-                    self._send(action.status, _error("scripted", kind), extra)
+                    self.send_json(action.status, _error("scripted", kind), extra)
                     return
                 if action.echo:
                     text = json.dumps(body["messages"])
@@ -119,79 +90,19 @@ class ScriptedChatCompletionsAPI:
                 if api.usage and "usage" not in action.drop:
                     completion["usage"] = {"prompt_tokens": tokens_in, "completion_tokens": tokens_out,
                                            "total_tokens": tokens_in + tokens_out}
-                    with api._lock:
-                        api.input_tokens += tokens_in
-                        api.output_tokens += tokens_out
+                    api._count_tokens(tokens_in, tokens_out)
                 for key in action.drop:
                     completion.pop(key, None)
                 if action.cut:
-                    self._send_cut(completion)
+                    self.send_cut(completion)
                 else:
-                    self._send(200, completion)
+                    self.send_json(200, completion)
 
-            def _send_cut(self, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data[: len(data) // 2])
-                    self.wfile.flush()
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-                self.close_connection = True
-                self.connection.shutdown(2)  # the reply ends mid-way
-
-            def _send(self, status: int, payload: dict[str, Any] | bytes, headers: dict[str, str] | None = None,
-                      content_type: str = "application/json") -> None:
-                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", content_type)
-                    self.send_header("Content-Length", str(len(data)))
-                    for name, value in (headers or {}).items():
-                        self.send_header(name, value)
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client timed out and went away: that is the point of a delay
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="scripted-chat-completions",
-                                        daemon=True)
-        self._thread.start()
+        self._serve(Handler, "scripted-chat-completions")
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_port}/v1"
-
-    def queue(self, *actions: Action) -> None:
-        with self._lock:
-            self.script.extend(actions)
-
-    def stall(self) -> None:
-        """Hold every reply (those in progress and new ones) until :meth:`resume`."""
-        self._open.clear()
-
-    def resume(self) -> None:
-        self._open.set()
-
-    def statuses(self) -> list[int]:
-        with self._lock:
-            return [r.status for r in self.requests]
-
-    def close(self) -> None:
-        self._open.set()  # a stalled handler thread is let go
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> ScriptedChatCompletionsAPI:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return f"http://127.0.0.1:{self.port}/v1"
 
 
 def _error(message: str, kind: str) -> dict[str, Any]:

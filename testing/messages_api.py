@@ -15,41 +15,17 @@ Resource handling:
 
 from __future__ import annotations
 
-import collections
 import json
 import re
-import threading
-import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from sessionmem.testing.scripted_http import STALL_LIMIT_S, Action, RecordedRequest, ScriptedHandler, ScriptedServer
+
+__all__ = ["STALL_LIMIT_S", "Action", "RecordedRequest", "ScriptedMessagesAPI", "default_reply"]
+
 _TOOL_USE = re.compile(r'<tool_use index="(\d+)" name="([^"]*)"')
-STALL_LIMIT_S = 300.0  # a stall ends on its own after this, so a forgotten resume() cannot hang a test
-
-
-@dataclass
-class Action:
-    """One scripted behaviour for the next request (consumed in order)."""
-
-    status: int = 200
-    retry_after: float | None = None
-    delay: float = 0.0
-    text: str | None = None  # a reply body text instead of the generated XML
-    echo: bool = False  # reply with the request's own text (system prompt and content)
-    cut: bool = False  # announce the whole reply, send half of it, and close the connection
-    body: bytes | None = None  # a 200 with this body as it is (a proxy's page, broken JSON)
-    content_type: str = "application/json"  # of ``body``
-    drop: tuple[str, ...] = ()  # keys left out of the message (``content``, ``usage``)
-
-
-@dataclass
-class RecordedRequest:
-    body: dict[str, Any]
-    status: int
-    at: float = field(default_factory=time.time)
 
 
 def default_reply(body: dict[str, Any]) -> str:
@@ -79,58 +55,41 @@ def default_reply(body: dict[str, Any]) -> str:
 Block = dict[str, Any]  # a Messages API content block: {"type": "text", ...} or {"type": "tool_use", ...}
 
 
-class ScriptedMessagesAPI:
+class ScriptedMessagesAPI(ScriptedServer):
     """See the module docstring. ``responder`` maps a request body to the reply's content
     blocks (default: :func:`default_reply` as one text block); streaming requests
     (``"stream": true``, as the Claude Code CLI sends) are answered as Server-Sent Events."""
 
     def __init__(self, *, delay: float = 0.0, responder: Callable[[dict[str, Any]], list[Block]] | None = None) -> None:
-        self.delay = delay
+        super().__init__(delay=delay)
         self.responder = responder or (lambda body: [{"type": "text", "text": default_reply(body)}])
-        self.script: collections.deque[Action] = collections.deque()
-        self.requests: list[RecordedRequest] = []
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self._lock = threading.Lock()
-        self._open = threading.Event()
-        self._open.set()
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:  # quiet
-                return
-
+        class Handler(ScriptedHandler):
             def do_GET(self) -> None:  # noqa: N802 (stdlib name)
-                self._send(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
+                self.send_json(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
 
             def do_HEAD(self) -> None:  # noqa: N802 (stdlib name)
-                self._send(200, {})
+                self.send_json(200, {})
 
             def do_POST(self) -> None:  # noqa: N802 (stdlib name)
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
+                raw = self.read_body()
                 if "count_tokens" in self.path:
-                    self._send(200, {"input_tokens": max(1, len(raw) // 4)})
+                    self.send_json(200, {"input_tokens": max(1, len(raw) // 4)})
                     return
                 try:
                     body = json.loads(raw)
                 except ValueError:
-                    self._send(400, {"type": "error", "error": {"type": "invalid_request_error", "message": "bad json"}})
+                    self.send_json(400, {"type": "error", "error": {"type": "invalid_request_error", "message": "bad json"}})
                     return
-                with api._lock:
-                    action = api.script.popleft() if api.script else Action()
-                    api.requests.append(RecordedRequest(body, action.status))
-                api._open.wait(STALL_LIMIT_S)
-                time.sleep(action.delay or api.delay)
+                action = api._next_action(body)
                 if action.status != 200:
                     headers = {"retry-after": str(action.retry_after)} if action.retry_after is not None else {}
                     kind = "rate_limit_error" if action.status == 429 else "api_error"
-                    self._send(action.status, {"type": "error", "error": {"type": kind, "message": "scripted"}}, headers)
+                    self.send_json(action.status, {"type": "error", "error": {"type": kind, "message": "scripted"}}, headers)
                     return
                 if action.body is not None:
-                    self._send(200, action.body, content_type=action.content_type)
+                    self.send_json(200, action.body, content_type=action.content_type)
                     return
                 if action.echo:
                     blocks = [{"type": "text", "text": json.dumps(body.get("system")) + str(body["messages"])}]
@@ -140,9 +99,7 @@ class ScriptedMessagesAPI:
                     blocks = api.responder(body)
                 tokens_in = max(1, len(raw) // 4)
                 tokens_out = max(1, len(json.dumps(blocks)) // 4)
-                with api._lock:
-                    api.input_tokens += tokens_in
-                    api.output_tokens += tokens_out
+                api._count_tokens(tokens_in, tokens_out)
                 message = {
                     # Unique per reply: the Claude Code CLI merges turns that share an id.
                     "id": f"msg_{uuid.uuid4().hex}",
@@ -157,25 +114,11 @@ class ScriptedMessagesAPI:
                 for key in action.drop:
                     message.pop(key, None)
                 if action.cut:
-                    self._send_cut(message)
+                    self.send_cut(message)
                 elif body.get("stream"):
                     self._stream(message)
                 else:
-                    self._send(200, message)
-
-            def _send_cut(self, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data[: len(data) // 2])
-                    self.wfile.flush()
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-                self.close_connection = True
-                self.connection.shutdown(2)  # the reply ends mid-way
+                    self.send_json(200, message)
 
             def _stream(self, message: dict[str, Any]) -> None:
                 events: list[tuple[str, dict[str, Any]]] = [
@@ -208,50 +151,8 @@ class ScriptedMessagesAPI:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-            def _send(self, status: int, payload: dict[str, Any] | bytes, headers: dict[str, str] | None = None,
-                      content_type: str = "application/json") -> None:
-                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", content_type)
-                    self.send_header("Content-Length", str(len(data)))
-                    for name, value in (headers or {}).items():
-                        self.send_header(name, value)
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client timed out and went away: that is the point of a delay
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="scripted-messages-api", daemon=True)
-        self._thread.start()
+        self._serve(Handler, "scripted-messages-api")
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_port}"
-
-    def queue(self, *actions: Action) -> None:
-        with self._lock:
-            self.script.extend(actions)
-
-    def stall(self) -> None:
-        """Hold every reply (those in progress and new ones) until :meth:`resume`."""
-        self._open.clear()
-
-    def resume(self) -> None:
-        self._open.set()
-
-    def statuses(self) -> list[int]:
-        with self._lock:
-            return [r.status for r in self.requests]
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> ScriptedMessagesAPI:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return f"http://127.0.0.1:{self.port}"

@@ -51,6 +51,9 @@ class Browser:
         """Open a single-use login link, as `sessionmem open` prints it; the worker sets its cookie."""
         status, body = worker.request("POST", f"/api/auth/login-code?next={page}")
         assert status == 200, body
+        # Leave the page before first: its live stream, reconnecting to a worker that has stopped,
+        # would log a refused connection after the logs were read.
+        self.driver.get("about:blank")
         self.requested_hosts()  # forget what was asked before this page
         self.console_errors()
         self.driver.get(body["url"])

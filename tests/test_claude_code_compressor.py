@@ -31,6 +31,8 @@ from sessionmem.testing.harness import InProcessWorker, open_worker
 from sessionmem.testing.messages_api import Action, ScriptedMessagesAPI
 from sessionmem.testing.worker_process import WorkerProcess, start_worker
 
+from .test_anthropic_compressor import post_tool
+
 REPO = Path(__file__).resolve().parent.parent
 CLAUDE = REPO / "e2e" / "node_modules" / ".bin" / "claude"
 CLI_ADDS_AT_MOST = 1_600  # characters the CLI adds around our system prompt and request (about 1,300 measured)
@@ -309,10 +311,7 @@ async def cli_worker(tmp_path: Path, api: ScriptedMessagesAPI) -> AsyncIterator[
 
 async def post_tools(worker: InProcessWorker, session: str, *ids: str) -> None:
     for tool_use_id in ids:
-        reply = await worker.request("POST", "/api/sessions/observations", {
-            "claudeSessionId": session, "cwd": "/work/llm", "tool_name": "Read", "tool_use_id": tool_use_id,
-            "tool_input": {"file_path": f"/work/llm/{tool_use_id}.py"}, "tool_response": "print('hi')\n"})
-        assert reply.status == 202
+        await post_tool(worker, session, tool_use_id)
 
 
 @pytest.mark.slow

@@ -29,6 +29,7 @@ from sessionmem.testing.messages_api import Action
 from sessionmem.testing.worker_process import WorkerProcess
 
 from .conftest import data_dir_contains
+from .test_anthropic_compressor import post_tool
 
 MODEL = "qwen2.5-coder:7b"
 KEY = "sk-local-5f1c0e9a7b3d4c2e8f6a1b0c9d8e7f6a"  # a key that must never be logged or stored
@@ -54,13 +55,6 @@ def worker_on(data_dir: Path, api: ScriptedChatCompletionsAPI, **settings: Any) 
 async def llm_worker(tmp_path: Path, chat_api: ScriptedChatCompletionsAPI) -> AsyncIterator[InProcessWorker]:
     async with worker_on(tmp_path / "data", chat_api) as worker:
         yield worker
-
-
-async def post_tool(worker: InProcessWorker, session: str, tool_use_id: str) -> None:
-    reply = await worker.request("POST", "/api/sessions/observations", {
-        "claudeSessionId": session, "cwd": "/work/llm", "tool_name": "Read", "tool_use_id": tool_use_id,
-        "tool_input": {"file_path": f"/work/llm/{tool_use_id}.py"}, "tool_response": "print('hi')\n"})
-    assert reply.status == 202
 
 
 async def observations(worker: InProcessWorker) -> list[dict[str, Any]]:

@@ -133,7 +133,7 @@ def plant_hostile_memory(worker: WorkerClient) -> None:
     base = {"session_id": "hostile", "cwd": HOSTILE_CWD}
     send(worker, {**base, "hook_event_name": "UserPromptSubmit", "prompt": HOSTILE_PROMPT})
     send(worker, {**base, "hook_event_name": "PostToolUse", "tool_name": "Bash", "tool_use_id": "t1",
-                  "tool_input": {"command": "echo '<img src=x onerror=\"window.pwned=`title`\">'"},
+                  "tool_input": {"command": "./deploy.sh '<img src=x onerror=\"window.pwned=`title`\">'"},
                   "tool_response": {"stdout": "<script>window.pwned = 'output'</script>"}})
     send(worker, {**base, "hook_event_name": "PostToolUse", "tool_name": "Read", "tool_use_id": "t2",
                   "tool_input": {"file_path": "/w/<svg onload=\"window.pwned='path'\">.py"},

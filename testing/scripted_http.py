@@ -1,0 +1,156 @@
+"""What the scripted model servers share: the script, the record of requests, the stall, the HTTP plumbing.
+
+:class:`ScriptedServer` is the life of one server -- a script of one-off behaviours
+(:class:`Action`, consumed in order), every request recorded (:class:`RecordedRequest`),
+:meth:`~ScriptedServer.stall` and :meth:`~ScriptedServer.resume`, and the threads that
+serve it; :class:`ScriptedHandler` sends a JSON reply whole or cut off mid-way. The
+Messages API (:mod:`.messages_api`) and the chat completions API
+(:mod:`.chat_completions_api`) each add what their wire format says.
+
+Resource handling:
+    A ``ThreadingHTTPServer`` on 127.0.0.1 in a daemon thread, shut down by
+    :meth:`ScriptedServer.close` (or leaving the ``with`` block); a stalled handler is let
+    go by it, and lets itself go after :data:`STALL_LIMIT_S` so a forgotten resume cannot
+    hang a test.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+
+STALL_LIMIT_S = 300.0  # a stall ends on its own after this, so a forgotten resume() cannot hang a test
+
+
+@dataclass
+class Action:
+    """One scripted behaviour for the next request (consumed in order)."""
+
+    status: int = 200
+    retry_after: float | None = None
+    delay: float = 0.0
+    text: str | None = None  # a reply body text instead of the generated XML
+    echo: bool = False  # reply with the request's own text (system prompt and content)
+    cut: bool = False  # announce the whole reply, send half of it, and close the connection
+    body: bytes | None = None  # this body as it is (a proxy's page, broken JSON)
+    content_type: str = "application/json"  # of ``body``
+    drop: tuple[str, ...] = ()  # keys left out of the reply (``content``, ``usage``, ``choices``)
+
+
+@dataclass
+class RecordedRequest:
+    body: dict[str, Any]
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)  # names in lower case
+    at: float = field(default_factory=time.time)
+
+
+class ScriptedHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1, quiet, with the two ways a scripted server answers: whole, or cut off."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        return
+
+    def read_body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def send_json(self, status: int, payload: dict[str, Any] | bytes, headers: dict[str, str] | None = None,
+                  content_type: str = "application/json") -> None:
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client timed out and went away: that is the point of a delay
+
+    def send_cut(self, payload: dict[str, Any]) -> None:
+        """Announce the whole reply, send half of it, and close the connection."""
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self.close_connection = True
+        self.connection.shutdown(2)  # the reply ends mid-way
+
+
+class ScriptedServer:
+    """A scripted server's state and life; a subclass passes its handler class to :meth:`_serve`."""
+
+    def __init__(self, *, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.script: collections.deque[Action] = collections.deque()
+        self.requests: list[RecordedRequest] = []
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self._lock = threading.Lock()
+        self._open = threading.Event()
+        self._open.set()
+
+    def _serve(self, handler: type[ScriptedHandler], thread_name: str) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name=thread_name, daemon=True)
+        self._thread.start()
+
+    def _next_action(self, body: dict[str, Any], headers: dict[str, str] | None = None) -> Action:
+        """The scripted action for this request, recorded; returns once the server is not stalled
+        and the action's delay (or the server's) has passed."""
+        with self._lock:
+            action = self.script.popleft() if self.script else Action()
+            self.requests.append(RecordedRequest(body, action.status, headers or {}))
+        self._open.wait(STALL_LIMIT_S)
+        time.sleep(action.delay or self.delay)
+        return action
+
+    def _count_tokens(self, tokens_in: int, tokens_out: int) -> None:
+        with self._lock:
+            self.input_tokens += tokens_in
+            self.output_tokens += tokens_out
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_port)
+
+    def queue(self, *actions: Action) -> None:
+        with self._lock:
+            self.script.extend(actions)
+
+    def stall(self) -> None:
+        """Hold every reply (those in progress and new ones) until :meth:`resume`."""
+        self._open.clear()
+
+    def resume(self) -> None:
+        self._open.set()
+
+    def statuses(self) -> list[int]:
+        with self._lock:
+            return [r.status for r in self.requests]
+
+    def close(self) -> None:
+        self._open.set()  # a stalled handler thread is let go
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
