@@ -30,8 +30,8 @@ Error handling:
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
@@ -46,6 +46,8 @@ from sessionmem.settings import Settings
 
 if TYPE_CHECKING:
     import anthropic
+
+ReplyT = TypeVar("ReplyT")
 
 __all__ = ["OBSERVATION_SYSTEM", "SUMMARY_SYSTEM", "AnthropicCompressor", "default_client", "observation_request",
            "summary_request"]
@@ -82,6 +84,32 @@ class AnthropicCompressor(LLMCompressor):
 
         settings = self._settings
         client = await self._client.get()
+
+        def retryable(exc: BaseException) -> bool:
+            return not isinstance(exc, anthropic.APIStatusError) or exc.status_code == 429 or exc.status_code >= 500
+
+        message = await self._with_retries(
+            lambda: client.messages.create(model=settings.model, max_tokens=settings.llm_max_tokens, system=system,
+                                           messages=[{"role": "user", "content": content}]),
+            transient=(anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APIConnectionError,
+                       anthropic.APIStatusError),
+            retryable=retryable, described=str)
+        return self._reply_parts(message, len(system) + len(content))
+
+    async def _with_retries(self, send: Callable[[], Awaitable[ReplyT]], *,
+                            transient: tuple[type[BaseException], ...], retryable: Callable[[BaseException], bool],
+                            described: Callable[[BaseException], str]) -> ReplyT:
+        """``send()`` within the concurrency limit and the call timeout, retried with backoff.
+
+        Errors of ``transient`` types (and a call past its timeout) are tried again while
+        ``retryable`` says so and attempts remain (``llm_max_attempts``), honouring
+        ``Retry-After``; then, or for any other error (the client could not read a 2xx
+        reply: a proxy's or a captive portal's page), :class:`GaveUp` -- not retried, since
+        what answered will answer the same, and a failure the breaker counts rather than a
+        crash of the session's actor.
+        """
+        settings = self._settings
+        transient_or_late: tuple[type[BaseException], ...] = (*transient, trio.TooSlowError)
         attempt = 0
         while True:
             attempt += 1
@@ -91,28 +119,16 @@ class AnthropicCompressor(LLMCompressor):
                     self._counters.calls += 1
                     try:
                         with trio.fail_after(settings.llm_timeout_s + 5):
-                            message = await client.messages.create(
-                                model=settings.model,
-                                max_tokens=settings.llm_max_tokens,
-                                system=system,
-                                messages=[{"role": "user", "content": content}],
-                            )
+                            return await send()
                     finally:
                         self._counters.in_flight -= 1
-            except (anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APIConnectionError,
-                    anthropic.APIStatusError, trio.TooSlowError) as exc:
-                retryable = not isinstance(exc, anthropic.APIStatusError) or exc.status_code == 429 or exc.status_code >= 500
-                if not retryable or attempt >= settings.llm_max_attempts:
-                    raise self._failure(f"LLM call failed after {attempt} attempt(s): {exc}") from exc
+            except transient_or_late as exc:
+                if not retryable(exc) or attempt >= settings.llm_max_attempts:
+                    raise self._failure(f"LLM call failed after {attempt} attempt(s): {described(exc)}") from exc
                 self._counters.retries += 1
                 await trio.sleep(self._backoff(exc, attempt))
-                continue
             except Exception as exc:
-                # The SDK could not read a 2xx reply (not JSON: a proxy's or a captive portal's
-                # page). Not retried: what answered will answer the same. A failure like any
-                # other, so the breaker counts it -- once, it crashed the session's actor.
-                raise self._failure(f"unreadable LLM reply: {type(exc).__name__}: {exc}") from exc
-            return self._reply_parts(message, len(system) + len(content))
+                raise self._failure(f"unreadable LLM reply: {type(exc).__name__}: {described(exc)}") from exc
 
     def _reply_parts(self, message: Any, request_chars: int) -> tuple[str, int, int]:
         """(text, input tokens, output tokens) of a reply; :class:`GaveUp` for one that is not a Message.

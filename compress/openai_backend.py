@@ -48,8 +48,6 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import trio
-
 from sessionmem.compress.anthropic_backend import AnthropicCompressor
 from sessionmem.compress.llm import GaveUp, LazyClient
 from sessionmem.settings import Settings
@@ -108,33 +106,19 @@ class OpenAICompatibleCompressor(AnthropicCompressor):
             "stream": False,
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": content}],
         }
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                async with self._limiter:
-                    self._counters.in_flight += 1
-                    self._counters.calls += 1
-                    try:
-                        with trio.fail_after(settings.llm_timeout_s + 5):
-                            response = await client.post("chat/completions", json=request)
-                    finally:
-                        self._counters.in_flight -= 1
-                response.raise_for_status()
-            except (httpx2.HTTPStatusError, httpx2.TransportError, trio.TooSlowError) as exc:
-                status = exc.response.status_code if isinstance(exc, httpx2.HTTPStatusError) else None
-                retryable = status is None or status == 429 or status >= 500
-                if not retryable or attempt >= settings.llm_max_attempts:
-                    raise self._failure(f"LLM call failed after {attempt} attempt(s): {_described(exc)}") from exc
-                self._counters.retries += 1
-                await trio.sleep(self._backoff(exc, attempt))
-                continue
-            except Exception as exc:
-                # Anything else the client raises (a reply it cannot decode, a redirect loop): what
-                # answered would answer the same, so not retried -- a failure the breaker counts, never
-                # a crash of the session's actor.
-                raise self._failure(f"LLM call failed: {_described(exc)}") from exc
-            return self._completion_parts(response)
+
+        async def send() -> httpx2.Response:
+            response = await client.post("chat/completions", json=request)
+            response.raise_for_status()
+            return response
+
+        def retryable(exc: BaseException) -> bool:
+            status = exc.response.status_code if isinstance(exc, httpx2.HTTPStatusError) else None
+            return status is None or status == 429 or status >= 500
+
+        response = await self._with_retries(send, transient=(httpx2.HTTPStatusError, httpx2.TransportError),
+                                            retryable=retryable, described=_described)
+        return self._completion_parts(response)
 
     def _completion_parts(self, response: httpx2.Response) -> tuple[str, int, int]:
         """(text, input tokens, output tokens) of a chat completion; :class:`GaveUp` for a reply
