@@ -39,6 +39,7 @@ class RecordedRequest:
     status: int
     headers: dict[str, str]  # names in lower case
     at: float = field(default_factory=time.time)
+    chars: int = 0  # of the body as it arrived (UTF-8 decoded): what a cost count measures
 
 
 def completion_text(body: dict[str, Any]) -> str:
@@ -89,7 +90,8 @@ class ScriptedChatCompletionsAPI:
                 with api._lock:
                     action = api.script.popleft() if api.script else Action()
                     headers = {name.lower(): value for name, value in self.headers.items()}
-                    api.requests.append(RecordedRequest(body, action.status, headers))
+                    api.requests.append(RecordedRequest(body, action.status, headers,
+                                                        chars=len(raw.decode("utf-8", "replace"))))
                 api._open.wait(STALL_LIMIT_S)
                 time.sleep(action.delay or api.delay)
                 if action.body is not None:  # as it is, with the action's status

@@ -5,7 +5,9 @@ Tests and benchmarks point the real ``anthropic`` client at it through
 XML (one ``<observation>`` per ``<tool_use>`` in the request, or a ``<summary>``)
 after an optional delay, and counts tokens. A script of one-off behaviours can be
 queued: an HTTP error status (with ``Retry-After``), a delay longer than the
-client's timeout, or a malformed reply. :meth:`ScriptedMessagesAPI.stall` holds every
+client's timeout, or a malformed reply. Every request is recorded with the characters
+of its body as it arrived (what a cost count measures); those that are not a message
+(``GET``, ``HEAD``, ``count_tokens``) go to ``side_requests``. :meth:`ScriptedMessagesAPI.stall` holds every
 reply until :meth:`ScriptedMessagesAPI.resume`: a model that stops answering for a while.
 
 Resource handling:
@@ -50,6 +52,7 @@ class RecordedRequest:
     body: dict[str, Any]
     status: int
     at: float = field(default_factory=time.time)
+    chars: int = 0  # of the body as it arrived (UTF-8 decoded): what a cost count measures
 
 
 def default_reply(body: dict[str, Any]) -> str:
@@ -89,6 +92,8 @@ class ScriptedMessagesAPI:
         self.responder = responder or (lambda body: [{"type": "text", "text": default_reply(body)}])
         self.script: collections.deque[Action] = collections.deque()
         self.requests: list[RecordedRequest] = []
+        # Requests that are not a message (GET, HEAD, count_tokens): (method, path, characters of the body).
+        self.side_requests: list[tuple[str, str, int]] = []
         self.input_tokens = 0
         self.output_tokens = 0
         self._lock = threading.Lock()
@@ -103,15 +108,18 @@ class ScriptedMessagesAPI:
                 return
 
             def do_GET(self) -> None:  # noqa: N802 (stdlib name)
+                api.side_requests.append(("GET", self.path, 0))
                 self._send(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
 
             def do_HEAD(self) -> None:  # noqa: N802 (stdlib name)
+                api.side_requests.append(("HEAD", self.path, 0))
                 self._send(200, {})
 
             def do_POST(self) -> None:  # noqa: N802 (stdlib name)
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
                 if "count_tokens" in self.path:
+                    api.side_requests.append(("POST", self.path, len(raw.decode("utf-8", "replace"))))
                     self._send(200, {"input_tokens": max(1, len(raw) // 4)})
                     return
                 try:
@@ -121,7 +129,8 @@ class ScriptedMessagesAPI:
                     return
                 with api._lock:
                     action = api.script.popleft() if api.script else Action()
-                    api.requests.append(RecordedRequest(body, action.status))
+                    chars = len(raw.decode("utf-8", "replace"))
+                    api.requests.append(RecordedRequest(body, action.status, chars=chars))
                 api._open.wait(STALL_LIMIT_S)
                 time.sleep(action.delay or api.delay)
                 if action.status != 200:
