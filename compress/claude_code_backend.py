@@ -151,6 +151,9 @@ def cli_environment(settings: Settings, environ: dict[str, str] | None = None) -
         CLAUDE_CODE_MAX_OUTPUT_TOKENS=str(settings.llm_max_tokens),
         API_TIMEOUT_MS=str(int(settings.llm_timeout_s * 1000)),
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        # No attachments: of what the CLI adds to a request, the one reminder a switch removes (the tokens
+        # left, 86 characters a request; bench/compressor_cost.py --probe-flags measures each candidate).
+        CLAUDE_CODE_DISABLE_ATTACHMENTS="1",
     )
     return env
 
