@@ -55,7 +55,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -316,6 +316,7 @@ def run_one(backend_name: str, scenario: str, out: Path, sessions: list[tuple[st
         tokens_in, tokens_out = backend.server.input_tokens, backend.server.output_tokens
     costs = [request_cost(r.body, r.chars) for r in recorded]
     result = figures(costs, counts, tokens_in, tokens_out)
+    result["per_request"] = [{**asdict(c), "at": round(r.at - recorded[0].at, 2)} for c, r in zip(costs, recorded)]
     result.update(backend=backend_name, scenario=scenario, observations_expected=expected, seconds=round(seconds, 1),
                   side_requests=[list(s) for s in side], statuses=sorted({r.status for r in recorded}),
                   worker_counted_tokens={"input": compressor.get("inputTokens"), "output": compressor.get("outputTokens")},
