@@ -37,7 +37,7 @@ to the model) and no embedder (it has nothing to do with the model's cost).
 
     .venv/bin/python bench/compressor_cost.py [--backend NAME ...] [--scenario calc|corpus ...]
                                               [--corpus DIR] [--project NAME] [--tool-uses N] [--out DIR]
-    .venv/bin/python bench/compressor_cost.py --smoke   # the calc session and one fixture session; tests/test_bench_smoke.py
+    .venv/bin/python bench/compressor_cost.py --smoke   # calc and one fixture session: tests/test_bench_smoke.py
 """
 
 from __future__ import annotations
@@ -148,8 +148,8 @@ def request_cost(body: dict[str, Any], chars: int) -> RequestCost:
     tools = json.dumps(body["tools"]) if body.get("tools") else ""
     text_chars = len(system) + sum(map(len, texts)) + len(tools)
     last = texts[-1] if texts else ""
-    ours_system = SUMMARY_SYSTEM if SUMMARY_SYSTEM in system else OBSERVATION_SYSTEM if OBSERVATION_SYSTEM in system else ""
-    kind = {SUMMARY_SYSTEM: "summary", OBSERVATION_SYSTEM: "observations"}.get(ours_system, "other")
+    ours_system, kind = next(((prompt, name) for prompt, name in ((SUMMARY_SYSTEM, "summary"),
+                              (OBSERVATION_SYSTEM, "observations")) if prompt in system), ("", "other"))
     ours = our_request(last) if kind != "other" else ""
     return RequestCost(kind=kind, chars=chars, text_chars=text_chars, ours_chars=len(ours_system) + len(ours),
                        tool_uses=ours.count("<tool_use index=") if kind == "observations" else 0)
@@ -165,7 +165,8 @@ def parts_of(body: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """The blocks of a Messages API request, each with its size and start: where a CLI's additions are."""
     def blocks(content: Any) -> list[dict[str, Any]]:
         items = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
-        return [{"chars": len(b.get("text", "")), "starts": b.get("text", "")[:100]} for b in items if isinstance(b, dict)]
+        texts = [b.get("text", "") for b in items if isinstance(b, dict)]
+        return [{"chars": len(text), "starts": text[:100]} for text in texts]
 
     other = {k: len(json.dumps(v)) for k, v in body.items() if k not in ("system", "messages")}
     return {"system": blocks(body.get("system")),
@@ -245,7 +246,8 @@ def drive_calc(worker: WorkerProcess) -> int:
     return sent
 
 
-def corpus_slice(corpus: Path, projects: list[str], tool_uses: int) -> tuple[list[tuple[str, ReplaySession]], dict[str, Any]]:
+def corpus_slice(corpus: Path, projects: list[str],
+                 tool_uses: int) -> tuple[list[tuple[str, ReplaySession]], dict[str, Any]]:
     """Each project's sessions in the order they started, up to ``tool_uses`` tool uses a project (whole
     sessions, at least one; 0: all of them)."""
     chosen: list[tuple[str, ReplaySession]] = []
@@ -319,7 +321,8 @@ def run_one(backend_name: str, scenario: str, out: Path, sessions: list[tuple[st
     result["per_request"] = [{**asdict(c), "at": round(r.at - recorded[0].at, 2)} for c, r in zip(costs, recorded)]
     result.update(backend=backend_name, scenario=scenario, observations_expected=expected, seconds=round(seconds, 1),
                   side_requests=[list(s) for s in side], statuses=sorted({r.status for r in recorded}),
-                  worker_counted_tokens={"input": compressor.get("inputTokens"), "output": compressor.get("outputTokens")},
+                  worker_counted_tokens={"input": compressor.get("inputTokens"),
+                                         "output": compressor.get("outputTokens")},
                   compressor={k: compressor.get(k) for k in ("backend", "calls", "retries", "rawFallbacks",
                                                               "offlineFallbacks", "lastFailure")})
     if backend_name == "claude-code":
@@ -371,7 +374,8 @@ def probe_flags(out: Path) -> list[dict[str, Any]]:
     with ScriptedMessagesAPI() as api, tempfile.TemporaryDirectory() as workdir:
         home = logged_in_home(out / "probe-home")
         switches = disable_variables()
-        probes = {**PROBES, f"all {len(switches)} CLAUDE_CODE_DISABLE_* variables =1": ([], dict.fromkeys(switches, "1"))}
+        every: dict[str, str | None] = dict.fromkeys(switches, "1")
+        probes = {**PROBES, f"all {len(switches)} CLAUDE_CODE_DISABLE_* variables =1": ([], every)}
         for name, (extra_args, extra_env) in probes.items():
             command = cli_command(str(CLAUDE), settings, OBSERVATION_SYSTEM) + extra_args
             env = {**cli_environment(settings, cli_env(home, api)), **extra_env}
@@ -431,7 +435,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scenario", action="append", choices=SCENARIOS, help="repeatable (default: both)")
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="transcripts, one folder per project")
     parser.add_argument("--project", action="append",
-                        help=f"a folder of the corpus to replay, '.' for all of it; repeatable (default: {DEFAULT_PROJECT})")
+                        help=f"a folder of the corpus to replay, '.' for all of it; repeatable "
+                             f"(default: {DEFAULT_PROJECT})")
     parser.add_argument("--tool-uses", type=int, default=DEFAULT_TOOL_USES,
                         help="the first whole sessions of each project up to this many tool uses (0: every session)")
     parser.add_argument("--probe-flags", action=argparse.BooleanOptionalAction, default=True,

@@ -34,7 +34,7 @@ from sessionmem.testing.worker_process import WorkerProcess, start_worker
 
 REPO = Path(__file__).resolve().parent.parent
 CLAUDE = REPO / "e2e" / "node_modules" / ".bin" / "claude"
-CLI_ADDS_AT_MOST = 1_600  # characters the CLI adds around our system prompt and request (about 1,300 measured)
+CLI_ADDS_AT_MOST = 1_600  # characters the CLI adds around our system prompt and request (bench: 1,205)
 
 
 def _require_cli() -> None:
