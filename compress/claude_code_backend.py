@@ -26,10 +26,12 @@ What the child is (:func:`cli_command`; each flag checked against the pinned CLI
     ``CLAUDE_CODE_MAX_RETRIES=0`` (our retry policy, below, decides),
     ``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` (``llm_max_tokens``), ``API_TIMEOUT_MS``
     (``llm_timeout_s``), ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` (no telemetry or
-    update checks from a background child). It runs in ``<data dir>/claude-code``, an
-    empty directory. What the CLI adds around our request (an identity line in the system
-    prompt, reminders of the environment, the model and the date) measures about 1,300
-    characters a request, shared by the batch's tool uses (docs/compressors.md).
+    update checks from a background child), ``CLAUDE_CODE_DISABLE_ATTACHMENTS=1`` (no
+    reminder of the tokens left). It runs in ``<data dir>/claude-code``, an empty
+    directory. What the CLI adds around our request (a billing and an identity line in the
+    system prompt, reminders of the environment, the model and the date) measures about
+    1,200 characters of text a request, shared by the batch's tool uses; no other switch of
+    the pinned CLI removes any of it (``bench/compressor_cost.py``, docs/compressors.md).
 
 Resource handling:
     A ``CapacityLimiter`` of ``claude_code_concurrency`` runs (default 2) bounds the CLI
@@ -151,6 +153,9 @@ def cli_environment(settings: Settings, environ: dict[str, str] | None = None) -
         CLAUDE_CODE_MAX_OUTPUT_TOKENS=str(settings.llm_max_tokens),
         API_TIMEOUT_MS=str(int(settings.llm_timeout_s * 1000)),
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        # No attachments: of what the CLI adds to a request, the one reminder a switch removes (the tokens
+        # left, 86 characters a request; bench/compressor_cost.py --probe-flags measures each candidate).
+        CLAUDE_CODE_DISABLE_ATTACHMENTS="1",
     )
     return env
 

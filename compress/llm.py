@@ -259,6 +259,10 @@ class LLMCompressor:
 
     async def summarize(self, context: SessionContext, request: SummarizeEvent, inputs: SummaryInputs) -> CompressedSummary:
         self._counters.summaries += 1
+        if not inputs.observations:
+            # A session of talk alone: its request and the answer are stored as they are, and a
+            # model would only say them again -- not worth a request of the user's quota.
+            return await self._offline.summarize(context, request, inputs)
         try:
             text, tokens_in, tokens_out = await self._call(context, SUMMARY_SYSTEM,
                                                            summary_request(context, request, inputs))

@@ -62,7 +62,7 @@ class ScriptedChatCompletionsAPI(ScriptedServer):
                 except ValueError:
                     self.send_json(400, _error("bad json", "invalid_request_error"))
                     return
-                action = api._next_action(body, {name.lower(): value for name, value in self.headers.items()})
+                action = api._next_action(body, raw, {name.lower(): value for name, value in self.headers.items()})
                 if action.body is not None:  # as it is, with the action's status
                     self.send_json(action.status, action.body, content_type=action.content_type)
                     return

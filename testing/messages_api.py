@@ -5,7 +5,9 @@ Tests and benchmarks point the real ``anthropic`` client at it through
 XML (one ``<observation>`` per ``<tool_use>`` in the request, or a ``<summary>``)
 after an optional delay, and counts tokens. A script of one-off behaviours can be
 queued: an HTTP error status (with ``Retry-After``), a delay longer than the
-client's timeout, or a malformed reply. :meth:`ScriptedMessagesAPI.stall` holds every
+client's timeout, or a malformed reply. Every request is recorded with the characters
+of its body as it arrived (what a cost count measures); those that are not a message
+(``GET``, ``HEAD``, ``count_tokens``) go to ``side_requests``. :meth:`ScriptedMessagesAPI.stall` holds every
 reply until :meth:`ScriptedMessagesAPI.resume`: a model that stops answering for a while.
 
 Resource handling:
@@ -63,18 +65,23 @@ class ScriptedMessagesAPI(ScriptedServer):
     def __init__(self, *, delay: float = 0.0, responder: Callable[[dict[str, Any]], list[Block]] | None = None) -> None:
         super().__init__(delay=delay)
         self.responder = responder or (lambda body: [{"type": "text", "text": default_reply(body)}])
+        # Requests that are not a message (GET, HEAD, count_tokens): (method, path, characters of the body).
+        self.side_requests: list[tuple[str, str, int]] = []
         api = self
 
         class Handler(ScriptedHandler):
             def do_GET(self) -> None:  # noqa: N802 (stdlib name)
+                api.side_requests.append(("GET", self.path, 0))
                 self.send_json(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
 
             def do_HEAD(self) -> None:  # noqa: N802 (stdlib name)
+                api.side_requests.append(("HEAD", self.path, 0))
                 self.send_json(200, {})
 
             def do_POST(self) -> None:  # noqa: N802 (stdlib name)
                 raw = self.read_body()
                 if "count_tokens" in self.path:
+                    api.side_requests.append(("POST", self.path, len(raw.decode("utf-8", "replace"))))
                     self.send_json(200, {"input_tokens": max(1, len(raw) // 4)})
                     return
                 try:
@@ -82,7 +89,7 @@ class ScriptedMessagesAPI(ScriptedServer):
                 except ValueError:
                     self.send_json(400, {"type": "error", "error": {"type": "invalid_request_error", "message": "bad json"}})
                     return
-                action = api._next_action(body)
+                action = api._next_action(body, raw)
                 if action.status != 200:
                     headers = {"retry-after": str(action.retry_after)} if action.retry_after is not None else {}
                     kind = "rate_limit_error" if action.status == 429 else "api_error"

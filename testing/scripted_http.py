@@ -48,6 +48,7 @@ class RecordedRequest:
     status: int
     headers: dict[str, str] = field(default_factory=dict)  # names in lower case
     at: float = field(default_factory=time.time)
+    chars: int = 0  # of the body as it arrived (UTF-8 decoded): what a cost count measures
 
 
 class ScriptedHandler(BaseHTTPRequestHandler):
@@ -110,12 +111,13 @@ class ScriptedServer:
         self._thread = threading.Thread(target=self._server.serve_forever, name=thread_name, daemon=True)
         self._thread.start()
 
-    def _next_action(self, body: dict[str, Any], headers: dict[str, str] | None = None) -> Action:
-        """The scripted action for this request, recorded; returns once the server is not stalled
-        and the action's delay (or the server's) has passed."""
+    def _next_action(self, body: dict[str, Any], raw: bytes, headers: dict[str, str] | None = None) -> Action:
+        """The scripted action for this request (``raw``, its body as it arrived), recorded; returns
+        once the server is not stalled and the action's delay (or the server's) has passed."""
+        chars = len(raw.decode("utf-8", "replace"))
         with self._lock:
             action = self.script.popleft() if self.script else Action()
-            self.requests.append(RecordedRequest(body, action.status, headers or {}))
+            self.requests.append(RecordedRequest(body, action.status, headers or {}, chars=chars))
         self._open.wait(STALL_LIMIT_S)
         time.sleep(action.delay or self.delay)
         return action

@@ -112,3 +112,34 @@ def test_edge_cost_prices_the_edge_and_fingerprints_what_redaction_gives_back() 
     total = first["redaction_total"]
     assert total["fields"] >= first["events"] and total["best_ms"] > 0
     assert total["digest"] == second["redaction_total"]["digest"]  # the same input, the same output
+
+
+def test_compressor_cost_smoke_counts_what_each_backend_sends(tmp_path: Path) -> None:
+    """Each LLM backend on the calc session and one fixture session, against the scripted servers (claude-code
+    through the pinned CLI): every tool use stored by the model, every request counted, tokens as reported."""
+    out = tmp_path / "cost"
+    result = subprocess.run([sys.executable, str(REPO / "bench" / "compressor_cost.py"), "--smoke", "--out", str(out)],
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "compressor_cost.json").read_text())
+    runs = {(r["scenario"], r["backend"]): r for r in report["results"]}
+    backends = ("anthropic", "claude-code", "openai-compatible")
+    assert set(runs) == {(scenario, backend) for scenario in ("calc", "corpus") for backend in backends}
+    for run in runs.values():
+        stored = run["stored"]
+        assert stored["observations"] == stored["observations_by_model"] == run["observations_expected"] > 0, run
+        assert run["requests"] == run["observation_requests"] + run["summary_requests"] and run["side_requests"] == []
+        assert run["observation_requests"] >= 1 and run["statuses"] == [200]
+        assert run["chars"] > run["text_chars"] >= run["ours_chars"] > 0
+        # Tokens as the backend read them from the reply (the CLI's result for claude-code) are the server's.
+        assert run["worker_counted_tokens"] == {"input": run["input_tokens"], "output": run["output_tokens"]} != {
+            "input": 0, "output": 0}
+    calc = {backend: runs[("calc", backend)] for backend in backends}
+    assert calc["anthropic"]["stored"]["observations"] == 9  # the recorded session's 8 tool uses, its subagent's report
+    # Whatever the CLI adds (about 1,200 characters of text a request), a tenth of what claude-mem's observer sends.
+    assert calc["claude-code"]["chars_per_observation"] < report["peer_calc"]["per_observation"] / 10
+    # The anthropic and openai-compatible backends send our prompt alone; the CLI adds to each request.
+    assert calc["anthropic"]["added_text_chars_per_request_range"] == [0, 0]
+    assert calc["openai-compatible"]["added_text_chars_per_request_range"] == [0, 0]
+    assert 0 < calc["claude-code"]["added_text_chars_per_request_median"] <= 1_600
+    assert "| calc | claude-code |" in result.stdout and "claude-mem's observer" in result.stdout

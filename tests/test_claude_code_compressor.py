@@ -27,6 +27,7 @@ from sessionmem.compress.claude_code_backend import ClaudeCodeCompressor, RunFai
 from sessionmem.compress.llm import GaveUp
 from sessionmem.compress.prompts import OBSERVATION_SYSTEM, SUMMARY_SYSTEM
 from sessionmem.settings import Settings, load_settings
+from sessionmem.testing.claude_login import logged_in_home
 from sessionmem.testing.harness import InProcessWorker, open_worker
 from sessionmem.testing.messages_api import Action, ScriptedMessagesAPI
 from sessionmem.testing.worker_process import WorkerProcess, start_worker
@@ -35,24 +36,12 @@ from .test_anthropic_compressor import post_tool
 
 REPO = Path(__file__).resolve().parent.parent
 CLAUDE = REPO / "e2e" / "node_modules" / ".bin" / "claude"
-CLI_ADDS_AT_MOST = 1_600  # characters the CLI adds around our system prompt and request (about 1,300 measured)
+CLI_ADDS_AT_MOST = 1_600  # characters the CLI adds around our system prompt and request (bench: 1,205)
 
 
 def _require_cli() -> None:
     if not CLAUDE.exists():
         pytest.fail(f"{CLAUDE} is missing: `make test` installs the pinned Claude Code CLI (npm ci in e2e/)")
-
-
-def logged_in_home(home: Path) -> Path:
-    """A HOME whose Claude Code is logged in with a subscription (an OAuth login, as `claude auth login` leaves it)."""
-    (home / ".claude").mkdir(parents=True, exist_ok=True)
-    credentials = home / ".claude" / ".credentials.json"
-    credentials.write_text(json.dumps({"claudeAiOauth": {
-        "accessToken": "sk-ant-oat01-scripted", "refreshToken": "sk-ant-ort01-scripted",
-        "expiresAt": int((time.time() + 30 * 86400) * 1000), "scopes": ["user:inference", "user:profile"],
-        "subscriptionType": "pro"}}))
-    credentials.chmod(0o600)
-    return home
 
 
 def cli_env(home: Path, api: ScriptedMessagesAPI, *, path: str | None = None) -> dict[str, str]:
