@@ -29,13 +29,10 @@ Error handling:
 
 from __future__ import annotations
 
-import random
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-import trio
-
-from sessionmem.compress.llm import LazyClient, LLMCompressor
+from sessionmem.compress.llm import HTTPCompressor
 from sessionmem.compress.prompts import (  # re-exported: what the backend sends
     OBSERVATION_SYSTEM,
     SUMMARY_SYSTEM,
@@ -46,8 +43,6 @@ from sessionmem.settings import Settings
 
 if TYPE_CHECKING:
     import anthropic
-
-ReplyT = TypeVar("ReplyT")
 
 __all__ = ["OBSERVATION_SYSTEM", "SUMMARY_SYSTEM", "AnthropicCompressor", "default_client", "observation_request",
            "summary_request"]
@@ -60,24 +55,15 @@ def default_client(settings: Settings) -> anthropic.AsyncAnthropic:
     return anthropic.AsyncAnthropic(max_retries=0, timeout=settings.llm_timeout_s)
 
 
-class AnthropicCompressor(LLMCompressor):
+class AnthropicCompressor(HTTPCompressor["anthropic.AsyncAnthropic"]):
     name = "anthropic"
 
     def __init__(self, settings: Settings, *,
                  client: Callable[[Settings], anthropic.AsyncAnthropic] = default_client, reason: str = "") -> None:
-        super().__init__(settings, reason=reason)
-        self._client = LazyClient(client, settings)
-        self._limiter = trio.CapacityLimiter(settings.llm_concurrency)
+        super().__init__(settings, client=client, reason=reason)
 
-    def _client_ready(self) -> bool:
-        return self._client.current is not None
-
-    async def warm_up(self) -> None:
-        await self._client.get()
-
-    async def aclose(self) -> None:
-        if self._client.current is not None:
-            await self._client.current.close()
+    async def _close(self, client: anthropic.AsyncAnthropic) -> None:
+        await client.close()
 
     async def _request(self, system: str, content: str) -> tuple[str, int, int]:
         import anthropic  # loaded by the client's making, before any call
@@ -95,40 +81,6 @@ class AnthropicCompressor(LLMCompressor):
                        anthropic.APIStatusError),
             retryable=retryable, described=str)
         return self._reply_parts(message, len(system) + len(content))
-
-    async def _with_retries(self, send: Callable[[], Awaitable[ReplyT]], *,
-                            transient: tuple[type[BaseException], ...], retryable: Callable[[BaseException], bool],
-                            described: Callable[[BaseException], str]) -> ReplyT:
-        """``send()`` within the concurrency limit and the call timeout, retried with backoff.
-
-        Errors of ``transient`` types (and a call past its timeout) are tried again while
-        ``retryable`` says so and attempts remain (``llm_max_attempts``), honouring
-        ``Retry-After``; then, or for any other error (the client could not read a 2xx
-        reply: a proxy's or a captive portal's page), :class:`GaveUp` -- not retried, since
-        what answered will answer the same, and a failure the breaker counts rather than a
-        crash of the session's actor.
-        """
-        settings = self._settings
-        transient_or_late: tuple[type[BaseException], ...] = (*transient, trio.TooSlowError)
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                async with self._limiter:
-                    self._counters.in_flight += 1
-                    self._counters.calls += 1
-                    try:
-                        with trio.fail_after(settings.llm_timeout_s + 5):
-                            return await send()
-                    finally:
-                        self._counters.in_flight -= 1
-            except transient_or_late as exc:
-                if not retryable(exc) or attempt >= settings.llm_max_attempts:
-                    raise self._failure(f"LLM call failed after {attempt} attempt(s): {described(exc)}") from exc
-                self._counters.retries += 1
-                await trio.sleep(self._backoff(exc, attempt))
-            except Exception as exc:
-                raise self._failure(f"unreadable LLM reply: {type(exc).__name__}: {described(exc)}") from exc
 
     def _reply_parts(self, message: Any, request_chars: int) -> tuple[str, int, int]:
         """(text, input tokens, output tokens) of a reply; :class:`GaveUp` for one that is not a Message.
@@ -148,15 +100,3 @@ class AnthropicCompressor(LLMCompressor):
                                 tokens=tokens_in + tokens_out)
         texts = (getattr(block, "text", None) for block in content if getattr(block, "type", "") == "text")
         return "".join(text for text in texts if isinstance(text, str)), tokens_in, tokens_out
-
-    def _backoff(self, exc: BaseException, attempt: int) -> float:
-        cap = self._settings.llm_backoff_cap_s
-        response = getattr(exc, "response", None)
-        if response is not None:
-            retry_after = response.headers.get("retry-after")
-            try:
-                if retry_after is not None:  # a minimum: a little jitter spreads the callers out
-                    return min(cap, max(0.0, float(retry_after)) * random.uniform(1.0, 1.2))
-            except ValueError:
-                pass
-        return min(cap, 0.5 * 2 ** (attempt - 1)) * random.uniform(0.8, 1.2)

@@ -67,22 +67,20 @@ class CircuitBreaker:
 
     def failed(self) -> None:
         """A call failed for good (after its retries)."""
-        self._failures += 1
-        if self._trial_running:  # the trial failed: open again, for longer
-            self._trial_running = False
-            self._open_s = min(self._open_s * 2, self._max_open_s)
-            self._open()
-        elif self._open_until is None and self._failures >= self._threshold:
-            self._open()
+        self._count_failure(self._threshold)
 
     def trip(self) -> None:
         """A failure that retrying soon cannot fix (a quota, a rate limit, a login): open now, or again for longer."""
+        self._count_failure(1)
+
+    def _count_failure(self, threshold: int) -> None:
         self._failures += 1
         if self._trial_running:  # the trial failed: open again, for longer
             self._trial_running = False
             self._open_s = min(self._open_s * 2, self._max_open_s)
             self._open()
-        elif self._open_until is None:  # (a call that was in flight when it opened changes nothing)
+        # Already open: a call that was in flight when it opened changes nothing.
+        elif self._open_until is None and self._failures >= threshold:
             self._open()
 
     def abandoned(self) -> None:

@@ -67,7 +67,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -77,7 +76,7 @@ from typing import NamedTuple
 import msgspec
 import trio
 
-from sessionmem.compress.llm import LLMCompressor
+from sessionmem.compress.llm import LLMCompressor, backoff_s
 from sessionmem.settings import Settings, find_claude_cli
 
 log = logging.getLogger(__name__)
@@ -264,7 +263,7 @@ class ClaudeCodeCompressor(LLMCompressor):
             if not retryable or attempt >= settings.llm_max_attempts:
                 raise self._failure(f"Claude Code CLI failed after {attempt} run(s): {problem}")
             self._counters.retries += 1
-            await trio.sleep(min(settings.llm_backoff_cap_s, 0.5 * 2 ** (attempt - 1)) * random.uniform(0.8, 1.2))
+            await trio.sleep(backoff_s(settings, attempt))
 
     def _outcome(self, done: subprocess.CompletedProcess[bytes]) -> tuple[str, int, int] | RunFailed:
         """A run's (text, input tokens, output tokens), or what went wrong and whether to retry.

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+import random
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 import msgspec
@@ -39,6 +40,7 @@ from sessionmem.settings import Settings
 log = logging.getLogger(__name__)
 
 ClientT = TypeVar("ClientT")
+ReplyT = TypeVar("ReplyT")
 
 
 class LazyClient(Generic[ClientT]):
@@ -295,3 +297,79 @@ def spread(total: int, parts: int) -> list[int]:
 
 def with_tokens(record: Any, model: str, tokens_in: int, tokens_out: int) -> Any:
     return msgspec.structs.replace(record, model=model, input_tokens=tokens_in, output_tokens=tokens_out)
+
+
+def backoff_s(settings: Settings, attempt: int, retry_after: str | None = None) -> float:
+    """How long to wait before attempt ``attempt + 1``: exponential with jitter, or the server's
+    ``Retry-After`` (a minimum: a little jitter spreads the callers out), capped by ``llm_backoff_cap_s``."""
+    cap = settings.llm_backoff_cap_s
+    if retry_after is not None:
+        try:
+            return min(cap, max(0.0, float(retry_after)) * random.uniform(1.0, 1.2))
+        except ValueError:
+            pass
+    return min(cap, 0.5 * 2 ** (attempt - 1)) * random.uniform(0.8, 1.2)
+
+
+class HTTPCompressor(LLMCompressor, Generic[ClientT]):
+    """An LLM backend that reaches its model over HTTP through one client shared by all actors.
+
+    Resource handling:
+        The client is made lazily on a worker thread (:class:`LazyClient`), early by
+        :meth:`warm_up`, and closed by :meth:`aclose` (a subclass says how: :meth:`_close`).
+        A ``CapacityLimiter`` of ``llm_concurrency`` bounds calls across the whole worker.
+    """
+
+    def __init__(self, settings: Settings, *, client: Callable[[Settings], ClientT], reason: str = "") -> None:
+        super().__init__(settings, reason=reason)
+        self._client = LazyClient(client, settings)
+        self._limiter = trio.CapacityLimiter(settings.llm_concurrency)
+
+    def _client_ready(self) -> bool:
+        return self._client.current is not None
+
+    async def warm_up(self) -> None:
+        await self._client.get()
+
+    async def aclose(self) -> None:
+        if self._client.current is not None:
+            await self._close(self._client.current)
+
+    async def _close(self, client: ClientT) -> None:
+        raise NotImplementedError
+
+    async def _with_retries(self, send: Callable[[], Awaitable[ReplyT]], *,
+                            transient: tuple[type[BaseException], ...], retryable: Callable[[BaseException], bool],
+                            described: Callable[[BaseException], str]) -> ReplyT:
+        """``send()`` within the concurrency limit and the call timeout, retried with backoff.
+
+        Errors of ``transient`` types (and a call past its timeout) are tried again while
+        ``retryable`` says so and attempts remain (``llm_max_attempts``), honouring
+        ``Retry-After``; then, or for any other error (the client could not read a 2xx
+        reply: a proxy's or a captive portal's page), :class:`GaveUp` -- not retried, since
+        what answered will answer the same, and a failure the breaker counts rather than a
+        crash of the session's actor.
+        """
+        settings = self._settings
+        transient_or_late: tuple[type[BaseException], ...] = (*transient, trio.TooSlowError)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with self._limiter:
+                    self._counters.in_flight += 1
+                    self._counters.calls += 1
+                    try:
+                        with trio.fail_after(settings.llm_timeout_s + 5):
+                            return await send()
+                    finally:
+                        self._counters.in_flight -= 1
+            except transient_or_late as exc:
+                if not retryable(exc) or attempt >= settings.llm_max_attempts:
+                    raise self._failure(f"LLM call failed after {attempt} attempt(s): {described(exc)}") from exc
+                self._counters.retries += 1
+                response = getattr(exc, "response", None)
+                await trio.sleep(backoff_s(settings, attempt,
+                                           response.headers.get("retry-after") if response is not None else None))
+            except Exception as exc:
+                raise self._failure(f"unreadable LLM reply: {type(exc).__name__}: {described(exc)}") from exc

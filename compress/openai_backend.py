@@ -1,10 +1,10 @@
 """Compression with a local model through an OpenAI-compatible chat completions endpoint.
 
 One implementation serves Ollama, LM Studio, vLLM and llama.cpp's server: each answers
-``POST <openai_base_url>/chat/completions``. It is the anthropic compressor
-(:mod:`.anthropic_backend`) with another transport: the batching, the prompts, the XML
-reply parsing, the circuit breaker, the token budgets and the fallbacks per batch are
-inherited; only the call and its client differ.
+``POST <openai_base_url>/chat/completions``. The batching, the prompts, the XML reply
+parsing, the circuit breaker, the token budgets, the fallbacks per batch, the retries and
+the shared client are those of every HTTP backend (:class:`.llm.HTTPCompressor`); only the
+call and its client are this module's.
 
 Why plain HTTP through ``httpx2`` rather than the official ``openai`` SDK (3.57.0),
 measured on this project's 2-core machine:
@@ -48,8 +48,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sessionmem.compress.anthropic_backend import AnthropicCompressor
-from sessionmem.compress.llm import GaveUp, LazyClient
+from sessionmem.compress.llm import GaveUp, HTTPCompressor
 from sessionmem.settings import Settings
 
 if TYPE_CHECKING:
@@ -67,28 +66,21 @@ def default_client(settings: Settings) -> httpx2.AsyncClient:
                               timeout=settings.llm_timeout_s)
 
 
-class OpenAICompatibleCompressor(AnthropicCompressor):
-    """The anthropic compressor whose calls go to ``openai_base_url``'s chat completions, for
-    ``openai_model``; ``http_client`` builds the HTTP client from the settings."""
+class OpenAICompatibleCompressor(HTTPCompressor["httpx2.AsyncClient"]):
+    """The LLM backend whose calls go to ``openai_base_url``'s chat completions, for ``openai_model``;
+    ``http_client`` builds the HTTP client from the settings."""
 
     name = "openai-compatible"
 
     def __init__(self, settings: Settings, *,
                  http_client: Callable[[Settings], httpx2.AsyncClient] = default_client, reason: str = "") -> None:
-        # What is inherited names the model `settings.model` (in requests, records and /debug).
-        super().__init__(dataclasses.replace(settings, model=settings.openai_model), reason=reason)
-        self._http = LazyClient(http_client, self._settings)
+        # What is shared names the model `settings.model` (in requests, records and /debug).
+        super().__init__(dataclasses.replace(settings, model=settings.openai_model), client=http_client,
+                         reason=reason)
         self._secret = settings.openai_api_key
 
-    def _client_ready(self) -> bool:
-        return self._http.current is not None
-
-    async def warm_up(self) -> None:
-        await self._http.get()
-
-    async def aclose(self) -> None:
-        if self._http.current is not None:
-            await self._http.current.aclose()
+    async def _close(self, client: httpx2.AsyncClient) -> None:
+        await client.aclose()
 
     def _failure(self, message: str, *, tokens: int = 0, trip: bool = False) -> GaveUp:
         if self._secret:
@@ -99,7 +91,7 @@ class OpenAICompatibleCompressor(AnthropicCompressor):
         import httpx2  # loaded by the client's making, before any call
 
         settings = self._settings
-        client = await self._http.get()
+        client = await self._client.get()
         request = {
             "model": settings.model,
             "max_tokens": settings.llm_max_tokens,
