@@ -75,7 +75,7 @@ class OpenAICompatibleCompressor(HTTPCompressor["httpx2.AsyncClient"]):
     def __init__(self, settings: Settings, *,
                  http_client: Callable[[Settings], httpx2.AsyncClient] = default_client, reason: str = "") -> None:
         # What is shared names the model `settings.model` (in requests, records and /debug).
-        super().__init__(dataclasses.replace(settings, model=settings.openai_model), client=http_client,
+        super().__init__(dataclasses.replace(settings, model=settings.model_of(self.name)), client=http_client,
                          reason=reason)
         self._secret = settings.openai_api_key
 

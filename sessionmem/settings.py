@@ -100,6 +100,10 @@ class Settings:
     start_timeout_s: float = SHARED["start_timeout_s"]
     system_message: bool = SHARED["system_message"]
 
+    def model_of(self, backend: str) -> str:
+        """The model a compressor backend asks for: ``openai_model`` of a local server, else ``model``."""
+        return self.openai_model if backend == "openai-compatible" else self.model
+
     @property
     def resolved_compressor(self) -> str:
         """The backend the worker builds: ``auto`` means ``anthropic`` when an API key is configured, else

@@ -346,3 +346,12 @@ def test_a_real_worker_chosen_by_the_environment_logs_no_key(worker_factory: Cal
     log = (worker.data_dir / "worker.log").read_text()
     assert "compressor openai-compatible" in log and "HTTP 401" in log and "[api key]" in log
     assert data_dir_contains(worker.data_dir, KEY.encode()) == []  # the log, the database, the state files
+
+
+def test_doctor_names_the_local_model(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONMEM_", "ANTHROPIC_"))}
+    env.update(SESSIONMEM_COMPRESSOR="openai-compatible", SESSIONMEM_OPENAI_MODEL="qwen2.5-coder:7b")
+    doctor = subprocess.run([sys.executable, "-m", "sessionmem", "doctor", "--data-dir", str(tmp_path / "data")],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert "compressor: openai-compatible (set: compressor = openai-compatible, model qwen2.5-coder:7b)" in doctor.stdout, (
+        doctor.stdout)

@@ -320,7 +320,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         from sessionmem.compress.choice import describe
 
         backend, why = describe(settings)
-        model = f", model {settings.model}" if backend != "offline" else ""
+        model = f", model {settings.model_of(backend)}" if backend != "offline" else ""
         report(True, f"compressor: {backend} ({why}{model})")
     _doctor_worker(config, report)
     try:
