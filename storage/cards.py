@@ -15,18 +15,17 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import apsw
-import msgspec
 
 from sessionmem.records import DOCUMENT_KINDS, OBSERVATION, PROMPT, SUMMARY, Document, DocumentCard
 from sessionmem.storage.fulltext import ALIASES, PROJECT_COLUMNS, TABLES
-from sessionmem.storage.sqlite_values import all_rows, integer, optional_row, real, text, text_list
+from sessionmem.storage.sqlite_values import all_rows, integer, optional_row, real, text, text_list, to_json
 
 if TYPE_CHECKING:
     from apsw import SQLiteValues
 
 
 def _ids_json(keys: Iterable[tuple[str, int]], kind: str) -> str:
-    return msgspec.json.encode([row_id for key_kind, row_id in keys if key_kind == kind]).decode()
+    return to_json([row_id for key_kind, row_id in keys if key_kind == kind])
 
 
 _CARD_SQL = {

@@ -26,7 +26,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import apsw
-import msgspec
 
 from sessionmem.records import (
     OBSERVATION,
@@ -35,7 +34,7 @@ from sessionmem.records import (
     RankedKey,
     SearchFilters,
 )
-from sessionmem.storage.sqlite_values import all_rows, integer, one_row, real
+from sessionmem.storage.sqlite_values import all_rows, integer, one_row, real, to_json
 
 MAX_QUERY_TERMS = 32
 # Words that almost every document holds: asking for them costs a scan of their long
@@ -296,7 +295,7 @@ def _passing(connection: apsw.Connection, kind: str, ids: Sequence[int], filters
         return set()
     table = TABLES[kind][0]
     alias = ALIASES[kind]
-    params: dict[str, Any] = {"ids": msgspec.json.encode(ids).decode()}
+    params: dict[str, Any] = {"ids": to_json(ids)}
     joins, where = _filter_sql(kind, filters, params)
     rows = all_rows(
         connection, f"SELECT {alias}.id FROM json_each(:ids) j CROSS JOIN {table} {alias} ON {alias}.id = j.value{joins}"

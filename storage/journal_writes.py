@@ -26,13 +26,12 @@ from sessionmem.events import (
     InitEvent,
     ObservationEvent,
     SummarizeEvent,
-    decode_event,
     encode_event,
     event_kind,
 )
 from sessionmem.storage.base import Accepted, InitAccepted, KeyReused
-from sessionmem.storage.sqlite_setup import placeholders, to_json
-from sessionmem.storage.sqlite_values import all_rows, blob, integer, one_row, optional_row, text
+from sessionmem.storage.row_reads import journal_envelope
+from sessionmem.storage.sqlite_values import all_rows, integer, one_row, optional_row, placeholders, text, to_json
 
 
 def _load_session(connection: apsw.Connection, claude_session_id: str) -> tuple[int, int, str] | None:
@@ -90,10 +89,10 @@ def _already_journaled(connection: apsw.Connection, event: Any) -> Envelope | No
     )
     if row is None:
         return None
-    event_id, payload, claude_session_id, kind = row
+    claude_session_id, kind = row[2], row[3]
     if (text(claude_session_id), text(kind)) != (event.claude_session_id, event_kind(event)):
         raise KeyReused(f"idempotency key {event.key[:100]!r} was used for another event")
-    return Envelope(integer(event_id), decode_event(blob(payload)))
+    return journal_envelope(row)
 
 
 def accept_init(connection: apsw.Connection, event: InitEvent) -> InitAccepted:
@@ -254,4 +253,4 @@ def unpark_session(connection: apsw.Connection, claude_session_id: str) -> list[
         " failure = NULL, updated_at = ? WHERE claude_session_id = ? AND status = 'failed'",
         (time.time(), claude_session_id),
     )
-    return [Envelope(integer(event_id), decode_event(blob(payload))) for event_id, payload in rows]
+    return [journal_envelope(row) for row in rows]

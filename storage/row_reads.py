@@ -36,7 +36,6 @@ from sessionmem.records import (
     SummaryRow,
 )
 from sessionmem.storage.fulltext import keep_matching, query_terms
-from sessionmem.storage.sqlite_setup import to_json
 from sessionmem.storage.sqlite_values import (
     all_rows,
     blob,
@@ -49,6 +48,7 @@ from sessionmem.storage.sqlite_values import (
     real,
     text,
     text_list,
+    to_json,
 )
 
 if TYPE_CHECKING:
@@ -113,9 +113,9 @@ def _session_row(row: SQLiteValues) -> SessionRow:
         completed_at=optional_real(row[12]), observations=integer(row[13]))
 
 
-def _envelope(row: SQLiteValues) -> Envelope:
-    """A journal row's id and payload as the event it holds."""
-    event_id, payload = row
+def journal_envelope(row: SQLiteValues) -> Envelope:
+    """A journal row's id and payload (its first two columns) as the event it holds."""
+    event_id, payload = row[0], row[1]
     return Envelope(integer(event_id), decode_event(blob(payload)))
 
 
@@ -349,6 +349,6 @@ def journal_counts(connection: apsw.Connection) -> JournalCounts:
 
 def pending_events(connection: apsw.Connection) -> list[Envelope]:
     """The journal's pending events, in journal order: what a start replays."""
-    return [_envelope(row) for row in all_rows(
+    return [journal_envelope(row) for row in all_rows(
         connection, "SELECT j.id, p.payload FROM journal j JOIN journal_payloads p ON p.id = j.id"
         " WHERE j.status = 'pending' ORDER BY j.id")]

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import apsw
 import apsw.bestpractice
-import msgspec
 
 from sessionmem.storage import retention
 from sessionmem.storage.schema import migrate
@@ -54,13 +52,3 @@ def open_writer(path: Path) -> apsw.Connection:
     connection.set_busy_timeout(5000)
     migrate(connection)
     return connection
-
-
-def to_json(value: Any) -> str:
-    """``value`` as JSON text: how a list of ids or keys is bound (read back with ``json_each``)."""
-    return msgspec.json.encode(value).decode()
-
-
-def placeholders(width: int, rows: int = 1) -> str:
-    """``VALUES`` placeholders for ``rows`` rows of ``width`` values: one statement for many rows."""
-    return ", ".join(["(" + ", ".join(["?"] * width) + ")"] * rows)

@@ -15,7 +15,7 @@ Error handling:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import apsw
 import msgspec
@@ -25,6 +25,16 @@ if TYPE_CHECKING:
 
 
 T = TypeVar("T")
+
+
+def to_json(value: Any) -> str:
+    """``value`` as JSON text: how a list of ids or keys is bound (read back with ``json_each``)."""
+    return msgspec.json.encode(value).decode()
+
+
+def placeholders(width: int, rows: int = 1) -> str:
+    """``VALUES`` placeholders for ``rows`` rows of ``width`` values: one statement for many rows."""
+    return ", ".join(["(" + ", ".join(["?"] * width) + ")"] * rows)
 
 
 class UnexpectedRow(Exception):
@@ -60,9 +70,6 @@ def integer(value: SQLiteValue) -> int:
         return value
     raise _unexpected("an integer", value)
 
-
-def optional_integer(value: SQLiteValue) -> int | None:
-    return None if value is None else integer(value)
 
 
 def flag(value: SQLiteValue) -> bool:

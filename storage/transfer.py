@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Literal, get_args
 
 import apsw
 import msgspec
@@ -38,6 +38,7 @@ from sessionmem.storage.sqlite_values import (
     real,
     text,
     text_list,
+    to_json,
 )
 
 if TYPE_CHECKING:
@@ -268,8 +269,8 @@ def import_records(connection: apsw.Connection, records: Sequence[Record], now: 
                 " VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (session, record.project, record.prompt_number, record.tool_name, record.tool_use_id,
                  record.agent_id, record.agent_type, int(record.failed), record.type, record.title, record.subtitle,
-                 _json(record.facts), record.narrative, _json(record.concepts), _json(record.files_read),
-                 _json(record.files_modified), int(record.compressed), record.compressor, record.model,
+                 to_json(record.facts), record.narrative, to_json(record.concepts), to_json(record.files_read),
+                 to_json(record.files_modified), int(record.compressed), record.compressor, record.model,
                  record.created_at, now))
             stored("observations")
         else:
@@ -291,6 +292,3 @@ def import_records(connection: apsw.Connection, records: Sequence[Record], now: 
             stored("summaries")
     return ImportCounts(**counts)
 
-
-def _json(value: Any) -> str:
-    return msgspec.json.encode(value).decode()
