@@ -210,8 +210,9 @@ def load_patterns() -> Patterns:
     # a test's id "tests/test_api.py::TestAPIKey::test_x"), then the value, quoted
     # (up to its quote) or bare (up to a space or punctuation, and not a call or subscript
     # such as ``os.environ[...]``).
+    assign = r"(?::=|=>|=|:(?!:))"
     keyword_at = re.compile(
-        r"(?i)\w{0,64}?(?:" + keywords + r")\w{0,64}['\"\]]{0,2}[ \t]*(?::=|=>|=|:(?!:))[ \t]*"
+        r"(?i)\w{0,64}?(?:" + keywords + r")\w{0,64}['\"\]]{0,2}[ \t]*" + assign + r"[ \t]*"
         r"(?:\"([^\"\n]{1,256})\"|'([^'\n]{1,256})'|((?![\[{(<])[^\s'\",;(){}\[\]]{4,256}+)(?![(\[]))"
     )
     keyword_flag = re.compile(r"(?i)--(?:" + keywords + r"|token)(?:=|[ \t]+)(?![-'\"])(\S{2,256})")
@@ -222,7 +223,7 @@ def load_patterns() -> Patterns:
     # and digits both (GITHUB_TOKEN=..., "token": "..."). Code assigns names ending in token all the
     # time (csrf_token: csrfToken, pad_token = tokenizer.eos_token, "{token}"): those are left.
     token_at = re.compile(
-        r"(?i)(?<![\w])\w{0,64}token['\"\]]{0,2}[ \t]*(?::=|=>|=|:(?!:))[ \t]*['\"]?"
+        r"(?i)(?<![\w])\w{0,64}token['\"\]]{0,2}[ \t]*" + assign + r"[ \t]*['\"]?"
         r"(?=[\w./+=-]{0,256}\d)(?=[\w./+=-]{0,256}[A-Za-z])([\w./+=-]{16,256})(?![\w./+=(\[-])")
     secret_key = re.compile(r"(?i)\w{0,64}?(?:" + keywords + r")\w{0,64}|\w{0,64}token")
     return Patterns(detectors, keyword_at, keyword_flag, secret_name, token_at, secret_key,

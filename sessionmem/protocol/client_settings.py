@@ -13,7 +13,6 @@ Error handling:
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 
 from sessionmem.protocol import fastjson
 from sessionmem.protocol.limits import FIELD_CAP
@@ -25,6 +24,7 @@ HOOK_LOG_FILE = "hooks.log"
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
+    from collections.abc import Mapping  # collections.abc costs a hook ~2 ms: annotations only
     from typing import TypedDict
 
     class Defaults(TypedDict):

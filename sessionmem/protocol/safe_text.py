@@ -43,11 +43,8 @@ NAME_DEFANGED = "sessionmem context"  # a tag name has no space: no spelling of 
 def neutral(text: str) -> str:
     """Stored text made safe to print inside the wrapper (see the module docstring)."""
     text = _SPACES.sub(" ", INVISIBLE.sub("", str(text)))
-    while True:  # until no tag is left: taking one out can join the halves of another around it
-        stripped = strip_private(text)
-        if stripped == text:
-            return _defang_name(text)
-        text = stripped
+    # One pass: what strip_private keeps never holds a tag, so a second would change nothing.
+    return _defang_name(strip_private(text))
 
 
 def _defang_name(text: str) -> str:
