@@ -33,19 +33,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sessionmem.compress.llm import HTTPCompressor
-from sessionmem.compress.prompts import (  # re-exported: what the backend sends
-    OBSERVATION_SYSTEM,
-    SUMMARY_SYSTEM,
-    observation_request,
-    summary_request,
-)
 from sessionmem.settings import Settings
 
 if TYPE_CHECKING:
     import anthropic
-
-__all__ = ["OBSERVATION_SYSTEM", "SUMMARY_SYSTEM", "AnthropicCompressor", "default_client", "observation_request",
-           "summary_request"]
 
 
 def default_client(settings: Settings) -> anthropic.AsyncAnthropic:

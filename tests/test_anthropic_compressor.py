@@ -13,9 +13,10 @@ import anthropic
 import pytest
 import trio
 
-from sessionmem.compress.anthropic_backend import AnthropicCompressor, observation_request, summary_request
+from sessionmem.compress.anthropic_backend import AnthropicCompressor
 from sessionmem.compress.base import SessionContext
 from sessionmem.compress.breaker import BreakerState, CircuitBreaker
+from sessionmem.compress.prompts import observation_request, summary_request
 from sessionmem.events import ObservationEvent, SummarizeEvent
 from sessionmem.records import SummaryInputs
 from sessionmem.settings import Settings
