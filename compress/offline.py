@@ -51,6 +51,12 @@ _ERROR_LINE_NEEDLES = ("fa", "exception", "denied", "not found", "no such file",
 # A test run that failed although its exit status is hidden (`pytest | tail -20` exits 0).
 _TEST_FAILURE = re.compile(r"\b[1-9]\d* (?:failed|failures?|errors?)\b|^FAILED\b|^--- FAIL|^FAIL\b"
                            r"|test result: FAILED|^Tests?:.*\bfailed", re.M)
+# A program that crashed (C's allocator, a signal, a Rust panic, a sanitizer), whatever its exit status
+# says: a test binary piped through grep exits 0 after aborting on "malloc(): invalid size".
+_CRASH = re.compile(r"segmentation fault|core dumped|\bmalloc\(\)|double free|free\(\): invalid|stack smashing"
+                    r"|\bsigsegv\b|\bsigabrt\b|panicked at|addresssanitizer|^aborted\b", re.M)
+_CRASH_NEEDLES = ("segmentation", "core dumped", "malloc()", "free", "stack smashing", "sigsegv", "sigabrt",
+                  "panicked", "sanitizer", "aborted")
 # A build that failed although its exit status is hidden (`make 2>&1 | head -50`).
 _BUILD_FAILURE = re.compile(r"\berror(?:\[\w+\])?:|\*\*\* .*Error \d+|^!\s", re.M)
 # The line a test runner ends with: "3 failed, 10 passed in 0.52s", "test result: ok. 5 passed", "OK (4 tests)".
@@ -295,7 +301,8 @@ def _describe_command(event: ObservationEvent, data: dict[str, Any], response_te
         draft.concepts.append(ROUTINE_CONCEPT)
         return draft
     if kind.kind is Kind.TEST:
-        failed = event.failed or _mentions(output, "fail", "error") and bool(_TEST_FAILURE.search(output))
+        failed = (event.failed or _mentions(output, "fail", "error") and bool(_TEST_FAILURE.search(output))
+                  or _crashed(output))
         draft = _Draft("failure" if failed else "discovery",
                        _clip(f"Tests {'failed' if failed else 'passed'}: {shown}", _TITLE_MAX))
         draft.facts.append(_clip(f"command: {command}", _FACT_MAX))
@@ -327,11 +334,12 @@ def _describe_command(event: ObservationEvent, data: dict[str, Any], response_te
             draft.facts.append(_clip(f"output: {first}", _FACT_MAX))
         draft.concepts.append("what-changed")
         return draft
-    draft = _Draft("failure" if event.failed else "discovery",
-                   _clip(f"{'Failed: Ran' if event.failed else 'Ran'} {shown}", _TITLE_MAX))
+    failed = event.failed or _crashed(output)
+    draft = _Draft("failure" if failed else "discovery",
+                   _clip(f"{'Failed: Ran' if failed else 'Ran'} {shown}", _TITLE_MAX))
     draft.subtitle = _clip(str(data.get("description", "")), 120)
     draft.facts += [_clip(f"command: {command}", _FACT_MAX), status]
-    if event.failed:
+    if failed:
         if (detail := _error_line(output)):
             draft.facts.append(_clip(f"error: {detail}", _FACT_MAX))
         draft.concepts.append("gotcha")
@@ -342,6 +350,10 @@ def _describe_command(event: ObservationEvent, data: dict[str, Any], response_te
             draft.facts.append(_clip(f"output: {last}", _FACT_MAX))
         draft.concepts.append("how-it-works")
     return draft
+
+
+def _crashed(output: str) -> bool:
+    return _mentions(output, *_CRASH_NEEDLES) and bool(_CRASH.search(output.lower()))
 
 
 def _window(text: str) -> str:
@@ -402,9 +414,15 @@ def _last_meaningful_line(text: str) -> str:
     return ""
 
 
+# Which count a Grep result's mode fills in: the others are 0 whatever was found (a "content" search
+# reports numFiles 0 beside the seven lines it matched).
+_GREP_COUNT = {"content": "numLines", "count": "numMatches", "files_with_matches": "numFiles"}
+
+
 def _hit_count(response: Any, text: str) -> int | None:
     if isinstance(response, dict):
-        for key in ("numFiles", "numMatches", "numLines"):
+        keys = (_GREP_COUNT[mode],) if (mode := response.get("mode")) in _GREP_COUNT else ()
+        for key in (*keys, "numFiles", "numMatches", "numLines"):
             if isinstance(response.get(key), int):
                 return response[key]
         if isinstance(response.get("filenames"), list):

@@ -326,3 +326,30 @@ def test_a_real_build_turn_reads_as_what_it_was_about() -> None:
                                       " after editing src/preamble.tex, src/sections/stacking.tex")
     assert "The user declined to run `git reset --hard origin/main~15`" in summary.learned
     assert "Failed:" not in summary.learned and "Check the failure" not in summary.next_steps
+
+
+@pytest.mark.parametrize("output", ["PASS\nPASS\nmalloc(): invalid size (unsorted)",
+                                    "running 3 tests\nSegmentation fault (core dumped)",
+                                    "thread 'main' panicked at src/lib.rs:10:5:\nindex out of bounds"])
+def test_a_test_run_that_crashed_failed_whatever_its_exit_status(output: str) -> None:
+    # Piped through grep, the run exits 0: the output shows the crash (vsla's test binary aborting).
+    crashed = build_offline_observation(CONTEXT, bash("./tests/vsla_tests | grep -E '(PASS|FAIL)'", output))
+    assert crashed.type == "failure" and crashed.title.startswith("Tests failed: ")
+    ran = build_offline_observation(CONTEXT, bash("./build/demo 2>&1 | tail -3", output))
+    assert ran.type == "failure" and ran.title.startswith("Failed: Ran ")
+    passed = build_offline_observation(CONTEXT, bash("./tests/vsla_tests", "PASS\nPASS\nfree memory: 10 MB"))
+    assert passed.title.startswith("Tests passed: ")
+
+
+@pytest.mark.parametrize(("response", "fact"), [
+    ({"mode": "content", "numFiles": 0, "filenames": [], "content": "1:a\n2:b\n3:c", "numLines": 3}, "3 matches"),
+    ({"mode": "files_with_matches", "numFiles": 2, "filenames": ["a.py", "b.py"]}, "2 matches"),
+    ({"mode": "count", "numFiles": 1, "filenames": [], "content": "a.py:4", "numMatches": 4}, "4 matches"),
+    ({"mode": "content", "numFiles": 0, "filenames": [], "content": "", "numLines": 0}, "0 matches"),
+])
+def test_a_search_counts_what_its_mode_found(response: dict[str, Any], fact: str) -> None:
+    # Claude Code's content-mode Grep reports numFiles 0 beside the lines it matched.
+    event = ObservationEvent(claude_session_id="s", project="calcproj", tool_name="Grep", tool_use_id="g",
+                             tool_input={"pattern": "divide", "path": "/home/dev/calcproj"}, tool_response=response,
+                             cwd="/home/dev/calcproj", prompt_number=1)
+    assert fact in build_offline_observation(CONTEXT, event).facts
