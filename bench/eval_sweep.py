@@ -136,16 +136,16 @@ def _merit(row: Mapping[str, Any]) -> float:
     return statistics.fmean(row[TUNE]["all"][m] for m in CRITERION)
 
 
-async def sweep(parts: SearchParts, queries: Sequence[Query], chosen_settings: Sequence[Setting] | None = None
+async def sweep(parts: SearchParts, queries: Sequence[Query], swept: Sequence[Setting] | None = None
                 ) -> dict[str, Any]:
-    """Every setting over the tune half of ``queries``; per mode, the shipped and the best also over the
-    held-out half. Each query is embedded once for the whole sweep."""
+    """Every setting of ``swept`` (default: :func:`settings`) over the tune half of ``queries``; per mode, the
+    shipped and the best also over the held-out half. Each query is embedded once for the whole sweep."""
     if not isinstance(parts.embedder, RememberingEmbedder):
         parts = SearchParts(parts.store, parts.index, RememberingEmbedder(parts.embedder))
     tune = [q for q in queries if q.half == TUNE]
     held_out = [q for q in queries if q.half == HELD_OUT]
     rows = []
-    swept = list(chosen_settings) if chosen_settings is not None else settings()
+    swept = list(swept) if swept is not None else settings()
     for setting in swept:
         with setting.apply(parts) as search:
             rankings = await rank(search, tune, (setting.mode,), baselines=False)
