@@ -9,8 +9,8 @@ Two sources:
 - **Written** (``bench/queries/<project>.jsonl``): questions a developer would type,
   each with the ``tool_use_id``\\ s of the tool uses that answer it. Searched in their
   project over everything stored; every observation of the project with one of those
-  tool use ids is relevant (a tool use may have been stored more than once, e.g. by a
-  subagent and its parent).
+  tool use ids is relevant (a tool use is unique within a session only: a transcript
+  replayed into two sessions stores it twice).
 
 **No shared words**: a query belongs to that subset when the search's own words of it
 (``storage.fulltext.query_terms``) match none of its relevant observations in
