@@ -46,23 +46,62 @@ def test_bench_smoke_run_writes_a_report_with_no_loss(tmp_path: Path) -> None:
     assert "the worker's event loop late by" in summary
 
 
-def test_retrieval_smoke_reports_recall_and_finds_the_seeded_answer(tmp_path: Path) -> None:
+def test_retrieval_smoke_evaluates_both_halves_and_finds_by_meaning(tmp_path: Path) -> None:
+    """The fixtures' transcripts, a seeded project and the fixtures' written queries, every mode, both halves, and
+    the sweep. The embedder and the offline compressor are deterministic: so are these figures."""
     out = tmp_path / "retrieval.json"
-    result = subprocess.run([sys.executable, str(REPO / "bench" / "retrieval.py"), "--smoke", "--out", str(out)],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, str(REPO / "bench" / "retrieval.py"), "--smoke", "--sweep", "--out",
+                             str(out)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
-    scope = report["scopes"]["earlier"]
-    assert scope["queries"] >= 1
-    for subset in ("all", "no_shared_words"):
-        for mode in ("hybrid", "fts", "vector"):
-            figures = scope["metrics"][subset][mode]
-            assert all(0.0 <= figures[name] <= 1.0 for name in ("recall@5", "recall@10", "mrr")), figures
-    assert scope["metrics"]["all"]["hybrid"]["queries"] == scope["queries"]
-    assert report["vectors"] > 0 and scope["vectors_in_searches"] == {"used": 2 * scope["queries"]}
-    # Two sessions a day apart about one file: the later prompt finds the earlier work, first.
-    assert report["seeded"]["first_relevant_rank"]["hybrid"] == 1
-    assert "| all (" in result.stdout and "| hybrid |" in result.stdout
+    halves = report["halves"]
+    written = (REPO / "tests" / "fixtures" / "eval-queries.jsonl").read_text().splitlines()
+    assert report["queries"]["written_left_out"] == []  # every fixture answer is stored
+    assert halves["tune"]["counts"]["queries"] > 0 and halves["held_out"]["counts"]["queries"] > 0
+    assert sum(halves[half]["counts"]["written"] for half in ("tune", "held_out")) == len(written)
+    assert {row["half"] for row in report["per_query"]} == {"tune", "held_out"}
+    for half in ("tune", "held_out", "both"):
+        groups = [halves[half]["all"], halves[half]["no_shared_words"], *halves[half]["by_category"].values(),
+                  *halves[half]["by_project"].values()]
+        for by_ranking in groups:
+            for name, figures in by_ranking.items():
+                for metric in ("recall@5", "recall@10", "mrr", "ndcg@10"):
+                    low, high = figures["interval"][metric]
+                    assert 0.0 <= low <= figures[metric] <= high <= 1.0, (half, name, metric, figures)
+    both = halves["both"]
+    queries = both["counts"]["queries"]
+    assert both["all"]["hybrid"]["queries"] == queries and both["all"]["fts"]["queries"] == queries
+    assert report["vectors"] > 0 and report["vectors_in_searches"] == {"used": 2 * queries}
+    # Fusion keeps the best of both sides: over the smoke set, at least either mode alone.
+    fused, words, meaning = (both["all"][mode] for mode in ("hybrid", "fts", "vector"))
+    for metric in ("recall@5", "recall@10", "mrr"):
+        assert fused[metric] >= max(words[metric], meaning[metric]), (metric, both["all"])
+    # ... and per query: what either side ranks in its first three, hybrid has in its first ten.
+    for row in report["per_query"]:
+        ranks = row["first_relevant"]
+        if any(ranks[mode] is not None and ranks[mode] <= 3 for mode in ("fts", "vector")):
+            assert ranks["hybrid"] is not None, row
+    # The paraphrases share no word with their answers: words find none of them, meaning (and so hybrid) all.
+    unshared = both["no_shared_words"]
+    assert unshared["fts"]["queries"] >= 5 and unshared["fts"]["recall@10"] == 0.0
+    assert unshared["vector"]["recall@10"] == 1.0 and unshared["hybrid"]["recall@10"] == 1.0
+    # Two sessions a day apart about one file, the later prompt in other words: found first by meaning.
+    seeded = report["seeded"]
+    assert seeded["shares_words"] is False
+    assert seeded["first_relevant_rank"]["fts"] is None
+    assert seeded["first_relevant_rank"]["vector"] == 1 and seeded["first_relevant_rank"]["hybrid"] == 1
+    # The sweep runs the shipped search too: its figures are the evaluation's, on either half.
+    rows = report["sweep"]["rows"]
+    assert len(rows) > 3 and all("tune" in row for row in rows)
+    for row in rows:
+        if "shipped" in row.get("chosen", []):
+            for half in ("tune", "held_out"):
+                swept, evaluated = row[half]["all"], halves[half]["all"][row["mode"]]
+                assert {m: swept[m] for m in ("queries", "recall@10", "mrr")} == {
+                    m: evaluated[m] for m in ("queries", "recall@10", "mrr")}, (row["name"], half)
+    assert sum("shipped" in row.get("chosen", []) for row in rows) == 3
+    assert "### Held-out half" in result.stdout and "| hybrid | " in result.stdout
+    assert "hybrid − fts (paired" in result.stdout and "| paraphrase (" in result.stdout
 
 
 def test_search_latency_smoke_measures_every_figure(tmp_path: Path) -> None:
