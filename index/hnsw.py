@@ -241,8 +241,10 @@ class _Graph:
         self.rows = _Rows(dimensions)
 
     @classmethod
-    def load(cls, path: Path, dimensions: int, size: int, checksum: int, deleted: list[int]) -> _Graph:
-        """The graph in ``path``; ``ValueError`` saying why if it is not the one described."""
+    def load(cls, path: Path, dimensions: int, size: int, checksum: int, deleted: list[int], *,
+             of_one_kind: bool = True) -> _Graph:
+        """The graph in ``path``; ``ValueError`` saying why if it is not the one described. A graph of every
+        kind (format 3: row ids repeat across kinds) keeps no :class:`_Rows`: it is only read to be split."""
         if not path.is_file():
             raise ValueError(f"the index file {path.name!r} is missing")
         if path.stat().st_size != size:
@@ -258,7 +260,8 @@ class _Graph:
             raise ValueError(f"corrupt index file: {exc}") from None
         graph.index.set_num_threads(1)
         graph.deleted = set(deleted)
-        graph.rows = _Rows.of_graph(graph.index, dimensions, graph.deleted)
+        if of_one_kind:
+            graph.rows = _Rows.of_graph(graph.index, dimensions, graph.deleted)
         return graph
 
     @property
@@ -492,7 +495,7 @@ class HnswIndex:
         """An index saved in one graph of every kind (format 3), split into a graph per kind.
 
         ``ValueError`` if its file is not the one described."""
-        old = _read_graph(directory, description, dimensions)
+        old = _read_graph(directory, description, dimensions, of_one_kind=False)
         labels = np.array(sorted(old.labels()), dtype=np.uint64)
         index = cls(dimensions, model_id, capacity=16)
         for start in range(0, len(labels), MIGRATION_CHUNK):  # get_items answers in Python floats
@@ -504,12 +507,12 @@ class HnswIndex:
         return index, ""
 
 
-def _read_graph(directory: Path, described: GraphFile, dimensions: int) -> _Graph:
+def _read_graph(directory: Path, described: GraphFile, dimensions: int, *, of_one_kind: bool = True) -> _Graph:
     """The graph file ``described`` names, in ``directory``; ``ValueError`` saying why it is not usable."""
     if "/" in described.index_file:
         raise ValueError(f"the index file {described.index_file!r} is not in {directory}")
     return _Graph.load(directory / described.index_file, dimensions, described.index_bytes, described.checksum,
-                       described.deleted)
+                       described.deleted, of_one_kind=of_one_kind)
 
 
 def _size_and_checksum(path: Path) -> tuple[int, int]:

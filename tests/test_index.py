@@ -107,6 +107,10 @@ def test_an_index_saved_in_one_graph_is_split_by_kind_and_saved_anew(tmp_path: P
         ((label, distance),) = loaded.nearest(vectors[position], 1)
         assert key_of(label) == keys[position] and distance < 1e-5
     assert label_of("observation", 3) not in loaded.labels() and loaded.from_old_format
+    # Row ids repeat across kinds in one graph: each kind's vectors are its own once split.
+    for position in (0, 31, 36):
+        assert loaded.vector_of(label_of(*keys[position])) == pytest.approx(vectors[position], abs=1e-6)
+    assert loaded.nearest_of_rows(vectors[31], {"summary": np.arange(1, 6)}, 1)[0][0] == label_of(*keys[31])
 
     loaded.save(tmp_path)
     assert not (tmp_path / "vectors.7.hnsw").exists() and len(HnswIndex.current_files(tmp_path)) == 3
