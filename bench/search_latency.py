@@ -34,7 +34,16 @@ How the 100,000 observations are made (bench/README.md holds the latest figures)
    (the HTTP round trip alone). At 10,000
    observations, ``mode=fts`` is set beside claude-mem's full-text query run on the
    same database from this process (its SQL, no HTTP). Worker RSS comes from /proc.
-4. **Cold SessionStart**: no worker running, the real hook
+4. **Filtered beside unfiltered** (``--filtered-sizes``, 10,000 and 100,000; ``--filtered-only``
+   runs this alone): a store of each size made as in 2., its sessions spread over projects
+   as a store of many holds them (:data:`FILTERED_LAYOUT`: one project of 40 % of the
+   observations, four of 7.5 %, thirty of 1 %; sessions of each project shuffled
+   together), and a worker on it. Each round asks ``hybrid``, ``fts`` and ``vector``
+   without a filter and with ``project=`` the big one, a medium one and a small one (the
+   medium and small in turn), the order rotating; every result is checked to be of the
+   project asked. Then the worker's CPU time per hybrid search of each kind, in blocks
+   (what latency would be on an idle machine, and what a busy one does not blur).
+5. **Cold SessionStart**: no worker running, the real hook
    (``python -S hooks/entry.py SessionStart``) is spawned and timed until it exits
    with the context printed (it starts the worker and waits for it).
 """
@@ -64,7 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import loadgen  # noqa: E402
 import retrieval  # noqa: E402
-from sampler import _rss_mb  # noqa: E402
+from sampler import _cpu_seconds, _rss_mb  # noqa: E402
 from scenarios import percentiles  # noqa: E402
 
 from sessionmem.embed.minilm import DIMENSIONS, MiniLMEmbedder  # noqa: E402
@@ -97,6 +106,7 @@ ADD_CHUNK = 1000
 FILTERED_LAYOUT = (("big", 1, 0.40), ("medium", 4, 0.075), ("small", 30, 0.01))
 FILTERED_SIZES = (10_000, 100_000)
 FILTERED_SCOPES = ("all", "big", "medium", "small")
+CPU_BLOCKS, CPU_BLOCK_SEARCHES = 4, 40
 
 
 # -- the source: real texts, real vectors -------------------------------------------------
@@ -466,9 +476,21 @@ async def _measure_filtered(worker: WorkerProcess, layout: list[tuple[str, int]]
                     counted[answer["vectors"]] = counted.get(answer["vectors"], 0) + 1
                     if scope != "all":
                         violations += sum(1 for hit in answer["results"] if hit["project"] != project)
+        # The worker's CPU time per hybrid search of each scope (what latency is on an idle machine, and
+        # what a busy one cannot blur): blocks of one scope at a time, the scopes in turn.
+        cpu: dict[str, list[float]] = {}
+        for block in range(CPU_BLOCKS):
+            for scope in FILTERED_SCOPES:
+                names = projects.get(scope, ["*"])
+                started = _cpu_seconds(worker.pid)
+                for i in range(CPU_BLOCK_SEARCHES):
+                    query = queries[(block * CPU_BLOCK_SEARCHES + i) % len(queries)]
+                    await client.get(_search_path(query, "hybrid", project=names[i % len(names)]))
+                cpu.setdefault(scope, []).append((_cpu_seconds(worker.pid) - started) * 1000 / CPU_BLOCK_SEARCHES)
     finally:
         await client.aclose()
     return {"latency_ms": timer.summary(), "results_per_search": {n: statistics.median(c) for n, c in found.items()},
+            "worker_cpu_ms_per_hybrid_search": {scope: round(statistics.median(v), 2) for scope, v in cpu.items()},
             "vectors": vectors, "filter_violations": violations, "reconnects": client.reconnects,
             "projects": {scope: {"count": len(names), "observations": dict(layout)[names[0]]}
                          for scope, names in projects.items()}}
@@ -488,8 +510,10 @@ def measure_filtered(pool: Pool, work: Path, sizes: list[int], queries: list[str
         print(f"search_latency: filtered and unfiltered search at {size}", file=sys.stderr)
         with start_worker(data_dir, env={"SESSIONMEM_COMPRESSOR": "offline"}, timeout=120) as worker:
             debug = _wait_index_ready(worker)
+            figures["worker_rss_mb_ready"] = _rss(worker.pid)
             figures.update(trio.run(_measure_filtered, worker, layout, queries, runs))
-            figures["vectors_in_index"] = debug["index"]["vectors"]
+            figures["worker_rss_mb_after"] = _rss(worker.pid)
+            figures["index"] = {k: debug["index"][k] for k in ("vectors", "loadSeconds")}
         result[str(size)] = figures
     return result
 
@@ -686,8 +710,13 @@ def filtered_summary(filtered: dict[str, Any]) -> str:
             f"project: {scope} ({filtered[sizes[-1]]['projects'][scope]['observations']:,} observations at"
             f" {int(sizes[-1]):,})")
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    cpu = [f"{int(size):,}: " + ", ".join(f"{scope} {ms:.1f}" for scope, ms in
+                                         filtered[size]["worker_cpu_ms_per_hybrid_search"].items())
+           for size in sizes]
+    rss = ", ".join(f"{int(size):,}: {filtered[size]['worker_rss_mb_after']} MiB" for size in sizes)
     violations = sum(figures["filter_violations"] for figures in filtered.values())
-    rows.append(f"\nms, p50 (p95); results of another project than the one asked: {violations}")
+    rows.append(f"\nms, p50 (p95); results of another project than the one asked: {violations}"
+                f"\nworker CPU ms per hybrid search: {'; '.join(cpu)}\nworker RSS: {rss}")
     return "\n".join(rows)
 
 
