@@ -34,7 +34,16 @@ How the 100,000 observations are made (bench/README.md holds the latest figures)
    (the HTTP round trip alone). At 10,000
    observations, ``mode=fts`` is set beside claude-mem's full-text query run on the
    same database from this process (its SQL, no HTTP). Worker RSS comes from /proc.
-4. **Cold SessionStart**: no worker running, the real hook
+4. **Filtered beside unfiltered** (``--filtered-sizes``, 10,000 and 100,000; ``--filtered-only``
+   runs this alone): a store of each size made as in 2., its sessions spread over projects
+   as a store of many holds them (:data:`FILTERED_LAYOUT`: one project of 40 % of the
+   observations, four of 7.5 %, thirty of 1 %; sessions of each project shuffled
+   together), and a worker on it. Each round asks ``hybrid``, ``fts`` and ``vector``
+   without a filter and with ``project=`` the big one, a medium one and a small one (the
+   medium and small in turn), the order rotating; every result is checked to be of the
+   project asked. Then the worker's CPU time per hybrid search of each kind, in blocks
+   (what latency would be on an idle machine, and what a busy one does not blur).
+5. **Cold SessionStart**: no worker running, the real hook
    (``python -S hooks/entry.py SessionStart``) is spawned and timed until it exits
    with the context printed (it starts the worker and waits for it).
 """
@@ -64,7 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import loadgen  # noqa: E402
 import retrieval  # noqa: E402
-from sampler import _rss_mb  # noqa: E402
+from sampler import _cpu_seconds, _rss_mb  # noqa: E402
 from scenarios import percentiles  # noqa: E402
 
 from sessionmem.embed.minilm import DIMENSIONS, MiniLMEmbedder  # noqa: E402
@@ -91,6 +100,13 @@ NARRATIVE_STRIDE = 7919
 NOISE = 0.35  # norm of the Gaussian noise added to a unit vector (cosine ~0.9 to its source)
 QUERY_WORDS = 4
 ADD_CHUNK = 1000
+# The filtered stores: observations spread over projects as a store of many projects holds
+# them: one big project (40 %), four medium ones (7.5 % each), thirty small ones (1 % each);
+# prompts and summaries follow their sessions. Searched with each project class as the filter.
+FILTERED_LAYOUT = (("big", 1, 0.40), ("medium", 4, 0.075), ("small", 30, 0.01))
+FILTERED_SIZES = (10_000, 100_000)
+FILTERED_SCOPES = ("all", "big", "medium", "small")
+CPU_BLOCKS, CPU_BLOCK_SEARCHES = 4, 40
 
 
 # -- the source: real texts, real vectors -------------------------------------------------
@@ -176,58 +192,80 @@ def add_small_project(connection: apsw.Connection) -> list[tuple[int, int]]:
                               (SMALL_PROJECT,)).fetchall()
 
 
-def synthesize(pool: Pool, data_dir: Path, observations: int, *, seed: int = 7,
-               small_project: bool = False) -> dict[str, Any]:
+def _sessions(observations: int, layout: list[tuple[str, int]] | None,
+              rng: np.random.Generator) -> list[tuple[str, int]]:
+    """(project, observations) of each session, in the order they happened: :data:`PROJECT`'s alone, or
+    each project of ``layout`` (name, observations) in sessions of :data:`OBSERVATIONS_PER_SESSION`, the
+    projects' sessions shuffled together (one works on several projects in turn)."""
+    sessions: list[tuple[str, int]] = []
+    for project, count in layout or [(PROJECT, observations)]:
+        full = max(1, count // OBSERVATIONS_PER_SESSION)
+        sizes = [OBSERVATIONS_PER_SESSION] * full
+        sizes[-1] += count - OBSERVATIONS_PER_SESSION * full  # the last takes the rest
+        sessions += [(project, size) for size in sizes]
+    if layout:
+        sessions = [sessions[i] for i in rng.permutation(len(sessions))]
+    return sessions
+
+
+def filtered_layout(observations: int) -> list[tuple[str, int]]:
+    """(project, observations) of a store of ``observations`` laid out as :data:`FILTERED_LAYOUT` says."""
+    return [(f"{size}-{n}", round(observations * share)) for size, count, share in FILTERED_LAYOUT
+            for n in range(count)]
+
+
+def synthesize(pool: Pool, data_dir: Path, observations: int, *, seed: int = 7, small_project: bool = False,
+               layout: list[tuple[str, int]] | None = None) -> dict[str, Any]:
     """A data dir holding ``observations`` scaled-up observations (module docstring), its index built and saved;
-    ``small_project``: and :data:`SMALL_PROJECT` beside them."""
+    ``small_project``: and :data:`SMALL_PROJECT` beside them; ``layout``: spread over these projects
+    (name, observations; see :func:`filtered_layout`) instead of :data:`PROJECT` alone."""
     rng = np.random.default_rng(seed)
     real = len(pool.observations)
-    turns = max(1, observations // OBSERVATIONS_PER_TURN)
-    sessions = max(1, observations // OBSERVATIONS_PER_SESSION)
+    sessions = _sessions(observations, layout, rng)
+    observations = sum(size for _, size in sessions)
     now = time.time() - observations  # one row a second, ending now
     data_dir.mkdir(parents=True, exist_ok=True)
     connection = open_writer(data_dir / "sessionmem.db")
     started = time.perf_counter()
     try:
         with connection:
+            session_rows, rows, turn_rows = [], [], []  # turn: (id, session, prompt number, project, at)
+            i = 0
+            for s, (project, size) in enumerate(sessions, start=1):
+                turns_before = len(turn_rows)
+                for j in range(size):
+                    a, b = i % real, (NARRATIVE_STRIDE * i + 13) % real
+                    type_, title, subtitle, facts, _, concepts, files_read, files_modified, tool = pool.observations[a]
+                    narrative = pool.observations[b][4]
+                    prompt_number = j // OBSERVATIONS_PER_TURN + 1
+                    if j % OBSERVATIONS_PER_TURN == 0:
+                        turn_rows.append((len(turn_rows) + 1, s, prompt_number, project, now + i))
+                    rows.append((i + 1, s, project, prompt_number, i + 1, tool, f"synthetic-{i}", type_,
+                                 title, subtitle, facts, narrative, concepts, files_read, files_modified, now + i))
+                    i += 1
+                session_rows.append((s, f"synthetic-{s - 1}", project, f"/synthetic/{project}",
+                                     pool.prompts[(s - 1) % len(pool.prompts)], len(turn_rows) - turns_before,
+                                     now + i - size, now + i))
             connection.executemany(
                 "INSERT INTO sessions (id, claude_session_id, project, cwd, first_prompt, prompt_counter, status,"
-                " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'completed', ?, ?)",
-                [(s + 1, f"synthetic-{s}", PROJECT, f"/synthetic/{PROJECT}", pool.prompts[s % len(pool.prompts)],
-                  turns // sessions, now + s * OBSERVATIONS_PER_SESSION, now + (s + 1) * OBSERVATIONS_PER_SESSION)
-                 for s in range(sessions)])
-
-            def session_of(i: int) -> int:
-                return min(i // OBSERVATIONS_PER_SESSION, sessions - 1) + 1
-
-            def prompt_number(i: int) -> int:
-                return (i % OBSERVATIONS_PER_SESSION) // OBSERVATIONS_PER_TURN + 1
-
-            rows = []
-            for i in range(observations):
-                a, b = i % real, (NARRATIVE_STRIDE * i + 13) % real
-                type_, title, subtitle, facts, _, concepts, files_read, files_modified, tool = pool.observations[a]
-                narrative = pool.observations[b][4]
-                rows.append((i + 1, session_of(i), PROJECT, prompt_number(i), i + 1, tool, f"synthetic-{i}", type_,
-                             title, subtitle, facts, narrative, concepts, files_read, files_modified, now + i))
+                " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'completed', ?, ?)", session_rows)
             connection.executemany(
                 "INSERT INTO observations (id, session_db_id, project, prompt_number, event_id, tool_name, tool_use_id,"
                 " type, title, subtitle, facts, narrative, concepts, files_read, files_modified, compressed,"
                 " compressor, created_at, stored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 'offline', ?,"
                 " ?16)", rows)
-            turn_rows = [(t + 1, session_of(t * OBSERVATIONS_PER_TURN), prompt_number(t * OBSERVATIONS_PER_TURN),
-                          now + t * OBSERVATIONS_PER_TURN) for t in range(turns)]
-            # A prompt number is unique within a session: a session's turns are numbered in order.
             connection.executemany(
-                "INSERT OR IGNORE INTO user_prompts (id, session_db_id, project, prompt_number, text, created_at)"
+                "INSERT INTO user_prompts (id, session_db_id, project, prompt_number, text, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
-                [(t, s, PROJECT, n, pool.prompts[t % len(pool.prompts)], at - 0.5) for t, s, n, at in turn_rows])
+                [(t, s, project, n, pool.prompts[t % len(pool.prompts)], at - 0.5)
+                 for t, s, n, project, at in turn_rows])
             connection.executemany(
                 "INSERT INTO session_summaries (id, session_db_id, project, prompt_number, event_id, request,"
                 " investigated, learned, completed, next_steps, notes, compressed, compressor, created_at, stored_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 'offline', ?12, ?12)",
-                [(t, s, PROJECT, n, -t, *pool.summaries[t % len(pool.summaries)], at + OBSERVATIONS_PER_TURN - 0.5)
-                 for t, s, n, at in turn_rows])
+                [(t, s, project, n, -t, *pool.summaries[t % len(pool.summaries)], at + OBSERVATIONS_PER_TURN - 0.5)
+                 for t, s, n, project, at in turn_rows])
+        turns = len(turn_rows)
         prompt_ids = [row_id for (row_id,) in connection.execute("SELECT id FROM user_prompts ORDER BY id")]
         copies = add_small_project(connection) if small_project else []
         connection.execute("PRAGMA optimize")
@@ -265,7 +303,7 @@ def synthesize(pool: Pool, data_dir: Path, observations: int, *, seed: int = 7,
     size = index.save(data_dir / "index")
     saved = time.perf_counter() - started
     return {"observations": observations, "small_project_observations": len(copies), "prompts": len(prompt_ids),
-            "summaries": turns, "sessions": sessions,
+            "summaries": turns, "sessions": len(sessions),
             "vectors": index.vectors, "sqlite_insert_seconds": round(inserted, 1),
             "index_build_seconds": round(built, 1), "index_build_vectors_per_second": round(index.vectors / built),
             "index_save_seconds": round(saved, 2), "index_file_mb": round(size / 2**20, 1),
@@ -409,6 +447,75 @@ async def _measure_scale(worker: WorkerProcess, queries: list[str], prompts: lis
             "context_observations_named": headers.get("x-sessionmem-observations"),
             "results_per_search": {mode: statistics.median(n) for mode, n in found.items()},
             "reconnects": client.reconnects}
+
+
+async def _measure_filtered(worker: WorkerProcess, layout: list[tuple[str, int]], queries: list[str],
+                            runs: int) -> dict[str, Any]:
+    """Each mode without a filter and with ``project`` set to a big, a medium and a small project (the
+    medium and small ones in turn), interleaved; every result checked to be of the project asked."""
+    timer = Timer()
+    projects = {scope: [name for name, _ in layout if name.startswith(scope + "-")] for scope in FILTERED_SCOPES[1:]}
+    found: dict[str, list[int]] = {}
+    vectors: dict[str, dict[str, int]] = {}
+    violations = 0
+    client = _Client(worker)
+    try:
+        for warm in range(5):
+            for names in projects.values():
+                await client.get(_search_path(queries[warm], "hybrid", project=names[warm % len(names)]))
+        for i in range(runs):
+            query = queries[i % len(queries)]
+            scopes = FILTERED_SCOPES[i % 4:] + FILTERED_SCOPES[:i % 4]  # no scope always first
+            for scope in scopes:
+                project = "*" if scope == "all" else projects[scope][i % len(projects[scope])]
+                for mode in ("hybrid", "fts", "vector"):
+                    name = f"{mode}_{scope}"
+                    answer = json.loads(await client.get(_search_path(query, mode, project=project), timer, name))
+                    found.setdefault(name, []).append(len(answer["results"]))
+                    counted = vectors.setdefault(name, {})
+                    counted[answer["vectors"]] = counted.get(answer["vectors"], 0) + 1
+                    if scope != "all":
+                        violations += sum(1 for hit in answer["results"] if hit["project"] != project)
+        # The worker's CPU time per hybrid search of each scope (what latency is on an idle machine, and
+        # what a busy one cannot blur): blocks of one scope at a time, the scopes in turn.
+        cpu: dict[str, list[float]] = {}
+        for block in range(CPU_BLOCKS):
+            for scope in FILTERED_SCOPES:
+                names = projects.get(scope, ["*"])
+                started = _cpu_seconds(worker.pid)
+                for i in range(CPU_BLOCK_SEARCHES):
+                    query = queries[(block * CPU_BLOCK_SEARCHES + i) % len(queries)]
+                    await client.get(_search_path(query, "hybrid", project=names[i % len(names)]))
+                cpu.setdefault(scope, []).append((_cpu_seconds(worker.pid) - started) * 1000 / CPU_BLOCK_SEARCHES)
+    finally:
+        await client.aclose()
+    return {"latency_ms": timer.summary(), "results_per_search": {n: statistics.median(c) for n, c in found.items()},
+            "worker_cpu_ms_per_hybrid_search": {scope: round(statistics.median(v), 2) for scope, v in cpu.items()},
+            "vectors": vectors, "filter_violations": violations, "reconnects": client.reconnects,
+            "projects": {scope: {"count": len(names), "observations": dict(layout)[names[0]]}
+                         for scope, names in projects.items()}}
+
+
+def measure_filtered(pool: Pool, work: Path, sizes: list[int], queries: list[str], runs: int, *,
+                     reuse: bool) -> dict[str, Any]:
+    """Build (unless ``reuse`` finds them) and measure a store of each size laid out as :data:`FILTERED_LAYOUT`."""
+    result: dict[str, Any] = {}
+    for size in sizes:
+        layout = filtered_layout(size)
+        data_dir = work / f"filtered-{size}"
+        figures: dict[str, Any] = {}
+        if not (reuse and (data_dir / "sessionmem.db").exists()):
+            print(f"search_latency: building {size} observations over {len(layout)} projects", file=sys.stderr)
+            figures["build"] = synthesize(pool, data_dir, size, layout=layout)
+        print(f"search_latency: filtered and unfiltered search at {size}", file=sys.stderr)
+        with start_worker(data_dir, env={"SESSIONMEM_COMPRESSOR": "offline"}, timeout=120) as worker:
+            debug = _wait_index_ready(worker)
+            figures["worker_rss_mb_ready"] = _rss(worker.pid)
+            figures.update(trio.run(_measure_filtered, worker, layout, queries, runs))
+            figures["worker_rss_mb_after"] = _rss(worker.pid)
+            figures["index"] = {k: debug["index"][k] for k in ("vectors", "loadSeconds")}
+        result[str(size)] = figures
+    return result
 
 
 def _measure_as_the_hook_asks(worker: WorkerProcess, runs: int) -> dict[str, Any]:
@@ -588,6 +695,31 @@ def summary(result: dict[str, Any]) -> str:
     return "\n".join(["| figure | measured |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows)])
 
 
+def filtered_summary(filtered: dict[str, Any]) -> str:
+    """p50 (p95) by mode, each store a column group, each scope a row."""
+    sizes = list(filtered)
+    header = "| search | " + " | ".join(f"{mode} at {int(size):,}" for size in sizes for mode in ("hybrid", "fts", "vector"))
+    rows = [header + " |", "|---|" + "---|" * (3 * len(sizes))]
+    for scope in FILTERED_SCOPES:
+        cells = []
+        for size in sizes:
+            latency = filtered[size]["latency_ms"]
+            cells += [f"{latency[f'{mode}_{scope}']['p50']:.1f} ({latency[f'{mode}_{scope}']['p95']:.1f})"
+                      for mode in ("hybrid", "fts", "vector")]
+        label = "no filter" if scope == "all" else (
+            f"project: {scope} ({filtered[sizes[-1]]['projects'][scope]['observations']:,} observations at"
+            f" {int(sizes[-1]):,})")
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    cpu = [f"{int(size):,}: " + ", ".join(f"{scope} {ms:.1f}" for scope, ms in
+                                         filtered[size]["worker_cpu_ms_per_hybrid_search"].items())
+           for size in sizes]
+    rss = ", ".join(f"{int(size):,}: {filtered[size]['worker_rss_mb_after']} MiB" for size in sizes)
+    violations = sum(figures["filter_violations"] for figures in filtered.values())
+    rows.append(f"\nms, p50 (p95); results of another project than the one asked: {violations}"
+                f"\nworker CPU ms per hybrid search: {'; '.join(cpu)}\nworker RSS: {rss}")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", type=Path, help="a data dir with replayed corpus and its vectors "
@@ -602,6 +734,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, help="where the data dirs go (default: a temporary dir)")
     parser.add_argument("--out", type=Path, help="write the figures here as JSON")
     parser.add_argument("--reuse", action="store_true", help="measure the stores already built in --work (the replayed source too)")
+    parser.add_argument("--filtered-sizes", type=lambda text: [int(n) for n in text.split(",")],
+                        default=list(FILTERED_SIZES), help="observations of each store of many projects, comma-separated")
+    parser.add_argument("--filtered-only", action="store_true",
+                        help="measure the stores of many projects only (filtered and unfiltered search)")
     parser.add_argument("--smoke", action="store_true",
                         help="a few seconds of everything: the test fixtures' transcripts, 2,000 and 1,000 observations")
     args = parser.parse_args(argv)
@@ -609,7 +745,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.corpus == retrieval.DEFAULT_CORPUS:
             args.corpus = retrieval.SMOKE_CORPUS
         args.projects, args.observations, args.fts_observations = 0, 2000, 1000
-        args.runs, args.cold_runs = 10, 1
+        args.runs, args.cold_runs, args.filtered_sizes = 10, 1, [2000]
 
     result: dict[str, Any] = {"meta": {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                                        "command": " ".join(sys.argv), "cores": os.cpu_count()}}
@@ -628,6 +764,11 @@ def main(argv: list[str] | None = None) -> int:
                           "summaries": len(pool.summaries)}
         queries, prompts = queries_from(pool), prompt_queries_from(pool)
         result["queries"] = {"short": len(queries), "examples": queries[:5], "whole_prompts": len(prompts)}
+        result["filtered"] = measure_filtered(pool, work, args.filtered_sizes, queries, args.runs, reuse=args.reuse)
+        if args.filtered_only:
+            print(filtered_summary(result["filtered"]))
+            _write(result, args.out)
+            return 0
 
         for name, count in (("scale", args.observations), ("fts", args.fts_observations)):
             if args.reuse and (work / name / "sessionmem.db").exists():
@@ -669,10 +810,16 @@ def main(argv: list[str] | None = None) -> int:
         result["cold_session_start"] = {"scale": cold_session_start(work / "scale", args.cold_runs),
                                         "source": cold_session_start(source, args.cold_runs, _largest_project(source))}
     print(summary(result))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print()
+    print(filtered_summary(result["filtered"]))
+    _write(result, args.out)
     return 0
+
+
+def _write(result: dict[str, Any], out: Path | None) -> None:
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import TypeVar
@@ -211,6 +211,12 @@ class VectorIndex:
         compared (:meth:`HnswIndex.nearest_among`): a small project's documents among many."""
         labels = [label_of(kind, row_id) for kind, row_id in keys]
         return await self._ask(lambda index: index.nearest_among(vector, labels, k))
+
+    async def nearest_of_rows(self, vector: np.ndarray, rows: Mapping[str, np.ndarray], k: int
+                              ) -> list[tuple[str, int, float]] | None:
+        """The ``k`` nearest of the documents ``rows`` names (row ids by kind, ascending), as :meth:`nearest`:
+        a project's documents (:meth:`HnswIndex.nearest_of_rows`)."""
+        return await self._ask(lambda index: index.nearest_of_rows(vector, rows, k))
 
     async def _ask(self, query: Callable[[HnswIndex], list[tuple[int, float]] | None]
                    ) -> list[tuple[str, int, float]] | None:

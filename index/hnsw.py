@@ -16,13 +16,17 @@ weighs -- 1.6 ms against 0.3 ms at 100,000 observations, and needed whenever cop
 one prompt crowd the neighbourhood. A query for every kind asks the three graphs and
 keeps the ``k`` nearest of their answers.
 
-**A few documents, exactly.** A search of a small project in a large store asks for the
-nearest of the project's own documents (:meth:`HnswIndex.nearest_among`): each of them
-is compared with the query (a matrix product), not found by walking a graph full of
-other projects' vectors. hnswlib hands a stored vector back as a Python list (~16 µs
-each), so the vectors it has handed back are kept, up to :data:`VECTOR_CACHE` of them,
-the least recently used dropped first, and forgotten when their label is added or
-removed again.
+**A project's documents.** A search with a project filter asks for the nearest of the
+project's own documents (:meth:`HnswIndex.nearest_of_rows`, given their row ids). In a
+large store a graph's nearest are mostly other projects', so the graph is asked for
+``k`` divided by the project's share of it (and a quarter more), and again for four
+times as many if that left fewer than ``k`` of the project's. When the project has
+fewer than :data:`EXACT_PER_ASKED` times as many documents as the graph would be asked
+for, each of them is compared with the query instead: exact, and cheaper (at 100,000
+observations, a project of 1,000 takes 0.3 ms of CPU where the graph asked for 9,000
+would take ~12 ms). For the comparison every graph keeps its vectors again in one
+float32 matrix found by row id (:class:`_Rows`, +1.5 KB a document): hnswlib hands a
+stored vector back as a Python list (~16 µs each, more on a busy machine).
 
 Files, in the data dir: ``vectors.json`` names the graph files of the last save and
 says what they hold (the embedding model, dimensions, each file's size and checksum,
@@ -48,8 +52,7 @@ from __future__ import annotations
 import os
 import time
 import zlib
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import hnswlib
@@ -68,8 +71,16 @@ M = 16
 EF_CONSTRUCTION = 100
 EF_SEARCH = 64
 INITIAL_CAPACITY = 1024
-# Stored vectors kept for nearest_among, at most (384 float32: 1.5 KB each, ~12 MB in all).
-VECTOR_CACHE = 8192
+# Comparing one vector with the query costs about a sixth of what each nearest asked of a
+# graph does (CPU at 100,000 observations: 5,000 compared in 1.2 ms, a graph asked for
+# 1,000 in 1.5 ms): a project is compared one by one unless it has more than this many
+# times as many documents as the graph would be asked for.
+EXACT_PER_ASKED = 6
+# Rows multiplied by the query at a time: OpenBLAS runs a larger matrix-vector product on
+# several threads, which on a busy 2-core machine waits for a core (7,500 rows: 0.6 ms in
+# blocks of 1,024, 12 ms median in one product; bench/search_latency.py, 2 cores).
+PRODUCT_ROWS = 1024
+GRAPH_MARGIN = 1.25  # the graph is asked k / share x this, so that one ask is nearly always enough
 MIGRATION_CHUNK = 2048  # vectors copied at a time from a one-graph index
 
 _CODES = {kind: code for code, kind in enumerate(DOCUMENT_KINDS)}
@@ -117,8 +128,109 @@ class _OneGraphDescription(GraphFile, frozen=True):
     dimensions: int
 
 
+class _Rows:
+    """A graph's vectors again, normalized as hnswlib keeps them, one float32 row each, found by row id:
+    what exact comparison reads (see the module docstring)."""
+
+    def __init__(self, dimensions: int) -> None:
+        self.matrix = np.empty((0, dimensions), dtype=np.float32)
+        self.used = 0  # rows of the matrix written so far (live or dropped)
+        self.live = 0
+        self.row_of = np.full(0, -1, dtype=np.int64)  # row id -> its row of the matrix; -1: none
+
+    def put(self, row_ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Keep ``vectors`` for ``row_ids`` (replacing what they had; of a row id given twice, the last)."""
+        row_ids = np.asarray(row_ids, dtype=np.int64)
+        if not len(row_ids):
+            return
+        # The last of each row id: unique over the reversed ids finds its first occurrence there.
+        unique, first_reversed = np.unique(row_ids[::-1], return_index=True)
+        vectors = np.asarray(vectors, dtype=np.float32)[len(row_ids) - 1 - first_reversed]
+        vectors = vectors / (np.linalg.norm(vectors, axis=1, keepdims=True) + np.float32(1e-30))
+        if unique[-1] >= len(self.row_of):
+            grown = np.full(max(int(unique[-1]) + 1, len(self.row_of) * 5 // 4 + 1024), -1, dtype=np.int64)
+            grown[: len(self.row_of)] = self.row_of
+            self.row_of = grown
+        rows = self.row_of[unique]
+        new = rows < 0
+        added = int(new.sum())
+        if self.used + added > len(self.matrix):
+            grown_matrix = np.empty((max(self.used + added, len(self.matrix) * 5 // 4 + 1024), self.matrix.shape[1]),
+                                    dtype=np.float32)
+            grown_matrix[: self.used] = self.matrix[: self.used]
+            self.matrix = grown_matrix
+        rows[new] = np.arange(self.used, self.used + added)
+        self.used += added
+        self.live += added
+        self.row_of[unique] = rows
+        self.matrix[rows] = vectors
+
+    def drop(self, row_ids: Sequence[int]) -> None:
+        ids = np.asarray(row_ids, dtype=np.int64)
+        ids = ids[ids < len(self.row_of)]
+        self.live -= int((self.row_of[ids] >= 0).sum())
+        self.row_of[ids] = -1
+        if self.used - self.live > max(1024, self.live):  # mostly dropped rows: keep the live ones only
+            live_ids = np.flatnonzero(self.row_of >= 0)
+            self.matrix = self.matrix[self.row_of[live_ids]]
+            self.row_of[live_ids] = np.arange(len(live_ids))
+            self.used = self.live = len(live_ids)
+
+    def vector(self, row_id: int) -> np.ndarray | None:
+        row = int(self.row_of[row_id]) if row_id < len(self.row_of) else -1
+        return self.matrix[row].copy() if row >= 0 else None
+
+    def distances(self, query: np.ndarray, row_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The cosine distances of ``query`` (a unit vector) to those of ``row_ids`` that have a vector:
+        (those row ids, their distances)."""
+        row_ids = np.asarray(row_ids, dtype=np.int64)
+        rows = np.full(len(row_ids), -1, dtype=np.int64)
+        inside = (row_ids >= 0) & (row_ids < len(self.row_of))
+        rows[inside] = self.row_of[row_ids[inside]]
+        known = rows >= 0
+        row_ids, rows = row_ids[known], rows[known]
+        similarity = np.empty(len(rows), dtype=np.float32)
+        for start in range(0, len(rows), PRODUCT_ROWS):
+            similarity[start : start + PRODUCT_ROWS] = self.matrix[rows[start : start + PRODUCT_ROWS]] @ query
+        return row_ids, 1.0 - similarity
+
+    @classmethod
+    def of_graph(cls, index: hnswlib.Index, dimensions: int, deleted: set[int]) -> _Rows:
+        """The vectors of a loaded graph, its deleted labels left out."""
+        rows = cls(dimensions)
+        if index.get_current_count():
+            labels, vectors = _stored_vectors(index, dimensions, deleted)
+            rows.put(labels // np.uint64(4), vectors)
+        return rows
+
+
+def _stored_vectors(index: hnswlib.Index, dimensions: int, deleted: set[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Every live label of a graph and its vector as hnswlib stores it.
+
+    Read from hnswlib's own state (what it pickles), ~0.1 s for 100,000; a vector at a
+    time (``get_items``, seconds) if that state is not laid out as expected.
+    """
+    count, width = index.get_current_count(), dimensions * 4
+    try:
+        state = index.__getstate__()[0]
+        per, at, label_at = (int(state[name]) for name in ("size_data_per_element", "offset_data", "label_offset"))
+        raw = np.asarray(state["data_level0"]).view(np.uint8)[: count * per].reshape(count, per)
+        vectors = raw[:, at : at + width].copy().view(np.float32)
+        labels = raw[:, label_at : label_at + 8].copy().view(np.uint64).ravel()
+        if deleted:
+            live = np.isin(labels, np.fromiter(deleted, dtype=np.uint64, count=len(deleted)), invert=True)
+            labels, vectors = labels[live], vectors[live]
+        sample = np.linspace(0, len(labels) - 1, num=min(8, len(labels)), dtype=np.int64)
+        if np.allclose(np.asarray(index.get_items(labels[sample]), dtype=np.float32), vectors[sample], atol=1e-6):
+            return labels, vectors
+    except (KeyError, ValueError, TypeError, RuntimeError):
+        pass
+    labels = np.array(sorted(set(index.get_ids_list()) - deleted), dtype=np.uint64)
+    return labels, np.asarray(index.get_items(labels), dtype=np.float32).reshape(-1, dimensions)
+
+
 class _Graph:
-    """One hnswlib graph (cosine) and the labels marked deleted in it."""
+    """One hnswlib graph (cosine), the labels marked deleted in it, and its vectors again (:class:`_Rows`)."""
 
     def __init__(self, dimensions: int, capacity: int = INITIAL_CAPACITY, *, empty: bool = True) -> None:
         self.index = hnswlib.Index(space="cosine", dim=dimensions)
@@ -126,10 +238,13 @@ class _Graph:
             self.index.init_index(max_elements=max(capacity, 16), ef_construction=EF_CONSTRUCTION, M=M)
             self.index.set_num_threads(1)
         self.deleted: set[int] = set()
+        self.rows = _Rows(dimensions)
 
     @classmethod
-    def load(cls, path: Path, dimensions: int, size: int, checksum: int, deleted: list[int]) -> _Graph:
-        """The graph in ``path``; ``ValueError`` saying why if it is not the one described."""
+    def load(cls, path: Path, dimensions: int, size: int, checksum: int, deleted: list[int], *,
+             of_one_kind: bool = True) -> _Graph:
+        """The graph in ``path``; ``ValueError`` saying why if it is not the one described. A graph of every
+        kind (format 3: row ids repeat across kinds) keeps no :class:`_Rows`: it is only read to be split."""
         if not path.is_file():
             raise ValueError(f"the index file {path.name!r} is missing")
         if path.stat().st_size != size:
@@ -145,6 +260,8 @@ class _Graph:
             raise ValueError(f"corrupt index file: {exc}") from None
         graph.index.set_num_threads(1)
         graph.deleted = set(deleted)
+        if of_one_kind:
+            graph.rows = _Rows.of_graph(graph.index, dimensions, graph.deleted)
         return graph
 
     @property
@@ -166,6 +283,7 @@ class _Graph:
             self.index.unmark_deleted(label)  # a row id used again: its new vector replaces the old
             self.deleted.discard(label)
         self.index.add_items(vectors, labels, num_threads=1)
+        self.rows.put(np.asarray(labels, dtype=np.uint64) // 4, vectors)
 
     def remove(self, labels: list[int]) -> None:
         present = set(self.index.get_ids_list())
@@ -173,6 +291,7 @@ class _Graph:
             if label in present and label not in self.deleted:
                 self.index.mark_deleted(label)
                 self.deleted.add(label)
+        self.rows.drop([label // 4 for label in labels])
 
     def nearest(self, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The labels and cosine distances of the ``k`` nearest (at most: what it holds), nearest first."""
@@ -184,12 +303,30 @@ class _Graph:
         return labels[0], distances[0]
 
     def vector_of(self, label: int) -> np.ndarray | None:
-        if label in self.deleted:
-            return None
-        try:
-            return np.asarray(self.index.get_items([label])[0], dtype=np.float32)
-        except RuntimeError:  # "Label not found"
-            return None
+        return self.rows.vector(label // 4)
+
+    def nearest_of(self, query: np.ndarray, row_ids: np.ndarray, k: int, *,
+                   exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The row ids and distances of the ``k`` nearest of ``row_ids`` (ascending; those without a vector
+        left out), nearest first: from the graph when they are a large enough share of it (module
+        docstring) unless ``exact``, else each compared (ties: the lower row id first)."""
+        if not exact and len(row_ids) and self.vectors:
+            ask = min(self.vectors, int(np.ceil(k * GRAPH_MARGIN * self.vectors / len(row_ids))))
+            while ask * EXACT_PER_ASKED < len(row_ids):
+                labels, distances = self.nearest(query, ask)
+                ids = (labels // np.uint64(4)).astype(np.int64)
+                at = np.minimum(np.searchsorted(row_ids, ids), len(row_ids) - 1)
+                member = row_ids[at] == ids
+                if member.sum() >= k or ask >= self.vectors:
+                    return ids[member][:k], distances[member][:k]
+                ask = min(self.vectors, ask * 4)
+        ids, distances = self.rows.distances(query, row_ids)
+        if k < len(ids):  # the k nearest, and any as near as the k-th (ties are ordered below)
+            kth = distances[np.argpartition(distances, k - 1)[k - 1]]
+            near = distances <= kth
+            ids, distances = ids[near], distances[near]
+        order = np.lexsort((ids, distances))[:k]
+        return ids[order], distances[order]
 
 
 class HnswIndex:
@@ -200,7 +337,6 @@ class HnswIndex:
         self.model_id = model_id
         self._graphs = {kind: _Graph(dimensions, capacity) for kind in DOCUMENT_KINDS}
         self.from_old_format = False  # loaded from a one-graph save: save it anew
-        self._stored: OrderedDict[int, np.ndarray] = OrderedDict()  # label -> its vector, least recent first
 
     # -- contents ---------------------------------------------------------------------
 
@@ -222,7 +358,6 @@ class HnswIndex:
 
     def add(self, labels: np.ndarray, vectors: np.ndarray) -> None:
         """Add (or replace) vectors; a graph's capacity grows first when it would run out."""
-        self._forget(labels)
         codes = np.asarray(labels, dtype=np.uint64) % 4
         for kind, graph in self._graphs.items():
             mine = codes == _CODES[kind]
@@ -230,7 +365,6 @@ class HnswIndex:
                 graph.add(labels[mine], vectors[mine])
 
     def remove(self, labels: list[int]) -> None:
-        self._forget(labels)
         for kind, graph in self._graphs.items():
             mine = [label for label in labels if kind_of(label) == kind]
             if mine:
@@ -255,35 +389,31 @@ class HnswIndex:
     def nearest_among(self, vector: np.ndarray, labels: Sequence[int], k: int) -> list[tuple[int, float]]:
         """The ``k`` of ``labels`` nearest to ``vector``, with their cosine distances, nearest first: every
         one compared (labels without a vector are left out)."""
-        known, rows = [], []
-        for label in labels:
-            stored = self._stored_vector(int(label))
-            if stored is not None:
-                known.append(int(label))
-                rows.append(stored)
-        if not rows:
-            return []
+        wanted = np.asarray(labels, dtype=np.uint64)
+        rows = {kind: np.unique((wanted[wanted % np.uint64(4) == np.uint64(code)] // np.uint64(4)).astype(np.int64))
+                for kind, code in _CODES.items()}
+        return self._nearest(vector, rows, k, exact=True)
+
+    def nearest_of_rows(self, vector: np.ndarray, rows: Mapping[str, np.ndarray], k: int) -> list[tuple[int, float]]:
+        """The ``k`` nearest of the documents ``rows`` names (row ids by kind, each ascending), with their
+        cosine distances, nearest first: a project's documents, found as the module docstring says."""
+        return self._nearest(vector, rows, k, exact=False)
+
+    def _nearest(self, vector: np.ndarray, rows: Mapping[str, np.ndarray], k: int, *,
+                 exact: bool) -> list[tuple[int, float]]:
         query = np.asarray(vector, dtype=np.float32)
-        distances = 1.0 - np.stack(rows) @ (query / (np.linalg.norm(query) or 1.0))
-        nearest = np.argsort(distances, kind="stable")[:k]
-        return [(known[i], float(distances[i])) for i in nearest.tolist()]
-
-    def _stored_vector(self, label: int) -> np.ndarray | None:
-        stored = self._stored.get(label)
-        if stored is not None:
-            self._stored.move_to_end(label)
-            return stored
-        stored = self.vector_of(label)  # as hnswlib keeps it: normalized, for the cosine space
-        if stored is not None:
-            self._stored[label] = stored
-            if len(self._stored) > VECTOR_CACHE:
-                self._stored.popitem(last=False)
-        return stored
-
-    def _forget(self, labels: Sequence[int] | np.ndarray) -> None:
-        if self._stored:
-            for label in labels:
-                self._stored.pop(int(label), None)
+        query = query / (np.linalg.norm(query) or np.float32(1.0))
+        found_labels, found_distances = [], []
+        for kind, row_ids in rows.items():
+            if len(row_ids) and k > 0:
+                ids, distances = self._graphs[kind].nearest_of(query, row_ids, k, exact=exact)
+                found_labels.append(ids.astype(np.uint64) * np.uint64(4) + np.uint64(_CODES[kind]))
+                found_distances.append(distances)
+        if not found_labels:
+            return []
+        labels, distances = np.concatenate(found_labels), np.concatenate(found_distances)
+        nearest = np.lexsort((labels, distances))[:k]
+        return list(zip(labels[nearest].tolist(), distances[nearest].tolist()))
 
     # -- files ------------------------------------------------------------------------
 
@@ -365,7 +495,7 @@ class HnswIndex:
         """An index saved in one graph of every kind (format 3), split into a graph per kind.
 
         ``ValueError`` if its file is not the one described."""
-        old = _read_graph(directory, description, dimensions)
+        old = _read_graph(directory, description, dimensions, of_one_kind=False)
         labels = np.array(sorted(old.labels()), dtype=np.uint64)
         index = cls(dimensions, model_id, capacity=16)
         for start in range(0, len(labels), MIGRATION_CHUNK):  # get_items answers in Python floats
@@ -377,12 +507,12 @@ class HnswIndex:
         return index, ""
 
 
-def _read_graph(directory: Path, described: GraphFile, dimensions: int) -> _Graph:
+def _read_graph(directory: Path, described: GraphFile, dimensions: int, *, of_one_kind: bool = True) -> _Graph:
     """The graph file ``described`` names, in ``directory``; ``ValueError`` saying why it is not usable."""
     if "/" in described.index_file:
         raise ValueError(f"the index file {described.index_file!r} is not in {directory}")
     return _Graph.load(directory / described.index_file, dimensions, described.index_bytes, described.checksum,
-                       described.deleted)
+                       described.deleted, of_one_kind=of_one_kind)
 
 
 def _size_and_checksum(path: Path) -> tuple[int, int]:

@@ -10,11 +10,11 @@ then those holding some (where a search that demands every word finds nothing).
 
 The vector side: the query is embedded in the embedder's urgent lane (a few ms), the
 index returns the nearest vectors, and SQLite keeps those that pass the filters; when
-filters leave too few, the index is asked again for more (up to ``MAX_NEAREST``). A
-small project (at most ``SMALL_PROJECT`` documents of each kind searched) is searched
-among its own documents, every one compared with the query: in a large store the
-graph's nearest vectors are mostly other projects' (asking for more and more of them
-took ~45 ms for a 600-observation project beside 100,000).
+filters leave too few, the index is asked again for more (up to ``MAX_NEAREST``). With
+a project filter, the index is handed the project's documents (their row ids, read
+while the query is embedded) and returns the nearest of those alone (``index/hnsw.py``
+says how): in a large store the graph's nearest vectors are mostly other projects', and
+asking for more and more of them took 20-45 ms for a minority project beside 100,000.
 When the vector index cannot answer (vectors off, loading, busy with a save) the search
 goes on with words alone and says so in ``vectors``.
 
@@ -39,7 +39,7 @@ from sessionmem.records import RankedKey, SearchFilters
 from sessionmem.runtime.logs import log_exception
 from sessionmem.search.snippets import snippet
 from sessionmem.storage.base import Store
-from sessionmem.storage.fulltext import SMALL_PROJECT, query_terms
+from sessionmem.storage.fulltext import query_terms
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +104,6 @@ class SearchService:
         self._embedder = embedder
         self._weights = weights  # (words, meaning) in the fusion
         self.searches = 0
-        # Projects found to hold more than SMALL_PROJECT documents of a kind: not read again (a
-        # project seldom shrinks, and if it does the graph still answers, only slower).
-        self._large_projects: set[tuple[str, tuple[str, ...]]] = set()
 
     async def search(self, query: str, filters: SearchFilters, *, mode: SearchMode = SearchMode.HYBRID,
                      limit: int = 20, offset: int = 0) -> SearchResults:
@@ -171,16 +168,17 @@ class SearchService:
 
         async with trio.open_nursery() as nursery:  # the embedding beside the read, not after it
             nursery.start_soon(embed)
-            among = await self._small_project_keys(filters)
+            rows = await self._project_rows(filters)
         if vector is None:
             return [], "failed"
         narrowing = bool(filters.types or filters.file or filters.concept or filters.claude_session_id
                          or filters.since is not None or filters.until is not None
                          or filters.kinds != SearchFilters().kinds)
-        k = depth * (4 if narrowing else 2)
+        # The project's own documents are asked for exactly: only other filters call for more.
+        k = depth * (4 if narrowing else 1 if rows is not None else 2)
         while True:
-            if among is not None:
-                nearest = await self._index.nearest_among(vector, among, k)
+            if rows is not None:
+                nearest = await self._index.nearest_of_rows(vector, rows, k)
             else:
                 nearest = await self._index.nearest(vector, k)
             if nearest is None:
@@ -195,17 +193,12 @@ class SearchService:
                 return found[:depth], "used"
             k = min(k * 4, MAX_NEAREST)
 
-    async def _small_project_keys(self, filters: SearchFilters) -> list[tuple[str, int]] | None:
-        """The documents of the project ``filters`` name when it is small (module docstring), else ``None``."""
+    async def _project_rows(self, filters: SearchFilters) -> dict[str, np.ndarray] | None:
+        """The row ids of the documents of the project ``filters`` name, by wanted kind; ``None`` without a
+        project filter."""
         if filters.project is None:
             return None
-        project = (filters.project, filters.wanted_kinds())
-        if project in self._large_projects:
-            return None
-        keys = await self._store.small_project_keys(filters, SMALL_PROJECT)
-        if keys is None:
-            self._large_projects.add(project)
-        return keys
+        return await self._store.project_rows(filters.project, filters.wanted_kinds())
 
 
 def fuse(words: list[RankedKey], meaning: list[RankedKey],

@@ -43,6 +43,7 @@ from sessionmem.records import (
 )
 from sessionmem.storage.checkpointer import CheckpointerStatistics
 from sessionmem.storage.file_memory_cache import FileRecallCacheStatistics
+from sessionmem.storage.project_rows import RowIds
 from sessionmem.storage.readers import GatheredReadStatistics
 from sessionmem.storage.retention import StorageReport
 from sessionmem.storage.transfer import ImportCounts, Record
@@ -163,9 +164,9 @@ class Store(Protocol):
     async def keep_matching(self, keys: Sequence[tuple[str, int]], filters: SearchFilters) -> set[tuple[str, int]]:
         """Those of ``keys`` that exist and pass ``filters``."""
 
-    async def small_project_keys(self, filters: SearchFilters, most: int) -> list[tuple[str, int]] | None:
-        """Every document of the wanted kinds of the project ``filters`` name, when it holds at most ``most``
-        of each kind; ``None`` for a larger project, or without a project filter."""
+    async def project_rows(self, project: str, kinds: tuple[str, ...]) -> dict[str, RowIds]:
+        """The row ids of every document of ``kinds`` of ``project``, by kind, ascending; rows deleted
+        meanwhile may be among them (see ``storage/project_rows.py``)."""
 
     async def cards(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], DocumentCard]: ...
     async def documents(self, keys: Sequence[tuple[str, int]]) -> list[Document]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import apsw
@@ -52,10 +52,12 @@ _WORD = re.compile(r"\w+")
 # the rows that pass.
 MATCH_BUDGET = 4000
 RANK_FIRST = 2
-# A project with at most this many rows of a kind is searched joined from the start: in
-# a large store its rows are few among the matches, and ranking every match first would
-# be wasted work (and take several rounds).
-SMALL_PROJECT = 2000
+# A project holding less than this share of a kind's rows is ranked joined to its rows
+# from the start: fewer than ``limit`` of the best RANK_FIRST x limit matches would be
+# its own, on average, so ranking every match first would mostly be followed by the
+# joined ranking anyway (and the join scores only the project's rows: at 100,000
+# observations, 2x less CPU for a project of 7.5 % or 1 %; bench/search_latency.py).
+RANK_FIRST_SHARE = 1 / RANK_FIRST
 
 # Per kind: its table, full-text table and bm25 column weights, and the SQL naming its
 # project, creation time and Claude session. Observation titles weigh most.
@@ -161,9 +163,9 @@ def affordable_match(connection: apsw.Connection, kind: str, terms: Sequence[str
     budget; a term too common to fit is left out (bm25 would rank it low anyway). When
     even the rarest term is that common, the rows holding every term (AND).
     """
-    table, fts, _ = TABLES[kind]
+    fts = TABLES[kind][1]
     every = " OR ".join(_quoted(terms))
-    highest = integer(one_row(connection, f"SELECT coalesce(max(id), 0) FROM {table}")[0])
+    highest = _highest_id(connection, kind)
     if highest <= MATCH_BUDGET:  # a small table: every term is affordable
         return every, highest
     count = f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT {MATCH_BUDGET + 1})"
@@ -187,9 +189,11 @@ def affordable_match(connection: apsw.Connection, kind: str, terms: Sequence[str
 
 
 def search_text(connection: apsw.Connection, terms: Sequence[str], filters: SearchFilters,
-                limit: int, *, every_word_first: bool = False) -> list[RankedKey]:
+                limit: int, *, every_word_first: bool = False,
+                project_rows: Mapping[str, int] | None = None) -> list[RankedKey]:
     """The best ``limit`` documents of the wanted kinds matching ``terms`` (see :func:`affordable_match`),
-    best first.
+    best first; ``project_rows``: how many rows of each kind the project of ``filters`` holds, if the
+    caller knows (else they are counted).
 
     Scores are bm25's, negated (higher is better); kinds are merged by score. With
     ``every_word_first`` (a search someone typed), documents holding every term come
@@ -200,40 +204,49 @@ def search_text(connection: apsw.Connection, terms: Sequence[str], filters: Sear
     """
     if not terms:
         return []
-    # Kinds of which the project holds nothing are not matched at all.
-    kinds = {kind: rows for kind in filters.wanted_kinds() if (rows := _project_rows(connection, kind, filters)) != 0}
+    # Per kind, whether its matches are ranked first (no project filter, or a project holding
+    # at least RANK_FIRST_SHARE of its rows); kinds of which the project holds nothing are not
+    # matched at all.
+    kinds: dict[str, bool] = {}
+    for kind in filters.wanted_kinds():
+        rows = _project_rows(connection, kind, filters) if project_rows is None else project_rows.get(kind, 0)
+        if filters.project is None:
+            kinds[kind] = True
+        elif rows:
+            kinds[kind] = rows >= RANK_FIRST_SHARE * _highest_id(connection, kind)
     every: list[RankedKey] = []
     if every_word_first and len(terms) > 1:
         expression = " AND ".join(_quoted(terms))
-        for kind, project_rows in kinds.items():
-            every.extend(_ranked_kind(connection, kind, (expression, -1), project_rows, filters, limit))
+        for kind, rank_first in kinds.items():
+            every.extend(_ranked_kind(connection, kind, (expression, -1), rank_first, filters, limit))
         every.sort(key=lambda key: key.score, reverse=True)
         if len(every) >= limit:
             return every[:limit]
     held = {(key.kind, key.row_id) for key in every}
     some: list[RankedKey] = []
-    for kind, project_rows in kinds.items():
+    for kind, rank_first in kinds.items():
         match = affordable_match(connection, kind, terms)
         if match is not None:
-            found = _ranked_kind(connection, kind, match, project_rows, filters, limit)
+            found = _ranked_kind(connection, kind, match, rank_first, filters, limit)
             some.extend(key for key in found if (key.kind, key.row_id) not in held)
     some.sort(key=lambda key: key.score, reverse=True)
     return (every + some)[:limit]
 
 
-def _ranked_kind(connection: apsw.Connection, kind: str, match: tuple[str, int], project_rows: int | None,
+def _ranked_kind(connection: apsw.Connection, kind: str, match: tuple[str, int], rank_first: bool,
                  filters: SearchFilters, limit: int) -> list[RankedKey]:
     """The best ``limit`` rows of ``kind`` matching ``match`` (an expression, and an upper bound of the rows
-    it matches or -1) that pass ``filters``, best first; ``project_rows`` as :func:`_project_rows` counts them.
+    it matches or -1) that pass ``filters``, best first.
 
-    Ranked in the full-text table alone, and only the best checked against ``filters``;
-    when too few pass, or the filters name a small project (:data:`SMALL_PROJECT`),
-    ranked joined to their rows, filters in SQL.
+    With ``rank_first``, ranked in the full-text table alone, and only the best checked
+    against ``filters``; when too few pass, or without ``rank_first`` (a project holding a
+    small share of the rows: :data:`RANK_FIRST_SHARE`), ranked joined to their rows,
+    filters in SQL.
     """
     _, fts, weights = TABLES[kind]
     expression, at_most = match
     ranked = limit * RANK_FIRST
-    if project_rows is None or project_rows > SMALL_PROJECT:
+    if rank_first:
         best = [(integer(row_id), real(score)) for row_id, score in all_rows(
             connection, f"SELECT rowid, bm25({fts}, {weights}) AS score FROM {fts} WHERE {fts} MATCH ?"
             " ORDER BY score LIMIT ?", (expression, ranked))]
@@ -244,33 +257,19 @@ def _ranked_kind(connection: apsw.Connection, kind: str, match: tuple[str, int],
     return _ranked_passing(connection, kind, expression, filters, limit)
 
 
-def _project_rows(connection: apsw.Connection, kind: str, filters: SearchFilters) -> int | None:
-    """How many rows of ``kind`` the project of ``filters`` holds, counted up to :data:`SMALL_PROJECT` + 1
-    on its index; ``None`` without a project filter."""
+def _project_rows(connection: apsw.Connection, kind: str, filters: SearchFilters) -> int:
+    """How many rows of ``kind`` the project of ``filters`` holds (0 without a project filter)."""
     if filters.project is None:
-        return None
+        return 0
     table, alias = TABLES[kind][0], ALIASES[kind]
-    (rows,) = one_row(
-        connection,
-        f"SELECT count(*) FROM (SELECT 1 FROM {table} {alias} WHERE {PROJECT_COLUMNS[kind]} = ? LIMIT {SMALL_PROJECT + 1})",
-        (filters.project,))
+    (rows,) = one_row(connection, f"SELECT count(*) FROM {table} {alias} WHERE {PROJECT_COLUMNS[kind]} = ?",
+                      (filters.project,))
     return integer(rows)
 
 
-def small_project_keys(connection: apsw.Connection, filters: SearchFilters, most: int) -> list[tuple[str, int]] | None:
-    """Every row of the wanted kinds of the project of ``filters``, when it holds at most ``most`` of each
-    (read on the project's index); ``None`` for a larger project, or without a project filter."""
-    if filters.project is None:
-        return None
-    keys: list[tuple[str, int]] = []
-    for kind in filters.wanted_kinds():
-        table, alias = TABLES[kind][0], ALIASES[kind]
-        ids = [integer(row_id) for (row_id,) in all_rows(
-            connection, f"SELECT {alias}.id FROM {table} {alias} WHERE {PROJECT_COLUMNS[kind]} = ? LIMIT ?", (filters.project, most + 1))]
-        if len(ids) > most:
-            return None
-        keys.extend((kind, row_id) for row_id in ids)
-    return keys
+def _highest_id(connection: apsw.Connection, kind: str) -> int:
+    """The highest row id of ``kind``: as many rows as it has, or a few more (ids never come back)."""
+    return integer(one_row(connection, f"SELECT coalesce(max(id), 0) FROM {TABLES[kind][0]}")[0])
 
 
 def _ranked_passing(connection: apsw.Connection, kind: str, expression: str, filters: SearchFilters,

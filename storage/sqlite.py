@@ -81,6 +81,7 @@ from sessionmem.storage.base import (
 )
 from sessionmem.storage.checkpointer import IDLE_S, Checkpointer
 from sessionmem.storage.file_memory_cache import FileRecallCache
+from sessionmem.storage.project_rows import ProjectRows, RowIds
 from sessionmem.storage.readers import ReaderPool, ReadGatherer
 from sessionmem.storage.sqlite_setup import open_writer
 from sessionmem.storage.writer import BACKGROUND_WEIGHT, GroupCommitWriter, Together
@@ -142,6 +143,7 @@ class SQLiteStore:
         self.close_timeout_s = 5.0
         self._readers = ReaderPool(path, readers)
         self._gathered = ReadGatherer(path)  # file recall's short reads, on every PostToolUse of a file
+        self._project_rows = ProjectRows()  # each project's row ids, brought up to date by each read
         self._file_recall = FileRecallCache()  # and the rows they answer from, until an observation about the file is stored
         self._checkpointer = Checkpointer(path, idle_s=checkpoint_idle_s)
         self._connection: apsw.Connection | None = None
@@ -315,23 +317,31 @@ class SQLiteStore:
         return await self.write(partial(transfer.import_records, records=records, now=time.time()),
                                 on_commit=lambda _: self._file_recall.clear())
 
-    # -- search (storage/fulltext.py, cards.py, file_memories.py) ------------------------------
+    # -- search (storage/fulltext.py, project_rows.py, cards.py, file_memories.py) ----------------
 
     async def search_text(self, query: str, filters: SearchFilters, limit: int, *,
                           every_word_first: bool = False) -> list[RankedKey]:
         terms = fulltext.query_terms(query)
         if not terms:
             return []
-        return await self._readers.run(partial(fulltext.search_text, terms=terms, filters=filters, limit=limit,
+        return await self._readers.run(partial(self._search_text, terms=terms, filters=filters, limit=limit,
                                                every_word_first=every_word_first))
+
+    def _search_text(self, connection: apsw.Connection, *, terms: list[str], filters: SearchFilters, limit: int,
+                     every_word_first: bool) -> list[RankedKey]:
+        """On a reader thread: full-text search, told how many rows the project holds (``project_rows.py``)."""
+        counts = None
+        if filters.project is not None:
+            rows = self._project_rows.read(connection, filters.project, filters.wanted_kinds())
+            counts = {kind: len(ids) for kind, ids in rows.items()}
+        return fulltext.search_text(connection, terms, filters, limit, every_word_first=every_word_first,
+                                    project_rows=counts)
 
     async def keep_matching(self, keys: Sequence[tuple[str, int]], filters: SearchFilters) -> set[tuple[str, int]]:
         return await self._readers.run(partial(fulltext.keep_matching, keys=keys, filters=filters))
 
-    async def small_project_keys(self, filters: SearchFilters, most: int) -> list[tuple[str, int]] | None:
-        if filters.project is None:
-            return None
-        return await self._readers.run(partial(fulltext.small_project_keys, filters=filters, most=most))
+    async def project_rows(self, project: str, kinds: tuple[str, ...]) -> dict[str, RowIds]:
+        return await self._readers.run(partial(self._project_rows.read, project=project, kinds=kinds))
 
     async def cards(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], DocumentCard]:
         return await self._readers.run(partial(cards.cards, keys=keys))

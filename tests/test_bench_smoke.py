@@ -125,6 +125,13 @@ def test_search_latency_smoke_measures_every_figure(tmp_path: Path) -> None:
     assert fts["ours_fts_http_observations"]["n"] == 10 and fts["claude_mem_sql_observations"]["n"] == 10
     cold = report["cold_session_start"]["scale"]
     assert cold["runs"] == 1 and cold["context_chars"]["min"] > 0
+    filtered = report["filtered"]["2000"]  # a store of many projects: each mode, with a project filter and without
+    for scope in ("all", "big", "medium", "small"):
+        for mode in ("hybrid", "fts", "vector"):
+            assert filtered["latency_ms"][f"{mode}_{scope}"]["n"] == 10, (mode, scope)
+        assert filtered["vectors"][f"vector_{scope}"] == {"used": 10}
+        assert filtered["worker_cpu_ms_per_hybrid_search"][scope] > 0
+    assert filtered["filter_violations"] == 0 and filtered["results_per_search"]["hybrid_medium"] > 0
 
 
 def test_gil_trips_measures_the_writer_beside_a_busy_thread(tmp_path: Path) -> None:

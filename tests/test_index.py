@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import trio
 
-from sessionmem.index.hnsw import DESCRIPTION_FILE, HnswIndex, key_of, label_of
+from sessionmem.index.hnsw import DESCRIPTION_FILE, HnswIndex, _stored_vectors, key_of, label_of
 from sessionmem.testing.harness import InProcessWorker, open_worker
 
 DIMENSIONS = 16
@@ -107,6 +107,10 @@ def test_an_index_saved_in_one_graph_is_split_by_kind_and_saved_anew(tmp_path: P
         ((label, distance),) = loaded.nearest(vectors[position], 1)
         assert key_of(label) == keys[position] and distance < 1e-5
     assert label_of("observation", 3) not in loaded.labels() and loaded.from_old_format
+    # Row ids repeat across kinds in one graph: each kind's vectors are its own once split.
+    for position in (0, 31, 36):
+        assert loaded.vector_of(label_of(*keys[position])) == pytest.approx(vectors[position], abs=1e-6)
+    assert loaded.nearest_of_rows(vectors[31], {"summary": np.arange(1, 6)}, 1)[0][0] == label_of(*keys[31])
 
     loaded.save(tmp_path)
     assert not (tmp_path / "vectors.7.hnsw").exists() and len(HnswIndex.current_files(tmp_path)) == 3
@@ -170,9 +174,8 @@ def test_a_removed_document_can_come_back_with_a_new_vector() -> None:
     assert key_of(label) == ("observation", 1) and distance < 1e-5
 
 
-def test_nearest_among_compares_each_of_a_few_documents(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nearest_among_compares_each_of_a_few_documents() -> None:
     """A small project's documents among many: exactly the nearest of them, with hnswlib's own distances."""
-    monkeypatch.setattr("sessionmem.index.hnsw.VECTOR_CACHE", 8)
     index = HnswIndex(DIMENSIONS, "m")
     vectors = unit_vectors(400)
     keys = [("observation", n) for n in range(1, 401)]
@@ -192,6 +195,107 @@ def test_nearest_among_compares_each_of_a_few_documents(monkeypatch: pytest.Monk
     assert index.nearest_among(query, few, 1)[0] == (label_of(*keys[0]), pytest.approx(0.0, abs=1e-5))
     index.remove([label_of(*keys[0])])
     assert label_of(*keys[0]) not in [label for label, _ in index.nearest_among(query, few, 100)]
+
+
+def _projects_index(seed: int = 3) -> tuple[HnswIndex, np.ndarray, np.ndarray, dict[str, dict[str, np.ndarray]]]:
+    """3,000 documents of three kinds in a big (60 %), a medium (15 %) and small projects (1 % each): the
+    index, every label, its vector, and each project's row ids by kind."""
+    rng = np.random.default_rng(seed)
+    keys = ([("observation", n) for n in range(1, 2401)] + [("summary", n) for n in range(1, 301)]
+            + [("prompt", n) for n in range(1, 301)])
+    vectors = unit_vectors(len(keys), seed=seed)
+    index = HnswIndex(DIMENSIONS, "m")
+    for start in range(0, len(keys), 500):  # added as the actor adds: a chunk at a time
+        index.add(labels(*keys[start:start + 500]), vectors[start:start + 500])
+    names = ["big"] * 60 + ["medium"] * 15 + [f"small-{n}" for n in range(25)]
+    owner = rng.choice(names, size=len(keys))
+    projects: dict[str, dict[str, np.ndarray]] = {}
+    for (kind, row_id), project in zip(keys, owner):
+        projects.setdefault(str(project), {}).setdefault(kind, []).append(row_id)  # type: ignore[arg-type]
+    rows = {project: {kind: np.array(ids, dtype=np.int64) for kind, ids in by_kind.items()}
+            for project, by_kind in projects.items()}
+    return index, labels(*keys), vectors, rows
+
+
+def _true_nearest(query: np.ndarray, all_labels: np.ndarray, vectors: np.ndarray, rows: dict[str, np.ndarray],
+                  k: int) -> list[tuple[int, float]]:
+    """Brute force: every document of ``rows`` compared, nearest first (ties: the lower label)."""
+    wanted = {label_of(kind, int(row_id)) for kind, ids in rows.items() for row_id in ids}
+    mine = np.array([int(label) in wanted for label in all_labels])
+    distances = 1.0 - vectors[mine] @ query
+    order = np.lexsort((all_labels[mine], distances))[:k]
+    return [(int(all_labels[mine][i]), float(distances[i])) for i in order]
+
+
+def test_a_projects_nearest_are_the_true_nearest_of_its_own_documents(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compared one by one: the brute-force answer, exactly; through the graph (a project that is a large
+    share of it): never another project's, and its nearest as well as the graph finds any."""
+    index, all_labels, vectors, projects = _projects_index()
+    queries = unit_vectors(20, seed=11)
+    # A small project is compared one by one as it is; any project when told to.
+    for project, one_by_one in (("small-3", None), ("medium", 10**9), ("big", 10**9)):
+        if one_by_one:
+            monkeypatch.setattr("sessionmem.index.hnsw.EXACT_PER_ASKED", one_by_one)
+        for query in queries:
+            found = index.nearest_of_rows(query, projects[project], 10)
+            truth = _true_nearest(query, all_labels, vectors, projects[project], 10)
+            assert [label for label, _ in found] == [label for label, _ in truth], project
+            assert [d for _, d in found] == pytest.approx([d for _, d in truth], abs=1e-5)
+    monkeypatch.setattr("sessionmem.index.hnsw.EXACT_PER_ASKED", 0)  # through the graph, whatever the share
+    for project in ("big", "small-3"):
+        members = {label_of(kind, int(row_id)) for kind, ids in projects[project].items() for row_id in ids}
+        recalled = 0
+        for query in queries:
+            found = index.nearest_of_rows(query, projects[project], 10)
+            truth = dict(_true_nearest(query, all_labels, vectors, projects[project], 10))
+            assert len(found) == min(10, len(members)) and {label for label, _ in found} <= members, project
+            recalled += len(truth.keys() & {label for label, _ in found})
+        assert recalled / (len(truth) * len(queries)) >= 0.9, project
+
+
+def test_the_vectors_kept_for_comparison_follow_adds_removals_and_a_reload(tmp_path: Path) -> None:
+    index, all_labels, vectors, projects = _projects_index(seed=5)
+    replaced = label_of("observation", 7)
+    index.add(np.array([replaced], dtype=np.uint64), unit_vectors(1, seed=6))
+    index.remove([label_of("observation", 8), label_of("prompt", 3)])
+    index.save(tmp_path)
+    loaded, reason = HnswIndex.load(tmp_path, DIMENSIONS, "m")
+    assert loaded is not None, reason
+    hnsw_of = {kind: hnswlib.Index(space="cosine", dim=DIMENSIONS) for kind in ("observation", "prompt")}
+    for kind, graph in hnsw_of.items():
+        graph.load_index(str(next(tmp_path.glob(f"vectors.*.{kind}.hnsw"))), max_elements=0)
+    for label in (replaced, label_of("observation", 9), label_of("prompt", 4)):
+        stored = hnsw_of[key_of(label)[0]].get_items([label])[0]
+        assert loaded.vector_of(label) == pytest.approx(np.asarray(stored), abs=1e-6)
+    assert loaded.vector_of(label_of("observation", 8)) is None and loaded.vector_of(label_of("prompt", 3)) is None
+    query = unit_vectors(1, seed=12)[0]
+    for project in ("big", "small-3"):
+        before = index.nearest_of_rows(query, projects[project], 10)
+        assert loaded.nearest_of_rows(query, projects[project], 10) == [
+            (label, pytest.approx(distance, abs=1e-6)) for label, distance in before]
+        assert label_of("observation", 8) not in dict(loaded.nearest_of_rows(query, projects[project], 3000))
+
+
+def test_the_vectors_are_read_one_by_one_when_hnswlibs_state_is_not_as_expected() -> None:
+    """hnswlib's pickled state is read for speed; anything unexpected in it falls back to its API."""
+    graph = hnswlib.Index(space="cosine", dim=DIMENSIONS)
+    graph.init_index(max_elements=64, M=16)
+    vectors = unit_vectors(20, seed=2)
+    graph.add_items(vectors, labels(*[("summary", n) for n in range(1, 21)]))
+    graph.mark_deleted(label_of("summary", 2))
+
+    class OddState:  # the graph, its state not laid out as this code expects
+        def __getattr__(self, name: str) -> Any:
+            return getattr(graph, name)
+
+        def __getstate__(self) -> tuple[dict[str, Any]]:
+            return ({"size_data_per_element": 0},)
+
+    for source in (graph, OddState()):
+        found, kept = _stored_vectors(source, DIMENSIONS, {label_of("summary", 2)})  # type: ignore[arg-type]
+        order = np.argsort(found)
+        assert found[order].tolist() == [label_of("summary", n) for n in range(1, 21) if n != 2]
+        assert kept[order] == pytest.approx(np.delete(vectors, 1, axis=0), abs=1e-6)
 
 
 # -- the actor, with the real store and the real embedder ------------------------------------------

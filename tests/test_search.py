@@ -104,9 +104,10 @@ async def test_filters_narrow_every_mode(memory: InProcessWorker) -> None:
     assert (await memory.get("/api/search?q=cart&file=nowhere.py"))["results"] == []
 
 
-async def test_a_small_project_is_searched_by_meaning_among_its_own(memory: InProcessWorker,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """The graph's nearest vectors are all another project's: the project's own are compared one by one."""
+async def test_a_project_is_searched_by_meaning_among_its_own(memory: InProcessWorker,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The graph's nearest vectors are all another project's: the project's own are found all the same,
+    compared one by one or, for a large share of the graph, through it."""
     for number, prompt in enumerate(["an empty cart must not reach checkout", "checkout of an empty cart crashes",
                                      "refuse checkout when the cart is empty"]):
         await store_session(memory, f"shop-cart-{number}", SHOP, prompt, [
@@ -118,11 +119,13 @@ async def test_a_small_project_is_searched_by_meaning_among_its_own(memory: InPr
     path = "/api/search?q=refuse+an+empty+cart+at+checkout+time&mode=vector&project=blog&limit=1"
     (found,) = (await memory.get(path))["results"]
     assert found["project"] == "blog" and found["matchedBy"] == ["meaning"]
-    monkeypatch.setattr("sessionmem.search.hybrid.SMALL_PROJECT", 0)  # through the graph: the shop's fill it
-    assert (await memory.get(path))["results"] == []
-    # A project found too large is not read again (it seldom shrinks): still through the graph.
-    monkeypatch.setattr("sessionmem.search.hybrid.SMALL_PROJECT", 2000)
-    assert (await memory.get(path))["results"] == []
+    unfiltered = await memory.get(path.replace("project=blog", "project=*"))
+    assert unfiltered["results"][0]["project"] == "shop"  # the nearest of all is the shop's
+    monkeypatch.setattr("sessionmem.index.hnsw.EXACT_PER_ASKED", 0)  # through the graph
+    assert (await memory.get(path))["results"] == [found]
+    # Every document of the blog is the answer when asked for all, by meaning: none of the shop's.
+    every = await memory.get(path.replace("limit=1", "limit=50"))
+    assert every["results"] and {r["project"] for r in every["results"]} == {"blog"}
 
 
 async def test_paging(memory: InProcessWorker) -> None:
@@ -254,9 +257,9 @@ def test_full_text_search_keeps_the_rarer_words_within_its_budget(tmp_path: Path
     assert fulltext.affordable_match(connection, OBSERVATION, ["common"]) == ('"common"', -1)
     assert fulltext.affordable_match(connection, OBSERVATION, ["absent"]) == ('"absent"', 0)
     # Ranked in the full-text table, then filtered, ranked again joined to the rows when the
-    # filters leave too few; or, for a small project, joined from the start: the same answers.
-    for small_project in (0, fulltext.SMALL_PROJECT):
-        monkeypatch.setattr(fulltext, "SMALL_PROJECT", small_project)
+    # filters leave too few; or, for a small share of the rows, joined from the start: the same answers.
+    for share in (0.0, 2.0):
+        monkeypatch.setattr(fulltext, "RANK_FIRST_SHARE", share)
         found = fulltext.search_text(connection, ["common", "middling", "rare"], SearchFilters(project="shop"), 10)
         assert [key.row_id for key in found][:1] == [10] and {key.row_id for key in found} == {7, 8, 9, 10}
         # The best two matches are too late for the filter: the best that passes.
@@ -282,10 +285,11 @@ def test_a_small_projects_search_ranks_its_own_rows_among_many(tmp_path: Path,
             " 'parser bug parser bug', 1, 'offline', ?1)", [(n,) for n in range(100, 400)])
     shop = SearchFilters(project="shop", kinds=(OBSERVATION,))
     answers = []
-    for small_project in (0, 10):  # the shop's 3 rows: ranked with the blog's first, or joined from the start
-        monkeypatch.setattr(fulltext, "SMALL_PROJECT", small_project)
+    for share in (0.0, fulltext.RANK_FIRST_SHARE):  # the shop's 3 rows: ranked with the blog's first, or joined
+        monkeypatch.setattr(fulltext, "RANK_FIRST_SHARE", share)
         answers.append(fulltext.search_text(connection, ["parser", "bug"], shop, 2))
-    assert answers[0] == answers[1]
+        answers.append(fulltext.search_text(connection, ["parser", "bug"], shop, 2, project_rows={OBSERVATION: 3}))
+    assert answers[0] == answers[1] == answers[2] == answers[3]
     assert [key.row_id for key in answers[0]] == [1, 2]  # both words, then one
     assert answers[0][0].score > answers[0][1].score
     connection.close()
