@@ -160,6 +160,10 @@ class Store(Protocol):
         ``query`` is a user's text, never query syntax: any string is safe.
         """
 
+    async def words_held(self, query: str, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], float]:
+        """The share (0 to 1) of the words :meth:`search_text` looks for in ``query`` that each of ``keys``
+        holds, by key; keys of rows that do not exist are left out."""
+
     async def keep_matching(self, keys: Sequence[tuple[str, int]], filters: SearchFilters) -> set[tuple[str, int]]:
         """Those of ``keys`` that exist and pass ``filters``."""
 

@@ -71,6 +71,7 @@ from sessionmem.storage import (
     retention,
     row_reads,
     transfer,
+    words_held,
 )
 from sessionmem.storage.base import (
     Accepted,
@@ -324,6 +325,12 @@ class SQLiteStore:
             return []
         return await self._readers.run(partial(fulltext.search_text, terms=terms, filters=filters, limit=limit,
                                                every_word_first=every_word_first))
+
+    async def words_held(self, query: str, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], float]:
+        terms = fulltext.query_terms(query)
+        if not terms or not keys:
+            return {}
+        return await self._readers.run(partial(words_held.words_held, terms=terms, keys=keys))
 
     async def keep_matching(self, keys: Sequence[tuple[str, int]], filters: SearchFilters) -> set[tuple[str, int]]:
         return await self._readers.run(partial(fulltext.keep_matching, keys=keys, filters=filters))
