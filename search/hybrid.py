@@ -133,9 +133,11 @@ class SearchService:
 
         async def by_words() -> None:
             nonlocal words, held
-            words = await self._store.search_text(query, filters, depth, every_word_first=True)
-            if mode is SearchMode.HYBRID and words and WORDS_HELD_DEPTH:  # while the query is being embedded
-                held = await self._store.words_held(query, [(key.kind, key.row_id) for key in words[:WORDS_HELD_DEPTH]])
+            if mode is SearchMode.HYBRID and WORDS_HELD_DEPTH:
+                words, held = await self._store.search_text_held(query, filters, depth,
+                                                                 held_of_first=WORDS_HELD_DEPTH)
+            else:
+                words = await self._store.search_text(query, filters, depth, every_word_first=True)
 
         async def by_meaning() -> None:
             nonlocal meaning, vectors

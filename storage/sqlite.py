@@ -326,11 +326,19 @@ class SQLiteStore:
         return await self._readers.run(partial(fulltext.search_text, terms=terms, filters=filters, limit=limit,
                                                every_word_first=every_word_first))
 
-    async def words_held(self, query: str, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], float]:
+    async def search_text_held(self, query: str, filters: SearchFilters, limit: int, *,
+                               held_of_first: int) -> tuple[list[RankedKey], dict[tuple[str, int], float]]:
         terms = fulltext.query_terms(query)
-        if not terms or not keys:
-            return {}
-        return await self._readers.run(partial(words_held.words_held, terms=terms, keys=keys))
+        if not terms:
+            return [], {}
+
+        def read(connection: apsw.Connection) -> tuple[list[RankedKey], dict[tuple[str, int], float]]:
+            # One trip to a reader thread for both: a second would cost more than the share itself.
+            found = fulltext.search_text(connection, terms, filters, limit, every_word_first=True)
+            first = [(key.kind, key.row_id) for key in found[:held_of_first]]
+            return found, words_held.words_held(connection, terms, first) if first else {}
+
+        return await self._readers.run(read)
 
     async def keep_matching(self, keys: Sequence[tuple[str, int]], filters: SearchFilters) -> set[tuple[str, int]]:
         return await self._readers.run(partial(fulltext.keep_matching, keys=keys, filters=filters))
