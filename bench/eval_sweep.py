@@ -30,6 +30,7 @@ from eval_queries import HELD_OUT, TUNE, Query
 from eval_report import METRIC_TITLES, NO_SHARED_WORDS, scores_of
 from eval_search import RememberingEmbedder, rank
 
+from sessionmem.records import RankedKey
 from sessionmem.search.hybrid import SearchMode, SearchService
 
 # How the best setting of a mode is chosen on the tune half: the mean of these metrics.
@@ -70,7 +71,7 @@ def _shown(value: Any) -> str:
 def patched(mode: SearchMode, constants: Mapping[str, Any] | None = None, **service_options: Any) -> Setting:
     """The shipped ``SearchService`` (with ``service_options``), module constants replaced while it runs.
 
-    ``constants`` maps a constant's dotted name under ``sessionmem`` (``"search.hybrid.RRF_K"``) to its value
+    ``constants`` maps a constant's dotted name under ``sessionmem`` (``"search.hybrid.WORDS_WEIGHT"``) to its value
     for the run; the name must be the one the code reads at search time (a module global, not a copy
     imported elsewhere).
     """
@@ -111,15 +112,50 @@ def vector_cut_offs() -> list[Setting]:
             for distance in (0.8, 0.9, 1.0)]
 
 
+class ReciprocalRankFusion:
+    """The fusion search shipped before score fusion (for comparison): a document's score is the sum of
+    ``weight / (k + rank)`` over the rankings it is in (``held`` is not used)."""
+
+    def __init__(self, k: int, weights: tuple[float, float] = (1.0, 1.0)) -> None:
+        self.k, self.weights = k, weights
+
+    def __repr__(self) -> str:
+        return f"rrf(k={self.k}, weights={self.weights[0]:g}/{self.weights[1]:g})"
+
+    def __call__(self, words: Sequence[RankedKey], meaning: Sequence[RankedKey],
+                 held: Mapping[tuple[str, int], float]) -> list[tuple[str, int, float]]:
+        scores: dict[tuple[str, int], float] = {}
+        for weight, ranking in zip(self.weights, (words, meaning)):
+            for place, key in enumerate(ranking, start=1):
+                name = (key.kind, key.row_id)
+                scores[name] = scores.get(name, 0.0) + weight / (self.k + place)
+        ordered = sorted(scores.items(), key=lambda item: item[1], reverse=True)
+        return [(kind, row_id, score) for (kind, row_id), score in ordered]
+
+
 def rrf_fusions() -> list[Setting]:
-    """Reciprocal rank fusion: its constant, the weights of (words, meaning), the vector cut-off."""
-    return [patched(SearchMode.HYBRID, {"search.hybrid.RRF_K": k, "search.hybrid.MAX_VECTOR_DISTANCE": distance},
-                    weights=weights)
+    """Reciprocal rank fusion (what search shipped before): its constant, the weights of (words, meaning),
+    the vector cut-off."""
+    return [patched(SearchMode.HYBRID, {"search.hybrid.fuse": ReciprocalRankFusion(k, weights),
+                                        "search.hybrid.MAX_VECTOR_DISTANCE": distance})
             for k, weights, distance in itertools.product((5, 10, 20, 60), ((1.0, 1.0), (1.0, 0.5), (0.5, 1.0)),
                                                           (0.8, 0.9, 1.0))]
 
 
-FAMILIES: tuple[Callable[[], list[Setting]], ...] = (shipped, full_text_budgets, vector_cut_offs, rrf_fusions)
+def score_fusions() -> list[Setting]:
+    """Score fusion (``search.hybrid.fuse``): the weight of words, the rank where a list's standing is 0,
+    how many full-text candidates have their share of the query's words read (0: not weighed), and
+    meaning's standing relative to its list (``None``) or above a similarity floor."""
+    return [patched(SearchMode.HYBRID, {"search.hybrid.WORDS_WEIGHT": weight,
+                                        "search.hybrid.STANDING_REFERENCE": reference,
+                                        "search.hybrid.WORDS_HELD_DEPTH": depth,
+                                        "search.hybrid.MEANING_FLOOR": floor})
+            for weight, reference, depth, floor in itertools.product(
+                (0.3, 0.4, 0.5, 0.6, 0.7), (20, 50), (0, 20), (None, 0.1, 0.2))]
+
+
+FAMILIES: tuple[Callable[[], list[Setting]], ...] = (shipped, full_text_budgets, vector_cut_offs, rrf_fusions,
+                                                         score_fusions)
 
 
 def settings() -> list[Setting]:
@@ -149,7 +185,7 @@ async def sweep(parts: SearchParts, queries: Sequence[Query], swept: Sequence[Se
     for setting in swept:
         with setting.apply(parts) as search:
             rankings = await rank(search, tune, (setting.mode,), baselines=False)
-        rows.append({"name": setting.name, "mode": setting.mode.value, "parameters": dict(setting.parameters),
+        rows.append({"name": setting.name, "mode": setting.mode.value, "parameters": _plain(setting.parameters),
                      TUNE: _figures(tune, rankings, setting.mode.value)})
     chosen: dict[int, list[str]] = {}
     for mode in SearchMode:
@@ -188,3 +224,9 @@ def sweep_table(result: Mapping[str, Any]) -> str:
         cells.append(", ".join(row.get("chosen", [])))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _plain(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """``parameters`` as JSON can hold them: a value JSON cannot (a fusion function) as its ``repr``."""
+    return {key: value if value is None or isinstance(value, (bool, int, float, str, tuple, list)) else repr(value)
+            for key, value in parameters.items()}

@@ -1,12 +1,18 @@
-"""Search: by words (FTS5 bm25), by meaning (vector kNN), or both fused by reciprocal rank.
+"""Search: by words (FTS5 bm25), by meaning (vector kNN), or both, fused (:func:`fuse`).
 
 ``hybrid`` (the default) asks both retrievers for their best candidates under the same
-filters and fuses the two rankings with reciprocal rank fusion: a document's score is
-the sum over the rankings it is in of ``weight / (RRF_K + rank)``. Neither
-retriever's raw scores need to be comparable, and a document both find rises to the
-top. ``fts`` and ``vector`` use one retriever alone; in ``hybrid`` the two run at once.
-Words rank documents holding every word of the query first (as a search box does),
-then those holding some (where a search that demands every word finds nothing).
+filters and fuses them by score: each document gets its standing in each list, 1 for
+the list's best down to 0 at rank :data:`STANDING_REFERENCE`, and its fused score is
+``WORDS_WEIGHT x words standing x share of the query's words it holds + (1 -
+WORDS_WEIGHT) x meaning standing``, from 0 to 1. A list whose best stands far above the
+rest (a confident retriever) gives its runners-up little; a flat one gives them almost
+as much as its best; a document both find adds both. The share of words held (read for
+the first :data:`WORDS_HELD_DEPTH` full-text candidates) keeps a document that shares one
+rare word with a long question from outranking what meaning finds; when no document
+holds most of the words, meaning leads. When one side finds nothing, the other's order
+is kept. ``fts`` and ``vector`` use one retriever alone; in ``hybrid`` the two run at
+once. Words rank documents holding every word of the query first (as a search box
+does), then those holding some (where a search that demands every word finds nothing).
 
 The vector side: the query is embedded in the embedder's urgent lane (a few ms), the
 index returns the nearest vectors, and SQLite keeps those that pass the filters; when
@@ -27,6 +33,7 @@ Error handling:
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from enum import Enum
 
 import msgspec
@@ -43,13 +50,20 @@ from sessionmem.storage.fulltext import query_terms
 
 log = logging.getLogger(__name__)
 
-# Reciprocal rank fusion's constant. 60 is the classic one (Cormack et al. 2009); search
-# fuses words and meaning with a much smaller one, so that being near the top of
-# either ranking counts for more than being found by both at middling ranks. On the
-# corpus evaluation (bench/retrieval.py --sweep) hybrid with 60 ranks below full-text
-# search in recall@10 and below vectors in MRR; with 5 it is at or above both (10 and
-# 20 land between).
-RRF_K = 5
+# The fusion (fuse), chosen on the tune half of the corpus evaluation (bench/retrieval.py --sweep;
+# the sweep and the held-out figures in bench/README.md). Words weigh more than meaning, as far
+# as a match holds the question's words: one holding half of them counts half.
+WORDS_WEIGHT = 0.7
+# Standing 0 at this rank of each list: a fixed rank, not the list's end, so a deeper page (more
+# candidates) leaves the first results' scores alone.
+STANDING_REFERENCE = 50
+# The share of the query's words held is read for this many full-text candidates (a few tenths of a
+# ms); those after them count as holding as little as the least of these (measured: reading it for
+# all 50 candidates ranks the same).
+WORDS_HELD_DEPTH = 20
+# Meaning's standing: None, between its list's best and its score at STANDING_REFERENCE; a number,
+# the cosine similarity above it, scaled to 0..1 (absolute, not relative to the list).
+MEANING_FLOOR: float | None = None
 # A vector this far (cosine distance) from the query is not a match, only the least
 # unlike document: beyond it, vector candidates are dropped. MiniLM puts a relevant
 # memory of a terse or chatty prompt as far as 0.8-1.0, so only vectors pointing away
@@ -73,7 +87,7 @@ class SearchMode(str, Enum):
 class SearchResult(msgspec.Struct, frozen=True, kw_only=True):
     kind: str  # observation | summary | prompt
     id: int
-    score: float  # hybrid: fused reciprocal rank; fts: bm25 (negated); vector: cosine similarity
+    score: float  # hybrid: fused, 0 to 1 (fuse); fts: bm25 (negated); vector: cosine similarity
     matched_by: list[str]  # "words", "meaning"
     claude_session_id: str
     project: str
@@ -97,12 +111,10 @@ class SearchResults(msgspec.Struct, frozen=True):
 
 
 class SearchService:
-    def __init__(self, store: Store, index: VectorIndex, embedder: EmbedderService, *,
-                 weights: tuple[float, float] = (1.0, 1.0)) -> None:
+    def __init__(self, store: Store, index: VectorIndex, embedder: EmbedderService) -> None:
         self._store = store
         self._index = index
         self._embedder = embedder
-        self._weights = weights  # (words, meaning) in the fusion
         self.searches = 0
 
     async def search(self, query: str, filters: SearchFilters, *, mode: SearchMode = SearchMode.HYBRID,
@@ -113,11 +125,16 @@ class SearchService:
         depth = offset + limit + 1 if mode is SearchMode.FTS else max(MIN_DEPTH, (offset + limit) * 3)
         words: list[RankedKey] = []
         meaning: list[RankedKey] = []
+        held: dict[tuple[str, int], float] = {}
         vectors = "not asked"
 
         async def by_words() -> None:
-            nonlocal words
-            words = await self._store.search_text(query, filters, depth, every_word_first=True)
+            nonlocal words, held
+            if mode is SearchMode.HYBRID and WORDS_HELD_DEPTH:
+                words, held = await self._store.search_text_held(query, filters, depth,
+                                                                 held_of_first=WORDS_HELD_DEPTH)
+            else:
+                words = await self._store.search_text(query, filters, depth, every_word_first=True)
 
         async def by_meaning() -> None:
             nonlocal meaning, vectors
@@ -131,7 +148,7 @@ class SearchService:
             if mode is not SearchMode.FTS:
                 nursery.start_soon(by_meaning)
         if mode is SearchMode.HYBRID:
-            ranked = fuse(words, meaning, self._weights)
+            ranked = fuse(words, meaning, held)
         else:
             ranked = [(key.kind, key.row_id, key.score) for key in (words or meaning)]
         page = ranked[offset : offset + limit]
@@ -202,11 +219,54 @@ class SearchService:
 
 
 def fuse(words: list[RankedKey], meaning: list[RankedKey],
-         weights: tuple[float, float] = (1.0, 1.0)) -> list[tuple[str, int, float]]:
-    """Reciprocal rank fusion of two rankings (best first): (kind, row id, score), best first."""
+         held: Mapping[tuple[str, int], float]) -> list[tuple[str, int, float]]:
+    """The two rankings (best first) as one: (kind, row id, score), best first (module docstring).
+
+    ``held``: the share of the query's words each of the first :data:`WORDS_HELD_DEPTH` of ``words``
+    holds (empty: not weighed). Promises (tests/test_search.py): scores from 0 to 1, never rising down the list; one
+    ranking empty, the other's order kept; a document first in both and holding every word first.
+    Equal scores keep the better of a document's two ranks first.
+    """
+    if not meaning:
+        return [(key.kind, key.row_id, WORDS_WEIGHT * standing)
+                for key, standing in zip(words, _standings([key.score for key in words]))]
+    if not words:
+        return [(key.kind, key.row_id, (1.0 - WORDS_WEIGHT) * standing)
+                for key, standing in zip(meaning, _meaning_standings(meaning))]
+    # A candidate whose share was not read holds as little as the least of those read (all of them,
+    # none read).
+    least = min(held.values(), default=1.0)
     scores: dict[tuple[str, int], float] = {}
-    for weight, ranking in zip(weights, (words, meaning)):
-        for rank, key in enumerate(ranking, start=1):
-            scores[(key.kind, key.row_id)] = scores.get((key.kind, key.row_id), 0.0) + weight / (RRF_K + rank)
-    ordered = sorted(scores.items(), key=lambda item: item[1], reverse=True)
-    return [(kind, row_id, score) for (kind, row_id), score in ordered]
+    best_rank: dict[tuple[str, int], int] = {}
+    for rank, (key, standing) in enumerate(zip(words, _standings([key.score for key in words]))):
+        name = (key.kind, key.row_id)
+        scores[name] = WORDS_WEIGHT * standing * held.get(name, least)
+        best_rank[name] = rank
+    for rank, (key, standing) in enumerate(zip(meaning, _meaning_standings(meaning))):
+        name = (key.kind, key.row_id)
+        scores[name] = scores.get(name, 0.0) + (1.0 - WORDS_WEIGHT) * standing
+        best_rank[name] = min(rank, best_rank.get(name, rank))
+    ordered = sorted(scores, key=lambda name: (-scores[name], best_rank[name]))
+    return [(kind, row_id, scores[(kind, row_id)]) for kind, row_id in ordered]
+
+
+def _standings(scores: Sequence[float]) -> list[float]:
+    """Each score's place between the best (1) and the score at rank :data:`STANDING_REFERENCE` (0; or the
+    last, in a shorter list), never below 0. Scores are made non-increasing first: words put documents
+    holding every word before those holding some, whatever their bm25."""
+    falling: list[float] = []
+    for score in scores:
+        falling.append(min(score, falling[-1]) if falling else score)
+    if not falling:
+        return []
+    best, reference = falling[0], falling[min(STANDING_REFERENCE, len(falling)) - 1]
+    if best <= reference:  # as good as each other down to the reference: all best, those below nothing
+        return [1.0 if score >= best else 0.0 for score in falling]
+    return [max(0.0, (score - reference) / (best - reference)) for score in falling]
+
+
+def _meaning_standings(meaning: Sequence[RankedKey]) -> list[float]:
+    """:func:`_standings` of the similarities, or with :data:`MEANING_FLOOR` set their height above it."""
+    if MEANING_FLOOR is None:
+        return _standings([key.score for key in meaning])
+    return [min(1.0, max(0.0, (key.score - MEANING_FLOOR) / (1.0 - MEANING_FLOOR))) for key in meaning]

@@ -161,6 +161,11 @@ class Store(Protocol):
         ``query`` is a user's text, never query syntax: any string is safe.
         """
 
+    async def search_text_held(self, query: str, filters: SearchFilters, limit: int, *,
+                               held_of_first: int) -> tuple[list[RankedKey], dict[tuple[str, int], float]]:
+        """:meth:`search_text` with ``every_word_first``, and the share (0 to 1) of the words it looks for
+        in ``query`` that each of its first ``held_of_first`` documents holds, by key: in one read."""
+
     async def keep_matching(self, keys: Sequence[tuple[str, int]], filters: SearchFilters) -> set[tuple[str, int]]:
         """Those of ``keys`` that exist and pass ``filters``."""
 

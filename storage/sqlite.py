@@ -71,6 +71,7 @@ from sessionmem.storage import (
     retention,
     row_reads,
     transfer,
+    words_held,
 )
 from sessionmem.storage.base import (
     Accepted,
@@ -336,6 +337,21 @@ class SQLiteStore:
             counts = {kind: len(ids) for kind, ids in rows.items()}
         return fulltext.search_text(connection, terms, filters, limit, every_word_first=every_word_first,
                                     project_rows=counts)
+
+    async def search_text_held(self, query: str, filters: SearchFilters, limit: int, *,
+                               held_of_first: int) -> tuple[list[RankedKey], dict[tuple[str, int], float]]:
+        terms = fulltext.query_terms(query)
+        if not terms:
+            return [], {}
+
+        def read(connection: apsw.Connection) -> tuple[list[RankedKey], dict[tuple[str, int], float]]:
+            # One trip to a reader thread for both: a second would cost more than the share itself.
+            found = self._search_text(connection, terms=terms, filters=filters, limit=limit,
+                                      every_word_first=True)
+            first = [(key.kind, key.row_id) for key in found[:held_of_first]]
+            return found, words_held.words_held(connection, terms, first) if first else {}
+
+        return await self._readers.run(read)
 
     async def keep_matching(self, keys: Sequence[tuple[str, int]], filters: SearchFilters) -> set[tuple[str, int]]:
         return await self._readers.run(partial(fulltext.keep_matching, keys=keys, filters=filters))

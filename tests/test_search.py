@@ -318,3 +318,32 @@ def test_a_typed_search_ranks_documents_with_every_word_first(tmp_path: Path) ->
     assert [key.row_id for key in fulltext.search_text(connection, ["bug"], shop, 10, every_word_first=True)] == [
         key.row_id for key in fulltext.search_text(connection, ["bug"], shop, 10)]
     connection.close()
+
+
+def test_words_held_counts_the_query_words_each_document_holds_as_its_index_has_them(tmp_path: Path) -> None:
+    from sessionmem.records import OBSERVATION, PROMPT
+    from sessionmem.storage import fulltext
+    from sessionmem.storage.words_held import words_held
+
+    titles = ["Fixed the websocket reconnect in pane_list_live.ex", "websocket timeouts", "nothing alike"]
+    connection = _observations_db(tmp_path / "db", titles)
+    terms = fulltext.query_terms("fixing the websocket timeout in pane_list_live")
+    keys = [(OBSERVATION, 1), (OBSERVATION, 2), (OBSERVATION, 3), (OBSERVATION, 99), (PROMPT, 1)]
+    # Four words (less "the" and "in"): Porter stemming holds "fixing" in "Fixed" and "timeout" in
+    # "timeouts"; a word of several tokens is held when all of them are. Rows that do not exist: left out.
+    assert words_held(connection, terms, keys) == {(OBSERVATION, 1): 3 / 4, (OBSERVATION, 2): 2 / 4,
+                                                   (OBSERVATION, 3): 0.0}
+    assert words_held(connection, [], keys[:1]) == {(OBSERVATION, 1): 0.0}
+    connection.close()
+
+
+def test_words_held_tokenizes_as_the_full_text_tables_do(tmp_path: Path) -> None:
+    from sessionmem.storage.fulltext import TABLES
+    from sessionmem.storage.words_held import TOKENIZER
+
+    connection = _observations_db(tmp_path / "db", [])
+    name, arguments = TOKENIZER
+    for _, fts, _ in TABLES.values():
+        (sql,) = connection.execute("SELECT sql FROM sqlite_master WHERE name = ?", (fts,)).fetchone()
+        assert f"tokenize='{' '.join((name, *arguments))}'" in sql, fts
+    connection.close()
