@@ -199,8 +199,11 @@ class _Rows:
         """The vectors of a loaded graph, its deleted labels left out."""
         rows = cls(dimensions)
         if index.get_current_count():
-            labels, vectors = _stored_vectors(index, dimensions, deleted)
-            rows.put(labels // np.uint64(4), vectors)
+            labels, vectors = _stored_vectors(index, dimensions, deleted)  # normalized already, one per label
+            ids = (labels // np.uint64(4)).astype(np.int64)
+            rows.row_of = np.full(int(ids.max(initial=0)) + 1, -1, dtype=np.int64)
+            rows.row_of[ids] = np.arange(len(ids))
+            rows.matrix, rows.used, rows.live = vectors, len(ids), len(ids)
         return rows
 
 

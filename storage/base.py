@@ -43,7 +43,7 @@ from sessionmem.records import (
 )
 from sessionmem.storage.checkpointer import CheckpointerStatistics
 from sessionmem.storage.file_memory_cache import FileRecallCacheStatistics
-from sessionmem.storage.project_rows import RowIds
+from sessionmem.storage.fulltext import RowIds
 from sessionmem.storage.readers import GatheredReadStatistics
 from sessionmem.storage.retention import StorageReport
 from sessionmem.storage.transfer import ImportCounts, Record

@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import apsw
+import numpy as np
+import numpy.typing as npt
 
 from sessionmem.records import (
     OBSERVATION,
@@ -58,6 +60,11 @@ RANK_FIRST = 2
 # joined ranking anyway (and the join scores only the project's rows: at 100,000
 # observations, 2x less CPU for a project of 7.5 % or 1 %; bench/search_latency.py).
 RANK_FIRST_SHARE = 1 / RANK_FIRST
+# A project with at most this many rows of a kind, searched by its project alone, has its
+# matches checked against the list of its rows (built once per query) rather than each
+# looked up in the project's index: at 100,000 observations, 1,000 rows listed take 0.6
+# of the CPU of the lookups, 7,500 twice as much (bench/search_latency.py).
+LISTED_ROWS = 2000
 
 # Per kind: its table, full-text table and bm25 column weights, and the SQL naming its
 # project, creation time and Claude session. Observation titles weigh most.
@@ -67,6 +74,7 @@ TABLES = {
     PROMPT: ("user_prompts", "prompts_fts", "1.0"),
 }
 ALIASES = {OBSERVATION: "o", SUMMARY: "m", PROMPT: "p"}
+RowIds = npt.NDArray[np.int64]  # row ids of one kind, ascending
 PROJECT_COLUMNS = {OBSERVATION: "o.project", SUMMARY: "m.project", PROMPT: "p.project"}
 
 
@@ -190,10 +198,10 @@ def affordable_match(connection: apsw.Connection, kind: str, terms: Sequence[str
 
 def search_text(connection: apsw.Connection, terms: Sequence[str], filters: SearchFilters,
                 limit: int, *, every_word_first: bool = False,
-                project_rows: Mapping[str, int] | None = None) -> list[RankedKey]:
+                project_rows: Mapping[str, RowIds] | None = None) -> list[RankedKey]:
     """The best ``limit`` documents of the wanted kinds matching ``terms`` (see :func:`affordable_match`),
-    best first; ``project_rows``: how many rows of each kind the project of ``filters`` holds, if the
-    caller knows (else they are counted).
+    best first; ``project_rows``: the row ids of each kind the project of ``filters`` holds, if the
+    caller knows them (``storage/project_rows.py``; else they are counted).
 
     Scores are bm25's, negated (higher is better); kinds are merged by score. With
     ``every_word_first`` (a search someone typed), documents holding every term come
@@ -204,49 +212,64 @@ def search_text(connection: apsw.Connection, terms: Sequence[str], filters: Sear
     """
     if not terms:
         return []
-    # Per kind, whether its matches are ranked first (no project filter, or a project holding
-    # at least RANK_FIRST_SHARE of its rows); kinds of which the project holds nothing are not
-    # matched at all.
-    kinds: dict[str, bool] = {}
+    # Per kind, how its matches are ranked: first in the full-text table (no project filter, or
+    # a project of at least RANK_FIRST_SHARE of its rows), or joined, against the list of the
+    # project's rows when it is short (LISTED_ROWS). Kinds of which the project holds nothing
+    # are not matched at all.
+    plans: dict[str, _Plan] = {}
+    only_project = filters == SearchFilters(project=filters.project, kinds=filters.kinds)
     for kind in filters.wanted_kinds():
-        rows = _project_rows(connection, kind, filters) if project_rows is None else project_rows.get(kind, 0)
         if filters.project is None:
-            kinds[kind] = True
-        elif rows:
-            kinds[kind] = rows >= RANK_FIRST_SHARE * _highest_id(connection, kind)
+            plans[kind] = _Plan(rank_first=True)
+            continue
+        ids = None if project_rows is None else project_rows.get(kind, np.empty(0, dtype=np.int64))
+        rows = _project_rows(connection, kind, filters) if ids is None else len(ids)
+        if rows:
+            listed = ids if ids is not None and only_project and rows <= LISTED_ROWS else None
+            plans[kind] = _Plan(rank_first=rows >= RANK_FIRST_SHARE * _highest_id(connection, kind), listed=listed)
     every: list[RankedKey] = []
     if every_word_first and len(terms) > 1:
         expression = " AND ".join(_quoted(terms))
-        for kind, rank_first in kinds.items():
-            every.extend(_ranked_kind(connection, kind, (expression, -1), rank_first, filters, limit))
+        for kind, plan in plans.items():
+            every.extend(_ranked_kind(connection, kind, (expression, -1), plan, filters, limit))
         every.sort(key=lambda key: key.score, reverse=True)
         if len(every) >= limit:
             return every[:limit]
     held = {(key.kind, key.row_id) for key in every}
     some: list[RankedKey] = []
-    for kind, rank_first in kinds.items():
+    for kind, plan in plans.items():
         match = affordable_match(connection, kind, terms)
         if match is not None:
-            found = _ranked_kind(connection, kind, match, rank_first, filters, limit)
+            found = _ranked_kind(connection, kind, match, plan, filters, limit)
             some.extend(key for key in found if (key.kind, key.row_id) not in held)
     some.sort(key=lambda key: key.score, reverse=True)
     return (every + some)[:limit]
 
 
-def _ranked_kind(connection: apsw.Connection, kind: str, match: tuple[str, int], rank_first: bool,
+class _Plan:
+    """How one kind's matches are ranked (see :func:`search_text`)."""
+
+    __slots__ = ("rank_first", "listed")
+
+    def __init__(self, *, rank_first: bool, listed: RowIds | None = None) -> None:
+        self.rank_first = rank_first
+        self.listed = listed  # every row of the project, when that is all the filter asks and they are few
+
+
+def _ranked_kind(connection: apsw.Connection, kind: str, match: tuple[str, int], plan: _Plan,
                  filters: SearchFilters, limit: int) -> list[RankedKey]:
     """The best ``limit`` rows of ``kind`` matching ``match`` (an expression, and an upper bound of the rows
     it matches or -1) that pass ``filters``, best first.
 
-    With ``rank_first``, ranked in the full-text table alone, and only the best checked
-    against ``filters``; when too few pass, or without ``rank_first`` (a project holding a
+    With ``plan.rank_first``, ranked in the full-text table alone, and only the best
+    checked against ``filters``; when too few pass, or without it (a project holding a
     small share of the rows: :data:`RANK_FIRST_SHARE`), ranked joined to their rows,
-    filters in SQL.
+    filters in SQL, or only those of ``plan.listed``.
     """
     _, fts, weights = TABLES[kind]
     expression, at_most = match
     ranked = limit * RANK_FIRST
-    if rank_first:
+    if plan.rank_first:
         best = [(integer(row_id), real(score)) for row_id, score in all_rows(
             connection, f"SELECT rowid, bm25({fts}, {weights}) AS score FROM {fts} WHERE {fts} MATCH ?"
             " ORDER BY score LIMIT ?", (expression, ranked))]
@@ -254,6 +277,13 @@ def _ranked_kind(connection: apsw.Connection, kind: str, match: tuple[str, int],
         passed = [RankedKey(kind, row_id, -score) for row_id, score in best if row_id in kept]
         if len(passed) >= limit or len(best) < ranked or 0 <= at_most <= ranked:
             return passed[:limit]
+    if plan.listed is not None:
+        # "+rowid": the list is checked row by row, not handed to FTS5 as a rowid per lookup.
+        rows = all_rows(
+            connection, f"SELECT rowid, bm25({fts}, {weights}) AS score FROM {fts} WHERE {fts} MATCH :match"
+            " AND +rowid IN (SELECT value FROM json_each(:ids)) ORDER BY score LIMIT :limit",
+            {"match": expression, "ids": to_json(plan.listed.tolist()), "limit": limit})
+        return [RankedKey(kind, integer(row_id), -real(score)) for row_id, score in rows]
     return _ranked_passing(connection, kind, expression, filters, limit)
 
 

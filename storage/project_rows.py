@@ -23,12 +23,9 @@ from __future__ import annotations
 import apsw
 import msgspec
 import numpy as np
-import numpy.typing as npt
 
-from sessionmem.storage.fulltext import ALIASES, PROJECT_COLUMNS, TABLES
+from sessionmem.storage.fulltext import ALIASES, PROJECT_COLUMNS, TABLES, RowIds
 from sessionmem.storage.sqlite_values import one_row, text
-
-RowIds = npt.NDArray[np.int64]
 
 
 class ProjectRows:

@@ -82,7 +82,8 @@ from sessionmem.storage.base import (
 )
 from sessionmem.storage.checkpointer import IDLE_S, Checkpointer
 from sessionmem.storage.file_memory_cache import FileRecallCache
-from sessionmem.storage.project_rows import ProjectRows, RowIds
+from sessionmem.storage.fulltext import RowIds
+from sessionmem.storage.project_rows import ProjectRows
 from sessionmem.storage.readers import ReaderPool, ReadGatherer
 from sessionmem.storage.sqlite_setup import open_writer
 from sessionmem.storage.writer import BACKGROUND_WEIGHT, GroupCommitWriter, Together
@@ -330,13 +331,12 @@ class SQLiteStore:
 
     def _search_text(self, connection: apsw.Connection, *, terms: list[str], filters: SearchFilters, limit: int,
                      every_word_first: bool) -> list[RankedKey]:
-        """On a reader thread: full-text search, told how many rows the project holds (``project_rows.py``)."""
-        counts = None
+        """On a reader thread: full-text search, told which rows the project holds (``project_rows.py``)."""
+        rows = None
         if filters.project is not None:
             rows = self._project_rows.read(connection, filters.project, filters.wanted_kinds())
-            counts = {kind: len(ids) for kind, ids in rows.items()}
         return fulltext.search_text(connection, terms, filters, limit, every_word_first=every_word_first,
-                                    project_rows=counts)
+                                    project_rows=rows)
 
     async def search_text_held(self, query: str, filters: SearchFilters, limit: int, *,
                                held_of_first: int) -> tuple[list[RankedKey], dict[tuple[str, int], float]]:

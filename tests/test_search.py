@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
@@ -285,11 +286,20 @@ def test_a_small_projects_search_ranks_its_own_rows_among_many(tmp_path: Path,
             " 'parser bug parser bug', 1, 'offline', ?1)", [(n,) for n in range(100, 400)])
     shop = SearchFilters(project="shop", kinds=(OBSERVATION,))
     answers = []
+    listed = {OBSERVATION: np.array([1, 2, 3], dtype=np.int64)}  # the shop's rows, as the store keeps them
     for share in (0.0, fulltext.RANK_FIRST_SHARE):  # the shop's 3 rows: ranked with the blog's first, or joined
         monkeypatch.setattr(fulltext, "RANK_FIRST_SHARE", share)
-        answers.append(fulltext.search_text(connection, ["parser", "bug"], shop, 2))
-        answers.append(fulltext.search_text(connection, ["parser", "bug"], shop, 2, project_rows={OBSERVATION: 3}))
-    assert answers[0] == answers[1] == answers[2] == answers[3]
+        for listed_rows in (0, fulltext.LISTED_ROWS):  # joined to their rows, or checked against their list
+            monkeypatch.setattr(fulltext, "LISTED_ROWS", listed_rows)
+            answers.append(fulltext.search_text(connection, ["parser", "bug"], shop, 2))
+            answers.append(fulltext.search_text(connection, ["parser", "bug"], shop, 2, project_rows=listed))
+            answers.append(fulltext.search_text(connection, ["parser", "bug"], shop, 3, every_word_first=True,
+                                                project_rows=listed)[:2])
+    assert all(answer == answers[0] for answer in answers)
+    # Another filter beside the project: never the list alone.
+    early = SearchFilters(project="shop", kinds=(OBSERVATION,), until=1.5)
+    assert [key.row_id for key in fulltext.search_text(connection, ["parser", "bug"], early, 2,
+                                                       project_rows=listed)] == [1]
     assert [key.row_id for key in answers[0]] == [1, 2]  # both words, then one
     assert answers[0][0].score > answers[0][1].score
     connection.close()
