@@ -224,9 +224,10 @@ def fuse(words: list[RankedKey], meaning: list[RankedKey],
     """The two rankings (best first) as one: (kind, row id, score), best first (module docstring).
 
     ``held``: the share of the query's words each of the first :data:`WORDS_HELD_DEPTH` of ``words``
-    holds (empty: not weighed). Promises (tests/test_search.py): scores from 0 to 1, never rising down the list; one
-    ranking empty, the other's order kept; a document first in both and holding every word first.
-    Equal scores keep the better of a document's two ranks first.
+    holds (empty: not weighed). Promises (tests/test_fusion.py): scores from 0 to 1, never rising down
+    the list; one ranking empty, the other's order kept; a document first in both and holding every
+    word first; candidates past :data:`STANDING_REFERENCE` change nothing above them. Equal scores
+    keep the better of a document's two ranks first.
     """
     if not meaning:
         return [(key.kind, key.row_id, WORDS_WEIGHT * standing)
