@@ -20,7 +20,7 @@ documents per CPU-second, each text run alone, against 29 for the shipped graph 
 batches (3.3x; of it 1.6x from the integer kernels, the rest from the rewrites and from
 leaving ``SkipLayerNormalization`` unfused, see :mod:`sessionmem.embed.minilm`). Its
 vectors against sentence-transformers' fp32 model (``tests/fixtures/minilm-reference.json``):
-cosine 0.990-0.995 for seven texts, 0.974 for the empty string; against the shipped
+cosine 0.990-0.995 for six texts, 0.974 for the empty string; against the shipped
 graph's, median 0.994 over 300 corpus documents (min 0.987). The input of each
 ``MatMul`` is quantized per run as one tensor, which is why the embedder runs each text
 alone: in a batch, a text's vector would depend on the texts beside it.

