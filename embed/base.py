@@ -8,6 +8,8 @@ implementation:
   does that). It returns a float32 array of shape ``(len(texts), dimensions)``, row *i*
   for ``texts[i]``, each row of unit L2 norm, so a dot product is the cosine. An empty
   sequence gives ``(0, dimensions)``.
+- ``embed(texts, threads=n)`` lets the call use ``n`` threads (the index's catch-up,
+  while the worker is idle); an embedder may ignore it. It never changes the vectors.
 - Any string is accepted: the empty string, and texts longer than the model's window,
   which are truncated (only their beginning counts), never an error.
 - ``model_id`` names the model *and* its weights. Vectors of two different model ids
@@ -52,7 +54,7 @@ class Embedder(Protocol):
     model_id: str
     dimensions: int
 
-    def embed(self, texts: Sequence[str]) -> numpy.ndarray: ...
+    def embed(self, texts: Sequence[str], *, threads: int | None = None) -> numpy.ndarray: ...
 
     def statistics(self) -> EmbedderStatistics: ...
 

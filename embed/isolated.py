@@ -15,8 +15,8 @@ and waits for the vectors. The child (``python -m sessionmem.embed.isolated_chil
 :mod:`sessionmem.embed.isolated_child`) runs the embedder of that name at nice 19.
 
 Wire format, both ways: a 4-byte little-endian length, then that many bytes of msgpack
-(the texts as a list of strings; a :class:`Reply` back): :func:`write_frame`,
-:func:`read_frame`.
+(a :class:`Request`: the texts and the threads the call may use; a :class:`Reply` back):
+:func:`write_frame`, :func:`read_frame`.
 
 Resource handling:
     The child starts on the first ``embed`` and lives until :meth:`IsolatedEmbedder.close`,
@@ -58,6 +58,13 @@ class EmbedderProcessError(RuntimeError):
     """The embedding process died, answered garbage, or its embedder raised."""
 
 
+class Request(msgspec.Struct, frozen=True):
+    """What the worker asks the child: vectors of ``texts``, on ``threads`` threads (0: the embedder's default)."""
+
+    texts: list[str]
+    threads: int = 0
+
+
 class Reply(msgspec.Struct, frozen=True):
     """What the child answers to one request."""
 
@@ -67,7 +74,7 @@ class Reply(msgspec.Struct, frozen=True):
 
 
 encode = msgspec.msgpack.Encoder().encode
-decode_texts = msgspec.msgpack.Decoder(list[str]).decode
+decode_request = msgspec.msgpack.Decoder(Request).decode
 _decode_reply = msgspec.msgpack.Decoder(Reply).decode
 
 
@@ -119,8 +126,9 @@ class IsolatedEmbedder:
         """How many children were started (more than one: a child died and was replaced)."""
         return self._starts
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Unit vectors of ``texts``, float32 ``(len(texts), dimensions)``, computed by the child."""
+    def embed(self, texts: Sequence[str], *, threads: int | None = None) -> np.ndarray:
+        """Unit vectors of ``texts``, float32 ``(len(texts), dimensions)``, computed by the child (on ``threads``
+        threads, if given)."""
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         with self._lock:
@@ -129,7 +137,7 @@ class IsolatedEmbedder:
             process = self._running()
             assert process.stdin is not None and process.stdout is not None
             try:
-                write_frame(process.stdin, encode(list(texts)))
+                write_frame(process.stdin, encode(Request(list(texts), threads or 0)))
                 payload = read_frame(process.stdout)
             except (OSError, ValueError) as exc:  # a broken pipe; ValueError: the pipe was closed under us
                 payload = None

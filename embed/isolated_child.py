@@ -26,7 +26,7 @@ import sys
 import numpy as np
 
 from sessionmem.embed.choice import choose_embedder
-from sessionmem.embed.isolated import CHILD_NICE, Reply, decode_texts, encode, read_frame, write_frame
+from sessionmem.embed.isolated import CHILD_NICE, Reply, decode_request, encode, read_frame, write_frame
 
 
 def serve(name: str, nice: int) -> int:
@@ -47,8 +47,9 @@ def serve(name: str, nice: int) -> int:
             if payload is None:
                 return 0
             try:
-                texts = decode_texts(payload)
-                vectors = np.ascontiguousarray(embedder.embed(texts), dtype=np.float32)
+                request = decode_request(payload)
+                vectors = np.ascontiguousarray(embedder.embed(request.texts, threads=request.threads or None),
+                                               dtype=np.float32)
                 reply = Reply(vectors=vectors.tobytes(), statistics=embedder.statistics())
             except Exception as exc:  # the worker raises it; this process carries on
                 reply = Reply(error=f"{type(exc).__name__}: {exc}", statistics=embedder.statistics())

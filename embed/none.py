@@ -29,7 +29,7 @@ class NoEmbedder:
         self._seconds = 0.0
         self._closed = False
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str], *, threads: int | None = None) -> np.ndarray:
         if self._closed:
             raise EmbedderClosedError("the none embedder is closed")
         started = time.perf_counter()

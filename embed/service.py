@@ -36,6 +36,7 @@ Error handling:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import msgspec
 import numpy as np
@@ -85,10 +86,12 @@ class EmbedderService:
     def model_id(self) -> str:
         return self._embedder.model_id
 
-    async def embed(self, texts: Sequence[str], *, urgent: bool = False) -> np.ndarray:
+    async def embed(self, texts: Sequence[str], *, urgent: bool = False, threads: int | None = None) -> np.ndarray:
         """Unit vectors of ``texts``, float32 ``(len(texts), dimensions)``, computed off the Trio thread.
 
         ``urgent``: someone waits for the answer (a search); it runs in its own lane.
+        ``threads``: the model threads the embedder may use for it (the index asks for two
+        when the worker is idle; see :meth:`Embedder.embed <sessionmem.embed.base.Embedder.embed>`).
         """
         self._requests += 1
         limiter = self._urgent if urgent else self._limiter
@@ -100,7 +103,7 @@ class EmbedderService:
                 if self._closed:
                     raise EmbedderClosedError("the embedder is closed")
                 # Not abandoned on cancel: a cancelled caller waits for its chunk (aclose relies on it).
-                rows = await trio.to_thread.run_sync(embedder.embed, chunk)
+                rows = await trio.to_thread.run_sync(partial(embedder.embed, chunk, threads=threads))
             vectors[start : start + len(chunk)] = rows
         return vectors
 

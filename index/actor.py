@@ -18,6 +18,10 @@ What it does, in its own nursery (:meth:`VectorIndex.run`):
   thread may hold while it waits for a core. Between bursts, and once a backfill is
   done, it catches up at full speed. (Run beside the accept path, catching up took a
   core and cost the bench's later rounds a tenth of their throughput.)
+- **Both cores when idle.** A chunk runs ``idle_threads`` texts at once (2, each on a
+  thread) once nothing was written and nothing searched for ``idle_s``; one otherwise. The
+  embedding process runs at the lowest CPU priority either way, so hooks keep priority
+  even over a chunk under way; the second thread only takes a core no one wants.
 - **Save.** Every ``save_interval_s`` while something changed, and once on the way
   out, atomically (:meth:`HnswIndex.save`). What a crash loses since the last save is
   re-embedded by the next start's reconcile.
@@ -76,6 +80,10 @@ QUIET_S = 0.25  # a chunk waits until the database has taken no write for this l
 # backfill or a bench writes without pause.
 MAX_YIELD_S = 30.0
 QUERY_WAIT_S = 0.25
+# Two texts at once (two threads) once the worker has taken no write and answered no search for
+# this long: both cores, while no hook wants one.
+IDLE_S = 2.0
+IDLE_THREADS = 2
 ERROR_PAUSE_MAX_S = 60.0
 
 
@@ -110,6 +118,7 @@ class IndexStatistics(msgspec.Struct, frozen=True, kw_only=True):
     failures: int
     last_error: str
     yields: int = 0  # chunks that first waited for the database to be quiet (hooks were arriving)
+    idle_chunks: int = 0  # chunks embedded idle_threads texts at once (the worker was idle)
     vectors_by_kind: dict[str, int] = msgspec.field(default_factory=dict)  # each kind has its own graph
 
 
@@ -118,8 +127,13 @@ class VectorIndex:
 
     def __init__(self, store: Store, embedder: EmbedderService, directory: Path, *,
                  save_interval_s: float = 120.0, query_wait_s: float = QUERY_WAIT_S, chunk: int = CHUNK,
-                 quiet_s: float = QUIET_S, max_yield_s: float = MAX_YIELD_S) -> None:
+                 quiet_s: float = QUIET_S, max_yield_s: float = MAX_YIELD_S, idle_s: float = IDLE_S,
+                 idle_threads: int = IDLE_THREADS) -> None:
         self._store = store
+        self._idle_s = idle_s
+        self._idle_threads = idle_threads
+        self._activity: tuple[int, int] = (-1, -1)  # (writes, queries) when a chunk last started
+        self._active_at = 0.0  # when a chunk start last saw them change
         self._quiet_s = quiet_s
         self._max_yield_s = max_yield_s
         self._writes_seen = -1  # the store's committed writes when a chunk last started
@@ -140,6 +154,7 @@ class VectorIndex:
         # statistics
         self._added = self._removed = self._queries = self._busy_queries = 0
         self._yields = 0  # chunks that waited for the database to be quiet
+        self._idle_chunks = 0
         self._rebuilds = self._saves = self._failures = 0
         self._last_rebuild_reason = self._last_error = ""
         self._load_seconds = self._embed_seconds = self._last_save_seconds = 0.0
@@ -244,7 +259,7 @@ class VectorIndex:
             load_seconds=round(self._load_seconds, 3), embed_seconds=round(self._embed_seconds, 3),
             catch_up_per_second=rate, saves=self._saves, last_save_at=self._last_save_at,
             last_save_seconds=round(self._last_save_seconds, 3), last_save_bytes=self._last_save_bytes,
-            failures=self._failures, last_error=self._last_error, yields=self._yields,
+            failures=self._failures, last_error=self._last_error, yields=self._yields, idle_chunks=self._idle_chunks,
             vectors_by_kind=index.vectors_by_kind() if index else {})
 
     # -- the actor ---------------------------------------------------------------------
@@ -378,12 +393,21 @@ class VectorIndex:
         # Ahead of the older backlog, newest first.
         self._backlog.extendleft(sorted(keys, key=lambda key: key[1]))
 
+    def _threads_now(self) -> int:
+        """``idle_threads`` if nothing was written or searched since the last chunk started, nor for ``idle_s``."""
+        activity, now = (self._writes(), self._queries), trio.current_time()
+        if activity != self._activity:
+            self._activity, self._active_at = activity, now
+        return self._idle_threads if now - self._active_at >= self._idle_s else 1
+
     async def _embed_and_add(self, chunk: list[tuple[str, int]]) -> None:
         documents = await self._store.documents(chunk)  # rows deleted meanwhile are simply absent
         if not documents:
             return
+        threads = self._threads_now()
+        self._idle_chunks += threads > 1
         started = time.perf_counter()
-        vectors = await self._embedder.embed([document.text for document in documents])
+        vectors = await self._embedder.embed([document.text for document in documents], threads=threads)
         self._embed_seconds += time.perf_counter() - started
         labels = np.array([label_of(document.kind, document.row_id) for document in documents], dtype=np.uint64)
         await self._call(lambda index: index.add(labels, vectors))

@@ -1,4 +1,5 @@
-"""`sessionmem backfill` against a real worker: complete, idempotent, private."""
+"""`sessionmem backfill` against a real worker: complete, idempotent, private; it shows the vector index catching
+up, and `sessionmem status` says how far the index is."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from sessionmem.cli.index_progress import follow_catch_up, index_line
+from sessionmem.protocol.client_settings import ClientConfig
 from sessionmem.replay.convert import ConversionStats, convert, transcript_files
 from sessionmem.testing.harness import ThreadedWorker
 from sessionmem.testing.worker_process import WorkerClient, WorkerProcess
@@ -36,6 +39,14 @@ def test_backfill_is_complete_idempotent_and_private(worker: ThreadedWorker) -> 
     assert first.returncode == 0, first.stderr
     assert f"{stats.sessions} session(s)" in first.stdout and "0 refused" in first.stdout
     assert f"unreadable: {stats.broken_lines} line(s)" in first.stdout
+    # It returned once the index had caught up, showing it do so.
+    assert "vector index" in first.stderr and "Ctrl-C stops watching, not the worker" in first.stderr
+    index = worker.get("/debug")["index"]
+    assert index["state"] == "ready" and index["pending"] == 0 and index["vectors"] > 0
+    assert worker.get("/debug")["journal"]["pending"] == 0
+    status = subprocess.run([sys.executable, "-m", "sessionmem", "status"], capture_output=True, text=True,
+                            env={**os.environ, "SESSIONMEM_DATA_DIR": str(worker.data_dir)}, timeout=60)
+    assert f"vector index: ready, {index['vectors']:,} documents" in status.stdout, status.stdout
     worker.wait_idle(timeout=120)
     stored = worker.get("/api/observations?limit=500")["observations"]
     assert {o["toolUseId"] for o in stored} == expected_ids
@@ -97,3 +108,56 @@ def test_backfill_starts_a_worker_on_the_port_it_was_given(tmp_path: Path) -> No
     refused = subprocess.run([sys.executable, "-m", "sessionmem", "backfill", str(SOURCE), "--workers", "0"],
                              capture_output=True, text=True)
     assert refused.returncode == 2 and "must be a whole number 1 or more, not '0'" in refused.stderr
+
+
+def test_the_index_line_says_how_far_the_index_is() -> None:
+    index = {"state": "catching-up", "vectors": 2140, "pending": 1455, "catchUpPerSecond": 36.4, "lastError": "",
+             "yields": 0}
+    assert index_line(index) == "vector index: 2,140 of 3,595 documents (59 %), ~40 s to go"
+    assert index_line({**index, "pending": 14550}).endswith("~7 min to go")
+    assert index_line({**index, "catchUpPerSecond": 0.0}) == "vector index: 2,140 of 3,595 documents (59 %)"
+    assert index_line({**index, "catchUpPerSecond": 0.0, "yields": 3}).endswith("waiting for hooks to pause")
+    assert index_line({**index, "state": "ready", "pending": 0}) == "vector index: ready, 2,140 documents"
+    assert index_line({**index, "state": "loading"}) == "vector index: loading"
+    assert index_line({**index, "state": "off"}).startswith("vector index: off")
+    assert index_line({**index, "state": "failed", "lastError": "OSError: disk full"}) == (
+        "vector index: failed, 2,140 of 3,595 documents (last error: OSError: disk full)")
+
+
+class InterruptedBar:
+    """tqdm's part in following the catch-up, with Ctrl-C pressed while the first figures are shown."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.n, self.closed = total, 0, False
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        pass
+
+    def refresh(self) -> None:
+        raise KeyboardInterrupt
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_ctrl_c_stops_watching_and_the_worker_catches_up_on_its_own(worker: ThreadedWorker) -> None:
+    import io
+
+    backfilled = subprocess.run([sys.executable, "-m", "sessionmem", "backfill", str(SOURCE), "--no-wait"],
+                                env={**os.environ, "SESSIONMEM_DATA_DIR": str(worker.data_dir)},
+                                capture_output=True, text=True, timeout=300)
+    assert backfilled.returncode == 0 and "vector index" not in backfilled.stderr, backfilled.stderr
+    bars: list[InterruptedBar] = []
+    said = io.StringIO()
+
+    def bar(total: int) -> InterruptedBar:
+        bars.append(InterruptedBar(total))
+        return bars[-1]
+
+    config = ClientConfig({"SESSIONMEM_DATA_DIR": str(worker.data_dir)})
+    assert follow_catch_up(config, bar, out=said) is True
+    assert bars and bars[0].closed
+    assert "the worker goes on embedding on its own" in said.getvalue()
+    debug = worker.wait_indexed(timeout=120)  # nobody watches: it catches up all the same
+    assert debug["index"]["vectors"] > 0
+    assert follow_catch_up(config, bar, out=said) is True and len(bars) == 1  # caught up: no bar, at once

@@ -104,6 +104,18 @@ def test_retrieval_smoke_evaluates_both_halves_and_finds_by_meaning(tmp_path: Pa
     assert "hybrid − fts (paired" in result.stdout and "| paraphrase (" in result.stdout
 
 
+def test_catch_up_smoke_times_the_index_catching_up_after_a_backfill(tmp_path: Path) -> None:
+    out = tmp_path / "catch_up.json"
+    corpus = REPO / "tests" / "fixtures" / "transcripts"
+    result = subprocess.run([sys.executable, str(REPO / "bench" / "catch_up.py"), "--corpus", str(corpus),
+                             "--rounds", "1", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["name"] == "this tree" and run["lost"] == 0 and run["accepted"] > 0
+    assert run["documents"] == run["vectors"] > 0 and run["catch_up_seconds"] > 0
+    assert run["model_id"].startswith("all-MiniLM-L6-v2-int8-dynamic@") and run["peak_worker_rss_mb"] > 0
+
+
 def test_search_latency_smoke_measures_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "latency.json"
     result = subprocess.run([sys.executable, str(REPO / "bench" / "search_latency.py"), "--smoke",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -423,14 +424,18 @@ class CountingEmbedder:
     model_id = "counting@1"
     dimensions = DIMENSIONS
 
-    def __init__(self) -> None:
+    def __init__(self, seconds_per_chunk: float = 0.0) -> None:
         self.chunks_at: list[float] = []
         self.texts: list[list[str]] = []
+        self.threads: list[int | None] = []
+        self.seconds_per_chunk = seconds_per_chunk
         self.token = trio.lowlevel.current_trio_token()
 
-    def embed(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: list[str], *, threads: int | None = None) -> np.ndarray:
         self.chunks_at.append(trio.from_thread.run_sync(trio.current_time, trio_token=self.token))
         self.texts.append(list(texts))
+        self.threads.append(threads)
+        time.sleep(self.seconds_per_chunk)
         return unit_vectors(len(texts), seed=len(self.chunks_at))
 
     def statistics(self) -> Any:
@@ -541,4 +546,38 @@ async def test_what_is_stored_while_catching_up_waits_goes_first_and_counts_as_p
                 await index.caught_up()
             assert index.statistics().vectors == 8
             assert [text.split()[0] for text in embedder.texts[0]] == ["second"] * 4  # the newest first
+            nursery.cancel_scope.cancel()
+
+
+async def test_catching_up_takes_two_threads_only_while_the_worker_is_idle(tmp_path: Path) -> None:
+    from sessionmem.embed.service import EmbedderService
+    from sessionmem.events import InitEvent
+    from sessionmem.index.actor import VectorIndex
+    from sessionmem.storage.sqlite import open_sqlite_store
+
+    async with open_sqlite_store(tmp_path / "db.sqlite") as store:
+        for n in range(8):
+            await store.accept_init(InitEvent(f"s{n}", "proj", prompt=f"prompt {n}"), lambda e: None)
+        embedder = CountingEmbedder(seconds_per_chunk=0.2)
+        index = VectorIndex(store, EmbedderService(embedder), tmp_path / "index", chunk=2, quiet_s=0.05,
+                            max_yield_s=0.3, idle_s=0.5)
+        writes = SteadyWrites(store)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(index.run)
+            with trio.fail_after(30):
+                await index.caught_up()
+            # The first chunk saw the writes of the store for the first time; four chunks of 0.2 s later
+            # nothing had been written or searched for more than idle_s.
+            assert len(embedder.threads) == 4 and embedder.threads[0] == 1 and embedder.threads[-1] == 2
+            idle = index.statistics().idle_chunks
+            assert idle == embedder.threads.count(2) >= 1
+
+            writes.start(nursery)  # hooks arriving: one thread for every chunk
+            for n in range(4):
+                await store.accept_init(InitEvent(f"later{n}", "proj", prompt=f"later {n}"), lambda e: None)
+            index.notify()
+            with trio.fail_after(30):
+                await index.caught_up()
+            writes.stop()
+            assert embedder.threads[4:] == [1, 1] and index.statistics().idle_chunks == idle
             nursery.cancel_scope.cancel()

@@ -94,7 +94,7 @@ def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
         assert bad.returncode == 2 and "--since must be a date" in bad.stderr  # the flag, not the API's parameter
 
         status = sessionmem(data, worker.port, "status")
-        assert "vector index: ready, 4 vectors" in status.stdout  # the prompt, the edit, the echo, the write
+        assert "vector index: ready, 4 documents" in status.stdout  # the prompt, the edit, the echo, the write
         for number in range(25):  # newer projects: shop is no longer among the first 20 the worker lists
             worker.post("/api/sessions/init", {"claudeSessionId": f"other{number}", "cwd": f"/work/other{number}",
                                               "prompt": "something else"})

@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("path", nargs="?", default="~/.claude/projects", help="a transcript or a directory of them")
     common(backfill)
     backfill.add_argument("--workers", type=whole_number(1), default=4, help="sessions sent in parallel (default 4)")
+    backfill.add_argument("--no-wait", dest="wait", action="store_false",
+                          help="return once the events are accepted, without showing the vector index catch up")
     backfill.set_defaults(fn=worker_commands.cmd_backfill)
     open_page = sub.add_parser("open", help="log this browser in to the worker's pages (a single-use link)")
     common(open_page)

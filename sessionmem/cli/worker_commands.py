@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sessionmem.cli import data_commands
+from sessionmem.cli import data_commands, index_progress
 from sessionmem.cli.client import CommandFailed, WorkerUnreachable, call, client_config, foreign
 from sessionmem.protocol import routes
 from sessionmem.protocol.client_settings import ClientConfig
@@ -187,9 +187,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         pass
     index = debug.get("index")
     if index:
-        waiting = f", {index['pending']} document(s) to embed" if index["pending"] else ""
-        print(f"  vector index: {index['state']}, {index['vectors']} vectors{waiting}"
-              + (f" (last error: {index['lastError']})" if index["state"] == "failed" else ""))
+        print(f"  {index_progress.index_line(index)}")
     failed = [a["claudeSessionId"] for a in debug["actors"] if a["state"] == "failed"]
     failed += [s for s in journal.get("parkedSessions", []) if s not in failed]  # failed before a restart too
     if failed:
@@ -523,7 +521,13 @@ def cmd_backfill(args: argparse.Namespace) -> int:
               f"(`sessionmem stop` stops it)")
     for error in report.errors[:10]:
         print(f"  error: {error}", file=sys.stderr)
-    return 0 if not report.errors and not report.lost else 1
+    status = 0 if not report.errors and not report.lost else 1
+    if args.wait and report.accepted:
+        sys.stdout.flush()
+        followed = index_progress.follow_catch_up(
+            config, lambda total: tqdm(total=total, unit="doc", desc="vector index", file=sys.stderr))
+        status = status if followed else 1
+    return status
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
