@@ -153,7 +153,8 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 def _build_in_child(source: Path, target: Path) -> None:
     try:
-        done = subprocess.run([sys.executable, "-m", "sessionmem.embed.int8_model", str(source), str(target)],
+        # -P: not the working directory's modules first (a `sessionmem` folder there would shadow the package).
+        done = subprocess.run([sys.executable, "-P", "-m", "sessionmem.embed.int8_model", str(source), str(target)],
                               stdin=subprocess.DEVNULL, capture_output=True, timeout=BUILD_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ModelBuildError(f"building the int8 model failed: {exc}") from exc

@@ -197,8 +197,9 @@ class IsolatedEmbedder:
         if process is not None:
             self._reap()
         # Each side flushes a frame as a whole (write_frame): no reply waits in a buffer.
+        # -P: not the working directory's modules first (a `sessionmem` folder there would shadow the package).
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "sessionmem.embed.isolated_child", self.name, str(self._nice)],
+            [sys.executable, "-P", "-m", "sessionmem.embed.isolated_child", self.name, str(self._nice)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
         self._starts += 1
         return self._process

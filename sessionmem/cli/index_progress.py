@@ -20,6 +20,9 @@ POLL_S = 0.5
 # Caught up only when two polls in a row say so: a commit wakes the index a moment after it lands.
 CONFIRMATIONS = 2
 WATCH = Patience(10.0, 10.0, retry_failures=False)
+# Catch-up attempts failed while watching (the index retries after 1, 2, 4... s) before watching
+# stops and says why: an embedder that cannot load would otherwise keep backfill waiting forever.
+FAILURES_BEFORE_GIVING_UP = 3
 
 
 def index_line(index: dict[str, Any]) -> str:
@@ -56,17 +59,28 @@ def follow_catch_up(config: ClientConfig, bar_factory: Any, *, out: Any = sys.st
     """Show the index catching up (``bar_factory(total)``: a tqdm bar, made only if it has not) until it has;
     Ctrl-C stops watching only.
 
-    Returns False when the worker stopped answering. The worker catches up on its own
-    whether or not anyone watches: Ctrl-C says so and returns True.
+    Returns False when the worker stopped answering, or when the index failed
+    :data:`FAILURES_BEFORE_GIVING_UP` catch-up attempts while watched (what failed is
+    printed; the worker keeps retrying, and search by words has everything). The worker
+    catches up on its own whether or not anyone watches: Ctrl-C says so and returns True.
     """
     bar = None
     confirmed = 0
+    failures_before: int | None = None
     try:
         while True:
             debug = call(config, "GET", routes.DEBUG, patience=WATCH)
             index = debug["index"]
             if index["state"] == "off":  # vectors off: stored is searchable
                 return True
+            failures_before = index["failures"] if failures_before is None else failures_before
+            if index["state"] == "failed" and index["failures"] - failures_before >= FAILURES_BEFORE_GIVING_UP:
+                if bar is not None:
+                    bar.close()
+                    bar = None
+                print(f"sessionmem: stopped watching: {index_line(index)}; the worker keeps trying, search by "
+                      "words has everything stored (`sessionmem status`, and worker.log in the data dir)", file=out)
+                return False
             done = caught_up(debug)
             confirmed = confirmed + 1 if done else 0
             if confirmed >= CONFIRMATIONS:

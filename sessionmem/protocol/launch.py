@@ -92,7 +92,9 @@ def _start_once(config: ClientConfig, log: Callable[[str], None]) -> tuple[int |
             return lock_fd, None  # started meanwhile
         with open(os.path.join(config.data_dir, "worker.stderr"), "ab") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "sessionmem", "serve"],
+                # -P: the hook runs in the user's project, whose own `sessionmem` folder (this
+                # repository's, say) must not shadow the installed package.
+                [sys.executable, "-P", "-m", "sessionmem", "serve"],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                 start_new_session=True, close_fds=True,
                 # The port this client was told (a command's --port included), not only the
