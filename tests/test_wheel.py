@@ -70,10 +70,12 @@ def test_every_command_works_from_the_wheel_in_a_fresh_virtualenv(tmp_path: Path
                                      "hook_event_name": "UserPromptSubmit"}).encode())
         assert hook.returncode == 0 and hook.stderr == b"", hook.stderr
         deadline = time.monotonic() + 120
-        while b"prompt " not in (found := run(sessionmem, "search", "divide", env=env, timeout=60)).stdout:
-            assert time.monotonic() < deadline, found.stderr  # the prompt, stored and found
+        # The prompt, stored and found (among prompts: where it ranks among the fixtures' many
+        # observations of divide() is the ranking's business, not the wheel's).
+        while b"divide by zero" not in (found := run(sessionmem, "search", "divide by zero", "--kind", "prompt",
+                                                     env=env, timeout=60)).stdout:
+            assert time.monotonic() < deadline, (found.stdout, found.stderr)
             time.sleep(0.5)
-        assert b"divide by zero" in found.stdout
         assert run(sessionmem, "show", "1", env=env, timeout=60).returncode == 0
 
         # An upgrade replaces a module the worker runs: it stops, and starts again with the new code.
