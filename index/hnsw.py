@@ -23,10 +23,12 @@ large store a graph's nearest are mostly other projects', so the graph is asked 
 times as many if that left fewer than ``k`` of the project's. When the project has
 fewer than :data:`EXACT_PER_ASKED` times as many documents as the graph would be asked
 for, each of them is compared with the query instead: exact, and cheaper (at 100,000
-observations, a project of 1,000 takes 0.3 ms of CPU where the graph asked for 9,000
-would take ~12 ms). For the comparison every graph keeps its vectors again in one
+observations, a project of 1,000 takes 0.3 ms of CPU where the graph asked for 7,500
+would take ~10 ms). For the comparison every graph keeps its vectors again in one
 float32 matrix found by row id (:class:`_Rows`, +1.5 KB a document): hnswlib hands a
-stored vector back as a Python list (~16 µs each, more on a busy machine).
+stored vector back as a Python list (~16 µs each, more on a busy machine). The matrix
+is in the order of the row ids (sorted when loaded; new documents come last), so a
+project's documents lie in runs, a session's each, multiplied where they lie.
 
 Files, in the data dir: ``vectors.json`` names the graph files of the last save and
 says what they hold (the embedding model, dimensions, each file's size and checksum,
@@ -71,15 +73,19 @@ M = 16
 EF_CONSTRUCTION = 100
 EF_SEARCH = 64
 INITIAL_CAPACITY = 1024
-# Comparing one vector with the query costs about a sixth of what each nearest asked of a
-# graph does (CPU at 100,000 observations: 5,000 compared in 1.2 ms, a graph asked for
-# 1,000 in 1.5 ms): a project is compared one by one unless it has more than this many
-# times as many documents as the graph would be asked for.
-EXACT_PER_ASKED = 6
+# Comparing one vector with the query costs about a twelfth of what each nearest asked of a
+# graph does (CPU at 100,000 observations: a project of 7,500 compared in 0.7 ms, its rows
+# in runs; a graph asked for 1,000 in 1.5 ms, and asked again a third of the time): a
+# project is compared one by one unless it has more than this many times as many
+# documents as the graph would be asked for.
+EXACT_PER_ASKED = 12
 # Rows multiplied by the query at a time: OpenBLAS runs a larger matrix-vector product on
 # several threads, which on a busy 2-core machine waits for a core (7,500 rows: 0.6 ms in
 # blocks of 1,024, 12 ms median in one product; bench/search_latency.py, 2 cores).
 PRODUCT_ROWS = 1024
+# Rows a run of consecutive rows needs on average to be multiplied where it lies rather than gathered
+# (a gather copies each row: 1.3 of the 1.9 ms CPU for a project of 7,500 observations).
+RUN_ROWS = 32
 GRAPH_MARGIN = 1.25  # the graph is asked k / share x this, so that one ask is nearly always enough
 MIGRATION_CHUNK = 2048  # vectors copied at a time from a one-graph index
 
@@ -190,8 +196,18 @@ class _Rows:
         known = rows >= 0
         row_ids, rows = row_ids[known], rows[known]
         similarity = np.empty(len(rows), dtype=np.float32)
-        for start in range(0, len(rows), PRODUCT_ROWS):
-            similarity[start : start + PRODUCT_ROWS] = self.matrix[rows[start : start + PRODUCT_ROWS]] @ query
+        # A project's documents come in runs of rows (a session's, kept in the order of their ids):
+        # long runs are multiplied where they lie, short ones gathered first.
+        starts = np.flatnonzero(np.diff(rows, prepend=-2) != 1)
+        if len(rows) >= RUN_ROWS * len(starts):
+            for start, end in zip(starts.tolist(), [*starts[1:].tolist(), len(rows)]):
+                first = int(rows[start])
+                for block in range(start, end, PRODUCT_ROWS):
+                    stop = min(end, block + PRODUCT_ROWS)
+                    similarity[block:stop] = self.matrix[first + block - start : first + stop - start] @ query
+        else:
+            for start in range(0, len(rows), PRODUCT_ROWS):
+                similarity[start : start + PRODUCT_ROWS] = self.matrix[rows[start : start + PRODUCT_ROWS]] @ query
         return row_ids, 1.0 - similarity
 
     @classmethod
@@ -201,6 +217,9 @@ class _Rows:
         if index.get_current_count():
             labels, vectors = _stored_vectors(index, dimensions, deleted)  # normalized already, one per label
             ids = (labels // np.uint64(4)).astype(np.int64)
+            if np.any(ids[1:] < ids[:-1]):  # in the order of their ids: a session's rows follow each other
+                order = np.argsort(ids, kind="stable")
+                ids, vectors = ids[order], vectors[order]
             rows.row_of = np.full(int(ids.max(initial=0)) + 1, -1, dtype=np.int64)
             rows.row_of[ids] = np.arange(len(ids))
             rows.matrix, rows.used, rows.live = vectors, len(ids), len(ids)

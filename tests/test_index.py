@@ -233,8 +233,11 @@ def test_a_projects_nearest_are_the_true_nearest_of_its_own_documents(monkeypatc
     share of it): never another project's, and its nearest as well as the graph finds any."""
     index, all_labels, vectors, projects = _projects_index()
     queries = unit_vectors(20, seed=11)
+    # Rows that follow each other (a session's) are multiplied where they lie: the same answers.
+    projects["sessions"] = {"observation": np.concatenate([np.arange(100, 400), np.arange(900, 1000), [1500]]),
+                            "prompt": np.arange(1, 40)}
     # A small project is compared one by one as it is; any project when told to.
-    for project, one_by_one in (("small-3", None), ("medium", 10**9), ("big", 10**9)):
+    for project, one_by_one in (("small-3", None), ("sessions", None), ("medium", 10**9), ("big", 10**9)):
         if one_by_one:
             monkeypatch.setattr("sessionmem.index.hnsw.EXACT_PER_ASKED", one_by_one)
         for query in queries:
@@ -275,6 +278,25 @@ def test_the_vectors_kept_for_comparison_follow_adds_removals_and_a_reload(tmp_p
         assert loaded.nearest_of_rows(query, projects[project], 10) == [
             (label, pytest.approx(distance, abs=1e-6)) for label, distance in before]
         assert label_of("observation", 8) not in dict(loaded.nearest_of_rows(query, projects[project], 3000))
+
+
+def test_vectors_added_newest_first_are_compared_in_the_order_of_their_ids_after_a_reload(tmp_path: Path) -> None:
+    """Catch-up adds the newest first: a reload keeps the vectors in the order of their ids, runs intact."""
+    index = HnswIndex(DIMENSIONS, "m")
+    vectors = unit_vectors(600, seed=8)
+    for start in range(600, 0, -50):  # the newest fifty first
+        keys = [("observation", n) for n in range(start - 49, start + 1)]
+        index.add(labels(*keys), vectors[start - 50:start])
+    index.save(tmp_path)
+    loaded, reason = HnswIndex.load(tmp_path, DIMENSIONS, "m")
+    assert loaded is not None, reason
+    rows = {"observation": np.concatenate([np.arange(20, 300), np.arange(410, 460)])}
+    all_labels = labels(*[("observation", n) for n in range(1, 601)])
+    query = unit_vectors(1, seed=13)[0]
+    truth = _true_nearest(query, all_labels, vectors, rows, 10)
+    for searched in (index, loaded):
+        assert searched.nearest_of_rows(query, rows, 10) == [(label, pytest.approx(d, abs=1e-5)) for label, d in truth]
+    assert loaded.vector_of(label_of("observation", 33)) == pytest.approx(vectors[32], abs=1e-6)
 
 
 def test_the_vectors_are_read_one_by_one_when_hnswlibs_state_is_not_as_expected() -> None:
