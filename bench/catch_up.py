@@ -42,6 +42,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from json_out import write_json  # noqa: E402
 
 from sessionmem.protocol.client_settings import ClientConfig  # noqa: E402
 from sessionmem.replay.backfill import backfill  # noqa: E402
@@ -264,9 +267,7 @@ def main() -> int:
     print(json.dumps(result["summary"], indent=2))
     if "ms_per_text_one_thread" in result:
         print(json.dumps(result["ms_per_text_one_thread"], indent=2))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(result, args.out)
     return 0
 
 

@@ -55,6 +55,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from json_out import write_json  # noqa: E402
+
 from sessionmem.embed.base import Embedder, EmbedderClosedError, EmbedderStatistics  # noqa: E402
 from sessionmem.embed.minilm import MAX_CHARS, TOKENIZER_PATH, MiniLMEmbedder  # noqa: E402
 
@@ -334,8 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         case "speed":
             result = speed(args.rounds)
             print_speed(result)
-            if args.out:
-                args.out.write_text(json.dumps(result, indent=2) + "\n")
+            write_json(result, args.out)
         case "memory":
             print(json.dumps(memory(), indent=2))
         case "_memory":

@@ -35,7 +35,6 @@ written queries (``tests/fixtures/eval-queries.jsonl``) in a few seconds.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import subprocess
@@ -66,6 +65,7 @@ from eval_queries import (  # noqa: E402
 )
 from eval_search import RememberingEmbedder, rank  # noqa: E402
 from eval_sweep import SearchParts, sweep, sweep_table  # noqa: E402
+from json_out import write_json  # noqa: E402
 
 from sessionmem.protocol.requests import encoded_call  # noqa: E402
 from sessionmem.replay.convert import ConversionStats, HookEvent, ReplaySession, convert, transcript_files  # noqa: E402
@@ -382,9 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{result['vectors']} vectors; replay + index {result['replay_and_index_seconds']} s, queries "
           f"{result['query_building_seconds']} s, searches {result['search_seconds']} s, total "
           f"{result['total_seconds']} s", file=sys.stderr)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(result, args.out)
     return 0
 
 

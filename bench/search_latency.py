@@ -73,6 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import loadgen  # noqa: E402
 import retrieval  # noqa: E402
+from json_out import write_json  # noqa: E402
 from sampler import _cpu_seconds, _rss_mb  # noqa: E402
 from scenarios import percentiles  # noqa: E402
 
@@ -779,7 +780,7 @@ def main(argv: list[str] | None = None) -> int:
         result["filtered"] = measure_filtered(pool, work, args.filtered_sizes, queries, args.runs, reuse=args.reuse)
         if args.filtered_only:
             print(filtered_summary(result["filtered"]))
-            _write(result, args.out)
+            write_json(result, args.out)
             return 0
 
         for name, count in (("scale", args.observations), ("fts", args.fts_observations)):
@@ -826,14 +827,8 @@ def main(argv: list[str] | None = None) -> int:
     print(summary(result))
     print()
     print(filtered_summary(result["filtered"]))
-    _write(result, args.out)
+    write_json(result, args.out)
     return 0
-
-
-def _write(result: dict[str, Any], out: Path | None) -> None:
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":
