@@ -353,7 +353,8 @@ def _describe_command(event: ObservationEvent, data: dict[str, Any], response_te
 
 
 def _crashed(output: str) -> bool:
-    return _mentions(output, *_CRASH_NEEDLES) and bool(_CRASH.search(output.lower()))
+    lowered = output.lower()  # once, for the substring test and the pattern alike
+    return any(needle in lowered for needle in _CRASH_NEEDLES) and bool(_CRASH.search(lowered))
 
 
 def _window(text: str) -> str:
