@@ -95,6 +95,17 @@ class Settings:
     embedder: str = "minilm"  # minilm | none (full-text search only)
     index_save_interval_s: float = 120.0  # the vector index is saved this often while it changes
 
+    # Team memory (team/, docs/team.md): this machine's memory of shared projects pushed to one
+    # PostgreSQL, and the other machines' pulled into the local store. Off while database_url is "".
+    # The URL may hold a password: kept out of repr(), never logged (libpq's PGPASSWORD and a 0600
+    # PGPASSFILE work as well, and keep it out of settings).
+    database_url: str = dataclasses.field(default="", repr=False)  # postgresql://… (a unix-socket URI too)
+    share_projects: tuple[str, ...] = ()  # project names shared with the team database, or ("*",) for all
+    machine_name: str = ""  # how this machine's rows are labelled for others ("": the host name)
+    user_name: str = ""  # whose they are ("": the login name)
+    team_pull_interval_s: float = 1.0  # how often the other machines' new rows are asked for
+    team_push_batch: int = 200  # rows pushed to the team database in one transaction
+
     # Hooks (read by the hook processes through sessionmem.protocol.client_settings)
     hook_timeout_s: float = SHARED["hook_timeout_s"]
     start_timeout_s: float = SHARED["start_timeout_s"]
@@ -123,6 +134,18 @@ class Settings:
     def index_dir(self) -> Path:
         """Where the vector index is saved."""
         return self.data_dir / "index"
+
+    @property
+    def origin(self) -> tuple[str, str]:
+        """(machine, user) that this machine's rows carry in the team database."""
+        import getpass
+        import socket
+
+        try:
+            user = self.user_name or getpass.getuser()
+        except (KeyError, OSError):  # no login name (a container's numeric uid)
+            user = str(os.getuid())
+        return (self.machine_name or socket.gethostname(), user)
 
     @property
     def log_path(self) -> Path:
@@ -180,6 +203,12 @@ ENV = {
     "SESSIONMEM_RAW_RETENTION_DAYS": "raw_retention_days",
     "SESSIONMEM_EMBEDDER": "embedder",
     "SESSIONMEM_INDEX_SAVE_INTERVAL": "index_save_interval_s",
+    "SESSIONMEM_DATABASE_URL": "database_url",
+    "SESSIONMEM_SHARE_PROJECTS": "share_projects",
+    "SESSIONMEM_MACHINE_NAME": "machine_name",
+    "SESSIONMEM_USER_NAME": "user_name",
+    "SESSIONMEM_TEAM_PULL_INTERVAL": "team_pull_interval_s",
+    "SESSIONMEM_TEAM_PUSH_BATCH": "team_push_batch",
 }
 _COMPRESSORS = ("auto", "anthropic", "claude-code", "openai-compatible", "offline")
 EMBEDDERS = ("minilm", "none")  # what sessionmem.embed.choice builds
@@ -278,6 +307,11 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
             re.compile(pattern)
         except re.error as exc:
             raise SettingsError(f"redact_patterns: {pattern!r} is not a regular expression: {exc}") from None
+    if settings.database_url and not re.match(r"postgres(ql)?://", settings.database_url):
+        # The URL itself is not repeated: it may hold a password.
+        raise SettingsError("database_url must be a postgresql:// URL (see docs/team.md)")
+    if not settings.team_pull_interval_s > 0 or not 1 <= settings.team_push_batch <= 10_000:
+        raise SettingsError("team_pull_interval_s must be > 0 and team_push_batch 1..10000")
     if not 1024 <= settings.tool_response_cap <= settings.max_body_bytes // 4:
         # A request carries up to three capped fields: they must fit the body limit.
         raise SettingsError(f"tool_response_cap must be between 1024 and max_body_bytes / 4 "

@@ -261,7 +261,24 @@ UPDATE user_prompts SET project = (SELECT project FROM sessions s WHERE s.id = u
 CREATE INDEX prompts_project ON user_prompts (project, created_at);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+# Team memory (team/, docs/team.md). A session's project key is its normalized git remote
+# ("github.com/owner/repo"; "" without one), the identity machines agree on; ``share_file``
+# says its repository root held the opt-in file when it began. A row's origin is the
+# machine and user it came from: both "" for this machine's own rows, so they follow a
+# renamed machine. ``team_cursors`` holds how far pushing and pulling have got.
+_V7 = """
+ALTER TABLE sessions ADD COLUMN project_key TEXT NOT NULL DEFAULT '';
+ALTER TABLE sessions ADD COLUMN share_file INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE observations ADD COLUMN origin_machine TEXT NOT NULL DEFAULT '';
+ALTER TABLE observations ADD COLUMN origin_user TEXT NOT NULL DEFAULT '';
+ALTER TABLE session_summaries ADD COLUMN origin_machine TEXT NOT NULL DEFAULT '';
+ALTER TABLE session_summaries ADD COLUMN origin_user TEXT NOT NULL DEFAULT '';
+ALTER TABLE user_prompts ADD COLUMN origin_machine TEXT NOT NULL DEFAULT '';
+ALTER TABLE user_prompts ADD COLUMN origin_user TEXT NOT NULL DEFAULT '';
+CREATE TABLE team_cursors (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 
 
 class SchemaTooNew(RuntimeError):
