@@ -50,10 +50,17 @@ def _files(paths: list[str]) -> str:
     return f" [{', '.join(names)}{more}]"
 
 
+def from_origin(entry: dict[str, Any]) -> str:
+    """`` | from bob@laptop`` for a memory another machine wrote; ``""`` for this machine's own."""
+    origin = entry.get("origin") or ""
+    return f" | from {_cut(origin, 80)}" if origin else ""
+
+
 def index_line(entry: dict[str, Any]) -> str:
-    """One search hit or timeline entry: ``42 | 2026-11-20 14:03 | bugfix | Title [calc.py] — snippet``."""
-    line = (f"{reference(entry['kind'], entry['id'])} | {when(entry['createdAt'])} | {entry['type']} | "
-            f"{_cut(entry['title'], TITLE_CHARS) or '(untitled)'}{_files(entry.get('files') or [])}")
+    """One search hit or timeline entry: ``42 | 2026-11-20 14:03 | bugfix | Title [calc.py] — snippet``,
+    with `` | from bob@laptop`` after the date for one another machine wrote."""
+    line = (f"{reference(entry['kind'], entry['id'])} | {when(entry['createdAt'])}{from_origin(entry)} | "
+            f"{entry['type']} | {_cut(entry['title'], TITLE_CHARS) or '(untitled)'}{_files(entry.get('files') or [])}")
     snippet = _cut(entry.get("snippet") or "", SNIPPET_CHARS)
     return f"{line} — {snippet}" if snippet else line
 
@@ -112,7 +119,7 @@ def observation_record(row: dict[str, Any]) -> str:
     lines = [
         f"## {row['id']} | {row['type']} | {row['title']}",
         f"project {row['project']} | session {row['claudeSessionId']}, prompt {row['promptNumber']} | "
-        f"{when(row['createdAt'])} | tool {tool}{agent}",
+        f"{when(row['createdAt'])}{from_origin(row)} | tool {tool}{agent}",
     ]
     if row["subtitle"]:
         lines.append(row["subtitle"])

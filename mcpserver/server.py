@@ -153,6 +153,10 @@ def build_server(client: MemoryClient, default_project: str) -> StrictToolServer
         concept: Annotated[str | None, Field(max_length=200, description="Only observations tagged with this "
                                                                          "concept (e.g. 'gotcha').")] = None,
         session: Annotated[str | None, Field(max_length=256, description="Only this Claude session id.")] = None,
+        origin: Annotated[str | None, Field(
+            max_length=300, description="Only memories from this origin: 'local' (this machine's own), a "
+                                        "machine or user name, or user@machine as hits show it "
+                                        "('from bob@laptop').")] = None,
         since: Moment = None,
         until: Moment = None,
         mode: Annotated[Mode, Field(description="hybrid: words and meaning (best); fts: exact words only; "
@@ -163,7 +167,7 @@ def build_server(client: MemoryClient, default_project: str) -> StrictToolServer
         params: dict[str, str | int] = {"q": query, "mode": mode, "limit": limit, "offset": offset,
                                         **_project_param(project, default_project)}
         optional = {"kind": ",".join(kinds or ()), "type": ",".join(types or ()), "file": file,
-                    "concept": concept, "session": session, "since": since, "until": until}
+                    "concept": concept, "session": session, "origin": origin, "since": since, "until": until}
         params.update({name: value for name, value in optional.items() if value})
         return render.search_index(await ask(client.search, params), scope=_scope(params))
 

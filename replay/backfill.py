@@ -27,6 +27,7 @@ from typing import Any
 
 from sessionmem.protocol.client_settings import ClientConfig
 from sessionmem.protocol.delivery import Outcome, Patience, deliver
+from sessionmem.protocol.git_remote import RepositoryIdentity, repository_identity
 from sessionmem.protocol.project import project_of
 from sessionmem.protocol.requests import encoded_call
 from sessionmem.replay.convert import ConversionStats, ReplaySession, convert, transcript_files
@@ -71,10 +72,11 @@ class BackfillReport:
 
 
 def send_event(config: ClientConfig, payload: dict[str, object], key: str, project: str,
-               patience: Patience, *, occurred_at: float = 0.0) -> Outcome | None:
+               patience: Patience, *, occurred_at: float = 0.0,
+               identity: RepositoryIdentity | None = None) -> Outcome | None:
     """Deliver one hook event as its API call; ``None`` when the event sends nothing."""
     call = encoded_call(payload, project=project, key=key, cap=config.tool_response_cap,
-                        occurred_at=occurred_at)
+                        occurred_at=occurred_at, identity=identity)
     if call is None or call[2] is None:  # nothing to send, or SessionStart (a read)
         return None
     method, path, encoded = call
@@ -98,9 +100,11 @@ def backfill(root: Path, config: ClientConfig, *, workers: int = 4, patience: Pa
 
     def one_session(session: ReplaySession) -> None:
         project = project_of(session.cwd)
+        # Its repository, when the directory is still there (else no key: the session keeps its name alone).
+        identity = repository_identity(session.cwd)
         for event in session.events:
             outcome = send_event(config, event.payload, f"backfill:{event.key}", project, patience,
-                                 occurred_at=event.at)
+                                 occurred_at=event.at, identity=identity)
             if outcome is not None:
                 with lock:
                     error = report.count(outcome)

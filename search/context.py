@@ -66,6 +66,7 @@ class ContextLine(msgspec.Struct, frozen=True):
     title: str
     detail: str  # the most telling fact, if any
     created_at: float  # of the newest
+    origin: str = ""  # of the newest: "" this machine's own, else "user@machine"
 
 
 class SessionGroup(msgspec.Struct, frozen=True):
@@ -73,6 +74,7 @@ class SessionGroup(msgspec.Struct, frozen=True):
     started_at: float
     request: str  # its first prompt
     lines: list[ContextLine]
+    origin: str = ""  # the origin all its lines share ("" : this machine's, or not one for all)
 
 
 class ContextPlan(msgspec.Struct, frozen=True):
@@ -120,21 +122,23 @@ class ContextPlanner:
         self._observations = observations
 
     async def plan(self, project: str, *, focus: str = "", focus_latest_prompt: bool = False,
-                   session: str = "") -> ContextPlan:
+                   session: str = "", origin: str | None = None) -> ContextPlan:
         """The plan for ``project``; ``focus`` ranks by relevance to that text, ``focus_latest_prompt``
         (without a ``focus``) by relevance to the newest prompt of ``session`` (resumed, cleared,
-        compacted) or else of the project, through its stored vector.
+        compacted) or else of the project, through its stored vector. ``origin``: memories of that
+        origin only (``SearchFilters.origin``); each row carries its own, read with it.
 
         Three hops off the Trio thread, each 0.1-0.2 ms on a busy machine: a read of where to
         start, the index (or the embedder), a read of the chosen rows.
         """
         start = await self._store.context_start(project, summaries=SUMMARIES_READ, recent=CANDIDATES,
-                                                latest_prompt=focus_latest_prompt and not focus, session=session)
+                                                latest_prompt=focus_latest_prompt and not focus, session=session,
+                                                origin=origin)
         focus_prompt_id = None
         if start.latest_prompt is not None:
             focus_prompt_id, focus = start.latest_prompt
         recent = start.recent
-        filters = SearchFilters(project=project, kinds=(OBSERVATION,))
+        filters = SearchFilters(project=project, kinds=(OBSERVATION,), origin=origin)
         candidates: list[RankedKey] = []
         ranking = "recency"
         if focus and recent:
@@ -230,10 +234,13 @@ def group(rows: list[ObservationRow], sessions: dict[str, SessionHead]) -> list[
         for row in sorted(members, key=lambda member: member.id):
             lines.setdefault(collapse_key(row), []).append(row)
         session = sessions.get(claude_session_id)
+        origins = {row.origin for row in members}
         groups.append(SessionGroup(
             claude_session_id, session.created_at if session else members[0].created_at,
             (session.first_prompt or "") if session else "",
             [ContextLine([row.id for row in same], same[-1].type, title, next(
-                (fact for fact in map(telling_fact, reversed(same)) if fact), ""), same[-1].created_at)
-             for (_, title), same in lines.items()]))
+                (fact for fact in map(telling_fact, reversed(same)) if fact), ""), same[-1].created_at,
+                same[-1].origin)
+             for (_, title), same in lines.items()],
+            origins.pop() if len(origins) == 1 else ""))
     return groups

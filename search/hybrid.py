@@ -98,6 +98,7 @@ class SearchResult(msgspec.Struct, frozen=True, kw_only=True):
     title: str
     snippet: str
     files: list[str]
+    origin: str = ""  # "" this machine's own; else "user@machine"
 
 
 class SearchResults(msgspec.Struct, frozen=True):
@@ -168,7 +169,8 @@ class SearchService:
                 kind=kind, id=row_id, score=round(score, 6), matched_by=matched_by,
                 claude_session_id=card.claude_session_id, project=card.project, prompt_number=card.prompt_number,
                 created_at=card.created_at, type=card.type, title=card.title,
-                snippet=snippet(card.text if kind != "prompt" else card.title, terms), files=card.files))
+                snippet=snippet(card.text if kind != "prompt" else card.title, terms), files=card.files,
+                origin=card.origin))
         return SearchResults(query, mode, vectors, results, offset, limit, more=len(ranked) > offset + limit,
                              unembedded=self._index.pending if vectors == "used" else 0)
 
@@ -190,7 +192,7 @@ class SearchService:
         if vector is None:
             return [], "failed"
         narrowing = bool(filters.types or filters.file or filters.concept or filters.claude_session_id
-                         or filters.since is not None or filters.until is not None
+                         or filters.origin is not None or filters.since is not None or filters.until is not None
                          or filters.kinds != SearchFilters().kinds)
         # The project's own documents are asked for exactly: only other filters call for more.
         k = depth * (4 if narrowing else 1 if rows is not None else 2)

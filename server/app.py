@@ -54,6 +54,7 @@ from sessionmem.server.routing import (
     error_response,
     int_arg,
     json_response,
+    origin_arg,
     project_arg,
     rule,
     sse_message,
@@ -219,7 +220,7 @@ def create_quart_app(services: Services) -> QuartTrio:
         focus = text_arg("q", limit=MAX_QUERY_CHARS) or ""
         plan = await services.context.plan(
             project, focus=focus, focus_latest_prompt=(request.args.get("source") or "") in FOCUSED_SOURCES,
-            session=text_arg("session", limit=MAX_SESSION_ID) or "")
+            session=text_arg("session", limit=MAX_SESSION_ID) or "", origin=origin_arg())
         text, named = render_context(plan, token_budget=budget)
         return Response(text, content_type="text/markdown; charset=utf-8", headers={
             CONTEXT_COUNT_HEADER: str(named),
@@ -245,7 +246,7 @@ def create_quart_app(services: Services) -> QuartTrio:
 
     @app.get(routes.OBSERVATION_LIST)
     async def list_observations() -> Response:
-        return json_response({"observations": await store.list_observations(**page())})
+        return json_response({"observations": await store.list_observations(**page(), origin=origin_arg())})
 
     @app.get(rule(routes.OBSERVATION, observation_id=ROW_ID))
     async def get_observation(observation_id: int) -> Response:
@@ -256,7 +257,7 @@ def create_quart_app(services: Services) -> QuartTrio:
 
     @app.get(routes.SUMMARIES)
     async def summaries() -> Response:
-        return json_response({"summaries": await store.list_summaries(**page())})
+        return json_response({"summaries": await store.list_summaries(**page(), origin=origin_arg())})
 
     # -- live ----------------------------------------------------------------------------
 

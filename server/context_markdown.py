@@ -6,6 +6,10 @@ Output stays within a token budget (estimated at four characters a token), fille
 this order: the latest session's summary, the chosen memories (best session first),
 then one line for each earlier session; what does not fit is left out whole.
 
+Memories another machine wrote say so: "from bob@laptop" on their session's heading
+(or on their own line, when a session holds rows of several origins), on the last
+session's heading and on an earlier session's line. This machine's own say nothing.
+
 Stored text is untrusted: every field printed here is neutralized
 (:func:`sessionmem.protocol.safe_text.neutral`).
 """
@@ -39,18 +43,26 @@ def _ids(ids: list[int]) -> str:
     return (f"#{ids[0]}, …, " + shown if len(ids) > 3 else shown) + (f" (×{len(ids)})" if len(ids) > 1 else "")
 
 
-def _line(line: ContextLine) -> str:
+def _from(origin: str) -> str:
+    """The mark of a memory another machine wrote (``""`` for this machine's own)."""
+    return f"from {one_line(origin, 80)}" if origin else ""
+
+
+def _line(line: ContextLine, group_origin: str = "") -> str:
     detail = f" — {one_line(line.detail, 160)}" if line.detail else ""
-    return f"- {_ids(line.ids)} {line.type}: {one_line(line.title, 120)}{detail}"
+    origin = f" ({_from(line.origin)})" if line.origin and line.origin != group_origin else ""
+    return f"- {_ids(line.ids)} {line.type}: {one_line(line.title, 120)}{origin}{detail}"
 
 
 def _group_header(group: SessionGroup) -> str:
     about = f" · {one_line(group.request, 100)}" if group.request else ""
-    return f"### {_when(group.started_at)}{about}"
+    origin = f" · {_from(group.origin)}" if group.origin else ""
+    return f"### {_when(group.started_at)}{about}{origin}"
 
 
 def _summary_lines(summary: SummaryRow) -> list[str]:
-    lines = [f"## Last session ({_when(summary.created_at)})"]
+    origin = f", {_from(summary.origin)}" if summary.origin else ""
+    lines = [f"## Last session ({_when(summary.created_at)}{origin})"]
     for label, text in (("Request", summary.request), ("Completed", summary.completed),
                         ("Learned", summary.learned), ("Investigated", summary.investigated),
                         ("Next steps", summary.next_steps)):
@@ -61,7 +73,8 @@ def _summary_lines(summary: SummaryRow) -> list[str]:
 
 def _earlier_line(summary: SummaryRow) -> str:
     outcome = summary.completed or summary.learned or summary.investigated
-    return (f"- {_when(summary.created_at)} · {one_line(summary.request or '(no request)', 100)}"
+    origin = f" · {_from(summary.origin)}" if summary.origin else ""
+    return (f"- {_when(summary.created_at)}{origin} · {one_line(summary.request or '(no request)', 100)}"
             + (f" → {one_line(outcome, 160)}" if outcome else ""))
 
 
@@ -100,7 +113,7 @@ def render_context(plan: ContextPlan, *, token_budget: int) -> tuple[str, int]:
             body.append(title)
             for group in plan.groups:
                 header = _group_header(group)
-                lines = [_line(line) for line in group.lines]
+                lines = [_line(line, group.origin) for line in group.lines]
                 if not budget.take([header] + lines[:1]):
                     break
                 body += [header, lines[0]]

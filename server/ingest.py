@@ -18,6 +18,7 @@ import msgspec
 from sessionmem.events import CompleteEvent, InitEvent, ObservationEvent, SummarizeEvent
 from sessionmem.protocol import routes
 from sessionmem.protocol.fields import clean_text, clean_value
+from sessionmem.protocol.git_remote import checked_key
 from sessionmem.protocol.limits import MAX_REASON
 from sessionmem.protocol.project import resolve_project
 from sessionmem.protocol.requests import is_internal_prompt
@@ -92,6 +93,8 @@ def init_event(request: InitRequest, clean: EdgeCleaner) -> InitEvent:
         skip_reason=skip_reason,
         key=request.idempotencyKey,
         occurred_at=occurred_at(request),
+        project_key=checked_key(request.projectKey) if request.projectKey else "",
+        share_file=request.shareFile,
     )
 
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
-from sessionmem.protocol.limits import MAX_SESSION_ID
+from sessionmem.protocol.limits import MAX_PATH, MAX_SESSION_ID
 from sessionmem.records import Identifier, PathText, SessionId, ToolName
 
 
@@ -31,6 +31,10 @@ class _SessionBody(msgspec.Struct, frozen=True, kw_only=True):
 
 class InitRequest(_SessionBody, frozen=True, kw_only=True):
     prompt: str = ""
+    # The repository's identity between machines and its opt-in file (protocol/git_remote.py);
+    # the worker re-normalizes the key, so one with credentials or a path is never stored.
+    projectKey: Annotated[str, msgspec.Meta(max_length=MAX_PATH)] = ""
+    shareFile: bool = False
 
 
 class LegacyInitRequest(msgspec.Struct, frozen=True):

@@ -68,6 +68,15 @@ def project_arg() -> str | None:
     return None if project == ALL_PROJECTS else project
 
 
+MAX_ORIGIN = 300  # "user@machine": two names a person chose
+
+
+def origin_arg() -> str | None:
+    """The ``origin`` filter (``SearchFilters.origin``): ``None`` (every origin) if absent, blank or ``*``."""
+    origin = text_arg("origin", limit=MAX_ORIGIN)
+    return None if origin == ALL_PROJECTS else origin
+
+
 def text_arg(name: str, *, limit: int = 1000) -> str | None:
     """The stripped argument, ``None`` if absent or blank; longer than ``limit`` is a 400."""
     raw = request.args.get(name)

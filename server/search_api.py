@@ -40,7 +40,15 @@ from sessionmem.records import (
 from sessionmem.search.hybrid import SearchMode
 from sessionmem.search.snippets import snippet
 from sessionmem.server.payloads import BadRequest, decode
-from sessionmem.server.routing import error_response, int_arg, json_response, list_arg, project_arg, text_arg
+from sessionmem.server.routing import (
+    error_response,
+    int_arg,
+    json_response,
+    list_arg,
+    origin_arg,
+    project_arg,
+    text_arg,
+)
 from sessionmem.server.services import Services
 
 _AGE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
@@ -67,6 +75,7 @@ class TimelineEntry(msgspec.Struct, frozen=True, kw_only=True):
     title: str
     snippet: str
     files: list[str]
+    origin: str  # "" this machine's own; else "user@machine"
 
 
 class Timeline(msgspec.Struct, frozen=True):
@@ -103,7 +112,7 @@ def parse_moment(raw: str, name: str, *, now: float | None = None) -> float:
 
 
 def filters_from_query() -> SearchFilters:
-    """``project``, ``kind``, ``type``, ``since``, ``until``, ``file``, ``concept``, ``session``."""
+    """``project``, ``kind``, ``type``, ``since``, ``until``, ``file``, ``concept``, ``session``, ``origin``."""
     since, until = request.args.get("since"), request.args.get("until")
     return SearchFilters(
         project=project_arg(),
@@ -114,6 +123,7 @@ def filters_from_query() -> SearchFilters:
         file=text_arg("file", limit=4096),
         concept=text_arg("concept", limit=200),
         claude_session_id=text_arg("session", limit=256),
+        origin=origin_arg(),
     )
 
 
@@ -130,7 +140,7 @@ def _entry(card: DocumentCard, anchor: tuple[str, int]) -> TimelineEntry:
     return TimelineEntry(kind=card.kind, id=card.id, anchor=(card.kind, card.id) == anchor,
                          claude_session_id=card.claude_session_id, prompt_number=card.prompt_number,
                          created_at=card.created_at, type=card.type, title=card.title,
-                         snippet=snippet(card.text, []), files=card.files)
+                         snippet=snippet(card.text, []), files=card.files, origin=card.origin)
 
 
 def _anchor(raw: str) -> tuple[str, int]:
@@ -179,7 +189,7 @@ def add_search_routes(app: QuartTrio, services: Services) -> None:
             if not best.results:
                 return error_response(404, f"nothing found for {query[:100]!r}", path="?q")
             anchor = (best.results[0].kind, best.results[0].id)
-        cards = await services.store.timeline(anchor, before=before, after=after)
+        cards = await services.store.timeline(anchor, before=before, after=after, origin=origin_arg())
         if cards is None:
             return error_response(404, f"no {anchor[0]} with id {anchor[1]}", path="?anchor")
         project = next((card.project for card in cards if (card.kind, card.id) == anchor), "")

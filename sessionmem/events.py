@@ -30,6 +30,8 @@ class InitEvent(msgspec.Struct, frozen=True, tag="init", tag_field="kind", omit_
     skip_reason: str = ""  # why ``prompt`` is empty although the hook sent one
     key: str = ""  # idempotency key: a second event with the same key is not journaled again
     occurred_at: float = 0.0
+    project_key: str = ""  # normalized git remote (protocol/git_remote.py): the project between machines
+    share_file: bool = False  # the repository root holds the team opt-in file
 
 
 class ObservationEvent(msgspec.Struct, frozen=True, tag="observation", tag_field="kind", omit_defaults=True):

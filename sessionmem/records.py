@@ -63,6 +63,22 @@ class CompressedSummary(msgspec.Struct, frozen=True):
     output_tokens: int = 0
 
 
+# -- origins ----------------------------------------------------------------------------
+
+# Where a row came from. This machine's own rows are stored without a name (both origin
+# columns '', so they follow a renamed machine) and shown as "" ; a row another machine
+# wrote is shown as "user@machine". A filter names them: LOCAL_ORIGIN for this machine's
+# own, else a machine name, a user name, or "user@machine".
+LOCAL_ORIGIN = "local"
+
+
+def origin_label(machine: str, user: str) -> str:
+    """How a row's origin is shown: ``""`` for this machine's own, ``user@machine`` (or the machine alone)."""
+    if not machine:
+        return ""
+    return f"{user}@{machine}" if user else machine
+
+
 # -- rows -------------------------------------------------------------------------------
 
 
@@ -93,6 +109,8 @@ class SessionRow(msgspec.Struct, frozen=True, kw_only=True):
     updated_at: float
     completed_at: float | None
     observations: int
+    project_key: str = ""  # the repository between machines: its normalized git remote ("" without one)
+    share_file: bool = False  # its repository root held the team opt-in file when it began
 
 
 class SessionHead(msgspec.Struct, frozen=True):
@@ -133,6 +151,7 @@ class ObservationRow(msgspec.Struct, frozen=True, kw_only=True):
     input_tokens: int
     output_tokens: int
     created_at: float
+    origin: str = ""  # "" this machine's own; else "user@machine" (origin_label)
 
 
 class ObservationDetail(ObservationRow, frozen=True, kw_only=True):
@@ -161,6 +180,7 @@ class SummaryRow(msgspec.Struct, frozen=True, kw_only=True):
     input_tokens: int
     output_tokens: int
     created_at: float
+    origin: str = ""  # "" this machine's own; else "user@machine" (origin_label)
 
 
 class SummaryInputs(msgspec.Struct, frozen=True):
@@ -202,6 +222,7 @@ class SearchFilters(msgspec.Struct, frozen=True, kw_only=True):
     those types, ``file`` and ``concept`` narrow them to those touching a file (a path,
     or its end: ``src/app.py`` matches ``/home/me/proj/src/app.py``) or naming a
     concept. Any filter that only observations have leaves only observations.
+    ``origin`` keeps the rows of one origin (:data:`LOCAL_ORIGIN`: this machine's own).
     """
 
     project: str | None = None
@@ -212,6 +233,8 @@ class SearchFilters(msgspec.Struct, frozen=True, kw_only=True):
     file: str | None = None
     concept: str | None = None
     claude_session_id: str | None = None
+    # LOCAL_ORIGIN (this machine's own rows), "user@machine", or a machine or user name
+    origin: str | None = None
 
     def wanted_kinds(self) -> tuple[str, ...]:
         if self.types or self.file or self.concept:
@@ -240,6 +263,7 @@ class DocumentCard(msgspec.Struct, frozen=True, kw_only=True):
     title: str
     text: str  # the body a snippet is cut from (narrative and facts; a summary's fields; the prompt)
     files: list[str]  # files read or modified (observations)
+    origin: str = ""  # "" this machine's own; else "user@machine" (origin_label)
 
 
 class FileMemory(msgspec.Struct, frozen=True, kw_only=True):

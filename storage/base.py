@@ -128,9 +128,11 @@ class Store(Protocol):
         """Projects with sessions, the most recently active first; ``containing``: only names holding it
         (any case)."""
 
-    async def list_observations(self, *, project: str | None, limit: int, offset: int) -> list[ObservationRow]: ...
+    async def list_observations(self, *, project: str | None, limit: int, offset: int,
+                                origin: str | None = None) -> list[ObservationRow]: ...
     async def get_observation(self, observation_id: int) -> ObservationDetail | None: ...
-    async def list_summaries(self, *, project: str | None, limit: int, offset: int) -> list[SummaryRow]: ...
+    async def list_summaries(self, *, project: str | None, limit: int, offset: int,
+                             origin: str | None = None) -> list[SummaryRow]: ...
     async def session_by_db_id(self, session_db_id: int) -> SessionRow | None: ...
     async def journal_counts(self) -> JournalCounts: ...
     async def llm_tokens_since(self, timestamp: float) -> int:
@@ -181,8 +183,10 @@ class Store(Protocol):
                            limit: int | None = None) -> dict[str, list[int]]:
         """Row ids by kind, ascending (those above ``after[kind]``, at most ``limit`` a kind)."""
 
-    async def timeline(self, anchor: tuple[str, int], *, before: int, after: int) -> list[DocumentCard] | None:
-        """The documents of the anchor's project around it in time, oldest first; ``None`` if no anchor."""
+    async def timeline(self, anchor: tuple[str, int], *, before: int, after: int,
+                       origin: str | None = None) -> list[DocumentCard] | None:
+        """The documents of the anchor's project around it in time, oldest first; ``None`` if no anchor.
+        ``origin``: those of one origin (``SearchFilters.origin``), and the anchor."""
 
     async def observations_by_ids(self, ids: Sequence[int]) -> list[ObservationRow]:
         """Those of ``ids`` that exist, in the order asked."""
@@ -192,9 +196,10 @@ class Store(Protocol):
 
     # -- the SessionStart context, in two reads (each one snapshot, one thread hop)
     async def context_start(self, project: str, *, summaries: int, recent: int,
-                            latest_prompt: bool, session: str = "") -> ContextStart:
+                            latest_prompt: bool, session: str = "", origin: str | None = None) -> ContextStart:
         """The project's ``summaries`` newest summaries, ``recent`` newest observation ids, and if
-        ``latest_prompt`` the latest prompt of ``session``, else of the project."""
+        ``latest_prompt`` the latest prompt of ``session``, else of the project; ``origin``: of that
+        origin only (``SearchFilters.origin``)."""
 
     async def context_rows(self, candidates: Sequence[tuple[str, int]], filters: SearchFilters,
                            choose: Callable[[set[int]], list[int]]) -> ContextRows:

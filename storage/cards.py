@@ -18,6 +18,7 @@ import apsw
 
 from sessionmem.records import DOCUMENT_KINDS, OBSERVATION, PROMPT, SUMMARY, Document, DocumentCard
 from sessionmem.storage.fulltext import ALIASES, PROJECT_COLUMNS, TABLES
+from sessionmem.storage.origins import label_sql, origin_condition
 from sessionmem.storage.sqlite_values import all_rows, integer, optional_row, real, text, text_list, to_json
 
 if TYPE_CHECKING:
@@ -28,19 +29,20 @@ def _ids_json(keys: Iterable[tuple[str, int]], kind: str) -> str:
     return to_json([row_id for key_kind, row_id in keys if key_kind == kind])
 
 
+# Each card's head: id, session, project, prompt number, time, origin; then its kind's own columns.
 _CARD_SQL = {
     OBSERVATION: (
-        "SELECT o.id, s.claude_session_id, o.project, o.prompt_number, o.created_at, o.type, o.title,"
-        " o.subtitle, o.narrative, o.facts, o.files_read, o.files_modified"
+        f"SELECT o.id, s.claude_session_id, o.project, o.prompt_number, o.created_at, {label_sql('o')}, o.type,"
+        " o.title, o.subtitle, o.narrative, o.facts, o.files_read, o.files_modified"
         " FROM observations o JOIN sessions s ON s.id = o.session_db_id"
         " WHERE o.id IN (SELECT value FROM json_each(?))"),
     SUMMARY: (
-        "SELECT m.id, s.claude_session_id, m.project, m.prompt_number, m.created_at, m.request, m.investigated,"
-        " m.learned, m.completed, m.next_steps"
+        f"SELECT m.id, s.claude_session_id, m.project, m.prompt_number, m.created_at, {label_sql('m')}, m.request,"
+        " m.investigated, m.learned, m.completed, m.next_steps"
         " FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id"
         " WHERE m.id IN (SELECT value FROM json_each(?))"),
     PROMPT: (
-        "SELECT p.id, s.claude_session_id, p.project, p.prompt_number, p.created_at, p.text"
+        f"SELECT p.id, s.claude_session_id, p.project, p.prompt_number, p.created_at, {label_sql('p')}, p.text"
         " FROM user_prompts p JOIN sessions s ON s.id = p.session_db_id"
         " WHERE p.id IN (SELECT value FROM json_each(?))"),
 }
@@ -48,9 +50,11 @@ _CARD_SQL = {
 
 def _card(kind: str, row: SQLiteValues) -> DocumentCard:
     """A ``_CARD_SQL[kind]`` row as its card."""
-    row_id, session, project, prompt_number, created_at = row[:5]
+    row_id, session, project, prompt_number, created_at, origin = row[:6]
+    row = row[1:]  # the kind's own columns start where they did before the origin was added
     head = partial(DocumentCard, kind=kind, id=integer(row_id), claude_session_id=text(session),
-                   project=text(project), prompt_number=integer(prompt_number), created_at=real(created_at))
+                   project=text(project), prompt_number=integer(prompt_number), created_at=real(created_at),
+                   origin=text(origin))
     if kind == OBSERVATION:
         type_, title, subtitle, narrative = map(text, row[5:9])
         facts, files_read, files_modified = map(text_list, row[9:])
@@ -127,16 +131,18 @@ def created_at(connection: apsw.Connection, kind: str, row_id: int) -> tuple[flo
 
 
 def around(connection: apsw.Connection, project: str, moment: float, anchor: tuple[str, int], *,
-           before: int, after: int) -> list[tuple[str, int]]:
+           before: int, after: int, origin: str | None = None) -> list[tuple[str, int]]:
     """Keys of the ``before`` documents of ``project`` created before ``anchor`` and the ``after``
-    ones after it, with the anchor between them, oldest first (ties ordered by kind and id)."""
+    ones after it, with the anchor between them, oldest first (ties ordered by kind and id);
+    ``origin``: those of that origin only (the anchor stays)."""
     earlier: list[tuple[float, str, int]] = []
     later: list[tuple[float, str, int]] = []
     for kind in DOCUMENT_KINDS:
         table, alias = TABLES[kind][0], ALIASES[kind]
-        base = f"SELECT {alias}.created_at, {alias}.id FROM {table} {alias} WHERE {PROJECT_COLUMNS[kind]} = :project"
-        params = {"project": project, "moment": moment, "id": anchor[1] if kind == anchor[0] else -1,
-                  "before": before, "after": after}
+        params: dict[str, object] = {"project": project, "moment": moment,
+                                     "id": anchor[1] if kind == anchor[0] else -1, "before": before, "after": after}
+        base = (f"SELECT {alias}.created_at, {alias}.id FROM {table} {alias} WHERE {PROJECT_COLUMNS[kind]} = :project"
+                f" AND {origin_condition(alias, origin, params)}")
         earlier += [(real(at), kind, integer(row_id)) for at, row_id in all_rows(
             connection, base + f" AND ({alias}.created_at < :moment OR ({alias}.created_at = :moment AND {alias}.id < :id))"
             f" ORDER BY {alias}.created_at DESC, {alias}.id DESC LIMIT :before", params)]
@@ -149,12 +155,12 @@ def around(connection: apsw.Connection, project: str, moment: float, anchor: tup
 
 
 def timeline(connection: apsw.Connection, anchor: tuple[str, int], *, before: int,
-             after: int) -> list[DocumentCard] | None:
+             after: int, origin: str | None = None) -> list[DocumentCard] | None:
     """The cards of :func:`around` ``anchor``, oldest first; ``None`` when the anchor does not exist."""
     found = created_at(connection, *anchor)
     if found is None:
         return None
     moment, project = found
-    keys = around(connection, project, moment, anchor, before=before, after=after)
+    keys = around(connection, project, moment, anchor, before=before, after=after, origin=origin)
     by_key = cards(connection, keys)
     return [by_key[key] for key in keys if key in by_key]

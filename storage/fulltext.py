@@ -1,5 +1,5 @@
 """Full-text search of the SQLite store: a query's terms, FTS5 matching and ranking, and the
-filters a search or a vector candidate must pass (project, time, session, type, file, concept).
+filters a search or a vector candidate must pass (project, time, session, origin, type, file, concept).
 
 Each function takes a read connection and runs on a reader thread
 (:class:`~sessionmem.storage.readers.ReaderPool`); the SQLite store's async methods
@@ -36,6 +36,7 @@ from sessionmem.records import (
     RankedKey,
     SearchFilters,
 )
+from sessionmem.storage.origins import origin_condition
 from sessionmem.storage.sqlite_values import all_rows, integer, one_row, real, to_json
 
 MAX_QUERY_TERMS = 32
@@ -109,6 +110,8 @@ def _filter_sql(kind: str, filters: SearchFilters, params: dict[str, Any]) -> tu
     if filters.claude_session_id is not None:
         params["session"] = filters.claude_session_id
         conditions.append("s.claude_session_id = :session")
+    if filters.origin is not None:
+        conditions.append(origin_condition(alias, filters.origin, params))
     if kind == OBSERVATION:
         if filters.types:
             names = []

@@ -43,12 +43,23 @@ def _load_session(connection: apsw.Connection, claude_session_id: str) -> tuple[
     return integer(session_db_id), integer(prompt_counter), text(status)
 
 
-def _create_session(connection: apsw.Connection, claude_session_id: str, project: str, cwd: str, now: float) -> int:
+def _create_session(connection: apsw.Connection, claude_session_id: str, project: str, cwd: str, now: float, *,
+                    project_key: str = "", share_file: bool = False) -> int:
     connection.execute(
-        "INSERT INTO sessions (claude_session_id, project, cwd, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
-        (claude_session_id, project, cwd, now, now),
+        "INSERT INTO sessions (claude_session_id, project, cwd, created_at, updated_at, project_key, share_file)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (claude_session_id, project, cwd, now, now, project_key, share_file),
     )
     return connection.last_insert_rowid()
+
+
+def _note_repository(connection: apsw.Connection, session_db_id: int, event: InitEvent) -> None:
+    """A session made before its first prompt said where it runs (an observation came first) learns its
+    project key then; the opt-in file, once seen, stays."""
+    connection.execute(
+        "UPDATE sessions SET project_key = CASE project_key WHEN '' THEN ?1 ELSE project_key END,"
+        " share_file = max(share_file, ?2) WHERE id = ?3 AND ((project_key = '' AND ?1 != '') OR share_file < ?2)",
+        (event.project_key, event.share_file, session_db_id))
 
 
 def touch_session(connection: apsw.Connection, session_db_id: int, when: float) -> None:
@@ -109,9 +120,12 @@ def accept_init(connection: apsw.Connection, event: InitEvent) -> InitAccepted:
     found = _load_session(connection, event.claude_session_id)
     if found is None:
         session_db_id, counter = _create_session(connection, event.claude_session_id, event.project, event.cwd,
-                                                 when), 0
+                                                 when, project_key=event.project_key,
+                                                 share_file=event.share_file), 0
     else:
         session_db_id, counter, _status = found
+        if event.project_key or event.share_file:
+            _note_repository(connection, session_db_id, event)
     skipped, reason = False, ""
     if not event.prompt:
         skipped, reason = True, event.skip_reason or "prompt is empty"

@@ -36,6 +36,7 @@ from sessionmem.records import (
     SummaryRow,
 )
 from sessionmem.storage.fulltext import keep_matching, query_terms
+from sessionmem.storage.origins import label_sql, origin_condition
 from sessionmem.storage.sqlite_values import (
     all_rows,
     blob,
@@ -57,16 +58,16 @@ if TYPE_CHECKING:
 _SESSION_COLUMNS = (
     "id, claude_session_id, project, cwd, first_prompt, prompt_counter, status, failure, input_tokens,"
     " output_tokens, created_at, updated_at, completed_at,"
-    " (SELECT count(*) FROM observations o WHERE o.session_db_id = s.id)"
+    " (SELECT count(*) FROM observations o WHERE o.session_db_id = s.id), project_key, share_file"
 )
 # In ObservationRow's field order.
 _OBSERVATION_COLUMNS = (
     "o.id, s.claude_session_id, o.project, o.prompt_number, o.tool_name, o.tool_use_id, o.agent_id, o.agent_type,"
     " o.failed, o.type, o.title, o.subtitle, o.facts, o.narrative, o.concepts, o.files_read, o.files_modified,"
-    " o.compressed, o.compressor, o.model, o.input_tokens, o.output_tokens, o.created_at"
+    " o.compressed, o.compressor, o.model, o.input_tokens, o.output_tokens, o.created_at, " + label_sql("o")
 )
 _OBSERVATIONS_FROM = "FROM observations o JOIN sessions s ON s.id = o.session_db_id"
-_OBSERVATION_WIDTH = 23
+_OBSERVATION_WIDTH = 24
 
 
 def _observation_row(row: SQLiteValues) -> ObservationRow:
@@ -78,7 +79,7 @@ def _observation_row(row: SQLiteValues) -> ObservationRow:
         subtitle=text(row[11]), facts=text_list(row[12]), narrative=text(row[13]), concepts=text_list(row[14]),
         files_read=text_list(row[15]), files_modified=text_list(row[16]), compressed=flag(row[17]),
         compressor=text(row[18]), model=optional_text(row[19]), input_tokens=integer(row[20]),
-        output_tokens=integer(row[21]), created_at=real(row[22]))
+        output_tokens=integer(row[21]), created_at=real(row[22]), origin=text(row[23]))
 
 
 def _observation_detail(row: SQLiteValues) -> ObservationDetail:
@@ -100,7 +101,7 @@ def _summary_row(row: SQLiteValues) -> SummaryRow:
         request=text(row[4]), investigated=text(row[5]), learned=text(row[6]), completed=text(row[7]),
         next_steps=text(row[8]), notes=text(row[9]), compressed=flag(row[10]), compressor=text(row[11]),
         model=optional_text(row[12]), input_tokens=integer(row[13]), output_tokens=integer(row[14]),
-        created_at=real(row[15]))
+        created_at=real(row[15]), origin=text(row[16]))
 
 
 def _session_row(row: SQLiteValues) -> SessionRow:
@@ -110,7 +111,8 @@ def _session_row(row: SQLiteValues) -> SessionRow:
         cwd=optional_text(row[3]), first_prompt=optional_text(row[4]), prompt_counter=integer(row[5]),
         status=text(row[6]), failure=optional_text(row[7]), input_tokens=integer(row[8]),
         output_tokens=integer(row[9]), created_at=real(row[10]), updated_at=real(row[11]),
-        completed_at=optional_real(row[12]), observations=integer(row[13]))
+        completed_at=optional_real(row[12]), observations=integer(row[13]), project_key=text(row[14]),
+        share_file=flag(row[15]))
 
 
 def journal_envelope(row: SQLiteValues) -> Envelope:
@@ -148,23 +150,27 @@ def _session_heads(connection: apsw.Connection, *, claude_session_ids: Sequence[
             for session, created_at, first_prompt in found]
 
 
-def _recent_observation_ids(connection: apsw.Connection, *, project: str, limit: int) -> list[int]:
-    found = all_rows(  # observations_created (project, created_at) covers it
-        connection, "SELECT id FROM observations WHERE project = ? ORDER BY created_at DESC, id DESC LIMIT ?",
-        (project, limit))
+def _recent_observation_ids(connection: apsw.Connection, *, project: str, limit: int,
+                            origin: str | None = None) -> list[int]:
+    params: dict[str, object] = {"project": project, "limit": limit}
+    found = all_rows(  # observations_created (project, created_at) covers it (an origin is checked on the way)
+        connection, f"SELECT id FROM observations o WHERE project = :project AND {origin_condition('o', origin, params)}"
+        " ORDER BY created_at DESC, id DESC LIMIT :limit", params)
     return [integer(row_id) for (row_id,) in found]
 
 
 def list_summaries(connection: apsw.Connection, *, project: str | None, limit: int,
-                    offset: int) -> list[SummaryRow]:
+                    offset: int, origin: str | None = None) -> list[SummaryRow]:
+    params: dict[str, object] = {"project": project, "limit": limit, "offset": offset}
     found = all_rows(
         connection,
         "SELECT m.id, s.claude_session_id, m.project, m.prompt_number, m.request, m.investigated,"
         " m.learned, m.completed, m.next_steps, m.notes, m.compressed, m.compressor, m.model,"
-        " m.input_tokens, m.output_tokens, m.created_at"
+        f" m.input_tokens, m.output_tokens, m.created_at, {label_sql('m')}"
         f" FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id WHERE {_of_project('m.project', project)}"
+        f" AND {origin_condition('m', origin, params)}"
         " ORDER BY m.created_at DESC, m.id DESC LIMIT :limit OFFSET :offset",
-        {"project": project, "limit": limit, "offset": offset},
+        params,
     )
     return [_summary_row(row) for row in found]
 
@@ -185,7 +191,8 @@ FOCUS_MIN_WORDS = 3
 FOCUS_LOOKBACK = 20
 
 
-def _latest_prompt(connection: apsw.Connection, *, project: str, session: str = "") -> tuple[int, str] | None:
+def _latest_prompt(connection: apsw.Connection, *, project: str, session: str = "",
+                   origin: str | None = None) -> tuple[int, str] | None:
     """The newest prompt of ``session`` (resumed or compacted: its own work), else of the project, that says
     what the work is about (:data:`FOCUS_MIN_WORDS`).
 
@@ -196,13 +203,15 @@ def _latest_prompt(connection: apsw.Connection, *, project: str, session: str = 
     # The session's own first (a resumed session is about its own work, not another session's newer
     # prompt of the project), on its (session, prompt_number) key; then the project's, on the
     # prompts_project index (project, created_at), newest first: the cost does not grow with the store.
-    queries: list[tuple[str, tuple[str | int, ...]]] = [("SELECT p.id, p.text FROM sessions s CROSS JOIN user_prompts p ON p.session_db_id = s.id"
-                " WHERE s.claude_session_id = ? AND p.project = ? ORDER BY p.prompt_number DESC, p.id DESC LIMIT ?",
-                (session, project, FOCUS_LOOKBACK))] if session else []
-    queries.append(("SELECT id, text FROM user_prompts WHERE project = ? ORDER BY created_at DESC, id DESC LIMIT ?",
-                    (project, FOCUS_LOOKBACK)))
+    params: dict[str, object] = {"session": session, "project": project, "limit": FOCUS_LOOKBACK}
+    of_origin = origin_condition("p", origin, params)
+    queries = [f"SELECT p.id, p.text FROM sessions s CROSS JOIN user_prompts p ON p.session_db_id = s.id"
+               f" WHERE s.claude_session_id = :session AND p.project = :project AND {of_origin}"
+               " ORDER BY p.prompt_number DESC, p.id DESC LIMIT :limit"] if session else []
+    queries.append(f"SELECT id, text FROM user_prompts p WHERE project = :project AND {of_origin}"
+                   " ORDER BY created_at DESC, id DESC LIMIT :limit")
     newest = None
-    for sql, params in queries:
+    for sql in queries:
         for row_id, stored in connection.execute(sql, params):  # read no further than needed
             prompt = typed_prompt(text(stored))
             if len(query_terms(prompt)) >= FOCUS_MIN_WORDS:
@@ -212,20 +221,20 @@ def _latest_prompt(connection: apsw.Connection, *, project: str, session: str = 
 
 
 def read_context_start(connection: apsw.Connection, *, project: str, summaries: int, recent: int,
-                       latest_prompt: bool, session: str = "") -> ContextStart:
+                       latest_prompt: bool, session: str = "", origin: str | None = None) -> ContextStart:
     """Where SessionStart's context starts, in one snapshot: the project's newest ``summaries``
     summaries, its ``recent`` newest observation ids, and (``latest_prompt``) its focus prompt,
     ``session``'s own if it has one.
 
     Each read walks the project's own index: its cost does not grow with what other
     projects hold, so a new project's SessionStart does not walk every summary and prompt
-    of the store.
+    of the store. ``origin``: rows of that origin only (``SearchFilters.origin``).
     """
     with snapshot(connection):
         return ContextStart(
-            list_summaries(connection, project=project, limit=summaries, offset=0),
-            _recent_observation_ids(connection, project=project, limit=recent),
-            _latest_prompt(connection, project=project, session=session) if latest_prompt else None)
+            list_summaries(connection, project=project, limit=summaries, offset=0, origin=origin),
+            _recent_observation_ids(connection, project=project, limit=recent, origin=origin),
+            _latest_prompt(connection, project=project, session=session, origin=origin) if latest_prompt else None)
 
 def context_rows(connection: apsw.Connection, candidates: Sequence[tuple[str, int]], filters: SearchFilters,
                  choose: Callable[[set[int]], list[int]]) -> ContextRows:
@@ -301,12 +310,14 @@ def session_by_db_id(connection: apsw.Connection, session_db_id: int) -> Session
 
 
 def list_observations(connection: apsw.Connection, *, project: str | None, limit: int,
-                      offset: int) -> list[ObservationRow]:
+                      offset: int, origin: str | None = None) -> list[ObservationRow]:
+    params: dict[str, object] = {"project": project, "limit": limit, "offset": offset}
     found = all_rows(
         connection,
         f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM} WHERE {_of_project('o.project', project)}"
+        f" AND {origin_condition('o', origin, params)}"
         " ORDER BY o.created_at DESC, o.id DESC LIMIT :limit OFFSET :offset",
-        {"project": project, "limit": limit, "offset": offset},
+        params,
     )
     return [_observation_row(row) for row in found]
 

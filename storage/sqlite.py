@@ -271,15 +271,18 @@ class SQLiteStore:
     async def session_by_db_id(self, session_db_id: int) -> SessionRow | None:
         return await self._readers.run(partial(row_reads.session_by_db_id, session_db_id=session_db_id))
 
-    async def list_observations(self, *, project: str | None, limit: int, offset: int) -> list[ObservationRow]:
+    async def list_observations(self, *, project: str | None, limit: int, offset: int,
+                                origin: str | None = None) -> list[ObservationRow]:
         return await self._readers.run(partial(row_reads.list_observations, project=project, limit=limit,
-                                               offset=offset))
+                                               offset=offset, origin=origin))
 
     async def get_observation(self, observation_id: int) -> ObservationDetail | None:
         return await self._readers.run(partial(row_reads.get_observation, observation_id=observation_id))
 
-    async def list_summaries(self, *, project: str | None, limit: int, offset: int) -> list[SummaryRow]:
-        return await self._readers.run(partial(row_reads.list_summaries, project=project, limit=limit, offset=offset))
+    async def list_summaries(self, *, project: str | None, limit: int, offset: int,
+                             origin: str | None = None) -> list[SummaryRow]:
+        return await self._readers.run(partial(row_reads.list_summaries, project=project, limit=limit, offset=offset,
+                                               origin=origin))
 
     async def llm_tokens_since(self, timestamp: float) -> int:
         return await self._readers.run(partial(row_reads.llm_tokens_since, timestamp=timestamp))
@@ -369,8 +372,10 @@ class SQLiteStore:
                            limit: int | None = None) -> dict[str, list[int]]:
         return await self._readers.run(partial(cards.document_ids, after=after, limit=limit))
 
-    async def timeline(self, anchor: tuple[str, int], *, before: int, after: int) -> list[DocumentCard] | None:
-        return await self._readers.run(partial(cards.timeline, anchor=anchor, before=before, after=after))
+    async def timeline(self, anchor: tuple[str, int], *, before: int, after: int,
+                       origin: str | None = None) -> list[DocumentCard] | None:
+        return await self._readers.run(partial(cards.timeline, anchor=anchor, before=before, after=after,
+                                               origin=origin))
 
     async def observations_by_ids(self, ids: Sequence[int]) -> list[ObservationRow]:
         return await self._readers.run(partial(row_reads.observations_by_ids, ids=ids))
@@ -393,9 +398,10 @@ class SQLiteStore:
         return file_memories.choose_file_memories(rows, exclude_session, limit)
 
     async def context_start(self, project: str, *, summaries: int, recent: int,
-                            latest_prompt: bool, session: str = "") -> ContextStart:
+                            latest_prompt: bool, session: str = "", origin: str | None = None) -> ContextStart:
         return await self._readers.run(partial(row_reads.read_context_start, project=project, summaries=summaries,
-                                               recent=recent, latest_prompt=latest_prompt, session=session))
+                                               recent=recent, latest_prompt=latest_prompt, session=session,
+                                               origin=origin))
 
     async def context_rows(self, candidates: Sequence[tuple[str, int]], filters: SearchFilters,
                            choose: Callable[[set[int]], list[int]]) -> ContextRows:

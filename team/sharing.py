@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from sessionmem.protocol.git_remote import SHARE_FILE
 from sessionmem.protocol.project import ALL_PROJECTS
 
-SHARE_FILE = ".sessionmem-share"  # committed at a repository's root, it opts that repository in
+__all__ = ["SHARE_FILE", "is_shared", "shares_everything"]  # SHARE_FILE: hooks read it, so protocol defines it
 
 
 def shares_everything(share_projects: Collection[str]) -> bool:

@@ -25,8 +25,8 @@ import os
 ALL_PROJECTS = "*"  # what a client asking for a project may say for every project (MCP tools, the CLI)
 
 
-def _main_repository_of_worktree(git_file: str, root: str) -> str | None:
-    """For a ``.git`` file, the main repository's work tree root, or None if not a worktree."""
+def git_dir_of_file(git_file: str, root: str) -> str | None:
+    """The git directory a ``.git`` file (a linked worktree's, a submodule's) points to, or None."""
     try:
         with open(git_file, encoding="utf-8") as f:
             first = f.readline().strip()
@@ -37,19 +37,44 @@ def _main_repository_of_worktree(git_file: str, root: str) -> str | None:
     gitdir = first[len("gitdir:") :].strip()
     if not os.path.isabs(gitdir):
         gitdir = os.path.normpath(os.path.join(root, gitdir))
-    common = None
+    return gitdir
+
+
+def common_dir(gitdir: str) -> str | None:
+    """A linked worktree's git directory -> the main repository's (``commondir``); None if not a worktree."""
     try:
         with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as f:
-            common = os.path.normpath(os.path.join(gitdir, f.read().strip()))
+            return os.path.normpath(os.path.join(gitdir, f.read().strip()))
     except OSError:
         marker = os.sep + "worktrees" + os.sep
         if marker in gitdir:
-            common = gitdir.split(marker)[0]
+            return gitdir.split(marker)[0]
+    return None  # e.g. a submodule: a repository of its own
+
+
+def _main_repository_of_worktree(git_file: str, root: str) -> str | None:
+    """For a ``.git`` file, the main repository's work tree root, or None if not a worktree."""
+    gitdir = git_dir_of_file(git_file, root)
+    common = common_dir(gitdir) if gitdir is not None else None
     if common is None:
         return None  # e.g. a submodule: it is a project of its own
     if os.path.basename(common) == ".git":
         return os.path.dirname(common)
     return common  # a bare repository: its own name is the best we have
+
+
+def work_tree_root(cwd: str) -> str | None:
+    """The root of the innermost git work tree containing ``cwd`` (it holds ``.git``), or None."""
+    if not cwd or ("\\" in cwd and "/" not in cwd):  # nothing, or a Windows path read here
+        return None
+    current = os.path.abspath(cwd)
+    while True:
+        if os.path.exists(os.path.join(current, ".git")):
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
 
 
 # (the directory names before the repository, the names after it): a path holding
@@ -94,20 +119,15 @@ def project_of(cwd: str) -> str:
     if "\\" in cwd and "/" not in cwd:  # a Windows path, in a transcript read here
         parts = _split(cwd)
         return project_from_layout(parts) or (parts[-1] if parts else "unknown")
-    path = os.path.abspath(cwd)
-    current = path
-    while True:
-        git = os.path.join(current, ".git")
-        if os.path.isdir(git):
-            return os.path.basename(current) or "unknown"
-        if os.path.isfile(git):
-            main = _main_repository_of_worktree(git, current)
-            return os.path.basename(main or current) or "unknown"
-        parent = os.path.dirname(current)
-        if parent == current:
-            parts = _split(path)
-            return project_from_layout(parts) or (parts[-1] if parts else "unknown")
-        current = parent
+    root = work_tree_root(cwd)
+    if root is None:
+        parts = _split(os.path.abspath(cwd))
+        return project_from_layout(parts) or (parts[-1] if parts else "unknown")
+    git = os.path.join(root, ".git")
+    if os.path.isfile(git):
+        main = _main_repository_of_worktree(git, root)
+        return os.path.basename(main or root) or "unknown"
+    return os.path.basename(root) or "unknown"
 
 
 def resolve_project(project: str, cwd: str) -> str:

@@ -12,9 +12,20 @@ from __future__ import annotations
 
 from sessionmem.protocol import fastjson
 from sessionmem.protocol.fields import clean_text, clean_value
+from sessionmem.protocol.git_remote import RepositoryIdentity, repository_identity
 from sessionmem.protocol.limits import FIELD_CAP
 from sessionmem.protocol.project import project_of
-from sessionmem.protocol.routes import COMPLETE, CONTEXT, IDEMPOTENCY_KEY, INIT, OBSERVATIONS, OCCURRED_AT, SUMMARIZE
+from sessionmem.protocol.routes import (
+    COMPLETE,
+    CONTEXT,
+    IDEMPOTENCY_KEY,
+    INIT,
+    OBSERVATIONS,
+    OCCURRED_AT,
+    PROJECT_KEY,
+    SHARE_FILE_FIELD,
+    SUMMARIZE,
+)
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -38,11 +49,14 @@ def text_field(payload: dict[str, Any], key: str) -> str:
     return "" if value is None else fastjson.dumps(value)
 
 
-def api_call(payload: dict[str, Any], *, project: str | None = None) -> tuple[str, str, dict[str, Any] | None] | None:
+def api_call(payload: dict[str, Any], *, project: str | None = None,
+             identity: RepositoryIdentity | None = None) -> tuple[str, str, dict[str, Any] | None] | None:
     """``(method, path, body)`` for a hook payload, or ``None`` when nothing is sent.
 
     Claude Code's fields are taken as they come; a text field of another type (from
-    a broken or hostile payload) is sent as its JSON text, never an error.
+    a broken or hostile payload) is sent as its JSON text, never an error. A prompt
+    carries its repository's identity (:func:`~.git_remote.repository_identity` of
+    ``cwd``, unless the caller knows it: ``identity``), which its session keeps.
     """
     event = text_field(payload, "hook_event_name") or text_field(payload, "event")
     session_id = text_field(payload, "session_id")
@@ -56,7 +70,15 @@ def api_call(payload: dict[str, Any], *, project: str | None = None) -> tuple[st
         query = {"project": project, "session": session_id, "source": text_field(payload, "source")}
         return "GET", CONTEXT + "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v}), None
     if event == "UserPromptSubmit":
-        return "POST", INIT, {**base, "prompt": text_field(payload, "prompt")}
+        # A few small file reads (~30 us): the project's identity between machines is known
+        # where the directory is, once per prompt (never on the tool-use path).
+        identity = identity or repository_identity(cwd)
+        body: dict[str, Any] = {**base, "prompt": text_field(payload, "prompt")}
+        if identity.project_key:
+            body[PROJECT_KEY] = identity.project_key
+        if identity.share_file:
+            body[SHARE_FILE_FIELD] = True
+        return "POST", INIT, body
     if event in ("PostToolUse", "PostToolUseFailure"):
         body = {
             **base,
@@ -126,10 +148,11 @@ def clean_body(body: dict[str, Any], cap: int = FIELD_CAP) -> dict[str, Any]:
 
 
 def encoded_call(payload: dict[str, Any], *, project: str, key: str = "", cap: int = FIELD_CAP,
-                 occurred_at: float = 0.0) -> tuple[str, str, bytes | None] | None:
+                 occurred_at: float = 0.0,
+                 identity: RepositoryIdentity | None = None) -> tuple[str, str, bytes | None] | None:
     """:func:`api_call` ready to send: fields cleaned and bounded, an idempotency key and the time the
     event happened if given (backfill knows it from the transcript), JSON bytes."""
-    call = api_call(payload, project=project)
+    call = api_call(payload, project=project, identity=identity)
     if call is None:
         return None
     method, path, body = call

@@ -60,7 +60,7 @@ LOGOUT = "/logout"  # POST: ends the page login of the cookie sent
 # -- ingest body fields ------------------------------------------------------------------
 SESSION_FIELDS = ("claudeSessionId", "cwd", "project", "idempotencyKey", "occurredAt")
 BODY_FIELDS = {
-    INIT: SESSION_FIELDS + ("prompt",),
+    INIT: SESSION_FIELDS + ("prompt", "projectKey", "shareFile"),
     OBSERVATIONS: SESSION_FIELDS + ("tool_name", "tool_input", "tool_response", "tool_use_id", "agent_id",
                                     "agent_type", "hook_event_name", "error", "failed"),
     SUMMARIZE: SESSION_FIELDS + ("last_user_message", "last_assistant_message"),
@@ -68,6 +68,8 @@ BODY_FIELDS = {
 }
 IDEMPOTENCY_KEY = "idempotencyKey"  # an event with a key seen before is answered as a duplicate, not stored
 OCCURRED_AT = "occurredAt"  # when the event happened, Unix seconds (backfill); absent: when it arrived
+PROJECT_KEY = "projectKey"  # a prompt's repository between machines: its normalized git remote (protocol/git_remote.py)
+SHARE_FILE_FIELD = "shareFile"  # true: the prompt's repository root holds the team opt-in file
 
 # -- replies -----------------------------------------------------------------------------
 READY = "ready"  # GET /api/readiness: 200 {"status": "ready"}

@@ -10,6 +10,11 @@ export function badge(text, kind = text) {
   return h("span", {class: "badge", dataset: {kind}}, text);
 }
 
+/** The mark of a memory another machine wrote ("from bob@laptop"); nothing for this machine's own. */
+export function originBadge(origin) {
+  return origin ? h("span", {class: "badge", dataset: {kind: "origin"}, title: `written on ${origin}`}, `from ${origin}`) : null;
+}
+
 export function fileChips(files) {
   const shown = files.slice(0, MAX_FILE_CHIPS).map((file) => h("span", {class: "chip", title: file}, shortPath(file)));
   const more = files.length > MAX_FILE_CHIPS ? h("span", {class: "chip more"}, `+${files.length - MAX_FILE_CHIPS}`) : null;
@@ -38,13 +43,14 @@ export function feedItem(entry, options) {
   const {kind, row} = entry;
   if (kind === "summary") {
     return item(`summary:${row.id}`, options,
-      h("div", {class: "line"}, badge("summary"), h("span", {class: "title"}, row.request || "Session summary")),
+      h("div", {class: "line"}, badge("summary"), h("span", {class: "title"}, row.request || "Session summary"),
+        originBadge(row.origin)),
       row.completed ? h("p", {class: "snippet"}, row.completed) : null,
       h("div", {class: "meta"}, time(row.createdAt), ` · prompt ${row.promptNumber}`));
   }
   return item(`observation:${row.id}`, options,
     h("div", {class: "line"}, badge(row.type), h("span", {class: "title"}, row.title || "(untitled)"),
-      row.failed ? badge("failed") : null),
+      row.failed ? badge("failed") : null, originBadge(row.origin)),
     h("div", {class: "meta"}, row.toolName, " · ", time(row.createdAt)),
     fileChips(observationFiles(row)));
 }
@@ -53,7 +59,8 @@ export function feedItem(entry, options) {
 export function resultItem(result, options) {
   const label = result.kind === "observation" ? result.type : result.kind;
   return item(`${result.kind}:${result.id}`, options,
-    h("div", {class: "line"}, badge(label), h("span", {class: "title"}, result.title || "(untitled)")),
+    h("div", {class: "line"}, badge(label), h("span", {class: "title"}, result.title || "(untitled)"),
+      originBadge(result.origin)),
     result.snippet ? h("p", {class: "snippet"}, result.snippet) : null,
     h("div", {class: "meta"}, result.project, " · ", time(result.createdAt),
       result.matchedBy?.length ? ` · matched by ${result.matchedBy.join(" and ")}` : ""),
@@ -64,7 +71,8 @@ export function resultItem(result, options) {
 export function timelineItem(entry, options) {
   const label = entry.kind === "observation" ? entry.type : entry.kind;
   const li = item(`${entry.kind}:${entry.id}`, {...options, selected: entry.anchor},
-    h("div", {class: "line"}, badge(label), h("span", {class: "title"}, entry.title || "(untitled)")),
+    h("div", {class: "line"}, badge(label), h("span", {class: "title"}, entry.title || "(untitled)"),
+      originBadge(entry.origin)),
     entry.snippet ? h("p", {class: "snippet"}, entry.snippet) : null,
     h("div", {class: "meta"}, `prompt ${entry.promptNumber} · `, time(entry.createdAt)),
     fileChips(entry.files ?? []));

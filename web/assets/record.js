@@ -2,7 +2,7 @@
 // input and output it was made from), a summary, a search card, and a timeline.
 // Text only: see dom.js.
 
-import {badge, fileChips, time, timelineItem} from "./cards.js";
+import {badge, fileChips, originBadge, time, timelineItem} from "./cards.js";
 import {h} from "./dom.js";
 import {number, when} from "./format.js";
 
@@ -33,7 +33,7 @@ function timelineButton(onTimeline) {
 export function observationView(row, {onTimeline}) {
   return h("article", {class: "record", dataset: {key: `observation:${row.id}`}},
     h("div", {class: "line"}, badge(row.type), badge(row.toolName, "tool"), row.failed ? badge("failed") : null,
-      row.compressed ? null : badge("raw", "raw")),
+      row.compressed ? null : badge("raw", "raw"), originBadge(row.origin)),
     h("h2", {class: "record-title"}, row.title || "(untitled)"),
     row.subtitle ? h("p", {class: "subtitle"}, row.subtitle) : null,
     timelineButton(onTimeline),
@@ -44,7 +44,7 @@ export function observationView(row, {onTimeline}) {
     section("Concepts", row.concepts?.length ? h("div", {class: "files"}, row.concepts.map((c) => h("span", {class: "chip"}, c))) : null),
     facts([
       ["project", row.project], ["session", row.claudeSessionId], ["prompt", row.promptNumber],
-      ["created", when(row.createdAt)], ["tool use", row.toolUseId], ["agent", row.agentType || row.agentId],
+      ["created", when(row.createdAt)], ["origin", row.origin || "this machine"], ["tool use", row.toolUseId], ["agent", row.agentType || row.agentId],
       ["compressor", [row.compressor, row.model].filter(Boolean).join(" · ")],
       ["tokens", row.inputTokens || row.outputTokens ? `${number(row.inputTokens)} in, ${number(row.outputTokens)} out` : ""],
       ["observation", row.id], ["journal event", row.eventId],
@@ -58,7 +58,7 @@ const SUMMARY_PARTS = [["request", "Request"], ["investigated", "Investigated"],
 
 export function summaryView(row, {onTimeline}) {
   return h("article", {class: "record", dataset: {key: `summary:${row.id}`}},
-    h("div", {class: "line"}, badge("summary")),
+    h("div", {class: "line"}, badge("summary"), originBadge(row.origin)),
     h("h2", {class: "record-title"}, row.request || "Session summary"),
     timelineButton(onTimeline),
     SUMMARY_PARTS.slice(1).map(([field, title]) => section(title, row[field] ? h("p", {}, row[field]) : null)),
@@ -70,7 +70,7 @@ export function summaryView(row, {onTimeline}) {
 export function cardView(card, {onTimeline}) {
   const label = card.kind === "observation" ? card.type : card.kind;
   return h("article", {class: "record", dataset: {key: `${card.kind}:${card.id}`}},
-    h("div", {class: "line"}, badge(label)),
+    h("div", {class: "line"}, badge(label), originBadge(card.origin)),
     h("h2", {class: "record-title"}, card.title || "(untitled)"),
     timelineButton(onTimeline),
     card.snippet ? h("p", {class: "narrative"}, card.snippet) : null,
