@@ -46,6 +46,11 @@ RECALLED_PER_SESSION = 500
 PROMPT_RECALL_BUDGET_S = 0.5
 
 
+def _from(origin: str) -> str:
+    """``, from bob@laptop`` for a memory another machine wrote."""
+    return f", from {one_line(origin, 80)}" if origin else ""
+
+
 def _when(timestamp: float) -> str:
     return time.strftime("%Y-%m-%d", time.localtime(timestamp))
 
@@ -90,7 +95,8 @@ class Recall:
         lines = [f"Memory of {one_line(path, 300)} from earlier sessions (sessionmem):"]
         for memory in chosen:
             fact = telling_fact(memory)
-            lines.append(f"- #{memory.id} ({_when(memory.created_at)}) {memory.type}: {one_line(memory.title, 120)}"
+            lines.append(f"- #{memory.id} ({_when(memory.created_at)}{_from(memory.origin)}) {memory.type}: "
+                         f"{one_line(memory.title, 120)}"
                          + (f" — {one_line(fact, 160)}" if fact else ""))
         return wrap(lines)
 
@@ -118,5 +124,6 @@ class Recall:
         for result in chosen:
             label = f"#{result.id}" if result.kind == OBSERVATION else f"summary {result.id}"
             detail = f" — {one_line(result.snippet, 200)}" if result.snippet and result.snippet != result.title else ""
-            lines.append(f"- {label} ({_when(result.created_at)}) {result.type}: {one_line(result.title, 120)}{detail}")
+            lines.append(f"- {label} ({_when(result.created_at)}{_from(result.origin)}) {result.type}: "
+                         f"{one_line(result.title, 120)}{detail}")
         return wrap(lines)

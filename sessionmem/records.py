@@ -277,6 +277,7 @@ class FileMemory(msgspec.Struct, frozen=True, kw_only=True):
     subtitle: str
     facts: list[str]
     modified: bool  # the file was modified (not only read)
+    origin: str = ""  # "" this machine's own; else "user@machine"
 
 
 class ContextStart(msgspec.Struct, frozen=True):

@@ -20,6 +20,7 @@ import msgspec
 
 from sessionmem.records import CompressedObservation, FileMemory
 from sessionmem.storage.fulltext import file_matches, file_params
+from sessionmem.storage.origins import label_sql
 from sessionmem.storage.sqlite_values import one_row, text
 
 # How many of a file's newest uses (by whole path, and again by path end) file recall
@@ -61,7 +62,7 @@ def file_memories(connection: apsw.Connection, project: str, path: str, *, exclu
     return choose_file_memories(rows, exclude_session, limit)
 
 
-_file_rows = msgspec.json.Decoder(list[tuple[int, str, float, str, str, str, list[str] | None, int]])
+_file_rows = msgspec.json.Decoder(list[tuple[int, str, float, str, str, str, list[str] | None, int, str]])
 
 
 def file_memory_rows(connection: apsw.Connection, project: str, path: str, *, exclude_session: str | None,
@@ -82,7 +83,8 @@ def file_memory_rows(connection: apsw.Connection, project: str, path: str, *, ex
     # waits to take it back from a busy Trio thread.
     (found,) = one_row(
         connection,
-        "SELECT json_group_array(json_array(id, session, created_at, type, title, subtitle, json(facts), modified))"
+        "SELECT json_group_array(json_array(id, session, created_at, type, title, subtitle, json(facts), modified,"
+        " origin))"
         " FROM (WITH touches (observation_id, modified) AS ("
         "  SELECT * FROM (SELECT observation_id, modified FROM observation_files WHERE path = :file"
         "                 ORDER BY observation_id DESC LIMIT :lookback)"
@@ -91,7 +93,7 @@ def file_memory_rows(connection: apsw.Connection, project: str, path: str, *, ex
         "                 WHERE basename = :file_base AND path LIKE :file_suffix ESCAPE '\\'"
         "                 ORDER BY observation_id DESC LIMIT :lookback))"
         " SELECT o.id, s.claude_session_id AS session, o.created_at, o.type, o.title, o.subtitle, o.facts,"
-        "        max(t.modified) AS modified"
+        f"        max(t.modified) AS modified, {label_sql('o')} AS origin"
         " FROM touches t CROSS JOIN observations o ON o.id = t.observation_id"
         " CROSS JOIN sessions s ON s.id = o.session_db_id"
         " WHERE o.project = :project AND (:session IS NULL OR s.claude_session_id != :session)"
@@ -99,8 +101,9 @@ def file_memory_rows(connection: apsw.Connection, project: str, path: str, *, ex
         " GROUP BY o.id HAVING max(t.modified) = 1 OR o.type != 'discovery' OR o.compressor != 'offline'"
         " ORDER BY o.id DESC LIMIT :most)", params)
     memories = [FileMemory(id=row_id, claude_session_id=session, created_at=at, type=type_, title=title,
-                           subtitle=subtitle, facts=facts or [], modified=bool(modified))
-                for row_id, session, at, type_, title, subtitle, facts, modified in _file_rows.decode(text(found))]
+                           subtitle=subtitle, facts=facts or [], modified=bool(modified), origin=origin)
+                for row_id, session, at, type_, title, subtitle, facts, modified, origin
+                in _file_rows.decode(text(found))]
     memories.sort(key=lambda memory: -memory.id)  # (an aggregate's order is SQLite's to choose)
     return memories
 
