@@ -30,6 +30,7 @@ from sessionmem.testing.worker_process import WorkerProcess
 
 from .test_hooks import run_hook
 from .test_mcp import answer, mcp_session
+from .test_search_cli import sessionmem
 
 SESSION = "c0ffee00-0000-4000-8000-000000000001"
 
@@ -320,3 +321,12 @@ def test_file_recall_says_which_machine_a_memory_of_the_file_came_from(memory: d
     assert status == 202, reply
     assert "Divide fix ported on the laptop" in reply["additionalContext"]
     assert ", from bob@laptop)" in reply["additionalContext"]
+
+
+def test_the_command_line_filters_by_origin_and_says_where_from(memory: dict[str, Any]) -> None:
+    worker = memory["worker"]
+    found = sessionmem(worker.data_dir, worker.port, "search", "divide", "--mode", "fts", "--origin", "laptop")
+    assert found.returncode == 0, found.stderr
+    assert "calcproj  from bob@laptop" in found.stdout and "desk" not in found.stdout
+    shown = sessionmem(worker.data_dir, worker.port, "show", str(memory["carol"]["observation"]))
+    assert "calcproj  from carol@desk  session remote-carol" in shown.stdout

@@ -39,7 +39,7 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
     query: dict[str, Any] = {"q": args.query, "mode": args.mode, "limit": args.limit, "offset": args.offset}
     project = project_of(os.getcwd()) if args.project == "." else None if args.project == ALL_PROJECTS else args.project
     for name, value in (("project", project), ("type", args.type), ("since", args.since), ("until", args.until),
-                        ("file", args.file), ("kind", args.kind)):
+                        ("file", args.file), ("kind", args.kind), ("origin", args.origin)):
         if value:
             query[name] = value
     answer = call(config, "GET", f"{routes.SEARCH}?{urlencode(query)}")
@@ -55,7 +55,8 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
     for result in results:
         label = f"#{result['id']}" if result["kind"] == "observation" else f"{result['kind']} {result['id']}"
         found = "+".join(result["matchedBy"])
-        print(f"\n{label:>10}  {_date(result['createdAt'])}  {result['project']}  {result['type']}  [{found}]")
+        origin = f"  from {result['origin']}" if result.get("origin") else ""
+        print(f"\n{label:>10}  {_date(result['createdAt'])}  {result['project']}{origin}  {result['type']}  [{found}]")
         print(f"{'':>10}  {_clip(result['title'], WIDTH)}")
         if result["snippet"] and result["snippet"] != result["title"]:
             print(f"{'':>10}  {_clip(result['snippet'], WIDTH)}")
@@ -101,7 +102,8 @@ def cmd_show(args: argparse.Namespace, config: ClientConfig) -> int:
         return 0 if not answer["missing"] else 1
     answer = neutral_deep(answer)
     for row in answer["observations"]:
-        print(f"#{row['id']}  {_date(row['createdAt'])}  {row['project']}  session {row['claudeSessionId']}"
+        origin = f"  from {row['origin']}" if row.get("origin") else ""
+        print(f"#{row['id']}  {_date(row['createdAt'])}  {row['project']}{origin}  session {row['claudeSessionId']}"
               f"  prompt {row['promptNumber']}")
         print(f"  {row['type']}: {row['title']}  ({row['toolName']}, {row['compressor']})")
         for label, value in (("subtitle", row["subtitle"]), ("narrative", row["narrative"])):
@@ -132,6 +134,8 @@ def add_commands(sub: Any, common: Any, client: Any) -> None:
     search.add_argument("--since", help="a date (2026-11-01), Unix seconds or an age (12h, 7d)")
     search.add_argument("--until", help="likewise")
     search.add_argument("--file", help="observations that read or modified this file (a path or its end)")
+    search.add_argument("--origin", help="where memories came from: local (this machine), a machine or user name, "
+                                         "or user@machine")
     search.add_argument("--limit", type=whole_number(1, MAX_SEARCH_RESULTS), default=10,
                         help=f"results (1-{MAX_SEARCH_RESULTS}, default 10)")
     search.add_argument("--offset", type=whole_number(0, MAX_SEARCH_OFFSET), default=0,

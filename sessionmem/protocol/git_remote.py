@@ -204,8 +204,8 @@ def normalized_remote(url: str) -> str:
         if port and not port.isdigit():
             path = port + "/" + path  # ssh://host:owner/repo: not a port, the path's start
         return _joined(host, path)
-    if not text or text[0] in "/.~\\" or (len(text) > 1 and text[1] == ":" and text[0].isalpha()
-                                           and (len(text) == 2 or text[2] in "/\\")):
+    if not text or text[0] in "/~\\" or text.startswith(("./", "../", ".\\", "..\\")) or text in (".", "..") \
+            or (len(text) > 1 and text[1] == ":" and text[0].isalpha() and (len(text) == 2 or text[2] in "/\\")):
         return ""  # a path: /srv/app.git, ./app, ~/app, C:\app, C:/app
     rest = text.rpartition("@")[2]  # scp-like [user@]host:path; the user (and any password) gone
     host, port = _host_and_port(rest.partition("/")[0])
@@ -223,12 +223,14 @@ def checked_key(value: str) -> str:
     could have made: no scheme, no credentials, no port, lowercase.
     """
     text = value.strip()
-    if "://" in text or (not text.startswith("[") and ":" in text.partition("/")[0]):
+    if "://" in text:
         return normalized_remote(text)
-    rest = text.rpartition("@")[2]
+    rest = text.rpartition("@")[2]  # whatever a user part held
     if rest.startswith("["):
         end = rest.find("]")
         host, path = (rest[: end + 1], rest[end + 2 :]) if end > 0 and rest[end + 1 : end + 2] == "/" else ("", "")
+    elif ":" in rest.partition("/")[0]:
+        return normalized_remote(rest)  # an scp-like address
     else:
         host, _, path = rest.partition("/")
     return _joined(host, path)
@@ -248,7 +250,8 @@ def _host_and_port(authority: str) -> tuple[str, str]:
 
 def _joined(host: str, path: str) -> str:
     host = host.strip().lower()
-    if not host or host in LOCAL_HOSTS or not all(char.isalnum() or char in ".-_[]:" for char in host):
+    allowed = ".-_[]:" if host.startswith("[") else ".-_"  # a colon only inside an IPv6 address
+    if not host or host in LOCAL_HOSTS or not all(char.isalnum() or char in allowed for char in host):
         return ""
     parts = [part for part in path.replace("\\", "/").split("/") if part and part != "."]
     if parts and parts[-1].lower().endswith(".git"):  # once, as git names a clone's directory
