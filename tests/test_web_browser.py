@@ -16,6 +16,7 @@ Screenshots go to build/screenshots/ (docs/ holds one of each page, for the READ
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,11 +25,13 @@ import pytest
 
 from sessionmem.protocol.requests import api_call
 from sessionmem.replay.convert import convert, transcript_files
+from sessionmem.settings import DATABASE_FILE
 from sessionmem.testing.harness import ThreadedWorker, serve_in_thread
 from sessionmem.testing.messages_api import ScriptedMessagesAPI
 from sessionmem.testing.worker_process import WorkerClient, WorkerProcess
 
 from .browser import Browser, open_browser
+from .test_origin import write_foreign_session
 
 # One browser, set up once for the module, when `make test` runs in parallel.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
@@ -357,3 +360,40 @@ def test_a_browser_without_a_login_is_told_how_to_log_in(browser: Browser, threa
         assert browser.requested_hosts(threaded.url + "/") == {threaded.url}
     browser.login(threaded, "/")  # and the command's link leads in
     assert browser.driver.title == VIEWER_TITLE
+
+
+def test_the_viewer_marks_and_filters_other_machines_memories(browser: Browser, threaded: ThreadedWorker) -> None:
+    base = {"session_id": "here", "cwd": "/w/calcproj"}
+    send(threaded, {**base, "hook_event_name": "UserPromptSubmit", "prompt": "Fix the divide bug"})
+    send(threaded, {**base, "hook_event_name": "PostToolUse", "tool_name": "Read", "tool_use_id": "t1",
+                    "tool_input": {"file_path": "/w/calcproj/calc.py"}, "tool_response": "def divide(a, b): ..."})
+    threaded.wait_idle()
+    (local,) = threaded.get("/api/observations")["observations"]
+    bob = write_foreign_session(threaded.data_dir / DATABASE_FILE, session="remote-bob", project="calcproj",
+                                machine="laptop", user="bob", title="Divide fix ported on the laptop",
+                                at=time.time() - 60)
+    foreign = {f"observation:{bob['observation']}", f"summary:{bob['summary']}"}
+    browser.login(threaded, "/")
+    browser.wait(lambda: set(feed_keys(browser)) == foreign | {f"observation:{local['id']}"}, "both machines' memory")
+    badges = browser.js("return Object.fromEntries([...document.querySelectorAll('#list .item')].map(li => "
+                        "[li.dataset.key, li.querySelector('.badge[data-kind=origin]')?.innerText ?? '']))")
+    assert badges == {f"observation:{local['id']}": "", **{key: "from bob@laptop" for key in foreign}}
+    browser.screenshot("viewer-origins")
+
+    browser.one("#origin").send_keys("local")
+    browser.click("#search button[type=submit]")
+    browser.wait(lambda: feed_keys(browser) == [f"observation:{local['id']}"], "this machine's memory only")
+    assert "origin=local" in browser.driver.current_url
+    browser.click("#clear")
+    browser.wait(lambda: len(feed_keys(browser)) == 3, "every origin again")
+    browser.one("#origin").send_keys("bob")
+    browser.one("#q").send_keys("divide")
+    browser.click("#search button[type=submit]")
+    browser.wait(lambda: browser.text("#list-title") == "Search results", "search results")
+    browser.wait(lambda: set(feed_keys(browser)) >= foreign, "bob's memories of 'divide'")
+    assert browser.js("return [...document.querySelectorAll('#list .item')].every(li => "
+                      "li.querySelector('.badge[data-kind=origin]')?.innerText === 'from bob@laptop')")
+    browser.click(f'#list .item[data-key="observation:{bob["observation"]}"]')
+    browser.wait(lambda: "from bob@laptop" in browser.text("#detail .line"), "the record's origin")
+    assert "bob@laptop" in browser.text("#detail .facts")
+    assert_only_this_worker(browser, threaded)
