@@ -6,7 +6,10 @@ from the team database stores them: origin columns set, nothing else different.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +31,7 @@ from sessionmem.storage.schema import MIGRATIONS
 from sessionmem.testing.harness import ThreadedWorker, serve_in_thread
 from sessionmem.testing.worker_process import WorkerProcess
 
+from .conftest import FIXTURES
 from .test_hooks import run_hook
 from .test_mcp import answer, mcp_session
 from .test_search_cli import sessionmem
@@ -330,3 +334,27 @@ def test_the_command_line_filters_by_origin_and_says_where_from(memory: dict[str
     assert "calcproj  from bob@laptop" in found.stdout and "desk" not in found.stdout
     shown = sessionmem(worker.data_dir, worker.port, "show", str(memory["carol"]["observation"]))
     assert "calcproj  from carol@desk  session remote-carol" in shown.stdout
+
+
+@pytest.mark.slow
+def test_backfill_records_the_repository_of_a_transcript_whose_directory_exists(
+        tmp_path: Path, worker: ThreadedWorker) -> None:
+    repository = tmp_path / "calcproj"
+    repository.mkdir()
+    _git("init", "-q", cwd=repository)
+    _git("remote", "add", "origin", "git@github.com:Dev/CalcProj.git", cwd=repository)
+    recorded = (FIXTURES / "transcripts" / "session-2.1.328.jsonl").read_text(encoding="utf-8")
+    assert '"/home/dev/calcproj"' in recorded
+    transcripts = tmp_path / "projects" / "calcproj"
+    transcripts.mkdir(parents=True)
+    (transcripts / "here.jsonl").write_text(recorded.replace('"/home/dev/calcproj"', json.dumps(str(repository))))
+    # A session of a directory that is not there (/Users/[USER]): its name alone.
+    (transcripts / "gone.jsonl").write_bytes((FIXTURES / "transcripts" / "broken-lines-2.0.jsonl").read_bytes())
+    env = {**os.environ, "SESSIONMEM_DATA_DIR": str(worker.data_dir)}
+    done = subprocess.run([sys.executable, "-m", "sessionmem", "backfill", str(tmp_path / "projects")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    sessions = {row["claudeSessionId"][:8]: row for row in worker.get(routes.SESSIONS)["sessions"]}
+    assert (sessions["19a4c37f"]["project"], sessions["19a4c37f"]["projectKey"]) == (
+        "calcproj", "github.com/dev/calcproj")
+    assert sessions["e0ce82fa"]["projectKey"] == ""
