@@ -29,47 +29,53 @@ def _ids_json(keys: Iterable[tuple[str, int]], kind: str) -> str:
     return to_json([row_id for key_kind, row_id in keys if key_kind == kind])
 
 
-# Each card's head: id, session, project, prompt number, time, origin; then its kind's own columns.
+# Each card's columns: id, session, project, prompt number, time, then its kind's own, then its
+# origin (last: a card's row without it, as the team database reads one, is read the same way).
 _CARD_SQL = {
     OBSERVATION: (
-        f"SELECT o.id, s.claude_session_id, o.project, o.prompt_number, o.created_at, {label_sql('o')}, o.type,"
-        " o.title, o.subtitle, o.narrative, o.facts, o.files_read, o.files_modified"
+        "SELECT o.id, s.claude_session_id, o.project, o.prompt_number, o.created_at, o.type, o.title,"
+        f" o.subtitle, o.narrative, o.facts, o.files_read, o.files_modified, {label_sql('o')}"
         " FROM observations o JOIN sessions s ON s.id = o.session_db_id"
         " WHERE o.id IN (SELECT value FROM json_each(?))"),
     SUMMARY: (
-        f"SELECT m.id, s.claude_session_id, m.project, m.prompt_number, m.created_at, {label_sql('m')}, m.request,"
-        " m.investigated, m.learned, m.completed, m.next_steps"
+        "SELECT m.id, s.claude_session_id, m.project, m.prompt_number, m.created_at, m.request, m.investigated,"
+        f" m.learned, m.completed, m.next_steps, {label_sql('m')}"
         " FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id"
         " WHERE m.id IN (SELECT value FROM json_each(?))"),
     PROMPT: (
-        f"SELECT p.id, s.claude_session_id, p.project, p.prompt_number, p.created_at, {label_sql('p')}, p.text"
+        f"SELECT p.id, s.claude_session_id, p.project, p.prompt_number, p.created_at, p.text, {label_sql('p')}"
         " FROM user_prompts p JOIN sessions s ON s.id = p.session_db_id"
         " WHERE p.id IN (SELECT value FROM json_each(?))"),
 }
+_KIND_COLUMNS = {OBSERVATION: 7, SUMMARY: 5, PROMPT: 1}  # after the five of the head
 
 
-def _card(kind: str, row: SQLiteValues) -> DocumentCard:
-    """A ``_CARD_SQL[kind]`` row as its card."""
-    row_id, session, project, prompt_number, created_at, origin = row[:6]
-    row = row[1:]  # the kind's own columns start where they did before the origin was added
+def card_of_row(kind: str, row: SQLiteValues, origin: str | None = None) -> DocumentCard:
+    """A ``_CARD_SQL[kind]`` row as its card (the team database reads its cards in the same shape).
+
+    ``origin``: the card's, when the row does not end with it ("" : this machine's own)."""
+    row_id, session, project, prompt_number, created_at = row[:5]
+    own = row[5 : 5 + _KIND_COLUMNS[kind]]
+    if origin is None:
+        origin = text(row[5 + _KIND_COLUMNS[kind]]) if len(row) > 5 + _KIND_COLUMNS[kind] else ""
     head = partial(DocumentCard, kind=kind, id=integer(row_id), claude_session_id=text(session),
                    project=text(project), prompt_number=integer(prompt_number), created_at=real(created_at),
-                   origin=text(origin))
+                   origin=origin)
     if kind == OBSERVATION:
-        type_, title, subtitle, narrative = map(text, row[5:9])
-        facts, files_read, files_modified = map(text_list, row[9:])
+        type_, title, subtitle, narrative = map(text, own[:4])
+        facts, files_read, files_modified = map(text_list, own[4:])
         # The offline compressor's narrative repeats the prompt its subtitle holds: say it once.
         lead = (subtitle,) if subtitle and subtitle not in narrative else ()
         body = " ".join(part for part in (*lead, narrative, *facts) if part)
         files = list(dict.fromkeys(files_modified + files_read))
         return head(type=type_, title=title, text=body, files=files)
     if kind == SUMMARY:
-        request, investigated, learned, completed, next_steps = map(text, row[5:])
+        request, investigated, learned, completed, next_steps = map(text, own)
         body = " ".join(f"{label}: {part}" for label, part in (
             ("Completed", completed), ("Learned", learned), ("Investigated", investigated),
             ("Next", next_steps)) if part)
         return head(type=SUMMARY, title=request or "(session summary)", text=body, files=[])
-    prompt = text(row[5])
+    prompt = text(own[0])
     return head(type=PROMPT, title=prompt, text=prompt, files=[])
 
 
@@ -79,7 +85,7 @@ def cards(connection: apsw.Connection, keys: Sequence[tuple[str, int]]) -> dict[
     for kind in DOCUMENT_KINDS:
         if any(key_kind == kind for key_kind, _ in keys):
             for row in all_rows(connection, _CARD_SQL[kind], (_ids_json(keys, kind),)):
-                card = _card(kind, row)
+                card = card_of_row(kind, row)
                 found[(kind, card.id)] = card
     return found
 
