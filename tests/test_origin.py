@@ -25,6 +25,7 @@ from sessionmem.records import OBSERVATION, SUMMARY, SearchFilters, SummaryRow
 from sessionmem.search.context import ContextLine, ContextPlan, SessionGroup
 from sessionmem.server.context_markdown import render_context
 from sessionmem.settings import DATABASE_FILE
+from sessionmem.storage.cards import card_of_row
 from sessionmem.storage.fulltext import keep_matching
 from sessionmem.storage.readers import open_reader
 from sessionmem.storage.schema import MIGRATIONS
@@ -358,3 +359,13 @@ def test_backfill_records_the_repository_of_a_transcript_whose_directory_exists(
     assert (sessions["19a4c37f"]["project"], sessions["19a4c37f"]["projectKey"]) == (
         "calcproj", "github.com/dev/calcproj")
     assert sessions["e0ce82fa"]["projectKey"] == ""
+
+
+def test_a_card_row_is_read_with_or_without_its_origin() -> None:
+    head = (7, "s", "p", 1, 10.0)
+    observation = (*head, "bugfix", "Title", "", "narrative", '["fact"]', "[]", '["a.py"]')
+    assert card_of_row(OBSERVATION, observation).origin == ""
+    assert card_of_row(OBSERVATION, (*observation, "bob@laptop")).origin == "bob@laptop"
+    assert card_of_row(OBSERVATION, observation, "carol@desk").files == ["a.py"]
+    summary = card_of_row(SUMMARY, (*head, "Port it", "", "", "done", "", "bob@laptop"))
+    assert (summary.title, summary.origin) == ("Port it", "bob@laptop")
