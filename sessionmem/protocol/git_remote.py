@@ -112,8 +112,8 @@ def remote_urls(config: str) -> dict[str, str]:
                 continue
         if remote is None or not line or line[0] in "#;":
             continue
-        name, _, value = line.partition("=")
-        if name.strip().lower() != "url" or not _:
+        name, equals, value = line.partition("=")
+        if name.strip().lower() != "url" or not equals:
             continue
         while value.rstrip().endswith("\\") and not value.rstrip().endswith("\\\\") and index < len(lines):
             value = value.rstrip()[:-1] + lines[index]
