@@ -44,4 +44,4 @@ def add_team_routes(app: QuartTrio, services: Services) -> None:
             status = await team.start_share_push(wanted.project)
         except ShareRefused as exc:
             return error_response(409, str(exc), path="$.project")
-        return json_response(status, 202)
+        return json_response(status)

@@ -22,7 +22,7 @@ Error handling:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import msgspec
 import trio
@@ -61,7 +61,8 @@ class Pusher:
     """Push steps for one machine; see the module docstring."""
 
     def __init__(self, store: SQLiteStore, team: TeamStore, index: VectorIndex, *, origin: Origin,
-                 batch: int) -> None:
+                 batch: int, after_push: Callable[[], None] | None = None) -> None:
+        self._after_push = after_push  # tests only: what happens between the team commit and the cursor's move
         self._store = store
         self._team = team
         self._index = index
@@ -79,6 +80,8 @@ class Pusher:
         documents = sum(row.document is not None for row in batch.rows)
         if batch.rows:
             await self._team.push(shared_rows(batch.rows, vectors, self._origin, self._index.model_id))
+            if self._after_push is not None:
+                self._after_push()
         advanced = {cursor_name: encode(batch.after)}
         if project is None and self._index.enabled:
             # The vector cursor follows when nothing below it is missing a vector.

@@ -31,6 +31,8 @@ Error handling:
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from enum import Enum
@@ -60,6 +62,10 @@ BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 30.0
 PUSH_INTERVAL_S = 5.0  # a push pass at least this often, stored signal or not
 ERROR_LENGTH = 500
+# With fault_injection on, this file in the data dir makes the worker kill itself with SIGKILL right after
+# a push committed in the team database, before its local cursor moves (the file is removed first): the
+# crash the outbox must survive without a duplicate (tests/test_team_sync.py).
+KILL_AFTER_PUSH_FILE = "fault-kill-after-team-push"
 
 
 class SharePushState(str, Enum):
@@ -202,13 +208,20 @@ class TeamSync:
         origin = Origin(self._machine_id, self._machine, self._user)
         batch = self._settings.team_push_batch
         async with open_team_store(self._url) as team:
-            self._pusher = Pusher(self._store, team, self._index, origin=origin, batch=batch)
+            after_push = self._kill_if_asked if self._settings.fault_injection else None
+            self._pusher = Pusher(self._store, team, self._index, origin=origin, batch=batch, after_push=after_push)
             puller = Puller(self._store, team, self._index, self._broadcaster, machine_id=self._machine_id,
                             share_projects=self._settings.share_projects, batch=batch)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._push_forever, self._pusher)
                 nursery.start_soon(self._pull_forever, puller)
                 nursery.start_soon(self._share_forever, self._pusher)
+
+    def _kill_if_asked(self) -> None:
+        marker = self._settings.data_dir / KILL_AFTER_PUSH_FILE
+        if marker.exists():
+            marker.unlink()
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def _something_stored(self, _event: LiveEvent) -> None:
         self._stored.set()

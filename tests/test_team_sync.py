@@ -16,7 +16,10 @@ import pytest
 import trio
 
 from sessionmem.storage import team_sync
+from sessionmem.team.sync import KILL_AFTER_PUSH_FILE
 from sessionmem.testing.harness import InProcessWorker, open_worker
+from sessionmem.testing.postgres import start_postgres
+from sessionmem.testing.worker_process import WorkerProcess
 
 from .test_search import BLOG, SHOP, store_session
 
@@ -140,3 +143,142 @@ async def test_the_outbox_begins_above_what_was_stored_before_sharing(tmp_path: 
         assert cursor.observation == 4
     with psycopg.connect(team_database_url) as connection:
         assert {str(s) for (s,) in connection.execute("SELECT claude_session_id FROM sessions")} == {"after"}
+
+
+def exact(sessions: int) -> dict[str, int]:
+    """The team database's counts after ``sessions`` shop sessions (a prompt, two observations, a summary)."""
+    return {"sessions": sessions, "sessions_twice": 0, "prompts": sessions, "prompts_twice": 0,
+            "observations": 2 * sessions, "observations_twice": 0, "summaries": sessions, "summaries_twice": 0}
+
+
+async def team_status(worker: InProcessWorker) -> dict[str, Any]:
+    return await worker.get("/api/team")
+
+
+async def wait_pushed(worker: InProcessWorker) -> None:
+    async def pushed() -> bool:
+        team = await team_status(worker)
+        return team["connected"] and team["backlog"] == 0
+    await wait_for(pushed)
+
+
+async def injects_shop_memory(worker: InProcessWorker) -> bool:
+    return "cart.py" in await worker.get("/api/context/inject?project=shop&session=someone-new")
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("team")
+async def test_postgres_unreachable_at_start_and_lost_mid_run_loses_and_doubles_nothing(tmp_path: Path) -> None:
+    with start_postgres(tmp_path / "pg") as server:
+        url = server.create_database("team")
+        await trio.to_thread.run_sync(server.stop)
+        async with open_worker(tmp_path / "a", **team_settings(url, "laptop", share_projects="shop")) as a:
+            # Down from the start: the worker accepts, compresses and injects from SQLite alone.
+            for number in range(3):
+                await shop_session(a, f"down-at-start-{number}")
+            assert await injects_shop_memory(a)
+            team = await team_status(a)
+            assert not team["connected"] and team["failures"] > 0 and team["backlog"] == 3 * 4
+            await trio.to_thread.run_sync(server.start)
+            await wait_pushed(a)
+            assert pg_counts(url) == exact(3)
+            # Lost mid-run: the same, and what was stored meanwhile follows once it is back.
+            await trio.to_thread.run_sync(server.stop)
+            for number in range(3):
+                await shop_session(a, f"down-mid-run-{number}")
+            assert await injects_shop_memory(a)
+
+            async def noticed() -> bool:
+                return not (await team_status(a))["connected"]
+            await wait_for(noticed)
+            assert (await team_status(a))["backlog"] == 3 * 4
+            await trio.to_thread.run_sync(server.start)
+            await wait_pushed(a)
+        assert pg_counts(url) == exact(6)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("team")
+async def test_a_postgres_restart_mid_run_loses_and_doubles_nothing_either_way(tmp_path: Path) -> None:
+    with start_postgres(tmp_path / "pg") as server:
+        url = server.create_database("team")
+        async with open_worker(tmp_path / "a", **team_settings(url, "laptop", share_projects="shop")) as a, \
+                open_worker(tmp_path / "b", **team_settings(url, "desktop", share_projects="shop")) as b:
+            sessions = 8
+
+            async def store_all() -> None:
+                for number in range(sessions):
+                    await shop_session(a, f"through-a-restart-{number}")
+
+            async def restart_midway() -> None:
+                await trio.sleep(0.5)
+                await trio.to_thread.run_sync(server.stop)
+                await trio.sleep(1.0)
+                await trio.to_thread.run_sync(server.start)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(store_all)
+                nursery.start_soon(restart_midway)
+            await wait_pushed(a)
+
+            async def b_has_everything() -> bool:
+                return len(local_origins_rows(b, "observations")) == 2 * sessions
+            await wait_for(b_has_everything)
+        assert pg_counts(url) == exact(sessions)
+        assert local_origins_rows(b, "observations") == [("laptop", "laptop-user")] * (2 * sessions)
+
+
+def local_origins_rows(worker: InProcessWorker, table: str) -> list[tuple[str, str]]:
+    import apsw
+
+    connection = apsw.Connection(str(worker.settings.db_path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return [(str(machine), str(user)) for machine, user in
+                connection.execute(f"SELECT origin_machine, origin_user FROM {table} ORDER BY id")]
+    finally:
+        connection.close()
+
+
+def local_cursor(data_dir: Path) -> team_sync.OutboxCursor:
+    import apsw
+
+    connection = apsw.Connection(str(data_dir / "sessionmem.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return team_sync.read_outbox_cursor(connection, team_sync.OUTBOX)
+    finally:
+        connection.close()
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("team")
+def test_a_worker_killed_between_the_team_commit_and_its_cursor_pushes_again_without_duplicates(
+        tmp_path: Path, team_database_url: str, worker_factory: Callable[..., WorkerProcess]) -> None:
+    url, data = team_database_url, tmp_path / "a"
+    env = {"SESSIONMEM_DATABASE_URL": url, "SESSIONMEM_SHARE_PROJECTS": "shop", "SESSIONMEM_MACHINE_NAME": "laptop",
+           "SESSIONMEM_USER_NAME": "ann", "SESSIONMEM_EMBEDDER": "none", "SESSIONMEM_FAULT_INJECTION": "1",
+           "SESSIONMEM_BATCH_QUIET": "0.05"}
+    worker = worker_factory(data, **env)
+    before = local_cursor(data)
+    (data / KILL_AFTER_PUSH_FILE).touch()
+    send_shop_session(worker, "killed-midway")
+    assert worker.process is not None
+    assert worker.process.wait(timeout=SYNC_WAIT_S) == -9  # killed itself right after the team commit
+    in_team = pg_counts(url)
+    assert in_team["sessions"] == 1 and in_team["prompts"] == 1  # committed there...
+    assert local_cursor(data) == before  # ...and not marked pushed here
+    worker = worker_factory(data, **env)  # the journal finishes the session; the outbox pushes again
+    worker.wait_until(lambda: worker.get("/api/team")["backlog"] == 0 and worker.get("/api/team")["connected"]
+                      and pg_counts(url)["summaries"] == 1, timeout=SYNC_WAIT_S)
+    assert pg_counts(url) == exact(1)
+    assert local_cursor(data).observation == 2
+
+
+def send_shop_session(worker: WorkerProcess, session: str) -> None:
+    worker.post("/api/sessions/init", {"claudeSessionId": session, "cwd": SHOP, "prompt": "refuse an empty cart"})
+    for number, path in enumerate(("src/cart.py", "src/checkout.py")):
+        worker.post("/api/sessions/observations", {
+            "claudeSessionId": session, "cwd": SHOP, "tool_name": "Edit", "tool_use_id": f"{session}-{number}",
+            "tool_input": {"file_path": f"{SHOP}/{path}", "old_string": "a", "new_string": "b"},
+            "tool_response": "ok"})
+    worker.post("/api/sessions/summarize", {"claudeSessionId": session, "cwd": SHOP,
+                                            "last_assistant_message": "Checkout refuses an empty cart."})
