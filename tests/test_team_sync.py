@@ -7,6 +7,9 @@ worker works on from SQLite and, once it is back, everything reaches it exactly 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,10 +19,11 @@ import pytest
 import trio
 
 from sessionmem.storage import team_sync
+from sessionmem.team import push as team_push
 from sessionmem.team.sync import KILL_AFTER_PUSH_FILE
-from sessionmem.testing.harness import InProcessWorker, open_worker
+from sessionmem.testing.harness import InProcessWorker, open_worker, serve_in_thread
 from sessionmem.testing.postgres import start_postgres
-from sessionmem.testing.worker_process import WorkerProcess
+from sessionmem.testing.worker_process import WorkerClient, WorkerProcess
 
 from .test_search import BLOG, SHOP, store_session
 
@@ -273,7 +277,7 @@ def test_a_worker_killed_between_the_team_commit_and_its_cursor_pushes_again_wit
     assert local_cursor(data).observation == 2
 
 
-def send_shop_session(worker: WorkerProcess, session: str) -> None:
+def send_shop_session(worker: WorkerClient, session: str) -> None:
     worker.post("/api/sessions/init", {"claudeSessionId": session, "cwd": SHOP, "prompt": "refuse an empty cart"})
     for number, path in enumerate(("src/cart.py", "src/checkout.py")):
         worker.post("/api/sessions/observations", {
@@ -282,3 +286,135 @@ def send_shop_session(worker: WorkerProcess, session: str) -> None:
             "tool_response": "ok"})
     worker.post("/api/sessions/summarize", {"claudeSessionId": session, "cwd": SHOP,
                                             "last_assistant_message": "Checkout refuses an empty cart."})
+
+
+def pg_vectors(url: str) -> tuple[int, int]:
+    """(observations and summaries with a vector, without one) in the team database."""
+    with psycopg.connect(url) as connection:
+        row = connection.execute(
+            "SELECT count(vector), count(*) - count(vector) FROM"
+            " (SELECT vector FROM observations UNION ALL SELECT vector FROM summaries) AS documents").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("team")
+async def test_rows_carry_their_local_vectors_and_those_pushed_without_get_them_later(
+        tmp_path: Path, team_database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = team_database_url
+    settings = team_settings(url, "laptop", share_projects="shop", embedder="minilm")
+    async with open_worker(tmp_path / "a", **settings) as a:
+        await shop_session(a, "waited-for")
+        with trio.fail_after(SYNC_WAIT_S):
+            await a.services.index.caught_up()
+        await wait_pushed(a)
+
+        async def all_with_vectors() -> bool:
+            return pg_vectors(url) == (3, 0)
+        await wait_for(all_with_vectors)
+        # A push that does not wait for the index (a busy one) sends rows without; they get theirs once it has them.
+        monkeypatch.setattr(team_push, "VECTOR_WAIT_BACKLOG", -1)
+        await shop_session(a, "not-waited-for")
+
+        async def all_six_with_vectors() -> bool:
+            return pg_vectors(url) == (6, 0)
+        await wait_for(all_six_with_vectors)
+        fill = await a.services.store.team_outbox_cursor(team_sync.VECTORS)
+        assert (fill.observation, fill.summary) == (4, 2)
+    assert pg_counts(url) == exact(2)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("team")
+async def test_the_same_claude_session_resumed_on_another_machine_is_one_session_everywhere(
+        tmp_path: Path, team_database_url: str) -> None:
+    url = team_database_url
+    async with open_worker(tmp_path / "a", **team_settings(url, "laptop", share_projects="shop")) as a, \
+            open_worker(tmp_path / "b", **team_settings(url, "desktop", share_projects="shop")) as b:
+        await store_session(a, "one-session", SHOP, "begin the cart rework on the laptop", [
+            ("Edit", {"file_path": f"{SHOP}/src/cart.py", "old_string": "a", "new_string": "b"}),
+            ("Edit", {"file_path": f"{SHOP}/src/price.py", "old_string": "a", "new_string": "b"}),
+        ])
+
+        async def b_has_it() -> bool:
+            return len(local_origins_rows(b, "observations")) == 2
+        await wait_for(b_has_it)
+        # `claude --resume` on the desktop: the same Claude session id, its next prompt.
+        await b.post("/api/sessions/init", {"claudeSessionId": "one-session", "cwd": SHOP,
+                                            "prompt": "go on with the cart rework at the desk"})
+        reply = await b.request("POST", "/api/sessions/observations", {
+            "claudeSessionId": "one-session", "cwd": SHOP, "tool_name": "Edit", "tool_use_id": "desk-0",
+            "tool_input": {"file_path": f"{SHOP}/src/checkout.py", "old_string": "a", "new_string": "b"},
+            "tool_response": "ok"})
+        assert reply.status == 202
+        await b.post("/api/sessions/summarize", {"claudeSessionId": "one-session", "cwd": SHOP,
+                                                 "last_assistant_message": "The cart rework is done."})
+        await b.wait_idle()
+
+        async def a_has_all() -> bool:
+            return len(local_origins_rows(a, "observations")) == 3 and len(local_origins_rows(a, "user_prompts")) == 2
+        await wait_for(a_has_all)
+        await wait_pushed(a)
+        await wait_pushed(b)
+        assert local_origins_rows(a, "user_prompts") == [("", ""), ("desktop", "desktop-user")]
+        assert local_origins_rows(b, "user_prompts") == [("laptop", "laptop-user"), ("", "")]
+        for worker in (a, b):
+            sessions = (await worker.get("/api/sessions?project=shop"))["sessions"]
+            assert [session["claudeSessionId"] for session in sessions] == ["one-session"]
+    with psycopg.connect(url) as connection:
+        assert connection.execute("SELECT count(*), max(prompt_number) FROM prompts").fetchone() == (2, 2)
+    assert pg_counts(url) == {"sessions": 1, "sessions_twice": 0, "prompts": 2, "prompts_twice": 0,
+                              "observations": 3, "observations_twice": 0, "summaries": 1, "summaries_twice": 0}
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("team")
+async def test_share_push_copies_a_shared_projects_past_memory_once_and_refuses_the_others(
+        tmp_path: Path, team_database_url: str) -> None:
+    url = team_database_url
+    async with open_worker(tmp_path / "a", embedder="none", batch_quiet_s=0.05) as a:
+        await shop_session(a, "past-1")
+        await shop_session(a, "past-2")
+        await blog_session(a)
+    async with open_worker(tmp_path / "a", **team_settings(url, "laptop", share_projects="shop")) as a:
+        for project, why in (("blog", "is not shared"), ("nowhere", "no project")):
+            reply = await a.request("POST", "/api/team/push", {"project": project})
+            assert reply.status == 409 and why in reply.json()["error"]
+        for attempt in range(2):  # the second finds nothing left to copy
+            started = await a.post("/api/team/push", {"project": "shop"})
+            assert started["project"] == "shop" and started["state"] in ("running", "done")
+
+            async def done() -> dict[str, Any] | None:
+                share = (await team_status(a))["sharePush"]
+                return share if share["state"] == "done" else None
+            share = await wait_for(done)
+            assert share["pushed"] == (2 * 5 if attempt == 0 else 0)  # rows + their sessions' records
+            assert pg_counts(url) == exact(2)
+        assert pg_projects(url) == {"name:shop"}
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("team")
+def test_share_push_and_status_from_a_terminal(tmp_path: Path, team_database_url: str) -> None:
+    data, url = tmp_path / "data", team_database_url
+    with serve_in_thread(data, embedder="none", batch_quiet_s=0.05) as worker:
+        send_shop_session(worker, "from-before")
+        worker.wait_idle()
+    settings = team_settings(url, "laptop", share_projects="shop")
+    with serve_in_thread(data, **settings) as worker:
+        pushed = sessionmem(data, worker.port, "share", "push", "--project", "shop")
+        assert pushed.returncode == 0, pushed.stderr
+        assert "shop: 5 row(s) of this machine pushed to the team database" in pushed.stdout
+        assert "share push shop" in pushed.stderr  # the progress bar
+        assert pg_counts(url) == exact(1)
+        refused = sessionmem(data, worker.port, "share", "push", "--project", "blog")
+        assert refused.returncode == 2 and "no project 'blog' here" in refused.stderr
+        status = sessionmem(data, worker.port, "status")
+        assert "team: connected as laptop (laptop-user), sharing shop; 5 pushed" in status.stdout, status.stdout
+
+
+def sessionmem(data: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONMEM_")}
+    return subprocess.run([sys.executable, "-m", "sessionmem", *args, "--data-dir", str(data), "--port", str(port)],
+                          env=env, capture_output=True, text=True, timeout=120)
