@@ -418,3 +418,24 @@ def sessionmem(data: Path, port: int, *args: str) -> subprocess.CompletedProcess
     env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONMEM_")}
     return subprocess.run([sys.executable, "-m", "sessionmem", *args, "--data-dir", str(data), "--port", str(port)],
                           env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("team")
+async def test_pulled_rows_are_embedded_by_the_local_index_and_shown_live(tmp_path: Path, team_database_url: str) -> None:
+    url = team_database_url
+    async with open_worker(tmp_path / "a", **team_settings(url, "laptop", share_projects="shop")) as a, \
+            open_worker(tmp_path / "b", **team_settings(url, "desktop", share_projects="*", embedder="minilm")) as b:
+        received = b""
+        async with b.stream() as chunks:
+            received += await chunks.receive()
+            await shop_session(a)
+            with trio.fail_after(SYNC_WAIT_S):
+                while b"event: observation" not in received:
+                    received += await chunks.receive()
+        assert b'"claudeSessionId":"shop-1"' in received
+        with trio.fail_after(SYNC_WAIT_S):
+            await b.services.index.caught_up()
+        assert (await b.debug())["index"]["vectors"] == 1 + 2 + 1  # the prompt, the observations, the summary
+        answer = await b.get("/api/search?q=refuse%20an%20empty%20shopping%20basket&mode=hybrid&limit=5")
+        assert answer["vectors"] != "not asked" and answer["results"]
