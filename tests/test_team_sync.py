@@ -256,25 +256,27 @@ def local_cursor(data_dir: Path) -> team_sync.OutboxCursor:
 @pytest.mark.slow
 @pytest.mark.xdist_group("team")
 def test_a_worker_killed_between_the_team_commit_and_its_cursor_pushes_again_without_duplicates(
-        tmp_path: Path, team_database_url: str, worker_factory: Callable[..., WorkerProcess]) -> None:
-    url, data = team_database_url, tmp_path / "a"
-    env = {"SESSIONMEM_DATABASE_URL": url, "SESSIONMEM_SHARE_PROJECTS": "shop", "SESSIONMEM_MACHINE_NAME": "laptop",
-           "SESSIONMEM_USER_NAME": "ann", "SESSIONMEM_EMBEDDER": "none", "SESSIONMEM_FAULT_INJECTION": "1",
-           "SESSIONMEM_BATCH_QUIET": "0.05"}
-    worker = worker_factory(data, **env)
-    before = local_cursor(data)
-    (data / KILL_AFTER_PUSH_FILE).touch()
-    send_shop_session(worker, "killed-midway")
-    assert worker.process is not None
-    assert worker.process.wait(timeout=SYNC_WAIT_S) == -9  # killed itself right after the team commit
-    in_team = pg_counts(url)
-    assert in_team["sessions"] == 1 and in_team["prompts"] == 1  # committed there...
-    assert local_cursor(data) == before  # ...and not marked pushed here
-    worker = worker_factory(data, **env)  # the journal finishes the session; the outbox pushes again
-    worker.wait_until(lambda: worker.get("/api/team")["backlog"] == 0 and worker.get("/api/team")["connected"]
-                      and pg_counts(url)["summaries"] == 1, timeout=SYNC_WAIT_S)
-    assert pg_counts(url) == exact(1)
-    assert local_cursor(data).observation == 2
+        tmp_path: Path, worker_factory: Callable[..., WorkerProcess]) -> None:
+    with start_postgres(tmp_path / "pg") as server:
+        url, data = server.create_database("team"), tmp_path / "a"
+        server.stop()  # the session is stored whole first; the push begins once the database is back
+        env = {"SESSIONMEM_DATABASE_URL": url, "SESSIONMEM_SHARE_PROJECTS": "shop",
+               "SESSIONMEM_MACHINE_NAME": "laptop", "SESSIONMEM_USER_NAME": "ann", "SESSIONMEM_EMBEDDER": "none",
+               "SESSIONMEM_FAULT_INJECTION": "1", "SESSIONMEM_BATCH_QUIET": "0.05"}
+        worker = worker_factory(data, **env)
+        before = local_cursor(data)
+        send_shop_session(worker, "killed-midway")
+        worker.wait_idle()
+        (data / KILL_AFTER_PUSH_FILE).touch()
+        server.start()
+        assert worker.process is not None
+        assert worker.process.wait(timeout=SYNC_WAIT_S) == -9  # killed itself right after the team commit
+        assert pg_counts(url) == exact(1)  # committed there...
+        assert local_cursor(data) == before  # ...and not marked pushed here
+        worker = worker_factory(data, **env)  # the outbox pushes the batch again
+        worker.wait_until(lambda: local_cursor(data).observation == 2, timeout=SYNC_WAIT_S)
+        assert worker.get("/api/team")["backlog"] == 0
+        assert pg_counts(url) == exact(1)
 
 
 def send_shop_session(worker: WorkerClient, session: str) -> None:
