@@ -62,6 +62,9 @@ T = TypeVar("T")
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 30.0
 PUSH_INTERVAL_S = 5.0  # a push pass at least this often, stored signal or not
+# After a "stored" signal, what else is stored this long after it goes in the same pass: one team
+# transaction and one local cursor write for a burst of observations, not one each.
+PUSH_GATHER_S = 0.2
 ERROR_LENGTH = 500
 # With fault_injection on, this file in the data dir makes the worker kill itself with SIGKILL right after
 # a push committed in the team database, before its local cursor moves (the file is removed first): the
@@ -247,6 +250,7 @@ class TeamSync:
                 backoff.reset()
                 with trio.move_on_after(PUSH_INTERVAL_S):
                     await self._stored.wait()
+                    await trio.sleep(PUSH_GATHER_S)
             else:
                 await self._refresh_backlog_quietly()
                 await backoff.wait()
