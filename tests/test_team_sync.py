@@ -468,3 +468,22 @@ async def test_a_share_push_stopped_midway_goes_on_from_where_it_stopped(tmp_pat
             return (await team_status(a))["sharePush"]["state"] == "done"
         await wait_for(done)
     assert pg_counts(url) == exact(sessions)
+
+
+@pytest.mark.xdist_group("team")
+async def test_nothing_unredacted_reaches_the_team_database(tmp_path: Path, team_database_url: str) -> None:
+    url = team_database_url
+    github, private = "ghp_abcdefghijklmnopqrstuvwxyz0123456789", "the launch codes are 0000"
+    async with open_worker(tmp_path / "a", **team_settings(url, "laptop", share_projects="shop")) as a:
+        await store_session(a, "secrets", SHOP, f"deploy with token {github} <private>{private}</private> now", [
+            ("Bash", {"command": f"GITHUB_TOKEN={github} ./deploy.sh", "description": f"deploy <private>{private}"}),
+            ("Edit", {"file_path": f"{SHOP}/.env", "old_string": "TOKEN=", "new_string": f"TOKEN={github}"}),
+        ], summary=f"Deployed with {github}. <private>{private}</private>")
+        await wait_pushed(a)
+    assert pg_counts(url)["observations"] == 2
+    with psycopg.connect(url) as connection:
+        stored = " ".join(str(row[0]) for table in ("sessions", "prompts", "observations", "summaries")
+                          for row in connection.execute(f"SELECT row_to_json(t)::text FROM {table} t").fetchall())
+    assert "deploy" in stored  # the rows are there...
+    assert github not in stored and "abcdefghijklmnopqrstuvwxyz0123456789" not in stored  # ...without the secret
+    assert private not in stored and "launch codes" not in stored  # ...or the private span
