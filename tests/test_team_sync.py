@@ -487,3 +487,24 @@ async def test_nothing_unredacted_reaches_the_team_database(tmp_path: Path, team
     assert "deploy" in stored  # the rows are there...
     assert github not in stored and "abcdefghijklmnopqrstuvwxyz0123456789" not in stored  # ...without the secret
     assert private not in stored and "launch codes" not in stored  # ...or the private span
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("team")
+async def test_a_project_shared_later_is_pulled_from_its_beginning(tmp_path: Path, team_database_url: str) -> None:
+    url = team_database_url
+    async with open_worker(tmp_path / "a", **team_settings(url, "laptop", share_projects="shop,blog")) as a:
+        async with open_worker(tmp_path / "b", **team_settings(url, "desktop", share_projects="blog")) as b:
+            await shop_session(a)
+            await blog_session(a)
+
+            async def b_has_blog() -> bool:
+                return len(local_origins_rows(b, "observations")) == 1
+            await wait_for(b_has_blog)
+            assert (await b.services.store.team_pull_state())[0].seq > 0  # past shop's rows, which it left out
+        async with open_worker(tmp_path / "b", **team_settings(url, "desktop", share_projects="blog,shop")) as b:
+            async def b_has_shop_too() -> bool:
+                return len(local_origins_rows(b, "observations")) == 3
+            await wait_for(b_has_shop_too)
+            assert any("cart.py" in title for title in await search_titles(b, "cart"))
+            assert (await b.services.store.team_pull_state())[1] == ["name:blog", "name:shop"]
