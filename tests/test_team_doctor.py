@@ -23,11 +23,12 @@ pytestmark = pytest.mark.slow
 PASSWORD = "Tr0ub4dor-and-3-more"
 
 
-def doctor_env(tmp_path: Path, database_url: str, **extra: str) -> dict[str, str]:
-    """A user with the hooks wired (so that the team database's lines are the only possible problems)."""
+def doctor_env(tmp_path: Path, database_url: str, *, data_dir: Path | None = None, **extra: str) -> dict[str, str]:
+    """A user with the hooks wired (so that the team database's lines are the only possible problems), and the
+    data dir ``data_dir`` (default: one of its own, without a worker)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONMEM_", "PG", "ANTHROPIC_"))}
     env.update(HOME=str(tmp_path / "home"), CLAUDE_CONFIG_DIR=str(tmp_path / "claude"),
-               SESSIONMEM_DATA_DIR=str(tmp_path / "data"), SESSIONMEM_PORT="0", SESSIONMEM_COMPRESSOR="offline",
+               SESSIONMEM_DATA_DIR=str(data_dir or tmp_path / "data"), SESSIONMEM_PORT="0", SESSIONMEM_COMPRESSOR="offline",
                SESSIONMEM_DATABASE_URL=database_url, **extra)
     (tmp_path / "home").mkdir(parents=True, exist_ok=True)
     (tmp_path / "claude").mkdir(exist_ok=True)

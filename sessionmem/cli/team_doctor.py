@@ -224,4 +224,14 @@ def _report_sync(snapshot: Any, url: str, report: Report) -> None:
         report(False, "the running worker does not sync with the team database: it started before database_url "
                       "was set (`sessionmem stop`; the next session starts it with the setting)")
         return
-    report(True, f"worker's team sync: {scrubbed(str(team), url)}")
+    where = f"as {team.get('machine')} ({team.get('user')})"
+    counts = (f"{team.get('pushed', 0):,} pushed, {team.get('pulled', 0):,} pulled since start, "
+              f"{team.get('backlog', 0):,} waiting to be pushed")
+    error = scrubbed(str(team.get("lastError") or ""), url)
+    if team.get("connected"):
+        report(True, f"worker's team sync: connected {where}; {counts}")
+    elif error:
+        report(False, f"worker's team sync: not connected {where} ({error}); {counts}; it tries again, at least "
+                      f"every 30 s")
+    else:
+        report(True, f"worker's team sync: not connected yet {where}; {counts}")
