@@ -8,6 +8,7 @@ terminates TLS before it, as a ``hostssl``-only server would; the certificates a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from sessionmem.testing.certificates import Authority, issue_server_certificate,
 from sessionmem.testing.postgres import PostgresServer
 from sessionmem.testing.postgres_roles import add_password_role, socket_path
 from sessionmem.testing.tls_front import TLSFront
+from sessionmem.testing.worker_process import start_worker
 from tests.test_team_doctor import doctor, doctor_env, team_lines
 
 PASSWORD = "c0rrect-h0rse-battery"
@@ -108,3 +110,31 @@ def test_doctor_says_how_the_connection_is_secured_and_why_it_fails(tmp_path: Pa
                for line in team_lines(stranger.stdout)), stranger.stdout
     for output in (required, verified, stranger):
         assert PASSWORD not in output.stdout + output.stderr
+
+
+@pytest.mark.slow
+def test_a_worker_syncs_over_tls_and_says_why_when_the_server_is_not_the_one_it_trusts(
+        tmp_path: Path, secured: Secured) -> None:
+    """Real workers: one that trusts the server's authority pushes its memory through TLS; one that trusts
+    another authority stores locally, pushes nothing, and its status says why."""
+    from tests.test_team_credentials import sessionmem, store_a_session, team_env, team_state
+
+    trusting_env = team_env(secured.url("verify-full", secured.authority), "laptop")
+    wary_env = team_env(secured.url("verify-full", secured.stranger), "desktop")
+    handshakes = secured.front.statistics().handshakes
+    with start_worker(tmp_path / "trusting", env=trusting_env) as trusting, \
+            start_worker(tmp_path / "wary", env=wary_env) as wary:
+        store_a_session(trusting, "tls-1")
+        store_a_session(wary, "tls-2")
+        trusting.wait_until(lambda: (lambda t: t if t["connected"] and t["pushed"] and not t["backlog"] else None)(
+            team_state(trusting)), timeout=60)
+        refused = wary.wait_until(lambda: (lambda t: t if "certificate verify failed" in t["lastError"] else None)(
+            team_state(wary)), timeout=60)
+        assert not refused["connected"] and refused["pushed"] == 0 and refused["backlog"] > 0
+        status = sessionmem(wary.data_dir, "status", env=wary_env)
+        assert "team: not connected (" in status.stdout and "certificate verify failed" in status.stdout, (
+            status.stdout)
+        assert wary.get("/api/observations/1")["title"]  # stored locally all the same
+    assert secured.front.statistics().handshakes > handshakes
+    for output in (json.dumps(refused), status.stdout):
+        assert PASSWORD not in output
