@@ -159,3 +159,14 @@ def test_a_password_file_is_used_and_never_shown(tmp_path: Path, role_url: str) 
                  "status": sessionmem(data_dir, "status", env=env).stdout}
     passfile.unlink()  # the one place it is meant to be
     assert leaks(texts, tmp_path) == []
+
+
+def test_a_settings_file_with_a_malformed_url_is_refused_without_quoting_it(tmp_path: Path) -> None:
+    from sessionmem.settings import SettingsError
+
+    (tmp_path / "settings.json").write_text(json.dumps({"database_url": [f"postgresql://a:{PASSWORD}@h/db"]}))
+    with pytest.raises(SettingsError) as refused:
+        load_settings({}, data_dir=str(tmp_path))
+    assert "database_url must be str, got a value of type list" in str(refused.value)
+    assert leaks({"error": str(refused.value)}) == []
+
