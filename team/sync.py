@@ -18,7 +18,8 @@ store itself: nothing is lost, however long the database stays away.
 Resource handling:
     :meth:`run` opens the team store (lazily: a database down at start is fine) and holds
     the loops' nursery; it reports started once this data dir's machine id exists (one
-    local write), never waiting for PostgreSQL. Cancelling it ends the loops; a push whose
+    local write; should the local store refuse it, a full disk, at once, and it tries again
+    after), never waiting for PostgreSQL. Cancelling it ends the loops; a push whose
     team transaction committed but whose local cursor did not move is pushed again next
     time, which changes nothing there.
 
@@ -203,8 +204,17 @@ class TeamSync:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Sync until cancelled; see the module docstring."""
-        self._machine_id = await self._store.team_start()
+        try:
+            self._machine_id = await self._store.team_start()
+        except Exception as exc:  # the local store cannot take the write now (a full disk): not the worker's end
+            self._count_failure(exc)
+            log_exception(log, "team sync: cannot record this machine's id yet; trying again", exc)
         task_status.started()
+        backoff = Backoff()
+        while not self._machine_id:
+            await backoff.wait()
+            if await self._attempt(self._start, None):
+                break
         origin = Origin(self._machine_id, self._machine, self._user)
         batch = self._settings.team_push_batch
         async with open_team_store(self._url) as team:
@@ -216,6 +226,9 @@ class TeamSync:
                 nursery.start_soon(self._push_forever, self._pusher)
                 nursery.start_soon(self._pull_forever, puller)
                 nursery.start_soon(self._share_forever, self._pusher)
+
+    async def _start(self, _: None) -> None:
+        self._machine_id = await self._store.team_start()
 
     def _kill_if_asked(self) -> None:
         marker = self._settings.data_dir / KILL_AFTER_PUSH_FILE

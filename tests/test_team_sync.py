@@ -256,25 +256,27 @@ def local_cursor(data_dir: Path) -> team_sync.OutboxCursor:
 @pytest.mark.slow
 @pytest.mark.xdist_group("team")
 def test_a_worker_killed_between_the_team_commit_and_its_cursor_pushes_again_without_duplicates(
-        tmp_path: Path, team_database_url: str, worker_factory: Callable[..., WorkerProcess]) -> None:
-    url, data = team_database_url, tmp_path / "a"
-    env = {"SESSIONMEM_DATABASE_URL": url, "SESSIONMEM_SHARE_PROJECTS": "shop", "SESSIONMEM_MACHINE_NAME": "laptop",
-           "SESSIONMEM_USER_NAME": "ann", "SESSIONMEM_EMBEDDER": "none", "SESSIONMEM_FAULT_INJECTION": "1",
-           "SESSIONMEM_BATCH_QUIET": "0.05"}
-    worker = worker_factory(data, **env)
-    before = local_cursor(data)
-    (data / KILL_AFTER_PUSH_FILE).touch()
-    send_shop_session(worker, "killed-midway")
-    assert worker.process is not None
-    assert worker.process.wait(timeout=SYNC_WAIT_S) == -9  # killed itself right after the team commit
-    in_team = pg_counts(url)
-    assert in_team["sessions"] == 1 and in_team["prompts"] == 1  # committed there...
-    assert local_cursor(data) == before  # ...and not marked pushed here
-    worker = worker_factory(data, **env)  # the journal finishes the session; the outbox pushes again
-    worker.wait_until(lambda: worker.get("/api/team")["backlog"] == 0 and worker.get("/api/team")["connected"]
-                      and pg_counts(url)["summaries"] == 1, timeout=SYNC_WAIT_S)
-    assert pg_counts(url) == exact(1)
-    assert local_cursor(data).observation == 2
+        tmp_path: Path, worker_factory: Callable[..., WorkerProcess]) -> None:
+    with start_postgres(tmp_path / "pg") as server:
+        url, data = server.create_database("team"), tmp_path / "a"
+        server.stop()  # the session is stored whole first; the push begins once the database is back
+        env = {"SESSIONMEM_DATABASE_URL": url, "SESSIONMEM_SHARE_PROJECTS": "shop",
+               "SESSIONMEM_MACHINE_NAME": "laptop", "SESSIONMEM_USER_NAME": "ann", "SESSIONMEM_EMBEDDER": "none",
+               "SESSIONMEM_FAULT_INJECTION": "1", "SESSIONMEM_BATCH_QUIET": "0.05"}
+        worker = worker_factory(data, **env)
+        before = local_cursor(data)
+        send_shop_session(worker, "killed-midway")
+        worker.wait_idle()
+        (data / KILL_AFTER_PUSH_FILE).touch()
+        server.start()
+        assert worker.process is not None
+        assert worker.process.wait(timeout=SYNC_WAIT_S) == -9  # killed itself right after the team commit
+        assert pg_counts(url) == exact(1)  # committed there...
+        assert local_cursor(data) == before  # ...and not marked pushed here
+        worker = worker_factory(data, **env)  # the outbox pushes the batch again
+        worker.wait_until(lambda: local_cursor(data).observation == 2, timeout=SYNC_WAIT_S)
+        assert worker.get("/api/team")["backlog"] == 0
+        assert pg_counts(url) == exact(1)
 
 
 def send_shop_session(worker: WorkerClient, session: str) -> None:
@@ -418,3 +420,24 @@ def sessionmem(data: Path, port: int, *args: str) -> subprocess.CompletedProcess
     env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONMEM_")}
     return subprocess.run([sys.executable, "-m", "sessionmem", *args, "--data-dir", str(data), "--port", str(port)],
                           env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("team")
+async def test_pulled_rows_are_embedded_by_the_local_index_and_shown_live(tmp_path: Path, team_database_url: str) -> None:
+    url = team_database_url
+    async with open_worker(tmp_path / "a", **team_settings(url, "laptop", share_projects="shop")) as a, \
+            open_worker(tmp_path / "b", **team_settings(url, "desktop", share_projects="*", embedder="minilm")) as b:
+        received = b""
+        async with b.stream() as chunks:
+            received += await chunks.receive()
+            await shop_session(a)
+            with trio.fail_after(SYNC_WAIT_S):
+                while b"event: observation" not in received:
+                    received += await chunks.receive()
+        assert b'"claudeSessionId":"shop-1"' in received
+        with trio.fail_after(SYNC_WAIT_S):
+            await b.services.index.caught_up()
+        assert (await b.debug())["index"]["vectors"] == 1 + 2 + 1  # the prompt, the observations, the summary
+        answer = await b.get("/api/search?q=refuse%20an%20empty%20shopping%20basket&mode=hybrid&limit=5")
+        assert answer["vectors"] != "not asked" and answer["results"]
