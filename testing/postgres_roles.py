@@ -27,17 +27,19 @@ def socket_path(url: str) -> Path:
     return Path(str(parameters["host"])) / f".s.PGSQL.{parameters.get('port') or 5432}"
 
 
-def add_password_role(server: PostgresServer, *, role: str, password: str, database: str) -> str:
-    """Create ``role`` (login, ``password``) and ``database`` owned by it; return the database's URL for
-    ``role`` over the unix socket, without the password."""
+def add_password_role(server: PostgresServer, *, role: str, password: str, database: str,
+                      vector: bool = True) -> str:
+    """Create ``role`` (login, ``password``) and ``database`` owned by it, with the pgvector extension
+    (``vector``); return the database's URL for ``role`` over the unix socket, without the password."""
     with psycopg.connect(server.url, autocommit=True) as connection:
         connection.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role),
                                                                              sql.Literal(password)))
         connection.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(database),
                                                                          sql.Identifier(role)))
         # pgvector is not a trusted extension: a superuser creates it, as on a managed server.
-        with psycopg.connect(make_conninfo(server.url, dbname=database), autocommit=True) as owned:
-            owned.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        if vector:
+            with psycopg.connect(make_conninfo(server.url, dbname=database), autocommit=True) as owned:
+                owned.execute("CREATE EXTENSION IF NOT EXISTS vector")
         hba = server.directory / "pg_hba.conf"
         hba.write_text(f"local all {role} scram-sha-256\n" + hba.read_text())
         connection.execute("SELECT pg_reload_conf()")

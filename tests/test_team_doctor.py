@@ -156,3 +156,20 @@ def test_doctor_without_a_team_database_says_it_is_off(tmp_path: Path) -> None:
     off = doctor(env)
     assert off.returncode == 0, off.stdout
     assert team_lines(off.stdout) == ["[ok] team memory off (database_url is not set)"]
+
+
+def test_doctor_says_who_must_create_pgvector(tmp_path: Path, postgres: PostgresServer) -> None:
+    """A role that is not a superuser cannot create pgvector (not a trusted extension): doctor says who must,
+    and where."""
+    url = add_password_role(postgres, role="doctor_carol", password=PASSWORD, database="doctor_carol_team",
+                            vector=False)
+    try:
+        env = doctor_env(tmp_path, url.replace("doctor_carol@", f"doctor_carol:{PASSWORD}@"))
+        missing = doctor(env)
+        assert missing.returncode == 1, missing.stdout
+        assert any(line.startswith("[!!] pgvector 0.8") and "is available but not created in database "
+                   "doctor_carol_team, and only a superuser can create it: have one run `CREATE EXTENSION vector;` "
+                   "there" in line for line in team_lines(missing.stdout)), missing.stdout
+    finally:
+        postgres.drop_database("doctor_carol_team")
+
