@@ -441,3 +441,30 @@ async def test_pulled_rows_are_embedded_by_the_local_index_and_shown_live(tmp_pa
         assert (await b.debug())["index"]["vectors"] == 1 + 2 + 1  # the prompt, the observations, the summary
         answer = await b.get("/api/search?q=refuse%20an%20empty%20shopping%20basket&mode=hybrid&limit=5")
         assert answer["vectors"] != "not asked" and answer["results"]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("team")
+async def test_a_share_push_stopped_midway_goes_on_from_where_it_stopped(tmp_path: Path, team_database_url: str) -> None:
+    url, sessions = team_database_url, 10
+    async with open_worker(tmp_path / "a", embedder="none", batch_quiet_s=0.05) as a:
+        for number in range(sessions):
+            await shop_session(a, f"past-{number}")
+    settings = team_settings(url, "laptop", share_projects="shop", team_push_batch=1)
+    async with open_worker(tmp_path / "a", **settings) as a:
+        first = await a.post("/api/team/push", {"project": "shop"})
+        assert first["total"] == sessions * 5  # a session, its prompt, two observations, a summary
+
+        async def under_way() -> dict[str, Any] | None:
+            share = (await team_status(a))["sharePush"]
+            return share if share["done"] >= 5 else None
+        await wait_for(under_way, poll=0.01)
+    # The worker stopped (leaving the block) with the push under way, or just done.
+    async with open_worker(tmp_path / "a", **settings) as a:
+        again = await a.post("/api/team/push", {"project": "shop"})
+        assert again["total"] <= first["total"] - 5  # what was read before is not read again
+
+        async def done() -> bool:
+            return (await team_status(a))["sharePush"]["state"] == "done"
+        await wait_for(done)
+    assert pg_counts(url) == exact(sessions)
