@@ -5,7 +5,7 @@ and runs in a worker thread; :class:`~sessionmem.storage.pg_store.TeamStore` wra
 Answers are shaped as the SQLite store's: :class:`~sessionmem.records.RankedKey`
 (kind, row id, score; higher is better), honouring the same
 :class:`~sessionmem.records.SearchFilters` (project, kinds, types, since/until, file,
-concept, Claude session), plus ``keys``: only the projects of those
+concept, Claude session, and origin where the filters have one), plus ``keys``: only the projects of those
 :func:`~sessionmem.storage.team_records.shared_key`\\ s. Row ids are the team database's own.
 
 Full text: a query is parsed by ``websearch_to_tsquery('english', ...)`` (any text a
@@ -41,6 +41,7 @@ from sessionmem.storage.pg_connections import Connection
 from sessionmem.storage.pg_schema import VECTOR_DIMENSIONS
 from sessionmem.storage.team_records import Origin
 
+LOCAL_ORIGIN = "local"  # sessionmem.records.LOCAL_ORIGIN: this machine's own rows
 TABLES = {OBSERVATION: "observations", SUMMARY: "summaries", PROMPT: "prompts"}
 VECTOR_KINDS = (OBSERVATION, SUMMARY)
 # ts_rank's normalization 1: divided by 1 + the log of the document's length, as bm25
@@ -78,6 +79,9 @@ def _filter_sql(kind: str, filters: SearchFilters, keys: Collection[str] | None,
     if filters.claude_session_id is not None:
         params["session"] = filters.claude_session_id
         conditions.append("claude_session_id = %(session)s")
+    origin: str | None = getattr(filters, "origin", None)
+    if origin is not None:
+        conditions.append(_origin_condition(origin, params))
     if kind == OBSERVATION:
         if filters.types:
             params["types"] = list(filters.types)
@@ -95,6 +99,20 @@ def _filter_sql(kind: str, filters: SearchFilters, keys: Collection[str] | None,
             params["concept"] = filters.concept
             conditions.append("concepts ? %(concept)s")
     return " AND ".join(conditions) or "true"
+
+
+def _origin_condition(origin: str, params: dict[str, Any]) -> str:
+    """Rows of ``origin`` as a filter names it: ``user@machine``, or a machine or user name. The
+    team database has no "this machine" (every row there has its machine's name): ``local``
+    names no row of it."""
+    if origin == LOCAL_ORIGIN:
+        return "false"
+    user, at, machine = origin.rpartition("@")
+    if at:
+        params["origin_user"], params["origin_machine"] = user, machine
+        return "(origin_machine = %(origin_machine)s AND origin_user = %(origin_user)s)"
+    params["origin_name"] = origin
+    return "(origin_machine = %(origin_name)s OR origin_user = %(origin_name)s)"
 
 
 def _ranked(connection: Connection, kind: str, tsquery: str, filters: SearchFilters, keys: Collection[str] | None,
