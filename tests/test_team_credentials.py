@@ -99,10 +99,10 @@ def test_a_password_in_the_url_is_never_shown(tmp_path: Path, role_url: str) -> 
         # The right password is used: the session reaches the team database.
         connected = good.wait_until(lambda: (lambda t: t if t["connected"] and t["pushed"] and not t["backlog"]
                                              else None)(team_state(good)), timeout=SYNC_WAIT_S)
-        # The wrong one is refused, and the worker says so, and goes on storing locally.
+        # The wrong one is refused, and the worker says so, and keeps what waits to be pushed.
         refused = wrong.wait_until(lambda: (lambda t: t if "password authentication failed" in t["lastError"]
-                                            else None)(team_state(wrong)), timeout=SYNC_WAIT_S)
-        assert not refused["connected"] and refused["backlog"] > 0
+                                            and t["backlog"] > 0 else None)(team_state(wrong)), timeout=SYNC_WAIT_S)
+        assert not refused["connected"] and refused["pushed"] == 0
         assert 'password authentication failed for user "cred_alice"' in refused["lastError"]
         assert wrong.get("/api/observations/1")["title"]  # stored all the same
         for name, worker, env in (("good", good, good_env), ("wrong", wrong, wrong_env)):
