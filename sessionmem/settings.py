@@ -246,7 +246,10 @@ def _coerce(name: str, raw: Any, source: str) -> Any:
             raise ValueError(raw)
         return raw
     except (TypeError, ValueError):
-        raise SettingsError(f"{source}: {name} must be {field_type}, got {raw!r}") from None
+        # A setting kept out of repr() (a key, a URL that may hold a password) is not quoted either.
+        secret = not next(f.repr for f in dataclasses.fields(Settings) if f.name == name)
+        got = f"a value of type {type(raw).__name__}" if secret else repr(raw)
+        raise SettingsError(f"{source}: {name} must be {field_type}, got {got}") from None
 
 
 def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Settings:

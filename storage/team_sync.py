@@ -9,7 +9,8 @@ machine changed them (``team_session_changes``, schema version 8). A batch holds
 session record of each of its rows' sessions, ahead of them, so the team database always
 knows a row's session. Rows are turned into :mod:`~sessionmem.storage.transfer` records,
 and :class:`~sessionmem.storage.team_records.SharedRow` s by the caller: a session's
-``cwd`` (a path of this machine) never leaves it. Whether a project is shared is the
+``cwd`` (a path of this machine) never leaves it, and the paths of this machine in the
+records' texts are rewritten (:mod:`~sessionmem.storage.local_paths`). Whether a project is shared is the
 caller's rule (``shared(project, share_file)``, :mod:`sessionmem.team.sharing`); rows of
 projects that are not are passed over, and the cursor with them.
 
@@ -41,6 +42,7 @@ import apsw
 import msgspec
 
 from sessionmem.storage import transfer
+from sessionmem.storage.local_paths import without_local_paths
 from sessionmem.storage.sqlite_values import all_rows, flag, integer, one_row, optional_row, real, text
 from sessionmem.storage.team_records import NAME_KEY_PREFIX, PullCursor, SharedRow, shared_key
 from sessionmem.storage.transfer import ImportCounts, Provenance, Record
@@ -189,20 +191,21 @@ def _read_sessions(connection: apsw.Connection, _kind: Kind, bindings: _Bindings
                    rows: list[OutboxRow], sessions: dict[int, bool]) -> tuple[int, int]:
     """Sessions changed (the outbox) or of a project by id (a share push) into ``rows``; (rows read, last)."""
     if bindings[2] is None:
-        found = all_rows(connection, f"SELECT c.seq, s.id, s.cwd IS NOT NULL, s.share_file, s.project_key,"
+        found = all_rows(connection, f"SELECT c.seq, s.id, s.cwd, s.share_file, s.project_key,"
                          f" {_SESSION_COLUMNS} FROM team_session_changes c JOIN sessions s ON s.id = c.session_db_id"
                          " WHERE c.seq > ?1 AND c.seq <= ?4 ORDER BY c.seq LIMIT ?2", bindings)
     else:
-        found = all_rows(connection, f"SELECT s.id, s.id, s.cwd IS NOT NULL, s.share_file, s.project_key,"
+        found = all_rows(connection, f"SELECT s.id, s.id, s.cwd, s.share_file, s.project_key,"
                          f" {_SESSION_COLUMNS} FROM sessions s WHERE s.id > ?1 AND s.id <= ?4 AND s.project = ?3"
                          " ORDER BY s.id LIMIT ?2", bindings)
     for row in found:
         session = transfer.session_record(row[5:])
         # A session some other machine began (pulled: its cwd stays unknown here) goes along
         # with this machine's rows of it only.
-        if flag(row[2]) and shared(session.project, flag(row[3])) and integer(row[1]) not in sessions:
+        if row[2] is not None and shared(session.project, flag(row[3])) and integer(row[1]) not in sessions:
             sessions[integer(row[1])] = True
-            rows.append(OutboxRow(session, shared_key(text(row[4]), session.project)))
+            rows.append(OutboxRow(without_local_paths(session, cwd=text(row[2])),
+                                  shared_key(text(row[4]), session.project)))
     return len(found), integer(found[-1][0]) if found else 0
 
 
@@ -221,7 +224,7 @@ def _read_rows(connection: apsw.Connection, kind: Kind, bindings: _Bindings, sha
     found = all_rows(
         connection,
         f"SELECT o.id, o.origin_machine = '' AND o.origin_user = '', s.id, s.claude_session_id, s.project,"
-        f" s.share_file, s.project_key, {columns} FROM {table} o JOIN sessions s ON s.id = o.session_db_id"
+        f" s.share_file, s.project_key, s.cwd, {columns} FROM {table} o JOIN sessions s ON s.id = o.session_db_id"
         f" WHERE o.id > ?1 AND o.id <= ?4{of_project} ORDER BY o.id LIMIT ?2", bindings)
     for row in found:
         row_id, own, session_db_id, claude_id, project = (integer(row[0]), flag(row[1]), integer(row[2]),
@@ -230,22 +233,27 @@ def _read_rows(connection: apsw.Connection, kind: Kind, bindings: _Bindings, sha
             continue
         sessions.setdefault(session_db_id, False)
         key = shared_key(text(row[6]), project)
+        cwd = text(row[7]) if row[7] is not None else None  # this machine's paths are rewritten out of the texts
         if kind == "prompt":
-            prompt = transfer.PromptRecord(claude_id, integer(row[7]), text(row[8]), real(row[9]))
-            rows.append(OutboxRow(prompt, key))
+            prompt = transfer.PromptRecord(claude_id, integer(row[8]), text(row[9]), real(row[10]))
+            rows.append(OutboxRow(without_local_paths(prompt, cwd=cwd), key))
         elif kind == "observation":
-            rows.append(OutboxRow(transfer.observation_record(claude_id, row[7:]), key, ("observation", row_id)))
+            record = without_local_paths(transfer.observation_record(claude_id, row[8:]), cwd=cwd)
+            rows.append(OutboxRow(record, key, ("observation", row_id)))
         else:
-            rows.append(OutboxRow(transfer.summary_record(claude_id, row[7:]), key, ("summary", row_id)))
+            record = without_local_paths(transfer.summary_record(claude_id, row[8:]), cwd=cwd)
+            rows.append(OutboxRow(record, key, ("summary", row_id)))
     return len(found), integer(found[-1][0]) if found else 0
 
 
 def _sessions(connection: apsw.Connection, session_db_ids: list[int]) -> list[OutboxRow]:
     """The session records of these sessions (their rows go in the same batch)."""
-    found = all_rows(connection, f"SELECT s.project_key, {_SESSION_COLUMNS} FROM sessions s"
+    found = all_rows(connection, f"SELECT s.project_key, s.cwd, {_SESSION_COLUMNS} FROM sessions s"
                      " WHERE s.id IN (SELECT value FROM json_each(?)) ORDER BY s.id",
                      (msgspec.json.encode(session_db_ids).decode(),))
-    return [OutboxRow(record := transfer.session_record(row[1:]), shared_key(text(row[0]), record.project))
+    return [OutboxRow(without_local_paths(record := transfer.session_record(row[2:]),
+                                          cwd=text(row[1]) if row[1] is not None else None),
+                      shared_key(text(row[0]), record.project))
             for row in found]
 
 

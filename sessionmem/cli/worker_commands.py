@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sessionmem.cli import data_commands, index_progress, team_commands
+from sessionmem.cli import data_commands, index_progress, team_commands, team_doctor
 from sessionmem.cli.client import CommandFailed, WorkerUnreachable, call, client_config, foreign
 from sessionmem.protocol import routes
 from sessionmem.protocol.client_settings import ClientConfig
@@ -313,17 +313,21 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     print("sessionmem doctor")
     config = client_config(args, warn=False)
     report(*_data_dir_health(Path(config.data_dir)))
+    settings_ok: Settings | None = None
     try:
         settings = _settings(args)
     except SettingsError as exc:
         report(False, f"{exc} (the worker will not start until it is fixed)")
     else:
+        settings_ok = settings
         from sessionmem.compress.choice import describe
 
         backend, why = describe(settings)
         model = f", model {settings.model_of(backend)}" if backend != "offline" else ""
         report(True, f"compressor: {backend} ({why}{model})")
     _doctor_worker(config, report)
+    if settings_ok is not None:
+        team_doctor.check_team(settings_ok, report, lambda: _debug_snapshot(config))
     try:
         wired = installed_stages()
     except Exception as exc:  # a broken settings.json is worth reporting, not crashing on
@@ -443,6 +447,16 @@ def _doctor_worker(config: ClientConfig, report: Any) -> None:
         _doctor_compressor(config, report)
     else:
         report(False, f"{where} answers, but not as a sessionmem worker")
+
+
+def _debug_snapshot(config: ClientConfig) -> Any:
+    """The running worker's ``/debug`` JSON, or None when none answers."""
+    if read_state(config.data_dir) is None:
+        return None
+    try:
+        return call(config, "GET", routes.DEBUG_JSON, patience=PROBE)
+    except CommandFailed:
+        return None
 
 
 def _doctor_compressor(config: ClientConfig, report: Any) -> None:

@@ -1,0 +1,155 @@
+"""Nothing private, nothing secret and no local path reaches the team database.
+
+A real worker shares a project with a real PostgreSQL. It is given a session whose prompts,
+tool inputs and outputs and final message hold ``<private>`` spans (in several spellings) and
+secrets of many kinds, and which ran in a local directory; the offline compressor makes its
+observations and summary, and the sync task pushes them. Then every column of every table in
+the team database is read back as text, and none of those strings is in it. What the session
+did (its words without the secrets) is there: the dump does see the rows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from sessionmem.protocol import routes
+from sessionmem.testing.worker_process import WorkerProcess, start_worker
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("team")]
+
+SYNC_WAIT_S = 60.0
+AWS = "AKIAIOSFODNN7EXAMPLE"
+ANTHROPIC = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789-ABCDEFGH"
+GITHUB = "ghp_abcdefghijklmnopqrstuvwxyz0123456789"
+PEM_BODY = "ZmFrZSBrZXkgbWF0ZXJpYWw"
+PEM = f"-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAzQ8\n{PEM_BODY}=\n-----END RSA PRIVATE KEY-----"
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+SLACK = "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"
+
+# (where it is written, the secret that must not survive): one of each kind the ingest edge knows.
+SECRETS = {
+    "aws": (f"export AWS_ACCESS_KEY_ID={AWS}", AWS),
+    "anthropic": (f"ANTHROPIC_API_KEY={ANTHROPIC}", ANTHROPIC),
+    "github": (f"git remote set-url origin https://x:{GITHUB}@github.com/o/r", GITHUB),
+    "pem": (f"key:\n{PEM}\nafter", PEM_BODY),
+    "password=": ("password=hunter2x and more", "hunter2x"),
+    "json": ('config = {"db_password": "correct horse battery"}', "correct horse"),
+    "bearer": ("curl -H 'Authorization: Bearer abcdef0123456789abcdef' https://api.example.com",
+               "abcdef0123456789abcdef"),
+    "url": ("postgresql://admin:S3cr3tPass@db.example.com:5432/app", "S3cr3tPass"),
+    "slack": (SLACK, "AbCdEfGhIjKl"),
+    "jwt": (f"Authorization: {JWT}", "dozjgNryP4J3jVmNHl0w5N"),
+    "mysql": ("mysql -u root -pS3cretPw shop", "S3cretPw"),
+    "curl -u": ("curl -sS -u deploy:S3cretDeployPw https://ci.example.com/api", "S3cretDeployPw"),
+    "netrc": ("machine api.example.com login bob password hunter22z", "hunter22z"),
+    "docker": ("docker login -u me -p Dk3rPassw0rd registry.example.com", "Dk3rPassw0rd"),
+    "stripe": ("STRIPE_KEY=sk_live_51HabcdefghijklmnopqrstuvWXyz", "sk_live_51Habcdefghij"),
+    "env file": ("DB_PASSWORD=correcthorse42\nDEBUG=1", "correcthorse42"),
+}
+# <private> spans, in the spellings people type; their contents must vanish.
+PRIVATE = {
+    "plain": ("<private>my bank PIN is PRIV-ALPHA-4411</private>", "PRIV-ALPHA-4411"),
+    "upper": ('<PRIVATE reason="x">PRIV-BETA-9902</PRIVATE>', "PRIV-BETA-9902"),
+    "spaced": ("< private >PRIV-GAMMA-1234</ private>", "PRIV-GAMMA-1234"),
+    "square": ("[private]PRIV-DELTA-5678[/private]", "PRIV-DELTA-5678"),
+    "unclosed": ("the rest is mine <private>PRIV-EPSILON-3141 never closed", "PRIV-EPSILON-3141"),
+}
+
+
+def text_of(*kinds: str, private: tuple[str, ...] = ()) -> str:
+    return "\n".join([SECRETS[kind][0] for kind in kinds] + [PRIVATE[name][0] for name in private])
+
+
+def store_the_session(worker: WorkerProcess, session: str, cwd: str) -> None:
+    """A session of the shared project: two prompts, six tool uses, a summary, its end; each field holding
+    secrets and private spans, and the session's directory and its user's home named in commands and files."""
+    base = {"claudeSessionId": session, "cwd": cwd}
+    worker.post(routes.INIT, {**base, "prompt": "make deploys use the vault, " + text_of("aws", private=("plain",))})
+
+    def tool(n: int, name: str, tool_input: object, response: object) -> None:
+        worker.post(routes.OBSERVATIONS, {**base, "tool_name": name, "tool_use_id": f"{session}-t{n}",
+                                          "tool_input": tool_input, "tool_response": response})
+
+    tool(1, "Bash", {"command": f"cd {cwd} && {SECRETS['bearer'][0]}", "description": "call the API"},
+         {"stdout": text_of("pem", "jwt", private=("upper",)), "stderr": f"warning: {GITHUB}"})
+    tool(2, "Read", {"file_path": f"{cwd}/.env"}, text_of("env file", "stripe", "slack"))
+    tool(3, "Edit", {"file_path": f"{cwd}/src/db.py", "old_string": SECRETS["url"][0],
+                     "new_string": "os.environ['DATABASE_URL'] " + PRIVATE["square"][0]},
+         {"filePath": f"{cwd}/src/db.py", "structuredPatch": []})
+    worker.post(routes.INIT, {**base, "prompt": "now the CI login: " + text_of("anthropic", "json",
+                                                                                private=("spaced",))})
+    tool(4, "Bash", {"command": text_of("mysql"), "description": "check the shop database"},
+         {"stdout": text_of("curl -u", "docker"), "stderr": ""})
+    tool(5, "Write", {"file_path": f"{cwd}/.netrc", "content": text_of("netrc", "password=")},
+         {"filePath": f"{cwd}/.netrc"})
+    home = cwd.rsplit("/src/", 1)[0]
+    tool(6, "Read", {"file_path": f"{home}/.aws/config"}, "[default]\nregion = eu-west-1\n" + text_of("aws"))
+    worker.post(routes.SUMMARIZE, {**base, "last_assistant_message": "Moved the keys to the vault. "
+                                                                      + text_of("github", private=("unclosed",))})
+    worker.post(routes.COMPLETE, base)
+    worker.wait_idle()
+
+
+def team_database_text(url: str) -> str:
+    """Every column of every table of the team database (information_schema), cast to text."""
+    parts: list[str] = []
+    with psycopg.connect(url) as connection:
+        columns = connection.execute(
+            "SELECT table_schema, table_name, column_name FROM information_schema.columns"
+            " JOIN information_schema.tables USING (table_catalog, table_schema, table_name)"
+            " WHERE table_type = 'BASE TABLE' AND table_schema NOT IN ('pg_catalog', 'information_schema')"
+            " ORDER BY 1, 2, 3").fetchall()
+        assert {table for _, table, _ in columns} >= {"sessions", "prompts", "observations", "summaries"}
+        for schema, table, column in columns:
+            query = sql.SQL("SELECT {}::text FROM {}.{}").format(sql.Identifier(column), sql.Identifier(schema),
+                                                                 sql.Identifier(table))
+            parts += [value for (value,) in connection.execute(query) if value is not None]
+    return "\n".join(parts)
+
+
+def where_in_team_database(url: str, needle: str) -> list[str]:
+    """``table.column: value`` of each value in the team database that holds ``needle``."""
+    found: list[str] = []
+    with psycopg.connect(url) as connection:
+        for table in ("sessions", "prompts", "observations", "summaries"):
+            cursor = connection.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(table)))
+            names = [column.name for column in cursor.description or ()]
+            for row in cursor:
+                found += [f"{table}.{name}: {value}" for name, value in zip(names, row, strict=True)
+                          if needle in str(value)]
+    return found
+
+
+def test_nothing_private_or_secret_and_no_local_path_reaches_the_team_database(tmp_path: Path,
+                                                                              team_database_url: str) -> None:
+    home = f"/home/u{uuid.uuid4().hex[:12]}"  # a user's home nobody else has: found anywhere, it leaked
+    cwd = f"{home}/src/webapp"
+    env = {"SESSIONMEM_DATABASE_URL": team_database_url, "SESSIONMEM_SHARE_PROJECTS": "webapp",
+           "SESSIONMEM_MACHINE_NAME": "laptop", "SESSIONMEM_USER_NAME": "ann", "SESSIONMEM_EMBEDDER": "none",
+           "SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_BATCH_QUIET": "0.05", "HOME": home}
+    with start_worker(tmp_path / "data", env=env) as worker:
+        store_the_session(worker, "private-1", cwd)
+
+        def pushed() -> bool:
+            team = worker.get(routes.DEBUG_JSON)["team"]
+            return bool(team["connected"] and team["pushed"] and not team["backlog"])
+
+        worker.wait_until(pushed, timeout=SYNC_WAIT_S)
+    with psycopg.connect(team_database_url) as connection:
+        counts = {table: connection.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table)))
+                  .fetchone()[0] for table in ("sessions", "prompts", "observations", "summaries")}
+    assert counts == {"sessions": 1, "prompts": 2, "observations": 6, "summaries": 1}, counts
+    dumped = team_database_text(team_database_url)
+    # The dump sees the rows: what the session did is there, with its secrets marked as removed.
+    assert "make deploys use the vault" in dumped and "Moved the keys to the vault." in dumped
+    assert "[REDACTED:" in dumped
+    assert "src/db.py" in dumped and "~/.aws/config" in dumped  # paths, relative to the project or from ~
+    found = {kind: secret for kind, (_, secret) in SECRETS.items() if secret in dumped}
+    found |= {f"<private> {name}": secret for name, (_, secret) in PRIVATE.items() if secret in dumped}
+    assert found == {}, found
+    assert home not in dumped, where_in_team_database(team_database_url, home)
