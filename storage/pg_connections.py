@@ -22,7 +22,8 @@ Resource handling:
 
 Error handling:
     A database that cannot be reached (within ``connect_timeout_s``), a connection lost
-    or refused, and a database of a newer schema all raise :class:`TeamUnavailable`. Its message never holds the password, nor the URL
+    or refused, a database of a newer schema, and one whose schema cannot be made (the
+    user may not create the vector extension) all raise :class:`TeamUnavailable`. Its message never holds the password, nor the URL
     (:func:`sanitized`), and it is raised ``from None`` so that no chained psycopg error
     carries them into a log. A write that finds its (older) connection lost is tried once
     more on a new one before giving up (every write of the team store is idempotent), and
@@ -173,6 +174,12 @@ class TeamConnections:
                 migrate(connection)
             except TeamSchemaTooNew as exc:
                 raise self._unavailable(str(exc)) from None
+            except CONNECTION_ERRORS:
+                raise
+            except psycopg.Error as exc:
+                # Not a fault of this call but of the database's set-up (no right to create the
+                # vector extension or the tables): unusable until an administrator acts.
+                raise self._unavailable(f"the team database cannot be set up: {exc}") from None
             register_vector(connection)
         except BaseException:
             connection.close()

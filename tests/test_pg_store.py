@@ -588,3 +588,18 @@ async def test_concurrent_pushers_and_a_puller_lose_and_repeat_nothing(team_data
     sessions = [row.record for row in pulled if isinstance(row.record, SessionRecord)]
     assert sessions and isinstance(sessions[-1], SessionRecord)
     assert sessions[-1].status == "completed" and sessions[-1].updated_at == 114.0  # the merge of all, last
+
+
+async def test_a_user_without_the_right_to_set_up_the_database_gets_unavailable(
+        postgres: Any, team_database_url: str) -> None:
+    with psycopg.connect(postgres.url, autocommit=True) as admin:
+        admin.execute("DROP ROLE IF EXISTS guest")
+        admin.execute("CREATE ROLE guest LOGIN")
+    try:
+        guest_url = team_database_url.replace("postgresql://postgres:@", "postgresql://guest:@", 1)
+        async with open_team_store(guest_url) as store:
+            with pytest.raises(TeamUnavailable, match="cannot be set up"):
+                await store.push(a_session("s1"))
+    finally:
+        with psycopg.connect(postgres.url, autocommit=True) as admin:
+            admin.execute("DROP ROLE guest")
