@@ -126,11 +126,25 @@ def _parameters(row: SharedRow, machine_id: str) -> tuple[str, tuple[Any, ...]]:
 _PUSH_ORDER = (_PUSH_SESSION, _PUSH_PROMPT, _PUSH_OBSERVATION, _PUSH_SUMMARY)
 
 
+def _identity(row: SharedRow) -> tuple[Any, ...]:
+    """The row's place in a push: its kind's (sessions first), then its identity."""
+    record = row.record
+    if isinstance(record, SessionRecord):
+        return (0, record.claude_session_id)
+    if isinstance(record, PromptRecord):
+        return (1, record.claude_session_id, record.prompt_number)
+    if isinstance(record, ObservationRecord):
+        return (2, record.claude_session_id, record.tool_use_id)
+    return (3, record.claude_session_id, record.prompt_number, record.created_at)
+
+
 def push_rows(connection: Connection, rows: Sequence[SharedRow]) -> PushCounts:
-    """Upsert ``rows`` in one transaction, sessions first, then prompts, observations and summaries (in
-    the order given within each); see pg_store's conflict rule."""
+    """Upsert ``rows`` in one transaction, sessions first, then prompts, observations and summaries (each
+    kind in the order of its identity); see pg_store's conflict rule."""
     by_statement: dict[str, list[tuple[Any, ...]]] = {statement: [] for statement in _PUSH_ORDER}
-    for row in rows:
+    # Each kind in the order of its identity: concurrent pushes of the same rows (one session
+    # resumed on two machines) take their row locks in one order, and never deadlock.
+    for row in sorted(rows, key=_identity):
         statement, parameters = _parameters(row, row.origin.machine_id)
         by_statement[statement].append(parameters)
     inserted = merged = vectors = unchanged = 0
