@@ -15,7 +15,7 @@ import trio
 
 from sessionmem.storage.pg_schema import LATEST
 from sessionmem.storage.pg_store import open_team_store
-from sessionmem.testing.postgres import PostgresServer, start_postgres
+from sessionmem.testing.postgres import PostgresServer, temporary_postgres
 from sessionmem.testing.postgres_roles import add_password_role
 
 pytestmark = pytest.mark.slow
@@ -88,7 +88,7 @@ def test_doctor_checks_the_team_database_and_its_schema(tmp_path: Path, postgres
 
 def test_doctor_says_when_the_team_database_is_down(tmp_path: Path) -> None:
     """A server stopped: one line naming the server and libpq's reason, exit 1; started again: all good."""
-    with start_postgres(tmp_path / "pg") as server:
+    with temporary_postgres() as server:
         url = server.create_database("team_down")
         migrate(url)
         env = doctor_env(tmp_path, url)

@@ -22,7 +22,7 @@ from sessionmem.storage import team_sync
 from sessionmem.team import push as team_push
 from sessionmem.team.sync import KILL_AFTER_PUSH_FILE
 from sessionmem.testing.harness import InProcessWorker, open_worker, serve_in_thread
-from sessionmem.testing.postgres import start_postgres
+from sessionmem.testing.postgres import temporary_postgres
 from sessionmem.testing.worker_process import WorkerClient, WorkerProcess
 
 from .test_search import BLOG, SHOP, store_session
@@ -173,7 +173,7 @@ async def injects_shop_memory(worker: InProcessWorker) -> bool:
 @pytest.mark.slow
 @pytest.mark.xdist_group("team")
 async def test_postgres_unreachable_at_start_and_lost_mid_run_loses_and_doubles_nothing(tmp_path: Path) -> None:
-    with start_postgres(tmp_path / "pg") as server:
+    with temporary_postgres() as server:
         url = server.create_database("team")
         await trio.to_thread.run_sync(server.stop)
         async with open_worker(tmp_path / "a", **team_settings(url, "laptop", share_projects="shop")) as a:
@@ -204,7 +204,7 @@ async def test_postgres_unreachable_at_start_and_lost_mid_run_loses_and_doubles_
 @pytest.mark.slow
 @pytest.mark.xdist_group("team")
 async def test_a_postgres_restart_mid_run_loses_and_doubles_nothing_either_way(tmp_path: Path) -> None:
-    with start_postgres(tmp_path / "pg") as server:
+    with temporary_postgres() as server:
         url = server.create_database("team")
         async with open_worker(tmp_path / "a", **team_settings(url, "laptop", share_projects="shop")) as a, \
                 open_worker(tmp_path / "b", **team_settings(url, "desktop", share_projects="shop")) as b:
@@ -257,7 +257,7 @@ def local_cursor(data_dir: Path) -> team_sync.OutboxCursor:
 @pytest.mark.xdist_group("team")
 def test_a_worker_killed_between_the_team_commit_and_its_cursor_pushes_again_without_duplicates(
         tmp_path: Path, worker_factory: Callable[..., WorkerProcess]) -> None:
-    with start_postgres(tmp_path / "pg") as server:
+    with temporary_postgres() as server:
         url, data = server.create_database("team"), tmp_path / "a"
         server.stop()  # the session is stored whole first; the push begins once the database is back
         env = {"SESSIONMEM_DATABASE_URL": url, "SESSIONMEM_SHARE_PROJECTS": "shop",
