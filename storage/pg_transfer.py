@@ -221,14 +221,18 @@ def pull_rows(connection: Connection, cursor: PullCursor, *, keys: Collection[st
     # One horizon for the four reads: every transaction below it has ended, so each read
     # (later, with a newer snapshot) sees all that committed below it.
     (horizon,) = connection.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").fetchone() or ("0",)
+    # A key "name:X" is also every row shown as project X, whatever its key: a project named in
+    # share_projects comes to a machine that has no session of it yet (and so knows no key for it).
     key_list = None if keys is None else list(keys)
     found: list[list[tuple[int, int, SharedRow]]] = []
     for table, columns in _PULL.items():
         rows = connection.execute(
             f"SELECT xid::text, seq, {_ORIGIN_READ}, {columns} FROM {table}"
             " WHERE (xid, seq) > (%s::xid8, %s) AND xid < %s::xid8 AND " + _MINE[table] + " <> %s"
-            " AND (%s::text[] IS NULL OR project_key = ANY(%s::text[])) ORDER BY xid, seq LIMIT %s",
-            (str(cursor.xid), cursor.seq, horizon, exclude_machine_id, key_list, key_list, limit)).fetchall()
+            " AND (%s::text[] IS NULL OR project_key = ANY(%s::text[]) OR %s || project = ANY(%s::text[]))"
+            " ORDER BY xid, seq LIMIT %s",
+            (str(cursor.xid), cursor.seq, horizon, exclude_machine_id, key_list, key_list, NAME_KEY_PREFIX, key_list,
+             limit)).fetchall()
         found.append([
             (int(xid), seq, SharedRow(record=_record(table, values), project_key=project_key,
                                       origin=Origin(machine_id, machine, user)))

@@ -285,6 +285,16 @@ async def test_pull_leaves_out_the_own_machine_and_unshared_projects(team_databa
     assert nothing == []
 
 
+async def test_a_project_named_is_pulled_whatever_its_key(team_database_url: str) -> None:
+    """share_projects names projects: a machine with no session of "app" yet knows no key for it."""
+    async with open_team_store(team_database_url) as store:
+        await store.push(a_session("desktop-app", DESKTOP))
+        await store.push(a_session("desktop-tools", DESKTOP, key=TOOLS, project="tools"))
+        by_name, _ = await pull_all(store, machine=LAPTOP, keys=["name:app"])
+    assert {row.record.claude_session_id for row in by_name} == {"desktop-app"}
+    assert {row.project_key for row in by_name} == {APP}
+
+
 async def test_a_merge_of_a_session_reaches_the_machine_that_wrote_it_first(team_database_url: str) -> None:
     async with open_team_store(team_database_url) as store:
         await store.push([shared(session("s1", status="active"))])
