@@ -35,7 +35,30 @@ from __future__ import annotations
 
 import psycopg
 
-_V1 = """
+# The columns every shared row ends with: its project, its origin, and the pull order.
+_ROW_TAIL = """
+    project_key       text NOT NULL,
+    project           text NOT NULL,
+    origin_machine_id text NOT NULL,
+    origin_machine    text NOT NULL,
+    origin_user       text NOT NULL,"""
+_PULL_ORDER = """
+    xid               xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    seq               bigint NOT NULL DEFAULT nextval('row_seq')"""
+_VECTOR = """
+    vector            vector(384),
+    model             text NOT NULL DEFAULT '',"""
+
+
+def _row_indexes(table: str) -> str:
+    """A table's pull order, and its newest rows first: of a project (by key, by name), of all."""
+    return (f"CREATE INDEX {table}_pull ON {table} (xid, seq);\n"
+            f"CREATE INDEX {table}_project ON {table} (project_key, created_at);\n"
+            f"CREATE INDEX {table}_project_name ON {table} (project, created_at);\n"
+            f"CREATE INDEX {table}_time ON {table} (created_at);\n")
+
+
+_V1 = f"""
 CREATE EXTENSION IF NOT EXISTS vector;
 CREATE SEQUENCE row_seq;
 
@@ -52,9 +75,7 @@ CREATE TABLE sessions (
     origin_machine_id text NOT NULL,
     origin_machine    text NOT NULL,
     origin_user       text NOT NULL,
-    changed_by        text NOT NULL,
-    xid               xid8 NOT NULL DEFAULT pg_current_xact_id(),
-    seq               bigint NOT NULL DEFAULT nextval('row_seq')
+    changed_by        text NOT NULL,{_PULL_ORDER}
 );
 CREATE INDEX sessions_pull ON sessions (xid, seq);
 CREATE INDEX sessions_project ON sessions (project_key, updated_at);
@@ -64,21 +85,10 @@ CREATE TABLE prompts (
     claude_session_id text NOT NULL,
     prompt_number     integer NOT NULL,
     text              text NOT NULL,
-    created_at        double precision NOT NULL,
-    project_key       text NOT NULL,
-    project           text NOT NULL,
-    origin_machine_id text NOT NULL,
-    origin_machine    text NOT NULL,
-    origin_user       text NOT NULL,
-    xid               xid8 NOT NULL DEFAULT pg_current_xact_id(),
-    seq               bigint NOT NULL DEFAULT nextval('row_seq'),
+    created_at        double precision NOT NULL,{_ROW_TAIL}{_PULL_ORDER},
     UNIQUE (claude_session_id, prompt_number)
 );
-CREATE INDEX prompts_pull ON prompts (xid, seq);
-CREATE INDEX prompts_project ON prompts (project_key, created_at);
-CREATE INDEX prompts_project_name ON prompts (project, created_at);
-CREATE INDEX prompts_time ON prompts (created_at);
-
+{_row_indexes("prompts")}
 CREATE TABLE observations (
     id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     claude_session_id text NOT NULL,
@@ -99,23 +109,10 @@ CREATE TABLE observations (
     compressed        boolean NOT NULL,
     compressor        text NOT NULL,
     compressor_model  text,
-    created_at        double precision NOT NULL,
-    project_key       text NOT NULL,
-    project           text NOT NULL,
-    origin_machine_id text NOT NULL,
-    origin_machine    text NOT NULL,
-    origin_user       text NOT NULL,
-    vector            vector(384),
-    model             text NOT NULL DEFAULT '',
-    xid               xid8 NOT NULL DEFAULT pg_current_xact_id(),
-    seq               bigint NOT NULL DEFAULT nextval('row_seq'),
+    created_at        double precision NOT NULL,{_ROW_TAIL}{_VECTOR}{_PULL_ORDER},
     UNIQUE (claude_session_id, tool_use_id)
 );
-CREATE INDEX observations_pull ON observations (xid, seq);
-CREATE INDEX observations_project ON observations (project_key, created_at);
-CREATE INDEX observations_project_name ON observations (project, created_at);
-CREATE INDEX observations_time ON observations (created_at);
-
+{_row_indexes("observations")}
 CREATE TABLE summaries (
     id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     claude_session_id text NOT NULL,
@@ -129,23 +126,10 @@ CREATE TABLE summaries (
     notes             text NOT NULL,
     compressed        boolean NOT NULL,
     compressor        text NOT NULL,
-    compressor_model  text,
-    project_key       text NOT NULL,
-    project           text NOT NULL,
-    origin_machine_id text NOT NULL,
-    origin_machine    text NOT NULL,
-    origin_user       text NOT NULL,
-    vector            vector(384),
-    model             text NOT NULL DEFAULT '',
-    xid               xid8 NOT NULL DEFAULT pg_current_xact_id(),
-    seq               bigint NOT NULL DEFAULT nextval('row_seq'),
+    compressor_model  text,{_ROW_TAIL}{_VECTOR}{_PULL_ORDER},
     UNIQUE (claude_session_id, prompt_number, created_at)
 );
-CREATE INDEX summaries_pull ON summaries (xid, seq);
-CREATE INDEX summaries_project ON summaries (project_key, created_at);
-CREATE INDEX summaries_project_name ON summaries (project, created_at);
-CREATE INDEX summaries_time ON summaries (created_at);
-"""
+{_row_indexes("summaries")}"""
 
 # Search. The weights follow the bm25 column weights of SQLite's full-text tables
 # (storage/fulltext.py TABLES): A > B > C > D. ``to_tsvector`` of a jsonb array indexes
