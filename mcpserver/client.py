@@ -22,7 +22,8 @@ Resource handling:
 Error handling:
     :class:`MemoryRefused` when the worker judged the request bad (a 4xx, with the
     worker's own message and the parameter at fault); :class:`MemoryUnavailable` when
-    the worker cannot be reached or started, or answers something that is not its
+    the worker cannot be reached or started, answers a failure (a 5xx, with its own
+    message: the team database cannot be reached), or answers something that is not its
     JSON. Both carry a message written for the model; the tools turn them into tool
     errors.
 """
@@ -104,6 +105,8 @@ class MemoryClient:
         reply = outcome.reply
         if outcome.status == "refused" and reply is not None:
             raise MemoryRefused(_error_message(reply.body, reply.status))
+        if not outcome.delivered and reply is not None:  # it answered, with a failure (the team database away)
+            raise MemoryUnavailable(_error_message(reply.body, reply.status))
         if not outcome.delivered or reply is None:
             raise MemoryUnavailable(f"the sessionmem worker did not answer: {outcome.detail}")
         try:

@@ -86,6 +86,13 @@ def search_index(reply: dict[str, Any], *, scope: str) -> str:
     hints = []
     if reply["more"]:
         hints.append(f"more with offset={reply['offset'] + len(results)}")
+    if reply.get("source") == "team":
+        # Its ids are the team database's: the other tools read this machine's memory, where an id names
+        # another row (or none).
+        hints.append("these ids are the team database's: get_observations and timeline read this machine's "
+                     "memory, not them (the snippets are what the team database gives)")
+        lines.append("Next: " + "; ".join(hints) + ".")
+        return "\n".join(lines)
     if observations:
         hints.append(f"full records: get_observations(ids=[{', '.join(observations)}])")
     hints.append(f"what happened around one: timeline(anchor={reference(results[0]['kind'], results[0]['id'])})")

@@ -52,7 +52,7 @@ from sessionmem.protocol.limits import (
     printable_line,
 )
 from sessionmem.protocol.project import ALL_PROJECTS
-from sessionmem.protocol.routes import MCP_SERVER_NAME, SEARCH_MODES
+from sessionmem.protocol.routes import MCP_SERVER_NAME, SEARCH_MODES, SEARCH_SOURCES
 from sessionmem.records import DOCUMENT_KINDS, OBSERVATION_TYPES, ObservationType
 
 P = TypeVar("P")
@@ -66,6 +66,7 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempot
 # Made from the tuples, so the tools' schemas follow them; a type checker reads these as Any.
 Kind = Literal[DOCUMENT_KINDS]  # type: ignore[valid-type]
 Mode = Literal[SEARCH_MODES]  # type: ignore[valid-type]
+Source = Literal[SEARCH_SOURCES]  # type: ignore[valid-type]
 Moment = Annotated[str | None, Field(
     max_length=64, description="A date (2026-11-01, 2026-11-01T14:30; local time), Unix seconds, "
                                "or an age: 30m, 12h, 7d, 2w ago.")]
@@ -121,7 +122,8 @@ def _project_param(project: str | None, default: str) -> dict[str, str]:
 
 
 def _scope(params: dict[str, str | int]) -> str:
-    return f"project {printable_line(str(params['project']))}" if "project" in params else "all projects"
+    scope = f"project {printable_line(str(params['project']))}" if "project" in params else "all projects"
+    return f"{scope} of the team database" if params.get("source") == "team" else scope
 
 
 def build_server(client: MemoryClient, default_project: str) -> StrictToolServer:
@@ -163,11 +165,16 @@ def build_server(client: MemoryClient, default_project: str) -> StrictToolServer
                                                 "vector: meaning only.")] = SEARCH_MODES[0],
         limit: Annotated[Integer, Field(ge=1, le=MAX_SEARCH_RESULTS, description="Hits per page.")] = DEFAULT_LIMIT,
         offset: Annotated[Integer, Field(ge=0, le=MAX_SEARCH_OFFSET, description="Hits to skip (next page).")] = 0,
+        source: Annotated[Source, Field(
+            description="local: this machine's memory (default). team: the team database itself, every shared "
+                        "project of every machine (when one is configured); its ids are not this machine's, so "
+                        "`get_observations` and `timeline` cannot read them.")] = SEARCH_SOURCES[0],
     ) -> str:
         params: dict[str, str | int] = {"q": query, "mode": mode, "limit": limit, "offset": offset,
                                         **_project_param(project, default_project)}
         optional = {"kind": ",".join(kinds or ()), "type": ",".join(types or ()), "file": file,
-                    "concept": concept, "session": session, "origin": origin, "since": since, "until": until}
+                    "concept": concept, "session": session, "origin": origin, "since": since, "until": until,
+                    "source": source if source != SEARCH_SOURCES[0] else None}
         params.update({name: value for name, value in optional.items() if value})
         return render.search_index(await ask(client.search, params), scope=_scope(params))
 
@@ -210,7 +217,8 @@ def build_server(client: MemoryClient, default_project: str) -> StrictToolServer
         f"`id | date | type | title [files] — snippet`; an observation's id is a number, other kinds are "
         f"`summary:3`, `prompt:7`. Start here: it is cheap. Then call `get_observations` with the ids that "
         f"matter for their full records (facts, narrative, files), or `timeline` with one id for what "
-        f"happened before and after it."))
+        f"happened before and after it. `source=\"team\"` searches the team database instead (every machine's "
+        f"shared projects), for reading the hits it lists only."))
     server.add_tool(timeline, title="Timeline around a memory", annotations=READ_ONLY, structured_output=False,
                     description=(
         "What happened around one point of past work, oldest first, in the compact line format of `search` "

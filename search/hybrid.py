@@ -43,7 +43,7 @@ import trio
 
 from sessionmem.embed.service import EmbedderService
 from sessionmem.index.actor import VectorIndex
-from sessionmem.records import RankedKey, SearchFilters
+from sessionmem.records import DocumentCard, RankedKey, SearchFilters
 from sessionmem.runtime.logs import log_exception
 from sessionmem.search.snippets import snippet
 from sessionmem.storage.base import Store
@@ -85,6 +85,13 @@ class SearchMode(str, Enum):
     VECTOR = "vector"
 
 
+class SearchSource(str, Enum):
+    """What a search read, and so whose ids its results carry."""
+
+    LOCAL = "local"  # this machine's memory: `sessionmem show`, the timeline, the observations batch read its ids
+    TEAM = "team"  # the team database itself (search/team_search.py): its own ids, never this machine's
+
+
 class SearchResult(msgspec.Struct, frozen=True, kw_only=True):
     kind: str  # observation | summary | prompt
     id: int
@@ -99,6 +106,7 @@ class SearchResult(msgspec.Struct, frozen=True, kw_only=True):
     snippet: str
     files: list[str]
     origin: str = ""  # "" this machine's own; else "user@machine"
+    source: SearchSource = SearchSource.LOCAL  # whose id `id` is
 
 
 class SearchResults(msgspec.Struct, frozen=True):
@@ -110,6 +118,7 @@ class SearchResults(msgspec.Struct, frozen=True):
     limit: int
     more: bool  # more results past this page
     unembedded: int = 0  # with meaning asked: stored documents the vector index does not hold yet (catching up)
+    source: SearchSource = SearchSource.LOCAL  # what was searched, and whose ids the results carry
 
 
 class SearchService:
@@ -122,9 +131,7 @@ class SearchService:
     async def search(self, query: str, filters: SearchFilters, *, mode: SearchMode = SearchMode.HYBRID,
                      limit: int = 20, offset: int = 0) -> SearchResults:
         self.searches += 1
-        # Fusion needs candidates past the page from both retrievers; words alone, only the
-        # page and one more (to know there is more): fewer to rank, and the same ranking.
-        depth = offset + limit + 1 if mode is SearchMode.FTS else max(MIN_DEPTH, (offset + limit) * 3)
+        depth = candidate_depth(mode, limit, offset)
         words: list[RankedKey] = []
         meaning: list[RankedKey] = []
         held: dict[tuple[str, int], float] = {}
@@ -149,28 +156,10 @@ class SearchService:
                 nursery.start_soon(by_words)
             if mode is not SearchMode.FTS:
                 nursery.start_soon(by_meaning)
-        if mode is SearchMode.HYBRID:
-            ranked = fuse(words, meaning, held)
-        else:
-            ranked = [(key.kind, key.row_id, key.score) for key in (words or meaning)]
+        ranked = ranking(mode, words, meaning, held)
         page = ranked[offset : offset + limit]
         cards = await self._store.cards([(kind, row_id) for kind, row_id, _ in page])
-        terms = query_terms(query)
-        found_by_words = {(key.kind, key.row_id) for key in words}
-        found_by_meaning = {(key.kind, key.row_id) for key in meaning}
-        results = []
-        for kind, row_id, score in page:
-            card = cards.get((kind, row_id))
-            if card is None:  # deleted between the two reads
-                continue
-            matched_by = [name for name, found in (("words", found_by_words), ("meaning", found_by_meaning))
-                          if (kind, row_id) in found]
-            results.append(SearchResult(
-                kind=kind, id=row_id, score=round(score, 6), matched_by=matched_by,
-                claude_session_id=card.claude_session_id, project=card.project, prompt_number=card.prompt_number,
-                created_at=card.created_at, type=card.type, title=card.title,
-                snippet=snippet(card.text if kind != "prompt" else card.title, terms), files=card.files,
-                origin=card.origin))
+        results = page_results(page, cards, query, words, meaning)
         return SearchResults(query, mode, vectors, results, offset, limit, more=len(ranked) > offset + limit,
                              unembedded=self._index.pending if vectors == "used" else 0)
 
@@ -181,10 +170,7 @@ class SearchService:
 
         async def embed() -> None:
             nonlocal vector
-            try:
-                vector = (await self._embedder.embed([query], urgent=True))[0]
-            except Exception as exc:
-                log_exception(log, "search: embedding the query failed; searching by words only", exc)
+            vector = await embed_query(self._embedder, query)
 
         async with trio.open_nursery() as nursery:  # the embedding beside the read, not after it
             nursery.start_soon(embed)
@@ -219,6 +205,55 @@ class SearchService:
         if filters.project is None:
             return None
         return await self._store.project_rows(filters.project, filters.wanted_kinds())
+
+
+def candidate_depth(mode: SearchMode, limit: int, offset: int) -> int:
+    """How many candidates each retriever is asked for, to rank the page ``offset``, ``limit``."""
+    # Fusion needs candidates past the page from both retrievers; words alone, only the
+    # page and one more (to know there is more): fewer to rank, and the same ranking.
+    return offset + limit + 1 if mode is SearchMode.FTS else max(MIN_DEPTH, (offset + limit) * 3)
+
+
+def ranking(mode: SearchMode, words: list[RankedKey], meaning: list[RankedKey],
+            held: Mapping[tuple[str, int], float]) -> list[tuple[str, int, float]]:
+    """The candidates as one ranking (kind, row id, score), best first: fused in ``hybrid``, else the one
+    retriever's as it is."""
+    if mode is SearchMode.HYBRID:
+        return fuse(words, meaning, held)
+    return [(key.kind, key.row_id, key.score) for key in (words or meaning)]
+
+
+async def embed_query(embedder: EmbedderService, query: str) -> np.ndarray | None:
+    """``query``'s vector, from the embedder's urgent lane; ``None`` (logged) when embedding it failed."""
+    try:
+        return (await embedder.embed([query], urgent=True))[0]
+    except Exception as exc:
+        log_exception(log, "search: embedding the query failed; searching by words only", exc)
+        return None
+
+
+def page_results(page: Sequence[tuple[str, int, float]], cards: Mapping[tuple[str, int], DocumentCard], query: str,
+                 words: Sequence[RankedKey], meaning: Sequence[RankedKey], *,
+                 source: SearchSource = SearchSource.LOCAL) -> list[SearchResult]:
+    """The results of ``page`` (kind, row id, score), shown from their ``cards``; a row without a card
+    (deleted between the two reads) is left out."""
+    terms = query_terms(query)
+    found_by_words = {(key.kind, key.row_id) for key in words}
+    found_by_meaning = {(key.kind, key.row_id) for key in meaning}
+    results = []
+    for kind, row_id, score in page:
+        card = cards.get((kind, row_id))
+        if card is None:
+            continue
+        matched_by = [name for name, found in (("words", found_by_words), ("meaning", found_by_meaning))
+                      if (kind, row_id) in found]
+        results.append(SearchResult(
+            kind=kind, id=row_id, score=round(score, 6), matched_by=matched_by,
+            claude_session_id=card.claude_session_id, project=card.project, prompt_number=card.prompt_number,
+            created_at=card.created_at, type=card.type, title=card.title,
+            snippet=snippet(card.text if kind != "prompt" else card.title, terms), files=card.files,
+            origin=card.origin, source=source))
+    return results
 
 
 def fuse(words: list[RankedKey], meaning: list[RankedKey],

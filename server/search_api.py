@@ -2,7 +2,9 @@
 
 ``GET /api/search``, ``GET /api/timeline`` and ``POST /api/observations/batch``
 (paths in :mod:`sessionmem.protocol.routes`). Query parameters are checked here and
-a bad one is a 400 naming it (``?since``); the answers are typed records.
+a bad one is a 400 naming it (``?since``); the answers are typed records. Search reads
+this machine's memory, or with ``source=team`` the team database itself; the timeline
+and the batch read this machine's memory only.
 
 Dates (``since``, ``until``) are ISO 8601 (``2026-11-01``, ``2026-11-01T14:30``,
 with or without an offset; local time without one), Unix seconds, or an age:
@@ -37,8 +39,9 @@ from sessionmem.records import (
     ObservationRow,
     SearchFilters,
 )
-from sessionmem.search.hybrid import SearchMode
+from sessionmem.search.hybrid import SearchMode, SearchSource
 from sessionmem.search.snippets import snippet
+from sessionmem.search.team_search import TeamSearch
 from sessionmem.server.payloads import BadRequest, decode
 from sessionmem.server.routing import (
     error_response,
@@ -50,6 +53,7 @@ from sessionmem.server.routing import (
     text_arg,
 )
 from sessionmem.server.services import Services
+from sessionmem.storage.pg_store import TeamUnavailable
 
 _AGE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _AGE_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -153,8 +157,27 @@ def _anchor(raw: str) -> tuple[str, int]:
     return kind, int(number)
 
 
+async def team_search_reply(services: Services, team_search: TeamSearch, query: str, filters: SearchFilters, *,
+                            mode: SearchMode, limit: int, offset: int) -> Response:
+    """``?source=team``: the team database searched itself (:mod:`sessionmem.search.team_search`); a 400 when
+    this worker has none, a 503 (without Retry-After: asking again at once will not help) when it cannot
+    be reached."""
+    if services.team is None:
+        raise BadRequest("no team database is configured: set database_url (SESSIONMEM_DATABASE_URL) to search "
+                         "it (source=team)", "?source")
+    team = services.team.store()
+    if team is None:
+        return error_response(503, "the team database is not open yet: the worker is starting or stopping")
+    try:
+        results = await team_search.search(team, query, filters, mode=mode, limit=limit, offset=offset)
+    except TeamUnavailable as exc:  # its message never holds the password
+        return error_response(503, f"the team database cannot be searched: {exc}")
+    return json_response(results)
+
+
 def add_search_routes(app: QuartTrio, services: Services) -> None:
     search = services.search
+    team_search = TeamSearch(services.index, services.embedder)
 
     def mode_arg() -> SearchMode:
         mode_raw = (request.args.get("mode") or SearchMode.HYBRID.value).lower()
@@ -164,14 +187,26 @@ def add_search_routes(app: QuartTrio, services: Services) -> None:
             raise BadRequest(f"query parameter 'mode' must be one of {', '.join(m.value for m in SearchMode)}",
                              "?mode") from None
 
+    def source_arg() -> SearchSource:
+        source = (request.args.get("source") or routes.SEARCH_SOURCES[0]).lower()
+        try:
+            return SearchSource(source)
+        except ValueError:
+            raise BadRequest(f"query parameter 'source' must be one of {', '.join(routes.SEARCH_SOURCES)}",
+                             "?source") from None
+
     @app.get(routes.SEARCH)
     async def search_route() -> Response:
         query = query_text(required=True)
         mode = mode_arg()
-        results = await search.search(
-            query, filters_from_query(), mode=mode, limit=int_arg("limit", 20, low=1, high=MAX_SEARCH_RESULTS),
-            offset=int_arg("offset", 0, low=0, high=MAX_SEARCH_OFFSET))
-        return json_response(results)
+        source = source_arg()
+        filters = filters_from_query()
+        limit = int_arg("limit", 20, low=1, high=MAX_SEARCH_RESULTS)
+        offset = int_arg("offset", 0, low=0, high=MAX_SEARCH_OFFSET)
+        if source is SearchSource.TEAM:
+            return await team_search_reply(services, team_search, query, filters, mode=mode, limit=limit,
+                                           offset=offset)
+        return json_response(await search.search(query, filters, mode=mode, limit=limit, offset=offset))
 
     @app.get(routes.TIMELINE)
     async def timeline_route() -> Response:

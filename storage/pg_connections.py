@@ -133,7 +133,11 @@ class TeamConnections:
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """``fn(connection)`` on a read connection (autocommit), in a worker thread."""
         if not self._migrated:
-            await self.write(lambda connection: None)  # connects, and migrates an empty database
+            # Connects, and migrates an empty database. A caller under a deadline (a search) may
+            # abandon it: its thread goes on holding the writer's limiter until it ends, so no
+            # write overlaps it, and the connection it makes is kept for the next call.
+            await trio.to_thread.run_sync(self._write_sync, _nothing, limiter=self._write_limiter,
+                                          abandon_on_cancel=True)
         # A read may be abandoned when its caller is cancelled: its thread finishes it and
         # gives the connection back; nothing is written.
         return await trio.to_thread.run_sync(self._read_sync, fn, limiter=self._read_limiter, abandon_on_cancel=True)
@@ -245,3 +249,7 @@ class TeamConnections:
         self._failures += 1
         self._last_error = text
         return TeamUnavailable(text)
+
+
+def _nothing(connection: Connection) -> None:
+    """A write that only connects (and migrates)."""

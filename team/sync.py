@@ -16,10 +16,11 @@ the worker accepts, compresses and answers from SQLite as ever. The outbox is th
 store itself: nothing is lost, however long the database stays away.
 
 Resource handling:
-    :meth:`run` opens the team store (lazily: a database down at start is fine) and holds
-    the loops' nursery; it reports started once this data dir's machine id exists (one
-    local write; should the local store refuse it, a full disk, at once, and it tries again
-    after), never waiting for PostgreSQL. Cancelling it ends the loops; a push whose
+    :meth:`run` opens the team store (lazily: a database down at start is fine), lends it to
+    searches of the team database (:meth:`TeamSync.store`) and holds the loops' nursery; it
+    reports started once this data dir's machine id exists (one local write; should the
+    local store refuse it, a full disk, at once, and it tries again after), never waiting
+    for PostgreSQL. Cancelling it ends the loops; a push whose
     team transaction committed but whose local cursor did not move is pushed again next
     time, which changes nothing there.
 
@@ -47,7 +48,7 @@ from sessionmem.broadcast import Broadcaster, LiveEvent
 from sessionmem.index.actor import VectorIndex
 from sessionmem.runtime.logs import log_exception
 from sessionmem.settings import Settings
-from sessionmem.storage.pg_store import TeamUnavailable, open_team_store
+from sessionmem.storage.pg_store import TeamStore, TeamUnavailable, open_team_store
 from sessionmem.storage.sqlite import SQLiteStore
 from sessionmem.storage.team_records import Origin
 from sessionmem.storage.team_sync import OUTBOX, SHARE_PREFIX
@@ -152,6 +153,7 @@ class TeamSync:
         self._share_requests, self._share_receive = trio.open_memory_channel[str](1)
         self._share: SharePushStatus | None = None
         self._share_starting = trio.Lock()  # two requests at once start one push
+        self._team: TeamStore | None = None  # open while run() runs
         # statistics
         self._connected = False
         self._pushed = self._pulled = self._failures = self._backlog = self._refused = 0
@@ -165,6 +167,12 @@ class TeamSync:
     def shared(self, project: str, share_file: bool) -> bool:
         """The sharing rule with this worker's settings (:func:`sessionmem.team.sharing.is_shared`)."""
         return is_shared(project, share_file=share_file, share_projects=self._settings.share_projects)
+
+    def store(self) -> TeamStore | None:
+        """The team store this sync holds open, for reads of the team database itself (``GET
+        /api/search?source=team``); ``None`` before :meth:`run` opened it or after it ended. Opening
+        it does no I/O: a call on it raises TeamUnavailable while the database is away."""
+        return self._team
 
     def statistics(self) -> TeamStatistics:
         return TeamStatistics(
@@ -212,6 +220,15 @@ class TeamSync:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Sync until cancelled; see the module docstring."""
+        # Open (no I/O) before reporting started: searches of the team database have it from then on.
+        async with open_team_store(self._url) as team:
+            self._team = team
+            try:
+                await self._sync(team, task_status)
+            finally:
+                self._team = None
+
+    async def _sync(self, team: TeamStore, task_status: trio.TaskStatus[None]) -> None:
         try:
             self._machine_id = await self._store.team_start()
         except Exception as exc:  # the local store cannot take the write now (a full disk): not the worker's end
@@ -225,15 +242,14 @@ class TeamSync:
                 break
         origin = Origin(self._machine_id, self._machine, self._user)
         batch = self._settings.team_push_batch
-        async with open_team_store(self._url) as team:
-            after_push = self._kill_if_asked if self._settings.fault_injection else None
-            pusher = Pusher(self._store, team, self._index, origin=origin, batch=batch, after_push=after_push)
-            puller = Puller(self._store, team, self._index, self._broadcaster, machine_id=self._machine_id,
-                            share_projects=self._settings.share_projects, batch=batch)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._push_forever, pusher)
-                nursery.start_soon(self._pull_forever, puller)
-                nursery.start_soon(self._share_forever, pusher)
+        after_push = self._kill_if_asked if self._settings.fault_injection else None
+        pusher = Pusher(self._store, team, self._index, origin=origin, batch=batch, after_push=after_push)
+        puller = Puller(self._store, team, self._index, self._broadcaster, machine_id=self._machine_id,
+                        share_projects=self._settings.share_projects, batch=batch)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._push_forever, pusher)
+            nursery.start_soon(self._pull_forever, puller)
+            nursery.start_soon(self._share_forever, pusher)
 
     async def _start(self, _: None) -> None:
         self._machine_id = await self._store.team_start()

@@ -33,7 +33,7 @@ from sessionmem.install import (
 )
 from sessionmem.protocol import routes
 from sessionmem.protocol.limits import MAX_BATCH_IDS, MAX_SEARCH_RESULTS
-from sessionmem.search.hybrid import SearchMode
+from sessionmem.search.hybrid import SearchMode, SearchSource
 from sessionmem.testing.harness import InProcessWorker, ThreadedWorker, serve_in_thread
 from sessionmem.testing.messages_api import RecordedRequest, ScriptedMessagesAPI
 from sessionmem.testing.worker_process import WorkerProcess
@@ -111,6 +111,7 @@ async def answer(session: ClientSession, tool: str, arguments: dict[str, Any]) -
 
 def test_the_search_modes_are_the_workers() -> None:
     assert tuple(mode.value for mode in SearchMode) == routes.SEARCH_MODES
+    assert tuple(source.value for source in SearchSource) == routes.SEARCH_SOURCES
 
 
 async def test_the_three_tools_describe_progressive_disclosure(memory: dict[str, Any]) -> None:

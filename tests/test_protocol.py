@@ -242,6 +242,19 @@ def test_a_5xx_is_spooled_by_a_hook_and_retried_by_a_patient_client(scripted: An
     assert outcome.status == "delivered" and time.slept == [0.25, 0.5]
 
 
+def test_a_503_without_retry_after_is_a_failure_a_read_reports_at_once(scripted: Any) -> None:
+    # Not back-pressure but something the worker needs that is away (the team database): a command
+    # does not wait and ask again; it gets the worker's answer to report.
+    _, config = scripted((503, {}))
+    time = FakeTime()
+    outcome = send(config, Patience(120.0, 120.0, retry_failures=False), time, method="GET", path=routes.SEARCH)
+    assert outcome.status == "unavailable" and time.slept == []
+    assert outcome.reply is not None and outcome.reply.status == 503
+    _, config = scripted((503, {}), (202, {}))
+    time = FakeTime()
+    assert send(config, Patience.patient(), time).status == "delivered" and time.slept == [0.25]
+
+
 def test_a_4xx_is_refused_and_not_spooled(scripted: Any) -> None:
     _, config = scripted((400, {}))
     outcome = send(config, Patience.patient(), FakeTime())

@@ -2,7 +2,8 @@
 
 Both ask the running worker (``GET /api/search``, ``POST /api/observations/batch``)
 like every client, with the install's token; standard library only. ``--json``
-prints the worker's answer as it is, for scripts.
+prints the worker's answer as it is, for scripts. ``search --team`` asks the team
+database itself (``source=team``); its ids are that database's, which ``show`` does not read.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def _clip(text: str, width: int) -> str:
 
 def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
     query: dict[str, Any] = {"q": args.query, "mode": args.mode, "limit": args.limit, "offset": args.offset}
+    if args.team:
+        query["source"] = "team"
     project = project_of(os.getcwd()) if args.project == "." else None if args.project == ALL_PROJECTS else args.project
     for name, value in (("project", project), ("type", args.type), ("since", args.since), ("until", args.until),
                         ("file", args.file), ("kind", args.kind), ("origin", args.origin)):
@@ -51,23 +54,29 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
     vectors = "" if answer["vectors"] in ("used", "not asked") else f" (vectors {answer['vectors']}: words only)"
     if answer.get("unembedded"):
         vectors = f" ({answer['unembedded']} documents not yet searchable by meaning: the index is catching up)"
-    print(f"{len(results)} result(s) for {args.query!r}, {answer['mode']}{vectors}")
+    team = answer.get("source") == "team"
+    where = " in the team database" if team else ""
+    print(f"{len(results)} result(s) for {args.query!r}{where}, {answer['mode']}{vectors}")
     for result in results:
         label = f"#{result['id']}" if result["kind"] == "observation" else f"{result['kind']} {result['id']}"
+        label = f"team {label}" if team else label
         found = "+".join(result["matchedBy"])
         origin = f"  from {result['origin']}" if result.get("origin") else ""
         print(f"\n{label:>10}  {_date(result['createdAt'])}  {result['project']}{origin}  {result['type']}  [{found}]")
         print(f"{'':>10}  {_clip(result['title'], WIDTH)}")
         if result["snippet"] and result["snippet"] != result["title"]:
             print(f"{'':>10}  {_clip(result['snippet'], WIDTH)}")
-    if not results and project:
+    if not results and project and not team:
         _say_if_unknown(config, project)
     if answer["more"]:
         following = args.offset + args.limit
         print(f"\nmore with --offset {following}" if following <= MAX_SEARCH_OFFSET
               else "\nmore: narrow it down (--project, --type, --since, --file)")
     observation_ids = [str(r["id"]) for r in results if r["kind"] == "observation"][:5]
-    if observation_ids:
+    if team and results:
+        # The team database's ids: `show` reads this machine's memory, where they name other rows.
+        print("\nthese ids are the team database's: `sessionmem show` reads this machine's memory, not them")
+    elif observation_ids:
         print("\nfull records: sessionmem show " + " ".join(observation_ids))
     return 0
 
@@ -140,6 +149,9 @@ def add_commands(sub: Any, common: Any, client: Any) -> None:
                         help=f"results (1-{MAX_SEARCH_RESULTS}, default 10)")
     search.add_argument("--offset", type=whole_number(0, MAX_SEARCH_OFFSET), default=0,
                         help="results to skip (the next page: --offset 10)")
+    search.add_argument("--team", action="store_true",
+                        help="search the team database itself (every machine's shared projects, pulled here or "
+                             "not) instead of this machine's memory; needs database_url")
     search.add_argument("--json", action="store_true", help="the worker's JSON answer")
     search.set_defaults(fn=lambda args: cmd_search(args, client(args)))
     show = sub.add_parser("show", help="full records of observations by id")

@@ -8,8 +8,10 @@ the worker answers                     the client
 2xx                                    done (a duplicate of an accepted event is a 2xx too)
 503 with ``Retry-After``               waits that long and sends again while its patience lasts,
 (a session's mailbox is full)          then spools
-any other 5xx, a timeout, a reset,     a patient client retries with backoff while its patience
-nothing listening                      lasts; then every client spools
+any other 5xx (a 503 without           a patient client retries with backoff while its patience
+``Retry-After``: something the worker  lasts; then every client spools (a read is unavailable,
+needs is away), a timeout, a reset,    with the worker's last answer, if it answered)
+nothing listening
 401 (no token, or a stale one)         spooled: only the data dir's owner can write the spool, and
                                        the worker imports it itself
 any other 4xx                          refused: the worker judged the request, sending it again
@@ -89,8 +91,8 @@ class Outcome:
 
     ``status``: ``delivered`` (``reply`` holds the 2xx answer), ``refused`` (a 4xx, in
     ``reply``), ``spooled`` (saved for the worker to import), ``unavailable`` (a read
-    that could not be answered), ``lost`` (could not even be spooled). ``detail`` says
-    why it was not delivered.
+    that could not be answered; ``reply`` holds the worker's 5xx answer, if it gave one),
+    ``lost`` (could not even be spooled). ``detail`` says why it was not delivered.
     """
 
     __slots__ = ("status", "reply", "detail", "attempts")
@@ -126,6 +128,7 @@ def deliver(config: ClientConfig, method: str, path: str, body: bytes | None, *,
         attempts += 1
         remaining = deadline - clock()
         backing_off = False
+        failed: Reply | None = None  # a 5xx answer, kept for a read that ends unavailable
         try:
             reply = request(config.host, config.worker_port(), method, path, body,
                             timeout=max(0.05, min(patience.request_timeout_s, remaining)), token=config.token())
@@ -135,7 +138,8 @@ def deliver(config: ClientConfig, method: str, path: str, body: bytes | None, *,
             if reply.status < 300:
                 return Outcome("delivered", reply, attempts=attempts)
             detail = f"HTTP {reply.status}: {reply.body[:300].decode('utf-8', 'replace')}"
-            if reply.status == 503:
+            failed = reply if reply.status >= 500 else None
+            if reply.status == 503 and RETRY_AFTER in reply.headers:  # back-pressure: as long as it says
                 wait = retry_after_seconds(reply)
             elif reply.status == 401:
                 wait = None
@@ -149,7 +153,7 @@ def deliver(config: ClientConfig, method: str, path: str, body: bytes | None, *,
             sleep(wait)
             continue
         if spoolable is None:
-            return Outcome("unavailable", None, detail, attempts)
+            return Outcome("unavailable", failed, detail, attempts)
         return _spool(config, path, spoolable, detail, attempts)
 
 

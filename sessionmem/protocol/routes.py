@@ -35,8 +35,10 @@ SESSIONS = "/api/sessions"
 OBSERVATION_LIST = "/api/observations"
 OBSERVATION = "/api/observations/{observation_id}"
 SUMMARIES = "/api/summaries"
-SEARCH = "/api/search"  # GET ?q=&mode=&project=&kind=&type=&since=&until=&file=&concept=&session=&limit=&offset=
+SEARCH = "/api/search"  # GET ?q=&mode=&source=&project=&kind=&type=&since=&until=&file=&concept=&session=&limit=&offset=
 SEARCH_MODES = ("hybrid", "fts", "vector")  # ?mode= of SEARCH; the first is the default
+# ?source= of SEARCH: this machine's memory (the default), or the team database itself (its own ids)
+SEARCH_SOURCES = ("local", "team")
 TIMELINE = "/api/timeline"  # GET ?anchor=<observation id | kind:id>&before=&after=, or ?q= (and filters)
 OBSERVATION_BATCH = "/api/observations/batch"  # POST {"ids": [...]}: full observations, in the order asked
 PROJECTS = "/api/projects"  # GET ?limit=&offset=&q=: projects with sessions, the most recently active first
