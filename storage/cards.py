@@ -46,8 +46,8 @@ _CARD_SQL = {
 }
 
 
-def _card(kind: str, row: SQLiteValues) -> DocumentCard:
-    """A ``_CARD_SQL[kind]`` row as its card."""
+def card_of_row(kind: str, row: SQLiteValues) -> DocumentCard:
+    """A ``_CARD_SQL[kind]`` row as its card (the team database reads its cards in the same shape)."""
     row_id, session, project, prompt_number, created_at = row[:5]
     head = partial(DocumentCard, kind=kind, id=integer(row_id), claude_session_id=text(session),
                    project=text(project), prompt_number=integer(prompt_number), created_at=real(created_at))
@@ -75,7 +75,7 @@ def cards(connection: apsw.Connection, keys: Sequence[tuple[str, int]]) -> dict[
     for kind in DOCUMENT_KINDS:
         if any(key_kind == kind for key_kind, _ in keys):
             for row in all_rows(connection, _CARD_SQL[kind], (_ids_json(keys, kind),)):
-                card = _card(kind, row)
+                card = card_of_row(kind, row)
                 found[(kind, card.id)] = card
     return found
 

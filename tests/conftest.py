@@ -1,11 +1,14 @@
 """Shared fixtures: the worker in-process (``app``: its ASGI app driven directly; ``worker``: served
 over real HTTP from a thread, for hook and command processes), real worker processes where a test
-needs one (``worker_factory``), the scripted Messages API, and the recorded hook payloads."""
+needs one (``worker_factory``), the scripted Messages API, the recorded hook payloads, and a real
+PostgreSQL with pgvector (``postgres``: one server per test process; ``team_database_url``: a fresh
+database of it per test)."""
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ import pytest
 from sessionmem.records import ObservationRow, SummaryRow
 from sessionmem.testing.harness import InProcessWorker, ThreadedWorker, open_worker, serve_in_thread
 from sessionmem.testing.messages_api import ScriptedMessagesAPI
+from sessionmem.testing.postgres import PostgresServer, temporary_postgres
 from sessionmem.testing.worker_process import WorkerProcess, start_worker
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -106,3 +110,22 @@ def summary_row(id: int, **fields: Any) -> SummaryRow:
     }
     values.update(fields)
     return SummaryRow(id=id, **values)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A real PostgreSQL 18 with pgvector, one per test process (each xdist worker has its own),
+    stopped and removed when the session ends. Tests that stop or restart a server start their
+    own (``temporary_postgres``) rather than this one, which every test of the process shares."""
+    with temporary_postgres() as server:
+        yield server
+
+
+@pytest.fixture
+def team_database_url(postgres: PostgresServer) -> Iterator[str]:
+    """The URL of a database made for this test on :func:`postgres`, dropped after it."""
+    name = f"team_{uuid.uuid4().hex[:16]}"
+    url = postgres.create_database(name)
+    yield url
+    postgres.start()  # in case the test stopped it
+    postgres.drop_database(name)

@@ -1,0 +1,228 @@
+"""Connections to the team database: one writer and a few readers, off the Trio thread.
+
+- The writer: one psycopg connection, owned by whichever worker thread holds its
+  ``CapacityLimiter(1)`` (:meth:`TeamConnections.write`): a transaction begins and ends
+  inside one synchronous function, never across an ``await``. It is opened lazily, at the
+  first write (or the first read), which also applies the schema migrations
+  (:mod:`sessionmem.storage.pg_schema`); a connection found lost is dropped and the next
+  call opens another.
+- The readers: at most ``readers`` connections, each lent to one worker thread at a
+  time (:meth:`TeamConnections.read`), made when a read finds none idle and kept idle
+  for the next. Not ``psycopg_pool``: its connections are made by background workers
+  that retry with a growing backoff, so a read after a server restart waited out its
+  timeout instead of connecting at once, and the error it got named no cause.
+
+Nothing here fails because the database is down at start: :func:`TeamConnections` does
+no I/O until a call needs it.
+
+Resource handling:
+    :meth:`TeamConnections.aclose` closes the writer connection (waiting for a write in
+    progress to finish: a write is never abandoned) and the idle read connections; a read
+    abandoned by its cancelled caller closes its connection when it ends.
+
+Error handling:
+    A database that cannot be reached (within ``connect_timeout_s``), a connection lost
+    or refused, and a database of a newer schema all raise :class:`TeamUnavailable`. Its message never holds the password, nor the URL
+    (:func:`sanitized`), and it is raised ``from None`` so that no chained psycopg error
+    carries them into a log. A write that finds its (older) connection lost is tried once
+    more on a new one before giving up (every write of the team store is idempotent), and
+    so is a read that finds its idle connection lost. Other
+    SQL errors (a bug, a constraint) propagate unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import msgspec
+import psycopg
+import trio
+from pgvector.psycopg import register_vector
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.pq import TransactionStatus
+
+from sessionmem.storage.pg_schema import TeamSchemaTooNew, migrate
+
+T = TypeVar("T")
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+# What says the database is out of reach (OperationalError: refused, lost, shut down, timed
+# out), or that a connection closed under us (InterfaceError).
+CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+# Found dead in at most ~25 s over TCP when the network goes away mid-query (unless the URL
+# says otherwise); libpq counts connect_timeout in whole seconds, at least 2.
+_KEEPALIVES = {"keepalives": "1", "keepalives_idle": "10", "keepalives_interval": "5", "keepalives_count": "3"}
+_URL_PASSWORD = re.compile(r"(postgres(?:ql)?://[^:/@\s]*):[^@\s]*@")
+_PASSWORD_PARAMETER = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
+
+class TeamUnavailable(Exception):
+    """The team database cannot be used right now: unreachable, the connection lost, or a schema
+    newer than this code. Nothing of the failed call happened, or it happened whole; try again
+    later. The message never contains the password."""
+
+
+class ConnectionStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    connected: bool  # the writer connection is open
+    connects: int  # writer connections opened
+    failures: int  # calls that ended in TeamUnavailable
+    last_error: str | None  # sanitized
+
+
+def sanitized(message: str, url: str) -> str:
+    """``message`` without the password or the URL of ``url`` in any spelling psycopg or libpq use."""
+    secrets = [url]
+    try:
+        password = conninfo_to_dict(url).get("password")
+    except psycopg.ProgrammingError:
+        password = None
+    if password:
+        secrets.append(str(password))
+    for secret in sorted(secrets, key=len, reverse=True):
+        message = message.replace(secret, "***")
+    message = _URL_PASSWORD.sub(r"\1:***@", message)
+    return _PASSWORD_PARAMETER.sub(r"\1***", message)
+
+
+def connection_url(url: str, *, connect_timeout_s: float) -> str:
+    """``url`` with a connect timeout and TCP keepalives, unless it sets its own."""
+    parameters: dict[str, Any] = {**_KEEPALIVES, "connect_timeout": str(max(2, math.ceil(connect_timeout_s))),
+                                  "application_name": "sessionmem"}
+    try:
+        given = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise TeamUnavailable(f"not a PostgreSQL URL: {sanitized(str(exc), url)}") from None
+    return make_conninfo(url, **{name: value for name, value in parameters.items() if name not in given})
+
+
+class TeamConnections:
+    """The writer connection and the read connections of one team database; see the module docstring."""
+
+    def __init__(self, url: str, *, connect_timeout_s: float = 5.0, readers: int = 2) -> None:
+        self._url = url
+        self._conninfo = connection_url(url, connect_timeout_s=connect_timeout_s)
+        self._writer: Connection | None = None  # touched only by the thread holding _write_limiter
+        self._write_limiter = trio.CapacityLimiter(1)
+        self._read_limiter = trio.CapacityLimiter(readers)
+        self._readers = readers
+        self._idle_readers: list[Connection] = []  # each lent to one thread at a time
+        self._readers_lock = threading.Lock()
+        self._closed = False  # no read connection is kept once set
+        self._migrated = False
+        self._connects = 0
+        self._failures = 0
+        self._last_error: str | None = None
+
+    def statistics(self) -> ConnectionStatistics:
+        writer = self._writer
+        return ConnectionStatistics(connected=writer is not None and not writer.closed, connects=self._connects,
+                                    failures=self._failures, last_error=self._last_error)
+
+    async def write(self, fn: Callable[[Connection], T]) -> T:
+        """``fn(connection)`` on the writer connection (autocommit), in a worker thread; ``fn`` makes its
+        own transaction, and must be safe to run again (see the module docstring)."""
+        return await trio.to_thread.run_sync(self._write_sync, fn, limiter=self._write_limiter)
+
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        """``fn(connection)`` on a read connection (autocommit), in a worker thread."""
+        if not self._migrated:
+            await self.write(lambda connection: None)  # connects, and migrates an empty database
+        # A read may be abandoned when its caller is cancelled: its thread finishes it and
+        # gives the connection back; nothing is written.
+        return await trio.to_thread.run_sync(self._read_sync, fn, limiter=self._read_limiter, abandon_on_cancel=True)
+
+    async def aclose(self) -> None:
+        await trio.to_thread.run_sync(self._drop_writer, limiter=self._write_limiter)
+        await trio.to_thread.run_sync(self._close_readers, limiter=self._read_limiter)
+
+    # -- in worker threads ---------------------------------------------------------------
+
+    def _write_sync(self, fn: Callable[[Connection], T]) -> T:
+        fresh = self._writer is None or self._writer.closed
+        try:
+            return fn(self._writer_connection())
+        except CONNECTION_ERRORS as exc:
+            self._drop_writer()
+            if fresh:
+                raise self._unavailable(str(exc)) from None
+        # The connection was an old one, maybe broken by a server restart since: once more, anew.
+        try:
+            return fn(self._writer_connection())
+        except CONNECTION_ERRORS as exc:
+            self._drop_writer()
+            raise self._unavailable(str(exc)) from None
+
+    def _writer_connection(self) -> Connection:
+        if self._writer is not None and not self._writer.closed:
+            return self._writer
+        connection = self._connect()
+        try:
+            try:
+                migrate(connection)
+            except TeamSchemaTooNew as exc:
+                raise self._unavailable(str(exc)) from None
+            register_vector(connection)
+        except BaseException:
+            connection.close()
+            raise
+        self._writer = connection
+        self._migrated = True
+        self._connects += 1
+        self._last_error = None
+        return connection
+
+    def _connect(self) -> Connection:
+        return psycopg.connect(self._conninfo, autocommit=True)
+
+    def _drop_writer(self) -> None:
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            writer.close()
+
+    def _read_sync(self, fn: Callable[[Connection], T]) -> T:
+        # Read connections are made when a read finds none idle, in the reading thread: an
+        # error is the one of that attempt, at once (a pool growing in the background would
+        # make a caller wait out its timeout, and retry with a backoff after a restart).
+        with self._readers_lock:
+            connection = self._idle_readers.pop() if self._idle_readers else None
+        try:
+            if connection is not None:
+                try:
+                    return self._lent(connection, fn)
+                except CONNECTION_ERRORS:
+                    pass  # an idle connection a restart broke: once more, anew
+            connection = self._connect()
+            register_vector(connection)
+            return self._lent(connection, fn)
+        except CONNECTION_ERRORS as exc:
+            raise self._unavailable(str(exc)) from None
+
+    def _lent(self, connection: Connection, fn: Callable[[Connection], T]) -> T:
+        """``fn(connection)``, then the connection kept for the next read if it is sound, else closed."""
+        try:
+            return fn(connection)
+        finally:
+            sound = not connection.closed and connection.info.transaction_status == TransactionStatus.IDLE
+            with self._readers_lock:
+                keep = sound and not self._closed and len(self._idle_readers) < self._readers
+                if keep:
+                    self._idle_readers.append(connection)
+            if not keep:
+                connection.close()
+
+    def _close_readers(self) -> None:
+        with self._readers_lock:
+            self._closed = True
+            idle, self._idle_readers = self._idle_readers, []
+        for connection in idle:
+            connection.close()
+
+    def _unavailable(self, message: str) -> TeamUnavailable:
+        text = sanitized(sanitized(message.strip(), self._url), self._conninfo)
+        self._failures += 1
+        self._last_error = text
+        return TeamUnavailable(text)

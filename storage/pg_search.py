@@ -1,0 +1,183 @@
+"""Search of the team database: full text (tsvector, GIN), nearest vectors (pgvector, HNSW), and cards.
+
+Each function takes a read connection of :class:`~sessionmem.storage.pg_connections.TeamConnections`
+and runs in a worker thread; :class:`~sessionmem.storage.pg_store.TeamStore` wraps them.
+Answers are shaped as the SQLite store's: :class:`~sessionmem.records.RankedKey`
+(kind, row id, score; higher is better), honouring the same
+:class:`~sessionmem.records.SearchFilters` (project, kinds, types, since/until, file,
+concept, Claude session), plus ``keys``: only the projects of those
+:func:`~sessionmem.storage.team_records.shared_key`\\ s. Row ids are the team database's own.
+
+Full text: a query is parsed by ``websearch_to_tsquery('english', ...)`` (any text a
+user types is a valid query: quotes make phrases, ``-`` excludes, ``or`` alternates).
+Documents matching it (every word) come first, ranked by ``ts_rank`` over the weighted
+``search`` column (pg_schema version 2); when they are fewer than ``limit``, documents
+holding only some of the query's words follow (each word a ``plainto_tsquery``,
+never parsed as syntax), as the SQLite store ranks a typed search -- unless the query
+uses the syntax (a phrase, an excluded word, ``or``): then it asked for exactly that.
+
+Nearest: per kind with vectors (observations, summaries), the ``k`` nearest by cosine
+distance through the HNSW index, with pgvector's iterative scan (``relaxed_order``) so
+that a filter leaving few rows still yields ``k`` of them; merged by distance.
+
+Error handling:
+    Nothing a user can type raises here: a query without words finds nothing. SQL and
+    connection errors propagate (the connections turn the latter into TeamUnavailable).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from sessionmem.records import OBSERVATION, PROMPT, SUMMARY, DocumentCard, RankedKey, SearchFilters
+from sessionmem.storage.cards import card_of_row
+from sessionmem.storage.fulltext import file_name, file_params, query_terms
+from sessionmem.storage.pg_connections import Connection
+from sessionmem.storage.pg_schema import VECTOR_DIMENSIONS
+from sessionmem.storage.team_records import Origin
+
+TABLES = {OBSERVATION: "observations", SUMMARY: "summaries", PROMPT: "prompts"}
+VECTOR_KINDS = (OBSERVATION, SUMMARY)
+# ts_rank's normalization 1: divided by 1 + the log of the document's length, as bm25
+# favours the shorter of two documents holding a word as often.
+_RANK = "ts_rank(search, asked.q, 1)"
+# What makes a query more than words for websearch_to_tsquery: a phrase, an excluded word, "or".
+_SYNTAX = re.compile(r'"|(?:^|\s)-\w|\sor\s', re.IGNORECASE)
+# HNSW's candidate list: at least pgvector's default, and k.
+_EF_SEARCH = 40
+
+
+class TeamCard(msgspec.Struct, frozen=True, kw_only=True):
+    """A document of the team database as a search result shows it, with where it came from."""
+
+    card: DocumentCard  # its id is the team database's
+    project_key: str
+    origin: Origin
+
+
+def _filter_sql(kind: str, filters: SearchFilters, keys: Collection[str] | None, params: dict[str, Any]) -> str:
+    """The conditions restricting rows of ``kind`` to ``filters`` and ``keys`` (``AND``-joined; ``true``)."""
+    conditions: list[str] = []
+    if keys is not None:
+        params["keys"] = list(keys)
+        conditions.append("project_key = ANY(%(keys)s)")
+    if filters.project is not None:
+        params["project"] = filters.project
+        conditions.append("project = %(project)s")
+    if filters.since is not None:
+        params["since"] = filters.since
+        conditions.append("created_at >= %(since)s")
+    if filters.until is not None:
+        params["until"] = filters.until
+        conditions.append("created_at < %(until)s")
+    if filters.claude_session_id is not None:
+        params["session"] = filters.claude_session_id
+        conditions.append("claude_session_id = %(session)s")
+    if kind == OBSERVATION:
+        if filters.types:
+            params["types"] = list(filters.types)
+            conditions.append("type = ANY(%(types)s)")
+        if filters.file:
+            # As SQLite's observation_files lookup (fulltext.file_match): the whole path, or a
+            # path of the same name ending in it, its letters in any case.
+            params.update(file_params(filters.file))
+            params["file_base"] = file_name(filters.file)
+            conditions.append(
+                "EXISTS (SELECT 1 FROM jsonb_array_elements_text(files_read || files_modified) f (path)"
+                " WHERE path = %(file)s OR (regexp_replace(path, '^.*/', '') = %(file_base)s"
+                " AND path ILIKE %(file_suffix)s))")
+        if filters.concept:
+            params["concept"] = filters.concept
+            conditions.append("concepts ? %(concept)s")
+    return " AND ".join(conditions) or "true"
+
+
+def _ranked(connection: Connection, kind: str, tsquery: str, filters: SearchFilters, keys: Collection[str] | None,
+            params: dict[str, Any], limit: int) -> list[RankedKey]:
+    """The best ``limit`` rows of ``kind`` matching ``tsquery`` (SQL of a tsquery over ``params``)."""
+    where = _filter_sql(kind, filters, keys, params)
+    rows = connection.execute(
+        f"SELECT id, {_RANK} AS score FROM {TABLES[kind]}, (SELECT {tsquery} AS q) asked"
+        f" WHERE search @@ asked.q AND {where}"
+        " ORDER BY score DESC, id LIMIT %(limit)s", {**params, "limit": limit}).fetchall()
+    return [RankedKey(kind, int(row_id), float(score)) for row_id, score in rows]
+
+
+def search_text(connection: Connection, *, query: str, filters: SearchFilters, limit: int,
+                keys: Collection[str] | None) -> list[RankedKey]:
+    """The best ``limit`` documents of the wanted kinds for ``query``, best first; see the module docstring."""
+    terms = query_terms(query)
+    if not terms or limit <= 0:
+        return []
+    kinds = filters.wanted_kinds()
+    every: list[RankedKey] = []
+    for kind in kinds:
+        every += _ranked(connection, kind, "websearch_to_tsquery('english', %(query)s)", filters, keys,
+                         {"query": query}, limit)
+    every.sort(key=lambda key: key.score, reverse=True)
+    if len(every) >= limit or len(terms) < 2 or _SYNTAX.search(query):
+        return every[:limit]
+    held = {(key.kind, key.row_id) for key in every}
+    params = {f"term{index}": term for index, term in enumerate(terms)}
+    any_word = " || ".join(f"plainto_tsquery('english', %(term{index})s)" for index in range(len(terms)))
+    some: list[RankedKey] = []
+    for kind in kinds:
+        found = _ranked(connection, kind, any_word, filters, keys, dict(params), limit + len(every))
+        some += [key for key in found if (key.kind, key.row_id) not in held]
+    some.sort(key=lambda key: key.score, reverse=True)
+    return (every + some)[:limit]
+
+
+def nearest(connection: Connection, *, vector: np.ndarray, k: int, filters: SearchFilters, model: str,
+            keys: Collection[str] | None) -> list[RankedKey]:
+    """The ``k`` documents nearest ``vector`` among those with a vector of ``model``; score: 1 - cosine distance."""
+    query = np.asarray(vector, dtype=np.float32).reshape(-1)
+    kinds = [kind for kind in filters.wanted_kinds() if kind in VECTOR_KINDS]
+    if k <= 0 or query.shape[0] != VECTOR_DIMENSIONS or not kinds:
+        return []
+    found: list[tuple[float, str, int]] = []
+    with connection.transaction():
+        # Iterative scan: with a filter, HNSW goes on past its first ef_search candidates until
+        # k rows pass (relaxed_order: nearly in order; sorted again below).
+        connection.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        connection.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(_EF_SEARCH, k)),))
+        for kind in kinds:
+            params: dict[str, Any] = {"vector": query, "model": model, "k": k}
+            where = _filter_sql(kind, filters, keys, params)
+            rows = connection.execute(
+                f"SELECT id, vector <=> %(vector)s AS distance FROM {TABLES[kind]}"
+                f" WHERE vector IS NOT NULL AND model = %(model)s AND {where}"
+                " ORDER BY vector <=> %(vector)s LIMIT %(k)s", params).fetchall()
+            found += [(float(distance), kind, int(row_id)) for row_id, distance in rows]
+    found.sort()
+    return [RankedKey(kind, row_id, 1.0 - distance) for distance, kind, row_id in found[:k]]
+
+
+_CARD_SQL = {
+    OBSERVATION: ("SELECT id, claude_session_id, project, prompt_number, created_at, type, title, subtitle, narrative,"
+                  " facts::text, files_read::text, files_modified::text"),
+    SUMMARY: ("SELECT id, claude_session_id, project, prompt_number, created_at, request, investigated, learned,"
+              " completed, next_steps"),
+    PROMPT: "SELECT id, claude_session_id, project, prompt_number, created_at, text",
+}
+
+
+def cards(connection: Connection, *, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], TeamCard]:
+    """The cards of ``keys`` whose rows exist, by key; each as the SQLite store's card of such a row."""
+    found: dict[tuple[str, int], TeamCard] = {}
+    for kind, table in TABLES.items():
+        ids = [row_id for key_kind, row_id in keys if key_kind == kind]
+        if not ids:
+            continue
+        rows = connection.execute(
+            f"{_CARD_SQL[kind]}, project_key, origin_machine_id, origin_machine, origin_user FROM {table}"
+            " WHERE id = ANY(%s)", (ids,)).fetchall()
+        for *values, project_key, machine_id, machine, user in rows:
+            card = card_of_row(kind, tuple(values))
+            found[(kind, card.id)] = TeamCard(card=card, project_key=project_key, origin=Origin(machine_id, machine, user))
+    return found

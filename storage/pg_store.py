@@ -1,0 +1,184 @@
+"""The team database: the memory several machines share, on PostgreSQL with pgvector.
+
+Each machine keeps its whole memory in its local SQLite store; the team database holds
+the shared projects' rows of every machine. A machine pushes its own rows
+(:meth:`TeamStore.push`) and pulls the others' (:meth:`TeamStore.pull`); PostgreSQL is
+never on a hook's or a local read's path. The schema and its migrations are in
+:mod:`sessionmem.storage.pg_schema`, the statements in :mod:`sessionmem.storage.pg_transfer`
+and :mod:`sessionmem.storage.pg_search`, the connections in
+:mod:`sessionmem.storage.pg_connections`.
+
+Identity between machines (the export format's, :mod:`sessionmem.storage.transfer`): a
+session is its Claude session id; a prompt its session and number; an observation its
+session and tool use id; a summary its session, prompt number and creation time. A
+project is its :func:`~sessionmem.storage.team_records.shared_key`.
+
+Conflict rule, when a pushed row's identity is already stored:
+    - Prompts, observations, summaries: the first stored wins (``ON CONFLICT DO NOTHING``);
+      they are facts of one tool use or one prompt, the same wherever they come from. The
+      one exception is a vector: a row stored without one takes the vector of a later push
+      (its text is unchanged, pullers are not told).
+    - Sessions are merged: the status furthest along (initialized < active < completed; a
+      failed session stays failed unless one side completed it), ``created_at`` the
+      least, ``updated_at`` and ``completed_at`` the greatest, ``first_prompt`` the first
+      non-empty one. The project and the origin stay those of the first writer. A merge
+      that changes the row gives it a new place in the pull order (and records the
+      machine that changed it); a push that changes nothing leaves it where it was.
+    So a push repeated, whole or in part (a crash between PostgreSQL's commit and the
+    local cursor's advance), changes nothing: pushes are idempotent.
+
+Pull order: every row carries ``xid``, the id of the transaction that wrote it last
+(``pg_current_xact_id()``), and ``seq``, from one sequence for all tables. A pull
+returns rows with ``(xid, seq) > cursor`` and ``xid < pg_snapshot_xmin(pg_current_snapshot())``,
+in ``(xid, seq)`` order: a transaction still in flight holds the horizon below its own
+rows, so a transaction that commits after a later one's rows were pulled is still pulled
+(a cursor on ``seq`` alone would skip it for good). It leaves out the puller's own rows
+(``exclude_machine_id``; for sessions, those it changed last) and, with ``keys``, the
+projects it does not share. Pulled rows come without their vectors: the puller's local
+index embeds what it imports.
+
+Resource handling:
+    :func:`open_team_store` owns the connections (:class:`~sessionmem.storage.pg_connections.TeamConnections`):
+    none is opened before a call needs one, and leaving the block closes them (a write in
+    progress finishes first).
+
+Error handling:
+    Every call raises :class:`TeamUnavailable` when the database cannot be reached, the
+    connection is lost, or its schema is newer than this code; the message never holds
+    the password. The store itself stays usable: the next call connects again. A push
+    either committed whole or did nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Collection, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
+
+import msgspec
+import numpy as np
+import trio
+
+from sessionmem.records import RankedKey, SearchFilters
+from sessionmem.storage import pg_search, pg_transfer
+from sessionmem.storage.pg_connections import Connection, TeamConnections, TeamUnavailable
+from sessionmem.storage.pg_schema import schema_version
+from sessionmem.storage.pg_search import TeamCard
+from sessionmem.storage.pg_transfer import PushCounts
+from sessionmem.storage.team_records import PullCursor, SharedRow
+
+__all__ = ["PushCounts", "TeamCard", "TeamCheck", "TeamStore", "TeamStoreStatistics", "TeamUnavailable",
+           "open_team_store"]
+
+
+class TeamCheck(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``sessionmem doctor`` says of the team database."""
+
+    server_version: str  # PostgreSQL's, e.g. "18.3"
+    pgvector_version: str
+    schema_version: int
+    round_trip_ms: float  # one trivial query on a connection already open
+
+
+class TeamStoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    connected: bool  # the writer connection is open
+    connects: int
+    failures: int  # calls that ended in TeamUnavailable
+    last_error: str | None  # sanitized: no password
+    pushes: int
+    rows_pushed: int
+    pulls: int
+    rows_pulled: int
+
+
+@asynccontextmanager
+async def open_team_store(url: str, *, connect_timeout_s: float = 5.0, readers: int = 2
+                          ) -> AsyncIterator[TeamStore]:
+    """The team database at ``url`` for the duration of the block; see the module docstring.
+
+    Never fails because the database is down: the first call that needs it connects (and
+    migrates the schema), and raises :class:`TeamUnavailable` if it cannot. A URL that is
+    not one raises :class:`TeamUnavailable` here.
+    """
+    store = TeamStore(TeamConnections(url, connect_timeout_s=connect_timeout_s, readers=readers))
+    try:
+        yield store
+    finally:
+        with trio.move_on_after(connect_timeout_s + 5.0, shield=True):
+            await store._connections.aclose()
+
+
+class TeamStore:
+    """A team database; use :func:`open_team_store`."""
+
+    def __init__(self, connections: TeamConnections) -> None:
+        self._connections = connections
+        self._pushes = 0
+        self._rows_pushed = 0
+        self._pulls = 0
+        self._rows_pulled = 0
+
+    def statistics(self) -> TeamStoreStatistics:
+        connections = self._connections.statistics()
+        return TeamStoreStatistics(
+            connected=connections.connected, connects=connections.connects, failures=connections.failures,
+            last_error=connections.last_error, pushes=self._pushes, rows_pushed=self._rows_pushed,
+            pulls=self._pulls, rows_pulled=self._rows_pulled)
+
+    async def push(self, rows: Sequence[SharedRow]) -> PushCounts:
+        """Store ``rows`` (this machine's) in one transaction, by the conflict rule; idempotent."""
+        if not rows:
+            return PushCounts()
+        counts = await self._connections.write(partial(pg_transfer.push_rows, rows=rows))
+        self._pushes += 1
+        self._rows_pushed += len(rows)
+        return counts
+
+    async def pull(self, cursor: PullCursor, *, keys: Collection[str] | None, exclude_machine_id: str,
+                   limit: int) -> tuple[list[SharedRow], PullCursor]:
+        """The next ``limit`` rows of other machines after ``cursor`` (of the projects ``keys``; ``None``:
+        all), in pull order, and the cursor to pull from next time (``cursor`` itself when none)."""
+        rows, after = await self._connections.read(partial(
+            pg_transfer.pull_rows, cursor=cursor, keys=keys, exclude_machine_id=exclude_machine_id, limit=limit))
+        self._pulls += 1
+        self._rows_pulled += len(rows)
+        return rows, after
+
+    async def check(self) -> TeamCheck:
+        """The server's and pgvector's versions, the schema's, and a round trip's time."""
+        return await self._connections.write(_check)
+
+    async def search_text(self, query: str, filters: SearchFilters, limit: int, *,
+                          keys: Collection[str] | None = None) -> list[RankedKey]:
+        """Full-text search, as the SQLite store's (see :func:`pg_search.search_text`); ``keys``: only
+        those projects."""
+        if limit <= 0 or not query.strip():
+            return []
+        return await self._connections.read(partial(pg_search.search_text, query=query, filters=filters,
+                                                    limit=limit, keys=keys))
+
+    async def nearest(self, vector: np.ndarray, k: int, filters: SearchFilters, *, model: str,
+                      keys: Collection[str] | None = None) -> list[RankedKey]:
+        """The ``k`` documents whose vectors (of ``model``) are nearest ``vector``, passing ``filters``;
+        score: cosine similarity."""
+        if k <= 0:
+            return []
+        return await self._connections.read(partial(pg_search.nearest, vector=vector, k=k, filters=filters,
+                                                    model=model, keys=keys))
+
+    async def cards(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], TeamCard]:
+        """The cards of the rows ``keys`` (their ids in the team database) that exist, with their origin."""
+        if not keys:
+            return {}
+        return await self._connections.read(partial(pg_search.cards, keys=keys))
+
+
+def _check(connection: Connection) -> TeamCheck:
+    server = connection.execute("SHOW server_version").fetchone()
+    vector = connection.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    started = time.perf_counter()
+    connection.execute("SELECT 1").fetchone()
+    round_trip_ms = (time.perf_counter() - started) * 1000
+    return TeamCheck(server_version=str(server[0]) if server else "", pgvector_version=str(vector[0]) if vector else "",
+                     schema_version=schema_version(connection), round_trip_ms=round_trip_ms)

@@ -1,0 +1,212 @@
+"""Shared rows into the team database and out of it: the upserts of a push and the reads of a pull.
+
+Each function runs on a connection of :class:`~sessionmem.storage.pg_connections.TeamConnections`
+(the writer for :func:`push_rows`, a reader for :func:`pull_rows`) in a worker thread,
+and makes its own transaction. The conflict rule the upserts follow and the pull order
+are stated in :mod:`sessionmem.storage.pg_store`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import msgspec
+import numpy as np
+from psycopg.types.json import Jsonb
+
+from sessionmem.storage.pg_connections import Connection
+from sessionmem.storage.pg_schema import VECTOR_DIMENSIONS
+from sessionmem.storage.team_records import NAME_KEY_PREFIX, Origin, PullCursor, SharedRow
+from sessionmem.storage.transfer import ObservationRecord, PromptRecord, SessionRecord, SummaryRecord
+
+
+class PushCounts(msgspec.Struct, frozen=True, kw_only=True):
+    """What a push did to the team database."""
+
+    inserted: int = 0  # rows it did not hold
+    merged: int = 0  # sessions it held that the merge rule changed
+    vectors: int = 0  # vectors given to rows it held without one
+    unchanged: int = 0  # rows it held as they were (a push repeated)
+
+
+def display_name(project_key: str) -> str:
+    """The name a project is shown by: a remote's repository name, or the name of a project without one."""
+    if project_key.startswith(NAME_KEY_PREFIX):
+        return project_key[len(NAME_KEY_PREFIX):]
+    return project_key.rstrip("/").rsplit("/", 1)[-1]
+
+
+# -- push ---------------------------------------------------------------------------------
+
+_ORIGIN_COLUMNS = "project_key, project, origin_machine_id, origin_machine, origin_user"
+
+# The session merge (pg_store's conflict rule), each column from the stored row ``s`` and the
+# pushed one, EXCLUDED.
+_MERGED = {
+    "status": ("CASE WHEN 'completed' IN (s.status, EXCLUDED.status) THEN 'completed'"
+               " WHEN 'failed' IN (s.status, EXCLUDED.status) THEN 'failed'"
+               " WHEN 'active' IN (s.status, EXCLUDED.status) THEN 'active' ELSE 'initialized' END"),
+    "created_at": "LEAST(s.created_at, EXCLUDED.created_at)",
+    "updated_at": "GREATEST(s.updated_at, EXCLUDED.updated_at)",
+    "completed_at": "GREATEST(s.completed_at, EXCLUDED.completed_at)",  # GREATEST skips NULLs
+    "first_prompt": "COALESCE(NULLIF(s.first_prompt, ''), NULLIF(EXCLUDED.first_prompt, ''), s.first_prompt)",
+}
+_PUSH_SESSION = (
+    "INSERT INTO sessions AS s (claude_session_id, first_prompt, status, created_at, updated_at, completed_at,"
+    f" changed_by, {_ORIGIN_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    " ON CONFLICT (claude_session_id) DO UPDATE SET "
+    + ", ".join(f"{column} = {merged}" for column, merged in _MERGED.items())
+    # A change is a new version of the row: pullers see it again, after it.
+    + ", changed_by = EXCLUDED.changed_by, xid = pg_current_xact_id(), seq = nextval('row_seq')"
+    f" WHERE ({', '.join('s.' + column for column in _MERGED)}) IS DISTINCT FROM ({', '.join(_MERGED.values())})"
+    " RETURNING xmax = 0")
+_PUSH_PROMPT = (
+    f"INSERT INTO prompts (claude_session_id, prompt_number, text, created_at, {_ORIGIN_COLUMNS})"
+    " VALUES (%s, %s, %s, %s, %s,"
+    " COALESCE((SELECT project FROM sessions WHERE claude_session_id = %s), %s), %s, %s, %s)"
+    " ON CONFLICT DO NOTHING RETURNING true")
+# A vector is the one thing a row stored first may lack and a later push fill in (it is
+# pushed without one when the local index was behind); it does not change what pullers read.
+_FILL_VECTOR = ("DO UPDATE SET vector = EXCLUDED.vector, model = EXCLUDED.model"
+                " WHERE {table}.vector IS NULL AND EXCLUDED.vector IS NOT NULL RETURNING xmax = 0")
+_PUSH_OBSERVATION = (
+    "INSERT INTO observations (claude_session_id, prompt_number, tool_name, tool_use_id, agent_id, agent_type, failed,"
+    " type, title, subtitle, facts, narrative, concepts, files_read, files_modified, compressed, compressor,"
+    f" compressor_model, created_at, vector, model, {_ORIGIN_COLUMNS}) VALUES ("
+    + ", ".join(["%s"] * 26) + ") ON CONFLICT (claude_session_id, tool_use_id) "
+    + _FILL_VECTOR.format(table="observations"))
+_PUSH_SUMMARY = (
+    "INSERT INTO summaries (claude_session_id, prompt_number, created_at, request, investigated, learned, completed,"
+    f" next_steps, notes, compressed, compressor, compressor_model, vector, model, {_ORIGIN_COLUMNS}) VALUES ("
+    + ", ".join(["%s"] * 19) + ") ON CONFLICT (claude_session_id, prompt_number, created_at) "
+    + _FILL_VECTOR.format(table="summaries"))
+
+
+def _vector(row: SharedRow) -> tuple[np.ndarray | None, str]:
+    """The row's vector as pgvector takes it, and its model; none when it has another dimension
+    than the column's (an embedder of another size: the row is shared without its vector)."""
+    if row.vector is None or len(row.vector) != VECTOR_DIMENSIONS * 4:
+        return None, ""
+    return np.frombuffer(row.vector, dtype=np.float32), row.model
+
+
+def _origin(row: SharedRow, project: str) -> tuple[str, str, str, str, str]:
+    return row.project_key, project, row.origin.machine_id, row.origin.machine, row.origin.user
+
+
+def _parameters(row: SharedRow, machine_id: str) -> tuple[str, tuple[Any, ...]]:
+    """The statement pushing ``row`` and its parameters."""
+    record = row.record
+    if isinstance(record, SessionRecord):
+        return _PUSH_SESSION, (
+            record.claude_session_id, record.first_prompt, record.status, record.created_at, record.updated_at,
+            record.completed_at, machine_id, *_origin(row, record.project))
+    if isinstance(record, PromptRecord):
+        return _PUSH_PROMPT, (
+            record.claude_session_id, record.prompt_number, record.text, record.created_at, row.project_key,
+            record.claude_session_id, display_name(row.project_key), row.origin.machine_id, row.origin.machine,
+            row.origin.user)
+    vector, model = _vector(row)
+    if isinstance(record, ObservationRecord):
+        return _PUSH_OBSERVATION, (
+            record.claude_session_id, record.prompt_number, record.tool_name, record.tool_use_id, record.agent_id,
+            record.agent_type, record.failed, record.type, record.title, record.subtitle, Jsonb(record.facts),
+            record.narrative, Jsonb(record.concepts), Jsonb(record.files_read), Jsonb(record.files_modified),
+            record.compressed, record.compressor, record.model, record.created_at, vector, model,
+            *_origin(row, record.project))
+    return _PUSH_SUMMARY, (
+        record.claude_session_id, record.prompt_number, record.created_at, record.request, record.investigated,
+        record.learned, record.completed, record.next_steps, record.notes, record.compressed, record.compressor,
+        record.model, vector, model, *_origin(row, record.project))
+
+
+def push_rows(connection: Connection, rows: Sequence[SharedRow]) -> PushCounts:
+    """Upsert ``rows`` in one transaction (sessions first); see pg_store's conflict rule."""
+    inserted = merged = vectors = unchanged = 0
+    ordered = sorted(rows, key=lambda row: not isinstance(row.record, SessionRecord))
+    with connection.transaction(), connection.cursor() as cursor:
+        for row in ordered:
+            statement, parameters = _parameters(row, row.origin.machine_id)
+            cursor.execute(statement, parameters)
+            answer = cursor.fetchone()
+            if answer is None:
+                unchanged += 1
+            elif answer[0]:
+                inserted += 1
+            elif isinstance(row.record, SessionRecord):
+                merged += 1
+            else:
+                vectors += 1
+    return PushCounts(inserted=inserted, merged=merged, vectors=vectors, unchanged=unchanged)
+
+
+# -- pull ---------------------------------------------------------------------------------
+
+_ORIGIN_READ = "project_key, origin_machine_id, origin_machine, origin_user"
+_PULL = {
+    "sessions": "claude_session_id, project, first_prompt, status, created_at, updated_at, completed_at",
+    "prompts": "claude_session_id, prompt_number, text, created_at",
+    "observations": (
+        "claude_session_id, project, prompt_number, tool_name, tool_use_id, type, title, created_at, agent_id,"
+        " agent_type, failed, subtitle, facts, narrative, concepts, files_read, files_modified, compressed,"
+        " compressor, compressor_model"),
+    "summaries": (
+        "claude_session_id, project, prompt_number, created_at, request, investigated, learned, completed,"
+        " next_steps, notes, compressed, compressor, compressor_model"),
+}
+# Who a puller leaves out: its own rows, and sessions it changed last.
+_MINE = {"sessions": "changed_by", "prompts": "origin_machine_id", "observations": "origin_machine_id",
+         "summaries": "origin_machine_id"}
+
+
+def _record(table: str, values: Sequence[Any]) -> SessionRecord | PromptRecord | ObservationRecord | SummaryRecord:
+    if table == "sessions":
+        session, project, first_prompt, status, created_at, updated_at, completed_at = values
+        return SessionRecord(claude_session_id=session, project=project, first_prompt=first_prompt, status=status,
+                             created_at=created_at, updated_at=updated_at, completed_at=completed_at)
+    if table == "prompts":
+        return PromptRecord(*values)
+    if table == "observations":
+        (session, project, prompt_number, tool_name, tool_use_id, type_, title, created_at, agent_id, agent_type,
+         failed, subtitle, facts, narrative, concepts, files_read, files_modified, compressed, compressor,
+         model) = values
+        return ObservationRecord(
+            claude_session_id=session, project=project, prompt_number=prompt_number, tool_name=tool_name,
+            tool_use_id=tool_use_id, type=type_, title=title, created_at=created_at, agent_id=agent_id,
+            agent_type=agent_type, failed=failed, subtitle=subtitle, facts=facts, narrative=narrative,
+            concepts=concepts, files_read=files_read, files_modified=files_modified, compressed=compressed,
+            compressor=compressor, model=model)
+    (session, project, prompt_number, created_at, request, investigated, learned, completed, next_steps, notes,
+     compressed, compressor, model) = values
+    return SummaryRecord(
+        claude_session_id=session, project=project, prompt_number=prompt_number, created_at=created_at,
+        request=request, investigated=investigated, learned=learned, completed=completed, next_steps=next_steps,
+        notes=notes, compressed=compressed, compressor=compressor, model=model)
+
+
+def pull_rows(connection: Connection, cursor: PullCursor, *, keys: Collection[str] | None, exclude_machine_id: str,
+              limit: int) -> tuple[list[SharedRow], PullCursor]:
+    """The next ``limit`` rows after ``cursor`` in pull order, and the cursor after them; see pg_store."""
+    if limit <= 0:
+        return [], cursor
+    # One horizon for the four reads: every transaction below it has ended, so each read
+    # (later, with a newer snapshot) sees all that committed below it.
+    (horizon,) = connection.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").fetchone() or ("0",)
+    key_list = None if keys is None else list(keys)
+    found: list[list[tuple[int, int, SharedRow]]] = []
+    for table, columns in _PULL.items():
+        rows = connection.execute(
+            f"SELECT xid::text, seq, {_ORIGIN_READ}, {columns} FROM {table}"
+            " WHERE (xid, seq) > (%s::xid8, %s) AND xid < %s::xid8 AND " + _MINE[table] + " <> %s"
+            " AND (%s::text[] IS NULL OR project_key = ANY(%s::text[])) ORDER BY xid, seq LIMIT %s",
+            (str(cursor.xid), cursor.seq, horizon, exclude_machine_id, key_list, key_list, limit)).fetchall()
+        found.append([
+            (int(xid), seq, SharedRow(record=_record(table, values), project_key=project_key,
+                                      origin=Origin(machine_id, machine, user)))
+            for xid, seq, project_key, machine_id, machine, user, *values in rows])
+    taken = list(heapq.merge(*found, key=lambda item: (item[0], item[1])))[:limit]
+    if not taken:
+        return [], cursor
+    return [row for _, _, row in taken], PullCursor(taken[-1][0], taken[-1][1])

@@ -1,0 +1,527 @@
+"""The team database on a real PostgreSQL with pgvector: migrations, idempotent pushes, the conflict
+rule, the pull cursor (a transaction in flight included), unavailability and recovery, and search
+that answers as the SQLite store does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+import trio
+from pgvector.psycopg import register_vector
+
+from sessionmem.records import OBSERVATION, PROMPT, SUMMARY, RankedKey, SearchFilters
+from sessionmem.storage import pg_schema
+from sessionmem.storage.pg_connections import sanitized
+from sessionmem.storage.pg_store import TeamStore, TeamUnavailable, open_team_store
+from sessionmem.storage.pg_transfer import PushCounts, push_rows
+from sessionmem.storage.sqlite import open_sqlite_store
+from sessionmem.storage.team_records import Origin, PullCursor, SharedRow
+from sessionmem.storage.transfer import ObservationRecord, PromptRecord, Record, SessionRecord, SummaryRecord
+from sessionmem.testing.postgres import temporary_postgres
+
+pytestmark = pytest.mark.slow  # a real PostgreSQL server, one per test process (some tests start their own)
+
+LAPTOP = Origin("machine-laptop", "laptop", "ann")
+DESKTOP = Origin("machine-desktop", "desktop", "ann")
+SERVER = Origin("machine-server", "build", "bob")
+APP = "github.com/acme/app"
+TOOLS = "name:tools"
+
+
+def session(claude_id: str, **fields: Any) -> SessionRecord:
+    values: dict[str, Any] = {"project": "app", "status": "active", "created_at": 100.0, "updated_at": 100.0}
+    values.update(fields)
+    return SessionRecord(claude_session_id=claude_id, **values)
+
+
+def observation(claude_id: str, tool_use_id: str, title: str, **fields: Any) -> ObservationRecord:
+    values: dict[str, Any] = {"project": "app", "prompt_number": 1, "tool_name": "Edit", "type": "change",
+                              "created_at": 100.0}
+    values.update(fields)
+    return ObservationRecord(claude_session_id=claude_id, tool_use_id=tool_use_id, title=title, **values)
+
+
+def summary(claude_id: str, created_at: float, **fields: Any) -> SummaryRecord:
+    return SummaryRecord(claude_session_id=claude_id, project=fields.pop("project", "app"), prompt_number=1,
+                         created_at=created_at, **fields)
+
+
+def shared(record: Record, origin: Origin = LAPTOP, key: str = APP, vector: np.ndarray | None = None,
+           model: str = "minilm") -> SharedRow:
+    return SharedRow(record=record, project_key=key, origin=origin,
+                     vector=None if vector is None else vector.astype(np.float32).tobytes(), model=model)
+
+
+def a_session(claude_id: str, origin: Origin = LAPTOP, key: str = APP, project: str = "app") -> list[SharedRow]:
+    """A session with one prompt, two observations and a summary."""
+    return [shared(record, origin, key) for record in (
+        session(claude_id, project=project, first_prompt="make the parser faster"),
+        PromptRecord(claude_id, 1, "make the parser faster", 100.0),
+        observation(claude_id, "t1", "Parser rewritten", project=project),
+        observation(claude_id, "t2", "Benchmark of the parser", project=project),
+        summary(claude_id, 101.0, project=project, request="faster parser"),
+    )]
+
+
+def identity(row: SharedRow) -> tuple[Any, ...]:
+    record = row.record
+    if isinstance(record, SessionRecord):
+        return ("session", record.claude_session_id)
+    if isinstance(record, PromptRecord):
+        return ("prompt", record.claude_session_id, record.prompt_number)
+    if isinstance(record, ObservationRecord):
+        return ("observation", record.claude_session_id, record.tool_use_id)
+    return ("summary", record.claude_session_id, record.prompt_number, record.created_at)
+
+
+def table_contents(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table, every column (xid and seq included)."""
+    with psycopg.connect(url) as connection:
+        return {table: connection.execute(f"SELECT * FROM {table} ORDER BY id").fetchall()
+                for table in ("sessions", "prompts", "observations", "summaries")}
+
+
+async def pull_all(store: TeamStore, cursor: PullCursor = PullCursor(), *, machine: Origin = SERVER,
+                   keys: Sequence[str] | None = None, limit: int = 1000) -> tuple[list[SharedRow], PullCursor]:
+    pulled: list[SharedRow] = []
+    while True:
+        rows, cursor = await store.pull(cursor, keys=keys, exclude_machine_id=machine.machine_id, limit=limit)
+        pulled += rows
+        if len(rows) < limit:
+            return pulled, cursor
+
+
+# -- migrations ---------------------------------------------------------------------------------
+
+
+async def test_an_empty_database_is_migrated_on_first_use(team_database_url: str) -> None:
+    async with open_team_store(team_database_url) as store:
+        check = await store.check()
+    assert check.schema_version == pg_schema.LATEST == 2
+    assert check.server_version.startswith("18") and check.pgvector_version.startswith("0.8")
+    with psycopg.connect(team_database_url) as connection:
+        indexes = {name for (name,) in connection.execute("SELECT indexname FROM pg_indexes").fetchall()}
+    assert {"observations_search", "summaries_search", "prompts_search", "observations_vector",
+            "summaries_vector"} <= indexes
+
+
+async def test_an_upgrade_from_version_1_keeps_the_rows_and_makes_them_searchable(team_database_url: str) -> None:
+    vector = np.random.default_rng(1).standard_normal(384)
+    rows = [*a_session("s-old"), shared(observation("s-old", "t3", "Tokenizer cache", narrative="kept in memory"),
+                                        vector=vector)]
+    with psycopg.connect(team_database_url, autocommit=True) as connection:
+        assert pg_schema.migrate(connection, to=1) == 1
+        indexes = {name for (name,) in connection.execute("SELECT indexname FROM pg_indexes").fetchall()}
+        assert "observations_search" not in indexes and "observations_vector" not in indexes
+        register_vector(connection)
+        push_rows(connection, rows)
+    before = table_contents(team_database_url)
+    async with open_team_store(team_database_url) as store:
+        assert (await store.check()).schema_version == 2
+        found = await store.search_text("tokenizer", SearchFilters(), 10)
+        close = await store.nearest(vector, 1, SearchFilters(), model="minilm")
+        pulled, _ = await pull_all(store)
+    assert [key.kind for key in found] == [OBSERVATION] and [key.kind for key in close] == [OBSERVATION]
+    assert found[0].row_id == close[0].row_id
+    assert sorted(map(identity, pulled)) == sorted(map(identity, rows))
+    after = table_contents(team_database_url)
+    # The same rows (the new search column aside), in the same pull order.
+    assert {table: [row[:len(before_rows[0])] for row in after[table]] for table, before_rows in before.items()} \
+        == before
+
+
+async def test_a_database_of_a_newer_schema_is_refused_and_left_alone(team_database_url: str) -> None:
+    async with open_team_store(team_database_url) as store:
+        await store.push(a_session("s1"))
+    with psycopg.connect(team_database_url, autocommit=True) as connection:
+        connection.execute("UPDATE schema_version SET version = %s", (pg_schema.LATEST + 1,))
+        with pytest.raises(pg_schema.TeamSchemaTooNew, match="newer"):
+            pg_schema.migrate(connection)
+    async with open_team_store(team_database_url) as store:
+        with pytest.raises(TeamUnavailable, match="newer than this sessionmem"):
+            await store.push(a_session("s2"))
+        with pytest.raises(TeamUnavailable, match="newer than this sessionmem"):
+            await store.pull(PullCursor(), keys=None, exclude_machine_id="x", limit=10)
+    with psycopg.connect(team_database_url) as connection:
+        assert connection.execute("SELECT version FROM schema_version").fetchall() == [(pg_schema.LATEST + 1,)]
+        assert connection.execute("SELECT claude_session_id FROM sessions").fetchall() == [("s1",)]
+
+
+async def test_workers_starting_together_migrate_once(team_database_url: str) -> None:
+    checks = []
+
+    async def start() -> None:
+        async with open_team_store(team_database_url) as store:
+            checks.append(await store.check())
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(start)
+    assert [check.schema_version for check in checks] == [2, 2, 2]
+    with psycopg.connect(team_database_url) as connection:
+        assert connection.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+
+
+# -- push -----------------------------------------------------------------------------------------
+
+
+async def test_a_push_repeated_changes_nothing(team_database_url: str) -> None:
+    rows = [*a_session("s1"), *a_session("s2", key=TOOLS, project="tools")]
+    async with open_team_store(team_database_url) as store:
+        assert await store.push(rows) == PushCounts(inserted=10)
+        first = table_contents(team_database_url)
+        assert await store.push(rows) == PushCounts(unchanged=10)
+        assert await store.push(rows[3:7]) == PushCounts(unchanged=4)  # a part of it, as after a crash
+    assert table_contents(team_database_url) == first
+    assert [len(rows) for rows in first.values()] == [2, 2, 4, 2]
+
+
+async def test_a_push_is_one_transaction(team_database_url: str) -> None:
+    bad = shared(observation("s1", "t9", "a NUL byte PostgreSQL refuses \x00"))
+    async with open_team_store(team_database_url) as store:
+        with pytest.raises(psycopg.DataError):
+            await store.push([*a_session("s1"), bad])
+        assert await store.push(a_session("s1")) == PushCounts(inserted=5)  # nothing of the failed push was kept
+
+
+async def test_no_path_of_the_machine_is_stored(team_database_url: str) -> None:
+    row = shared(SessionRecord(claude_session_id="s1", project="app", cwd="/home/ann/src/app"))
+    async with open_team_store(team_database_url) as store:
+        await store.push([row])
+        pulled, _ = await pull_all(store)
+    assert pulled[0].record == SessionRecord(claude_session_id="s1", project="app", cwd=None)
+    with psycopg.connect(team_database_url) as connection:
+        dump = str(connection.execute("SELECT * FROM sessions").fetchall())
+    assert "/home/ann" not in dump
+
+
+async def test_sessions_are_merged_and_facts_keep_the_first_stored(team_database_url: str) -> None:
+    async with open_team_store(team_database_url) as store:
+        await store.push([shared(session("s1", status="active", created_at=10.0, updated_at=20.0, first_prompt=None)),
+                          shared(observation("s1", "t1", "as the laptop saw it"))])
+        counts = await store.push([
+            shared(session("s1", project="other", status="completed", created_at=5.0, updated_at=15.0,
+                           completed_at=15.0, first_prompt="hello"), DESKTOP, key="name:other"),
+            shared(observation("s1", "t1", "as the desktop saw it"), DESKTOP)])
+        assert counts == PushCounts(merged=1, unchanged=1)
+        pulled, _ = await pull_all(store)
+        # failed stays failed unless completed; active < completed; initialized < active
+        for first, second, merged in [("failed", "active", "failed"), ("active", "failed", "failed"),
+                                      ("failed", "completed", "completed"), ("initialized", "active", "active"),
+                                      ("completed", "active", "completed"), ("active", "initialized", "active")]:
+            claude_id = f"{first}-{second}"
+            await store.push([shared(session(claude_id, status=first))])
+            await store.push([shared(session(claude_id, status=second), DESKTOP)])
+            rows, _ = await pull_all(store)
+            (merged_row,) = [row for row in rows if identity(row) == ("session", claude_id)]
+            assert isinstance(merged_row.record, SessionRecord) and merged_row.record.status == merged, claude_id
+    by_identity = {identity(row): row for row in pulled}
+    merged_session = by_identity["session", "s1"]
+    assert merged_session.record == SessionRecord(claude_session_id="s1", project="app", status="completed",
+                                                  created_at=5.0, updated_at=20.0, completed_at=15.0,
+                                                  first_prompt="hello")
+    assert merged_session.origin == LAPTOP and merged_session.project_key == APP  # the first writer's
+    first_observation = by_identity["observation", "s1", "t1"]
+    assert isinstance(first_observation.record, ObservationRecord)
+    assert first_observation.record.title == "as the laptop saw it" and first_observation.origin == LAPTOP
+
+
+async def test_a_vector_pushed_later_fills_a_row_stored_without_one(team_database_url: str) -> None:
+    vector = np.random.default_rng(2).standard_normal(384)
+    record = observation("s1", "t1", "Parser rewritten")
+    async with open_team_store(team_database_url) as store:
+        await store.push([shared(record)])
+        _, cursor = await pull_all(store)
+        assert await store.nearest(vector, 5, SearchFilters(), model="minilm") == []
+        assert await store.push([shared(record, vector=vector)]) == PushCounts(vectors=1)
+        assert await store.push([shared(record, vector=vector * 2)]) == PushCounts(unchanged=1)
+        (close,) = await store.nearest(vector, 5, SearchFilters(), model="minilm")
+        assert close.score == pytest.approx(1.0, abs=1e-5)
+        assert await store.pull(cursor, keys=None, exclude_machine_id="x", limit=10) == ([], cursor)
+
+
+# -- pull -----------------------------------------------------------------------------------------
+
+
+async def test_pull_pages_through_every_row_once_in_order(team_database_url: str) -> None:
+    rows = [row for n in range(7) for row in a_session(f"s{n}")]
+    batches = [rows[start:start + 6] for start in range(0, len(rows), 6)]
+    async with open_team_store(team_database_url) as store:
+        for batch in batches:
+            await store.push(batch)
+        pulled, cursor = await pull_all(store, limit=4)
+        # In the order pushed, a push's sessions first (before their rows).
+        assert [identity(row) for row in pulled] == [
+            identity(row) for batch in batches
+            for row in sorted(batch, key=lambda row: not isinstance(row.record, SessionRecord))]
+        assert await store.pull(cursor, keys=None, exclude_machine_id="x", limit=4) == ([], cursor)
+        await store.push(a_session("s-late"))
+        later, _ = await pull_all(store, cursor, limit=4)
+    assert [identity(row) for row in later] == [identity(row) for row in a_session("s-late")]
+    assert all(row.origin == LAPTOP and row.project_key == APP for row in pulled)
+
+
+async def test_pull_leaves_out_the_own_machine_and_unshared_projects(team_database_url: str) -> None:
+    async with open_team_store(team_database_url) as store:
+        await store.push(a_session("laptop-app"))
+        await store.push(a_session("desktop-app", DESKTOP))
+        await store.push(a_session("desktop-tools", DESKTOP, key=TOOLS, project="tools"))
+        mine_left_out, _ = await pull_all(store, machine=LAPTOP)
+        app_only, _ = await pull_all(store, machine=LAPTOP, keys=[APP])
+        nothing, _ = await pull_all(store, machine=LAPTOP, keys=[])
+    assert {row.record.claude_session_id for row in mine_left_out} == {"desktop-app", "desktop-tools"}
+    assert {row.record.claude_session_id for row in app_only} == {"desktop-app"}
+    assert nothing == []
+
+
+async def test_a_merge_of_a_session_reaches_the_machine_that_wrote_it_first(team_database_url: str) -> None:
+    async with open_team_store(team_database_url) as store:
+        await store.push([shared(session("s1", status="active"))])
+        laptop_rows, laptop_cursor = await pull_all(store, machine=LAPTOP)
+        desktop_rows, desktop_cursor = await pull_all(store, machine=DESKTOP)
+        assert laptop_rows == [] and [identity(row) for row in desktop_rows] == [("session", "s1")]
+        await store.push([shared(session("s1", status="completed", completed_at=200.0), DESKTOP)])
+        laptop_rows, _ = await pull_all(store, laptop_cursor, machine=LAPTOP)
+        desktop_rows, _ = await pull_all(store, desktop_cursor, machine=DESKTOP)
+    assert desktop_rows == []  # its own change
+    (merged,) = laptop_rows
+    assert isinstance(merged.record, SessionRecord) and merged.record.status == "completed"
+    assert merged.origin == LAPTOP
+
+
+async def test_a_transaction_that_commits_late_is_still_pulled(team_database_url: str) -> None:
+    """Rows written before a later transaction's, committed after that one's were pulled: a cursor on
+    the sequence alone would have passed them for good."""
+    async with open_team_store(team_database_url) as store:
+        await store.check()  # migrated
+        early = a_session("early", DESKTOP)
+        late = a_session("late", DESKTOP)
+        seen: list[SharedRow] = []
+        with psycopg.connect(team_database_url) as slow:  # not autocommit: one transaction until commit()
+            register_vector(slow)
+            await trio.to_thread.run_sync(push_rows, slow, early)  # inside the open transaction: a savepoint
+            await store.push(late)  # a later transaction, committed now
+            rows, cursor = await pull_all(store)
+            seen += rows
+            await trio.to_thread.run_sync(slow.commit)
+        rows, cursor = await pull_all(store, cursor)
+        seen += rows
+        assert await store.pull(cursor, keys=None, exclude_machine_id="x", limit=10) == ([], cursor)
+    assert sorted(map(identity, seen)) == sorted(map(identity, early + late))  # each once, none skipped
+    with psycopg.connect(team_database_url) as connection:
+        (early_seq, late_seq) = connection.execute(
+            "SELECT max(seq) FILTER (WHERE claude_session_id = 'early'), min(seq) FILTER (WHERE claude_session_id"
+            " = 'late') FROM observations").fetchone() or (0, 0)
+    assert early_seq < late_seq  # the case that matters: the late committer's rows come first in sequence
+
+
+# -- unavailability --------------------------------------------------------------------------------
+
+
+def with_password(url: str, password: str) -> str:
+    assert url.startswith("postgresql://postgres:@")
+    return url.replace("postgresql://postgres:@", f"postgresql://postgres:{password}@", 1)
+
+
+def test_sanitized_takes_the_password_and_the_url_out() -> None:
+    url = "postgresql://ann:pa55-w0rd@db.example:5432/team?sslmode=require"
+    message = (f"connection to {url} failed; conninfo host=db.example password=pa55-w0rd user=ann; "
+               "postgres://bob:other@x/y")
+    cleaned = sanitized(message, url)
+    assert "pa55-w0rd" not in cleaned and "other" not in cleaned and "password=***" in cleaned
+
+
+async def test_a_stopped_server_is_unavailable_and_a_restarted_one_serves_again() -> None:
+    password = "s3cret-pa55word"
+    with temporary_postgres() as server:
+        url = with_password(server.create_database("team"), password)
+        async with open_team_store(url, connect_timeout_s=2.0) as store:
+            await store.push(a_session("s1"))
+            rows, cursor = await pull_all(store)
+            assert len(rows) == 5
+            await trio.to_thread.run_sync(server.stop)
+            for call in (lambda: store.push(a_session("s2")),
+                         lambda: store.pull(cursor, keys=None, exclude_machine_id="x", limit=10),
+                         lambda: store.search_text("parser", SearchFilters(), 5),
+                         store.check):
+                started = time.monotonic()
+                with pytest.raises(TeamUnavailable) as raised:
+                    await call()
+                assert time.monotonic() - started < 30  # connect_timeout bounds it, on the busiest machine
+                assert password not in str(raised.value) and raised.value.__cause__ is None
+                assert raised.value.__suppress_context__
+            statistics = store.statistics()
+            assert not statistics.connected and statistics.failures >= 4
+            assert statistics.last_error and password not in statistics.last_error
+            await trio.to_thread.run_sync(server.start)
+            # The same store, not reopened: connections are made anew.
+            assert await store.push(a_session("s2")) == PushCounts(inserted=5)
+            rows, _ = await pull_all(store, cursor)
+            assert {row.record.claude_session_id for row in rows} == {"s2"}
+            assert len(await store.search_text("parser", SearchFilters(), 20)) >= 8
+            assert store.statistics().connected
+
+
+async def test_a_store_opens_while_the_server_is_down() -> None:
+    with temporary_postgres() as server:
+        url = server.create_database("team")
+        server.stop()
+        async with open_team_store(url, connect_timeout_s=1.0) as store:  # does not fail
+            with pytest.raises(TeamUnavailable):
+                await store.push(a_session("s1"))
+            await trio.to_thread.run_sync(server.start)
+            assert await store.push(a_session("s1")) == PushCounts(inserted=5)
+
+
+def test_the_test_server_stops_with_its_owner_even_killed() -> None:
+    """A process that started a server and died by SIGKILL leaves no server behind (its watchdog stops it)."""
+    with tempfile.TemporaryDirectory(prefix="sessionmem-postgres-") as directory:
+        data = Path(directory) / "data"
+        owner = subprocess.Popen([sys.executable, "-c", (
+            "import sys, time; from pathlib import Path; from sessionmem.testing.postgres import start_postgres;"
+            " start_postgres(Path(sys.argv[1])); print('up', flush=True); time.sleep(600)"), str(data)],
+            stdout=subprocess.PIPE, text=True)
+        try:
+            assert owner.stdout is not None and owner.stdout.readline() == "up\n"
+            assert (data / "postmaster.pid").exists()
+        finally:
+            owner.kill()
+            owner.wait()
+        deadline = time.monotonic() + 60
+        while (data / "postmaster.pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not (data / "postmaster.pid").exists()
+
+
+# -- search ---------------------------------------------------------------------------------------
+
+# A small corpus, stored in SQLite (import) and in the team database (push): the same answers.
+CORPUS: list[Record] = [
+    session("c1", project="shop", created_at=1000.0, updated_at=1100.0),
+    PromptRecord("c1", 1, "the checkout must refuse an empty cart", 1000.0),
+    observation("c1", "u1", "Checkout refuses an empty cart", project="shop", type="feature", created_at=1001.0,
+                narrative="raise EmptyCart when the cart has no items", facts=["cart.py raises EmptyCart"],
+                concepts=["checkout", "validation"], files_modified=["/home/ann/shop/src/cart.py"]),
+    observation("c1", "u2", "Cart tests run", project="shop", type="discovery", created_at=1002.0,
+                narrative="pytest of the cart module passes", concepts=["testing"],
+                files_read=["/home/ann/shop/tests/test_cart.py"]),
+    summary("c1", 1003.0, project="shop", request="refuse an empty cart at checkout",
+            completed="checkout raises EmptyCart", learned="cart validation lives in cart.py"),
+    session("c2", project="shop", created_at=2000.0, updated_at=2100.0),
+    PromptRecord("c2", 1, "prices should show two decimals", 2000.0),
+    observation("c2", "u3", "Prices formatted with two decimals", project="shop", type="bugfix", created_at=2001.0,
+                narrative="price formatting used str(amount), now two decimals", concepts=["formatting"],
+                files_modified=["/home/ann/shop/src/price.py"]),
+    observation("c2", "u4", "Cart total rounding fixed", project="shop", type="bugfix", created_at=2002.0,
+                narrative="the cart total rounded prices twice", concepts=["formatting", "checkout"],
+                files_modified=["/home/ann/shop/src/cart.py"]),
+    session("c3", project="blog", created_at=3000.0, updated_at=3100.0),
+    PromptRecord("c3", 1, "fix the broken feed dates", 3000.0),
+    observation("c3", "u5", "Feed dates in ISO format", project="blog", type="bugfix", created_at=3001.0,
+                narrative="the RSS feed printed day numbers only; isoformat now", concepts=["feed"],
+                files_modified=["/home/ann/blog/feed.py"]),
+    summary("c3", 3002.0, project="blog", request="fix the feed dates", completed="feed dates are ISO 8601"),
+]
+KEYS = {"shop": "github.com/acme/shop", "blog": "name:blog"}
+
+
+def corpus_rows() -> list[SharedRow]:
+    projects = {record.claude_session_id: record.project for record in CORPUS if isinstance(record, SessionRecord)}
+    return [shared(record, key=KEYS[projects[record.claude_session_id]]) for record in CORPUS]
+
+
+async def titles(store: Any, found: list[RankedKey]) -> list[str]:
+    cards = await store.cards([(key.kind, key.row_id) for key in found])
+    return [getattr(cards[key.kind, key.row_id], "card", cards[key.kind, key.row_id]).title for key in found]
+
+
+QUERIES = ["cart", "checkout", "feed dates", "prices decimals", "empty cart", "formatting"]
+FILTERS = [
+    SearchFilters(),
+    SearchFilters(project="shop"),
+    SearchFilters(project="blog"),
+    SearchFilters(kinds=(OBSERVATION,)),
+    SearchFilters(kinds=(SUMMARY, PROMPT)),
+    SearchFilters(types=("bugfix",)),
+    SearchFilters(since=2000.0),
+    SearchFilters(until=2000.0),
+    SearchFilters(since=1002.0, until=3001.0),
+    SearchFilters(file="src/cart.py"),
+    SearchFilters(file="/home/ann/shop/src/price.py"),
+    SearchFilters(file="cart.py"),
+    SearchFilters(concept="checkout"),
+    SearchFilters(claude_session_id="c2"),
+]
+
+
+async def test_search_finds_what_sqlite_finds_under_every_filter(team_database_url: str, tmp_path: Path) -> None:
+    async with open_sqlite_store(tmp_path / "local.db") as local, open_team_store(team_database_url) as team:
+        await local.import_records(CORPUS)
+        await team.push(corpus_rows())
+        for filters in FILTERS:
+            for query in QUERIES:
+                local_found = await titles(local, await local.search_text(query, filters, 20, every_word_first=True))
+                team_found = await titles(team, await team.search_text(query, filters, 20))
+                assert sorted(team_found) == sorted(local_found), (query, filters)
+            # Ranked alike within a kind (bm25 and ts_rank scores of different kinds are not comparable).
+            observations = SearchFilters(kinds=(OBSERVATION,))
+            assert await titles(team, await team.search_text(query, observations, 20)) == await titles(
+                local, await local.search_text(query, observations, 20, every_word_first=True)), query
+
+
+async def test_search_takes_any_text_and_the_projects_asked(team_database_url: str) -> None:
+    async with open_team_store(team_database_url) as team:
+        await team.push(corpus_rows())
+        for query in ['"empty cart" -prices', "cart OR feed", "))(( & | ! :* '", "\x01\\'; DROP TABLE x; --", "the"]:
+            await team.search_text(query, SearchFilters(), 10)  # no error
+        assert await titles(team, await team.search_text('"empty cart" -prices', SearchFilters(kinds=(OBSERVATION,)),
+                                                         10)) == ["Checkout refuses an empty cart"]
+        found = await team.search_text("fix", SearchFilters(), 20, keys=["name:blog"])
+        assert found and {card.project_key for card in (await team.cards(
+            [(key.kind, key.row_id) for key in found])).values()} == {"name:blog"}
+        assert await team.search_text("cart", SearchFilters(), 20, keys=[]) == []
+
+
+async def test_nearest_finds_the_closest_vectors_under_filters(team_database_url: str) -> None:
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((400, 384)).astype(np.float32)
+    rows = [shared(session("big", project="big"), key="name:big"), shared(session("small", project="small"),
+                                                                          key="name:small")]
+    for n, vector in enumerate(vectors):
+        name = "small" if n % 80 == 0 else "big"  # 5 of 400
+        rows.append(shared(observation(name, f"t{n}", f"observation {n}", project=name, created_at=float(n)),
+                           key=f"name:{name}", vector=vector))
+    rows.append(shared(summary("big", 999.0, project="big", request="a summary"), key="name:big",
+                       vector=vectors[7] + 0.01))
+    rows.append(shared(observation("big", "other-model", "another model's vector", project="big"), key="name:big",
+                       vector=vectors[7], model="another"))
+    query = vectors[7] + rng.standard_normal(384).astype(np.float32) * 0.1
+    async with open_team_store(team_database_url) as team:
+        for start in range(0, len(rows), 100):
+            await team.push(rows[start:start + 100])
+        found = await team.nearest(query, 3, SearchFilters(), model="minilm")
+        assert [key.kind for key in found[:2]] == [OBSERVATION, SUMMARY] or \
+            [key.kind for key in found[:2]] == [SUMMARY, OBSERVATION]
+        assert (await titles(team, found))[:2] != ["another model's vector"]
+        small = await team.nearest(query, 5, SearchFilters(project="small"), model="minilm")
+        assert sorted(await titles(team, small)) == sorted(f"observation {n}" for n in range(0, 400, 80))
+        only_observations = await team.nearest(query, 10, SearchFilters(kinds=(OBSERVATION,), since=100.0),
+                                               model="minilm")
+        assert len(only_observations) == 10 and {key.kind for key in only_observations} == {OBSERVATION}
+        assert all(card.card.created_at >= 100.0 for card in (await team.cards(
+            [(key.kind, key.row_id) for key in only_observations])).values())
+        # Cosine similarity, best first, as the exact answer has it.
+        exact = sorted(((float(np.dot(query, v) / np.linalg.norm(query) / np.linalg.norm(v)), n)
+                        for n, v in enumerate(vectors) if n >= 100), reverse=True)[:10]
+        assert [key.score for key in only_observations] == pytest.approx([score for score, _ in exact], abs=1e-4)
+        assert await team.nearest(query, 5, SearchFilters(), model="minilm", keys=["name:nothing"]) == []
+        assert await team.nearest(query[:10], 5, SearchFilters(), model="minilm") == []  # another dimension
