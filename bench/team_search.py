@@ -150,7 +150,8 @@ class PgHybrid:
     def __init__(self, store: Any, embed: Any, model: str) -> None:
         self._store, self._embed, self._model = store, embed, model
 
-    async def search(self, query: str, filters: SearchFilters, limit: int = 20) -> list[tuple[str, int, float]]:
+    async def search(self, query: str, filters: SearchFilters, limit: int = 20) -> list[tuple[str, int, str]]:
+        """The page's (kind, row id, project), best first."""
         depth = max(hybrid.MIN_DEPTH, limit * 3)
         words: list[RankedKey] = []
         meaning: list[RankedKey] = []
@@ -169,8 +170,9 @@ class PgHybrid:
             nursery.start_soon(by_words)
             nursery.start_soon(by_meaning)
         page = hybrid.fuse(words, meaning, {})[:limit]
-        await self._store.cards([(kind, row_id) for kind, row_id, _ in page])
-        return page
+        cards = await self._store.cards([(kind, row_id) for kind, row_id, _ in page])
+        return [(kind, row_id, cards[(kind, row_id)].card.project) for kind, row_id, _ in page
+                if (kind, row_id) in cards]
 
 
 async def measure(sqlite_dir: Path, pg_urls: dict[str, str], runs: int, queries: list[str],
@@ -214,7 +216,7 @@ async def measure(sqlite_dir: Path, pg_urls: dict[str, str], runs: int, queries:
                         found = await search(query, SearchFilters(project=project))
                         samples.setdefault(f"{side}/{scope}", []).append((time.perf_counter() - started) * 1000)
                         counts.setdefault(f"{side}/{scope}", []).append(len(found))
-                        if side == "sqlite" and project is not None:
+                        if project is not None:
                             violations[side] = violations.get(side, 0) + sum(1 for hit in found if hit[2] != project)
     return {"latency_ms": {name: percentiles(values) for name, values in samples.items()},
             "results_per_search": {name: statistics.median(values) for name, values in counts.items()},
@@ -308,9 +310,13 @@ def summary(result: dict[str, Any]) -> str:
                  for side in sides]
         rows.append(f"| {'no filter' if scope == 'all' else 'project: ' + scope} | " + " | ".join(cells) + " |")
     rows.append("\nms, p50 (p95)")
+    rows.append(f"results of another project than the one asked: {result['search']['filter_violations']}")
     for key, value in result.items():
-        if key.startswith("build_postgres_"):
-            rows.append(f"{key}: {value}")
+        if key.startswith("build_"):
+            builds = {name: b["seconds"] for name, b in value.get("index_builds", {}).items() if b["seconds"] >= 1}
+            rows.append(f"{key}: " + ", ".join(f"{name} {value[name]}" for name in (
+                "copy_seconds", "index_build_seconds", "vacuum_analyze_seconds", "database_bytes",
+                "sqlite_insert_seconds", "index_build_seconds") if name in value) + f"; {builds}")
     return "\n".join(rows)
 
 
