@@ -233,6 +233,25 @@ class VectorIndex:
         a project's documents (:meth:`HnswIndex.nearest_of_rows`)."""
         return await self._ask(lambda index: index.nearest_of_rows(vector, rows, k))
 
+    @property
+    def model_id(self) -> str:
+        """The embedder's model id: what the index's vectors are vectors of."""
+        return self._embedder.model_id
+
+    async def vectors_of(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], bytes]:
+        """The vectors the index holds of ``keys`` (float32 bytes), by key; those it has not embedded yet are
+        absent, and all of them while it loads or stays busy past ``query_wait_s`` (the team push sends
+        them later then)."""
+        def read(index: HnswIndex) -> dict[tuple[str, int], bytes]:
+            found = {}
+            for key in keys:
+                vector = index.vector_of(label_of(*key))
+                if vector is not None:
+                    found[key] = np.asarray(vector, dtype=np.float32).tobytes()  # a copy: the index's rows move
+            return found
+
+        return await self._call_briefly(read) or {}
+
     async def _ask(self, query: Callable[[HnswIndex], list[tuple[int, float]] | None]
                    ) -> list[tuple[str, int, float]] | None:
         """A query on the index, briefly (see :meth:`_call_briefly`), its labels named as documents."""

@@ -62,6 +62,7 @@ from sessionmem.server.routing import (
 )
 from sessionmem.server.search_api import add_search_routes
 from sessionmem.server.services import Services
+from sessionmem.server.team_api import add_team_routes
 from sessionmem.storage.base import StorageUnavailable
 from sessionmem.web.assets import PageAssets
 
@@ -285,5 +286,6 @@ def create_quart_app(services: Services) -> QuartTrio:
     add_debug_routes(app, services, pages)
     add_search_routes(app, services)
     add_maintenance_routes(app, services)
+    add_team_routes(app, services)
 
     return app

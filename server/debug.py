@@ -25,6 +25,7 @@ from sessionmem.server.services import Services, WorkerStatistics
 from sessionmem.server.spool import SpoolStatistics
 from sessionmem.storage.base import StoreStatistics
 from sessionmem.storage.pruner import PrunerStatistics
+from sessionmem.team.sync import TeamStatistics
 
 
 class DebugSnapshot(msgspec.Struct, frozen=True):
@@ -44,6 +45,7 @@ class DebugSnapshot(msgspec.Struct, frozen=True):
     retention: PrunerStatistics
     gc: GcStatistics
     loop: LoopStatistics
+    team: TeamStatistics | None = None  # team memory's sync; absent while database_url is not set
 
 
 class ProcessingStatus(msgspec.Struct, frozen=True):
@@ -71,6 +73,7 @@ async def debug_snapshot(services: Services) -> DebugSnapshot:
         retention=services.pruner.statistics(),
         gc=WATCH.statistics(),
         loop=services.loop.statistics(),
+        team=services.team.statistics() if services.team is not None else None,
     )
 
 

@@ -32,6 +32,7 @@ from sessionmem.server.spool import SpoolImporter
 from sessionmem.settings import Settings
 from sessionmem.storage.base import Store
 from sessionmem.storage.pruner import Pruner
+from sessionmem.team.sync import TeamSync
 
 
 class WorkerStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -92,3 +93,4 @@ class Services:
     pruner: Pruner
     loop: LoopWatch
     home: DataDirIdentity  # the data dir and database opened: the spool importer and the worker's watch ask it
+    team: TeamSync | None = None  # team memory's sync, when database_url is set

@@ -74,6 +74,7 @@ from sessionmem.settings import Settings
 from sessionmem.storage.base import StorageUnavailable, Store
 from sessionmem.storage.pruner import Pruner
 from sessionmem.storage.sqlite import open_sqlite_store
+from sessionmem.team.sync import TeamSync
 
 log = logging.getLogger("sessionmem")
 
@@ -289,8 +290,21 @@ async def open_services(settings: Settings, *, budget: ShutdownBudget | None = N
 
                 # Loads (or rebuilds) in the background: searches use words alone meanwhile.
                 await outer.start(run_index)
+                team = TeamSync(settings, store, index, broadcaster) if settings.database_url else None
+                syncing = trio.CancelScope()
+
+                async def run_team(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                    assert team is not None
+                    with syncing:
+                        await team.run(task_status=task_status)
+
+                if team is not None:
+                    # Started once this data dir's machine id is stored (one local write), before any
+                    # event is replayed: the outbox begins above what was stored before. PostgreSQL is
+                    # connected to later, in the background; down at start is fine.
+                    await outer.start(run_team)
                 services = _services(settings, status, store, compressor, broadcaster, embedder, index,
-                                     token=token, clock=clock)
+                                     token=token, clock=clock, team=team)
                 supervisor, router = services.supervisor, services.router
                 async with trio.open_nursery() as nursery:
                     await nursery.start(supervisor.run)
@@ -331,6 +345,8 @@ async def open_services(settings: Settings, *, budget: ShutdownBudget | None = N
                         maintenance.cancel(reason="shutting down")
                         supervisor.shutdown(drain_s=budget.share(DRAIN_SHARE))
                 budget.done("actors")
+                # What the team database has not taken yet waits in the local store for the next start.
+                syncing.cancel(reason="shutting down")
                 # The index saves what it added (what it could not embed in time is
                 # embedded again at the next start).
                 index.close_timeout_s = budget.share(INDEX_SHARE)
@@ -355,7 +371,7 @@ async def open_services(settings: Settings, *, budget: ShutdownBudget | None = N
 
 def _services(settings: Settings, status: WorkerStatus, store: Store, compressor: Compressor,
               broadcaster: Broadcaster, embedder: EmbedderService, index: VectorIndex, *, token: str,
-              clock: Callable[[], float]) -> Services:
+              clock: Callable[[], float], team: TeamSync | None = None) -> Services:
     """The components that need nothing started: actors, routing, the HTTP edge, search."""
     deps = ActorDeps(settings, store, compressor, broadcaster)
     policy = RestartPolicy(settings.max_restarts, settings.restart_window_s)
@@ -379,7 +395,7 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
                             still_ours=home.still_ours),
         guard=guard, connections=pool, embedder=embedder, index=index, search=search,
         context=ContextPlanner(store, index, embedder, observations=settings.context_observations),
-        pruner=Pruner(store, retention_days=settings.raw_retention_days), loop=LoopWatch(), home=home)
+        pruner=Pruner(store, retention_days=settings.raw_retention_days), loop=LoopWatch(), home=home, team=team)
 
 
 async def _warm_up(compressor: Compressor, redactor: Redactor, embedder: EmbedderService, *, freeze: bool) -> None:

@@ -278,7 +278,31 @@ ALTER TABLE user_prompts ADD COLUMN origin_user TEXT NOT NULL DEFAULT '';
 CREATE TABLE team_cursors (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+# The sessions this machine changed, in the order it changed them, for the team push
+# (storage/team_sync.py): a session's row is re-pushed when its status, times, first prompt or
+# project key change. Its ``updated_at`` cannot serve as the cursor: it is the time of the
+# event, not of the write, and an actor may store a session's completion after another
+# session's later prompt. One row a session (replaced: a new ``seq``, always the largest),
+# written in the transaction that changed the session, by the one writer: a reader seeing a
+# ``seq`` sees every smaller one.
+_V8 = """
+CREATE TABLE team_session_changes (
+    seq           INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused, even of a replaced row
+    session_db_id INTEGER NOT NULL UNIQUE
+);
+CREATE TRIGGER team_session_changes_ai AFTER INSERT ON sessions BEGIN
+    INSERT OR REPLACE INTO team_session_changes (session_db_id) VALUES (new.id);
+END;
+CREATE TRIGGER team_session_changes_au AFTER UPDATE ON sessions
+WHEN old.status IS NOT new.status OR old.created_at IS NOT new.created_at
+  OR old.updated_at IS NOT new.updated_at OR old.completed_at IS NOT new.completed_at
+  OR old.first_prompt IS NOT new.first_prompt OR old.project_key IS NOT new.project_key
+BEGIN
+    INSERT OR REPLACE INTO team_session_changes (session_db_id) VALUES (new.id);
+END;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 
 
 class SchemaTooNew(RuntimeError):

@@ -70,6 +70,7 @@ from sessionmem.storage import (
     result_writes,
     retention,
     row_reads,
+    team_sync,
     transfer,
     words_held,
 )
@@ -86,6 +87,8 @@ from sessionmem.storage.fulltext import RowIds
 from sessionmem.storage.project_rows import ProjectRows
 from sessionmem.storage.readers import ReaderPool, ReadGatherer
 from sessionmem.storage.sqlite_setup import open_writer
+from sessionmem.storage.team_records import PullCursor, SharedRow
+from sessionmem.storage.team_sync import Kind, OutboxBatch, OutboxCursor, Shared
 from sessionmem.storage.writer import BACKGROUND_WEIGHT, GroupCommitWriter, Together
 
 T = TypeVar("T")
@@ -318,6 +321,56 @@ class SQLiteStore:
     async def import_records(self, records: Sequence[transfer.Record]) -> transfer.ImportCounts:
         return await self.write(partial(transfer.import_records, records=records, now=time.time()),
                                 on_commit=lambda _: self._file_recall.clear())
+
+    # -- team memory (storage/team_sync.py): the outbox, the cursors, pulled rows ---------------------
+
+    async def team_start(self) -> str:
+        """This data dir's machine id (made at the first call, with the outbox cursors above what is stored)."""
+        return await self.write(team_sync.start_outbox, background=True)
+
+    async def team_outbox_cursor(self, name: str) -> OutboxCursor:
+        return await self._readers.run(partial(team_sync.read_outbox_cursor, name=name))
+
+    async def team_pull_state(self) -> tuple[PullCursor, list[str] | None]:
+        """The pull cursor and the project keys pulled so far (``None``: all)."""
+        def read(connection: apsw.Connection) -> tuple[PullCursor, list[str] | None]:
+            with connection:  # one snapshot: both were written in one transaction
+                cursor, keys = team_sync.read_pull_cursor(connection), team_sync.read_pull_keys(connection)
+            return cursor, keys
+
+        return await self._readers.run(read)
+
+    async def team_outbox(self, *, cursor: OutboxCursor, shared: Shared, limit: int, project: str | None = None,
+                          kinds: Sequence[Kind] = ("session", "prompt", "observation", "summary"),
+                          upto: OutboxCursor | None = None) -> OutboxBatch:
+        return await self._readers.run(partial(team_sync.read_outbox, cursor=cursor, shared=shared, limit=limit,
+                                               project=project, kinds=kinds, upto=upto))
+
+    async def team_advance(self, values: dict[str, str]) -> None:
+        """Set team cursors (name -> encoded value) in one transaction."""
+        await self.write(team_sync.advance, values, background=True)
+
+    async def team_import(self, rows: Sequence[SharedRow], cursor: tuple[str, str] | None) -> transfer.ImportCounts:
+        """Import pulled rows and set the cursor ``(name, encoded value)``, if given, in the same transaction."""
+        return await self.write(partial(team_sync.import_pulled, rows=rows, cursor=cursor, now=time.time()),
+                                on_commit=lambda _: self._file_recall.clear(), background=True,
+                                weight=max(1, len(rows)))
+
+    async def team_backlog(self, *, cursor: OutboxCursor, shared: Shared) -> int:
+        return await self._readers.run(partial(team_sync.backlog, cursor=cursor, shared=shared))
+
+    async def team_pull_keys(self, share_projects: Sequence[str]) -> list[str]:
+        return await self._readers.run(partial(team_sync.pull_keys, share_projects=share_projects))
+
+    async def team_newest(self, *, project: str | None = None) -> OutboxCursor:
+        return await self._readers.run(partial(team_sync.newest, project=project))
+
+    async def team_rows_above(self, *, project: str, cursor: OutboxCursor) -> int:
+        return await self._readers.run(partial(team_sync.rows_above, project=project, cursor=cursor))
+
+    async def team_project(self, project: str) -> tuple[bool, bool]:
+        """Whether ``project`` has sessions here, and whether one of them found the share file."""
+        return await self._readers.run(partial(team_sync.project_exists, project=project))
 
     # -- search (storage/fulltext.py, project_rows.py, cards.py, file_memories.py) ----------------
 

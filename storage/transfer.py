@@ -152,25 +152,25 @@ def export_page(connection: apsw.Connection, *, project: str | None, since: floa
     records: list[Record] = []
     last = 0
     for row in sessions:
-        last, session = integer(row[0]), _session_record(row[1:])
+        last, session = integer(row[0]), session_record(row[1:])
         records.append(session)
         window = (last, since)
         claude_id = session.claude_session_id
         records += [PromptRecord(claude_id, integer(number), text(prompt), real(at)) for number, prompt, at in all_rows(
             connection, "SELECT prompt_number, text, created_at FROM user_prompts WHERE session_db_id = ?1"
             " AND (?2 IS NULL OR created_at >= ?2) ORDER BY prompt_number", window)]
-        records += [_observation_record(claude_id, row) for row in all_rows(
+        records += [observation_record(claude_id, row) for row in all_rows(
             connection,
-            f"SELECT {_OBSERVATION_COLUMNS} FROM observations WHERE session_db_id = ?1"
+            f"SELECT {OBSERVATION_COLUMNS} FROM observations WHERE session_db_id = ?1"
             " AND (?2 IS NULL OR created_at >= ?2) ORDER BY id", window)]
-        records += [_summary_record(claude_id, row) for row in all_rows(
+        records += [summary_record(claude_id, row) for row in all_rows(
             connection,
-            f"SELECT {_SUMMARY_COLUMNS} FROM session_summaries WHERE session_db_id = ?1"
+            f"SELECT {SUMMARY_COLUMNS} FROM session_summaries WHERE session_db_id = ?1"
             " AND (?2 IS NULL OR created_at >= ?2) ORDER BY id", window)]
     return records, (last if len(sessions) == PAGE else 0)
 
 
-def _session_record(row: SQLiteValues) -> SessionRecord:
+def session_record(row: SQLiteValues) -> SessionRecord:
     claude_id, project, cwd, first_prompt, status, created_at, updated_at, completed_at = row
     return SessionRecord(
         claude_session_id=text(claude_id), project=text(project), cwd=optional_text(cwd),
@@ -178,13 +178,13 @@ def _session_record(row: SQLiteValues) -> SessionRecord:
         created_at=real(created_at), updated_at=real(updated_at), completed_at=optional_real(completed_at))
 
 
-# In the order _observation_record reads them.
-_OBSERVATION_COLUMNS = (
+# In the order observation_record reads them.
+OBSERVATION_COLUMNS = (
     "project, prompt_number, tool_name, tool_use_id, type, title, created_at, agent_id, agent_type, failed, subtitle,"
     " facts, narrative, concepts, files_read, files_modified, compressed, compressor, model")
 
 
-def _observation_record(claude_id: str, row: SQLiteValues) -> ObservationRecord:
+def observation_record(claude_id: str, row: SQLiteValues) -> ObservationRecord:
     return ObservationRecord(
         claude_session_id=claude_id, project=text(row[0]), prompt_number=integer(row[1]), tool_name=text(row[2]),
         tool_use_id=text(row[3]), type=one_of(row[4], OBSERVATION_TYPES), title=text(row[5]),
@@ -194,12 +194,12 @@ def _observation_record(claude_id: str, row: SQLiteValues) -> ObservationRecord:
         compressed=flag(row[16]), compressor=text(row[17]), model=optional_text(row[18]))
 
 
-# In the order _summary_record reads them.
-_SUMMARY_COLUMNS = ("project, prompt_number, created_at, request, investigated, learned, completed, next_steps, notes,"
+# In the order summary_record reads them.
+SUMMARY_COLUMNS = ("project, prompt_number, created_at, request, investigated, learned, completed, next_steps, notes,"
                     " compressed, compressor, model")
 
 
-def _summary_record(claude_id: str, row: SQLiteValues) -> SummaryRecord:
+def summary_record(claude_id: str, row: SQLiteValues) -> SummaryRecord:
     return SummaryRecord(
         claude_session_id=claude_id, project=text(row[0]), prompt_number=integer(row[1]), created_at=real(row[2]),
         request=text(row[3]), investigated=text(row[4]), learned=text(row[5]), completed=text(row[6]),
@@ -216,79 +216,126 @@ def _summary_event_id(record: SummaryRecord) -> int:
     return -(zlib.crc32(identity) | ((zlib.adler32(identity) & 0x3FFFFFFF) << 32)) - 1  # within SQLite's int64
 
 
-def _session(connection: apsw.Connection, claude_session_id: str, project: str, at: float) -> tuple[int, bool]:
+def _session(connection: apsw.Connection, claude_session_id: str, project: str, at: float,
+             project_key: str = "") -> tuple[int, bool]:
     """The row id of the session, and whether it was made now (a record came without its session's)."""
     row = optional_row(connection, "SELECT id FROM sessions WHERE claude_session_id = ?", (claude_session_id,))
     if row is not None:
         return integer(row[0]), False
     connection.execute(
-        "INSERT INTO sessions (claude_session_id, project, status, created_at, updated_at) VALUES (?, ?, 'completed', ?, ?)",
-        (claude_session_id, project, at, at))
+        "INSERT INTO sessions (claude_session_id, project, project_key, status, created_at, updated_at)"
+        " VALUES (?, ?, ?, 'completed', ?, ?)", (claude_session_id, project, project_key, at, at))
     return connection.last_insert_rowid(), True
 
 
-def import_records(connection: apsw.Connection, records: Sequence[Record], now: float) -> ImportCounts:
-    """Store ``records`` (a page of an export; a session record before its rows); see the module docstring."""
-    counts: dict[str, int] = {"sessions": 0, "prompts": 0, "observations": 0, "summaries": 0, "already_there": 0}
+class Provenance(msgspec.Struct, frozen=True, kw_only=True):
+    """Where an imported record comes from, when not from a file: another machine, through the team database.
 
+    Its rows keep their origin (``origin_machine``, ``origin_user``: never both empty, which
+    means this machine's own), its sessions their project key, and a pulled session merges
+    into the one already here by the team's rule (``merge``) rather than keeping its state.
+    """
+
+    machine: str
+    user: str
+    project_key: str  # sessions.project_key: a normalized git remote, "" for a project known by name
+    project: str  # the project's name on this machine (it may live under another directory name here)
+
+
+# A session's status moves only forward when a pulled copy merges into it: the furthest wins.
+_STATUS_RANK = "CASE {} WHEN 'initialized' THEN 0 WHEN 'active' THEN 1 ELSE 2 END"
+
+
+def import_records(connection: apsw.Connection, records: Sequence[Record], now: float,
+                   provenance: Sequence[Provenance] | None = None) -> ImportCounts:
+    """Store ``records`` (a page of an export; a session record before its rows); see the module docstring.
+
+    ``provenance``: one for each record, when they come from another machine (see :class:`Provenance`).
+    """
+    counts: dict[str, int] = {"sessions": 0, "prompts": 0, "observations": 0, "summaries": 0, "already_there": 0}
+    projects: dict[str, str] = {}
+    for number, record in enumerate(records):
+        _import_record(connection, record, now, counts, projects, provenance[number] if provenance else None)
+    return ImportCounts(**counts)
+
+
+def _import_record(connection: apsw.Connection, record: Record, now: float, counts: dict[str, int],
+                   projects: dict[str, str], source: Provenance | None) -> None:
     def stored(kind: str) -> None:
         counts[kind if connection.changes() else "already_there"] += 1
 
-    projects: dict[str, str] = {}
-    for record in records:
-        if isinstance(record, SessionRecord):
+    machine, user = (source.machine, source.user) if source else ("", "")
+    if isinstance(record, SessionRecord):
+        project = source.project if source else record.project
+        connection.execute(
+            "INSERT OR IGNORE INTO sessions (claude_session_id, project, project_key, cwd, first_prompt, status,"
+            " created_at, updated_at, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (record.claude_session_id, project, source.project_key if source else "", record.cwd,
+             record.first_prompt, record.status if record.status != "failed" else "completed", record.created_at,
+             record.updated_at, record.completed_at))
+        stored("sessions")
+        projects[record.claude_session_id] = project
+        connection.execute(
+            "UPDATE sessions SET created_at = min(created_at, ?1), updated_at = max(updated_at, ?2)"
+            " WHERE claude_session_id = ?3", (record.created_at, record.updated_at, record.claude_session_id))
+        if source is not None:
+            # The team's merge (docs/team.md): status the furthest (a session that failed here stays
+            # failed: its events wait here for a replay), completed_at the latest, the first prompt
+            # kept, the project key learnt. Only what changes is written (the push follows changes).
+            status = record.status if record.status != "failed" else "completed"
             connection.execute(
-                "INSERT OR IGNORE INTO sessions (claude_session_id, project, cwd, first_prompt, status, created_at,"
-                " updated_at, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (record.claude_session_id, record.project, record.cwd, record.first_prompt,
-                 record.status if record.status != "failed" else "completed", record.created_at, record.updated_at,
-                 record.completed_at))
-            stored("sessions")
-            projects[record.claude_session_id] = record.project
-            connection.execute(
-                "UPDATE sessions SET created_at = min(created_at, ?1), updated_at = max(updated_at, ?2)"
-                " WHERE claude_session_id = ?3", (record.created_at, record.updated_at, record.claude_session_id))
-            continue
+                "UPDATE sessions SET"
+                f" status = CASE WHEN status != 'failed' AND {_STATUS_RANK.format('?1')} >"
+                f" {_STATUS_RANK.format('status')} THEN ?1 ELSE status END,"
+                " completed_at = CASE WHEN ?2 IS NOT NULL AND (completed_at IS NULL OR completed_at < ?2)"
+                " THEN ?2 ELSE completed_at END,"
+                " first_prompt = coalesce(first_prompt, ?3),"
+                " project_key = CASE project_key WHEN '' THEN ?4 ELSE project_key END"
+                " WHERE claude_session_id = ?5",
+                (status, record.completed_at, record.first_prompt, source.project_key, record.claude_session_id))
+        return
+    if source is not None:
+        project = source.project
+    else:
         project = getattr(record, "project", None) or projects.get(record.claude_session_id, "unknown")
-        session, made = _session(connection, record.claude_session_id, project, record.created_at)
-        counts["sessions"] += made
-        if isinstance(record, PromptRecord):
-            connection.execute(
-                "INSERT OR IGNORE INTO user_prompts (session_db_id, project, prompt_number, text, created_at)"
-                " VALUES (?1, (SELECT project FROM sessions WHERE id = ?1), ?2, ?3, ?4)",
-                (session, record.prompt_number, record.text, record.created_at))
-            stored("prompts")
-            connection.execute(
-                "UPDATE sessions SET prompt_counter = max(prompt_counter, ?1), first_prompt = coalesce(first_prompt, ?2)"
-                " WHERE id = ?3", (record.prompt_number, record.text, session))
-        elif isinstance(record, ObservationRecord):
-            connection.execute(
-                "INSERT OR IGNORE INTO observations (session_db_id, project, prompt_number, event_id, tool_name,"
-                " tool_use_id, agent_id, agent_type, failed, type, title, subtitle, facts, narrative, concepts,"
-                " files_read, files_modified, compressed, compressor, model, created_at, stored_at)"
-                " VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (session, record.project, record.prompt_number, record.tool_name, record.tool_use_id,
-                 record.agent_id, record.agent_type, int(record.failed), record.type, record.title, record.subtitle,
-                 to_json(record.facts), record.narrative, to_json(record.concepts), to_json(record.files_read),
-                 to_json(record.files_modified), int(record.compressed), record.compressor, record.model,
-                 record.created_at, now))
-            stored("observations")
-        else:
-            # The same summary by what it is, not by its event id: one the worker made itself has
-            # its journal event's (an import of a store into itself made every summary twice).
-            if optional_row(
-                    connection,
-                    "SELECT 1 FROM session_summaries WHERE session_db_id = ? AND prompt_number = ? AND created_at = ?",
-                    (session, record.prompt_number, record.created_at)) is not None:
-                counts["already_there"] += 1
-                continue
-            connection.execute(
-                "INSERT OR IGNORE INTO session_summaries (session_db_id, project, prompt_number, event_id, request,"
-                " investigated, learned, completed, next_steps, notes, compressed, compressor, model, created_at,"
-                " stored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (session, record.project, record.prompt_number, _summary_event_id(record), record.request,
-                 record.investigated, record.learned, record.completed, record.next_steps, record.notes,
-                 int(record.compressed), record.compressor, record.model, record.created_at, now))
-            stored("summaries")
-    return ImportCounts(**counts)
-
+    session, made = _session(connection, record.claude_session_id, project, record.created_at,
+                             source.project_key if source else "")
+    counts["sessions"] += made
+    if isinstance(record, PromptRecord):
+        connection.execute(
+            "INSERT OR IGNORE INTO user_prompts (session_db_id, project, prompt_number, text, created_at,"
+            " origin_machine, origin_user) VALUES (?1, (SELECT project FROM sessions WHERE id = ?1), ?2, ?3, ?4, ?5, ?6)",
+            (session, record.prompt_number, record.text, record.created_at, machine, user))
+        stored("prompts")
+        connection.execute(
+            "UPDATE sessions SET prompt_counter = max(prompt_counter, ?1), first_prompt = coalesce(first_prompt, ?2)"
+            " WHERE id = ?3", (record.prompt_number, record.text, session))
+    elif isinstance(record, ObservationRecord):
+        connection.execute(
+            "INSERT OR IGNORE INTO observations (session_db_id, project, prompt_number, event_id, tool_name,"
+            " tool_use_id, agent_id, agent_type, failed, type, title, subtitle, facts, narrative, concepts,"
+            " files_read, files_modified, compressed, compressor, model, created_at, stored_at, origin_machine,"
+            " origin_user) VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (session, project, record.prompt_number, record.tool_name, record.tool_use_id,
+             record.agent_id, record.agent_type, int(record.failed), record.type, record.title, record.subtitle,
+             to_json(record.facts), record.narrative, to_json(record.concepts), to_json(record.files_read),
+             to_json(record.files_modified), int(record.compressed), record.compressor, record.model,
+             record.created_at, now, machine, user))
+        stored("observations")
+    else:
+        # The same summary by what it is, not by its event id: one the worker made itself has
+        # its journal event's (an import of a store into itself made every summary twice).
+        if optional_row(
+                connection,
+                "SELECT 1 FROM session_summaries WHERE session_db_id = ? AND prompt_number = ? AND created_at = ?",
+                (session, record.prompt_number, record.created_at)) is not None:
+            counts["already_there"] += 1
+            return
+        connection.execute(
+            "INSERT OR IGNORE INTO session_summaries (session_db_id, project, prompt_number, event_id, request,"
+            " investigated, learned, completed, next_steps, notes, compressed, compressor, model, created_at,"
+            " stored_at, origin_machine, origin_user) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (session, project, record.prompt_number, _summary_event_id(record), record.request,
+             record.investigated, record.learned, record.completed, record.next_steps, record.notes,
+             int(record.compressed), record.compressor, record.model, record.created_at, now, machine, user))
+        stored("summaries")

@@ -3,7 +3,8 @@
 The commands live by what they do: :mod:`~sessionmem.cli.worker_commands` (serve, status,
 stop, replay, backfill, install, uninstall, doctor, open, mcp),
 :mod:`~sessionmem.cli.search_commands` (search, show) and
-:mod:`~sessionmem.cli.data_commands` (prune, export, import). Every command that asks the
+:mod:`~sessionmem.cli.data_commands` (prune, export, import) and :mod:`~sessionmem.cli.team_commands`
+(share push). Every command that asks the
 worker does it through :func:`sessionmem.cli.client.call`, and fails with
 :class:`~sessionmem.cli.client.CommandFailed`, which :func:`main` turns into a message and
 an exit status.
@@ -15,7 +16,7 @@ import argparse
 import os
 import sys
 
-from sessionmem.cli import data_commands, search_commands, worker_commands
+from sessionmem.cli import data_commands, search_commands, team_commands, worker_commands
 from sessionmem.cli.client import CommandFailed, client_config, whole_number
 from sessionmem.protocol.datadir import private_umask
 from sessionmem.settings import SettingsError
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.set_defaults(fn=worker_commands.cmd_doctor)
     search_commands.add_commands(sub, common, client_config)
     data_commands.add_commands(sub, common, client_config)
+    team_commands.add_commands(sub, common, client_config)
     mcp = sub.add_parser("mcp", help="serve memory search to Claude as an MCP server (stdio)")
     common(mcp)
     mcp.set_defaults(fn=worker_commands.cmd_mcp)

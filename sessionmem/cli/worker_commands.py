@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sessionmem.cli import data_commands, index_progress
+from sessionmem.cli import data_commands, index_progress, team_commands
 from sessionmem.cli.client import CommandFailed, WorkerUnreachable, call, client_config, foreign
 from sessionmem.protocol import routes
 from sessionmem.protocol.client_settings import ClientConfig
@@ -188,6 +188,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     index = debug.get("index")
     if index:
         print(f"  {index_progress.index_line(index)}")
+    team = debug.get("team")
+    if team:
+        print(f"  {team_commands.team_line(team)}")
     failed = [a["claudeSessionId"] for a in debug["actors"] if a["state"] == "failed"]
     failed += [s for s in journal.get("parkedSessions", []) if s not in failed]  # failed before a restart too
     if failed:

@@ -1,0 +1,340 @@
+"""The worker's team sync: push this machine's memory of shared projects, pull the others', and copy a
+project's past memory on request; with a status for ``/debug``, ``GET /api/team`` and ``sessionmem status``.
+
+Three loops in :meth:`TeamSync.run`, each on its own:
+
+- **push**: whenever something is stored (the broadcaster's "something was stored", the
+  signal the vector index follows) and every :data:`PUSH_INTERVAL_S` in any case, batches
+  until the outbox is empty (:mod:`sessionmem.team.push`), then vectors sent late;
+- **pull**: every ``team_pull_interval_s`` (:mod:`sessionmem.team.pull`);
+- **share push**: ``sessionmem share push --project NAME`` (:meth:`TeamSync.start_share_push`),
+  one project at a time, resumable (its cursor is kept), progress in :meth:`statistics`.
+
+PostgreSQL is never on a hook's or a read's path: when it cannot be reached each loop
+waits (:data:`BACKOFF_MIN_S`, doubling to :data:`BACKOFF_MAX_S`) and tries again, while
+the worker accepts, compresses and answers from SQLite as ever. The outbox is the local
+store itself: nothing is lost, however long the database stays away.
+
+Resource handling:
+    :meth:`run` opens the team store (lazily: a database down at start is fine) and holds
+    the loops' nursery; it reports started once this data dir's machine id exists (one
+    local write), never waiting for PostgreSQL. Cancelling it ends the loops; a push whose
+    team transaction committed but whose local cursor did not move is pushed again next
+    time, which changes nothing there.
+
+Error handling:
+    :class:`~sessionmem.storage.pg_store.TeamUnavailable` is the database away: counted,
+    shown (without any password), retried. Any other error is logged, counted and retried
+    after the same pauses: the sync never stops the worker. Cancellation propagates.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from enum import Enum
+from typing import TypeVar
+from urllib.parse import unquote, urlsplit
+
+import msgspec
+import trio
+
+from sessionmem.broadcast import Broadcaster, LiveEvent
+from sessionmem.index.actor import VectorIndex
+from sessionmem.runtime.logs import log_exception
+from sessionmem.settings import Settings
+from sessionmem.storage.pg_store import TeamUnavailable, open_team_store
+from sessionmem.storage.sqlite import SQLiteStore
+from sessionmem.storage.team_records import Origin
+from sessionmem.storage.team_sync import OUTBOX, SHARE_PREFIX
+from sessionmem.team.pull import Puller
+from sessionmem.team.push import Pusher
+from sessionmem.team.sharing import is_shared
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+BACKOFF_MIN_S = 0.5
+BACKOFF_MAX_S = 30.0
+PUSH_INTERVAL_S = 5.0  # a push pass at least this often, stored signal or not
+ERROR_LENGTH = 500
+# With fault_injection on, this file in the data dir makes the worker kill itself with SIGKILL right after
+# a push committed in the team database, before its local cursor moves (the file is removed first): the
+# crash the outbox must survive without a duplicate (tests/test_team_sync.py).
+KILL_AFTER_PUSH_FILE = "fault-kill-after-team-push"
+
+
+class SharePushState(str, Enum):
+    RUNNING = "running"
+    WAITING = "waiting"  # the team database cannot be reached: tried again after a pause
+    DONE = "done"
+    FAILED = "failed"
+
+
+class SharePushStatus(msgspec.Struct, frozen=True, kw_only=True):
+    project: str
+    state: SharePushState
+    done: int  # rows of the project read and (those of this machine) pushed
+    total: int  # rows of the project to read when it started
+    pushed: int  # rows sent to the team database
+    started_at: float
+    finished_at: float | None = None
+    error: str = ""
+
+
+class TeamStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    connected: bool  # the last call to the team database succeeded
+    machine_id: str
+    machine: str
+    user: str
+    share_projects: list[str]
+    pushed: int  # rows pushed since the worker started
+    pulled: int  # rows pulled since the worker started (stored here, or here already)
+    backlog: int  # this machine's rows of shared projects not pushed yet
+    last_push_at: float | None  # when rows last reached the team database
+    last_pull_at: float | None  # when the team database was last asked (and answered)
+    failures: int  # calls that failed (unreachable, or another error)
+    last_error: str  # never holds a password
+    share_push: SharePushStatus | None = None
+
+
+class ShareRefused(Exception):
+    """A share push that cannot start: the project is not shared, has no memory here, or another runs."""
+
+
+def without_password(message: str, url: str) -> str:
+    """``message`` with the password of ``url``, if it has one, blotted out (a driver may quote the URL)."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    if password:
+        for spelling in {password, unquote(password)}:
+            message = message.replace(spelling, "***")
+    return message
+
+
+class Backoff:
+    """Pauses between failed attempts: :data:`BACKOFF_MIN_S`, doubling up to :data:`BACKOFF_MAX_S`."""
+
+    def __init__(self) -> None:
+        self.pause = BACKOFF_MIN_S
+
+    def reset(self) -> None:
+        self.pause = BACKOFF_MIN_S
+
+    async def wait(self) -> None:
+        await trio.sleep(self.pause)
+        self.pause = min(self.pause * 2, BACKOFF_MAX_S)
+
+
+class TeamSync:
+    """See the module docstring. Build it, then run :meth:`run` in a nursery."""
+
+    def __init__(self, settings: Settings, store: SQLiteStore, index: VectorIndex, broadcaster: Broadcaster) -> None:
+        self._settings = settings
+        self._store = store
+        self._index = index
+        self._broadcaster = broadcaster
+        self._url = settings.database_url
+        self._machine, self._user = settings.origin
+        self._machine_id = ""
+        self._stored = trio.Event()
+        self._share_requests, self._share_receive = trio.open_memory_channel[str](1)
+        self._share: SharePushStatus | None = None
+        self._pusher: Pusher | None = None
+        # statistics
+        self._connected = False
+        self._pushed = self._pulled = self._failures = self._backlog = 0
+        self._last_push_at: float | None = None
+        self._last_pull_at: float | None = None
+        self._last_error = ""
+        broadcaster.watch(self._something_stored)
+
+    # -- what others call -------------------------------------------------------------------
+
+    def shared(self, project: str, share_file: bool) -> bool:
+        """The sharing rule with this worker's settings (:func:`sessionmem.team.sharing.is_shared`)."""
+        return is_shared(project, share_file=share_file, share_projects=self._settings.share_projects)
+
+    def statistics(self) -> TeamStatistics:
+        return TeamStatistics(
+            connected=self._connected, machine_id=self._machine_id, machine=self._machine, user=self._user,
+            share_projects=list(self._settings.share_projects), pushed=self._pushed, pulled=self._pulled,
+            backlog=self._backlog, last_push_at=self._last_push_at, last_pull_at=self._last_pull_at,
+            failures=self._failures, last_error=self._last_error, share_push=self._share)
+
+    async def refresh_backlog(self) -> int:
+        """Count the rows not pushed yet anew (a read of the local store), and return it."""
+        cursor = await self._store.team_outbox_cursor(OUTBOX)
+        self._backlog = await self._store.team_backlog(cursor=cursor, shared=self.shared)
+        return self._backlog
+
+    async def start_share_push(self, project: str) -> SharePushStatus:
+        """Start copying ``project``'s memory of this machine into the team database (resumable: it goes on
+        from where an earlier push stopped); its status. The same project again while it runs: its status.
+
+        Raises :class:`ShareRefused` when the project is not shared (``share_projects``, the share
+        file), has no sessions here, or another project's push is under way.
+        """
+        running = self._share
+        if running is not None and running.state in (SharePushState.RUNNING, SharePushState.WAITING):
+            if running.project == project:
+                return running
+            raise ShareRefused(f"a share push of {running.project!r} is under way; try again once it is done")
+        exists, share_file = await self._store.team_project(project)
+        if not exists:
+            raise ShareRefused(f"no project {project!r} here")
+        if not self.shared(project, share_file):
+            raise ShareRefused(f"project {project!r} is not shared: name it in share_projects "
+                               "(SESSIONMEM_SHARE_PROJECTS) or commit a .sessionmem-share file at its repository root")
+        cursor = await self._store.team_outbox_cursor(SHARE_PREFIX + project)
+        total = await self._store.team_rows_above(project=project, cursor=cursor)
+        self._share = SharePushStatus(project=project, state=SharePushState.RUNNING, done=0, total=total, pushed=0,
+                                      started_at=time.time())
+        self._share_requests.send_nowait(project)  # never full: one push at a time, and the loop takes it at once
+        return self._share
+
+    # -- the task -----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Sync until cancelled; see the module docstring."""
+        self._machine_id = await self._store.team_start()
+        task_status.started()
+        origin = Origin(self._machine_id, self._machine, self._user)
+        batch = self._settings.team_push_batch
+        async with open_team_store(self._url) as team:
+            after_push = self._kill_if_asked if self._settings.fault_injection else None
+            self._pusher = Pusher(self._store, team, self._index, origin=origin, batch=batch, after_push=after_push)
+            puller = Puller(self._store, team, self._index, self._broadcaster, machine_id=self._machine_id,
+                            share_projects=self._settings.share_projects, batch=batch)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._push_forever, self._pusher)
+                nursery.start_soon(self._pull_forever, puller)
+                nursery.start_soon(self._share_forever, self._pusher)
+
+    def _kill_if_asked(self) -> None:
+        marker = self._settings.data_dir / KILL_AFTER_PUSH_FILE
+        if marker.exists():
+            marker.unlink()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _something_stored(self, _event: LiveEvent) -> None:
+        self._stored.set()
+
+    async def _push_forever(self, pusher: Pusher) -> None:
+        backoff = Backoff()
+        while True:
+            self._stored = trio.Event()  # before reading: what is stored from now on wakes the next pass
+            if await self._attempt(self._push_all, pusher):
+                backoff.reset()
+                with trio.move_on_after(PUSH_INTERVAL_S):
+                    await self._stored.wait()
+            else:
+                await self._refresh_backlog_quietly()
+                await backoff.wait()
+
+    async def _push_all(self, pusher: Pusher) -> None:
+        while True:
+            outcome = await pusher.push_batch(OUTBOX, self.shared)
+            if outcome.pushed:
+                self._pushed += outcome.pushed
+                self._last_push_at = time.time()
+                self._ok()
+            if outcome.scanned < self._settings.team_push_batch:
+                break
+        if await pusher.fill_vectors(self.shared):
+            self._ok()
+        await self.refresh_backlog()
+
+    async def _pull_forever(self, puller: Puller) -> None:
+        backoff = Backoff()
+        while True:
+            if await self._attempt(self._pull_all, puller):
+                backoff.reset()
+                await trio.sleep(self._settings.team_pull_interval_s)
+            else:
+                await backoff.wait()
+
+    async def _pull_all(self, puller: Puller) -> None:
+        outcome = await puller.pull()
+        self._pulled += outcome.pulled
+        self._last_pull_at = time.time()
+        self._ok()
+
+    async def _share_forever(self, pusher: Pusher) -> None:
+        async for project in self._share_receive:
+            await self._share_push(pusher, project)
+
+    async def _share_push(self, pusher: Pusher, project: str) -> None:
+        backoff = Backoff()
+        name = SHARE_PREFIX + project
+        while True:
+            status = self._share
+            assert status is not None
+            try:
+                outcome = await pusher.push_batch(name, self.shared, project=project, wait_for_vectors=False)
+            except TeamUnavailable as exc:
+                self._unavailable(exc)
+                self._share = msgspec.structs.replace(status, state=SharePushState.WAITING, error=self._last_error)
+                await backoff.wait()
+                continue
+            except Exception as exc:
+                self._count_failure(exc)
+                log_exception(log, f"team sync: the share push of {project!r} failed", exc)
+                self._share = msgspec.structs.replace(status, state=SharePushState.FAILED, error=self._last_error,
+                                                      finished_at=time.time())
+                return
+            backoff.reset()
+            if outcome.pushed:
+                self._ok()
+                self._pushed += outcome.pushed
+                self._last_push_at = time.time()
+            done = outcome.scanned == 0
+            self._share = msgspec.structs.replace(
+                status, state=SharePushState.DONE if done else SharePushState.RUNNING, error="",
+                done=status.done + outcome.scanned, total=max(status.total, status.done + outcome.scanned),
+                pushed=status.pushed + outcome.pushed, finished_at=time.time() if done else None)
+            if done:
+                log.info("team sync: share push of %r done: %d row(s) pushed", project, self._share.pushed)
+                return
+
+    # -- outcomes -----------------------------------------------------------------------------
+
+    async def _attempt(self, step: Callable[[T], Awaitable[None]], argument: T) -> bool:
+        """``step(argument)``; False when it failed (counted, shown, logged unless it is the database away)."""
+        try:
+            await step(argument)
+        except TeamUnavailable as exc:
+            self._unavailable(exc)
+            return False
+        except Exception as exc:  # never the worker's end: counted, logged, tried again
+            self._count_failure(exc)
+            log_exception(log, "team sync: a sync step failed; trying again", exc)
+            return False
+        return True
+
+    async def _refresh_backlog_quietly(self) -> None:
+        try:
+            await self.refresh_backlog()
+        except Exception as exc:
+            log_exception(log, "team sync: cannot count the rows waiting to be pushed", exc)
+
+    def _ok(self) -> None:
+        self._connected = True
+
+    def _unavailable(self, exc: TeamUnavailable) -> None:
+        if self._connected or not self._failures:
+            log.warning("team sync: the team database cannot be reached (%s); trying again",
+                        without_password(str(exc), self._url)[:ERROR_LENGTH])
+        self._connected = False
+        self._count_failure(exc)
+
+    def _count_failure(self, exc: Exception) -> None:
+        self._failures += 1
+        self._last_error = without_password(f"{type(exc).__name__}: {exc}", self._url)[:ERROR_LENGTH]
+
