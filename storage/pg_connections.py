@@ -196,6 +196,10 @@ class TeamConnections:
                 except CONNECTION_ERRORS:
                     pass  # an idle connection a restart broke: once more, anew
             connection = self._connect()
+            # Every search is planned with its own words: a prepared statement's generic plan
+            # knows neither how many rows a word matches nor which plan that calls for (a rare
+            # word's bitmap, or a walk of the newest rows for a common one).
+            connection.prepare_threshold = None
             register_vector(connection)
             return self._lent(connection, fn)
         except CONNECTION_ERRORS as exc:

@@ -22,6 +22,9 @@ carry the embedder's ``vector`` (384 dimensions, NULL until a vector is pushed) 
 ``model``; the compressor's model is ``compressor_model``. A session's working
 directory, a path of one machine, is not a column: it never leaves the machine.
 
+Indexes on ``created_at`` (alone, and after the project's name or key) serve the newest
+rows first: lists, and full-text search's newest candidates (:mod:`sessionmem.storage.pg_search`).
+
 Version 2 adds search: a generated, stored ``search`` tsvector per searchable table over
 the fields SQLite's FTS5 tables index (:mod:`sessionmem.storage.schema`), weighted as
 their bm25 weights rank them (titles and requests first), with a GIN index; and an
@@ -73,6 +76,8 @@ CREATE TABLE prompts (
 );
 CREATE INDEX prompts_pull ON prompts (xid, seq);
 CREATE INDEX prompts_project ON prompts (project_key, created_at);
+CREATE INDEX prompts_project_name ON prompts (project, created_at);
+CREATE INDEX prompts_time ON prompts (created_at);
 
 CREATE TABLE observations (
     id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -109,6 +114,7 @@ CREATE TABLE observations (
 CREATE INDEX observations_pull ON observations (xid, seq);
 CREATE INDEX observations_project ON observations (project_key, created_at);
 CREATE INDEX observations_project_name ON observations (project, created_at);
+CREATE INDEX observations_time ON observations (created_at);
 
 CREATE TABLE summaries (
     id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -138,6 +144,7 @@ CREATE TABLE summaries (
 CREATE INDEX summaries_pull ON summaries (xid, seq);
 CREATE INDEX summaries_project ON summaries (project_key, created_at);
 CREATE INDEX summaries_project_name ON summaries (project, created_at);
+CREATE INDEX summaries_time ON summaries (created_at);
 """
 
 # Search. The weights follow the bm25 column weights of SQLite's full-text tables

@@ -5,13 +5,14 @@ and runs in a worker thread; :class:`~sessionmem.storage.pg_store.TeamStore` wra
 Answers are shaped as the SQLite store's: :class:`~sessionmem.records.RankedKey`
 (kind, row id, score; higher is better), honouring the same
 :class:`~sessionmem.records.SearchFilters` (project, kinds, types, since/until, file,
-concept, Claude session), plus ``keys``: only the projects of those
+concept, Claude session, and origin where the filters have one), plus ``keys``: only the projects of those
 :func:`~sessionmem.storage.team_records.shared_key`\\ s. Row ids are the team database's own.
 
 Full text: a query is parsed by ``websearch_to_tsquery('english', ...)`` (any text a
 user types is a valid query: quotes make phrases, ``-`` excludes, ``or`` alternates).
 Documents matching it (every word) come first, ranked by ``ts_rank`` over the weighted
-``search`` column (pg_schema version 2); when they are fewer than ``limit``, documents
+``search`` column (pg_schema version 2), at most the newest :data:`CANDIDATES` matches
+of each kind; when they are fewer than ``limit``, documents
 holding only some of the query's words follow (each word a ``plainto_tsquery``,
 never parsed as syntax), as the SQLite store ranks a typed search -- unless the query
 uses the syntax (a phrase, an excluded word, ``or``): then it asked for exactly that.
@@ -41,11 +42,17 @@ from sessionmem.storage.pg_connections import Connection
 from sessionmem.storage.pg_schema import VECTOR_DIMENSIONS
 from sessionmem.storage.team_records import Origin
 
+LOCAL_ORIGIN = "local"  # sessionmem.records.LOCAL_ORIGIN: this machine's own rows
 TABLES = {OBSERVATION: "observations", SUMMARY: "summaries", PROMPT: "prompts"}
 VECTOR_KINDS = (OBSERVATION, SUMMARY)
-# ts_rank's normalization 1: divided by 1 + the log of the document's length, as bm25
-# favours the shorter of two documents holding a word as often.
-_RANK = "ts_rank(search, asked.q, 1)"
+# Ranking costs what the rows it scores cost (ts_rank reads each one's tsvector), and a
+# query of common words matches a good part of a large store: each kind ranks at most its
+# newest CANDIDATES matches (the rows holding a rarer word are fewer: all of them, then).
+# SQLite keeps a query's rarer words instead (storage/fulltext.py MATCH_BUDGET); here recent
+# memories win, which is what a memory search of common words wants most. ts_rank's
+# normalization 1 divides by 1 + the log of the document's length, as bm25 favours the
+# shorter of two documents holding a word as often.
+CANDIDATES = 1000
 # What makes a query more than words for websearch_to_tsquery: a phrase, an excluded word, "or".
 _SYNTAX = re.compile(r'"|(?:^|\s)-\w|\sor\s', re.IGNORECASE)
 # HNSW's candidate list: at least pgvector's default, and k.
@@ -78,6 +85,9 @@ def _filter_sql(kind: str, filters: SearchFilters, keys: Collection[str] | None,
     if filters.claude_session_id is not None:
         params["session"] = filters.claude_session_id
         conditions.append("claude_session_id = %(session)s")
+    origin: str | None = getattr(filters, "origin", None)
+    if origin is not None:
+        conditions.append(_origin_condition(origin, params))
     if kind == OBSERVATION:
         if filters.types:
             params["types"] = list(filters.types)
@@ -97,14 +107,34 @@ def _filter_sql(kind: str, filters: SearchFilters, keys: Collection[str] | None,
     return " AND ".join(conditions) or "true"
 
 
+def _origin_condition(origin: str, params: dict[str, Any]) -> str:
+    """Rows of ``origin`` as a filter names it: ``user@machine``, or a machine or user name. The
+    team database has no "this machine" (every row there has its machine's name): ``local``
+    names no row of it."""
+    if origin == LOCAL_ORIGIN:
+        return "false"
+    user, at, machine = origin.rpartition("@")
+    if at:
+        params["origin_user"], params["origin_machine"] = user, machine
+        return "(origin_machine = %(origin_machine)s AND origin_user = %(origin_user)s)"
+    params["origin_name"] = origin
+    return "(origin_machine = %(origin_name)s OR origin_user = %(origin_name)s)"
+
+
 def _ranked(connection: Connection, kind: str, tsquery: str, filters: SearchFilters, keys: Collection[str] | None,
             params: dict[str, Any], limit: int) -> list[RankedKey]:
-    """The best ``limit`` rows of ``kind`` matching ``tsquery`` (SQL of a tsquery over ``params``)."""
+    """The best ``limit`` rows of ``kind`` matching ``tsquery`` (SQL of a tsquery over ``params``) among
+    its newest :data:`CANDIDATES` matches."""
     where = _filter_sql(kind, filters, keys, params)
+    # The tsquery is written out in both places (not joined from a subquery): with its text
+    # known, the planner folds it to a constant and estimates its matches from the column's
+    # statistics -- a bitmap of a rare word's rows, or the newest rows walked backwards in a
+    # time index (the project's, with a project filter) until enough match for a common one.
     rows = connection.execute(
-        f"SELECT id, {_RANK} AS score FROM {TABLES[kind]}, (SELECT {tsquery} AS q) asked"
-        f" WHERE search @@ asked.q AND {where}"
-        " ORDER BY score DESC, id LIMIT %(limit)s", {**params, "limit": limit}).fetchall()
+        f"SELECT id, ts_rank(search, {tsquery}, 1) AS score FROM ("
+        f" SELECT id, search FROM {TABLES[kind]} WHERE search @@ {tsquery} AND {where}"
+        f" ORDER BY created_at DESC LIMIT {CANDIDATES}) candidates ORDER BY score DESC, id LIMIT %(limit)s",
+        {**params, "limit": limit}).fetchall()
     return [RankedKey(kind, int(row_id), float(score)) for row_id, score in rows]
 
 
@@ -124,7 +154,7 @@ def search_text(connection: Connection, *, query: str, filters: SearchFilters, l
         return every[:limit]
     held = {(key.kind, key.row_id) for key in every}
     params = {f"term{index}": term for index, term in enumerate(terms)}
-    any_word = " || ".join(f"plainto_tsquery('english', %(term{index})s)" for index in range(len(terms)))
+    any_word = "(" + " || ".join(f"plainto_tsquery('english', %(term{index})s)" for index in range(len(terms))) + ")"
     some: list[RankedKey] = []
     for kind in kinds:
         found = _ranked(connection, kind, any_word, filters, keys, dict(params), limit + len(every))

@@ -46,8 +46,9 @@ def _quiet_runtime_dir() -> Iterator[None]:
 class PostgresServer:
     """One PostgreSQL server on the data directory ``directory``; see the module docstring."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, scratch: Path | None = None) -> None:
         self.directory = directory
+        self._scratch = scratch  # a directory (holding ``directory``) the watchdog removes if this process dies
         self.url = ""  # the server's own database, "postgres", as its superuser, over the unix socket
         self._server: Any = None  # pgserver's handle while running
         self._watchdog: subprocess.Popen[bytes] | None = None
@@ -66,7 +67,7 @@ class PostgresServer:
             self._server = pgserver.get_server(self.directory, cleanup_mode="stop")
         self.url = self._server.get_uri()
         if self._watchdog is None:
-            self._watchdog = _start_watchdog(self.directory, self._server.system_user)
+            self._watchdog = _start_watchdog(self.directory, self._server.system_user, self._scratch)
 
     def stop(self) -> None:
         """Stop the server (a fast shutdown: open connections are ended); nothing if it is stopped."""
@@ -119,9 +120,10 @@ class PostgresServer:
         self.close()
 
 
-def start_postgres(directory: Path) -> PostgresServer:
-    """A running server on ``directory`` (created if missing; its parent must exist)."""
-    server = PostgresServer(directory)
+def start_postgres(directory: Path, *, scratch: Path | None = None) -> PostgresServer:
+    """A running server on ``directory`` (created if missing; its parent must exist). ``scratch``: a
+    directory holding it that nothing else needs, removed by the watchdog if this process dies."""
+    server = PostgresServer(directory, scratch=scratch)
     try:
         server.start()
     except BaseException:
@@ -142,7 +144,7 @@ def temporary_postgres() -> Iterator[PostgresServer]:
     """
     directory = Path(tempfile.mkdtemp(prefix="sessionmem-postgres-"))
     try:
-        with start_postgres(directory / "data") as server:
+        with start_postgres(directory / "data", scratch=directory) as server:
             yield server
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -165,9 +167,10 @@ def _pg_ctl_stop(directory: Path, user: str | None, *, mode: str) -> None:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=60)
 
 
-def _start_watchdog(directory: Path, user: str | None) -> subprocess.Popen[bytes]:
+def _start_watchdog(directory: Path, user: str | None, scratch: Path | None) -> subprocess.Popen[bytes]:
     # A session of its own: Ctrl-C in a terminal reaches pytest (which stops the server
     # itself), not the watchdog.
     return subprocess.Popen(
-        [sys.executable, "-m", "sessionmem.testing.postgres_watchdog", str(_pg_ctl()), str(directory), user or ""],
+        [sys.executable, "-m", "sessionmem.testing.postgres_watchdog", str(_pg_ctl()), str(directory), user or "",
+         str(scratch or "")],
         stdin=subprocess.PIPE, start_new_session=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})

@@ -4,9 +4,9 @@ that answers as the SQLite store does."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -383,23 +383,26 @@ async def test_a_store_opens_while_the_server_is_down() -> None:
 
 
 def test_the_test_server_stops_with_its_owner_even_killed() -> None:
-    """A process that started a server and died by SIGKILL leaves no server behind (its watchdog stops it)."""
-    with tempfile.TemporaryDirectory(prefix="sessionmem-postgres-") as directory:
-        data = Path(directory) / "data"
-        owner = subprocess.Popen([sys.executable, "-c", (
-            "import sys, time; from pathlib import Path; from sessionmem.testing.postgres import start_postgres;"
-            " start_postgres(Path(sys.argv[1])); print('up', flush=True); time.sleep(600)"), str(data)],
-            stdout=subprocess.PIPE, text=True)
-        try:
-            assert owner.stdout is not None and owner.stdout.readline() == "up\n"
-            assert (data / "postmaster.pid").exists()
-        finally:
-            owner.kill()
-            owner.wait()
-        deadline = time.monotonic() + 60
-        while (data / "postmaster.pid").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not (data / "postmaster.pid").exists()
+    """A process that started a server and died by SIGKILL leaves no server behind (its watchdog stops
+    it), nor its data."""
+    owner = subprocess.Popen([sys.executable, "-c", (
+        "import time; from sessionmem.testing.postgres import temporary_postgres\n"
+        "with temporary_postgres() as server:\n"
+        "    print(server.directory, flush=True); time.sleep(600)")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        data = Path(owner.stdout.readline().strip())
+        assert (data / "postmaster.pid").exists()
+        pid = int((data / "postmaster.pid").read_text().split()[0])
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 60
+    while data.parent.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not data.parent.exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
 
 
 # -- search ---------------------------------------------------------------------------------------
