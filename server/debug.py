@@ -28,7 +28,7 @@ from sessionmem.storage.pruner import PrunerStatistics
 from sessionmem.team.sync import TeamStatistics
 
 
-class DebugSnapshot(msgspec.Struct, frozen=True):
+class DebugSnapshot(msgspec.Struct, frozen=True, omit_defaults=True):  # `team` only when it is on
     worker: WorkerStatistics
     sessions: RouterStatistics
     supervisor: SupervisorStatistics

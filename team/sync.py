@@ -18,7 +18,8 @@ store itself: nothing is lost, however long the database stays away.
 Resource handling:
     :meth:`run` opens the team store (lazily: a database down at start is fine) and holds
     the loops' nursery; it reports started once this data dir's machine id exists (one
-    local write), never waiting for PostgreSQL. Cancelling it ends the loops; a push whose
+    local write; should the local store refuse it, a full disk, at once, and it tries again
+    after), never waiting for PostgreSQL. Cancelling it ends the loops; a push whose
     team transaction committed but whose local cursor did not move is pushed again next
     time, which changes nothing there.
 
@@ -61,6 +62,9 @@ T = TypeVar("T")
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 30.0
 PUSH_INTERVAL_S = 5.0  # a push pass at least this often, stored signal or not
+# After a "stored" signal, what else is stored this long after it goes in the same pass: one team
+# transaction and one local cursor write for a burst of observations, not one each.
+PUSH_GATHER_S = 0.2
 ERROR_LENGTH = 500
 # With fault_injection on, this file in the data dir makes the worker kill itself with SIGKILL right after
 # a push committed in the team database, before its local cursor moves (the file is removed first): the
@@ -146,7 +150,7 @@ class TeamSync:
         self._stored = trio.Event()
         self._share_requests, self._share_receive = trio.open_memory_channel[str](1)
         self._share: SharePushStatus | None = None
-        self._pusher: Pusher | None = None
+        self._share_starting = trio.Lock()  # two requests at once start one push
         # statistics
         self._connected = False
         self._pushed = self._pulled = self._failures = self._backlog = 0
@@ -181,6 +185,10 @@ class TeamSync:
         Raises :class:`ShareRefused` when the project is not shared (``share_projects``, the share
         file), has no sessions here, or another project's push is under way.
         """
+        async with self._share_starting:
+            return await self._start_share_push(project)
+
+    async def _start_share_push(self, project: str) -> SharePushStatus:
         running = self._share
         if running is not None and running.state in (SharePushState.RUNNING, SharePushState.WAITING):
             if running.project == project:
@@ -203,19 +211,31 @@ class TeamSync:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Sync until cancelled; see the module docstring."""
-        self._machine_id = await self._store.team_start()
+        try:
+            self._machine_id = await self._store.team_start()
+        except Exception as exc:  # the local store cannot take the write now (a full disk): not the worker's end
+            self._count_failure(exc)
+            log_exception(log, "team sync: cannot record this machine's id yet; trying again", exc)
         task_status.started()
+        backoff = Backoff()
+        while not self._machine_id:
+            await backoff.wait()
+            if await self._attempt(self._start, None):
+                break
         origin = Origin(self._machine_id, self._machine, self._user)
         batch = self._settings.team_push_batch
         async with open_team_store(self._url) as team:
             after_push = self._kill_if_asked if self._settings.fault_injection else None
-            self._pusher = Pusher(self._store, team, self._index, origin=origin, batch=batch, after_push=after_push)
+            pusher = Pusher(self._store, team, self._index, origin=origin, batch=batch, after_push=after_push)
             puller = Puller(self._store, team, self._index, self._broadcaster, machine_id=self._machine_id,
                             share_projects=self._settings.share_projects, batch=batch)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._push_forever, self._pusher)
+                nursery.start_soon(self._push_forever, pusher)
                 nursery.start_soon(self._pull_forever, puller)
-                nursery.start_soon(self._share_forever, self._pusher)
+                nursery.start_soon(self._share_forever, pusher)
+
+    async def _start(self, _: None) -> None:
+        self._machine_id = await self._store.team_start()
 
     def _kill_if_asked(self) -> None:
         marker = self._settings.data_dir / KILL_AFTER_PUSH_FILE
@@ -234,6 +254,7 @@ class TeamSync:
                 backoff.reset()
                 with trio.move_on_after(PUSH_INTERVAL_S):
                     await self._stored.wait()
+                    await trio.sleep(PUSH_GATHER_S)
             else:
                 await self._refresh_backlog_quietly()
                 await backoff.wait()

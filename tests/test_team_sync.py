@@ -256,25 +256,27 @@ def local_cursor(data_dir: Path) -> team_sync.OutboxCursor:
 @pytest.mark.slow
 @pytest.mark.xdist_group("team")
 def test_a_worker_killed_between_the_team_commit_and_its_cursor_pushes_again_without_duplicates(
-        tmp_path: Path, team_database_url: str, worker_factory: Callable[..., WorkerProcess]) -> None:
-    url, data = team_database_url, tmp_path / "a"
-    env = {"SESSIONMEM_DATABASE_URL": url, "SESSIONMEM_SHARE_PROJECTS": "shop", "SESSIONMEM_MACHINE_NAME": "laptop",
-           "SESSIONMEM_USER_NAME": "ann", "SESSIONMEM_EMBEDDER": "none", "SESSIONMEM_FAULT_INJECTION": "1",
-           "SESSIONMEM_BATCH_QUIET": "0.05"}
-    worker = worker_factory(data, **env)
-    before = local_cursor(data)
-    (data / KILL_AFTER_PUSH_FILE).touch()
-    send_shop_session(worker, "killed-midway")
-    assert worker.process is not None
-    assert worker.process.wait(timeout=SYNC_WAIT_S) == -9  # killed itself right after the team commit
-    in_team = pg_counts(url)
-    assert in_team["sessions"] == 1 and in_team["prompts"] == 1  # committed there...
-    assert local_cursor(data) == before  # ...and not marked pushed here
-    worker = worker_factory(data, **env)  # the journal finishes the session; the outbox pushes again
-    worker.wait_until(lambda: worker.get("/api/team")["backlog"] == 0 and worker.get("/api/team")["connected"]
-                      and pg_counts(url)["summaries"] == 1, timeout=SYNC_WAIT_S)
-    assert pg_counts(url) == exact(1)
-    assert local_cursor(data).observation == 2
+        tmp_path: Path, worker_factory: Callable[..., WorkerProcess]) -> None:
+    with start_postgres(tmp_path / "pg") as server:
+        url, data = server.create_database("team"), tmp_path / "a"
+        server.stop()  # the session is stored whole first; the push begins once the database is back
+        env = {"SESSIONMEM_DATABASE_URL": url, "SESSIONMEM_SHARE_PROJECTS": "shop",
+               "SESSIONMEM_MACHINE_NAME": "laptop", "SESSIONMEM_USER_NAME": "ann", "SESSIONMEM_EMBEDDER": "none",
+               "SESSIONMEM_FAULT_INJECTION": "1", "SESSIONMEM_BATCH_QUIET": "0.05"}
+        worker = worker_factory(data, **env)
+        before = local_cursor(data)
+        send_shop_session(worker, "killed-midway")
+        worker.wait_idle()
+        (data / KILL_AFTER_PUSH_FILE).touch()
+        server.start()
+        assert worker.process is not None
+        assert worker.process.wait(timeout=SYNC_WAIT_S) == -9  # killed itself right after the team commit
+        assert pg_counts(url) == exact(1)  # committed there...
+        assert local_cursor(data) == before  # ...and not marked pushed here
+        worker = worker_factory(data, **env)  # the outbox pushes the batch again
+        worker.wait_until(lambda: local_cursor(data).observation == 2, timeout=SYNC_WAIT_S)
+        assert worker.get("/api/team")["backlog"] == 0
+        assert pg_counts(url) == exact(1)
 
 
 def send_shop_session(worker: WorkerClient, session: str) -> None:
@@ -418,3 +420,70 @@ def sessionmem(data: Path, port: int, *args: str) -> subprocess.CompletedProcess
     env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONMEM_")}
     return subprocess.run([sys.executable, "-m", "sessionmem", *args, "--data-dir", str(data), "--port", str(port)],
                           env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("team")
+async def test_pulled_rows_are_embedded_by_the_local_index_and_shown_live(tmp_path: Path, team_database_url: str) -> None:
+    url = team_database_url
+    async with open_worker(tmp_path / "a", **team_settings(url, "laptop", share_projects="shop")) as a, \
+            open_worker(tmp_path / "b", **team_settings(url, "desktop", share_projects="*", embedder="minilm")) as b:
+        received = b""
+        async with b.stream() as chunks:
+            received += await chunks.receive()
+            await shop_session(a)
+            with trio.fail_after(SYNC_WAIT_S):
+                while b"event: observation" not in received:
+                    received += await chunks.receive()
+        assert b'"claudeSessionId":"shop-1"' in received
+        with trio.fail_after(SYNC_WAIT_S):
+            await b.services.index.caught_up()
+        assert (await b.debug())["index"]["vectors"] == 1 + 2 + 1  # the prompt, the observations, the summary
+        answer = await b.get("/api/search?q=refuse%20an%20empty%20shopping%20basket&mode=hybrid&limit=5")
+        assert answer["vectors"] != "not asked" and answer["results"]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("team")
+async def test_a_share_push_stopped_midway_goes_on_from_where_it_stopped(tmp_path: Path, team_database_url: str) -> None:
+    url, sessions = team_database_url, 10
+    async with open_worker(tmp_path / "a", embedder="none", batch_quiet_s=0.05) as a:
+        for number in range(sessions):
+            await shop_session(a, f"past-{number}")
+    settings = team_settings(url, "laptop", share_projects="shop", team_push_batch=1)
+    async with open_worker(tmp_path / "a", **settings) as a:
+        first = await a.post("/api/team/push", {"project": "shop"})
+        assert first["total"] == sessions * 5  # a session, its prompt, two observations, a summary
+
+        async def under_way() -> dict[str, Any] | None:
+            share = (await team_status(a))["sharePush"]
+            return share if share["done"] >= 5 else None
+        await wait_for(under_way, poll=0.01)
+    # The worker stopped (leaving the block) with the push under way, or just done.
+    async with open_worker(tmp_path / "a", **settings) as a:
+        again = await a.post("/api/team/push", {"project": "shop"})
+        assert again["total"] <= first["total"] - 5  # what was read before is not read again
+
+        async def done() -> bool:
+            return (await team_status(a))["sharePush"]["state"] == "done"
+        await wait_for(done)
+    assert pg_counts(url) == exact(sessions)
+
+
+@pytest.mark.xdist_group("team")
+async def test_nothing_unredacted_reaches_the_team_database(tmp_path: Path, team_database_url: str) -> None:
+    url = team_database_url
+    github, private = "ghp_abcdefghijklmnopqrstuvwxyz0123456789", "the launch codes are 0000"
+    async with open_worker(tmp_path / "a", **team_settings(url, "laptop", share_projects="shop")) as a:
+        await store_session(a, "secrets", SHOP, f"deploy with token {github} <private>{private}</private> now", [
+            ("Bash", {"command": f"GITHUB_TOKEN={github} ./deploy.sh", "description": f"deploy <private>{private}"}),
+            ("Edit", {"file_path": f"{SHOP}/.env", "old_string": "TOKEN=", "new_string": f"TOKEN={github}"}),
+        ], summary=f"Deployed with {github}. <private>{private}</private>")
+        await wait_pushed(a)
+    assert pg_counts(url)["observations"] == 2
+    with psycopg.connect(url) as connection:
+        stored = " ".join(str(row[0]) for table in ("sessions", "prompts", "observations", "summaries")
+                          for row in connection.execute(f"SELECT row_to_json(t)::text FROM {table} t").fetchall())
+    assert "deploy" in stored  # the rows are there...
+    assert github not in stored and "abcdefghijklmnopqrstuvwxyz0123456789" not in stored  # ...without the secret
+    assert private not in stored and "launch codes" not in stored  # ...or the private span
