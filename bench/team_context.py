@@ -12,9 +12,11 @@ connection each), and stops the worker. The three conditions:
 
 - ``off``: no ``SESSIONMEM_DATABASE_URL`` (as today);
 - ``up``: ``SESSIONMEM_DATABASE_URL`` set to a running PostgreSQL and a medium project (7,500
-  observations) shared: the worker's sync task pushes and pulls beside the requests. Before the
-  first measured block an unmeasured one lets the first push of that project finish, so ``up``
-  measures a worker in its steady state (pulling every second, pushing what is new);
+  observations) shared: the worker's sync task connects, pulls every second and pushes what is
+  stored after it started (a project's past memory goes by ``sessionmem share push``, which
+  this bench does not run: nothing is stored meanwhile, so nothing is pushed). Before the first
+  measured block an unmeasured one waits until that project's rows are in PostgreSQL, at most
+  :data:`FIRST_PUSH_TIMEOUT_S` (the migrations and first pulls happen there);
 - ``down``: the same settings with PostgreSQL stopped: the sync task retries with its backoff.
 
 Blocks go ``off up down`` per round, ``--rounds`` rounds; figures are the medians of the
