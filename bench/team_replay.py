@@ -405,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
 
     stats = ConversionStats()
     sessions = sorted(convert(transcript_files(args.corpus), stats), key=lambda s: s.session_id)[: args.limit]
+    if not sessions:
+        raise SystemExit(f"no sessions in {args.corpus}: give --corpus")
     result: dict[str, Any] = {"meta": {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(sys.argv),
                                        "cores": os.cpu_count(), "load_average_at_start": os.getloadavg()},
                               "sessions": len(sessions), "events": sum(len(s.events) for s in sessions),
