@@ -22,11 +22,13 @@ Resource handling:
 
 Error handling:
     A database that cannot be reached (within ``connect_timeout_s``), a connection lost
-    or refused, and a database of a newer schema all raise :class:`TeamUnavailable`. Its message never holds the password, nor the URL
+    or refused, a database of a newer schema, and one whose schema cannot be made (the
+    user may not create the vector extension) all raise :class:`TeamUnavailable`. Its message never holds the password, nor the URL
     (:func:`sanitized`), and it is raised ``from None`` so that no chained psycopg error
     carries them into a log. A write that finds its (older) connection lost is tried once
     more on a new one before giving up (every write of the team store is idempotent), and
-    so is a read that finds its idle connection lost. Other
+    so is a read that finds its idle connection lost; a write the server rolled back (a
+    deadlock, a serialization failure) is tried again on the same connection. Other
     SQL errors (a bug, a constraint) propagate unchanged.
 """
 
@@ -56,6 +58,7 @@ CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 # Found dead in at most ~25 s over TCP when the network goes away mid-query (unless the URL
 # says otherwise); libpq counts connect_timeout in whole seconds, at least 2.
 _KEEPALIVES = {"keepalives": "1", "keepalives_idle": "10", "keepalives_interval": "5", "keepalives_count": "3"}
+_ROLLBACK_ATTEMPTS = 5  # a write the server rolls back (deadlock, serialization) is tried this often
 _URL_PASSWORD = re.compile(r"(postgres(?:ql)?://[^:/@\s]*):[^@\s]*@")
 _PASSWORD_PARAMETER = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
@@ -142,19 +145,25 @@ class TeamConnections:
     # -- in worker threads ---------------------------------------------------------------
 
     def _write_sync(self, fn: Callable[[Connection], T]) -> T:
-        fresh = self._writer is None or self._writer.closed
-        try:
-            return fn(self._writer_connection())
-        except CONNECTION_ERRORS as exc:
-            self._drop_writer()
-            if fresh:
-                raise self._unavailable(str(exc)) from None
-        # The connection was an old one, maybe broken by a server restart since: once more, anew.
-        try:
-            return fn(self._writer_connection())
-        except CONNECTION_ERRORS as exc:
-            self._drop_writer()
-            raise self._unavailable(str(exc)) from None
+        rolled_back = 0
+        renewed = False
+        while True:
+            fresh = self._writer is None or self._writer.closed
+            try:
+                return fn(self._writer_connection())
+            except psycopg.errors.TransactionRollback as exc:
+                # A deadlock or a serialization failure: the server rolled the transaction back,
+                # the connection is sound; the same write again (a few times) will pass.
+                rolled_back += 1
+                if rolled_back >= _ROLLBACK_ATTEMPTS:
+                    raise self._unavailable(str(exc)) from None
+            except CONNECTION_ERRORS as exc:
+                self._drop_writer()
+                if fresh or renewed:
+                    raise self._unavailable(str(exc)) from None
+                # The connection was an old one, maybe broken by a server restart since: once
+                # more, on a new one.
+                renewed = True
 
     def _writer_connection(self) -> Connection:
         if self._writer is not None and not self._writer.closed:
@@ -165,6 +174,12 @@ class TeamConnections:
                 migrate(connection)
             except TeamSchemaTooNew as exc:
                 raise self._unavailable(str(exc)) from None
+            except CONNECTION_ERRORS:
+                raise
+            except psycopg.Error as exc:
+                # Not a fault of this call but of the database's set-up (no right to create the
+                # vector extension or the tables): unusable until an administrator acts.
+                raise self._unavailable(f"the team database cannot be set up: {exc}") from None
             register_vector(connection)
         except BaseException:
             connection.close()

@@ -122,23 +122,50 @@ def _parameters(row: SharedRow, machine_id: str) -> tuple[str, tuple[Any, ...]]:
         record.model, vector, model, *_origin(row, record.project))
 
 
+# The order a push writes its rows in: sessions before their rows.
+_PUSH_ORDER = (_PUSH_SESSION, _PUSH_PROMPT, _PUSH_OBSERVATION, _PUSH_SUMMARY)
+
+
+def _identity(row: SharedRow) -> tuple[Any, ...]:
+    """The row's place in a push: its kind's (sessions first), then its identity."""
+    record = row.record
+    if isinstance(record, SessionRecord):
+        return (0, record.claude_session_id)
+    if isinstance(record, PromptRecord):
+        return (1, record.claude_session_id, record.prompt_number)
+    if isinstance(record, ObservationRecord):
+        return (2, record.claude_session_id, record.tool_use_id)
+    return (3, record.claude_session_id, record.prompt_number, record.created_at)
+
+
 def push_rows(connection: Connection, rows: Sequence[SharedRow]) -> PushCounts:
-    """Upsert ``rows`` in one transaction (sessions first); see pg_store's conflict rule."""
+    """Upsert ``rows`` in one transaction, sessions first, then prompts, observations and summaries (each
+    kind in the order of its identity); see pg_store's conflict rule."""
+    by_statement: dict[str, list[tuple[Any, ...]]] = {statement: [] for statement in _PUSH_ORDER}
+    # Each kind in the order of its identity: concurrent pushes of the same rows (one session
+    # resumed on two machines) take their row locks in one order, and never deadlock.
+    for row in sorted(rows, key=_identity):
+        statement, parameters = _parameters(row, row.origin.machine_id)
+        by_statement[statement].append(parameters)
     inserted = merged = vectors = unchanged = 0
-    ordered = sorted(rows, key=lambda row: not isinstance(row.record, SessionRecord))
     with connection.transaction(), connection.cursor() as cursor:
-        for row in ordered:
-            statement, parameters = _parameters(row, row.origin.machine_id)
-            cursor.execute(statement, parameters)
-            answer = cursor.fetchone()
-            if answer is None:
-                unchanged += 1
-            elif answer[0]:
-                inserted += 1
-            elif isinstance(row.record, SessionRecord):
-                merged += 1
-            else:
-                vectors += 1
+        for statement, batch in by_statement.items():
+            if not batch:
+                continue
+            # One round trip for the batch (psycopg pipelines executemany), an answer per row.
+            cursor.executemany(statement, batch, returning=True)
+            while True:
+                answer = cursor.fetchone()
+                if answer is None:
+                    unchanged += 1
+                elif answer[0]:
+                    inserted += 1
+                elif statement is _PUSH_SESSION:
+                    merged += 1
+                else:
+                    vectors += 1
+                if not cursor.nextset():
+                    break
     return PushCounts(inserted=inserted, merged=merged, vectors=vectors, unchanged=unchanged)
 
 

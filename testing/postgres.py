@@ -48,7 +48,10 @@ class PostgresServer:
 
     def __init__(self, directory: Path, *, scratch: Path | None = None) -> None:
         self.directory = directory
-        self._scratch = scratch  # a directory (holding ``directory``) the watchdog removes if this process dies
+        # A directory holding the data (a private one: see _data_directory), which the watchdog
+        # removes if this process dies.
+        self._scratch = scratch
+        self._own_scratch: Path | None = None  # one made here (see _data_directory), removed by close()
         self.url = ""  # the server's own database, "postgres", as its superuser, over the unix socket
         self._server: Any = None  # pgserver's handle while running
         self._watchdog: subprocess.Popen[bytes] | None = None
@@ -64,10 +67,25 @@ class PostgresServer:
         with _quiet_runtime_dir():
             import pgserver  # a test dependency: imported only when a server is wanted
 
-            self._server = pgserver.get_server(self.directory, cleanup_mode="stop")
+            self._server = pgserver.get_server(self._data_directory(), cleanup_mode="stop")
         self.url = self._server.get_uri()
         if self._watchdog is None:
             self._watchdog = _start_watchdog(self.directory, self._server.system_user, self._scratch)
+
+    def _data_directory(self) -> Path:
+        """``directory``, where the data is; run as root, a link to a private directory made for it.
+
+        As root, pgserver runs PostgreSQL as a user of its own, which must be able to reach the
+        data for as long as the server runs -- and every pytest session makes its
+        ``pytest-of-<user>`` directory private again: a server with its data under a test's
+        ``tmp_path`` failed with "Permission denied" when another pytest started on the machine.
+        """
+        made = self.directory.exists() or self.directory.is_symlink()
+        if made or self._scratch is not None or getattr(os, "geteuid", lambda: 1)() != 0:
+            return self.directory  # data made before, in a scratch directory already, or not root
+        self._own_scratch = self._scratch = Path(tempfile.mkdtemp(prefix="sessionmem-postgres-"))
+        self.directory.symlink_to(self._own_scratch / "data", target_is_directory=True)
+        return self.directory
 
     def stop(self) -> None:
         """Stop the server (a fast shutdown: open connections are ended); nothing if it is stopped."""
@@ -90,6 +108,10 @@ class PostgresServer:
                 assert watchdog.stdin is not None
                 watchdog.stdin.close()  # what it waits for
                 watchdog.wait(timeout=30)
+            if self._own_scratch is not None:
+                shutil.rmtree(self._own_scratch, ignore_errors=True)
+                self.directory.unlink(missing_ok=True)
+                self._own_scratch = None
 
     def database_url(self, name: str) -> str:
         """The URL of database ``name`` on this server."""
@@ -134,14 +156,8 @@ def start_postgres(directory: Path, *, scratch: Path | None = None) -> PostgresS
 
 @contextmanager
 def temporary_postgres() -> Iterator[PostgresServer]:
-    """A running server on a data directory of its own, removed with it when the block ends.
-
-    The directory is made by :func:`tempfile.mkdtemp`, not under pytest's ``tmp_path``:
-    run as root, pgserver runs PostgreSQL as a user of its own, which must be able to reach
-    the data directory for as long as the server runs, and every pytest session makes its
-    ``pytest-of-<user>`` directory private again (another session starting on the same
-    machine made the server fail with "Permission denied").
-    """
+    """A running server on a data directory of its own (made by :func:`tempfile.mkdtemp`), removed
+    with it when the block ends."""
     directory = Path(tempfile.mkdtemp(prefix="sessionmem-postgres-"))
     try:
         with start_postgres(directory / "data", scratch=directory) as server:
