@@ -1,14 +1,17 @@
 """The long-running worker: start-up ladder, serving, and graceful shut-down within one budget.
 
-Start: open storage (migrate) -> start the supervisor -> queue every pending journal
-event for its actor -> import the spool -> serve HTTP -> record pid and port in
-``worker.json``; ready from then on.
+Start: open storage (migrate) -> start the vector index (it loads in the background) ->
+with ``database_url`` set, start the team sync (:mod:`sessionmem.team.sync`: one local
+write, PostgreSQL is reached later, in the background) -> start the supervisor -> queue
+every pending journal event for its actor -> import the spool -> serve HTTP -> record
+pid and port in ``worker.json``; ready from then on.
 
 Shut down (SIGTERM/SIGINT), within ``shutdown_timeout_s`` in all, divided among the
 stages by :class:`ShutdownBudget` the way Hypercorn's ``worker_serve`` gives
 connections a graceful deadline: stop accepting and let open requests finish
 (:data:`HTTP_SHARE`) -> stop the spool import -> close the mailboxes and let actors
-drain (:data:`DRAIN_SHARE`) -> close the compressor (:data:`COMPRESSOR_SHARE`) ->
+drain (:data:`DRAIN_SHARE`) -> stop the team sync (what it has not pushed waits in the
+store) -> let the index save -> close the compressor (:data:`COMPRESSOR_SHARE`) ->
 commit what is queued and close the database (the rest). Whatever did not finish
 is still pending in the journal and is replayed by the next start. What each stage
 took is logged and written to ``worker.shutdown.json``, which ``sessionmem stop``

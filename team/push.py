@@ -17,26 +17,37 @@ cursor ``push.vectors``): the team database fills a missing vector, and keeps th
 
 Error handling:
     :class:`~sessionmem.storage.pg_store.TeamUnavailable` propagates (the caller waits and
-    tries again); the local cursor has not moved then.
+    tries again); the local cursor has not moved then. A batch the team database refuses
+    for what it holds (any other error) is pushed again a row at a time: a row refused
+    twice is logged, counted (``refused``) and passed over, so that one row PostgreSQL
+    cannot take never holds up the rows after it. Texts lose their NUL characters on the
+    way (``\ufffd`` instead: PostgreSQL's text cannot hold them, SQLite's can).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 import msgspec
 import trio
 
 from sessionmem.index.actor import IndexState, VectorIndex
-from sessionmem.storage.pg_store import TeamStore
+from sessionmem.runtime.logs import log_exception
+from sessionmem.storage.pg_store import TeamStore, TeamUnavailable
 from sessionmem.storage.sqlite import SQLiteStore
 from sessionmem.storage.team_records import Origin, SharedRow
 from sessionmem.storage.team_sync import OUTBOX, VECTORS, Kind, OutboxBatch, OutboxCursor, OutboxRow, Shared, encode
+from sessionmem.storage.transfer import Record
+
+log = logging.getLogger(__name__)
 
 VECTOR_WAIT_S = 2.0  # the most a batch waits for the index to embed its rows
 VECTOR_WAIT_BACKLOG = 64  # ...and only while the index has at most this many documents to embed
 VECTOR_POLL_S = 0.1
 DOCUMENT_KINDS: tuple[Kind, ...] = ("observation", "summary")
+REFUSED_RETRY_S = 1.0  # a row refused alone is tried once more after this, then passed over
+NUL, REPLACEMENT = "\x00", "\ufffd"
 
 
 class PushOutcome(msgspec.Struct, frozen=True):
@@ -44,6 +55,7 @@ class PushOutcome(msgspec.Struct, frozen=True):
     scanned: int  # rows read locally (0: nothing above the cursor)
     without_vectors: int  # observations and summaries sent without their vector
     after: OutboxCursor
+    refused: int = 0  # rows the team database would not take (logged; kept here only)
 
 
 def shared_rows(rows: Sequence[OutboxRow], vectors: dict[tuple[str, int], bytes], origin: Origin,
@@ -52,9 +64,22 @@ def shared_rows(rows: Sequence[OutboxRow], vectors: dict[tuple[str, int], bytes]
     shared = []
     for row in rows:
         vector = vectors.get(row.document) if row.document is not None else None
-        shared.append(SharedRow(record=row.record, project_key=row.project_key, origin=origin, vector=vector,
-                                model=model if vector is not None else ""))
+        shared.append(SharedRow(record=without_nul(row.record), project_key=row.project_key, origin=origin,
+                                vector=vector, model=model if vector is not None else ""))
     return shared
+
+
+def without_nul(record: Record) -> Record:
+    """``record`` with every NUL of its texts replaced (PostgreSQL's text cannot hold one); the same record
+    when it has none, as nearly all have."""
+    changes: dict[str, object] = {}
+    for name in record.__struct_fields__:
+        value = getattr(record, name)
+        if isinstance(value, str) and NUL in value:
+            changes[name] = value.replace(NUL, REPLACEMENT)
+        elif isinstance(value, list) and any(NUL in item for item in value):
+            changes[name] = [item.replace(NUL, REPLACEMENT) for item in value]
+    return msgspec.structs.replace(record, **changes) if changes else record
 
 
 class Pusher:
@@ -78,8 +103,9 @@ class Pusher:
             return PushOutcome(0, 0, 0, cursor)
         vectors = await self._vectors(batch, wait=wait_for_vectors)
         documents = sum(row.document is not None for row in batch.rows)
+        refused = 0
         if batch.rows:
-            await self._team.push(shared_rows(batch.rows, vectors, self._origin, self._index.model_id))
+            refused = await self._push(shared_rows(batch.rows, vectors, self._origin, self._index.model_id))
             if self._after_push is not None:
                 self._after_push()
         advanced = {cursor_name: encode(batch.after)}
@@ -91,7 +117,7 @@ class Pusher:
         elif project is None:
             advanced[VECTORS] = encode(batch.after)
         await self._store.team_advance(advanced)
-        return PushOutcome(len(batch.rows), batch.scanned, documents - len(vectors), batch.after)
+        return PushOutcome(len(batch.rows) - refused, batch.scanned, documents - len(vectors), batch.after, refused)
 
     async def fill_vectors(self, shared: Shared) -> int:
         """Send again, with their vectors, rows pushed without (once the index has embedded them); returns how
@@ -109,11 +135,40 @@ class Pusher:
         vectors = await self._vectors(batch, wait=False)
         rows = [row for row in batch.rows if row.document is None or row.document in vectors]
         if any(row.document is not None for row in rows):
-            await self._team.push(shared_rows(rows, vectors, self._origin, self._index.model_id))
+            await self._push(shared_rows(rows, vectors, self._origin, self._index.model_id))
         after = batch.after if batch.moved else pushed
         await self._store.team_advance({VECTORS: encode(msgspec.structs.replace(
             fill, observation=after.observation, summary=after.summary))})
         return len(vectors)
+
+    async def _push(self, rows: list[SharedRow]) -> int:
+        """``rows`` in one transaction of the team database; returns how many it refused (see the module
+        docstring: 0 unless the batch was refused for what it holds)."""
+        try:
+            await self._team.push(rows)
+            return 0
+        except TeamUnavailable:
+            raise
+        except Exception as exc:
+            log_exception(log, f"team push: a batch of {len(rows)} row(s) was refused; pushing it a row at a time",
+                          exc)
+        refused = 0
+        for row in rows:
+            for attempt in range(2):
+                try:
+                    await self._team.push([row])
+                    break
+                except TeamUnavailable:
+                    raise
+                except Exception as exc:
+                    if attempt == 0:
+                        await trio.sleep(REFUSED_RETRY_S)
+                        continue
+                    refused += 1
+                    record = row.record
+                    log.warning("team push: the team database refused a %s of session %s (%s: %s); kept here only",
+                                type(record).__name__, record.claude_session_id, type(exc).__name__, str(exc)[:300])
+        return refused
 
     async def _vectors(self, batch: OutboxBatch, *, wait: bool) -> dict[tuple[str, int], bytes]:
         keys = [row.document for row in batch.rows if row.document is not None]

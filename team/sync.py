@@ -102,6 +102,7 @@ class TeamStatistics(msgspec.Struct, frozen=True, kw_only=True):
     last_push_at: float | None  # when rows last reached the team database
     last_pull_at: float | None  # when the team database was last asked (and answered)
     failures: int  # calls that failed (unreachable, or another error)
+    refused: int  # rows the team database would not take (logged, passed over: kept here only)
     last_error: str  # never holds a password
     share_push: SharePushStatus | None = None
 
@@ -153,7 +154,7 @@ class TeamSync:
         self._share_starting = trio.Lock()  # two requests at once start one push
         # statistics
         self._connected = False
-        self._pushed = self._pulled = self._failures = self._backlog = 0
+        self._pushed = self._pulled = self._failures = self._backlog = self._refused = 0
         self._last_push_at: float | None = None
         self._last_pull_at: float | None = None
         self._last_error = ""
@@ -170,7 +171,7 @@ class TeamSync:
             connected=self._connected, machine_id=self._machine_id, machine=self._machine, user=self._user,
             share_projects=list(self._settings.share_projects), pushed=self._pushed, pulled=self._pulled,
             backlog=self._backlog, last_push_at=self._last_push_at, last_pull_at=self._last_pull_at,
-            failures=self._failures, last_error=self._last_error, share_push=self._share)
+            failures=self._failures, refused=self._refused, last_error=self._last_error, share_push=self._share)
 
     async def refresh_backlog(self) -> int:
         """Count the rows not pushed yet anew (a read of the local store), and return it."""
@@ -262,6 +263,7 @@ class TeamSync:
     async def _push_all(self, pusher: Pusher) -> None:
         while True:
             outcome = await pusher.push_batch(OUTBOX, self.shared)
+            self._refused += outcome.refused
             if outcome.pushed:
                 self._pushed += outcome.pushed
                 self._last_push_at = time.time()
@@ -311,6 +313,7 @@ class TeamSync:
                                                       finished_at=time.time())
                 return
             backoff.reset()
+            self._refused += outcome.refused
             if outcome.pushed:
                 self._ok()
                 self._pushed += outcome.pushed

@@ -487,3 +487,49 @@ async def test_nothing_unredacted_reaches_the_team_database(tmp_path: Path, team
     assert "deploy" in stored  # the rows are there...
     assert github not in stored and "abcdefghijklmnopqrstuvwxyz0123456789" not in stored  # ...without the secret
     assert private not in stored and "launch codes" not in stored  # ...or the private span
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("team")
+async def test_a_project_shared_later_is_pulled_from_its_beginning(tmp_path: Path, team_database_url: str) -> None:
+    url = team_database_url
+    async with open_worker(tmp_path / "a", **team_settings(url, "laptop", share_projects="shop,blog")) as a:
+        async with open_worker(tmp_path / "b", **team_settings(url, "desktop", share_projects="blog")) as b:
+            await shop_session(a)
+            await blog_session(a)
+
+            async def b_has_blog() -> bool:
+                return len(local_origins_rows(b, "observations")) == 1
+            await wait_for(b_has_blog)
+            assert (await b.services.store.team_pull_state())[0].seq > 0  # past shop's rows, which it left out
+        async with open_worker(tmp_path / "b", **team_settings(url, "desktop", share_projects="blog,shop")) as b:
+            async def b_has_shop_too() -> bool:
+                return len(local_origins_rows(b, "observations")) == 3
+            await wait_for(b_has_shop_too)
+            assert any("cart.py" in title for title in await search_titles(b, "cart"))
+            assert (await b.services.store.team_pull_state())[1] == ["name:blog", "name:shop"]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("team")
+async def test_a_row_the_team_database_refuses_holds_up_nothing_after_it(
+        tmp_path: Path, team_database_url: str) -> None:
+    url = team_database_url
+    async with open_worker(tmp_path / "a", **team_settings(url, "laptop", share_projects="shop")) as a:
+        await shop_session(a, "first")
+        await wait_pushed(a)
+        with psycopg.connect(url) as connection:  # a row PostgreSQL will not take, whatever the reason
+            connection.execute("ALTER TABLE observations ADD CONSTRAINT refuse_poison CHECK (title NOT LIKE '%poison%')")
+        await store_session(a, "second", SHOP, "a prompt with a NUL \x00 in it", [
+            ("Edit", {"file_path": f"{SHOP}/poison.py", "old_string": "a", "new_string": "b"}),
+            ("Edit", {"file_path": f"{SHOP}/fine.py", "old_string": "a\x00", "new_string": "b"}),
+        ], summary="Both files changed.")
+        await shop_session(a, "third")
+        await wait_pushed(a)
+        team = await team_status(a)
+        assert team["refused"] == 1 and team["backlog"] == 0
+    with psycopg.connect(url) as connection:
+        titles = [str(title) for (title,) in connection.execute("SELECT title FROM observations")]
+        prompt = connection.execute("SELECT text FROM prompts WHERE claude_session_id = 'second'").fetchone()
+    assert len(titles) == 2 + 1 + 2 and not any("poison" in title for title in titles)
+    assert prompt == ("a prompt with a NUL \ufffd in it",)  # PostgreSQL's text holds no NUL

@@ -1,0 +1,51 @@
+"""The team sync's small rules, without a database: its pauses on the mock clock, passwords kept out of
+what it shows, which keys a pull catches up on, and NULs kept out of pushed texts."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from sessionmem.storage.transfer import PromptRecord
+from sessionmem.team.pull import _new_keys
+from sessionmem.team.push import without_nul
+from sessionmem.team.sync import BACKOFF_MAX_S, Backoff, without_password
+
+
+async def test_backoff_doubles_from_half_a_second_to_thirty_and_starts_over_after_a_success(
+        autojump_clock: trio.testing.MockClock) -> None:
+    waited: list[float] = []
+    backoff = Backoff()
+
+    async def one_pause() -> None:
+        started = trio.current_time()
+        await backoff.wait()
+        waited.append(trio.current_time() - started)
+
+    for _ in range(9):
+        await one_pause()
+    backoff.reset()
+    await one_pause()
+    assert waited == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, BACKOFF_MAX_S, BACKOFF_MAX_S, BACKOFF_MAX_S, 0.5]
+
+
+def test_a_password_never_shows_in_what_the_sync_reports() -> None:
+    url = "postgresql://team:p%40ss%20word@db.example:5432/memory?sslmode=require"
+    message = "connection to postgresql://team:p%40ss%20word@db.example failed (password 'p@ss word' rejected)"
+    shown = without_password(message, url)
+    assert "p%40ss%20word" not in shown and "p@ss word" not in shown and "db.example" in shown
+    assert without_password("no password here", "postgresql:///memory?host=/run/pg") == "no password here"
+
+
+def test_a_pull_catches_up_on_the_projects_it_did_not_pull_before() -> None:
+    assert _new_keys(["name:a", "name:b"], ["name:a"]) == ["name:b"]
+    assert _new_keys(["name:a"], ["name:a", "name:b"]) == []  # fewer: nothing to catch up on
+    assert _new_keys(None, ["name:a"]) is None  # every project now: all of them from the start
+    assert _new_keys(["name:a"], None) == []  # every project was pulled
+
+
+def test_texts_lose_their_nuls_and_records_without_any_stay_the_same() -> None:
+    record = PromptRecord("s\x00", 1, "a\x00b", 1.0)
+    assert without_nul(record) == PromptRecord("s\ufffd", 1, "a\ufffdb", 1.0)
+    clean = PromptRecord("s", 1, "ab", 1.0)
+    assert without_nul(clean) is clean
