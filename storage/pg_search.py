@@ -18,11 +18,10 @@ never parsed as syntax), as the SQLite store ranks a typed search -- unless the 
 uses the syntax (a phrase, an excluded word, ``or``): then it asked for exactly that.
 
 Nearest: per kind with vectors (observations, summaries), the ``k`` nearest by cosine
-distance, merged by distance. A filter that leaves at most :data:`EXACT_ROWS` rows (a
-small project, one session) compares the query with each of them: exact, and far cheaper
-than walking the graph past the other projects' rows (at 1,000,000 observations, a
-project of 1 % took 120 ms through HNSW). Otherwise through the HNSW index, with
-pgvector's iterative scan (``relaxed_order``) so that a filter still yields ``k`` rows.
+distance through the HNSW index, with pgvector's iterative scan (``relaxed_order``) so
+that a filter leaving few rows still yields ``k`` of them; merged by distance. (Comparing
+each row of a small project instead was measured slower here: each row is read from the
+heap with its vector, bench/README.md.)
 
 Error handling:
     Nothing a user can type raises here: a query without words finds nothing. SQL and
@@ -60,7 +59,6 @@ CANDIDATES = 1000
 _SYNTAX = re.compile(r'"|(?:^|\s)-\w|\sor\s', re.IGNORECASE)
 # HNSW's candidate list: at least pgvector's default, and k.
 _EF_SEARCH = 40
-EXACT_ROWS = 20_000  # a filter leaving at most this many rows compares each (see the module docstring)
 
 
 class TeamCard(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,18 +75,13 @@ def _filter_sql(kind: str, filters: SearchFilters, keys: Collection[str] | None,
     if keys is not None:
         params["keys"] = list(keys)
         conditions.append("project_key = ANY(%(keys)s)")
-    if filters.project is not None:
-        params["project"] = filters.project
-        conditions.append("project = %(project)s")
-    if filters.since is not None:
-        params["since"] = filters.since
-        conditions.append("created_at >= %(since)s")
-    if filters.until is not None:
-        params["until"] = filters.until
-        conditions.append("created_at < %(until)s")
-    if filters.claude_session_id is not None:
-        params["session"] = filters.claude_session_id
-        conditions.append("claude_session_id = %(session)s")
+    for name, value, condition in (("project", filters.project, "project = %(project)s"),
+                                   ("since", filters.since, "created_at >= %(since)s"),
+                                   ("until", filters.until, "created_at < %(until)s"),
+                                   ("session", filters.claude_session_id, "claude_session_id = %(session)s")):
+        if value is not None:
+            params[name] = value
+            conditions.append(condition)
     if filters.origin is not None:
         conditions.append(_origin_condition(filters.origin, params))
     if kind == OBSERVATION:
@@ -180,27 +173,15 @@ def nearest(connection: Connection, *, vector: np.ndarray, k: int, filters: Sear
         connection.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         connection.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(_EF_SEARCH, k)),))
         for kind in kinds:
-            params: dict[str, Any] = {"vector": query, "model": model, "k": k, "exact_rows": EXACT_ROWS}
+            params: dict[str, Any] = {"vector": query, "model": model, "k": k}
             where = _filter_sql(kind, filters, keys, params)
             rows = connection.execute(
                 f"SELECT id, vector <=> %(vector)s AS distance FROM {TABLES[kind]}"
                 f" WHERE vector IS NOT NULL AND model = %(model)s AND {where}"
-                f" ORDER BY {_nearest_order(connection, kind, where, params)} LIMIT %(k)s", params).fetchall()
+                " ORDER BY vector <=> %(vector)s LIMIT %(k)s", params).fetchall()
             found += [(float(distance), kind, int(row_id)) for row_id, distance in rows]
     found.sort()
     return [RankedKey(kind, row_id, 1.0 - distance) for distance, kind, row_id in found[:k]]
-
-
-def _nearest_order(connection: Connection, kind: str, where: str, params: dict[str, Any]) -> str:
-    """How to order the rows ``where`` selects by distance: through the HNSW index, or -- when the
-    filter leaves at most :data:`EXACT_ROWS` of them (counted along the filter's own index, without
-    reading a vector) -- each compared (the ``+ 0`` keeps the planner off the graph)."""
-    if where == "true":
-        return "vector <=> %(vector)s"
-    row = connection.execute(f"SELECT count(*) FROM (SELECT 1 FROM {TABLES[kind]} WHERE {where}"
-                             " LIMIT %(exact_rows)s + 1) AS filtered", params).fetchone()
-    few = row is not None and int(row[0]) <= EXACT_ROWS
-    return "(vector <=> %(vector)s) + 0" if few else "vector <=> %(vector)s"
 
 
 _CARD_SQL = {

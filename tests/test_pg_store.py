@@ -19,7 +19,7 @@ import trio
 from pgvector.psycopg import register_vector
 
 from sessionmem.records import OBSERVATION, PROMPT, SUMMARY, RankedKey, SearchFilters
-from sessionmem.storage import pg_schema, pg_search
+from sessionmem.storage import pg_schema
 from sessionmem.storage.pg_connections import sanitized
 from sessionmem.storage.pg_store import TeamStore, TeamUnavailable, open_team_store
 from sessionmem.storage.pg_transfer import PushCounts, push_rows
@@ -515,10 +515,7 @@ async def test_search_takes_any_text_and_the_projects_asked(team_database_url: s
         assert await team.search_text("cart", SearchFilters(), 20, keys=[]) == []
 
 
-@pytest.mark.parametrize("exact_rows", [pg_search.EXACT_ROWS, 0], ids=["filtered-rows-compared", "graph-always"])
-async def test_nearest_finds_the_closest_vectors_under_filters(team_database_url: str, exact_rows: int,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pg_search, "EXACT_ROWS", exact_rows)
+async def test_nearest_finds_the_closest_vectors_under_filters(team_database_url: str) -> None:
     rng = np.random.default_rng(3)
     vectors = rng.standard_normal((400, 384)).astype(np.float32)
     rows = [shared(session("big", project="big"), key="name:big"), shared(session("small", project="small"),
