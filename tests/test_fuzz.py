@@ -67,13 +67,14 @@ bodies = st.one_of(
 )
 POSTS = ["/api/sessions/init", "/api/sessions/observations", "/api/sessions/summarize", "/api/sessions/complete",
          "/api/processing", "/sessions/1/init", "/sessions/99999999999999999999999/init", "/api/sessions/x/replay",
-         "/api/auth/login-code", "/api/observations/batch", "/api/maintenance/prune", "/api/import"]
+         "/api/auth/login-code", "/api/observations/batch", "/api/maintenance/prune", "/api/import", "/api/team/push"]
 GETS = ["/api/observations", "/api/sessions", "/api/summaries", "/api/context/inject", "/api/observations/1",
         "/api/processing", "/debug", "/api/health", "/api/readiness", "/login", "/no/such", "/api/projects",
         "/stream", "/", "/assets/viewer.js", "/assets/..%2Fpages%2Fviewer.html", "/static/x", "/debug.json",
-        "/debug/stream", "/debug/actors/x", "/api/search", "/api/timeline", "/api/storage", "/api/export"]
+        "/debug/stream", "/debug/actors/x", "/api/search", "/api/timeline", "/api/storage", "/api/export",
+        "/api/team"]
 QUERY_KEYS = ["project", "limit", "offset", "tokens", "code", "next", "q", "mode", "source", "anchor", "before",
-              "after", "since", "until", "type", "kind", "file", "concept", "session"]
+              "after", "since", "until", "type", "kind", "file", "concept", "session", "origin"]
 
 
 @pytest.fixture(scope="module")
