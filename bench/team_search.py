@@ -24,9 +24,10 @@ How the stores are made (bench/README.md holds the figures):
    prompts go in by the store's own ``push`` (a few thousand rows), observations by COPY.
 4. **Measured in one process, interleaved**: an in-process worker (``open_worker``, the real
    embedder process and HNSW index) serves the SQLite side through ``SearchService.search``
-   (what ``GET /api/search`` runs); the PostgreSQL side is the same shape: the query embedded
-   by that same embedder, full-text (``TeamStore.search_text``) beside embedding + nearest
-   (``TeamStore.nearest``), fused with ``search.hybrid.fuse``, and the page's cards read.
+   (what ``GET /api/search`` runs); the PostgreSQL side through ``TeamSearch.search`` (what
+   ``GET /api/search?source=team`` runs): the query embedded by that same embedder, full text
+   (``TeamStore.search_text``) beside embedding + nearest (``TeamStore.nearest``), fused with
+   ``search.hybrid.fuse``, and the page's cards read.
    Each round asks every store the same 4-word query (from real prompts) without a filter and
    with ``project=`` the big project, a medium one and a small one, the order rotating.
 
@@ -56,8 +57,7 @@ from json_out import write_json  # noqa: E402
 from scenarios import percentiles  # noqa: E402
 
 from sessionmem.embed.minilm import DIMENSIONS  # noqa: E402
-from sessionmem.records import RankedKey, SearchFilters  # noqa: E402
-from sessionmem.search import hybrid  # noqa: E402
+from sessionmem.records import SearchFilters  # noqa: E402
 
 SCOPES = ("all", "big", "medium", "small")
 COPY_CHUNK = 50_000
@@ -144,39 +144,9 @@ def scope_projects(observations: int) -> dict[str, list[str]]:
 # -- measuring -----------------------------------------------------------------------------------
 
 
-class PgHybrid:
-    """search.hybrid's shape on the team store: words beside (embedding, then nearest), fused, cards read."""
-
-    def __init__(self, store: Any, embed: Any, model: str) -> None:
-        self._store, self._embed, self._model = store, embed, model
-
-    async def search(self, query: str, filters: SearchFilters, limit: int = 20) -> list[tuple[str, int, str]]:
-        """The page's (kind, row id, project), best first."""
-        depth = max(hybrid.MIN_DEPTH, limit * 3)
-        words: list[RankedKey] = []
-        meaning: list[RankedKey] = []
-
-        async def by_words() -> None:
-            nonlocal words
-            words = list(await self._store.search_text(query, filters, depth))
-
-        async def by_meaning() -> None:
-            nonlocal meaning
-            vector = (await self._embed([query], urgent=True))[0]
-            found = await self._store.nearest(vector, depth, filters, model=self._model)
-            meaning = [key for key in found if 1.0 - key.score <= hybrid.MAX_VECTOR_DISTANCE]
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(by_words)
-            nursery.start_soon(by_meaning)
-        page = hybrid.fuse(words, meaning, {})[:limit]
-        cards = await self._store.cards([(kind, row_id) for kind, row_id, _ in page])
-        return [(kind, row_id, cards[(kind, row_id)].card.project) for kind, row_id, _ in page
-                if (kind, row_id) in cards]
-
-
 async def measure(sqlite_dir: Path, pg_urls: dict[str, str], runs: int, queries: list[str],
                   sqlite_size: int) -> dict[str, Any]:
+    from sessionmem.search.team_search import TeamSearch
     from sessionmem.storage.pg_store import open_team_store
     from sessionmem.testing.harness import open_worker
 
@@ -185,19 +155,17 @@ async def measure(sqlite_dir: Path, pg_urls: dict[str, str], runs: int, queries:
     violations: dict[str, int] = {}
     async with open_worker(sqlite_dir, batch_quiet_s=0.05) as worker:
         await worker.services.index.caught_up()
-        embedder = worker.services.embedder
-        model = worker.services.index.statistics().model_id
-        stores: dict[str, Any] = {}
-        async with _open_all(open_team_store, pg_urls) as opened:
-            for name, store in opened.items():
-                stores[name] = PgHybrid(store, embedder.embed, model)
+        # The worker's own search of the team database (``GET /api/search?source=team``).
+        team_search = TeamSearch(worker.services.index, worker.services.embedder)
+        async with _open_all(open_team_store, pg_urls) as stores:
 
             async def sqlite_search(query: str, filters: SearchFilters) -> list[Any]:
                 answer = await worker.services.search.search(query, filters, limit=20)
                 return [(result.kind, result.id, result.project) for result in answer.results]
 
             async def pg_search(name: str, query: str, filters: SearchFilters) -> list[Any]:
-                return await stores[name].search(query, filters)
+                answer = await team_search.search(stores[name], query, filters, limit=20)
+                return [(result.kind, result.id, result.project) for result in answer.results]
 
             sides: list[tuple[str, int, Any]] = [("sqlite", sqlite_size, sqlite_search)]
             sides += [(f"postgres-{size}", int(size), (lambda n: lambda q, f: pg_search(n, q, f))(size))
