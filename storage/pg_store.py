@@ -65,6 +65,7 @@ from sessionmem.storage import pg_search, pg_transfer
 from sessionmem.storage.pg_connections import Connection, TeamConnections, TeamUnavailable
 from sessionmem.storage.pg_schema import schema_version
 from sessionmem.storage.pg_search import TeamCard
+from sessionmem.storage.pg_text import text_without_nul, without_nul
 from sessionmem.storage.pg_transfer import PushCounts
 from sessionmem.storage.team_records import PullCursor, SharedRow
 
@@ -130,6 +131,8 @@ class TeamStore:
         """Store ``rows`` (this machine's) in one transaction, by the conflict rule; idempotent."""
         if not rows:
             return PushCounts()
+        rows = [msgspec.structs.replace(row, record=without_nul(row.record), origin=without_nul(row.origin),
+                                        project_key=text_without_nul(row.project_key)) for row in rows]
         counts = await self._connections.write(partial(pg_transfer.push_rows, rows=rows))
         self._pushes += 1
         self._rows_pushed += len(rows)
@@ -140,7 +143,7 @@ class TeamStore:
         """The next ``limit`` rows of other machines after ``cursor`` (of the projects ``keys``; ``None``:
         all), in pull order, and the cursor to pull from next time (``cursor`` itself when none)."""
         rows, after = await self._connections.read(partial(
-            pg_transfer.pull_rows, cursor=cursor, keys=keys, exclude_machine_id=exclude_machine_id, limit=limit))
+            pg_transfer.pull_rows, cursor=cursor, keys=_keys(keys), exclude_machine_id=exclude_machine_id, limit=limit))
         self._pulls += 1
         self._rows_pulled += len(rows)
         return rows, after
@@ -155,8 +158,8 @@ class TeamStore:
         those projects."""
         if limit <= 0 or not query.strip():
             return []
-        return await self._connections.read(partial(pg_search.search_text, query=query, filters=filters,
-                                                    limit=limit, keys=keys))
+        return await self._connections.read(partial(pg_search.search_text, query=text_without_nul(query),
+                                                    filters=without_nul(filters), limit=limit, keys=_keys(keys)))
 
     async def nearest(self, vector: np.ndarray, k: int, filters: SearchFilters, *, model: str,
                       keys: Collection[str] | None = None) -> list[RankedKey]:
@@ -164,14 +167,19 @@ class TeamStore:
         score: cosine similarity."""
         if k <= 0:
             return []
-        return await self._connections.read(partial(pg_search.nearest, vector=vector, k=k, filters=filters,
-                                                    model=model, keys=keys))
+        return await self._connections.read(partial(pg_search.nearest, vector=vector, k=k,
+                                                    filters=without_nul(filters), model=text_without_nul(model),
+                                                    keys=_keys(keys)))
 
     async def cards(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], TeamCard]:
         """The cards of the rows ``keys`` (their ids in the team database) that exist, with their origin."""
         if not keys:
             return {}
         return await self._connections.read(partial(pg_search.cards, keys=keys))
+
+
+def _keys(keys: Collection[str] | None) -> list[str] | None:
+    return None if keys is None else [text_without_nul(key) for key in keys]
 
 
 def _check(connection: Connection) -> TeamCheck:

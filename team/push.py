@@ -20,8 +20,8 @@ Error handling:
     tries again); the local cursor has not moved then. A batch the team database refuses
     for what it holds (any other error) is pushed again a row at a time: a row refused
     twice is logged, counted (``refused``) and passed over, so that one row PostgreSQL
-    cannot take never holds up the rows after it. Texts lose their NUL characters on the
-    way (``\ufffd`` instead: PostgreSQL's text cannot hold them, SQLite's can).
+    cannot take never holds up the rows after it. (Texts lose their NUL characters in the
+    team store: :mod:`sessionmem.storage.pg_text`.)
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from sessionmem.storage.pg_store import TeamStore, TeamUnavailable
 from sessionmem.storage.sqlite import SQLiteStore
 from sessionmem.storage.team_records import Origin, SharedRow
 from sessionmem.storage.team_sync import OUTBOX, VECTORS, Kind, OutboxBatch, OutboxCursor, OutboxRow, Shared, encode
-from sessionmem.storage.transfer import Record
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +46,6 @@ VECTOR_WAIT_BACKLOG = 64  # ...and only while the index has at most this many do
 VECTOR_POLL_S = 0.1
 DOCUMENT_KINDS: tuple[Kind, ...] = ("observation", "summary")
 REFUSED_RETRY_S = 1.0  # a row refused alone is tried once more after this, then passed over
-NUL, REPLACEMENT = "\x00", "\ufffd"
 
 
 class PushOutcome(msgspec.Struct, frozen=True):
@@ -64,22 +62,9 @@ def shared_rows(rows: Sequence[OutboxRow], vectors: dict[tuple[str, int], bytes]
     shared = []
     for row in rows:
         vector = vectors.get(row.document) if row.document is not None else None
-        shared.append(SharedRow(record=without_nul(row.record), project_key=row.project_key, origin=origin,
+        shared.append(SharedRow(record=row.record, project_key=row.project_key, origin=origin,
                                 vector=vector, model=model if vector is not None else ""))
     return shared
-
-
-def without_nul(record: Record) -> Record:
-    """``record`` with every NUL of its texts replaced (PostgreSQL's text cannot hold one); the same record
-    when it has none, as nearly all have."""
-    changes: dict[str, object] = {}
-    for name in record.__struct_fields__:
-        value = getattr(record, name)
-        if isinstance(value, str) and NUL in value:
-            changes[name] = value.replace(NUL, REPLACEMENT)
-        elif isinstance(value, list) and any(NUL in item for item in value):
-            changes[name] = [item.replace(NUL, REPLACEMENT) for item in value]
-    return msgspec.structs.replace(record, **changes) if changes else record
 
 
 class Pusher:

@@ -186,11 +186,24 @@ async def test_a_push_repeated_changes_nothing(team_database_url: str) -> None:
 
 
 async def test_a_push_is_one_transaction(team_database_url: str) -> None:
-    bad = shared(observation("s1", "t9", "a NUL byte PostgreSQL refuses \x00"))
+    bad = shared(observation("s1", "t9", "a vector PostgreSQL refuses"), vector=np.full(384, np.nan))
     async with open_team_store(team_database_url) as store:
         with pytest.raises(psycopg.DataError):
             await store.push([*a_session("s1"), bad])
         assert await store.push(a_session("s1")) == PushCounts(inserted=5)  # nothing of the failed push was kept
+
+
+async def test_nul_characters_are_replaced_in_pushes_queries_and_filters(team_database_url: str) -> None:
+    """PostgreSQL's text cannot hold a NUL (SQLite's can): the store replaces it on the way in, alike everywhere."""
+    async with open_team_store(team_database_url) as store:
+        await store.push([shared(session("s\x00", project="ca\x00rt"), key="name:ca\x00rt"),
+                          shared(observation("s\x00", "t1", "checkout\x00refusal", project="ca\x00rt",
+                                             facts=["a\x00b"]), key="name:ca\x00rt")])
+        found = await store.search_text("checkout\x00refusal", SearchFilters(project="ca\x00rt"), 5,
+                                        keys=["name:ca\x00rt"])
+        assert len(found) == 1
+        card = (await store.cards([(found[0].kind, found[0].row_id)]))[(found[0].kind, found[0].row_id)].card
+    assert (card.title, card.project, card.claude_session_id) == ("checkout\ufffdrefusal", "ca\ufffdrt", "s\ufffd")
 
 
 async def test_no_path_of_the_machine_is_stored(team_database_url: str) -> None:

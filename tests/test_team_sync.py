@@ -533,3 +533,20 @@ async def test_a_row_the_team_database_refuses_holds_up_nothing_after_it(
         prompt = connection.execute("SELECT text FROM prompts WHERE claude_session_id = 'second'").fetchone()
     assert len(titles) == 2 + 1 + 2 and not any("poison" in title for title in titles)
     assert prompt == ("a prompt with a NUL \ufffd in it",)  # PostgreSQL's text holds no NUL
+
+
+@pytest.mark.xdist_group("team")
+async def test_the_team_routes_answer_bad_input_with_a_4xx(tmp_path: Path, team_database_url: str) -> None:
+    async with open_worker(tmp_path / "a", **team_settings(team_database_url, "laptop", share_projects="shop")) as a:
+        await shop_session(a)
+        for raw in (b"", b"{", b"[]", b"{}", b'{"project": ""}', b'{"project": 5}',
+                    b'{"project": "' + b"p" * 2000 + b'"}', b"\xff\xfe"):
+            reply = await a.request("POST", "/api/team/push", raw=raw)
+            assert 400 <= reply.status < 500, (raw[:40], reply.status)
+        assert (await a.request("POST", "/api/team/push", {"project": "personal"})).status == 409  # not shared
+        for query in ("q=cart&source=bogus", "q=cart%00&source=team", "q=cart&source=team&project=sh%00op",
+                      "q=cart&source=team&origin=a%00b", "q=cart&source=team&limit=-1", "q=cart&source=team&since=x",
+                      "q=cart&source=team&mode=nope", "q=cart&source=team&type=%00", "q=cart&source=team&file=%00"):
+            reply = await a.request("GET", f"/api/search?{query}")
+            assert reply.status < 500, (query, reply.status, reply.body[:300])
+        assert (await a.request("GET", "/api/search?q=cart&source=team")).status == 200
