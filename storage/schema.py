@@ -276,6 +276,11 @@ ALTER TABLE session_summaries ADD COLUMN origin_user TEXT NOT NULL DEFAULT '';
 ALTER TABLE user_prompts ADD COLUMN origin_machine TEXT NOT NULL DEFAULT '';
 ALTER TABLE user_prompts ADD COLUMN origin_user TEXT NOT NULL DEFAULT '';
 CREATE TABLE team_cursors (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+-- A pulled row finds the local project of its key; each pull reads the keys of the repositories
+-- that hold the share file (a few rows, not every session).
+CREATE INDEX sessions_project_key ON sessions (project_key);
+CREATE INDEX sessions_project_keys ON sessions (project, project_key);
+CREATE INDEX sessions_share_file ON sessions (project_key, project) WHERE share_file = 1;
 """
 
 # The sessions this machine changed, in the order it changed them, for the team push

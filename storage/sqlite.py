@@ -334,12 +334,15 @@ class SQLiteStore:
     async def team_outbox_cursor(self, name: str) -> OutboxCursor:
         return await self._readers.run(partial(team_sync.read_outbox_cursor, name=name))
 
-    async def team_pull_state(self) -> tuple[PullCursor, list[str] | None]:
-        """The pull cursor and the project keys pulled so far (``None``: all)."""
-        def read(connection: apsw.Connection) -> tuple[PullCursor, list[str] | None]:
-            with connection:  # one snapshot: both were written in one transaction
+    async def team_pull_state(self, share_projects: Sequence[str] | None = None
+                              ) -> tuple[PullCursor, list[str] | None, list[str] | None]:
+        """The pull cursor, the project keys pulled so far (``None``: all), and those to pull now given
+        ``share_projects`` (``None`` when it is ``None``: every project): one snapshot, one reader trip."""
+        def read(connection: apsw.Connection) -> tuple[PullCursor, list[str] | None, list[str] | None]:
+            with connection:  # one snapshot: cursor and keys were written in one transaction
                 cursor, keys = team_sync.read_pull_cursor(connection), team_sync.read_pull_keys(connection)
-            return cursor, keys
+                wanted = None if share_projects is None else team_sync.pull_keys(connection, share_projects)
+            return cursor, keys, wanted
 
         return await self._readers.run(read)
 
@@ -361,9 +364,6 @@ class SQLiteStore:
 
     async def team_backlog(self, *, cursor: OutboxCursor, shared: Shared) -> int:
         return await self._readers.run(partial(team_sync.backlog, cursor=cursor, shared=shared))
-
-    async def team_pull_keys(self, share_projects: Sequence[str]) -> list[str]:
-        return await self._readers.run(partial(team_sync.pull_keys, share_projects=share_projects))
 
     async def team_newest(self, *, project: str | None = None) -> OutboxCursor:
         return await self._readers.run(partial(team_sync.newest, project=project))

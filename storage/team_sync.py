@@ -287,8 +287,9 @@ def pull_keys(connection: apsw.Connection, share_projects: Sequence[str]) -> lis
     know it by), and of those whose repository holds the share file."""
     keys = {NAME_KEY_PREFIX + name for name in share_projects}
     for project_key, project in all_rows(
-            connection, "SELECT DISTINCT project_key, project FROM sessions WHERE share_file = 1"
-            " OR project IN (SELECT value FROM json_each(?))", (msgspec.json.encode(list(share_projects)).decode(),)):
+            connection, "SELECT project_key, project FROM sessions WHERE share_file = 1 UNION"
+            " SELECT project_key, project FROM sessions WHERE project IN (SELECT value FROM json_each(?))",
+            (msgspec.json.encode(list(share_projects)).decode(),)):
         keys.add(shared_key(text(project_key), text(project)))
     return sorted(keys)
 

@@ -54,16 +54,11 @@ class Puller:
         self._share_projects = tuple(share_projects)
         self._batch = batch
 
-    async def wanted_keys(self) -> list[str] | None:
-        """The project keys to pull (``None``: every project)."""
-        if shares_everything(self._share_projects):
-            return None
-        return await self._store.team_pull_keys(self._share_projects)
-
     async def pull(self) -> PullOutcome:
         """Pull until the team database has nothing newer for this machine."""
-        keys = await self.wanted_keys()
-        cursor, pulled_keys = await self._store.team_pull_state()
+        # The keys to pull (None: every project), read with the cursor: one local read a pull.
+        every = shares_everything(self._share_projects)
+        cursor, pulled_keys, keys = await self._store.team_pull_state(None if every else self._share_projects)
         if keys != pulled_keys:
             new = _new_keys(keys, pulled_keys)
             if new != [] and cursor != PullCursor():
