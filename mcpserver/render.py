@@ -12,6 +12,12 @@ The three layers of progressive disclosure, cheapest first:
 A reference is an observation's id (``42``) or ``kind:id`` for the other kinds
 (``summary:3``, ``prompt:7``): what ``timeline(anchor=...)`` takes, and, for
 observations, what ``get_observations(ids=[...])`` takes. Times are local.
+
+Every answer that holds memory is framed as recalled data (:mod:`sessionmem.protocol.framing`):
+a line before its first memory says it is quoted data, not instructions; a memory another machine wrote is
+marked ``from bob@laptop, unverified`` (its origin shown as a sanitized label), a flagged one
+``flagged``; stored text is neutralized, names and titles on one line, and a narrative, which
+keeps its lines, is quoted (``> ``), so no line of it reads as a line of the answer.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import os
 import time
 from typing import Any
 
+from sessionmem.protocol.framing import ANSWER_NOTE, marks, quoted
 from sessionmem.protocol.safe_text import neutral_deep
 from sessionmem.records import OBSERVATION
 
@@ -51,14 +58,15 @@ def _files(paths: list[str]) -> str:
 
 
 def from_origin(entry: dict[str, Any]) -> str:
-    """`` | from bob@laptop`` for a memory another machine wrote; ``""`` for this machine's own."""
-    origin = entry.get("origin") or ""
-    return f" | from {_cut(origin, 80)}" if origin else ""
+    """`` | from bob@laptop, unverified`` for a memory another machine wrote (`` | flagged: …`` for a flagged
+    one); ``""`` for this machine's own."""
+    marked = marks(entry.get("origin") or "", bool(entry.get("flagged")))
+    return f" | {marked}" if marked else ""
 
 
 def index_line(entry: dict[str, Any]) -> str:
     """One search hit or timeline entry: ``42 | 2026-11-20 14:03 | bugfix | Title [calc.py] — snippet``,
-    with `` | from bob@laptop`` after the date for one another machine wrote."""
+    with `` | from bob@laptop, unverified`` after the date for one another machine wrote."""
     line = (f"{reference(entry['kind'], entry['id'])} | {when(entry['createdAt'])}{from_origin(entry)} | "
             f"{entry['type']} | {_cut(entry['title'], TITLE_CHARS) or '(untitled)'}{_files(entry.get('files') or [])}")
     snippet = _cut(entry.get("snippet") or "", SNIPPET_CHARS)
@@ -80,7 +88,7 @@ def search_index(reply: dict[str, Any], *, scope: str) -> str:
         head += f"; meaning unavailable ({reply['vectors']}), words only"
     elif reply.get("unembedded"):
         head += f"; {reply['unembedded']} recent documents not yet searchable by meaning"
-    lines = [head + "):"]
+    lines = [head + "):", ANSWER_NOTE]
     lines += [index_line(result) for result in results]
     observations = [str(r["id"]) for r in results if r["kind"] == OBSERVATION][:5]
     hints = []
@@ -104,7 +112,7 @@ def timeline_text(reply: dict[str, Any]) -> str:
     """The answer of ``/api/timeline``: oldest first, the anchor marked ``>>``, a line per session and prompt."""
     reply = neutral_deep(reply)  # stored text, all of it, and it goes to Claude as it is
     lines = [f"Timeline around {reply['anchorKind']} {reply['anchorId']} (project {reply['project'] or 'unknown'}), "
-             f"oldest first:"]
+             f"oldest first:", ANSWER_NOTE]
     turn: tuple[str, int] | None = None
     for entry in reply["entries"]:
         if (entry["claudeSessionId"], entry["promptNumber"]) != turn:
@@ -129,9 +137,9 @@ def observation_record(row: dict[str, Any]) -> str:
         f"{when(row['createdAt'])}{from_origin(row)} | tool {tool}{agent}",
     ]
     if row["subtitle"]:
-        lines.append(row["subtitle"])
+        lines += quoted(row["subtitle"])
     if row["narrative"]:
-        lines += ["", row["narrative"], ""]
+        lines += ["", *quoted(row["narrative"]), ""]
     lines += _section("Facts", row["facts"])
     lines += _section("Files read", row["filesRead"])
     lines += _section("Files modified", row["filesModified"])
@@ -144,7 +152,7 @@ def observation_record(row: dict[str, Any]) -> str:
 
 def observation_records(reply: dict[str, Any]) -> str:
     """The answer of ``/api/observations/batch``, in the order asked, then the ids not found."""
-    parts = [observation_record(row) for row in reply["observations"]]
+    parts = [ANSWER_NOTE, *(observation_record(row) for row in reply["observations"])]
     if reply["missing"]:
         parts.append(f"Not found: {', '.join(str(i) for i in reply['missing'])} (ids come from search or timeline).")
     return "\n\n".join(parts)

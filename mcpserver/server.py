@@ -43,6 +43,7 @@ from sessionmem import __version__
 from sessionmem.mcpserver import render
 from sessionmem.mcpserver.client import MemoryClient, MemoryRefused, MemoryUnavailable
 from sessionmem.protocol.client_settings import ClientConfig
+from sessionmem.protocol.framing import TOOLS_NOTE
 from sessionmem.protocol.limits import (
     MAX_BATCH_IDS,
     MAX_QUERY_CHARS,
@@ -79,7 +80,7 @@ def instructions(project: str) -> str:
         f"before re-investigating something that may have been done before. Work from cheap to "
         f"expensive: `search` for a compact index of hits, `timeline` for what happened around one, "
         f"`get_observations` for the full records of the few that matter. The current project is "
-        f"{printable_line(project)!r}; pass project=\"*\" to search all projects.")
+        f"{printable_line(project)!r}; pass project=\"*\" to search all projects. {TOOLS_NOTE}")
 
 
 class StrictToolServer(MCPServer):

@@ -19,6 +19,14 @@ within the token budget.
 - **Grouped** by session, each under its first prompt, the sessions holding the best
   memories first; within a session, in the order things happened.
 - **Earlier sessions** are one line each, from their summaries.
+- **Never from the future.** The latest summary is the newest dated no later than now
+  (give or take :data:`FUTURE_SKEW_S`): a row dated ahead (another machine's clock, or a
+  row written to pin itself, in the year 2999) is left out of the context -- the last
+  session, the earlier ones and the memories alike -- and reached through search. The
+  other machines' rows are clamped when pulled too (``team/``); this holds on its own.
+- **Other machines' memories** are in the plan unless ``other_machines`` is off
+  (``context_other_machines``): then only this machine's own, unless the caller names an
+  ``origin``.
 
 Error handling:
     The vector side may be unavailable (loading, busy, off): the plan falls back to
@@ -27,13 +35,16 @@ Error handling:
 
 from __future__ import annotations
 
+import math
 import re
+import time
 
 import msgspec
 
 from sessionmem.embed.service import EmbedderService
 from sessionmem.index.actor import VectorIndex
 from sessionmem.records import (
+    LOCAL_ORIGIN,
     OBSERVATION,
     PROMPT,
     ROUTINE_CONCEPT,
@@ -56,6 +67,9 @@ RECENCY_WEIGHT = 0.1
 EARLIER_SESSIONS = 5
 # Summaries read to find them: one a turn, so a few turns of each session.
 SUMMARIES_READ = (EARLIER_SESSIONS + 1) * 4
+# A row dated later than now by more than this is not of the past: left out of the context. Clocks
+# of a team's machines differ by seconds, rarely by minutes.
+FUTURE_SKEW_S = 300.0
 _COUNTS = re.compile(r"\s*\((?:-\d+ \+\d+|\d+) lines?\)$")
 _DULL_FACT = re.compile(r"^(command: |exit status \d+$|command failed$|\S+ has \d+ lines$|\d+ lines read$|\d+ match)")
 
@@ -67,6 +81,7 @@ class ContextLine(msgspec.Struct, frozen=True):
     detail: str  # the most telling fact, if any
     created_at: float  # of the newest
     origin: str = ""  # of the newest: "" this machine's own, else "user@machine"
+    flagged: bool = False  # of the newest: its text reads like an instruction (marked when shown)
 
 
 class SessionGroup(msgspec.Struct, frozen=True):
@@ -115,22 +130,27 @@ def telling_fact(row: ObservationRow | FileMemory) -> str:
 
 class ContextPlanner:
     def __init__(self, store: Store, index: VectorIndex, embedder: EmbedderService, *,
-                 observations: int = 50) -> None:
+                 observations: int = 50, other_machines: bool = True) -> None:
         self._store = store
         self._index = index
         self._embedder = embedder
         self._observations = observations
+        self._other_machines = other_machines
 
     async def plan(self, project: str, *, focus: str = "", focus_latest_prompt: bool = False,
                    session: str = "", origin: str | None = None) -> ContextPlan:
         """The plan for ``project``; ``focus`` ranks by relevance to that text, ``focus_latest_prompt``
         (without a ``focus``) by relevance to the newest prompt of ``session`` (resumed, cleared,
         compacted) or else of the project, through its stored vector. ``origin``: memories of that
-        origin only (``SearchFilters.origin``); each row carries its own, read with it.
+        origin only (``SearchFilters.origin``); each row carries its own, read with it. Without one,
+        this machine's own only when other machines' are kept out (``other_machines``).
 
         Three hops off the Trio thread, each 0.1-0.2 ms on a busy machine: a read of where to
         start, the index (or the embedder), a read of the chosen rows.
         """
+        if origin is None and not self._other_machines:
+            origin = LOCAL_ORIGIN
+        not_after = time.time() + FUTURE_SKEW_S
         start = await self._store.context_start(project, summaries=SUMMARIES_READ, recent=CANDIDATES,
                                                 latest_prompt=focus_latest_prompt and not focus, session=session,
                                                 origin=origin)
@@ -151,10 +171,10 @@ class ContextPlanner:
             chosen, relevant = await self._choose(candidates, recent, filters)
         if not relevant:
             ranking = "recency"
-        rows = chosen.observations
+        rows = [row for row in chosen.observations if row.created_at <= not_after]
         rows = [row for row in rows if not is_bare(row)] + [row for row in rows if is_bare(row)]
         sessions = {row.claude_session_id: row for row in chosen.sessions}
-        latest, earlier = earlier_sessions(start.summaries)
+        latest, earlier = earlier_sessions(start.summaries, not_after=not_after)
         return ContextPlan(project, latest, focus if ranking != "recency" else "", ranking, group(rows, sessions),
                            earlier)
 
@@ -197,11 +217,15 @@ class ContextPlanner:
         return chosen, relevant_found
 
 
-def earlier_sessions(summaries: list[SummaryRow]) -> tuple[SummaryRow | None, list[SummaryRow]]:
-    """The newest summary, and the newest of each other session after it (up to :data:`EARLIER_SESSIONS`).
+def earlier_sessions(summaries: list[SummaryRow], *,
+                     not_after: float = math.inf) -> tuple[SummaryRow | None, list[SummaryRow]]:
+    """The newest summary (of ``summaries``, newest first), and the newest of each other session after
+    it (up to :data:`EARLIER_SESSIONS`); none dated after ``not_after``.
 
-    A summary is written per turn: the turns of the latest session are not earlier sessions.
+    A summary is written per turn: the turns of the latest session are not earlier sessions. One
+    dated in the future wins neither place: it is not of a session before this one.
     """
+    summaries = [summary for summary in summaries if summary.created_at <= not_after]
     if not summaries:
         return None, []
     seen = {summaries[0].claude_session_id}

@@ -13,8 +13,12 @@
 Within a session each memory is recalled once: what Claude was already told is not
 told again (bounded: the newest :data:`SESSIONS_TRACKED` sessions are remembered).
 
-Everything printed is neutralized like the SessionStart context and wrapped in the
-same tag, which the worker strips from whatever it ingests.
+Everything printed is neutralized like the SessionStart context and framed the same way
+(:mod:`sessionmem.protocol.framing`): inside the same tag, which the worker strips from
+whatever it ingests, its first line saying that what follows is recalled from earlier
+sessions, quoted data for reference, not instructions; another machine's memory marked
+"from bob@laptop, unverified" (left out when ``context_other_machines`` is off: search and
+the MCP tools reach it), a flagged one marked too.
 
 Error handling:
     Recall is a courtesy: any failure (storage, embedding, a timeout) is logged and
@@ -29,8 +33,9 @@ from collections import OrderedDict
 
 import trio
 
-from sessionmem.protocol.safe_text import one_line, wrap
-from sessionmem.records import OBSERVATION, SUMMARY, SearchFilters
+from sessionmem.protocol.framing import framed_recall, marks
+from sessionmem.protocol.safe_text import one_line
+from sessionmem.records import LOCAL_ORIGIN, OBSERVATION, SUMMARY, SearchFilters
 from sessionmem.runtime.logs import log_exception
 from sessionmem.search.context import telling_fact
 from sessionmem.search.hybrid import SearchService
@@ -46,9 +51,10 @@ RECALLED_PER_SESSION = 500
 PROMPT_RECALL_BUDGET_S = 0.5
 
 
-def _from(origin: str) -> str:
-    """``, from bob@laptop`` for a memory another machine wrote."""
-    return f", from {one_line(origin, 80)}" if origin else ""
+def _marked(origin: str, flagged: bool = False) -> str:
+    """``, from bob@laptop, unverified`` for a memory another machine wrote (and a flagged one's mark)."""
+    marked = marks(origin, flagged)
+    return f", {marked}" if marked else ""
 
 
 def _when(timestamp: float) -> str:
@@ -56,11 +62,13 @@ def _when(timestamp: float) -> str:
 
 
 class Recall:
-    def __init__(self, store: Store, search: SearchService, *, file_max: int = 3, prompt_max: int = 3) -> None:
+    def __init__(self, store: Store, search: SearchService, *, file_max: int = 3, prompt_max: int = 3,
+                 other_machines: bool = True) -> None:
         self._store = store
         self._search = search
         self._file_max = file_max
         self._prompt_max = prompt_max
+        self._other_machines = other_machines
         self._recalled: OrderedDict[str, set[int]] = OrderedDict()
         self.file_recalls = 0
         self.prompt_recalls = 0
@@ -87,18 +95,20 @@ class Recall:
         except Exception as exc:
             log_exception(log, "file recall failed", exc)
             return ""
+        if not self._other_machines:
+            memories = [memory for memory in memories if not memory.origin]
         fresh = set(self._unseen(claude_session_id, [memory.id for memory in memories]))
         chosen = [memory for memory in memories if memory.id in fresh][: self._file_max]
         if not chosen:
             return ""
         self.file_recalls += 1
-        lines = [f"Memory of {one_line(path, 300)} from earlier sessions (sessionmem):"]
+        lines = []
         for memory in chosen:
             fact = telling_fact(memory)
-            lines.append(f"- #{memory.id} ({_when(memory.created_at)}{_from(memory.origin)}) {memory.type}: "
+            lines.append(f"- #{memory.id} ({_when(memory.created_at)}{_marked(memory.origin)}) {memory.type}: "
                          f"{one_line(memory.title, 120)}"
                          + (f" — {one_line(fact, 160)}" if fact else ""))
-        return wrap(lines)
+        return framed_recall(f"Memory of {one_line(path, 300)}", lines)
 
     async def for_prompt(self, project: str, claude_session_id: str, prompt: str) -> str:
         """The ``additionalContext`` for a new prompt, or ``""`` (nothing relevant, or not in time)."""
@@ -108,7 +118,8 @@ class Recall:
         try:
             with trio.move_on_after(PROMPT_RECALL_BUDGET_S):
                 results = await self._search.search(
-                    prompt, SearchFilters(project=project, kinds=(OBSERVATION, SUMMARY)),
+                    prompt, SearchFilters(project=project, kinds=(OBSERVATION, SUMMARY),
+                                          origin=None if self._other_machines else LOCAL_ORIGIN),
                     limit=self._prompt_max * 3)
         except Exception as exc:
             log_exception(log, "prompt recall failed", exc)
@@ -120,10 +131,10 @@ class Recall:
         if not chosen:
             return ""
         self.prompt_recalls += 1
-        lines = ["Past work that may be relevant to this prompt (sessionmem):"]
+        lines = []
         for result in chosen:
             label = f"#{result.id}" if result.kind == OBSERVATION else f"summary {result.id}"
             detail = f" — {one_line(result.snippet, 200)}" if result.snippet and result.snippet != result.title else ""
-            lines.append(f"- {label} ({_when(result.created_at)}{_from(result.origin)}) {result.type}: "
+            lines.append(f"- {label} ({_when(result.created_at)}{_marked(result.origin)}) {result.type}: "
                          f"{one_line(result.title, 120)}{detail}")
-        return wrap(lines)
+        return framed_recall("Past work that may be relevant to this prompt,", lines)

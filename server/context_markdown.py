@@ -1,24 +1,29 @@
 """The markdown injected at SessionStart, from a :class:`~sessionmem.search.context.ContextPlan`.
 
-Everything is wrapped in ``<sessionmem-context>`` -- the worker strips that tag from
-whatever it ingests, so injected memory is never stored again as new memory.
-Output stays within a token budget (estimated at four characters a token), filled in
-this order: the latest session's summary, the chosen memories (best session first),
-then one line for each earlier session; what does not fit is left out whole.
+Framed as recalled data (:mod:`sessionmem.protocol.framing`): wrapped in
+``<sessionmem-context>`` -- the worker strips that tag from whatever it ingests, so injected
+memory is never stored again as new memory -- and a heading and the preamble before the first
+memory say, in plain words, that what follows is quoted data from earlier sessions, not
+instructions. Output stays within a token budget (estimated at four characters a token), filled
+in this order: the latest session's summary, the chosen memories (best session first), then one
+line for each earlier session; what does not fit is left out whole.
 
-Memories another machine wrote say so: "from bob@laptop" on their session's heading
-(or on their own line, when a session holds rows of several origins), on the last
-session's heading and on an earlier session's line. This machine's own say nothing.
+Memories another machine wrote say so, "from bob@laptop, unverified"
+(:func:`~sessionmem.protocol.framing.from_origin`): on their session's heading (or on their own
+line, when a session holds rows of several origins), on the last session's heading and on an
+earlier session's line. This machine's own say nothing. When the last session is another
+machine's, its next steps are labelled as that machine's, never as this user's. A flagged memory
+is marked on its line.
 
-Stored text is untrusted: every field printed here is neutralized
-(:func:`sessionmem.protocol.safe_text.neutral`).
+Stored text is untrusted: every field printed here is neutralized and on one line
+(:func:`sessionmem.protocol.safe_text.one_line`), so none of it starts a line of its own.
 """
 
 from __future__ import annotations
 
 import time
 
-from sessionmem.protocol.privacy import CONTEXT_TAG
+from sessionmem.protocol.framing import FRAME_CLOSE, UNVERIFIED, context_head, from_origin, marks, origin_label
 from sessionmem.protocol.safe_text import one_line
 from sessionmem.records import SummaryRow
 from sessionmem.search.context import ContextLine, ContextPlan, SessionGroup
@@ -43,39 +48,37 @@ def _ids(ids: list[int]) -> str:
     return (f"#{ids[0]}, …, " + shown if len(ids) > 3 else shown) + (f" (×{len(ids)})" if len(ids) > 1 else "")
 
 
-def _from(origin: str) -> str:
-    """The mark of a memory another machine wrote (``""`` for this machine's own)."""
-    return f"from {one_line(origin, 80)}" if origin else ""
-
-
 def _line(line: ContextLine, group_origin: str = "") -> str:
     detail = f" — {one_line(line.detail, 160)}" if line.detail else ""
-    origin = f" ({_from(line.origin)})" if line.origin and line.origin != group_origin else ""
-    return f"- {_ids(line.ids)} {line.type}: {one_line(line.title, 120)}{origin}{detail}"
+    marked = marks(line.origin if line.origin != group_origin else "", line.flagged)
+    return f"- {_ids(line.ids)} {line.type}: {one_line(line.title, 120)}{f' ({marked})' if marked else ''}{detail}"
 
 
 def _group_header(group: SessionGroup) -> str:
     about = f" · {one_line(group.request, 100)}" if group.request else ""
-    origin = f" · {_from(group.origin)}" if group.origin else ""
+    origin = f" · {from_origin(group.origin)}" if group.origin else ""
     return f"### {_when(group.started_at)}{about}{origin}"
 
 
-def _summary_lines(summary: SummaryRow) -> list[str]:
-    origin = f", {_from(summary.origin)}" if summary.origin else ""
-    lines = [f"## Last session ({_when(summary.created_at)}{origin})"]
+def _summary_lines(summary: SummaryRow, flagged: bool = False) -> list[str]:
+    """The last session's summary; another machine's says whose its next steps are."""
+    marked = marks(summary.origin, flagged)
+    lines = [f"## Last session ({_when(summary.created_at)}{f', {marked}' if marked else ''})"]
+    # Another machine's next steps are its user's (or anyone's who wrote the row), not this user's.
+    next_steps = f"Next steps noted on {origin_label(summary.origin)} ({UNVERIFIED})" if summary.origin else "Next steps"
     for label, text in (("Request", summary.request), ("Completed", summary.completed),
                         ("Learned", summary.learned), ("Investigated", summary.investigated),
-                        ("Next steps", summary.next_steps)):
+                        (next_steps, summary.next_steps)):
         if text:
             lines.append(f"- **{label}:** {one_line(text, 400)}")
     return lines + [""]
 
 
-def _earlier_line(summary: SummaryRow) -> str:
+def _earlier_line(summary: SummaryRow, flagged: bool = False) -> str:
     outcome = summary.completed or summary.learned or summary.investigated
-    origin = f" · {_from(summary.origin)}" if summary.origin else ""
-    return (f"- {_when(summary.created_at)}{origin} · {one_line(summary.request or '(no request)', 100)}"
-            + (f" → {one_line(outcome, 160)}" if outcome else ""))
+    marked = marks(summary.origin, flagged)
+    return (f"- {_when(summary.created_at)}{f' · {marked}' if marked else ''} · "
+            f"{one_line(summary.request or '(no request)', 100)}" + (f" → {one_line(outcome, 160)}" if outcome else ""))
 
 
 class _Budget:
@@ -94,8 +97,8 @@ def render_context(plan: ContextPlan, *, token_budget: int) -> tuple[str, int]:
     """The injected text (``""`` when there is no memory) and how many observations it names."""
     if plan.summary is None and not plan.groups and not plan.earlier:
         return "", 0
-    head = [f"<{CONTEXT_TAG}>", f"# Memory of {one_line(plan.project, 200)}", ""]
-    tail = ["", FOOTER, f"</{CONTEXT_TAG}>"]
+    head = context_head(plan.project)
+    tail = ["", FOOTER, FRAME_CLOSE]
     budget = _Budget(token_budget)
     budget.take(head + tail)
     summary = _summary_lines(plan.summary) if plan.summary is not None else []

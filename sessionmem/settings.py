@@ -83,6 +83,9 @@ class Settings:
     # Context injection
     context_token_budget: int = 2000
     context_observations: int = 50
+    # Other machines' memories in what is injected unasked (SessionStart, file and prompt recall), marked
+    # "unverified"; off: this machine's own only there, the others through search and the MCP tools.
+    context_other_machines: bool = True
     file_recall: bool = True  # PostToolUse on a file: past observations about it, as additionalContext
     file_recall_max: int = 3  # observations a tool use may recall
     prompt_recall: bool = False  # UserPromptSubmit: the most relevant past observations (opt-in)
@@ -196,6 +199,7 @@ ENV = {
     "SESSIONMEM_CODE_WATCH": "code_watch_s",
     "SESSIONMEM_CONTEXT_TOKENS": "context_token_budget",
     "SESSIONMEM_CONTEXT_OBSERVATIONS": "context_observations",
+    "SESSIONMEM_CONTEXT_OTHER_MACHINES": "context_other_machines",
     "SESSIONMEM_FILE_RECALL": "file_recall",
     "SESSIONMEM_FILE_RECALL_MAX": "file_recall_max",
     "SESSIONMEM_PROMPT_RECALL": "prompt_recall",

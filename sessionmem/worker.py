@@ -384,7 +384,8 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
     router = SessionRouter(supervisor, mailbox_size=settings.mailbox_size, restart_policy=policy)
     redactor = Redactor(enabled=settings.redact_secrets, extra_patterns=settings.redact_patterns)
     search = SearchService(store, index, embedder)
-    recall = Recall(store, search, file_max=settings.file_recall_max, prompt_max=settings.prompt_recall_max)
+    recall = Recall(store, search, file_max=settings.file_recall_max, prompt_max=settings.prompt_recall_max,
+                    other_machines=settings.context_other_machines)
     ingestor = Ingestor(settings, store, router, redactor, recall=recall)
     guard = AccessGuard(token=token, port=settings.port,
                         extra_host="" if is_loopback(settings.host) else settings.host)
@@ -397,7 +398,8 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
         spool=SpoolImporter(ingestor, settings.data_dir, max_body_bytes=settings.max_body_bytes,
                             still_ours=home.still_ours),
         guard=guard, connections=pool, embedder=embedder, index=index, search=search,
-        context=ContextPlanner(store, index, embedder, observations=settings.context_observations),
+        context=ContextPlanner(store, index, embedder, observations=settings.context_observations,
+                               other_machines=settings.context_other_machines),
         pruner=Pruner(store, retention_days=settings.raw_retention_days), loop=LoopWatch(), home=home, team=team)
 
 

@@ -194,10 +194,10 @@ def test_the_markdown_marks_a_session_once_and_a_line_of_another_origin() -> Non
     ], [])
     text, named = render_context(plan, token_budget=2000)
     assert named == 3
-    assert "## Last session (" in text and ", from bob@laptop)" in text
+    assert "## Last session (" in text and ", from bob@laptop, unverified)" in text
     heads = [line for line in text.splitlines() if line.startswith("### ")]
-    assert heads[0].endswith("· from bob@laptop") and "from" not in heads[1]
-    assert text.count("Fixed on the laptop (from bob@laptop)") == 1  # marked where its group is not
+    assert heads[0].endswith("· from bob@laptop, unverified") and "from" not in heads[1]
+    assert text.count("Fixed on the laptop (from bob@laptop, unverified)") == 1  # marked where its group is not
     assert "Changed here" in text and "Changed here (from" not in text
 
 
@@ -210,9 +210,9 @@ async def test_the_mcp_search_tool_filters_and_says_where_from(memory: dict[str,
         laptop = await answer(session, "search", {"query": "divide", "mode": "fts", "origin": "bob@laptop"})
         local = await answer(session, "search", {"query": "divide", "mode": "fts", "origin": "local"})
         records = await answer(session, "get_observations", {"ids": [memory["bob"]["observation"]]})
-    assert "| from bob@laptop |" in everything and "| from carol@desk |" in everything
-    hits = [line for line in laptop.splitlines()[1:-1]]
-    assert hits and all("| from bob@laptop |" in line for line in hits)
+    assert "| from bob@laptop, unverified |" in everything and "| from carol@desk, unverified |" in everything
+    hits = [line for line in laptop.splitlines()[2:-1]]  # after the frame's note and the heading
+    assert hits and all("| from bob@laptop, unverified |" in line for line in hits)
     assert "from " not in local.split("\n", 1)[1].rsplit("\nNext:", 1)[0]  # this machine's own: no mark
     assert "from bob@laptop" in records
 
@@ -325,7 +325,7 @@ def test_file_recall_says_which_machine_a_memory_of_the_file_came_from(memory: d
         "tool_input": {"file_path": "calc.py"}, "tool_response": {"content": "def divide(a, b): ..."}})
     assert status == 202, reply
     assert "Divide fix ported on the laptop" in reply["additionalContext"]
-    assert ", from bob@laptop)" in reply["additionalContext"]
+    assert ", from bob@laptop, unverified)" in reply["additionalContext"]
 
 
 def test_the_command_line_filters_by_origin_and_says_where_from(memory: dict[str, Any]) -> None:

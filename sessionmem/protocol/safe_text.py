@@ -5,10 +5,12 @@ into injected context, and into what the MCP tools answer Claude, goes through
 :func:`neutral` (standard library only, so the MCP server, which talks to the worker
 through this package alone, uses the same rules): our tags in any spelling are
 removed, and its name in any other spelling is written apart, so nothing can close the
-wrapper early and speak outside it, not even in a model's eyes; and control and
-bidirectional-override characters are dropped, so nothing hides or reorders what a
-reader sees. :func:`wrap` adds the wrapper, which the worker strips from whatever it
-ingests, so injected memory is never stored again as new memory.
+wrapper early and speak outside it, not even in a model's eyes; a chat role's tag
+(``<system>``, ``</assistant>``, ``<|im_start|>``, ``<system-reminder>``) has its angle
+brackets written ``‹ ›``, so it reads as what it is, quoted text, not a turn of the
+conversation; and control and bidirectional-override characters are dropped, so
+nothing hides or reorders what a reader sees. The wrapper itself, and the words that
+frame memory as recalled data, are :mod:`sessionmem.protocol.framing`'s.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import unicodedata
 from typing import Any
 
 from sessionmem.protocol.limits import printable_line
-from sessionmem.protocol.privacy import CONTEXT_TAG, strip_private
+from sessionmem.protocol.privacy import strip_private
 
 # C0 and C1 controls (whitespace aside), and the characters that reorder or hide text:
 # bidirectional embeddings, overrides and isolates, marks, zero-width joiners, the soft
@@ -38,13 +40,37 @@ _SPACES = re.compile("[\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
 # A path (`sessionmem/context.py`) is left as it is.
 _NAME_SPELLINGS = re.compile("sessionmem[\\s\\-\u2010-\u2015\u2212\ufe58\ufe63\uff0d]{0,3}context", re.IGNORECASE)
 NAME_DEFANGED = "sessionmem context"  # a tag name has no space: no spelling of the closing tag is left
+# A tag of a chat role or turn, as prompt formats write them (any case, an attribute or spaces inside,
+# `&lt;`/`&gt;` for the brackets): a model may read one as a turn of the conversation, or as its
+# system's voice. A tag of code (`<div>`, `List<String>`) is none of these, and stays as it is.
+_ROLE_TAG = re.compile(
+    r"(?:<|&lt;)\s*/?\s*(?:system|system[\s_-]*(?:reminder|prompt|message)|user|assistant|human|developer"
+    r"|tool[\s_-]*(?:results?|use|calls?|response)|function[\s_-]*(?:calls?|results?)|instructions?"
+    r"|\|[^<>|]{0,40}\|)(?=[\s/>|&])[^<>&]{0,200}(?:>|&gt;)", re.IGNORECASE)
+ROLE_OPEN, ROLE_CLOSE = "\u2039", "\u203a"  # ‹ ›: no tag to a parser, nor to a model; NFKC keeps them
 
 
 def neutral(text: str) -> str:
     """Stored text made safe to print inside the wrapper (see the module docstring)."""
     text = _SPACES.sub(" ", INVISIBLE.sub("", str(text)))
     # One pass: what strip_private keeps never holds a tag, so a second would change nothing.
-    return _defang_name(strip_private(text))
+    return _defang_roles(_defang_name(strip_private(text)))
+
+
+def _defang_roles(text: str) -> str:
+    """``text`` with each chat role's tag (:data:`_ROLE_TAG`) bracketed ``‹ ›`` (NFKC-folded then: a
+    fullwidth ``＜system＞`` is one too; untouched if it has none)."""
+    folded = text if text.isascii() else unicodedata.normalize("NFKC", text)
+    if ("<" not in folded and "&lt;" not in folded) or _ROLE_TAG.search(folded) is None:
+        return text
+    return _ROLE_TAG.sub(_bracket, folded)
+
+
+def _bracket(found: re.Match[str]) -> str:
+    tag = found.group(0)
+    opener = 4 if tag.startswith("&lt;") else 1
+    closer = 4 if tag.endswith("&gt;") else 1
+    return f"{ROLE_OPEN}{tag[opener:-closer]}{ROLE_CLOSE}"
 
 
 def _defang_name(text: str) -> str:
@@ -90,7 +116,3 @@ def one_line(text: str, limit: int | None = None) -> str:
     text = printable_line(neutral(text))
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
-
-def wrap(lines: list[str]) -> str:
-    """``lines`` (already neutral) inside the context wrapper."""
-    return "\n".join([f"<{CONTEXT_TAG}>", *lines, f"</{CONTEXT_TAG}>"])
