@@ -151,6 +151,22 @@ def test_memory_text_cannot_forge_the_frame() -> None:
 
 # -- SessionStart --------------------------------------------------------------------------------------------------
 
+def test_no_time_out_of_the_past_wins_the_last_session() -> None:
+    from sessionmem.search.context import earlier_sessions
+
+    from .conftest import summary_row
+
+    now = time.time()
+    newest_first = [summary_row(4, claude_session_id="nan", created_at=float("nan")),
+                    summary_row(3, claude_session_id="inf", created_at=float("inf")),
+                    summary_row(2, claude_session_id="2999", created_at=YEAR_2999),
+                    summary_row(1, claude_session_id="mine", created_at=now - 60),
+                    summary_row(0, claude_session_id="before", created_at=now - 3600)]
+    latest, earlier = earlier_sessions(newest_first, not_after=now + 300)
+    assert latest is not None and latest.claude_session_id == "mine"
+    assert [summary.claude_session_id for summary in earlier] == ["before"]
+
+
 def test_an_instruction_in_a_failing_commands_output_reaches_the_next_session_quoted(tmp_path: Path) -> None:
     """The issue's case: a failing command printed an instruction; the next SessionStart, as the hook
     prints it from a real worker (offline compressor), frames it as recalled data."""

@@ -332,9 +332,9 @@ def test_the_command_line_filters_by_origin_and_says_where_from(memory: dict[str
     worker = memory["worker"]
     found = sessionmem(worker.data_dir, worker.port, "search", "divide", "--mode", "fts", "--origin", "laptop")
     assert found.returncode == 0, found.stderr
-    assert "calcproj  from bob@laptop" in found.stdout and "desk" not in found.stdout
+    assert "calcproj  from bob@laptop, unverified" in found.stdout and "desk" not in found.stdout
     shown = sessionmem(worker.data_dir, worker.port, "show", str(memory["carol"]["observation"]))
-    assert "calcproj  from carol@desk  session remote-carol" in shown.stdout
+    assert "calcproj  from carol@desk, unverified  session remote-carol" in shown.stdout
 
 
 @pytest.mark.slow

@@ -19,12 +19,20 @@ from urllib.parse import urlencode
 from sessionmem.cli.client import call, whole_number
 from sessionmem.protocol import routes
 from sessionmem.protocol.client_settings import ClientConfig
+from sessionmem.protocol.framing import marks
 from sessionmem.protocol.limits import MAX_PAGE, MAX_SEARCH_OFFSET, MAX_SEARCH_RESULTS
 from sessionmem.protocol.project import ALL_PROJECTS, project_of
 from sessionmem.protocol.safe_text import neutral_deep
 
 WIDTH = 100
 PROJECTS_NAMED = 20
+
+
+def _marks(entry: dict[str, Any]) -> str:
+    """``  from bob@laptop, unverified`` for a memory another machine wrote (its origin a label), as every
+    place that shows memory to an agent marks it (:mod:`sessionmem.protocol.framing`)."""
+    marked = marks(entry.get("origin") or "", bool(entry.get("flagged")))
+    return f"  {marked}" if marked else ""
 
 
 def _date(timestamp: float) -> str:
@@ -61,7 +69,7 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
         label = f"#{result['id']}" if result["kind"] == "observation" else f"{result['kind']} {result['id']}"
         label = f"team {label}" if team else label
         found = "+".join(result["matchedBy"])
-        origin = f"  from {result['origin']}" if result.get("origin") else ""
+        origin = _marks(result)
         print(f"\n{label:>10}  {_date(result['createdAt'])}  {result['project']}{origin}  {result['type']}  [{found}]")
         print(f"{'':>10}  {_clip(result['title'], WIDTH)}")
         if result["snippet"] and result["snippet"] != result["title"]:
@@ -111,13 +119,13 @@ def cmd_show(args: argparse.Namespace, config: ClientConfig) -> int:
         return 0 if not answer["missing"] else 1
     answer = neutral_deep(answer)
     for row in answer["observations"]:
-        origin = f"  from {row['origin']}" if row.get("origin") else ""
+        origin = _marks(row)
         print(f"#{row['id']}  {_date(row['createdAt'])}  {row['project']}{origin}  session {row['claudeSessionId']}"
               f"  prompt {row['promptNumber']}")
         print(f"  {row['type']}: {row['title']}  ({row['toolName']}, {row['compressor']})")
         for label, value in (("subtitle", row["subtitle"]), ("narrative", row["narrative"])):
-            if value:
-                print(f"  {label}: {value}")
+            if value:  # its further lines indented too: none starts a line of its own
+                print(f"  {label}: " + value.replace("\n", "\n    "))
         for fact in row["facts"]:
             print(f"  - {fact}")
         for label in ("filesRead", "filesModified", "concepts"):
