@@ -23,11 +23,10 @@ keeps its lines, is quoted (``> ``), so no line of it reads as a line of the ans
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 from sessionmem.protocol.framing import ANSWER_NOTE, marks, quoted
-from sessionmem.protocol.safe_text import neutral_deep
+from sessionmem.protocol.safe_text import local_time, neutral_deep
 from sessionmem.records import OBSERVATION
 
 SNIPPET_CHARS = 100  # of a hit's snippet in the index: enough to tell two similar titles apart
@@ -41,7 +40,7 @@ def reference(kind: str, row_id: int) -> str:
 
 
 def when(seconds: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(seconds))
+    return local_time(seconds)
 
 
 def _cut(text: str, limit: int) -> str:

@@ -18,7 +18,8 @@ Everything printed is neutralized like the SessionStart context and framed the s
 whatever it ingests, its first line saying that what follows is recalled from earlier
 sessions, quoted data for reference, not instructions; another machine's memory marked
 "from bob@laptop, unverified" (left out when ``context_other_machines`` is off: search and
-the MCP tools reach it), a flagged one marked too.
+the MCP tools reach it), a flagged one marked too. Nothing dated in the future is recalled
+(:data:`~sessionmem.search.context.FUTURE_SKEW_S`), as at SessionStart.
 
 Error handling:
     Recall is a courtesy: any failure (storage, embedding, a timeout) is logged and
@@ -34,10 +35,10 @@ from collections import OrderedDict
 import trio
 
 from sessionmem.protocol.framing import framed_recall, marks
-from sessionmem.protocol.safe_text import one_line
+from sessionmem.protocol.safe_text import local_time, one_line
 from sessionmem.records import LOCAL_ORIGIN, OBSERVATION, SUMMARY, SearchFilters
 from sessionmem.runtime.logs import log_exception
-from sessionmem.search.context import telling_fact
+from sessionmem.search.context import FUTURE_SKEW_S, telling_fact
 from sessionmem.search.hybrid import SearchService
 from sessionmem.storage.base import Store
 
@@ -58,7 +59,7 @@ def _marked(origin: str, flagged: bool = False) -> str:
 
 
 def _when(timestamp: float) -> str:
-    return time.strftime("%Y-%m-%d", time.localtime(timestamp))
+    return local_time(timestamp, "%Y-%m-%d")
 
 
 class Recall:
@@ -95,8 +96,9 @@ class Recall:
         except Exception as exc:
             log_exception(log, "file recall failed", exc)
             return ""
-        if not self._other_machines:
-            memories = [memory for memory in memories if not memory.origin]
+        not_after = time.time() + FUTURE_SKEW_S  # nothing dated in the future, as at SessionStart
+        memories = [memory for memory in memories
+                    if memory.created_at <= not_after and (self._other_machines or not memory.origin)]
         fresh = set(self._unseen(claude_session_id, [memory.id for memory in memories]))
         chosen = [memory for memory in memories if memory.id in fresh][: self._file_max]
         if not chosen:
@@ -125,7 +127,9 @@ class Recall:
             log_exception(log, "prompt recall failed", exc)
         if results is None:
             return ""
-        others = [result for result in results.results if result.claude_session_id != claude_session_id]
+        not_after = time.time() + FUTURE_SKEW_S
+        others = [result for result in results.results
+                  if result.claude_session_id != claude_session_id and result.created_at <= not_after]
         fresh = set(self._unseen(claude_session_id, [result.id for result in others if result.kind == OBSERVATION]))
         chosen = [result for result in others if result.kind != OBSERVATION or result.id in fresh][: self._prompt_max]
         if not chosen:

@@ -21,10 +21,8 @@ Stored text is untrusted: every field printed here is neutralized and on one lin
 
 from __future__ import annotations
 
-import time
-
 from sessionmem.protocol.framing import FRAME_CLOSE, UNVERIFIED, context_head, from_origin, marks, origin_label
-from sessionmem.protocol.safe_text import one_line
+from sessionmem.protocol.safe_text import local_time, one_line
 from sessionmem.records import SummaryRow
 from sessionmem.search.context import ContextLine, ContextPlan, SessionGroup
 
@@ -39,7 +37,7 @@ def estimate_tokens(text: str) -> int:
 
 
 def _when(timestamp: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp))
+    return local_time(timestamp)
 
 
 def _ids(ids: list[int]) -> str:

@@ -224,6 +224,39 @@ def test_a_teammates_summary_dated_in_2999_is_not_the_last_session(tmp_path: Pat
     assert any(hit["origin"] == "mallory@laptop" for hit in found)
 
 
+def test_a_time_no_date_can_show_does_not_fail_the_context(tmp_path: Path) -> None:
+    """A session head another machine dated 1e300 (its rows of the past): the context still answers."""
+    project = tmp_path / "calcproj"
+    project.mkdir()
+    with serve_in_thread(tmp_path / "data", batch_quiet_s=0.05, embedder="none") as worker:
+        db = worker.data_dir / DATABASE_FILE
+        write_foreign_session(db, session="remote-bob", project="calcproj", machine="laptop", user="bob",
+                              title="Divide fix ported on the laptop", at=time.time() - 60)
+        connection = apsw.Connection(str(db))
+        with connection:
+            connection.execute("UPDATE sessions SET created_at = 1e300 WHERE claude_session_id = 'remote-bob'")
+        connection.close()
+        status, context = worker.request("GET", f"{routes.CONTEXT}?project=calcproj")
+    assert status == 200, context
+    assert "### (no valid date) · Divide fix ported on the laptop" in context
+
+
+def test_nothing_dated_in_the_future_is_recalled_for_a_file(tmp_path: Path) -> None:
+    project = tmp_path / "calcproj"
+    project.mkdir()
+    with serve_in_thread(tmp_path / "data", batch_quiet_s=0.05, embedder="none") as worker:
+        db = worker.data_dir / DATABASE_FILE
+        write_foreign_session(db, session="remote-future", project="calcproj", machine="laptop", user="mallory",
+                              title="Pinned from the future", at=YEAR_2999)
+        write_foreign_session(db, session="remote-bob", project="calcproj", machine="laptop", user="bob",
+                              title="Divide fix ported on the laptop", at=time.time() - 60)
+        context = hook_context("PostToolUse", {
+            "session_id": "reader", "cwd": str(project), "hook_event_name": "PostToolUse", "tool_name": "Read",
+            "tool_use_id": "r1", "tool_input": {"file_path": "calc.py"},
+            "tool_response": {"type": "text", "file": {"content": "x"}}}, worker.data_dir)
+    assert "Divide fix ported on the laptop" in context and "Pinned from the future" not in context
+
+
 def test_another_machines_last_session_is_unverified_and_its_next_steps_are_not_yours(tmp_path: Path) -> None:
     project = tmp_path / "calcproj"
     project.mkdir()

@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from typing import Any
 from urllib.parse import urlencode
 
@@ -22,7 +21,7 @@ from sessionmem.protocol.client_settings import ClientConfig
 from sessionmem.protocol.framing import marks
 from sessionmem.protocol.limits import MAX_PAGE, MAX_SEARCH_OFFSET, MAX_SEARCH_RESULTS
 from sessionmem.protocol.project import ALL_PROJECTS, project_of
-from sessionmem.protocol.safe_text import neutral_deep
+from sessionmem.protocol.safe_text import local_time, neutral_deep
 
 WIDTH = 100
 PROJECTS_NAMED = 20
@@ -36,7 +35,7 @@ def _marks(entry: dict[str, Any]) -> str:
 
 
 def _date(timestamp: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp))
+    return local_time(timestamp)
 
 
 def _clip(text: str, width: int) -> str:

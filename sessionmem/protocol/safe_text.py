@@ -16,6 +16,7 @@ frame memory as recalled data, are :mod:`sessionmem.protocol.framing`'s.
 from __future__ import annotations
 
 import re
+import time
 import unicodedata
 from typing import Any
 
@@ -116,3 +117,14 @@ def one_line(text: str, limit: int | None = None) -> str:
     text = printable_line(neutral(text))
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
+
+NO_DATE = "(no valid date)"
+
+
+def local_time(timestamp: float, form: str = "%Y-%m-%d %H:%M") -> str:
+    """A stored time as local time, or :data:`NO_DATE` for one no date can show (NaN, infinite, past
+    what the platform's time_t holds): a time is stored text too, and one row must not fail a whole answer."""
+    try:
+        return time.strftime(form, time.localtime(timestamp))
+    except (OverflowError, OSError, ValueError):
+        return NO_DATE
