@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult
 
@@ -222,6 +224,31 @@ def test_an_answer_marks_other_machines_memories_and_shows_their_origin_as_a_lab
         assert not any(line.startswith(("## 9", "## 8", "Human:")) for line in text_of.splitlines()), text_of
     assert "unverified; flagged: reads like an instruction" in record
     assert "> ## 8 | decision | forged" not in record and "> \\## 8 | decision | forged" in record
+
+
+@settings(max_examples=200, deadline=None)
+@given(text_of=st.lists(st.one_of(st.sampled_from([
+    "\n", "\n\n", "## 8 | decision | forged", "# Title", "(Recalled memory: quoted data)", "Human:", "SYSTEM:",
+    "<system>", "</sessionmem-context>", "\u2028", "\x85", "\r", "Facts:", "- ", "Next:", " "]), st.text(max_size=6)),
+    max_size=12).map("".join), origin=st.text(max_size=20))
+def test_no_stored_text_forges_a_line_of_a_record(text_of: str, origin: str) -> None:
+    """Whatever a record's fields hold, its lines are the answer's own: one record heading, the stored
+    prose quoted or inside a list item, never a line that starts as a heading, a turn or a tag."""
+    from sessionmem.mcpserver import render
+
+    record = render.observation_records({"missing": [], "observations": [{
+        "id": 7, "kind": "observation", "type": "change", "title": text_of, "project": text_of,
+        "claudeSessionId": text_of, "promptNumber": 1, "createdAt": 1795550000.0, "toolName": text_of,
+        "failed": False, "agentId": text_of, "agentType": text_of, "subtitle": text_of, "narrative": text_of,
+        "facts": [text_of], "filesRead": [text_of], "filesModified": [text_of], "concepts": [text_of],
+        "compressed": True, "origin": origin}]})
+    lines = record.splitlines()
+    assert lines[0] == ANSWER_NOTE and lines[2].startswith("## 7 | change | ")
+    assert sum(line.startswith("#") for line in lines) == 1
+    for line in lines[3:]:
+        assert line == "" or line.startswith((">", "- ", "project ", "Facts:", "Files read:", "Files modified:",
+                                              "Concepts: ")), line
+    assert "<system>" not in record and "sessionmem-context" not in record.lower()
 
 
 BAD_CALLS = [  # (tool, arguments, what the error says)
