@@ -105,6 +105,10 @@ class TeamStatistics(msgspec.Struct, frozen=True, kw_only=True):
     failures: int  # calls that failed (unreachable, or another error)
     refused: int  # rows the team database would not take (logged, passed over: kept here only)
     last_error: str  # never holds a password
+    # Rows pulled and passed over (logged, not stored): they broke the rules of an import, or belong to a
+    # project this machine does not pull; and which one was last, and why (never its content).
+    pull_refused: int = 0
+    last_pull_refused: str = ""
     share_push: SharePushStatus | None = None
 
 
@@ -156,7 +160,8 @@ class TeamSync:
         self._team: TeamStore | None = None  # open while run() runs
         # statistics
         self._connected = False
-        self._pushed = self._pulled = self._failures = self._backlog = self._refused = 0
+        self._pushed = self._pulled = self._failures = self._backlog = self._refused = self._pull_refused = 0
+        self._last_pull_refused = ""
         self._last_push_at: float | None = None
         self._last_pull_at: float | None = None
         self._last_error = ""
@@ -179,7 +184,8 @@ class TeamSync:
             connected=self._connected, machine_id=self._machine_id, machine=self._machine, user=self._user,
             share_projects=list(self._settings.share_projects), pushed=self._pushed, pulled=self._pulled,
             backlog=self._backlog, last_push_at=self._last_push_at, last_pull_at=self._last_pull_at,
-            failures=self._failures, refused=self._refused, last_error=self._last_error, share_push=self._share)
+            failures=self._failures, refused=self._refused, last_error=self._last_error, share_push=self._share,
+            pull_refused=self._pull_refused, last_pull_refused=self._last_pull_refused)
 
     async def refresh_backlog(self) -> int:
         """Count the rows not pushed yet anew (a read of the local store), and return it."""
@@ -300,7 +306,10 @@ class TeamSync:
                 await backoff.wait()
 
     async def _pull_all(self, puller: Puller) -> None:
-        outcome = await puller.pull()
+        try:
+            outcome = await puller.pull()
+        finally:  # what was refused before a failure counts as well
+            self._pull_refused, self._last_pull_refused = puller.refused, puller.last_refused
         self._pulled += outcome.pulled
         self._last_pull_at = time.time()
         self._ok()

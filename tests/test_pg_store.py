@@ -22,7 +22,7 @@ from sessionmem.records import OBSERVATION, PROMPT, SUMMARY, RankedKey, SearchFi
 from sessionmem.storage import pg_schema
 from sessionmem.storage.pg_connections import sanitized
 from sessionmem.storage.pg_store import TeamStore, TeamUnavailable, open_team_store
-from sessionmem.storage.pg_transfer import PushCounts, push_rows
+from sessionmem.storage.pg_transfer import PullBatch, PushCounts, push_rows
 from sessionmem.storage.sqlite import open_sqlite_store
 from sessionmem.storage.team_records import Origin, PullCursor, SharedRow
 from sessionmem.storage.transfer import ObservationRecord, PromptRecord, Record, SessionRecord, SummaryRecord
@@ -94,10 +94,12 @@ async def pull_all(store: TeamStore, cursor: PullCursor = PullCursor(), *, machi
                    keys: Sequence[str] | None = None, limit: int = 1000) -> tuple[list[SharedRow], PullCursor]:
     pulled: list[SharedRow] = []
     while True:
-        rows, cursor = await store.pull(cursor, keys=keys, exclude_machine_id=machine.machine_id, limit=limit)
-        pulled += rows
-        if len(rows) < limit:
+        batch = await store.pull(cursor, keys=keys, exclude_machine_id=machine.machine_id, limit=limit)
+        assert batch.refused == []
+        pulled += batch.rows
+        if batch.after == cursor:
             return pulled, cursor
+        cursor = batch.after
 
 
 # -- migrations ---------------------------------------------------------------------------------
@@ -106,7 +108,7 @@ async def pull_all(store: TeamStore, cursor: PullCursor = PullCursor(), *, machi
 async def test_an_empty_database_is_migrated_on_first_use(team_database_url: str) -> None:
     async with open_team_store(team_database_url) as store:
         check = await store.check()
-    assert check.schema_version == pg_schema.LATEST == 2
+    assert check.schema_version == pg_schema.LATEST == 3
     assert check.server_version.startswith("18") and check.pgvector_version.startswith("0.8")
     with psycopg.connect(team_database_url) as connection:
         indexes = {name for (name,) in connection.execute("SELECT indexname FROM pg_indexes").fetchall()}
@@ -126,7 +128,7 @@ async def test_an_upgrade_from_version_1_keeps_the_rows_and_makes_them_searchabl
         push_rows(connection, rows)
     before = table_contents(team_database_url)
     async with open_team_store(team_database_url) as store:
-        assert (await store.check()).schema_version == 2
+        assert (await store.check()).schema_version == pg_schema.LATEST
         found = await store.search_text("tokenizer", SearchFilters(), 10)
         close = await store.nearest(vector, 1, SearchFilters(), model="minilm")
         pulled, _ = await pull_all(store)
@@ -166,9 +168,9 @@ async def test_workers_starting_together_migrate_once(team_database_url: str) ->
     async with trio.open_nursery() as nursery:
         for _ in range(3):
             nursery.start_soon(start)
-    assert [check.schema_version for check in checks] == [2, 2, 2]
+    assert [check.schema_version for check in checks] == [pg_schema.LATEST] * 3
     with psycopg.connect(team_database_url) as connection:
-        assert connection.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+        assert connection.execute("SELECT version FROM schema_version").fetchall() == [(pg_schema.LATEST,)]
 
 
 # -- push -----------------------------------------------------------------------------------------
@@ -259,7 +261,7 @@ async def test_a_vector_pushed_later_fills_a_row_stored_without_one(team_databas
         assert await store.push([shared(record, vector=vector * 2)]) == PushCounts(unchanged=1)
         (close,) = await store.nearest(vector, 5, SearchFilters(), model="minilm")
         assert close.score == pytest.approx(1.0, abs=1e-5)
-        assert await store.pull(cursor, keys=None, exclude_machine_id="x", limit=10) == ([], cursor)
+        assert await store.pull(cursor, keys=None, exclude_machine_id="x", limit=10) == PullBatch([], cursor)
 
 
 # -- pull -----------------------------------------------------------------------------------------
@@ -278,7 +280,7 @@ async def test_pull_pages_through_every_row_once_in_order(team_database_url: str
         assert [identity(row) for row in pulled] == [
             identity(row) for batch in batches
             for row in sorted(batch, key=lambda row: (order.index(identity(row)[0]), identity(row)))]
-        assert await store.pull(cursor, keys=None, exclude_machine_id="x", limit=4) == ([], cursor)
+        assert await store.pull(cursor, keys=None, exclude_machine_id="x", limit=4) == PullBatch([], cursor)
         await store.push(a_session("s-late"))
         later, _ = await pull_all(store, cursor, limit=4)
     assert [identity(row) for row in later] == [identity(row) for row in a_session("s-late")]
@@ -340,7 +342,7 @@ async def test_a_transaction_that_commits_late_is_still_pulled(team_database_url
             await trio.to_thread.run_sync(slow.commit)
         rows, cursor = await pull_all(store, cursor)
         seen += rows
-        assert await store.pull(cursor, keys=None, exclude_machine_id="x", limit=10) == ([], cursor)
+        assert await store.pull(cursor, keys=None, exclude_machine_id="x", limit=10) == PullBatch([], cursor)
     assert sorted(map(identity, seen)) == sorted(map(identity, early + late))  # each once, none skipped
     with psycopg.connect(team_database_url) as connection:
         (early_seq, late_seq) = connection.execute(
@@ -590,9 +592,10 @@ async def test_concurrent_pushers_and_a_puller_lose_and_repeat_nothing(team_data
             cursor = PullCursor()
             while True:
                 finished = done.is_set()  # read before the pull: a pull after the last push sees it
-                rows, cursor = await store.pull(cursor, keys=None, exclude_machine_id="machine-puller", limit=7)
-                pulled.extend(rows)
-                if finished and not rows:
+                batch = await store.pull(cursor, keys=None, exclude_machine_id="machine-puller", limit=7)
+                pulled.extend(batch.rows)
+                cursor = batch.after
+                if finished and not batch.rows:
                     return
                 await trio.sleep(0.01)
 
