@@ -48,6 +48,7 @@ from sessionmem.broadcast import Broadcaster, LiveEvent
 from sessionmem.index.actor import VectorIndex
 from sessionmem.runtime.logs import log_exception
 from sessionmem.settings import Settings
+from sessionmem.storage.pg_connections import Transport, transport
 from sessionmem.storage.pg_store import TeamStore, TeamUnavailable, open_team_store
 from sessionmem.storage.sqlite import SQLiteStore
 from sessionmem.storage.team_records import Origin
@@ -109,6 +110,8 @@ class TeamStatistics(msgspec.Struct, frozen=True, kw_only=True):
     # project this machine does not pull; and which one was last, and why (never its content).
     pull_refused: int = 0
     last_pull_refused: str = ""
+    transport: str = ""  # how the connection is secured (storage/pg_connections.py Transport.describe)
+    transport_warnings: list[str] = []  # how database_url weakens the secure defaults, if it does
     share_push: SharePushStatus | None = None
 
 
@@ -151,6 +154,10 @@ class TeamSync:
         self._index = index
         self._broadcaster = broadcaster
         self._url = settings.database_url
+        try:
+            self._transport: Transport | None = transport(self._url)
+        except TeamUnavailable:  # not a URL: every call says so
+            self._transport = None
         self._machine, self._user = settings.origin
         self._machine_id = ""
         self._stored = trio.Event()
@@ -185,7 +192,9 @@ class TeamSync:
             share_projects=list(self._settings.share_projects), pushed=self._pushed, pulled=self._pulled,
             backlog=self._backlog, last_push_at=self._last_push_at, last_pull_at=self._last_pull_at,
             failures=self._failures, refused=self._refused, last_error=self._last_error, share_push=self._share,
-            pull_refused=self._pull_refused, last_pull_refused=self._last_pull_refused)
+            pull_refused=self._pull_refused, last_pull_refused=self._last_pull_refused,
+            transport=self._transport.describe() if self._transport else "",
+            transport_warnings=self._transport.weaker if self._transport else [])
 
     async def refresh_backlog(self) -> int:
         """Count the rows not pushed yet anew (a read of the local store), and return it."""
@@ -226,6 +235,8 @@ class TeamSync:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Sync until cancelled; see the module docstring."""
+        for weaker in self._transport.weaker if self._transport else []:
+            log.warning("team sync: database_url weakens how the team database is reached: %s", weaker)
         # Open (no I/O) before reporting started: searches of the team database have it from then on.
         async with open_team_store(self._url) as team:
             self._team = team
