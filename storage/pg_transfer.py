@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 
 from sessionmem.storage.pg_connections import Connection
 from sessionmem.storage.pg_schema import VECTOR_DIMENSIONS
-from sessionmem.storage.team_records import NAME_KEY_PREFIX, Origin, PullCursor, SharedRow
+from sessionmem.storage.team_records import NAME_KEY_PREFIX, PullCursor, SharedRow
 from sessionmem.storage.transfer import ObservationRecord, PromptRecord, Record, SessionRecord, SummaryRecord
 
 
