@@ -122,7 +122,7 @@ class Puller:
             self.last_refused = (f"{_kind(row)} of session {_cut(row.record.claude_session_id)} from "
                                  f"{_cut(row.origin.machine)}: project {_cut(row.project or '?')} "
                                  f"({_cut(row.project_key)}) is not one this machine pulls")
-            log.warning("team pull: passed over a %s", self.last_refused)
+            log.warning("team pull: passed over the %s", self.last_refused)
         self.refused += len(result.misplaced)
         if stored:
             self._index.notify()
@@ -132,9 +132,9 @@ class Puller:
 
     def _refused(self, refused: Sequence[RefusedRow]) -> int:
         for row in refused:
-            self.last_refused = (f"{row.table} row (xid {row.xid}, seq {row.seq}) of session "
+            self.last_refused = (f"row of {row.table} (xid {row.xid}, seq {row.seq}) of session "
                                  f"{_cut(row.claude_session_id)} from {_cut(row.origin_machine)}: {row.reason}")
-            log.warning("team pull: passed over a %s", self.last_refused)
+            log.warning("team pull: passed over the %s", self.last_refused)
         self.refused += len(refused)
         return len(refused)
 

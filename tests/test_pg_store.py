@@ -430,6 +430,40 @@ def test_sanitized_takes_the_password_and_the_url_out() -> None:
     assert "pa55-w0rd" not in cleaned and "other" not in cleaned and "password=***" in cleaned
 
 
+def test_a_tcp_url_gets_tls_checked_and_scram_and_a_socket_url_nothing(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    from sessionmem.storage.pg_connections import connection_url, transport
+
+    monkeypatch.delenv("PGHOST", raising=False)
+    monkeypatch.delenv("PGHOSTADDR", raising=False)
+    monkeypatch.delenv("PGSSLROOTCERT", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.postgresql/root.crt
+
+    def used(url: str) -> dict[str, Any]:
+        parameters = conninfo_to_dict(connection_url(url, connect_timeout_s=5))
+        return {name: parameters.get(name) for name in ("sslmode", "sslrootcert", "require_auth")}
+
+    secure = {"sslmode": "verify-full", "sslrootcert": "system", "require_auth": "scram-sha-256"}
+    for url in ("postgresql://ann@db.example/team", "postgresql://ann@/team?host=db.example",
+                "postgresql://ann@/team?host=/run/pg,db.example", "postgresql://ann@/team?hostaddr=10.0.0.7"):
+        assert used(url) == secure, url
+        assert transport(url).weaker == [] and not transport(url).socket
+    for url in ("postgresql://ann@/team?host=/run/postgresql", "postgresql:///team"):
+        assert used(url) == dict.fromkeys(secure), url
+        assert transport(url).socket and transport(url).describe() == "unix socket"
+    monkeypatch.setenv("PGHOST", "db.example")  # what libpq would reach for a URL without a host
+    assert used("postgresql:///team") == secure
+    # Named in the URL: kept, and what is weaker said.
+    named = "postgresql://ann@db.example/team?sslmode=verify-full&sslrootcert=/etc/team-ca.pem"
+    assert used(named) == {**secure, "sslrootcert": "/etc/team-ca.pem"} and transport(named).weaker == []
+    assert used("postgresql://ann@db.example/team?sslmode=require")["sslrootcert"] is None  # system: verify-full only
+    weak = transport("postgresql://ann@db.example/team?sslmode=disable&require_auth=md5")
+    assert [line.split(":")[0] for line in weak.weaker] == ["sslmode=disable", "require_auth=md5"]
+    assert weak.describe() == "no TLS (sslmode=disable), require_auth=md5"
+
+
 async def test_a_stopped_server_is_unavailable_and_a_restarted_one_serves_again() -> None:
     password = "s3cret-pa55word"
     with temporary_postgres() as server:

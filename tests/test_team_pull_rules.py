@@ -22,6 +22,7 @@ from sessionmem.storage import pg_schema
 from sessionmem.storage.record_rules import CLOCK_SKEW_S
 from sessionmem.testing.harness import ThreadedWorker, serve_in_thread
 
+from .test_search_cli import sessionmem
 from .test_team_sync import SYNC_WAIT_S, team_settings
 
 MALLORY = {"origin_machine_id": "mallory-id", "origin_machine": "mallory", "origin_user": "mallory"}
@@ -96,6 +97,8 @@ def test_bad_rows_are_refused_and_the_good_ones_around_them_arrive(tmp_path: Pat
         assert "$.record.facts" in logged[3] and "more than a pull batch holds" in logged[4]
         assert "of session bad-1" in logged[5] and "$.record.updatedAt" in logged[5]
         assert (b.get("/debug"))["team"]["pullRefused"] == bad
+        status = sessionmem(b.data_dir, b.port, "status")
+        assert f"{bad} pulled rows refused (last: row of sessions" in status.stdout, status.stdout
         shown = titles(b, "shop")
         assert sorted(shown) == ["Good row after the bad ones", "Good row before the bad ones"], shown
         context = b.get("/api/context/inject?project=shop&session=new-on-b")

@@ -191,8 +191,10 @@ def test_a_worker_syncs_over_tls_and_says_why_when_the_server_is_not_the_one_it_
             start_worker(tmp_path / "wary", env=wary_env) as wary:
         store_a_session(trusting, "tls-1")
         store_a_session(wary, "tls-2")
-        trusting.wait_until(lambda: (lambda t: t if t["connected"] and t["pushed"] and not t["backlog"] else None)(
-            team_state(trusting)), timeout=60)
+        synced = trusting.wait_until(lambda: (lambda t: t if t["connected"] and t["pushed"] and not t["backlog"]
+                                              else None)(team_state(trusting)), timeout=60)
+        assert synced["transport"] == f"TLS (sslmode=verify-full, {secured.authority.certificate}), SCRAM required"
+        assert synced["transportWarnings"] == []
         refused = wary.wait_until(lambda: (lambda t: t if "certificate verify failed" in t["lastError"]
                                            and t["backlog"] > 0 else None)(team_state(wary)), timeout=60)
         assert not refused["connected"] and refused["pushed"] == 0
