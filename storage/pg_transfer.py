@@ -2,8 +2,13 @@
 
 Each function runs on a connection of :class:`~sessionmem.storage.pg_connections.TeamConnections`
 (the writer for :func:`push_rows`, a reader for :func:`pull_rows`) in a worker thread,
-and makes its own transaction. The conflict rule the upserts follow and the pull order
+and makes its own transactions. The conflict rule the upserts follow and the pull order
 are stated in :mod:`sessionmem.storage.pg_store`.
+
+A pull reads in two steps: where the next rows are and how many bytes of text each holds,
+then the rows a batch can hold (:data:`PULL_BATCH_BYTES`); each is decoded as an import
+decodes a record of an export file, and a row that does not decode is refused, by which
+row it is and the rule it broke.
 """
 
 from __future__ import annotations
