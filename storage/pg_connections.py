@@ -15,6 +15,11 @@
 Nothing here fails because the database is down at start: :func:`TeamConnections` does
 no I/O until a call needs it.
 
+Over TCP a connection is secured unless its URL says otherwise (:data:`SECURE_DEFAULTS`:
+``sslmode=verify-full`` against the system's root certificates, SCRAM required); a unix
+socket needs none of it. :func:`transport` says how a URL is secured and how it weakens
+the defaults, for the worker's log, ``GET /api/team`` and ``sessionmem doctor``.
+
 Resource handling:
     :meth:`TeamConnections.aclose` closes the writer connection (waiting for a write in
     progress to finish: a write is never abandoned) and the idle read connections; a read
@@ -35,9 +40,11 @@ Error handling:
 from __future__ import annotations
 
 import math
+import os
 import re
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
@@ -91,15 +98,96 @@ def sanitized(message: str, url: str) -> str:
     return _PASSWORD_PARAMETER.sub(r"\1***", message)
 
 
-def connection_url(url: str, *, connect_timeout_s: float) -> str:
-    """``url`` with a connect timeout and TCP keepalives, unless it sets its own."""
-    parameters: dict[str, Any] = {**_KEEPALIVES, "connect_timeout": str(max(2, math.ceil(connect_timeout_s))),
-                                  "application_name": "sessionmem"}
+class Transport(msgspec.Struct, frozen=True, kw_only=True):
+    """How a team connection is secured: what the URL says, with :data:`SECURE_DEFAULTS` where it says nothing."""
+
+    socket: bool  # a unix socket: no network between the two ends, nothing to encrypt or check
+    sslmode: str  # libpq's, as used ("" over a socket)
+    sslrootcert: str  # the authorities the server's certificate is checked against ("": libpq's default file)
+    require_auth: str  # the authentication the server must ask for ("" over a socket)
+    weaker: list[str]  # how the URL weakens the defaults, each in a sentence ([]: it does not)
+
+    def describe(self) -> str:
+        """``TLS (sslmode=verify-full, system root certificates), SCRAM required``, or ``unix socket``."""
+        if self.socket:
+            return "unix socket"
+        roots = "system root certificates" if self.sslrootcert == "system" else (self.sslrootcert or "root.crt")
+        checked = f", {roots}" if self.sslmode in ("verify-ca", "verify-full") else ""
+        auth = "SCRAM required" if self.require_auth == "scram-sha-256" else f"require_auth={self.require_auth}"
+        tls = {"disable": "no TLS", "allow": "TLS if the server insists", "prefer": "TLS if offered"}.get(
+            self.sslmode, "TLS")
+        return f"{tls} (sslmode={self.sslmode}{checked}), {auth}"
+
+
+# A team connection to a TCP host, unless its URL says otherwise: TLS, the server's certificate checked
+# against the system's root certificates and its host name (a machine in the middle cannot strip TLS or
+# pose as the server: libpq's own default, ``prefer``, lets it), and SCRAM (the password never sent in
+# clear or as an md5 hash a listener can replay). A URL that names any of these keeps its own, and is
+# warned about (:func:`transport`) when it is weaker.
+SECURE_DEFAULTS = {"sslmode": "verify-full", "sslrootcert": "system", "require_auth": "scram-sha-256"}
+_WEAK_SSLMODES = {
+    "disable": "sslmode=disable: nothing is encrypted; a machine in the middle reads and changes every row",
+    "allow": "sslmode=allow: TLS only if the server insists; a machine in the middle can strip it",
+    "prefer": "sslmode=prefer: a machine in the middle can strip TLS, and pose as the server",
+    "require": "sslmode=require: encrypted, but the server's certificate is not checked: a machine in the middle "
+               "can pose as the server",
+    "verify-ca": "sslmode=verify-ca: the server's certificate is checked, not the host name it is issued to",
+}
+
+
+def _socket_only(parameters: dict[str, Any]) -> bool:
+    """Whether libpq reaches the server by unix socket only: no ``hostaddr``, and every host a directory (or
+    none: libpq's default socket). ``PGHOST`` and ``PGHOSTADDR`` count when the URL names no host."""
+    hostaddr = parameters.get("hostaddr") or os.environ.get("PGHOSTADDR", "")
+    hosts = str(parameters.get("host") or os.environ.get("PGHOST", ""))
+    return not hostaddr and all(not host or host.startswith(("/", "@")) for host in hosts.split(","))
+
+
+def _parameters(url: str) -> dict[str, Any]:
     try:
-        given = conninfo_to_dict(url)
+        return conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         raise TeamUnavailable(f"not a PostgreSQL URL: {sanitized(str(exc), url)}") from None
-    return make_conninfo(url, **{name: value for name, value in parameters.items() if name not in given})
+
+
+def _secured(given: dict[str, Any]) -> dict[str, str]:
+    """The transport parameters :data:`SECURE_DEFAULTS` add to a TCP connection whose URL ``given`` lacks."""
+    if _socket_only(given):
+        return {}
+    added = {"sslmode": SECURE_DEFAULTS["sslmode"], "require_auth": SECURE_DEFAULTS["require_auth"]}
+    added = {name: value for name, value in added.items() if not given.get(name)}
+    # The system's root certificates, unless a root certificate is named (the URL, PGSSLROOTCERT, or libpq's
+    # own ~/.postgresql/root.crt); libpq takes "system" with verify-full only.
+    named = given.get("sslrootcert") or os.environ.get("PGSSLROOTCERT") or (
+        Path.home() / ".postgresql" / "root.crt").exists()
+    if not named and (given.get("sslmode") or added.get("sslmode")) == "verify-full":
+        added["sslrootcert"] = SECURE_DEFAULTS["sslrootcert"]
+    return added
+
+
+def transport(url: str) -> Transport:
+    """How a team connection to ``url`` is secured, and how its URL weakens the defaults."""
+    given = _parameters(url)
+    if _socket_only(given):
+        return Transport(socket=True, sslmode="", sslrootcert="", require_auth="", weaker=[])
+    used = {**given, **_secured(given)}
+    sslmode, require_auth = str(used["sslmode"]), str(used["require_auth"])
+    weaker = [_WEAK_SSLMODES[sslmode]] if sslmode in _WEAK_SSLMODES else []
+    if require_auth != SECURE_DEFAULTS["require_auth"]:
+        weaker.append(f"require_auth={require_auth}: the server may be let to ask for less than SCRAM (the password "
+                      "in clear or as an md5 hash, or nothing)")
+    return Transport(socket=False, sslmode=sslmode, sslrootcert=str(used.get("sslrootcert") or ""),
+                     require_auth=require_auth, weaker=weaker)
+
+
+def connection_url(url: str, *, connect_timeout_s: float) -> str:
+    """``url`` with a connect timeout and TCP keepalives, and over TCP the secure transport of
+    :data:`SECURE_DEFAULTS`, each unless it sets its own."""
+    parameters: dict[str, Any] = {**_KEEPALIVES, "connect_timeout": str(max(2, math.ceil(connect_timeout_s))),
+                                  "application_name": "sessionmem"}
+    given = _parameters(url)
+    return make_conninfo(url, **{name: value for name, value in parameters.items() if name not in given},
+                         **_secured(given))
 
 
 class TeamConnections:

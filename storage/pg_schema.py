@@ -29,11 +29,19 @@ Version 2 adds search: a generated, stored ``search`` tsvector per searchable ta
 the fields SQLite's FTS5 tables index (:mod:`sessionmem.storage.schema`), weighted as
 their bm25 weights rank them (titles and requests first), with a GIN index; and an
 HNSW index (cosine) on each ``vector`` column.
+
+Version 3 adds CHECK constraints, the rules of an import (:mod:`~sessionmem.storage.record_rules`)
+in the database: finite times from 1970 to the year 3000, lists that are JSON arrays of
+strings, texts within their caps. They are ``NOT VALID``: rows written before stay (the
+pull passes over those that break the rules), new and changed rows are checked.
 """
 
 from __future__ import annotations
 
 import psycopg
+
+from sessionmem.protocol.limits import MAX_PATH, MAX_SESSION_ID
+from sessionmem.storage.record_rules import MAX_ITEMS, MAX_TEXT_CHARS, MAX_TITLE_CHARS, MOMENT_MAX
 
 # The columns every shared row ends with: its project, its origin, and the pull order.
 _ROW_TAIL = """
@@ -159,7 +167,60 @@ CREATE INDEX observations_vector ON observations USING hnsw (vector vector_cosin
 CREATE INDEX summaries_vector ON summaries USING hnsw (vector vector_cosine_ops);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+
+
+def _moment(column: str) -> str:
+    """A time of a record: finite, 1970 to the year 3000 (NaN is greater than every number in PostgreSQL)."""
+    return f"{column} >= 0 AND {column} <= {MOMENT_MAX!r}"
+
+
+def _length(column: str, cap: int) -> str:
+    return f"char_length({column}) <= {cap}"
+
+
+def _texts(column: str) -> str:
+    """A list of a record: a JSON array of at most MAX_ITEMS strings (jsonb_array_length only of an array)."""
+    return (f"CASE WHEN jsonb_typeof({column}) = 'array' THEN jsonb_array_length({column}) <= {MAX_ITEMS}"
+            f" AND NOT jsonb_path_exists({column}, '$[*] ? (@.type() != \"string\")') ELSE false END")
+
+
+# What an import takes (storage/record_rules.py), said by the database itself: a row written
+# straight into it that breaks these is refused there. NOT VALID: a database already holding
+# such rows still migrates (their pullers pass them over), and no table is scanned under lock.
+_CHECKS: dict[str, dict[str, str]] = {
+    "sessions": {
+        "times": f"{_moment('created_at')} AND {_moment('updated_at')}"
+                 f" AND (completed_at IS NULL OR ({_moment('completed_at')}))",
+        "lengths": f"{_length('claude_session_id', MAX_SESSION_ID)} AND {_length('project', MAX_PATH)}"
+                   f" AND {_length('project_key', MAX_PATH)} AND (first_prompt IS NULL"
+                   f" OR {_length('first_prompt', MAX_TEXT_CHARS)})",
+    },
+    "prompts": {
+        "times": _moment("created_at"),
+        "lengths": f"{_length('claude_session_id', MAX_SESSION_ID)} AND {_length('project_key', MAX_PATH)}"
+                   f" AND {_length('text', MAX_TEXT_CHARS)} AND prompt_number >= 0",
+    },
+    "observations": {
+        "times": _moment("created_at"),
+        "lists": " AND ".join(_texts(column) for column in ("facts", "concepts", "files_read", "files_modified")),
+        "lengths": f"{_length('claude_session_id', MAX_SESSION_ID)} AND {_length('project', MAX_PATH)}"
+                   f" AND {_length('project_key', MAX_PATH)} AND {_length('title', MAX_TITLE_CHARS)}"
+                   f" AND {_length('subtitle', MAX_TITLE_CHARS)} AND {_length('narrative', MAX_TEXT_CHARS)}"
+                   " AND prompt_number >= 0",
+    },
+    "summaries": {
+        "times": _moment("created_at"),
+        "lengths": " AND ".join([
+            _length("claude_session_id", MAX_SESSION_ID), _length("project", MAX_PATH), _length("project_key", MAX_PATH),
+            *(_length(column, MAX_TEXT_CHARS)
+              for column in ("request", "investigated", "learned", "completed", "next_steps", "notes")),
+            "prompt_number >= 0"]),
+    },
+}
+_V3 = "".join(f"ALTER TABLE {table} ADD CONSTRAINT {table}_{name} CHECK ({check}) NOT VALID;\n"
+              for table, checks in _CHECKS.items() for name, check in checks.items())
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 LATEST = len(MIGRATIONS)
 VECTOR_DIMENSIONS = 384  # vector(384): the default embedder's (all-MiniLM-L6-v2)
 # The advisory lock the migrations take (any constant of our own: "sessionmem" in ASCII, cut to 63 bits).

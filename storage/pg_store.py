@@ -35,7 +35,10 @@ rows, so a transaction that commits after a later one's rows were pulled is stil
 (a cursor on ``seq`` alone would skip it for good). It leaves out the puller's own rows
 (``exclude_machine_id``; for sessions, those it changed last) and, with ``keys``, the
 projects it does not share. Pulled rows come without their vectors: the puller's local
-index embeds what it imports.
+index embeds what it imports. Each row is decoded by the rules of an import (the record
+types of :mod:`~sessionmem.storage.transfer`, the caps of
+:mod:`~sessionmem.storage.record_rules`); a row that breaks them, or is larger than a
+batch, is refused (which row and why, never its content), and the cursor moves past it.
 
 Resource handling:
     :func:`open_team_store` owns the connections (:class:`~sessionmem.storage.pg_connections.TeamConnections`):
@@ -66,10 +69,10 @@ from sessionmem.storage.pg_connections import Connection, TeamConnections, TeamU
 from sessionmem.storage.pg_schema import schema_version
 from sessionmem.storage.pg_search import TeamCard
 from sessionmem.storage.pg_text import text_without_nul, without_nul
-from sessionmem.storage.pg_transfer import PushCounts
+from sessionmem.storage.pg_transfer import PullBatch, PushCounts, RefusedRow
 from sessionmem.storage.team_records import PullCursor, SharedRow
 
-__all__ = ["PushCounts", "TeamCard", "TeamCheck", "TeamStore", "TeamStoreStatistics", "TeamUnavailable",
+__all__ = ["PullBatch", "PushCounts", "RefusedRow", "TeamCard", "TeamCheck", "TeamStore", "TeamStoreStatistics", "TeamUnavailable",
            "open_team_store"]
 
 
@@ -91,6 +94,7 @@ class TeamStoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     rows_pushed: int
     pulls: int
     rows_pulled: int
+    rows_refused: int  # rows pulled that broke the rules of an import (passed over)
 
 
 @asynccontextmanager
@@ -119,13 +123,14 @@ class TeamStore:
         self._rows_pushed = 0
         self._pulls = 0
         self._rows_pulled = 0
+        self._rows_refused = 0
 
     def statistics(self) -> TeamStoreStatistics:
         connections = self._connections.statistics()
         return TeamStoreStatistics(
             connected=connections.connected, connects=connections.connects, failures=connections.failures,
             last_error=connections.last_error, pushes=self._pushes, rows_pushed=self._rows_pushed,
-            pulls=self._pulls, rows_pulled=self._rows_pulled)
+            pulls=self._pulls, rows_pulled=self._rows_pulled, rows_refused=self._rows_refused)
 
     async def push(self, rows: Sequence[SharedRow]) -> PushCounts:
         """Store ``rows`` (this machine's) in one transaction, by the conflict rule; idempotent."""
@@ -139,14 +144,17 @@ class TeamStore:
         return counts
 
     async def pull(self, cursor: PullCursor, *, keys: Collection[str] | None, exclude_machine_id: str,
-                   limit: int) -> tuple[list[SharedRow], PullCursor]:
-        """The next ``limit`` rows of other machines after ``cursor`` (of the projects ``keys``; ``None``:
-        all), in pull order, and the cursor to pull from next time (``cursor`` itself when none)."""
-        rows, after = await self._connections.read(partial(
+                   limit: int) -> PullBatch:
+        """The next rows of other machines after ``cursor`` (of the projects ``keys``; ``None``: all), in pull
+        order, at most ``limit`` and :data:`~sessionmem.storage.pg_transfer.PULL_BATCH_BYTES` of them; the
+        rows that broke the rules of an import (refused, with why); and the cursor to pull from next time,
+        past both (``cursor`` itself when there is none)."""
+        batch = await self._connections.read(partial(
             pg_transfer.pull_rows, cursor=cursor, keys=_keys(keys), exclude_machine_id=exclude_machine_id, limit=limit))
         self._pulls += 1
-        self._rows_pulled += len(rows)
-        return rows, after
+        self._rows_pulled += len(batch.rows)
+        self._rows_refused += len(batch.refused)
+        return batch
 
     async def check(self) -> TeamCheck:
         """The server's and pgvector's versions, the schema's, and a round trip's time."""

@@ -2,13 +2,19 @@
 
 Each function runs on a connection of :class:`~sessionmem.storage.pg_connections.TeamConnections`
 (the writer for :func:`push_rows`, a reader for :func:`pull_rows`) in a worker thread,
-and makes its own transaction. The conflict rule the upserts follow and the pull order
+and makes its own transactions. The conflict rule the upserts follow and the pull order
 are stated in :mod:`sessionmem.storage.pg_store`.
+
+A pull reads in two steps: where the next rows are and how many bytes of text each holds,
+then the rows a batch can hold (:data:`PULL_BATCH_BYTES`); each is decoded as an import
+decodes a record of an export file, and a row that does not decode is refused, by which
+row it is and the rule it broke.
 """
 
 from __future__ import annotations
 
 import heapq
+import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -18,8 +24,8 @@ from psycopg.types.json import Jsonb
 
 from sessionmem.storage.pg_connections import Connection
 from sessionmem.storage.pg_schema import VECTOR_DIMENSIONS
-from sessionmem.storage.team_records import NAME_KEY_PREFIX, Origin, PullCursor, SharedRow
-from sessionmem.storage.transfer import ObservationRecord, PromptRecord, SessionRecord, SummaryRecord
+from sessionmem.storage.team_records import NAME_KEY_PREFIX, PullCursor, SharedRow
+from sessionmem.storage.transfer import ObservationRecord, PromptRecord, Record, SessionRecord, SummaryRecord
 
 
 class PushCounts(msgspec.Struct, frozen=True, kw_only=True):
@@ -171,73 +177,152 @@ def push_rows(connection: Connection, rows: Sequence[SharedRow]) -> PushCounts:
 
 # -- pull ---------------------------------------------------------------------------------
 
-_ORIGIN_READ = "project_key, origin_machine_id, origin_machine, origin_user"
-_PULL = {
-    "sessions": "claude_session_id, project, first_prompt, status, created_at, updated_at, completed_at",
-    "prompts": "claude_session_id, prompt_number, text, created_at",
-    "observations": (
-        "claude_session_id, project, prompt_number, tool_name, tool_use_id, type, title, created_at, agent_id,"
-        " agent_type, failed, subtitle, facts, narrative, concepts, files_read, files_modified, compressed,"
-        " compressor, compressor_model"),
-    "summaries": (
-        "claude_session_id, project, prompt_number, created_at, request, investigated, learned, completed,"
-        " next_steps, notes, compressed, compressor, compressor_model"),
+# A pull batch holds at most this many bytes of text (and ``limit`` rows): at least one row, and a row
+# larger than this is refused without being read (one 20 MB title is neither pulled nor kept).
+PULL_BATCH_BYTES = 16 * 1024 * 1024
+_SHOWN = 200  # characters of a refused row's session id and machine name kept to say which it was
+
+# Each table's columns as (column, the record field it fills), in the record's own names.
+_FIELDS: dict[str, tuple[type[Record], tuple[tuple[str, str], ...]]] = {
+    "sessions": (SessionRecord, tuple((c, c) for c in (
+        "claude_session_id", "project", "first_prompt", "status", "created_at", "updated_at", "completed_at"))),
+    "prompts": (PromptRecord, tuple((c, c) for c in ("claude_session_id", "prompt_number", "text", "created_at"))),
+    "observations": (ObservationRecord, (*((c, c) for c in (
+        "claude_session_id", "project", "prompt_number", "tool_name", "tool_use_id", "type", "title", "created_at",
+        "agent_id", "agent_type", "failed", "subtitle", "facts", "narrative", "concepts", "files_read",
+        "files_modified", "compressed", "compressor")), ("compressor_model", "model"))),
+    "summaries": (SummaryRecord, (*((c, c) for c in (
+        "claude_session_id", "project", "prompt_number", "created_at", "request", "investigated", "learned",
+        "completed", "next_steps", "notes", "compressed", "compressor")), ("compressor_model", "model"))),
 }
+_ORIGIN_READ = ("project_key", "project", "origin_machine_id", "origin_machine", "origin_user")
+_JSON_COLUMNS = frozenset({"facts", "concepts", "files_read", "files_modified"})
+_NOT_TEXT = frozenset({"prompt_number", "created_at", "updated_at", "completed_at", "failed", "compressed"})
 # Who a puller leaves out: its own rows, and sessions it changed last.
 _MINE = {"sessions": "changed_by", "prompts": "origin_machine_id", "observations": "origin_machine_id",
          "summaries": "origin_machine_id"}
 
 
-def _record(table: str, values: Sequence[Any]) -> SessionRecord | PromptRecord | ObservationRecord | SummaryRecord:
-    if table == "sessions":
-        session, project, first_prompt, status, created_at, updated_at, completed_at = values
-        return SessionRecord(claude_session_id=session, project=project, first_prompt=first_prompt, status=status,
-                             created_at=created_at, updated_at=updated_at, completed_at=completed_at)
-    if table == "prompts":
-        return PromptRecord(*values)
-    if table == "observations":
-        (session, project, prompt_number, tool_name, tool_use_id, type_, title, created_at, agent_id, agent_type,
-         failed, subtitle, facts, narrative, concepts, files_read, files_modified, compressed, compressor,
-         model) = values
-        return ObservationRecord(
-            claude_session_id=session, project=project, prompt_number=prompt_number, tool_name=tool_name,
-            tool_use_id=tool_use_id, type=type_, title=title, created_at=created_at, agent_id=agent_id,
-            agent_type=agent_type, failed=failed, subtitle=subtitle, facts=facts, narrative=narrative,
-            concepts=concepts, files_read=files_read, files_modified=files_modified, compressed=compressed,
-            compressor=compressor, model=model)
-    (session, project, prompt_number, created_at, request, investigated, learned, completed, next_steps, notes,
-     compressed, compressor, model) = values
-    return SummaryRecord(
-        claude_session_id=session, project=project, prompt_number=prompt_number, created_at=created_at,
-        request=request, investigated=investigated, learned=learned, completed=completed, next_steps=next_steps,
-        notes=notes, compressed=compressed, compressor=compressor, model=model)
+def _size(table: str) -> str:
+    """SQL: the bytes of a row's texts as a pull reads them."""
+    columns = dict.fromkeys([*(column for column, _ in _FIELDS[table][1] if column not in _NOT_TEXT), *_ORIGIN_READ])
+    return " + ".join(f"coalesce(octet_length({column}{'::text' if column in _JSON_COLUMNS else ''}), 0)"
+                      for column in columns)
+
+
+class RefusedRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A row of the team database a pull passed over, and why: which row it is, never what it holds."""
+
+    table: str  # sessions, prompts, observations, summaries
+    claude_session_id: str  # cut to a few hundred characters
+    origin_machine: str  # cut, as well
+    xid: int
+    seq: int
+    reason: str  # what broke a rule (msgspec's message, its path: the values left out)
+
+
+class PullBatch(msgspec.Struct, frozen=True):
+    """A pull's rows in pull order, the rows it refused, and the cursor after both."""
+
+    rows: list[SharedRow]
+    after: PullCursor
+    refused: list[RefusedRow] = []
+
+
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")  # a value a message quotes (an enum's, a tag's): not logged
+
+
+def _reason(error: msgspec.ValidationError) -> str:
+    return _QUOTED.sub("…", str(error))[:300]
+
+
+def _record_dict(table: str, values: Sequence[Any]) -> dict[str, Any]:
+    kind, fields = _FIELDS[table]
+    names = {field.name: field.encode_name for field in msgspec.structs.fields(kind)}
+    record = {names[field]: value for (_, field), value in zip(fields, values, strict=True)}
+    record["kind"] = kind.__struct_config__.tag
+    return record
+
+
+def _shared_row(table: str, found: Sequence[Any]) -> SharedRow:
+    """A pulled row, decoded by the rules of an import (storage/record_rules.py); raises ValidationError."""
+    project_key, project, machine_id, machine, user, *values = found
+    return msgspec.convert({"record": _record_dict(table, values), "project_key": project_key, "project": project,
+                            "origin": [machine_id, machine, user]}, SharedRow)
 
 
 def pull_rows(connection: Connection, cursor: PullCursor, *, keys: Collection[str] | None, exclude_machine_id: str,
-              limit: int) -> tuple[list[SharedRow], PullCursor]:
-    """The next ``limit`` rows after ``cursor`` in pull order, and the cursor after them; see pg_store."""
+              limit: int) -> PullBatch:
+    """The next rows after ``cursor`` in pull order (at most ``limit``, and :data:`PULL_BATCH_BYTES` of
+    text), each decoded as an import decodes a record; see pg_store.
+
+    A row that does not decode, or is larger than a batch (not read, then), is in ``refused``; the
+    cursor moves past it all the same.
+    """
     if limit <= 0:
-        return [], cursor
+        return PullBatch([], cursor)
     # One horizon for the four reads: every transaction below it has ended, so each read
     # (later, with a newer snapshot) sees all that committed below it.
     (horizon,) = connection.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").fetchone() or ("0",)
     # A key "name:X" is also every row shown as project X, whatever its key: a project named in
     # share_projects comes to a machine that has no session of it yet (and so knows no key for it).
     key_list = None if keys is None else list(keys)
-    found: list[list[tuple[int, int, SharedRow]]] = []
-    for table, columns in _PULL.items():
-        rows = connection.execute(
-            f"SELECT xid::text, seq, {_ORIGIN_READ}, {columns} FROM {table}"
+    # First where the next rows are and how large each is; then what the batch can hold, read.
+    found: list[list[tuple[int, int, str, int, int]]] = []
+    for table in _FIELDS:
+        places = connection.execute(
+            f"SELECT xid::text, seq, id, {_size(table)} FROM {table}"
             " WHERE (xid, seq) > (%s::xid8, %s) AND xid < %s::xid8 AND " + _MINE[table] + " <> %s"
             " AND (%s::text[] IS NULL OR project_key = ANY(%s::text[]) OR %s || project = ANY(%s::text[]))"
             " ORDER BY xid, seq LIMIT %s",
             (str(cursor.xid), cursor.seq, horizon, exclude_machine_id, key_list, key_list, NAME_KEY_PREFIX, key_list,
              limit)).fetchall()
-        found.append([
-            (int(xid), seq, SharedRow(record=_record(table, values), project_key=project_key,
-                                      origin=Origin(machine_id, machine, user)))
-            for xid, seq, project_key, machine_id, machine, user, *values in rows])
-    taken = list(heapq.merge(*found, key=lambda item: (item[0], item[1])))[:limit]
+        found.append([(int(xid), seq, table, row_id, size) for xid, seq, row_id, size in places])
+    taken: list[tuple[int, int, str, int, int]] = []
+    size = 0
+    for place in heapq.merge(*found, key=lambda item: (item[0], item[1])):
+        row_size = place[4] if place[4] <= PULL_BATCH_BYTES else 0  # too large: refused, not read
+        if len(taken) == limit or (taken and size + row_size > PULL_BATCH_BYTES):
+            break
+        taken.append(place)
+        size += row_size
     if not taken:
-        return [], cursor
-    return [row for _, _, row in taken], PullCursor(taken[-1][0], taken[-1][1])
+        return PullBatch([], cursor)
+    contents = _read(connection, taken)
+    rows: list[SharedRow] = []
+    refused: list[RefusedRow] = []
+    for xid, seq, table, row_id, row_size in taken:
+        if (table, row_id) not in contents:
+            continue  # deleted since (by hand: nothing of sessionmem deletes a row)
+        session, machine, content = contents[(table, row_id)]
+        if content is None:
+            reason = f"{row_size:,} bytes, more than a pull batch holds ({PULL_BATCH_BYTES:,})"
+        else:
+            try:
+                rows.append(_shared_row(table, content))
+                continue
+            except msgspec.ValidationError as exc:
+                reason = _reason(exc)
+        refused.append(RefusedRow(table=table, claude_session_id=session, origin_machine=machine, xid=xid, seq=seq,
+                                  reason=reason))
+    return PullBatch(rows, PullCursor(taken[-1][0], taken[-1][1]), refused)
+
+
+def _read(connection: Connection, taken: Sequence[tuple[int, int, str, int, int]]
+          ) -> dict[tuple[str, int], tuple[str, str, Sequence[Any] | None]]:
+    """Each taken row's session id and machine (cut), and its columns unless it is larger than a batch."""
+    contents: dict[tuple[str, int], tuple[str, str, Sequence[Any] | None]] = {}
+    for table, (_, fields) in _FIELDS.items():
+        whole = [row_id for _, _, of, row_id, size in taken if of == table and size <= PULL_BATCH_BYTES]
+        too_large = [row_id for _, _, of, row_id, size in taken if of == table and size > PULL_BATCH_BYTES]
+        identity = f"id, left(claude_session_id, {_SHOWN}), left(origin_machine, {_SHOWN})"
+        if whole:
+            columns = ", ".join([*_ORIGIN_READ, *(column for column, _ in fields)])
+            for row_id, session, machine, *content in connection.execute(
+                    f"SELECT {identity}, {columns} FROM {table} WHERE id = ANY(%s)", (whole,)).fetchall():
+                contents[(table, row_id)] = (session, machine, content)
+        if too_large:
+            for row_id, session, machine in connection.execute(
+                    f"SELECT {identity} FROM {table} WHERE id = ANY(%s)", (too_large,)).fetchall():
+                contents[(table, row_id)] = (session, machine, None)
+    return contents

@@ -356,9 +356,12 @@ class SQLiteStore:
         """Set team cursors (name -> encoded value) in one transaction."""
         await self.write(team_sync.advance, values, background=True)
 
-    async def team_import(self, rows: Sequence[SharedRow], cursor: tuple[str, str] | None) -> transfer.ImportCounts:
-        """Import pulled rows and set the cursor ``(name, encoded value)``, if given, in the same transaction."""
-        return await self.write(partial(team_sync.import_pulled, rows=rows, cursor=cursor, now=time.time()),
+    async def team_import(self, rows: Sequence[SharedRow], cursor: tuple[str, str] | None, *,
+                          keys: Sequence[str] | None) -> team_sync.PulledImport:
+        """Import pulled rows, each only into a project of ``keys`` (those the pull asked for; ``None``: any),
+        and set the cursor ``(name, encoded value)``, if given, in the same transaction."""
+        return await self.write(partial(team_sync.import_pulled, rows=rows, cursor=cursor, now=time.time(),
+                                        keys=keys),
                                 on_commit=lambda _: self._file_recall.clear(), background=True,
                                 weight=max(1, len(rows)))
 

@@ -3,13 +3,16 @@
 A shared row is an export record (:mod:`sessionmem.storage.transfer`, whose identity
 rules hold between machines: a session is its Claude session id, an observation its
 session and tool use id, and so on) with what the team database adds: the project's
-identity between machines, the row's origin, and its vector when it has one.
+identity between machines, the row's origin, and its vector when it has one. A pulled row
+is decoded into these types as an import decodes a record (the same annotations, the caps
+of :mod:`~sessionmem.storage.record_rules`).
 """
 
 from __future__ import annotations
 
 import msgspec
 
+from sessionmem.records import Identifier, PathText
 from sessionmem.storage.transfer import Record
 
 NAME_KEY_PREFIX = "name:"  # the project key of a project without a git remote: its name
@@ -18,17 +21,18 @@ NAME_KEY_PREFIX = "name:"  # the project key of a project without a git remote: 
 class Origin(msgspec.Struct, frozen=True, array_like=True):
     """Where a row came from: the machine (its stable id, and the name shown) and the user."""
 
-    machine_id: str  # made once per data dir; what a puller leaves out as its own
-    machine: str
-    user: str
+    machine_id: Identifier  # made once per data dir; what a puller leaves out as its own
+    machine: Identifier
+    user: Identifier
 
 
 class SharedRow(msgspec.Struct, frozen=True, kw_only=True):
     record: Record  # a SessionRecord's ``cwd`` is always None: a path of one machine stays there
-    project_key: str  # :func:`shared_key`
+    project_key: PathText  # :func:`shared_key`
     origin: Origin
     vector: bytes | None = None  # float32, observations and summaries that were embedded
     model: str = ""  # the embedder's model_id of ``vector``
+    project: PathText = ""  # pulled: the project's name in the team database (a prompt's record has none)
 
 
 class PullCursor(msgspec.Struct, frozen=True, array_like=True):

@@ -24,6 +24,7 @@ not pushed behind the user's back.
 **Pulled rows** are imported (:func:`import_pulled`) with their origin and their
 project's key, idempotently (the identity rules of :mod:`~sessionmem.storage.transfer`),
 and the pull cursor moves in the same transaction: a crash either keeps both or neither.
+A pulled row goes only into a project the pull asked for (:func:`lands_where_asked`).
 
 Every function takes a connection: the writer's (in its transaction) for those that
 write, a reader's for the others.
@@ -304,7 +305,7 @@ def local_project(connection: apsw.Connection, row: SharedRow, known: dict[str, 
         else:
             here = optional_row(connection, "SELECT project FROM sessions WHERE project_key = ? ORDER BY id LIMIT 1",
                                 (key,))
-            known[key] = text(here[0]) if here is not None else _project_of(row.record)
+            known[key] = text(here[0]) if here is not None else row.project or _project_of(row.record)
     return known[key]
 
 
@@ -312,24 +313,57 @@ def _project_of(record: Record) -> str:
     return getattr(record, "project", None) or "unknown"
 
 
+class PulledImport(msgspec.Struct, frozen=True):
+    counts: ImportCounts
+    misplaced: list[SharedRow]  # rows that would land in a project this machine did not ask for: not stored
+
+
 def import_pulled(connection: apsw.Connection, rows: Sequence[SharedRow], *, cursor: tuple[str, str] | None,
-                  now: float) -> ImportCounts:
+                  now: float, keys: Sequence[str] | None) -> PulledImport:
     """Store rows pulled from the team database (with their origin and project key) and set the cursor
-    ``(name, encoded value)`` if given: one transaction, the writer's. Idempotent."""
+    ``(name, encoded value)`` if given: one transaction, the writer's. Idempotent.
+
+    ``keys``: the project keys the pull asked for (``None``: every project). A row is stored only
+    in a project asked for (:func:`lands_where_asked`); the others are returned, not stored.
+    """
     known: dict[str, str] = {}
+    asked = None if keys is None else frozenset(keys)
+    destinations: dict[str, bool] = {}
+    kept: list[SharedRow] = []
     provenance: list[Provenance] = []
+    misplaced: list[SharedRow] = []
     for row in rows:
         session = optional_row(connection, "SELECT project FROM sessions WHERE claude_session_id = ?",
                                (row.record.claude_session_id,))
         # A session already here keeps its project (resumed here, or pulled before).
         project = text(session[0]) if session is not None else local_project(connection, row, known)
+        if asked is not None and not lands_where_asked(connection, row, project, asked, destinations):
+            misplaced.append(row)
+            continue
         key = "" if row.project_key.startswith(NAME_KEY_PREFIX) else row.project_key
+        kept.append(row)
         provenance.append(Provenance(machine=row.origin.machine or row.origin.machine_id[:8] or "unknown",
                                      user=row.origin.user, project_key=key, project=project))
-    counts = transfer.import_records(connection, [row.record for row in rows], now, provenance)
+    counts = transfer.import_records(connection, [row.record for row in kept], now, provenance)
     if cursor is not None:
         _write(connection, *cursor)
-    return counts
+    return PulledImport(counts, misplaced)
+
+
+def lands_where_asked(connection: apsw.Connection, row: SharedRow, project: str, asked: frozenset[str],
+                      destinations: dict[str, bool]) -> bool:
+    """Whether ``row``, pulled for ``asked`` (project keys), is stored in a project asked for: its key or its
+    name is one asked for, and so is ``project``, the local project it would be stored in (by its session
+    here, else by its key, else by its name). A row naming a shared project with the key, or the session,
+    of a project this machine does not share goes nowhere. ``destinations``: a cache, by local project."""
+    name = row.project or _project_of(row.record)
+    if row.project_key not in asked and NAME_KEY_PREFIX + name not in asked:
+        return False
+    if project not in destinations:
+        destinations[project] = NAME_KEY_PREFIX + project in asked or any(
+            shared_key(text(project_key), project) in asked for (project_key,) in all_rows(
+                connection, "SELECT DISTINCT project_key FROM sessions WHERE project = ?", (project,)))
+    return destinations[project]
 
 
 def rows_above(connection: apsw.Connection, *, project: str, cursor: OutboxCursor) -> int:

@@ -11,7 +11,9 @@ session and number are; an observation if its session and tool use id are; a sum
 if its session, prompt number and time are. Sessions already there keep their status,
 and span the times of what is imported into them. Imported observations and summaries
 have no journal event of their own: their ``event_id`` is 0 (observations) or a
-negative number derived from the summary's identity (the column is unique).
+negative number derived from the summary's identity (the column is unique). Every import
+holds records to the rules of :mod:`~sessionmem.storage.record_rules` (the caps, as the
+records decode; times from the future clamped, as they are stored), whatever their door.
 
 Each function runs on a reader (export) or inside the writer's transaction (import).
 """
@@ -27,6 +29,7 @@ import msgspec
 
 from sessionmem.protocol import routes
 from sessionmem.records import OBSERVATION_TYPES, Identifier, ObservationType, PathText, SessionId, ToolName
+from sessionmem.storage.record_rules import Items, LongText, Moment, TitleText, clamped
 from sessionmem.storage.sqlite_values import (
     all_rows,
     flag,
@@ -57,11 +60,10 @@ class Header(msgspec.Struct, frozen=True, rename="camel", tag="header", tag_fiel
     since: float | None = None
 
 
-# What an imported record may say: a time between 1970 and the year 3000, a prompt number SQLite and
-# the pages can hold, a session status the schema knows, ids and paths of the lengths ingest allows.
-# (A createdAt of 1e300 once made every context of its project a 500; a prompt number of 2**63 the
-# import itself.)
-Moment = Annotated[float, msgspec.Meta(ge=0, le=32_503_680_000)]
+# What an imported record may say (pulled or from a file: storage/record_rules.py holds the caps and
+# the clamp): a prompt number SQLite and the pages can hold, a session status the schema knows, ids and
+# paths of the lengths ingest allows. (A createdAt of 1e300 once made every context of its project a
+# 500; a prompt number of 2**63 the import itself.)
 PromptNumber = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
 SessionStatus = Literal["initialized", "active", "completed", "failed"]  # the CHECK of sessions.status
 SESSION_STATUSES: tuple[SessionStatus, ...] = get_args(SessionStatus)
@@ -71,7 +73,7 @@ class SessionRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel", t
     claude_session_id: SessionId
     project: PathText
     cwd: PathText | None = None
-    first_prompt: str | None = None
+    first_prompt: LongText | None = None
     status: SessionStatus = "completed"
     created_at: Moment = 0.0
     updated_at: Moment = 0.0
@@ -81,7 +83,7 @@ class SessionRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel", t
 class PromptRecord(msgspec.Struct, frozen=True, rename="camel", tag="prompt", tag_field="kind"):
     claude_session_id: SessionId
     prompt_number: PromptNumber
-    text: str
+    text: LongText
     created_at: Moment
 
 
@@ -93,20 +95,20 @@ class ObservationRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel
     tool_name: ToolName
     tool_use_id: Identifier
     type: ObservationType  # what every page and filter knows (import refused "nonsense" no more)
-    title: str
+    title: TitleText
     created_at: Moment
     agent_id: Identifier | None = None
     agent_type: Identifier | None = None
     failed: bool = False
-    subtitle: str = ""
-    facts: list[str] = []
-    narrative: str = ""
-    concepts: list[str] = []
-    files_read: list[str] = []
-    files_modified: list[str] = []
+    subtitle: TitleText = ""
+    facts: Items = []
+    narrative: LongText = ""
+    concepts: Items = []
+    files_read: Items = []
+    files_modified: Items = []
     compressed: bool = True
-    compressor: str = "offline"
-    model: str | None = None
+    compressor: Identifier = "offline"
+    model: Identifier | None = None
 
 
 class SummaryRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag="summary", tag_field="kind"):
@@ -114,15 +116,15 @@ class SummaryRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel", t
     project: PathText
     prompt_number: PromptNumber
     created_at: Moment
-    request: str = ""
-    investigated: str = ""
-    learned: str = ""
-    completed: str = ""
-    next_steps: str = ""
-    notes: str = ""
+    request: LongText = ""
+    investigated: LongText = ""
+    learned: LongText = ""
+    completed: LongText = ""
+    next_steps: LongText = ""
+    notes: LongText = ""
     compressed: bool = True
-    compressor: str = "offline"
-    model: str | None = None
+    compressor: Identifier = "offline"
+    model: Identifier | None = None
 
 
 Record = SessionRecord | PromptRecord | ObservationRecord | SummaryRecord
@@ -255,12 +257,16 @@ def import_records(connection: apsw.Connection, records: Sequence[Record], now: 
     counts: dict[str, int] = {"sessions": 0, "prompts": 0, "observations": 0, "summaries": 0, "already_there": 0}
     projects: dict[str, str] = {}
     for number, record in enumerate(records):
-        _import_record(connection, record, now, counts, projects, provenance[number] if provenance else None)
+        _import_record(connection, clamped(record, now), now, counts, projects,
+                       provenance[number] if provenance else None,
+                       _summary_event_id(record) if isinstance(record, SummaryRecord) else 0)
     return ImportCounts(**counts)
 
 
 def _import_record(connection: apsw.Connection, record: Record, now: float, counts: dict[str, int],
-                   projects: dict[str, str], source: Provenance | None) -> None:
+                   projects: dict[str, str], source: Provenance | None, summary_event_id: int) -> None:
+    """Store ``record`` (its times clamped: storage/record_rules.py). ``summary_event_id``: of the record as it
+    came, before the clamp, so that a summary from the future imported twice is stored once."""
     def stored(kind: str) -> None:
         counts[kind if connection.changes() else "already_there"] += 1
 
@@ -335,7 +341,7 @@ def _import_record(connection: apsw.Connection, record: Record, now: float, coun
             "INSERT OR IGNORE INTO session_summaries (session_db_id, project, prompt_number, event_id, request,"
             " investigated, learned, completed, next_steps, notes, compressed, compressor, model, created_at,"
             " stored_at, origin_machine, origin_user) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (session, project, record.prompt_number, _summary_event_id(record), record.request,
+            (session, project, record.prompt_number, summary_event_id, record.request,
              record.investigated, record.learned, record.completed, record.next_steps, record.notes,
              int(record.compressed), record.compressor, record.model, record.created_at, now, machine, user))
         stored("summaries")

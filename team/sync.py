@@ -48,6 +48,7 @@ from sessionmem.broadcast import Broadcaster, LiveEvent
 from sessionmem.index.actor import VectorIndex
 from sessionmem.runtime.logs import log_exception
 from sessionmem.settings import Settings
+from sessionmem.storage.pg_connections import Transport, transport
 from sessionmem.storage.pg_store import TeamStore, TeamUnavailable, open_team_store
 from sessionmem.storage.sqlite import SQLiteStore
 from sessionmem.storage.team_records import Origin
@@ -105,6 +106,12 @@ class TeamStatistics(msgspec.Struct, frozen=True, kw_only=True):
     failures: int  # calls that failed (unreachable, or another error)
     refused: int  # rows the team database would not take (logged, passed over: kept here only)
     last_error: str  # never holds a password
+    # Rows pulled and passed over (logged, not stored): they broke the rules of an import, or belong to a
+    # project this machine does not pull; and which one was last, and why (never its content).
+    pull_refused: int = 0
+    last_pull_refused: str = ""
+    transport: str = ""  # how the connection is secured (storage/pg_connections.py Transport.describe)
+    transport_warnings: list[str] = []  # how database_url weakens the secure defaults, if it does
     share_push: SharePushStatus | None = None
 
 
@@ -147,6 +154,10 @@ class TeamSync:
         self._index = index
         self._broadcaster = broadcaster
         self._url = settings.database_url
+        try:
+            self._transport: Transport | None = transport(self._url)
+        except TeamUnavailable:  # not a URL: every call says so
+            self._transport = None
         self._machine, self._user = settings.origin
         self._machine_id = ""
         self._stored = trio.Event()
@@ -156,7 +167,8 @@ class TeamSync:
         self._team: TeamStore | None = None  # open while run() runs
         # statistics
         self._connected = False
-        self._pushed = self._pulled = self._failures = self._backlog = self._refused = 0
+        self._pushed = self._pulled = self._failures = self._backlog = self._refused = self._pull_refused = 0
+        self._last_pull_refused = ""
         self._last_push_at: float | None = None
         self._last_pull_at: float | None = None
         self._last_error = ""
@@ -179,7 +191,10 @@ class TeamSync:
             connected=self._connected, machine_id=self._machine_id, machine=self._machine, user=self._user,
             share_projects=list(self._settings.share_projects), pushed=self._pushed, pulled=self._pulled,
             backlog=self._backlog, last_push_at=self._last_push_at, last_pull_at=self._last_pull_at,
-            failures=self._failures, refused=self._refused, last_error=self._last_error, share_push=self._share)
+            failures=self._failures, refused=self._refused, last_error=self._last_error, share_push=self._share,
+            pull_refused=self._pull_refused, last_pull_refused=self._last_pull_refused,
+            transport=self._transport.describe() if self._transport else "",
+            transport_warnings=self._transport.weaker if self._transport else [])
 
     async def refresh_backlog(self) -> int:
         """Count the rows not pushed yet anew (a read of the local store), and return it."""
@@ -220,6 +235,8 @@ class TeamSync:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Sync until cancelled; see the module docstring."""
+        for weaker in self._transport.weaker if self._transport else []:
+            log.warning("team sync: database_url weakens how the team database is reached: %s", weaker)
         # Open (no I/O) before reporting started: searches of the team database have it from then on.
         async with open_team_store(self._url) as team:
             self._team = team
@@ -300,7 +317,10 @@ class TeamSync:
                 await backoff.wait()
 
     async def _pull_all(self, puller: Puller) -> None:
-        outcome = await puller.pull()
+        try:
+            outcome = await puller.pull()
+        finally:  # what was refused before a failure counts as well
+            self._pull_refused, self._last_pull_refused = puller.refused, puller.last_refused
         self._pulled += outcome.pulled
         self._last_pull_at = time.time()
         self._ok()

@@ -4,8 +4,8 @@ role does on a real server.
 The test server trusts every local connection (``initdb --auth=trust``): a wrong password
 would pass. :func:`add_password_role` creates a role with a password and a database it
 owns, and puts a ``pg_hba.conf`` line first that makes that role, and only it, authenticate
-with SCRAM-SHA-256 over the unix socket (which the TLS front, :mod:`.tls_front`, also
-reaches). Other roles, the superuser of the fixtures included, keep their trust.
+with SCRAM-SHA-256 (or another method) over the unix socket (which the TLS front,
+:mod:`.tls_front`, also reaches). Other roles, the superuser of the fixtures included, keep their trust.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ def socket_path(url: str) -> Path:
 
 
 def add_password_role(server: PostgresServer, *, role: str, password: str, database: str,
-                      vector: bool = True) -> str:
+                      vector: bool = True, method: str = "scram-sha-256") -> str:
     """Create ``role`` (login, ``password``) and ``database`` owned by it, with the pgvector extension
-    (``vector``); return the database's URL for ``role`` over the unix socket, without the password."""
+    (``vector``); return the database's URL for ``role`` over the unix socket, without the password.
+    ``method``: how the server asks for the password (``password``: in clear, as an old server might)."""
     with psycopg.connect(server.url, autocommit=True) as connection:
         connection.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role),
                                                                              sql.Literal(password)))
@@ -41,7 +42,7 @@ def add_password_role(server: PostgresServer, *, role: str, password: str, datab
             with psycopg.connect(make_conninfo(server.url, dbname=database), autocommit=True) as owned:
                 owned.execute("CREATE EXTENSION IF NOT EXISTS vector")
         hba = server.directory / "pg_hba.conf"
-        hba.write_text(f"local all {role} scram-sha-256\n" + hba.read_text())
+        hba.write_text(f"local all {role} {method}\n" + hba.read_text())
         connection.execute("SELECT pg_reload_conf()")
     host = conninfo_to_dict(server.url)["host"]
     url = f"postgresql://{role}@/{database}?host={host}"

@@ -8,7 +8,9 @@ the decrypted protocol to the server's unix socket, byte for byte: authenticatio
 startup and every query are the server's own. A client that does not ask for TLS is refused
 with a ``FATAL`` error, as by a ``hostssl``-only ``pg_hba.conf``. So what is tested is the
 client's side of TLS for real: libpq's ``sslmode``, ``sslrootcert``, its certificate and
-host name checks, and the errors it gives.
+host name checks, and the errors it gives. Without a certificate it is a server on TCP that
+offers no TLS at all (it answers ``SSLRequest`` with ``N`` and passes plain text on), what a
+machine in the middle that strips TLS looks like to the client.
 
 Resource handling:
     A context manager: entering starts the front on its own thread (a Trio loop) and returns
@@ -43,6 +45,7 @@ class TLSFrontStatistics:
     handshakes: int  # TLS sessions set up and passed on to the server
     failed_handshakes: int  # clients that gave up during the handshake (a certificate they reject)
     refused_plain: int  # clients that did not ask for TLS
+    plain: int = 0  # connections passed on in plain text (a front without TLS)
 
 
 def _fatal(message: str) -> bytes:
@@ -77,20 +80,22 @@ async def _copy(source: trio.abc.ReceiveStream, sink: trio.abc.SendStream, done:
 class TLSFront:
     """TLS on 127.0.0.1:``port`` in front of the PostgreSQL unix socket ``backend`` (a ``.s.PGSQL.<port>`` path)."""
 
-    def __init__(self, backend: str | Path, certificate: ServerCertificate) -> None:
+    def __init__(self, backend: str | Path, certificate: ServerCertificate | None) -> None:
         self.backend = str(backend)
         self.port = 0
-        self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self._context.load_cert_chain(certificate.certificate, certificate.key)
+        self._context: ssl.SSLContext | None = None  # None: a server without TLS (see PlainFront)
+        if certificate is not None:
+            self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            self._context.load_cert_chain(certificate.certificate, certificate.key)
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._scope: trio.CancelScope | None = None
         self._failure: BaseException | None = None
-        self._handshakes = self._failed_handshakes = self._refused_plain = 0
+        self._handshakes = self._failed_handshakes = self._refused_plain = self._plain = 0
 
     def statistics(self) -> TLSFrontStatistics:
-        return TLSFrontStatistics(self._handshakes, self._failed_handshakes, self._refused_plain)
+        return TLSFrontStatistics(self._handshakes, self._failed_handshakes, self._refused_plain, self._plain)
 
     def __enter__(self) -> TLSFront:
         self._thread = threading.Thread(target=self._run, name="tls-front", daemon=True)
@@ -142,9 +147,16 @@ class TLSFront:
             if code == GSSENC_REQUEST:
                 await client.send_all(b"N")  # no GSSAPI encryption here: the client goes on with SSLRequest
                 continue
+            if code == SSL_REQUEST and self._context is None:
+                await client.send_all(b"N")  # no TLS here: a client that goes on, goes on in plain text
+                continue
             if code == SSL_REQUEST:
                 await client.send_all(b"S")
                 await self._relay_tls(client)
+                return
+            if self._context is None:
+                self._plain += 1
+                await self._relay(client, head + await _receive_exactly(client, length - 8))
                 return
             if code == CANCEL_REQUEST:  # no secret but the backend key; the server's own answer is no answer
                 backend = await trio.open_unix_socket(self.backend)
@@ -159,6 +171,7 @@ class TLSFront:
             return
 
     async def _relay_tls(self, client: trio.SocketStream) -> None:
+        assert self._context is not None
         tls = trio.SSLStream(client, self._context, server_side=True)
         try:
             await tls.do_handshake()
@@ -166,12 +179,18 @@ class TLSFront:
             self._failed_handshakes += 1
             return
         self._handshakes += 1
+        await self._relay(tls, b"")
+
+    async def _relay(self, client: trio.abc.Stream, first: bytes) -> None:
+        """The client's protocol (``first``, then what it sends) to the server's socket, and back."""
         backend = await trio.open_unix_socket(self.backend)
         try:
+            if first:
+                await backend.send_all(first)
             with trio.CancelScope() as done:
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(_copy, tls, backend, done)
-                    nursery.start_soon(_copy, backend, tls, done)
+                    nursery.start_soon(_copy, client, backend, done)
+                    nursery.start_soon(_copy, backend, client, done)
         finally:
             with trio.move_on_after(1, shield=True):
                 await backend.aclose()

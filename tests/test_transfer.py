@@ -185,3 +185,34 @@ def test_export_and_import_from_a_terminal(tmp_path: Path) -> None:
         assert not list(tmp_path.glob(".memories.jsonl.*"))
         into_a_folder = sessionmem(tmp_path / "b", target.port, "export", "--output", str(tmp_path))
         assert into_a_folder.returncode == 1 and "is a directory" in into_a_folder.stderr
+
+
+async def test_an_import_holds_the_rules_a_pull_holds(tmp_path: Path) -> None:
+    """The caps and the clamp of storage/record_rules.py: a record from the future is stored at now (plus the
+    skew), once however often it is imported; a title, a list or an item beyond its cap is refused with its
+    path."""
+    from sessionmem.storage.record_rules import CLOCK_SKEW_S, MAX_ITEM_CHARS, MAX_ITEMS, MAX_TITLE_CHARS
+
+    year_2999 = 32_472_144_000.0
+    records = [
+        {"kind": "session", "claudeSessionId": "future", "project": "later", "createdAt": year_2999,
+         "updatedAt": year_2999},
+        {"kind": "summary", "claudeSessionId": "future", "project": "later", "promptNumber": 1, "createdAt": year_2999,
+         "request": "Dated 2999", "nextSteps": "pinned as the last session"},
+        {"kind": "observation", "claudeSessionId": "future", "project": "later", "promptNumber": 1,
+         "toolName": "Edit", "toolUseId": "f1", "type": "change", "title": "From the future", "createdAt": year_2999},
+    ]
+    async with open_worker(tmp_path, embedder="none", batch_quiet_s=0.05) as worker:
+        for _ in range(2):
+            assert (await worker.request("POST", "/api/import", {"records": records})).status == 200
+        summaries = (await worker.get("/api/summaries?project=later"))["summaries"]
+        assert len(summaries) == 1 and summaries[0]["createdAt"] <= time.time() + CLOCK_SKEW_S
+        (session,) = (await worker.get("/api/sessions?project=later"))["sessions"]
+        assert session["createdAt"] <= time.time() + CLOCK_SKEW_S >= session["updatedAt"]
+        observation = records[2]
+        for field, value in (("title", "t" * (MAX_TITLE_CHARS + 1)), ("facts", {"a": 1}),
+                             ("facts", ["f"] * (MAX_ITEMS + 1)), ("filesRead", ["p" * (MAX_ITEM_CHARS + 1)]),
+                             ("createdAt", 1e301)):
+            refused = await worker.request("POST", "/api/import", {"records": [{**observation, field: value}]})
+            assert refused.status == 400 and refused.json()["path"].startswith(f"$.records[0].{field}"), (field,
+                                                                                                        refused.body)

@@ -22,11 +22,17 @@ POLL_S = 0.5
 
 
 def team_line(team: dict[str, Any]) -> str:
-    """``team: connected as laptop (ann); 1,204 pushed, 310 pulled, 0 waiting to be pushed``."""
+    """``team: connected as laptop (ann); 1,204 pushed, 310 pulled, 0 waiting to be pushed``; the pulled rows
+    refused, and a warning line for each way database_url weakens the transport, if any."""
     state = "connected" if team["connected"] else f"not connected ({team['lastError'] or 'not tried yet'})"
     shared = ", ".join(team["shareProjects"]) or "projects with a .sessionmem-share file only"
-    return (f"team: {state} as {team['machine']} ({team['user']}), sharing {shared}; {team['pushed']:,} pushed, "
+    line = (f"team: {state} as {team['machine']} ({team['user']}), sharing {shared}; {team['pushed']:,} pushed, "
             f"{team['pulled']:,} pulled since start, {team['backlog']:,} waiting to be pushed")
+    if team.get("pullRefused"):
+        line += f"; {team['pullRefused']:,} pulled rows refused (last: {team['lastPullRefused']})"
+    for weaker in team.get("transportWarnings") or []:
+        line += f"\n  team: warning: database_url weakens the transport: {weaker}"
+    return line
 
 
 def cmd_share_push(args: argparse.Namespace, config: ClientConfig, *, out: Any = sys.stderr) -> int:

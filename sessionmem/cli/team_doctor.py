@@ -2,7 +2,8 @@
 
 It connects as the worker does (:func:`sessionmem.storage.pg_store.open_team_store`) and
 reports, each on one line that says what to fix: the connection (the server, its version
-and the round trip, TLS), the pgvector extension, the schema version against this code's,
+and the round trip, TLS, and a problem for each way database_url weakens the secure
+transport of :mod:`sessionmem.storage.pg_connections`), the pgvector extension, the schema version against this code's,
 the password file libpq would read, which projects are shared, and the running worker's
 sync state (from its ``/debug`` JSON).
 
@@ -125,16 +126,20 @@ def _check_connection(url: str, label: str, report: Report) -> None:
     """Connect as the worker would, read-only: no migration (the next worker does that), nothing written."""
     import psycopg
 
-    from sessionmem.storage.pg_connections import TeamUnavailable, connection_url, sanitized
+    from sessionmem.storage.pg_connections import TeamUnavailable, connection_url, sanitized, transport
 
     try:
         conninfo = connection_url(url, connect_timeout_s=CONNECT_TIMEOUT_S)
+        secured = transport(url)
     except TeamUnavailable as exc:
         report(False, f"team database: {exc}")
         return
+    for weaker in secured.weaker:
+        report(False, f"team database {label}: database_url weakens the default transport (sslmode=verify-full "
+                      f"against the system's root certificates, SCRAM required): {weaker}")
     try:
         with psycopg.connect(conninfo, autocommit=True) as connection:
-            _check_server(connection, label, url, report)
+            _check_server(connection, label, secured.sslmode, report)
     except psycopg.Error as exc:
         message = sanitized(sanitized(str(exc).strip(), url), conninfo).removeprefix("connection failed: ")
         report(False, f"team database {label}: cannot connect: {' '.join(message.split())}{_hint(message)}")
@@ -148,7 +153,13 @@ HINTS = (
     ("certificate verify failed", "the server's certificate is not signed by a root certificate this machine "
                                   "trusts: check sslrootcert (or ~/.postgresql/root.crt)"),
     ("does not match host name", "the server's certificate names another host: connect by the name it names"),
-    ("server does not support SSL", "the server does not offer TLS, and the URL's sslmode requires it"),
+    ("server does not support SSL", "the server does not offer TLS, which team connections require by default: "
+                                    "enable TLS on the server, or weaken sslmode in the URL knowingly"),
+    ("server requested a cleartext password", "the server asks for the password in clear, and team connections "
+                                              "require SCRAM: set password_encryption and pg_hba.conf to "
+                                              "scram-sha-256 on the server"),
+    ("server requested a hashed password", "the server asks for an md5 hash of the password, and team connections "
+                                           "require SCRAM: set pg_hba.conf to scram-sha-256 on the server"),
     ("timeout expired", f"no answer within {CONNECT_TIMEOUT_S:g} s: is the host right, or a firewall in the way?"),
     ("could not translate host name", "the host name does not resolve"),
     ("does not exist", "create it, or correct the URL"),
@@ -159,7 +170,7 @@ def _hint(message: str) -> str:
     return next((f" ({hint})" for phrase, hint in HINTS if phrase in message), "")
 
 
-def _check_server(connection: Any, label: str, url: str, report: Report) -> None:
+def _check_server(connection: Any, label: str, sslmode: str, report: Report) -> None:
     from sessionmem.storage.pg_schema import LATEST, schema_version
 
     started = time.perf_counter()
@@ -167,7 +178,6 @@ def _check_server(connection: Any, label: str, url: str, report: Report) -> None
     round_trip_ms = (time.perf_counter() - started) * 1000
     version = connection.execute("SHOW server_version").fetchone()[0].split()[0]
     if connection.pgconn.ssl_in_use:
-        sslmode = url_parameters(url).get("sslmode", "prefer")
         security = f"TLS, sslmode={sslmode}"
         if sslmode not in ("verify-full", "verify-ca"):
             security += ": the server's certificate is not checked (sslmode=verify-full checks it)"
