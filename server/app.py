@@ -90,6 +90,7 @@ class Health(msgspec.Struct, frozen=True):
     uptime_seconds: float
     compressor: str
     data_dir: str
+    team: bool = False  # team memory is on (database_url): GET /api/team answers
 
 
 class Replayed(msgspec.Struct, frozen=True):
@@ -166,7 +167,7 @@ def create_quart_app(services: Services) -> QuartTrio:
         if request.scope.get(ACCESS_SCOPE_KEY) is None:  # no token: where the data lives is not theirs to know
             return json_response(PublicHealth("ok", status.version))
         return json_response(Health("ok", status.pid, status.version, status.uptime_seconds(),
-                                    services.compressor.name, str(settings.data_dir)))
+                                    services.compressor.name, str(settings.data_dir), services.team is not None))
 
     @app.get(routes.READINESS)
     async def readiness() -> Response:

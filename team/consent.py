@@ -146,6 +146,9 @@ def read_consent(path: Path) -> Consent:
                 f"are ignored and nothing is shared by approval; remove it and answer again "
                 f"(`sessionmem share allow` in each repository)")
         raw = _read_all(fd, path)
+    except OSError as exc:
+        raise ConsentUnreadable(f"{path} cannot be read ({exc.strerror or exc}): nothing is shared by approval "
+                                f"until it is fixed or removed") from None
     finally:
         os.close(fd)
     try:

@@ -227,16 +227,16 @@ class TeamSync:
         """At SessionStart in a repository that commits the share file: the team database to name in the
         request shown to the user, the first time only (per repository and database, on this machine); ``""``
         when there is nothing to say (shared already, answered, asked before, or the answers unreadable)."""
-        await self.refresh_consent()
-        if not self._database or self._consent_error or self.shared(project, project_key):
-            return ""
-        try:
+        try:  # never the SessionStart context's failure: at worst the request is not shown this time
+            await self.refresh_consent()
+            if not self._database or self._consent_error or self.shared(project, project_key):
+                return ""
             asked = await trio.to_thread.run_sync(
                 lambda: mark_asked(self._consent_path, database=self._database,
                                    project_key=shared_key(project_key, project), project=project),
                 limiter=self._consent_files)
-        except (ConsentUnreadable, OSError) as exc:
-            log.warning("team sync: cannot record that %s asked to share: %s", project, exc)
+        except Exception as exc:  # a full disk, an unreadable file: logged; nothing is shared either way
+            log_exception(log, f"team sync: cannot record that {project!r} asked to share", exc)
             return ""
         return self._database if asked else ""
 

@@ -23,7 +23,7 @@ import pytest
 
 from sessionmem.protocol.git_remote import SHARE_FILE
 from sessionmem.storage import team_sync
-from sessionmem.team.consent import consent_path, database_label
+from sessionmem.team.consent import consent_path, database_label, read_consent
 from sessionmem.testing.harness import ThreadedWorker, serve_in_thread
 
 from .test_hooks import run_hook
@@ -215,6 +215,10 @@ def test_an_agent_cannot_approve_and_without_a_database_nothing_is_asked(tmp_pat
     assert not consent_path(data).exists()
     off = share(data, repository, "", "allow")
     assert off.returncode == 2 and "database_url is not set" in off.stderr
+    # The user, in their terminal, with no worker running: the answer is recorded for the next worker.
+    allowed = share(data, repository, team_database_url, "allow")
+    assert allowed.returncode == 0, allowed.stderr
+    assert read_consent(consent_path(data)).allowed(database_label(team_database_url)) == {KEY}
 
 
 def test_a_malformed_consent_file_shares_nothing_and_says_so(tmp_path: Path, team_database_url: str) -> None:
