@@ -157,3 +157,23 @@ def test_the_sharing_list_says_what_is_shared_and_why(tmp_path: Path) -> None:
     assert "app (github.com/acme/app): shared (approved on this machine at " in "\n".join(lines)
     assert any(line.startswith("quiet (github.com/acme/quiet): not shared (requested by its repository, not approved")
                for line in lines)
+
+
+def test_answers_written_at_once_are_all_kept(tmp_path: Path) -> None:
+    """The command line and the worker may write at once: a read-modify-write under the lock loses none."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = consent_path(tmp_path)
+
+    def writer(number: int) -> None:
+        for index in range(20):
+            if number % 2:
+                allow(path, key=f"github.com/acme/repo-{number}-{index}")
+            else:
+                mark_asked(path, database=DB, project_key=f"github.com/acme/repo-{number}-{index}", project="r")
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(writer, range(4)))
+    consent = read_consent(path)
+    assert len(consent.answers(DB)) == 80
+    assert len(consent.allowed(DB)) == 40

@@ -61,9 +61,9 @@ def work_in(data: Path, repository: Path, session: str, marker: str) -> None:
         assert result.returncode == 0 and result.stderr == b"", result.stderr
 
 
-def session_start(data: Path, repository: Path, session: str) -> dict[str, Any]:
+def session_start(data: Path, repository: Path, session: str, **env: str) -> dict[str, Any]:
     result = run_hook("SessionStart", {"hook_event_name": "SessionStart", "session_id": session,
-                                       "cwd": str(repository), "source": "startup"}, data)
+                                       "cwd": str(repository), "source": "startup"}, data, **env)
     assert result.returncode == 0, result.stderr
     output: dict[str, Any] = json.loads(result.stdout)
     return output
@@ -147,9 +147,11 @@ def test_a_repository_asks_the_user_alone_shares_and_takes_it_back(tmp_path: Pat
         teammate_session(teammate, "bob-1", "before")
         teammate.wait_until(lambda: "the before change" in pg_prompts(url), timeout=SYNC_WAIT_S)
 
-        # A clone that asks: SessionStart tells the user, in the system message, once.
-        first = session_start(data, repository, "me-1")
+        # A clone that asks: SessionStart tells the user, in the system message, once (even with the
+        # usual "memories loaded" line turned off: consent is asked for whatever that setting says).
+        first = session_start(data, repository, "me-1", SESSIONMEM_SYSTEM_MESSAGE="0")
         message = first["systemMessage"]
+        assert message.startswith("sessionmem: this repository") and "memories" not in message
         assert f"this repository (app) asks to share its memory with the team database {database}" in message
         # The commands as this install has them, with this data dir (not the default).
         assert f"sessionmem share allow --data-dir {data}` in it to share" in message
