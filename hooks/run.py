@@ -154,14 +154,13 @@ def session_start(payload: dict[str, Any], project: str, config: ClientConfig, l
 
 
 def command(config: ClientConfig, verb: str) -> str:
-    """```sessionmem VERB``` as this install has it (a plugin's environment is not on PATH), with this
-    data dir when it is not the default."""
+    """``sessionmem VERB`` in backquotes, as this install has it (a plugin's environment is not on
+    PATH), with this data dir when it is not the default."""
     installed = os.path.join(os.path.dirname(sys.executable), "sessionmem")
     line = f"{installed if os.path.exists(installed) else 'sessionmem'} {verb}"
     if config.data_dir != data_dir_from({}):  # not the default: the command must be told
         line += f" --data-dir {config.data_dir}"
     return f"`{line}`"
-
 
 
 def handle(stage: str, payload: dict[str, Any], config: ClientConfig, log: _Log) -> dict[str, Any] | None:
