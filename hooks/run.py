@@ -5,7 +5,9 @@ One entry for every stage (the stage is the first argument, else the payload's
 
 - SessionStart: make sure a worker runs (starting it detached if needed, waiting at
   most ``start_timeout_s``), then print the project's memory as ``additionalContext``
-  and a one-line ``systemMessage``.
+  and a one-line ``systemMessage``; the first time a repository that commits the share
+  file asks to share its memory (the worker says when), the message says so to the user,
+  and how to accept or refuse (it is never told to Claude: only the user consents).
 - UserPromptSubmit: the prompt, without private spans; an entirely private prompt or a
   ``<task-notification>`` is not sent at all.
 - PostToolUse / PostToolUseFailure: the tool use (failures marked), private spans
@@ -45,7 +47,7 @@ from sessionmem.protocol.limits import printable_line
 from sessionmem.protocol.privacy import strip_private
 from sessionmem.protocol.project import project_of
 from sessionmem.protocol.requests import api_call, encoded_call, is_internal_prompt, text_field
-from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER
+from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, SHARE_REQUEST_HEADER
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -130,21 +132,35 @@ def session_start(payload: dict[str, Any], project: str, config: ClientConfig, l
     output: dict[str, Any] = {}
     if context.strip():
         output["hookSpecificOutput"] = {"hookEventName": "SessionStart", "additionalContext": context}
+    name = printable_line(project)  # Claude Code shows it in a terminal: no escape sequence, one line
+    lines = []
+    database = reply.headers.get(SHARE_REQUEST_HEADER, "")
+    if database:  # shown whatever system_message says: the user's consent is asked for once
+        import urllib.parse
+
+        host = printable_line(urllib.parse.unquote(database))
+        lines.append(f"sessionmem: this repository ({name}) asks to share its memory with the team database "
+                     f"{host}. Nothing of it is shared unless you accept: run {command(config, 'share allow')} "
+                     f"in it to share, {command(config, 'share deny')} to refuse (asked once)")
     if config.system_message:
         count = int(reply.headers.get(CONTEXT_COUNT_HEADER, "0") or 0)
-        # The pages need a login (a bare link answers 401): the command that gives one, as this
-        # install has it (a plugin's environment is not on PATH).
-        command = os.path.join(os.path.dirname(sys.executable), "sessionmem")
-        opener = f"{command if os.path.exists(command) else 'sessionmem'} open"
-        if config.data_dir != data_dir_from({}):  # not the default: the command must be told
-            opener += f" --data-dir {config.data_dir}"
-        opener = f"`{opener}`"
-        name = printable_line(project)  # Claude Code shows it in a terminal: no escape sequence, one line
-        output["systemMessage"] = (
-            f"sessionmem: {count} memories of {name} loaded · {opener} to browse them"
-            if count else f"sessionmem: no memories of {name} yet · {opener} shows what it records"
-        )
+        # The pages need a login (a bare link answers 401): the command that gives one.
+        opener = command(config, "open")
+        lines.append(f"sessionmem: {count} memories of {name} loaded · {opener} to browse them"
+                     if count else f"sessionmem: no memories of {name} yet · {opener} shows what it records")
+    if lines:
+        output["systemMessage"] = "\n".join(lines)
     return output or None
+
+
+def command(config: ClientConfig, verb: str) -> str:
+    """``sessionmem VERB`` in backquotes, as this install has it (a plugin's environment is not on
+    PATH), with this data dir when it is not the default."""
+    installed = os.path.join(os.path.dirname(sys.executable), "sessionmem")
+    line = f"{installed if os.path.exists(installed) else 'sessionmem'} {verb}"
+    if config.data_dir != data_dir_from({}):  # not the default: the command must be told
+        line += f" --data-dir {config.data_dir}"
+    return f"`{line}`"
 
 
 def handle(stage: str, payload: dict[str, Any], config: ClientConfig, log: _Log) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import unquote_to_bytes, urlencode
+from urllib.parse import quote, unquote_to_bytes, urlencode
 
 import msgspec
 import trio
@@ -29,8 +29,9 @@ from werkzeug.exceptions import HTTPException
 from sessionmem.actors.child import MailboxFull
 from sessionmem.broadcast import live_event_name
 from sessionmem.protocol import routes
+from sessionmem.protocol.git_remote import MAX_KEY, checked_key
 from sessionmem.protocol.limits import MAX_QUERY_CHARS, MAX_SESSION_ID
-from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, READY, STARTING
+from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, READY, SHARE_REQUEST_HEADER, STARTING
 from sessionmem.runtime.logs import log_exception
 from sessionmem.server.context_markdown import render_context
 from sessionmem.server.debug import processing_status
@@ -89,6 +90,7 @@ class Health(msgspec.Struct, frozen=True):
     uptime_seconds: float
     compressor: str
     data_dir: str
+    team: bool = False  # team memory is on (database_url): GET /api/team answers
 
 
 class Replayed(msgspec.Struct, frozen=True):
@@ -165,7 +167,7 @@ def create_quart_app(services: Services) -> QuartTrio:
         if request.scope.get(ACCESS_SCOPE_KEY) is None:  # no token: where the data lives is not theirs to know
             return json_response(PublicHealth("ok", status.version))
         return json_response(Health("ok", status.pid, status.version, status.uptime_seconds(),
-                                    services.compressor.name, str(settings.data_dir)))
+                                    services.compressor.name, str(settings.data_dir), services.team is not None))
 
     @app.get(routes.READINESS)
     async def readiness() -> Response:
@@ -223,11 +225,18 @@ def create_quart_app(services: Services) -> QuartTrio:
             project, focus=focus, focus_latest_prompt=(request.args.get("source") or "") in FOCUSED_SOURCES,
             session=text_arg("session", limit=MAX_SESSION_ID) or "", origin=origin_arg())
         text, named = render_context(plan, token_budget=budget)
-        return Response(text, content_type="text/markdown; charset=utf-8", headers={
+        headers = {
             CONTEXT_COUNT_HEADER: str(named),
             "X-Sessionmem-Summary": "1" if plan.summary is not None else "0",
             "X-Sessionmem-Ranking": plan.ranking,
-        })
+        }
+        if request.args.get(routes.SHARE_FILE_FIELD) == "1" and services.team is not None:
+            # The repository asks to share: the hook tells the user once (team/sharing.py).
+            key = checked_key(request.args.get(routes.PROJECT_KEY, "")[: 4 * MAX_KEY])  # longer: no key
+            database = await services.team.share_request(project, key)
+            if database:
+                headers[SHARE_REQUEST_HEADER] = quote(database, safe="")
+        return Response(text, content_type="text/markdown; charset=utf-8", headers=headers)
 
     def page() -> dict[str, Any]:
         """``project``, ``limit`` and ``offset`` from the query string, validated."""

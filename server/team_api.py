@@ -1,4 +1,5 @@
-"""Team memory over HTTP: the sync's status (``GET /api/team``) and a share push (``POST /api/team/push``).
+"""Team memory over HTTP: the sync's status (``GET /api/team``: with what is shared and why) and a share push
+(``POST /api/team/push``).
 
 Both answer 409 while team memory is off (no ``database_url``): nothing here ever waits for
 PostgreSQL (the status is the sync's own, the push runs in the sync's task).
@@ -32,6 +33,7 @@ def add_team_routes(app: QuartTrio, services: Services) -> None:
         if team is None:
             return error_response(409, TEAM_OFF)
         await team.refresh_backlog()
+        await team.refresh_sharing()  # the user's answers as they are now, whether the worker read them yet
         return json_response(team.statistics())
 
     @app.post(TEAM_PUSH)

@@ -27,7 +27,7 @@ Error handling:
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
@@ -334,14 +334,15 @@ class SQLiteStore:
     async def team_outbox_cursor(self, name: str) -> OutboxCursor:
         return await self._readers.run(partial(team_sync.read_outbox_cursor, name=name))
 
-    async def team_pull_state(self, share_projects: Sequence[str] | None = None
+    async def team_pull_state(self, share_projects: Sequence[str] | None = None, approved: Collection[str] = ()
                               ) -> tuple[PullCursor, list[str] | None, list[str] | None]:
         """The pull cursor, the project keys pulled so far (``None``: all), and those to pull now given
-        ``share_projects`` (``None`` when it is ``None``: every project): one snapshot, one reader trip."""
+        ``share_projects`` (``None`` when it is ``None``: every project) and the keys the user ``approved``:
+        one snapshot, one reader trip."""
         def read(connection: apsw.Connection) -> tuple[PullCursor, list[str] | None, list[str] | None]:
             with connection:  # one snapshot: cursor and keys were written in one transaction
                 cursor, keys = team_sync.read_pull_cursor(connection), team_sync.read_pull_keys(connection)
-                wanted = None if share_projects is None else team_sync.pull_keys(connection, share_projects)
+                wanted = None if share_projects is None else team_sync.pull_keys(connection, share_projects, approved)
             return cursor, keys, wanted
 
         return await self._readers.run(read)
@@ -374,9 +375,13 @@ class SQLiteStore:
     async def team_rows_above(self, *, project: str, cursor: OutboxCursor) -> int:
         return await self._readers.run(partial(team_sync.rows_above, project=project, cursor=cursor))
 
-    async def team_project(self, project: str) -> tuple[bool, bool]:
-        """Whether ``project`` has sessions here, and whether one of them found the share file."""
-        return await self._readers.run(partial(team_sync.project_exists, project=project))
+    async def team_project_keys(self, project: str) -> list[str]:
+        """The keys the sessions of ``project`` here know it by (``""``: no remote); none: no such project."""
+        return await self._readers.run(partial(team_sync.project_keys, project=project))
+
+    async def team_share_requests(self) -> list[tuple[str, str]]:
+        """``(project_key, project)`` of the sessions whose repository asks to share (its share file)."""
+        return await self._readers.run(team_sync.share_requests)
 
     # -- search (storage/fulltext.py, project_rows.py, cards.py, file_memories.py) ----------------
 

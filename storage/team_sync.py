@@ -11,8 +11,9 @@ knows a row's session. Rows are turned into :mod:`~sessionmem.storage.transfer` 
 and :class:`~sessionmem.storage.team_records.SharedRow` s by the caller: a session's
 ``cwd`` (a path of this machine) never leaves it, and the paths of this machine in the
 records' texts are rewritten (:mod:`~sessionmem.storage.local_paths`). Whether a project is shared is the
-caller's rule (``shared(project, share_file)``, :mod:`sessionmem.team.sharing`); rows of
-projects that are not are passed over, and the cursor with them.
+caller's rule (``shared(project, project_key)``, :mod:`sessionmem.team.sharing`), asked again at each
+read; rows of projects that are not are passed over, and the cursor with them: what was stored
+while a project was not shared is not pushed later behind the user's back.
 
 The cursor moves only once the team database has committed the batch
 (:func:`advance`): a crash in between pushes the batch again, which the team database
@@ -36,7 +37,7 @@ Error handling:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Literal
 
 import apsw
@@ -55,7 +56,7 @@ PULL = "pull"  # the pull cursor (a PullCursor)
 PULL_KEYS = "pull.keys"  # the project keys pulled so far (a list; null: every project)
 SHARE_PREFIX = "share:"  # + a project's name: how far `sessionmem share push` has copied it
 
-Shared = Callable[[str, bool], bool]  # (project, share_file) -> whether its memory may leave this machine
+Shared = Callable[[str, str], bool]  # (project, project_key) -> whether its memory may leave this machine
 Kind = Literal["session", "prompt", "observation", "summary"]
 
 
@@ -203,7 +204,7 @@ def _read_sessions(connection: apsw.Connection, _kind: Kind, bindings: _Bindings
         session = transfer.session_record(row[5:])
         # A session some other machine began (pulled: its cwd stays unknown here) goes along
         # with this machine's rows of it only.
-        if row[2] is not None and shared(session.project, flag(row[3])) and integer(row[1]) not in sessions:
+        if row[2] is not None and shared(session.project, text(row[4])) and integer(row[1]) not in sessions:
             sessions[integer(row[1])] = True
             rows.append(OutboxRow(without_local_paths(session, cwd=text(row[2])),
                                   shared_key(text(row[4]), session.project)))
@@ -230,7 +231,7 @@ def _read_rows(connection: apsw.Connection, kind: Kind, bindings: _Bindings, sha
     for row in found:
         row_id, own, session_db_id, claude_id, project = (integer(row[0]), flag(row[1]), integer(row[2]),
                                                          text(row[3]), text(row[4]))
-        if not own or not shared(project, flag(row[5])):
+        if not own or not shared(project, text(row[6])):
             continue
         sessions.setdefault(session_db_id, False)
         key = shared_key(text(row[6]), project)
@@ -263,33 +264,38 @@ def backlog(connection: apsw.Connection, *, cursor: OutboxCursor, shared: Shared
     waiting = 0
     for table, after in (("user_prompts", cursor.prompt), ("observations", cursor.observation),
                          ("session_summaries", cursor.summary)):
-        for project, share_file, count in all_rows(
+        for project, project_key, count in all_rows(
                 connection,
-                f"SELECT s.project, s.share_file, count(*) FROM {table} o JOIN sessions s ON s.id = o.session_db_id"
-                " WHERE o.id > ? AND o.origin_machine = '' AND o.origin_user = '' GROUP BY s.project, s.share_file",
+                f"SELECT s.project, s.project_key, count(*) FROM {table} o JOIN sessions s ON s.id = o.session_db_id"
+                " WHERE o.id > ? AND o.origin_machine = '' AND o.origin_user = '' GROUP BY s.project, s.project_key",
                 (after,)):
-            if shared(text(project), flag(share_file)):
+            if shared(text(project), text(project_key)):
                 waiting += integer(count)
     return waiting
 
 
-def project_exists(connection: apsw.Connection, project: str) -> tuple[bool, bool]:
-    """Whether ``project`` has sessions here, and whether one of them found the share file."""
-    row = one_row(connection, "SELECT count(*), coalesce(max(share_file), 0) FROM sessions WHERE project = ?",
-                  (project,))
-    return integer(row[0]) > 0, flag(row[1])
+def project_keys(connection: apsw.Connection, project: str) -> list[str]:
+    """The project keys the sessions of ``project`` here know it by (``""``: no remote); none: no such project."""
+    return sorted(text(key) for (key,) in all_rows(
+        connection, "SELECT DISTINCT project_key FROM sessions WHERE project = ?", (project,)))
+
+
+def share_requests(connection: apsw.Connection) -> list[tuple[str, str]]:
+    """``(project_key, project)`` of the sessions whose repository asks to share (the share file at its root)."""
+    return [(text(key), text(project)) for key, project in all_rows(
+        connection, "SELECT DISTINCT project_key, project FROM sessions WHERE share_file = 1"
+        " ORDER BY project, project_key")]
 
 
 # -- pulling ------------------------------------------------------------------------------------
 
 
-def pull_keys(connection: apsw.Connection, share_projects: Sequence[str]) -> list[str]:
+def pull_keys(connection: apsw.Connection, share_projects: Sequence[str], approved: Collection[str] = ()) -> list[str]:
     """The project keys this machine pulls: of each project it names (by name, and by the key its sessions
-    know it by), and of those whose repository holds the share file."""
-    keys = {NAME_KEY_PREFIX + name for name in share_projects}
+    know it by), and those the user approved (keys already). A repository's share file adds none."""
+    keys = {NAME_KEY_PREFIX + name for name in share_projects} | set(approved)
     for project_key, project in all_rows(
-            connection, "SELECT project_key, project FROM sessions WHERE share_file = 1 UNION"
-            " SELECT project_key, project FROM sessions WHERE project IN (SELECT value FROM json_each(?))",
+            connection, "SELECT project_key, project FROM sessions WHERE project IN (SELECT value FROM json_each(?))",
             (msgspec.json.encode(list(share_projects)).decode(),)):
         keys.add(shared_key(text(project_key), text(project)))
     return sorted(keys)

@@ -9,8 +9,9 @@ and importing is idempotent anyway. Imported rows are searchable by words at onc
 local index is told and embeds them itself; the viewer's live stream hears of them.
 
 Which projects: those this machine shares (``share_projects`` by name, and by the key its
-sessions know them by; those whose repository holds the share file; ``*``: all). When that
-set grows, the new projects' rows already behind the cursor are fetched first, from the
+sessions know them by; those the user approved on this machine, asked again at each pull:
+:mod:`sessionmem.team.sharing`; ``*``: all). A project no longer shared is no longer asked
+for from the next pull on. When that set grows, the new projects' rows already behind the cursor are fetched first, from the
 start (:meth:`Puller.catch_up`), then the set is saved beside the cursor.
 
 A pulled row is held to the rules of an import (decoded into the export records: types,
@@ -29,7 +30,7 @@ Error handling:
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import msgspec
 
@@ -59,13 +60,15 @@ class Puller:
     """Pull steps for one machine; see the module docstring."""
 
     def __init__(self, store: SQLiteStore, team: TeamStore, index: VectorIndex, broadcaster: Broadcaster, *,
-                 machine_id: str, share_projects: Collection[str], batch: int) -> None:
+                 machine_id: str, share_projects: Collection[str], batch: int,
+                 approved: Callable[[], Collection[str]] = frozenset) -> None:
         self._store = store
         self._team = team
         self._index = index
         self._broadcaster = broadcaster
         self._machine_id = machine_id
         self._share_projects = tuple(share_projects)
+        self._approved = approved  # the project keys the user approved on this machine, now
         self._batch = batch
         self.refused = 0  # rows passed over since the start
         self.last_refused = ""  # which row was refused last, and why (never its content)
@@ -74,7 +77,8 @@ class Puller:
         """Pull until the team database has nothing newer for this machine."""
         # The keys to pull (None: every project), read with the cursor: one local read a pull.
         every = shares_everything(self._share_projects)
-        cursor, pulled_keys, keys = await self._store.team_pull_state(None if every else self._share_projects)
+        cursor, pulled_keys, keys = await self._store.team_pull_state(None if every else self._share_projects,
+                                                                      self._approved())
         refused = 0
         if keys != pulled_keys:
             new = _new_keys(keys, pulled_keys)

@@ -10,6 +10,14 @@ Three loops in :meth:`TeamSync.run`, each on its own:
 - **share push**: ``sessionmem share push --project NAME`` (:meth:`TeamSync.start_share_push`),
   one project at a time, resumable (its cursor is kept), progress in :meth:`statistics`.
 
+Which projects are shared is :mod:`sessionmem.team.sharing`'s rule, with the user's answers
+(:mod:`sessionmem.team.consent`) read again before every push and pull pass: ``sessionmem share
+allow`` and ``share deny`` take effect within a pull interval, the worker running or not, and
+a project whose approval is taken back is neither pushed nor pulled from then on. A consent
+file that cannot be trusted shares nothing by approval (fails closed), and says why in the
+status. SessionStart asks :meth:`TeamSync.share_request` whether to tell the user, once, that
+a repository asks to share.
+
 PostgreSQL is never on a hook's or a read's path: when it cannot be reached each loop
 waits (:data:`BACKOFF_MIN_S`, doubling to :data:`BACKOFF_MAX_S`) and tries again, while
 the worker accepts, compresses and answers from SQLite as ever. The outbox is the local
@@ -51,11 +59,20 @@ from sessionmem.settings import Settings
 from sessionmem.storage.pg_connections import Transport, transport
 from sessionmem.storage.pg_store import TeamStore, TeamUnavailable, open_team_store
 from sessionmem.storage.sqlite import SQLiteStore
-from sessionmem.storage.team_records import Origin
+from sessionmem.storage.team_records import Origin, shared_key
 from sessionmem.storage.team_sync import OUTBOX, SHARE_PREFIX
+from sessionmem.team.consent import (
+    NO_CONSENT,
+    Consent,
+    ConsentUnreadable,
+    consent_path,
+    database_label,
+    mark_asked,
+    read_consent,
+)
 from sessionmem.team.pull import Puller
 from sessionmem.team.push import Pusher
-from sessionmem.team.sharing import is_shared
+from sessionmem.team.sharing import ProjectSharing, is_shared, sharing_list
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +130,9 @@ class TeamStatistics(msgspec.Struct, frozen=True, kw_only=True):
     transport: str = ""  # how the connection is secured (storage/pg_connections.py Transport.describe)
     transport_warnings: list[str] = []  # how database_url weakens the secure defaults, if it does
     share_push: SharePushStatus | None = None
+    database: str = ""  # the team database as answers name it: host:port/database
+    sharing: list[ProjectSharing] = []  # what is shared and why, and what asks to be and is not
+    consent_error: str = ""  # the consent file cannot be trusted: nothing is shared by approval
 
 
 class ShareRefused(Exception):
@@ -172,13 +192,65 @@ class TeamSync:
         self._last_push_at: float | None = None
         self._last_pull_at: float | None = None
         self._last_error = ""
+        # the user's answers to repositories that ask to share (team/consent.py), read again each pass
+        self._database = database_label(self._url)
+        self._consent_path = consent_path(settings.data_dir)
+        self._consent: Consent = NO_CONSENT
+        self._approved: frozenset[str] = frozenset()
+        self._consent_error = ""
+        self._consent_files = trio.CapacityLimiter(1)
+        self._sharing: list[ProjectSharing] = []
         broadcaster.watch(self._something_stored)
 
     # -- what others call -------------------------------------------------------------------
 
-    def shared(self, project: str, share_file: bool) -> bool:
-        """The sharing rule with this worker's settings (:func:`sessionmem.team.sharing.is_shared`)."""
-        return is_shared(project, share_file=share_file, share_projects=self._settings.share_projects)
+    def shared(self, project: str, project_key: str) -> bool:
+        """The sharing rule with this worker's settings and the user's answers as last read
+        (:func:`sessionmem.team.sharing.is_shared`)."""
+        return is_shared(project, project_key, share_projects=self._settings.share_projects, approved=self._approved)
+
+    def approved(self) -> frozenset[str]:
+        """The project keys the user approved for this team database, as last read."""
+        return self._approved
+
+    async def refresh_consent(self) -> None:
+        """Read the user's answers again (a small file, in a thread); a file that cannot be trusted approves
+        nothing, and its message is shown (logged once)."""
+        try:
+            consent = await trio.to_thread.run_sync(read_consent, self._consent_path, limiter=self._consent_files)
+        except ConsentUnreadable as exc:
+            if str(exc) != self._consent_error:
+                log.warning("team sync: %s", exc)
+            self._consent, self._approved, self._consent_error = NO_CONSENT, frozenset(), str(exc)
+            return
+        if self._consent_error:
+            log.info("team sync: the consent file is readable again")
+        self._consent, self._consent_error = consent, ""
+        self._approved = consent.allowed(self._database) if self._database else frozenset()
+
+    async def refresh_sharing(self) -> list[ProjectSharing]:
+        """What is shared and why, anew (the answers, and the repositories that asked: a local read)."""
+        await self.refresh_consent()
+        requests = await self._store.team_share_requests()
+        self._sharing = sharing_list(self._settings.share_projects, self._consent.answers(self._database), requests)
+        return self._sharing
+
+    async def share_request(self, project: str, project_key: str) -> str:
+        """At SessionStart in a repository that commits the share file: the team database to name in the
+        request shown to the user, the first time only (per repository and database, on this machine); ``""``
+        when there is nothing to say (shared already, answered, asked before, or the answers unreadable)."""
+        try:  # never the SessionStart context's failure: at worst the request is not shown this time
+            await self.refresh_consent()
+            if not self._database or self._consent_error or self.shared(project, project_key):
+                return ""
+            asked = await trio.to_thread.run_sync(
+                lambda: mark_asked(self._consent_path, database=self._database,
+                                   project_key=shared_key(project_key, project), project=project),
+                limiter=self._consent_files)
+        except Exception as exc:  # a full disk, an unreadable file: logged; nothing is shared either way
+            log_exception(log, f"team sync: cannot record that {project!r} asked to share", exc)
+            return ""
+        return self._database if asked else ""
 
     def store(self) -> TeamStore | None:
         """The team store this sync holds open, for reads of the team database itself (``GET
@@ -194,7 +266,8 @@ class TeamSync:
             failures=self._failures, refused=self._refused, last_error=self._last_error, share_push=self._share,
             pull_refused=self._pull_refused, last_pull_refused=self._last_pull_refused,
             transport=self._transport.describe() if self._transport else "",
-            transport_warnings=self._transport.weaker if self._transport else [])
+            transport_warnings=self._transport.weaker if self._transport else [],
+            database=self._database, sharing=self._sharing, consent_error=self._consent_error)
 
     async def refresh_backlog(self) -> int:
         """Count the rows not pushed yet anew (a read of the local store), and return it."""
@@ -206,8 +279,8 @@ class TeamSync:
         """Start copying ``project``'s memory of this machine into the team database (resumable: it goes on
         from where an earlier push stopped); its status. The same project again while it runs: its status.
 
-        Raises :class:`ShareRefused` when the project is not shared (``share_projects``, the share
-        file), has no sessions here, or another project's push is under way.
+        Raises :class:`ShareRefused` when the project is not shared (``share_projects``, or approved
+        on this machine), has no sessions here, or another project's push is under way.
         """
         async with self._share_starting:
             return await self._start_share_push(project)
@@ -218,12 +291,13 @@ class TeamSync:
             if running.project == project:
                 return running
             raise ShareRefused(f"a share push of {running.project!r} is under way; try again once it is done")
-        exists, share_file = await self._store.team_project(project)
-        if not exists:
+        keys = await self._store.team_project_keys(project)
+        if not keys:
             raise ShareRefused(f"no project {project!r} here")
-        if not self.shared(project, share_file):
+        await self.refresh_consent()
+        if not any(self.shared(project, key) for key in keys):
             raise ShareRefused(f"project {project!r} is not shared: name it in share_projects "
-                               "(SESSIONMEM_SHARE_PROJECTS) or commit a .sessionmem-share file at its repository root")
+                               "(SESSIONMEM_SHARE_PROJECTS), or run `sessionmem share allow` in its repository")
         cursor = await self._store.team_outbox_cursor(SHARE_PREFIX + project)
         total = await self._store.team_rows_above(project=project, cursor=cursor)
         self._share = SharePushStatus(project=project, state=SharePushState.RUNNING, done=0, total=total, pushed=0,
@@ -262,7 +336,7 @@ class TeamSync:
         after_push = self._kill_if_asked if self._settings.fault_injection else None
         pusher = Pusher(self._store, team, self._index, origin=origin, batch=batch, after_push=after_push)
         puller = Puller(self._store, team, self._index, self._broadcaster, machine_id=self._machine_id,
-                        share_projects=self._settings.share_projects, batch=batch)
+                        share_projects=self._settings.share_projects, batch=batch, approved=self.approved)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._push_forever, pusher)
             nursery.start_soon(self._pull_forever, puller)
@@ -294,6 +368,7 @@ class TeamSync:
                 await backoff.wait()
 
     async def _push_all(self, pusher: Pusher) -> None:
+        await self.refresh_consent()
         while True:
             outcome = await pusher.push_batch(OUTBOX, self.shared)
             self._refused += outcome.refused
@@ -306,6 +381,7 @@ class TeamSync:
         if await pusher.fill_vectors(self.shared):
             self._ok()
         await self.refresh_backlog()
+        await self.refresh_sharing()
 
     async def _pull_forever(self, puller: Puller) -> None:
         backoff = Backoff()
@@ -317,6 +393,7 @@ class TeamSync:
                 await backoff.wait()
 
     async def _pull_all(self, puller: Puller) -> None:
+        await self.refresh_consent()
         try:
             outcome = await puller.pull()
         finally:  # what was refused before a failure counts as well
@@ -336,6 +413,7 @@ class TeamSync:
             status = self._share
             assert status is not None
             try:
+                await self.refresh_consent()
                 outcome = await pusher.push_batch(name, self.shared, project=project, wait_for_vectors=False)
             except TeamUnavailable as exc:
                 self._unavailable(exc)

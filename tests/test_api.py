@@ -41,7 +41,8 @@ def observation(session: str = "s-bad", **fields: object) -> dict[str, object]:
 async def test_health_and_readiness(app: InProcessWorker) -> None:
     health = await app.get("/api/health")
     assert health["status"] == "ok" and health["compressor"] == "offline"
-    assert set(health) == {"status", "pid", "version", "uptimeSeconds", "compressor", "dataDir"}
+    assert set(health) == {"status", "pid", "version", "uptimeSeconds", "compressor", "dataDir", "team"}
+    assert health["team"] is False  # no database_url: the viewer does not ask GET /api/team
     assert (await app.request("GET", "/api/readiness")).status == 200
 
 

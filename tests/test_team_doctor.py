@@ -45,7 +45,8 @@ def doctor(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 def team_lines(output: str) -> list[str]:
     return [line.strip() for line in output.splitlines()
-            if line.strip()[5:].startswith(("team", "pgvector", "password file", "shared:", "worker's team"))]
+            if line.strip()[5:].startswith(("team", "pgvector", "password file", "sharing:", "worker's team"))
+            or "share-consent.json" in line]
 
 
 def migrate(url: str) -> None:
@@ -69,7 +70,8 @@ def test_doctor_checks_the_team_database_and_its_schema(tmp_path: Path, postgres
     assert any(line.startswith("[ok] pgvector 0.8") and "available: the first worker to connect creates it" in line
                for line in lines), first.stdout
     assert f"[ok] team schema not created yet: the first worker to connect creates it (version {LATEST})" in lines
-    assert "[ok] shared: webapp, infra, and repositories that commit .sessionmem-share" in lines
+    assert "[ok] sharing: webapp: shared (share_projects)" in lines and "[ok] sharing: infra: shared (share_projects)" \
+        in lines, first.stdout
 
     migrate(team_database_url)
     second = doctor(env)
@@ -173,3 +175,30 @@ def test_doctor_says_who_must_create_pgvector(tmp_path: Path, postgres: Postgres
     finally:
         postgres.drop_database("doctor_carol_team")
 
+
+
+def test_doctor_lists_what_is_shared_and_why_and_a_consent_file_it_cannot_trust(
+        tmp_path: Path, team_database_url: str) -> None:
+    from sessionmem.team.consent import Decision, answer, consent_path, database_label
+
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    env = doctor_env(tmp_path, team_database_url, data_dir=data)
+    path = consent_path(data)
+    answer(path, database=database_label(team_database_url), project_key="github.com/acme/app", project="app",
+           decision=Decision.ALLOWED)
+    answer(path, database="elsewhere.example:5432/team", project_key="github.com/acme/other", project="other",
+           decision=Decision.ALLOWED)  # another team database's approval: not this one's
+    lines = team_lines(doctor(env).stdout)
+    assert [line for line in lines if "sharing:" in line] == [
+        line for line in lines if line.startswith("[ok] sharing: app (github.com/acme/app): shared (approved on this "
+                                                  "machine at ")], lines
+    assert len([line for line in lines if "sharing:" in line]) == 1
+
+    path.write_text("{ not what sessionmem writes")
+    broken = doctor(env)
+    assert broken.returncode == 1
+    lines = team_lines(broken.stdout)
+    assert any(line.startswith("[!!] ") and "is malformed" in line and "nothing is shared by approval" in line
+               for line in lines), lines
+    assert "[ok] sharing: nothing (share_projects is empty and no repository is approved on this machine)" in lines

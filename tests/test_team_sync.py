@@ -415,7 +415,9 @@ def test_share_push_and_status_from_a_terminal(tmp_path: Path, team_database_url
         refused = sessionmem(data, worker.port, "share", "push", "--project", "blog")
         assert refused.returncode == 2 and "no project 'blog' here" in refused.stderr
         status = sessionmem(data, worker.port, "status")
-        assert "team: connected as laptop (laptop-user), sharing shop; 5 pushed" in status.stdout, status.stdout
+        assert "team: connected as laptop (laptop-user) to " in status.stdout and "; 5 pushed" in status.stdout, \
+            status.stdout
+        assert "    shop: shared (share_projects)" in status.stdout, status.stdout
 
 
 def sessionmem(data: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:

@@ -397,3 +397,22 @@ def test_the_viewer_marks_and_filters_other_machines_memories(browser: Browser, 
     browser.wait(lambda: "from bob@laptop" in browser.text("#detail .line"), "the record's origin")
     assert "bob@laptop" in browser.text("#detail .facts")
     assert_only_this_worker(browser, threaded)
+
+
+def test_the_viewer_lists_what_is_shared_and_why(browser: Browser, tmp_path: Path, team_database_url: str) -> None:
+    from sessionmem.team.consent import Decision, answer, consent_path, database_label
+
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    answer(consent_path(data), database=database_label(team_database_url), project_key="github.com/acme/app",
+           project="app", decision=Decision.ALLOWED)
+    with serve_in_thread(data, batch_quiet_s=0.05, embedder="none", database_url=team_database_url,
+                         share_projects="shop") as worker:
+        browser.login(worker, "/")
+        browser.wait(lambda: browser.js("return !document.getElementById('sharing').hidden"), "the sharing line")
+        assert browser.text("#sharing-summary") == f"2 shared with {database_label(team_database_url)}"
+        browser.click("#sharing summary")
+        listed = browser.wait(lambda: browser.text("#sharing-list"), "what is shared")
+        assert "shop: shared: share_projects names it" in listed
+        assert "app (github.com/acme/app): shared: approved on this machine on " in listed
+        assert_only_this_worker(browser, worker)

@@ -118,8 +118,9 @@ def check_team(settings: Settings, report: Report, debug: Callable[[], Any]) -> 
     if passfile is not None:
         report(*passfile)
     _check_connection(url, label, report)
-    _report_sharing(settings, report)
-    _report_sync(debug(), url, report)
+    snapshot = debug()
+    _report_sharing(settings, report, snapshot)
+    _report_sync(snapshot, url, report)
 
 
 def _check_connection(url: str, label: str, report: Report) -> None:
@@ -214,15 +215,26 @@ def _check_server(connection: Any, label: str, sslmode: str, report: Report) -> 
         report(True, f"team schema version {schema}: the next worker to connect upgrades it to {LATEST}")
 
 
-def _report_sharing(settings: Settings, report: Report) -> None:
-    from sessionmem.team.sharing import SHARE_FILE, shares_everything
+def _report_sharing(settings: Settings, report: Report, snapshot: Any) -> None:
+    """What is shared and why: ``share_projects``, the user's answers in the data dir, and (from the running
+    worker) the repositories that ask to share and are not approved."""
+    from sessionmem.team.consent import ConsentUnreadable, consent_path, database_label, read_consent
+    from sessionmem.team.sharing import describe, sharing_list
 
-    if shares_everything(settings.share_projects):
-        report(True, "shared: every project")
-    elif settings.share_projects:
-        report(True, f"shared: {', '.join(settings.share_projects)}, and repositories that commit {SHARE_FILE}")
-    else:
-        report(True, f"shared: only repositories that commit {SHARE_FILE} (share_projects is empty)")
+    database = database_label(settings.database_url)
+    try:
+        answers = read_consent(consent_path(settings.data_dir)).answers(database)
+    except ConsentUnreadable as exc:
+        report(False, str(exc))
+        answers = []
+    team = snapshot.get("team") if isinstance(snapshot, dict) else None
+    requests = [(str(entry.get("projectKey", "")), str(entry.get("project", "")))
+                for entry in (team or {}).get("sharing") or [] if entry.get("reason") == "requested"]
+    entries = sharing_list(settings.share_projects, answers, requests)
+    if not any(entry.shared for entry in entries):
+        report(True, "sharing: nothing (share_projects is empty and no repository is approved on this machine)")
+    for entry in entries:
+        report(True, f"sharing: {describe(entry)}")
 
 
 def _report_sync(snapshot: Any, url: str, report: Report) -> None:

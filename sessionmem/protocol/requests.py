@@ -69,6 +69,13 @@ def api_call(payload: dict[str, Any], *, project: str | None = None,
         import urllib.parse  # only this stage needs it
 
         query = {"project": project, "session": session_id, "source": text_field(payload, "source")}
+        # A repository that commits the share file asks to share: the worker says whether to tell the user.
+        if identity is None:
+            from sessionmem.protocol.git_remote import repository_identity
+
+            identity = repository_identity(cwd)
+        if identity.share_file:
+            query.update({PROJECT_KEY: identity.project_key, SHARE_FILE_FIELD: "1"})
         return "GET", CONTEXT + "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v}), None
     if event == "UserPromptSubmit":
         # The project's identity between machines is known where the directory is: a few small

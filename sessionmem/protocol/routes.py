@@ -78,6 +78,10 @@ READY = "ready"  # GET /api/readiness: 200 {"status": "ready"}
 STARTING = "starting"  # ... or 503 whose error says "starting" while the journal is replayed
 RETRY_AFTER = "retry-after"  # on a 503: seconds to wait before sending again
 CONTEXT_COUNT_HEADER = "x-sessionmem-observations"  # observations in the injected context
+# On the context answer, the first time a repository that commits the share file asks (its SessionStart
+# sends ``projectKey`` and ``shareFile=1`` in the query): the team database it asks to share with,
+# percent-encoded. The hook tells the user, who alone decides (docs/team.md#sharing-and-consent).
+SHARE_REQUEST_HEADER = "x-sessionmem-share-request"
 
 # -- the MCP server (``sessionmem mcp``) -------------------------------------------------
 MCP_SERVER_NAME = "sessionmem"  # its name in Claude Code's mcpServers (plugin/.mcp.json says the same)

@@ -286,6 +286,34 @@ function onSession(event) {
   if (!page.projects.includes(event.project)) guarded(loadProjects);
 }
 
+// -- team sharing: what this machine shares with the team database, and why ------------------
+
+const SHARING_REASONS = {
+  share_projects: () => "shared: share_projects names it",
+  approved: (when) => `shared: approved on this machine${when}`,
+  denied: (when) => `not shared: refused on this machine${when}`,
+  requested: (when) => `not shared: its repository asks to share${when}, not approved (\`sessionmem share allow\` in it)`,
+};
+
+async function loadSharing() {
+  if (!(await getJSON("/api/health")).team) return; // team memory is off: nothing to list (and no 409 asked for)
+  const team = await getJSON("/api/team");
+  const entries = team.sharing ?? [];
+  const shared = entries.filter((entry) => entry.shared).length;
+  replace(byId("sharing-summary"), `${shared} shared with ${team.database || "the team database"}`
+    + (entries.length > shared ? `, ${entries.length - shared} not shared` : ""));
+  replace(byId("sharing-list"),
+    entries.map((entry) => {
+      const name = entry.project === "*" ? "every project" : entry.project;
+      const key = entry.projectKey && entry.projectKey !== `name:${entry.project}` ? ` (${entry.projectKey})` : "";
+      const when = entry.at ? ` on ${new Date(entry.at * 1000).toLocaleString()}` : "";
+      return h("li", {dataset: {reason: entry.reason}}, `${name}${key}: ${SHARING_REASONS[entry.reason]?.(when) ?? entry.reason}`);
+    }),
+    entries.length ? null : h("li", {}, "nothing: name projects in share_projects, or `sessionmem share allow` in a repository"),
+    team.consentError ? h("li", {class: "error"}, team.consentError) : null);
+  byId("sharing").hidden = false;
+}
+
 // -- start -----------------------------------------------------------------------------------
 
 function wire() {
@@ -305,6 +333,7 @@ function wire() {
 async function start() {
   wire();
   await guarded(loadProjects);
+  loadSharing().catch(showError); // beside the rest: its success must not hide another's error
   await render();
   listen("/stream", {observation: onStored, summary: onStored, prompt: onSession, session: onSession}, {
     badge: byId("live"),
