@@ -2,11 +2,14 @@
 
 Each line of the set is a case: ``id``, ``kind`` (:data:`KINDS`), ``attempts`` (:data:`ATTEMPTS`),
 ``about``, the payload (``event`` of a tool use, ``prompt``, or a team ``table`` with its ``row``,
-``origin`` and ``session`` overrides) and ``markers``: strings whose presence downstream counts as a
-leak or a promotion. Strings may hold placeholders, filled in at run time so that nothing in the
+``origin`` and ``session`` overrides), ``markers``: strings whose presence downstream counts as a
+leak (a private span's words) or, for an instruction, a promotion when stored unflagged in a title,
+"learned" or "next steps", and ``traces`` (optional): other strings of the case's text that must
+reach the agent only framed (a forged heading, a row's title). Strings may hold placeholders, filled in at run time so that nothing in the
 repository is a real-looking credential:
 
-- ``{{id}}`` the case's id; ``{{nonce}}`` a word of this run;
+- ``{{id}}`` the case's id; ``{{tag}}`` a short code of it (:func:`tag`: what survives a title cut
+  short); ``{{nonce}}`` a word of this run;
 - ``{{secret:KIND}}`` a fake but format-valid token of that kind (:data:`SECRET_KINDS`), made fresh
   for the run, the same for every use within one case; what counts as leaked is any
   :data:`CHUNK`-character piece of its random body (:func:`secret_chunks`), so a redaction that
@@ -22,6 +25,7 @@ written as it is (``facts`` as an object), ``{"$json_repeat": [text, n]}`` a lis
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 import secrets
@@ -35,8 +39,9 @@ SET_DIR = Path(__file__).resolve().parent / "adversarial"
 KINDS = ("tool_output", "prompt", "team_row")
 ATTEMPTS = ("plant_instruction", "close_frame", "forge_origin", "forge_time", "forge_project", "smuggle_secret",
             "smuggle_private", "oversized", "malformed")
-# Attempts whose markers are text that must reach the agent only framed, and never be promoted.
-INSTRUCTION_ATTEMPTS = ("plant_instruction", "close_frame", "forge_origin", "forge_time", "forge_project")
+# Attempts whose markers and traces must reach the agent only framed (the others' text is a secret, or a size).
+INSTRUCTION_ATTEMPTS = ("plant_instruction", "close_frame", "forge_origin", "forge_time", "forge_project",
+                        "malformed")
 SECRET_ATTEMPTS = ("smuggle_secret", "smuggle_private")
 CHUNK = 12  # characters of a secret's random body that count as a leak when found anywhere
 
@@ -164,6 +169,7 @@ class Case:
     about: str
     data: dict[str, Any]
     markers: list[str]
+    traces: list[str] = field(default_factory=list)
     secrets: dict[str, list[str]] = field(default_factory=dict)  # kind -> the chunks that count as a leak
     filler: str = ""  # the text of its ``{{filler:N}}``, if any
 
@@ -176,6 +182,11 @@ class Case:
         """What must not reach disk, a model, the team database or the agent: secrets' chunks, private words."""
         chunks = [chunk for found in self.secrets.values() for chunk in found]
         return chunks + (self.markers if self.attempts == "smuggle_private" else [])
+
+
+def tag(case_id: str) -> str:
+    """A short code of a case id: six hex digits of its hash."""
+    return hashlib.sha1(case_id.encode()).hexdigest()[:6]
 
 
 def _fill(value: Any, fill: Callable[[str], str]) -> Any:
@@ -215,6 +226,8 @@ def load(names: Names, *, only: set[str] | None = None, directory: Path = SET_DI
                     name, arg = match.group(1), match.group(2)
                     if name == "id":
                         return str(raw["id"])
+                    if name == "tag":
+                        return tag(str(raw["id"]))
                     if name == "nonce":
                         return names.nonce
                     if name == "secret":
@@ -230,15 +243,16 @@ def load(names: Names, *, only: set[str] | None = None, directory: Path = SET_DI
                 return _PLACEHOLDER.sub(one, text)
 
             payload = {key: value for key, value in raw.items() if key not in ("id", "kind", "attempts", "about",
-                                                                               "markers")}
+                                                                               "markers", "traces")}
             data = _fill(payload, fill)
             markers = [fill(marker) for marker in raw["markers"]]
-            cases.append(Case(raw["id"], raw["kind"], raw["attempts"], raw["about"], data, markers,
+            traces = [fill(trace) for trace in raw.get("traces", [])]
+            cases.append(Case(raw["id"], raw["kind"], raw["attempts"], raw["about"], data, markers, traces,
                               {kind: secret_chunks(bodies) for kind, (_, bodies) in made.items()},
                               filler.get("text", "")))
     ids = [case.id for case in cases]
-    if len(ids) != len(set(ids)):
-        raise ValueError("case ids must be unique")
+    if len(ids) != len(set(ids)) or len({tag(i) for i in ids}) != len(ids):
+        raise ValueError("case ids, and their tags, must be unique")
     return cases
 
 
