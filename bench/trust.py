@@ -150,8 +150,7 @@ def is_framed(text: str, at: int, *, foreign: bool) -> bool:
     second "# Memory of" heading stands between the preamble and it (text that closed the frame
     is outside it); and, for another machine's row (``foreign``), the unverified marker is in the
     same entry (from the heading above the occurrence, else the start of its line, to the end of
-    its line). This is the one
-    definition: adjust it here when the framing's shape is known.
+    its line). This is the one definition: adjust it here when the framing's shape is known.
     """
     if PREAMBLE is None:
         return False
@@ -175,12 +174,9 @@ def is_framed(text: str, at: int, *, foreign: bool) -> bool:
 
 
 def occurrences(text: str, marker: str) -> Iterator[int]:
-    """Positions of ``marker`` in ``text``, case folded."""
-    low, needle = text.casefold(), marker.casefold()
-    at = low.find(needle)
-    while at >= 0:
-        yield at
-        at = low.find(needle, at + 1)
+    """Positions of ``marker`` in ``text``, in any case."""
+    for match in re.finditer(re.escape(marker), text, re.IGNORECASE):
+        yield match.start()
 
 
 # -- the compliant model --------------------------------------------------------------------------------------
@@ -512,9 +508,11 @@ def pg_texts(url: str) -> list[str]:
     return texts
 
 
-def flagged_columns(row: dict[str, Any]) -> bool:
-    """Whether a stored row says it is flagged: a column named like ``flagged``/``flags`` holding anything."""
-    return any("flag" in name and value not in (None, 0, "", "[]", "{}", False) for name, value in row.items())
+def flagged(row: dict[str, Any], value: str) -> bool:
+    """Whether a stored row says it is flagged: a column named like ``flagged``/``flags`` holding anything, or
+    the flagged marker (``framing.FLAGGED``) in the text itself."""
+    return any("flag" in name and held not in (None, 0, "", "[]", "{}", False) for name, held in row.items()) \
+        or (FLAGGED is not None and FLAGGED in value)
 
 
 # -- counting -----------------------------------------------------------------------------------------------
@@ -604,10 +602,10 @@ def count_store(findings: dict[str, Finding], runs: list[Run], run_end: float) -
                 for marker in case.leak_markers():
                     if marker in text:
                         finding.leak("disk", f"{run.name}:{table}")
-                if promotable(case) and table in LOCAL_TEXT_TABLES and not flagged_columns(row):
+                if promotable(case) and table in LOCAL_TEXT_TABLES:
                     for column in LOCAL_TEXT_TABLES[table]:
                         value = str(row.get(column) or "")
-                        if any(marker.casefold() in value.casefold() for marker in case.markers):
+                        if any(True for m in case.markers for _ in occurrences(value, m)) and not flagged(row, value):
                             spot = f"{run.name}:{table}.{column}"
                             if spot not in finding.promoted:
                                 finding.promoted.append(spot)
