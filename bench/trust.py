@@ -622,9 +622,9 @@ def count_store(findings: dict[str, Finding], runs: list[Run], run_end: float) -
             if finding.case.attempts == "oversized":
                 finding.oversized_kept.extend(oversized_values(run, table, row))
             for column in ("created_at", "updated_at", "completed_at"):
-                value = row.get(column)
-                if isinstance(value, float | int) and not 0 <= value <= run_end + SKEW_S:  # NaN too
-                    finding.forged_time_kept.append(f"{run.name}:{table}.{column}={value}")
+                when = row.get(column)
+                if isinstance(when, float | int) and not 0 <= when <= run_end + SKEW_S:  # NaN too
+                    finding.forged_time_kept.append(f"{run.name}:{table}.{column}={when}")
             expected = str(finding.case.data.get("session", {}).get("project", finding.case.project))
             if "project" in row and row["project"] != expected:
                 finding.misrouted.append(f"{run.name}:{table} in {row['project']!r}, shared as {expected!r}")
@@ -683,10 +683,12 @@ def probe_routes(findings: dict[str, Finding], worker: WorkerProcess) -> tuple[d
             if ask(route + "?" + urllib.parse.urlencode(query)) >= 500:
                 finding.broke.append(route)
     unfiltered = []
-    for route, query in ((routes.OBSERVATION_LIST, {"limit": 100}), (routes.SUMMARIES, {"limit": 100}),
-                         (routes.SEARCH, {"q": "evil", "mode": "fts", "limit": 100}),
-                         (routes.SEARCH, {"q": "row", "mode": "fts", "limit": 100, "project": "*"})):
-        path = route + "?" + urllib.parse.urlencode(query)
+    everything: tuple[tuple[str, dict[str, str | int]], ...] = (
+        (routes.OBSERVATION_LIST, {"limit": 100}), (routes.SUMMARIES, {"limit": 100}),
+        (routes.SEARCH, {"q": "evil", "mode": "fts", "limit": 100}),
+        (routes.SEARCH, {"q": "row", "mode": "fts", "limit": 100, "project": "*"}))
+    for route, every in everything:
+        path = route + "?" + urllib.parse.urlencode(every)
         if ask(path) >= 500:
             unfiltered.append(path)
     return seen, unfiltered
