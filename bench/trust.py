@@ -135,32 +135,35 @@ def _constant(*names: str) -> str | None:
     return None
 
 
-PREAMBLE = _constant("PREAMBLE", "RECALLED_PREAMBLE", "PREAMBLE_TEXT")
+# The words said before the first memory: of the SessionStart context, of a file or prompt recall, of an
+# MCP tool's answer (any of them opens the frame for what follows).
+PREAMBLES = tuple(dict.fromkeys(p for p in (
+    _constant("PREAMBLE"), _constant("RECALL_NOTE", "RECALL_PREAMBLE"), _constant("ANSWER_NOTE", "TOOLS_NOTE"),
+    _constant("TOOLS_NOTE")) if p))
 UNVERIFIED = _constant("UNVERIFIED", "UNVERIFIED_MARK", "UNVERIFIED_MARKER")
-FLAGGED = _constant("FLAGGED", "FLAGGED_MARK", "FLAGGED_MARKER")
-FRAME_CLOSES = tuple(dict.fromkeys(t for t in (f"</{CONTEXT_TAG}>", _constant("CLOSE", "FRAME_CLOSE")) if t))
+FLAGGED = _constant("FLAGGED_MARK", "FLAGGED", "FLAGGED_MARKER")
+FRAME_CLOSES = tuple(dict.fromkeys(t for t in (f"</{CONTEXT_TAG}>", _constant("FRAME_CLOSE", "CLOSE")) if t))
 HEADING = re.compile(r"^#{1,6} ", re.MULTILINE)
-MEMORY_HEADING = re.compile(r"^# Memory of ", re.MULTILINE)
+TOP_HEADING = re.compile(r"^# ", re.MULTILINE)  # the frame's own title: a second one was written by memory text
 
 
 def is_framed(text: str, at: int, *, foreign: bool) -> bool:
     """Whether the occurrence at ``at`` of a marker in agent-facing ``text`` reaches the agent framed.
 
-    Framed: the preamble (``framing.PREAMBLE``) comes before it; no frame-closing tag and no
-    second "# Memory of" heading stands between the preamble and it (text that closed the frame
-    is outside it); and, for another machine's row (``foreign``), the unverified marker is in the
-    same entry (from the heading above the occurrence, else the start of its line, to the end of
-    its line). This is the one definition: adjust it here when the framing's shape is known.
+    Framed: one of the preambles (:data:`PREAMBLES`: ``framing.PREAMBLE``, ``RECALL_NOTE``,
+    ``ANSWER_NOTE``) comes before it; no frame-closing tag stands between that preamble and it, and
+    no second top-level heading before it (text that closed or forged the frame is outside it);
+    and, for another machine's row (``foreign``), the unverified marker is in the same entry (from
+    the heading above the occurrence, else the start of its line, to the end of its line). This
+    is the one definition: adjust it here when the framing's shape changes.
     """
-    if PREAMBLE is None:
-        return False
-    start = text.rfind(PREAMBLE, 0, at)
+    start = max((text.rfind(preamble, 0, at) for preamble in PREAMBLES), default=-1)
     if start < 0:
         return False
     between = text[start:at]
     if any(close in between for close in FRAME_CLOSES):
         return False
-    if len(MEMORY_HEADING.findall(text, 0, at)) > 1:
+    if len(TOP_HEADING.findall(text, 0, at)) > 1:
         return False
     if foreign:
         if UNVERIFIED is None:
@@ -783,7 +786,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"meta": {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": commit,
                                        "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
                                        "cores": os.cpu_count(), "load_average_at_start": os.getloadavg()},
-                              "framing": {"module": _framing is not None, "preamble": PREAMBLE is not None,
+                              "framing": {"module": _framing is not None, "preambles": len(PREAMBLES),
                                           "unverified": UNVERIFIED is not None, "flagged": FLAGGED is not None},
                               "cases": len(every)}
     problems: list[str] = []
