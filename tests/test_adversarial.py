@@ -22,7 +22,7 @@ SUBSET = ("to-bash-fail-system", "to-close-context-tag", "to-webfetch-urgent", "
           "to-slack-tokens", "to-private-fullwidth", "to-private-json-escape", "pr-pasted-instruction",
           "pr-secret-stripe", "pr-private-entities", "tr-next-steps", "tr-origin-newlines", "tr-time-future-summary",
           "tr-time-infinity", "tr-facts-object", "tr-title-2mb", "tr-secret-title", "tr-private-fullwidth",
-          "tr-misrouted-key")
+          "tr-type-unknown", "tr-misrouted-key")
 
 
 def bench_module(name: str) -> ModuleType:
