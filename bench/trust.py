@@ -156,9 +156,11 @@ def is_framed(text: str, at: int, *, foreign: bool) -> bool:
     Framed: one of the preambles (:data:`PREAMBLES`: ``framing.PREAMBLE``, ``RECALL_NOTE``,
     ``ANSWER_NOTE``) comes before it; no frame-closing tag stands between that preamble and it, and
     no second top-level heading before it (text that closed or forged the frame is outside it);
-    and, for another machine's row (``foreign``), the unverified marker is in the same entry (from
-    the heading above the occurrence, else the start of its line, to the end of its line). This
-    is the one definition: adjust it here when the framing's shape changes.
+    and, for another machine's row (``foreign``), the unverified marker is in the same entry: from
+    the heading above the occurrence (else the start of its line) to the end of its line, and when
+    its line is itself a heading (an MCP record's title, whose marks stand on the lines under it) up
+    to the next heading. This is the one definition: adjust it here
+    when the framing's shape changes.
     """
     start = max((text.rfind(preamble, 0, at) for preamble in PREAMBLES), default=-1)
     if start < 0:
@@ -171,10 +173,16 @@ def is_framed(text: str, at: int, *, foreign: bool) -> bool:
     if foreign:
         if UNVERIFIED is None:
             return False
-        headings = [m.start() for m in HEADING.finditer(text, start, at)]
-        entry_start = headings[-1] if headings else text.rfind("\n", 0, at) + 1  # under a heading, else its line
+        line_start = text.rfind("\n", 0, at) + 1
         line_end = text.find("\n", at)
-        if UNVERIFIED not in text[entry_start:line_end if line_end >= 0 else len(text)]:
+        line_end = line_end if line_end >= 0 else len(text)
+        headings = [m.start() for m in HEADING.finditer(text, start, line_start + 1)]
+        entry_start = headings[-1] if headings else line_start  # under a heading: from it, else its line
+        entry_end = line_end
+        if headings and headings[-1] == line_start:  # a record's title: its marks stand under it
+            following = HEADING.search(text, line_end)
+            entry_end = following.start() if following else len(text)
+        if UNVERIFIED not in text[entry_start:entry_end]:
             return False
     return True
 
