@@ -32,6 +32,7 @@ from sessionmem.compress.breaker import CircuitBreaker
 from sessionmem.compress.budget import TokenBudget
 from sessionmem.compress.offline import OfflineCompressor, build_offline_observation, build_offline_summary
 from sessionmem.compress.prompts import OBSERVATION_SYSTEM, SUMMARY_SYSTEM, observation_request, summary_request
+from sessionmem.compress.provider import provider_of
 from sessionmem.compress.xml_reply import SUMMARY_FIELDS, parse_observations, parse_summary
 from sessionmem.events import ObservationEvent, SummarizeEvent
 from sessionmem.records import CompressedObservation, CompressedSummary, SummaryInputs
@@ -144,7 +145,7 @@ class LLMCompressor:
             offline_fallbacks=counted.offline_fallbacks, input_tokens=counted.input_tokens,
             output_tokens=counted.output_tokens, client_ready=self._client_ready(),
             breaker=self._breaker.statistics(), budget=self._budget.statistics(), reason=self.reason(),
-            last_failure=self._last_failure)
+            last_failure=self._last_failure, provider=provider_of(self._settings, self.name))
 
     def seed_usage(self, tokens_today: int) -> None:
         self._budget.seed(tokens_today)
