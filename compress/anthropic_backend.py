@@ -59,6 +59,15 @@ class AnthropicCompressor(HTTPCompressor["anthropic.AsyncAnthropic"]):
                  client: Callable[[Settings], anthropic.AsyncAnthropic] = default_client, reason: str = "") -> None:
         super().__init__(settings, client=client, reason=reason)
 
+    async def warm_up(self) -> None:
+        await super().warm_up()
+        if self._settings.compressor == "auto":
+            budget = self._settings.llm_daily_token_budget
+            await self.notice.offer("anthropic", f"sessionmem: memory is now compressed by {self._settings.model} "
+                                                 f"with the API key in anthropic_api_key, billed to it"
+                                                 f"{f', up to {budget:,} tokens a day' if budget else ''}; set "
+                                                 "compressor to offline in settings.json to stop it")
+
     async def _close(self, client: anthropic.AsyncAnthropic) -> None:
         await client.close()
 

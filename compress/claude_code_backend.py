@@ -209,6 +209,15 @@ def parse_login(returncode: int, stdout: bytes) -> LoginStatus:
     return LoginStatus(False, "not logged in (run `claude auth login`)")
 
 
+def switch_message(settings: Settings, status: LoginStatus) -> str:
+    """What the user is told once when ``auto`` starts compressing with their Claude Code login."""
+    budget = (f"up to {settings.llm_daily_token_budget:,} tokens a day" if settings.llm_daily_token_budget
+              else "with no daily limit")
+    return (f"sessionmem: memory is now compressed by {settings.model} through your Claude Code login "
+            f"({status.detail.removeprefix('logged in ').strip('()')}), on your plan's usage, {budget}; "
+            "set compressor to offline in settings.json to stop it")
+
+
 def refused_login(status: LoginStatus) -> LoginStatus:
     """``status`` once a run was refused under it: what ``auth status`` says cannot be used as it is."""
     return LoginStatus(False, f"{status.detail} according to `claude auth status`, but its runs were refused as "
@@ -267,6 +276,8 @@ class ClaudeCodeCompressor(LLMCompressor):
                 self._login_checked = trio.current_time()
                 if status.detail != before:  # not every LOGIN_RECHECK_S (a refusal is warned of once: llm.py)
                     log.info("claude-code compressor: %s", self.reason())
+                if status.logged_in and self._settings.compressor == "auto":
+                    await self.notice.offer(f"claude-code {status.detail}", switch_message(self._settings, status))
             return self._login
 
     async def _read_login(self) -> LoginStatus:

@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 import trio
 
+from sessionmem.compress.announce import SwitchNotice
 from sessionmem.compress.base import CompressorStatistics, SessionContext
 from sessionmem.compress.breaker import CircuitBreaker
 from sessionmem.compress.budget import TokenBudget
@@ -114,6 +115,7 @@ class LLMCompressor:
         self._budget = TokenBudget(daily_limit=settings.llm_daily_token_budget,
                                    session_cap=settings.llm_session_token_cap)
         self._said: set[str] = set()  # reasons already logged (once each)
+        self.notice = SwitchNotice(settings.data_dir)  # `auto` moving the user onto a paid model, said once
         self._last_failure = ""  # why the latest request failed for good ("" once one succeeds)
         self._counters = Counters()
 

@@ -45,7 +45,7 @@ from sessionmem.protocol.limits import printable_line
 from sessionmem.protocol.privacy import strip_private
 from sessionmem.protocol.project import project_of
 from sessionmem.protocol.requests import api_call, encoded_call, is_internal_prompt, text_field
-from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER
+from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, NOTICE_HEADER
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -144,6 +144,12 @@ def session_start(payload: dict[str, Any], project: str, config: ClientConfig, l
             f"sessionmem: {count} memories of {name} loaded · {opener} to browse them"
             if count else f"sessionmem: no memories of {name} yet · {opener} shows what it records"
         )
+    notice = reply.headers.get(NOTICE_HEADER)
+    if notice:  # said once by the worker (auto moved memory onto a paid model): shown even without the line above
+        from urllib.parse import unquote
+
+        line = printable_line(unquote(notice))
+        output["systemMessage"] = f"{output['systemMessage']}\n{line}" if "systemMessage" in output else line
     return output or None
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import unquote_to_bytes, urlencode
+from urllib.parse import quote, unquote_to_bytes, urlencode
 
 import msgspec
 import trio
@@ -30,7 +30,7 @@ from sessionmem.actors.child import MailboxFull
 from sessionmem.broadcast import live_event_name
 from sessionmem.protocol import routes
 from sessionmem.protocol.limits import MAX_QUERY_CHARS, MAX_SESSION_ID
-from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, READY, STARTING
+from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, NOTICE_HEADER, READY, STARTING
 from sessionmem.runtime.logs import log_exception
 from sessionmem.server.context_markdown import render_context
 from sessionmem.server.debug import processing_status
@@ -223,11 +223,16 @@ def create_quart_app(services: Services) -> QuartTrio:
             project, focus=focus, focus_latest_prompt=(request.args.get("source") or "") in FOCUSED_SOURCES,
             session=text_arg("session", limit=MAX_SESSION_ID) or "", origin=origin_arg())
         text, named = render_context(plan, token_budget=budget)
-        return Response(text, content_type="text/markdown; charset=utf-8", headers={
+        headers = {
             CONTEXT_COUNT_HEADER: str(named),
             "X-Sessionmem-Summary": "1" if plan.summary is not None else "0",
             "X-Sessionmem-Ranking": plan.ranking,
-        })
+        }
+        # A SessionStart (it names its session) takes the LLM backends' one-time notice (compress/announce.py).
+        notice = getattr(services.compressor, "notice", None)
+        if notice is not None and request.args.get("session") and (said := await notice.take()):
+            headers[NOTICE_HEADER] = quote(said)
+        return Response(text, content_type="text/markdown; charset=utf-8", headers=headers)
 
     def page() -> dict[str, Any]:
         """``project``, ``limit`` and ``offset`` from the query string, validated."""

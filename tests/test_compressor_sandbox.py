@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,7 +45,7 @@ from sessionmem.testing.harness import open_worker
 from sessionmem.testing.messages_api import Action, ScriptedMessagesAPI
 from sessionmem.testing.worker_process import start_worker
 
-from .test_claude_code_compressor import CLAUDE, _require_cli, claude_processes, post_tools, wait_for
+from .test_claude_code_compressor import CLAUDE, REPO, _require_cli, claude_processes, post_tools, wait_for
 
 HOSTILE_KEY = "sk-ant-api03-hostile-project-key"
 HOSTILE_ENV = {"ANTHROPIC_API_KEY": HOSTILE_KEY, "ANTHROPIC_AUTH_TOKEN": "hostile-token",
@@ -315,3 +316,41 @@ def test_the_hooks_launcher_starts_the_worker_confined(tmp_path: Path, monkeypat
             os.kill(state.pid, 15)
             wait_for(lambda: not Path(f"/proc/{state.pid}").exists() or
                      Path(f"/proc/{state.pid}/stat").read_text().split()[2] == "Z", 30, "the worker stopped")
+
+
+# -- auto moving the user onto their subscription is said once -----------------------------------------------
+
+
+def _session_start(data_dir: Path, env: dict[str, str], session: str) -> str:
+    """The system message the real SessionStart hook prints for a session in /work/calc."""
+    payload = {"hook_event_name": "SessionStart", "session_id": session, "cwd": "/work/calc", "source": "startup"}
+    done = subprocess.run([sys.executable, "-S", str(REPO / "hooks" / "entry.py"), "SessionStart"],
+                          input=json.dumps(payload).encode(), capture_output=True, timeout=60,
+                          env={**env, "SESSIONMEM_DATA_DIR": str(data_dir)})
+    assert done.returncode == 0, done.stderr
+    return str(json.loads(done.stdout or b"{}").get("systemMessage", ""))
+
+
+@pytest.mark.slow
+def test_auto_moving_memory_onto_the_subscription_is_said_once(tmp_path: Path, api: ScriptedMessagesAPI) -> None:
+    _require_cli()
+    home = logged_in_home(tmp_path / "home")
+    data_dir = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONMEM_", "ANTHROPIC_", "CLAUDE"))}
+    env.update(HOME=str(home), PATH=f"{CLAUDE.parent}:{os.path.dirname(sys.executable)}:/usr/bin:/bin",
+               SESSIONMEM_ANTHROPIC_BASE_URL=api.url)
+    said = "memory is now compressed by claude-haiku-4-5 through your Claude Code login (claude.ai)"
+    messages = []
+    for run in range(2):  # a restarted worker does not say it again
+        worker = start_worker(data_dir, env=env, timeout=60)
+        try:
+            assert worker.get("/api/health")["compressor"] == "claude-code"
+            wait_for(lambda w=worker: w.get("/debug.json")["compressor"]["clientReady"], 60, "the CLI's login was read")
+            hook_env = {**env, "SESSIONMEM_PORT": str(worker.port)}
+            messages += [_session_start(data_dir, hook_env, f"s{run}a"), _session_start(data_dir, hook_env, f"s{run}b")]
+        finally:
+            worker.stop()
+    assert [said in message for message in messages] == [True, False, False, False], messages
+    assert "sessionmem: no memories of calc yet" in messages[0]  # beside the usual line, not instead of it
+    log = (data_dir / "worker.log").read_text()
+    assert log.count(said) == 1

@@ -78,6 +78,8 @@ READY = "ready"  # GET /api/readiness: 200 {"status": "ready"}
 STARTING = "starting"  # ... or 503 whose error says "starting" while the journal is replayed
 RETRY_AFTER = "retry-after"  # on a 503: seconds to wait before sending again
 CONTEXT_COUNT_HEADER = "x-sessionmem-observations"  # observations in the injected context
+# A line the user must see once (`auto` moved them onto a paid model): SessionStart adds it to its system message.
+NOTICE_HEADER = "x-sessionmem-notice"
 
 # -- the MCP server (``sessionmem mcp``) -------------------------------------------------
 MCP_SERVER_NAME = "sessionmem"  # its name in Claude Code's mcpServers (plugin/.mcp.json says the same)
