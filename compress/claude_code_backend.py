@@ -14,20 +14,26 @@ a ``kill -9``). Running ``claude -p --output-format json`` is a few lines and ke
 rules below ours.
 
 What the child is (:func:`cli_command`; each flag checked against the pinned CLI in
-``tests/test_claude_code_compressor.py``):
+``tests/test_claude_code_compressor.py``, and the sandbox in ``tests/test_compressor_sandbox.py``):
+    ``--max-turns 1`` (one request a run, whatever the server answers);
     ``--tools ""`` (no tools) and ``--strict-mcp-config`` (no MCP servers);
     ``--system-prompt`` ours, not Claude Code's; ``--model`` the ``model`` setting (Haiku);
     ``--setting-sources ""`` (no user or project settings, so no hooks of ours, no plugins
     and no CLAUDE.md) and ``--settings`` with ``disableAllHooks`` (no hooks from anywhere
-    else either: the compressor's own runs are never captured as memory) and thinking off;
+    else either: the compressor's own runs are never captured as memory), thinking and
+    auto-memory off;
     ``--no-session-persistence`` (nothing in ``~/.claude/projects``, nothing in
     ``claude --resume``); ``--disable-slash-commands``. Not ``--bare``: it never reads the
-    OAuth login, so it cannot serve a subscription user. Environment:
-    ``CLAUDE_CODE_MAX_RETRIES=0`` (our retry policy, below, decides),
+    OAuth login, so it cannot serve a subscription user. Environment (:func:`cli_environment`):
+    an allow-list of the worker's (who the user is, the locale), the provider and login
+    sessionmem's settings give (``anthropic_base_url``, ``claude_config_dir``,
+    ``claude_code_oauth_token``), never an ``ANTHROPIC_*`` or proxy variable of whichever
+    session started the worker; and ``CLAUDE_CODE_MAX_RETRIES=0`` (our retry policy, below, decides),
     ``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` (``llm_max_tokens``), ``API_TIMEOUT_MS``
     (``llm_timeout_s``), ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` (no telemetry or
-    update checks from a background child), ``CLAUDE_CODE_DISABLE_ATTACHMENTS=1`` (no
-    reminder of the tokens left). It runs in ``<data dir>/claude-code``, an empty
+    update checks from a background child), ``CLAUDE_CODE_DISABLE_ATTACHMENTS=1`` (an
+    ``@/path`` in a tool's output brings no file into the request),
+    ``CLAUDE_CODE_DISABLE_AUTO_MEMORY=1``. It runs in ``<data dir>/claude-code``, an empty
     directory. What the CLI adds around our request (a billing and an identity line in the
     system prompt, reminders of the environment, the model and the date) measures about
     1,200 characters of text a request, shared by the batch's tool uses; no other switch of
@@ -48,8 +54,13 @@ Login:
     Whether the CLI is logged in is read from ``claude auth status`` (JSON, exit 0 when
     logged in; under a second), run as any other child, once in the background after the
     worker starts (:meth:`~ClaudeCodeCompressor.warm_up`) and again after
-    :data:`LOGIN_RECHECK_S` while it is not, or after an authentication failure. While it is
-    not logged in, batches go to the offline compressor and ``/debug`` says why.
+    :data:`LOGIN_RECHECK_S` while it is not, or after an authentication failure. ``auth
+    status`` reads the user's settings, the runs do not: a login from there (an
+    ``apiKeyHelper``) counts as not logged in, with the reason (:func:`parse_login`), and a
+    login a run was refused under is not run again until ``auth status`` reports another
+    (:func:`refused_login`). While it is not usable, batches go to the offline compressor
+    and ``/debug`` says why. Under ``auto``, the first usable login is announced once
+    (:mod:`.announce`).
 
 Error handling:
     The CLI's result says what happened (``is_error``, ``api_error_status``). A rate limit or
