@@ -288,6 +288,9 @@ def test_a_worker_started_from_a_hostile_session_sends_nothing_there(tmp_path: P
     assert row["compressed"] and row["compressor"] == "claude-code" and api.requests
     assert provider["host"] == api.url.split("//", 1)[1].rstrip("/")
     assert HOSTILE_KEY not in json.dumps([[r.headers, r.body] for r in api.requests])
+    # The user's subscription login (logged_in_home's token), not an API key, carried every request.
+    assert all(r.headers.get("authorization") == "Bearer sk-ant-oat01-scripted" and "x-api-key" not in r.headers
+               for r in api.requests), [r.headers for r in api.requests]
     log = (data_dir / "worker.log").read_text()
     assert "ANTHROPIC_API_KEY" in log and HOSTILE_KEY not in log  # the names left out are logged, never values
 
