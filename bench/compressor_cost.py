@@ -194,8 +194,8 @@ def backend_server(name: str, root: Path) -> Iterator[Backend]:
         return
     with ScriptedMessagesAPI() as api:
         if name == "anthropic":
-            yield Backend(name, api, {"SESSIONMEM_COMPRESSOR": name, "ANTHROPIC_API_KEY": "sk-bench-dummy",
-                                      "ANTHROPIC_BASE_URL": api.url})
+            yield Backend(name, api, {"SESSIONMEM_COMPRESSOR": name, "SESSIONMEM_ANTHROPIC_API_KEY": "sk-bench-dummy",
+                                      "SESSIONMEM_ANTHROPIC_BASE_URL": api.url})
             return
         if not CLAUDE.exists():
             raise SystemExit(f"{CLAUDE} is missing: `make e2e/node_modules/.installed` installs the pinned CLI")
@@ -205,9 +205,10 @@ def backend_server(name: str, root: Path) -> Iterator[Backend]:
 
 
 def cli_env(home: Path, api: ScriptedMessagesAPI) -> dict[str, str]:
-    """The CLI's environment: this process's without credentials or settings of its own, ``home``, ``api``."""
+    """The CLI's environment: this process's without credentials or settings of its own, ``home``, ``api``
+    (for a plain run of the CLI, ``ANTHROPIC_BASE_URL``; for the worker's runs, ``SESSIONMEM_ANTHROPIC_BASE_URL``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONMEM_", "ANTHROPIC_", "CLAUDE"))}
-    env.update(HOME=str(home), ANTHROPIC_BASE_URL=api.url)
+    env.update(HOME=str(home), ANTHROPIC_BASE_URL=api.url, SESSIONMEM_ANTHROPIC_BASE_URL=api.url)
     return env
 
 

@@ -72,8 +72,8 @@ class Context:
         # The worker as shipped: default batching and limits unless a scenario says otherwise.
         settings = {"SESSIONMEM_COMPRESSOR": "offline"}
         if api is not None:
-            settings.update(SESSIONMEM_COMPRESSOR="anthropic", ANTHROPIC_API_KEY="sk-bench-dummy",
-                            ANTHROPIC_BASE_URL=api.url, SESSIONMEM_LLM_CONCURRENCY="4")
+            settings.update(SESSIONMEM_COMPRESSOR="anthropic", SESSIONMEM_ANTHROPIC_API_KEY="sk-bench-dummy",
+                            SESSIONMEM_ANTHROPIC_BASE_URL=api.url, SESSIONMEM_LLM_CONCURRENCY="4")
         settings.update({k: str(v) for k, v in env.items()})
         settings.update(self.worker_env)
         worker = start_worker(self.out / "data" / name, env=settings, timeout=60)

@@ -6,7 +6,7 @@ breaker and the budgets are shared with the other LLM backends (:mod:`.llm`); th
 is how a request reaches the Messages API.
 
 Resource handling:
-    One ``AsyncAnthropic`` client (it honours ``ANTHROPIC_BASE_URL``) shared by all
+    One ``AsyncAnthropic`` client (for ``anthropic_api_key`` at ``anthropic_base_url``) shared by all
     actors, made on a worker thread the first time it is needed -- the SDK takes
     over a second to import, which the worker's start must not wait for
     (:meth:`AnthropicCompressor.warm_up` makes it early, in the background) -- and
@@ -38,12 +38,18 @@ from sessionmem.settings import Settings
 if TYPE_CHECKING:
     import anthropic
 
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+
 
 def default_client(settings: Settings) -> anthropic.AsyncAnthropic:
     import anthropic  # ~1.6 s: on a worker thread, once
 
-    # SDK retries off: ours count retries and honour Retry-After with a cap.
-    return anthropic.AsyncAnthropic(max_retries=0, timeout=settings.llm_timeout_s)
+    # SDK retries off: ours count retries and honour Retry-After with a cap. The key and the address are
+    # sessionmem's settings, given explicitly: never ANTHROPIC_API_KEY or ANTHROPIC_BASE_URL of whichever
+    # session started the worker (the worker does not keep them: sessionmem.protocol.environment).
+    return anthropic.AsyncAnthropic(api_key=settings.anthropic_api_key,
+                                    base_url=settings.anthropic_base_url or DEFAULT_BASE_URL,
+                                    max_retries=0, timeout=settings.llm_timeout_s)
 
 
 class AnthropicCompressor(HTTPCompressor["anthropic.AsyncAnthropic"]):
@@ -52,6 +58,15 @@ class AnthropicCompressor(HTTPCompressor["anthropic.AsyncAnthropic"]):
     def __init__(self, settings: Settings, *,
                  client: Callable[[Settings], anthropic.AsyncAnthropic] = default_client, reason: str = "") -> None:
         super().__init__(settings, client=client, reason=reason)
+
+    async def warm_up(self) -> None:
+        await super().warm_up()
+        if self._settings.compressor == "auto":
+            budget = self._settings.llm_daily_token_budget
+            await self.notice.offer("anthropic", f"sessionmem: memory is now compressed by {self._settings.model} "
+                                                 f"with the API key in anthropic_api_key, billed to it"
+                                                 f"{f', up to {budget:,} tokens a day' if budget else ''}; set "
+                                                 "compressor to offline in settings.json to stop it")
 
     async def _close(self, client: anthropic.AsyncAnthropic) -> None:
         await client.close()

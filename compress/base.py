@@ -29,6 +29,13 @@ class SessionContext(msgspec.Struct, frozen=True):
     tokens_used: int = 0  # LLM tokens the session had spent when its actor started
 
 
+class ProviderStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """Where an LLM backend's requests go and what they carry, from sessionmem's settings (compress/provider.py)."""
+
+    host: str  # the host of the model's address (the base URL)
+    credential: str  # which credential, and where it is configured: never its value
+
+
 class CompressorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """Counters of a compressor; the LLM figures stay 0 for the offline one."""
 
@@ -50,6 +57,7 @@ class CompressorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     budget: BudgetStatistics | None = None
     reason: str = ""  # why this backend runs (the setting, or what ``auto`` found), and what it does meanwhile
     last_failure: str = ""  # why the latest LLM request failed for good ("" once one succeeds)
+    provider: ProviderStatistics | None = None  # where its requests go (None offline)
 
 
 class Compressor(Protocol):

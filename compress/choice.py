@@ -1,7 +1,8 @@
 """Which compressor the worker uses, and why (``Settings.resolved_compressor``).
 
-``compressor = "auto"`` (the default) picks, in order: ``anthropic`` when an API key is
-configured (``ANTHROPIC_API_KEY`` or ``ANTHROPIC_AUTH_TOKEN``); else ``claude-code`` when a
+``compressor = "auto"`` (the default) picks, in order: ``anthropic`` when sessionmem's
+``anthropic_api_key`` is set (never ``ANTHROPIC_API_KEY`` of whichever session started the
+worker: :mod:`sessionmem.protocol.environment`); else ``claude-code`` when a
 Claude Code CLI is found (``claude_path``, or ``claude`` on ``PATH``), whose login the
 backend reads with ``claude auth status`` off the Trio thread, in the background after the
 worker starts -- the offline compressor serves while it is not logged in; else ``offline``.
@@ -11,19 +12,38 @@ The reason is in ``/debug`` (``compressor.reason``) and ``sessionmem doctor``.
 
 from __future__ import annotations
 
-import os
+import logging
+from collections.abc import Mapping
 
+from sessionmem.compress import provider
 from sessionmem.compress.base import Compressor
 from sessionmem.compress.offline import OfflineCompressor
-from sessionmem.settings import Settings, anthropic_credentials_configured, find_claude_cli
+from sessionmem.settings import Settings, anthropic_credentials_configured, find_claude_cli, plain_http_warnings
+
+log = logging.getLogger(__name__)
+
+# What a user may have set for Claude Code or the SDK that the worker does not read, and the setting that does.
+NOT_INHERITED = {
+    "ANTHROPIC_API_KEY": "anthropic_api_key (SESSIONMEM_ANTHROPIC_API_KEY)",
+    "ANTHROPIC_AUTH_TOKEN": "anthropic_api_key (SESSIONMEM_ANTHROPIC_API_KEY)",
+    "ANTHROPIC_BASE_URL": "anthropic_base_url (SESSIONMEM_ANTHROPIC_BASE_URL)",
+    "CLAUDE_CONFIG_DIR": "claude_config_dir (SESSIONMEM_CLAUDE_CONFIG_DIR)",
+    "CLAUDE_CODE_OAUTH_TOKEN": "claude_code_oauth_token (SESSIONMEM_CLAUDE_CODE_OAUTH_TOKEN)",
+}
+
+
+def not_inherited(environ: Mapping[str, str]) -> list[str]:
+    """Lines for ``doctor``: each provider variable set in ``environ`` that the worker ignores, and what to set."""
+    return [f"{name} is set here, but the worker does not read it (one project's session may set it too): "
+            f"set {setting} to use it" for name, setting in NOT_INHERITED.items() if environ.get(name)]
 
 
 def reason(settings: Settings, environ: dict[str, str] | None = None) -> str:
     """Why ``settings.resolved_compressor`` is the one (the CLI's login aside: the backend reads it)."""
     if settings.compressor != "auto":
         return f"set: compressor = {settings.compressor}"
-    if anthropic_credentials_configured(environ):
-        return "auto: an Anthropic API key is configured"
+    if anthropic_credentials_configured(settings):
+        return "auto: an Anthropic API key is configured (anthropic_api_key)"
     if find_claude_cli(settings.claude_path, environ):
         return "auto: no Anthropic API key, a Claude Code CLI is installed"
     where = f"not at claude_path {settings.claude_path}" if settings.claude_path else "not on PATH"
@@ -32,6 +52,8 @@ def reason(settings: Settings, environ: dict[str, str] | None = None) -> str:
 
 def choose_compressor(settings: Settings) -> Compressor:
     why = reason(settings)
+    for warning in plain_http_warnings(settings):
+        log.warning("%s", warning)
     if settings.resolved_compressor == "anthropic":
         # Imported only when used: the SDK costs an offline worker ~100 MB and its start-up time.
         from sessionmem.compress.anthropic_backend import AnthropicCompressor
@@ -57,6 +79,8 @@ def describe(settings: Settings, *, login_timeout_s: float = 20.0) -> tuple[str,
     import subprocess
 
     backend, why = settings.resolved_compressor, reason(settings)
+    where = provider.describe(settings, backend)
+    why = f"{why}; {where}" if where else why
     if backend != "claude-code":
         return backend, why
     from sessionmem.compress.claude_code_backend import cli_environment, parse_login
@@ -66,7 +90,8 @@ def describe(settings: Settings, *, login_timeout_s: float = 20.0) -> tuple[str,
         return backend, f"{why}; no Claude Code CLI found: offline compressor meanwhile"
     try:
         done = subprocess.run([executable, "auth", "status", "--json"], capture_output=True, timeout=login_timeout_s,
-                              env=cli_environment(settings, dict(os.environ)), stdin=subprocess.DEVNULL, check=False)
+                              env=cli_environment(settings), stdin=subprocess.DEVNULL, check=False,
+                              cwd=settings.data_dir if settings.data_dir.is_dir() else None)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return backend, f"{why}; `{executable} auth status` failed ({exc}): offline compressor meanwhile"
     login = parse_login(done.returncode, done.stdout)

@@ -14,20 +14,26 @@ a ``kill -9``). Running ``claude -p --output-format json`` is a few lines and ke
 rules below ours.
 
 What the child is (:func:`cli_command`; each flag checked against the pinned CLI in
-``tests/test_claude_code_compressor.py``):
+``tests/test_claude_code_compressor.py``, and the sandbox in ``tests/test_compressor_sandbox.py``):
+    ``--max-turns 1`` (one request a run, whatever the server answers);
     ``--tools ""`` (no tools) and ``--strict-mcp-config`` (no MCP servers);
     ``--system-prompt`` ours, not Claude Code's; ``--model`` the ``model`` setting (Haiku);
     ``--setting-sources ""`` (no user or project settings, so no hooks of ours, no plugins
     and no CLAUDE.md) and ``--settings`` with ``disableAllHooks`` (no hooks from anywhere
-    else either: the compressor's own runs are never captured as memory) and thinking off;
+    else either: the compressor's own runs are never captured as memory), thinking and
+    auto-memory off;
     ``--no-session-persistence`` (nothing in ``~/.claude/projects``, nothing in
     ``claude --resume``); ``--disable-slash-commands``. Not ``--bare``: it never reads the
-    OAuth login, so it cannot serve a subscription user. Environment:
-    ``CLAUDE_CODE_MAX_RETRIES=0`` (our retry policy, below, decides),
+    OAuth login, so it cannot serve a subscription user. Environment (:func:`cli_environment`):
+    an allow-list of the worker's (who the user is, the locale), the provider and login
+    sessionmem's settings give (``anthropic_base_url``, ``claude_config_dir``,
+    ``claude_code_oauth_token``), never an ``ANTHROPIC_*`` or proxy variable of whichever
+    session started the worker; and ``CLAUDE_CODE_MAX_RETRIES=0`` (our retry policy, below, decides),
     ``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` (``llm_max_tokens``), ``API_TIMEOUT_MS``
     (``llm_timeout_s``), ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` (no telemetry or
-    update checks from a background child), ``CLAUDE_CODE_DISABLE_ATTACHMENTS=1`` (no
-    reminder of the tokens left). It runs in ``<data dir>/claude-code``, an empty
+    update checks from a background child), ``CLAUDE_CODE_DISABLE_ATTACHMENTS=1`` (an
+    ``@/path`` in a tool's output brings no file into the request),
+    ``CLAUDE_CODE_DISABLE_AUTO_MEMORY=1``. It runs in ``<data dir>/claude-code``, an empty
     directory. What the CLI adds around our request (a billing and an identity line in the
     system prompt, reminders of the environment, the model and the date) measures about
     1,200 characters of text a request, shared by the batch's tool uses; no other switch of
@@ -48,8 +54,13 @@ Login:
     Whether the CLI is logged in is read from ``claude auth status`` (JSON, exit 0 when
     logged in; under a second), run as any other child, once in the background after the
     worker starts (:meth:`~ClaudeCodeCompressor.warm_up`) and again after
-    :data:`LOGIN_RECHECK_S` while it is not, or after an authentication failure. While it is
-    not logged in, batches go to the offline compressor and ``/debug`` says why.
+    :data:`LOGIN_RECHECK_S` while it is not, or after an authentication failure. ``auth
+    status`` reads the user's settings, the runs do not: a login from there (an
+    ``apiKeyHelper``) counts as not logged in, with the reason (:func:`parse_login`), and a
+    login a run was refused under is not run again until ``auth status`` reports another
+    (:func:`refused_login`). While it is not usable, batches go to the offline compressor
+    and ``/debug`` says why. Under ``auto``, the first usable login is announced once
+    (:mod:`.announce`).
 
 Error handling:
     The CLI's result says what happened (``is_error``, ``api_error_status``). A rate limit or
@@ -70,6 +81,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -89,8 +101,16 @@ REAP_TIMEOUT_S = 5.0  # a killed group's leader is reaped within this (SIGKILL: 
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024  # of a run's stdout or stderr kept (a result is a few KB)
 CHILD_DIR = "claude-code"  # in the data dir: the runs' empty working directory
 # --settings of every run: no hook from any source runs (ours would capture the compressor's own
-# run as a session), and no extended thinking (the CLI turns it on for Haiku with a 32k budget).
-CHILD_SETTINGS = {"disableAllHooks": True, "alwaysThinkingEnabled": False}
+# run as a session), no extended thinking (the CLI turns it on for Haiku with a 32k budget), and no
+# auto-memory (the CLI would load ~/.claude/projects/<working dir>/memory/MEMORY.md into the request).
+CHILD_SETTINGS = {"disableAllHooks": True, "alwaysThinkingEnabled": False, "autoMemoryEnabled": False}
+# What a run keeps of the worker's environment (itself allow-listed: sessionmem.protocol.environment):
+# who the user is and the machine's locale. Not SESSIONMEM_* (sessionmem's own keys), not PG*.
+CHILD_KEPT = frozenset({"HOME", "PATH", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+                        "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_RUNTIME_DIR"})
+# The CLI's ways to log in that a run with no settings (--setting-sources "") cannot use, though
+# `claude auth status` (which reads the user's settings) reports them as logged in.
+SETTINGS_LOGINS = {"api_key_helper": "an apiKeyHelper", "apiKeyHelper": "an apiKeyHelper"}
 _QUOTA_WORDS = ("usage limit", "limit reached", "quota", "rate limit", "rate_limit", "credit balance")
 _AUTH_WORDS = ("not logged in", "failed to authenticate", "invalid api key", "please run /login", "oauth token")
 
@@ -119,6 +139,7 @@ class LoginStatus(msgspec.Struct, frozen=True):
 
     logged_in: bool
     detail: str
+    identity: str = ""  # which login (method, key source, expiry): a refused run is not retried under the same one
 
 
 class RunFailed(NamedTuple):
@@ -134,6 +155,9 @@ def cli_command(executable: str, settings: Settings, system: str) -> list[str]:
     return [
         executable, "-p", "--output-format", "json", "--input-format", "text",
         "--model", settings.model,
+        # One turn: with no tools there is nothing to loop on, and a server answering with tool calls
+        # cannot make the CLI send request after request (it did: 526 requests in 40 s).
+        "--max-turns", "1",
         "--tools", "",
         "--strict-mcp-config",
         "--system-prompt", system,
@@ -144,23 +168,39 @@ def cli_command(executable: str, settings: Settings, system: str) -> list[str]:
     ]
 
 
-def cli_environment(settings: Settings, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The worker's environment (``HOME``, ``PATH``, proxies, the user's Claude Code variables), and ours."""
-    env = dict(os.environ if environ is None else environ)
+def cli_environment(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A run's environment: :data:`CHILD_KEPT` of ``environ`` (default: the worker's), the provider and login
+    sessionmem's settings give, and ours. Nothing else: no ``ANTHROPIC_*``, ``CLAUDE_*`` or proxy variable of
+    whichever session started the worker reaches the CLI."""
+    source = os.environ if environ is None else environ
+    env = {name: value for name, value in source.items() if name in CHILD_KEPT or name.startswith("LC_")}
+    if settings.anthropic_base_url:
+        env["ANTHROPIC_BASE_URL"] = settings.anthropic_base_url
+    if settings.claude_config_dir:
+        env["CLAUDE_CONFIG_DIR"] = os.path.expanduser(settings.claude_config_dir)
+    if settings.claude_code_oauth_token:
+        env["CLAUDE_CODE_OAUTH_TOKEN"] = settings.claude_code_oauth_token
     env.update(
         CLAUDE_CODE_MAX_RETRIES="0",
         CLAUDE_CODE_MAX_OUTPUT_TOKENS=str(settings.llm_max_tokens),
         API_TIMEOUT_MS=str(int(settings.llm_timeout_s * 1000)),
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-        # No attachments: of what the CLI adds to a request, the one reminder a switch removes (the tokens
-        # left, 86 characters a request; bench/compressor_cost.py --probe-flags measures each candidate).
+        # No attachments: an `@/path` in a tool's output would otherwise bring that file into the
+        # request (and the reminder of the tokens left goes with them, 86 characters a request).
         CLAUDE_CODE_DISABLE_ATTACHMENTS="1",
+        # No auto-memory (also off in CHILD_SETTINGS): the switch that wins over every setting.
+        CLAUDE_CODE_DISABLE_AUTO_MEMORY="1",
     )
     return env
 
 
 def parse_login(returncode: int, stdout: bytes) -> LoginStatus:
-    """What ``claude auth status`` said (JSON; exit status 0 when logged in)."""
+    """What ``claude auth status`` said (JSON; exit status 0 when logged in), as the runs can use it.
+
+    ``auth status`` takes no ``--setting-sources``: it reads the user's settings, the runs do not.
+    A login that lives in those settings (an ``apiKeyHelper``) is reported as one the runs cannot use,
+    rather than as logged in: every run would fail "Not logged in" and the breaker cycle for ever.
+    """
     try:
         status = json.loads(stdout)
     except ValueError:
@@ -168,8 +208,32 @@ def parse_login(returncode: int, stdout: bytes) -> LoginStatus:
     if not isinstance(status, dict):
         return LoginStatus(False, f"`claude auth status` answered no JSON (exit status {returncode})")
     if returncode == 0 and status.get("loggedIn") is True:
-        return LoginStatus(True, f"logged in ({status.get('authMethod') or 'unknown method'})")
+        method = str(status.get("authMethod") or "unknown method")
+        helper = SETTINGS_LOGINS.get(method) or SETTINGS_LOGINS.get(str(status.get("apiKeySource") or ""))
+        if helper:
+            return LoginStatus(False, f"logged in through {helper} in Claude Code's settings, which the compressor's "
+                                      "runs do not load (they load no settings); give sessionmem a login of its own: "
+                                      "`claude setup-token`, then claude_code_oauth_token "
+                                      "(docs/compressors.md#a-login-for-the-worker)")
+        identity = json.dumps([method, status.get("apiKeySource"), status.get("loginExpiresAt")])
+        return LoginStatus(True, f"logged in ({method})", identity)
     return LoginStatus(False, "not logged in (run `claude auth login`)")
+
+
+def switch_message(settings: Settings, status: LoginStatus) -> str:
+    """What the user is told once when ``auto`` starts compressing with their Claude Code login."""
+    budget = (f"up to {settings.llm_daily_token_budget:,} tokens a day" if settings.llm_daily_token_budget
+              else "with no daily limit")
+    return (f"sessionmem: memory is now compressed by {settings.model} through your Claude Code login "
+            f"({status.detail.removeprefix('logged in ').strip('()')}), on your plan's usage, {budget}; "
+            "set compressor to offline in settings.json to stop it")
+
+
+def refused_login(status: LoginStatus) -> LoginStatus:
+    """``status`` once a run was refused under it: what ``auth status`` says cannot be used as it is."""
+    return LoginStatus(False, f"{status.detail} according to `claude auth status`, but its runs were refused as "
+                              "not logged in; log in again (`claude auth login`) or give sessionmem a login of its own "
+                              "(`claude setup-token`, then claude_code_oauth_token)", status.identity)
 
 
 class ClaudeCodeCompressor(LLMCompressor):
@@ -190,6 +254,7 @@ class ClaudeCodeCompressor(LLMCompressor):
         self._groups: set[int] = set()  # process groups alive (their leaders' pids)
         self._login: LoginStatus | None = None
         self._login_checked = float("-inf")
+        self._refused_identity: str | None = None  # the login a run was refused under, until auth status changes
         self._login_lock = trio.Lock()
         self._closed = False
 
@@ -214,9 +279,16 @@ class ClaudeCodeCompressor(LLMCompressor):
         async with self._login_lock:
             stale = trio.current_time() - self._login_checked > LOGIN_RECHECK_S
             if self._login is None or (not self._login.logged_in and stale):
-                self._login = await self._read_login()
+                before = self._login.detail if self._login is not None else None
+                status = await self._read_login()
+                if status.logged_in and status.identity == self._refused_identity:
+                    status = refused_login(status)  # the same login again: no run until it changes
+                self._login = status
                 self._login_checked = trio.current_time()
-                log.info("claude-code compressor: %s", self.reason())
+                if status.detail != before:  # not every LOGIN_RECHECK_S (a refusal is warned of once: llm.py)
+                    log.info("claude-code compressor: %s", self.reason())
+                if status.logged_in and self._settings.compressor == "auto":
+                    await self.notice.offer(f"claude-code {status.detail}", switch_message(self._settings, status))
             return self._login
 
     async def _read_login(self) -> LoginStatus:
@@ -289,8 +361,10 @@ class ClaudeCodeCompressor(LLMCompressor):
         said = result.result.strip()[:300]
         lowered = said.lower()
         if status in (401, 403) or any(word in lowered for word in _AUTH_WORDS):
+            # Read the login again before the next request; the same login again is not used (refused_login).
+            self._refused_identity = self._login.identity if self._login is not None else None
             self._login_checked = float("-inf")
-            self._login = None  # read the login again before the next request
+            self._login = None
             raise self._failure(f"Claude Code's login was refused ({status}): {said}", tokens=tokens_in + tokens_out,
                                 trip=True)
         if status == 429 or any(word in lowered for word in _QUOTA_WORDS):

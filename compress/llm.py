@@ -27,11 +27,13 @@ from typing import Any, Generic, TypeVar
 import msgspec
 import trio
 
+from sessionmem.compress.announce import SwitchNotice
 from sessionmem.compress.base import CompressorStatistics, SessionContext
 from sessionmem.compress.breaker import CircuitBreaker
 from sessionmem.compress.budget import TokenBudget
 from sessionmem.compress.offline import OfflineCompressor, build_offline_observation, build_offline_summary
 from sessionmem.compress.prompts import OBSERVATION_SYSTEM, SUMMARY_SYSTEM, observation_request, summary_request
+from sessionmem.compress.provider import provider_of
 from sessionmem.compress.xml_reply import SUMMARY_FIELDS, parse_observations, parse_summary
 from sessionmem.events import ObservationEvent, SummarizeEvent
 from sessionmem.records import CompressedObservation, CompressedSummary, SummaryInputs
@@ -113,6 +115,7 @@ class LLMCompressor:
         self._budget = TokenBudget(daily_limit=settings.llm_daily_token_budget,
                                    session_cap=settings.llm_session_token_cap)
         self._said: set[str] = set()  # reasons already logged (once each)
+        self.notice = SwitchNotice(settings.data_dir)  # `auto` moving the user onto a paid model, said once
         self._last_failure = ""  # why the latest request failed for good ("" once one succeeds)
         self._counters = Counters()
 
@@ -144,7 +147,7 @@ class LLMCompressor:
             offline_fallbacks=counted.offline_fallbacks, input_tokens=counted.input_tokens,
             output_tokens=counted.output_tokens, client_ready=self._client_ready(),
             breaker=self._breaker.statistics(), budget=self._budget.statistics(), reason=self.reason(),
-            last_failure=self._last_failure)
+            last_failure=self._last_failure, provider=provider_of(self._settings, self.name))
 
     def seed_usage(self, tokens_today: int) -> None:
         self._budget.seed(tokens_today)

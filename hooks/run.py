@@ -47,7 +47,7 @@ from sessionmem.protocol.limits import printable_line
 from sessionmem.protocol.privacy import strip_private
 from sessionmem.protocol.project import project_of
 from sessionmem.protocol.requests import api_call, encoded_call, is_internal_prompt, text_field
-from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, SHARE_REQUEST_HEADER
+from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, NOTICE_HEADER, SHARE_REQUEST_HEADER
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -148,6 +148,11 @@ def session_start(payload: dict[str, Any], project: str, config: ClientConfig, l
         opener = command(config, "open")
         lines.append(f"sessionmem: {count} memories of {name} loaded · {opener} to browse them"
                      if count else f"sessionmem: no memories of {name} yet · {opener} shows what it records")
+    notice = reply.headers.get(NOTICE_HEADER)
+    if notice:  # said once by the worker (auto moved memory onto a paid model): shown even without the line above
+        import urllib.parse
+
+        lines.append(printable_line(urllib.parse.unquote(notice)))
     if lines:
         output["systemMessage"] = "\n".join(lines)
     return output or None

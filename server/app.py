@@ -31,7 +31,7 @@ from sessionmem.broadcast import live_event_name
 from sessionmem.protocol import routes
 from sessionmem.protocol.git_remote import MAX_KEY, checked_key
 from sessionmem.protocol.limits import MAX_QUERY_CHARS, MAX_SESSION_ID
-from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, READY, SHARE_REQUEST_HEADER, STARTING
+from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, NOTICE_HEADER, READY, SHARE_REQUEST_HEADER, STARTING
 from sessionmem.runtime.logs import log_exception
 from sessionmem.server.context_markdown import render_context
 from sessionmem.server.debug import processing_status
@@ -236,6 +236,10 @@ def create_quart_app(services: Services) -> QuartTrio:
             database = await services.team.share_request(project, key)
             if database:
                 headers[SHARE_REQUEST_HEADER] = quote(database, safe="")
+        # A SessionStart (it names its session) takes the LLM backends' one-time notice (compress/announce.py).
+        notice = getattr(services.compressor, "notice", None)
+        if notice is not None and request.args.get("session") and (said := await notice.take()):
+            headers[NOTICE_HEADER] = quote(said)
         return Response(text, content_type="text/markdown; charset=utf-8", headers=headers)
 
     def page() -> dict[str, Any]:

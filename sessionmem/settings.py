@@ -41,7 +41,14 @@ class Settings:
     # Compression
     compressor: str = "auto"  # auto | anthropic | claude-code | openai-compatible | offline
     model: str = "claude-haiku-4-5"
+    # The provider, from these settings only: never from the environment of whichever session started the
+    # worker (sessionmem.protocol.environment). The secrets are kept out of repr(), never logged or shown.
+    anthropic_api_key: str = dataclasses.field(default="", repr=False)  # the anthropic compressor's key
+    anthropic_base_url: str = ""  # the Messages API's address for both Anthropic backends ("": Anthropic's own)
     claude_path: str = ""  # the Claude Code CLI of the claude-code compressor ("": `claude` on PATH)
+    claude_config_dir: str = ""  # the CLI's configuration and login directory ("": ~/.claude)
+    # A long-lived login for the CLI's runs (`claude setup-token`), for a worker with no login of its own
+    claude_code_oauth_token: str = dataclasses.field(default="", repr=False)
     claude_code_concurrency: int = 2  # Claude Code CLI processes the claude-code compressor runs at once
     llm_concurrency: int = 2
     llm_timeout_s: float = 60.0
@@ -57,6 +64,8 @@ class Settings:
     openai_base_url: str = "http://127.0.0.1:11434/v1"  # Ollama's default address
     openai_model: str = ""  # required with compressor = openai-compatible: the server's name of the model
     openai_api_key: str = dataclasses.field(default="", repr=False)  # sent as a Bearer token when set
+    # A key or login sent in clear to a host that is not this machine is refused at start unless this is set.
+    llm_allow_plain_http: bool = False
 
     # Actors
     batch_size: int = 8
@@ -120,11 +129,11 @@ class Settings:
 
     @property
     def resolved_compressor(self) -> str:
-        """The backend the worker builds: ``auto`` means ``anthropic`` when an API key is configured, else
+        """The backend the worker builds: ``auto`` means ``anthropic`` when ``anthropic_api_key`` is set, else
         ``claude-code`` when a Claude Code CLI is found (its login is checked when it is first needed,
         off the Trio thread: ``sessionmem.compress.claude_code_backend``), else ``offline``."""
         if self.compressor == "auto":
-            if anthropic_credentials_configured():
+            if anthropic_credentials_configured(self):
                 return "anthropic"
             return "claude-code" if find_claude_cli(self.claude_path) else "offline"
         return self.compressor
@@ -167,7 +176,11 @@ ENV = {
     **client_settings.ENV,
     "SESSIONMEM_COMPRESSOR": "compressor",
     "SESSIONMEM_MODEL": "model",
+    "SESSIONMEM_ANTHROPIC_API_KEY": "anthropic_api_key",
+    "SESSIONMEM_ANTHROPIC_BASE_URL": "anthropic_base_url",
     "SESSIONMEM_CLAUDE_PATH": "claude_path",
+    "SESSIONMEM_CLAUDE_CONFIG_DIR": "claude_config_dir",
+    "SESSIONMEM_CLAUDE_CODE_OAUTH_TOKEN": "claude_code_oauth_token",
     "SESSIONMEM_CLAUDE_CODE_CONCURRENCY": "claude_code_concurrency",
     "SESSIONMEM_LLM_CONCURRENCY": "llm_concurrency",
     "SESSIONMEM_LLM_TIMEOUT": "llm_timeout_s",
@@ -180,6 +193,7 @@ ENV = {
     "SESSIONMEM_OPENAI_BASE_URL": "openai_base_url",
     "SESSIONMEM_OPENAI_MODEL": "openai_model",
     "SESSIONMEM_OPENAI_API_KEY": "openai_api_key",
+    "SESSIONMEM_LLM_ALLOW_PLAIN_HTTP": "llm_allow_plain_http",
     "SESSIONMEM_BATCH_SIZE": "batch_size",
     "SESSIONMEM_BATCH_QUIET": "batch_quiet_s",
     "SESSIONMEM_IDLE_TIMEOUT": "idle_timeout_s",
@@ -265,7 +279,8 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     data_dir_raw = overrides.get("data_dir") or env.get(client_settings.DATA_DIR_ENV) or Settings.data_dir
-    data_dir = Path(data_dir_raw).expanduser()
+    # Absolute: the worker works in its data dir (sessionmem.protocol.environment), a relative path would move.
+    data_dir = Path(os.path.abspath(Path(data_dir_raw).expanduser()))
 
     settings_file = data_dir / client_settings.SETTINGS_FILE
     if settings_file.exists():
@@ -301,6 +316,14 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
                                 "the server's name of the model, such as qwen2.5-coder:7b for Ollama")
         if not re.match(r"https?://[^/]", settings.openai_base_url):
             raise SettingsError(f"openai_base_url must be an http:// or https:// URL, got {settings.openai_base_url!r}")
+        _refuse_plain_http("openai_base_url", settings.openai_base_url, bool(settings.openai_api_key),
+                           settings.llm_allow_plain_http)
+    if settings.anthropic_base_url:
+        if not re.match(r"https?://[^/]", settings.anthropic_base_url):
+            raise SettingsError(f"anthropic_base_url must be an http:// or https:// URL, got "
+                                f"{settings.anthropic_base_url!r}")
+        # Whatever answers there gets the API key or the user's Claude Code login.
+        _refuse_plain_http("anthropic_base_url", settings.anthropic_base_url, True, settings.llm_allow_plain_http)
     if settings.embedder not in EMBEDDERS:
         raise SettingsError(f"embedder must be one of {', '.join(EMBEDDERS)}, got {settings.embedder!r}")
     if not 0 <= settings.port <= 65535:
@@ -326,9 +349,48 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
     return settings
 
 
-def anthropic_credentials_configured(environ: dict[str, str] | None = None) -> bool:
-    env = os.environ if environ is None else environ
-    return bool(env.get("ANTHROPIC_API_KEY") or env.get("ANTHROPIC_AUTH_TOKEN"))
+def plain_http_host(url: str) -> str:
+    """The host ``url`` reaches in clear over the network: "" for https:// and for this machine's loopback."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme != "http":
+        return ""
+    host = (parts.hostname or "").rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return ""
+    try:
+        return "" if ipaddress.ip_address(host).is_loopback else host
+    except ValueError:
+        return host
+
+
+def _refuse_plain_http(name: str, url: str, credential: bool, allowed: bool) -> None:
+    host = plain_http_host(url)
+    if host and credential and not allowed:
+        raise SettingsError(f"{name} is plain http:// to {host}, not this machine: the key or login would cross "
+                            f"the network in clear. Use https://, or set llm_allow_plain_http "
+                            f"(SESSIONMEM_LLM_ALLOW_PLAIN_HTTP=1) if that network is yours")
+
+
+def plain_http_warnings(settings: Settings) -> list[str]:
+    """What the worker's log and ``doctor`` say about a model reached in clear over the network."""
+    warnings = []
+    backend = settings.resolved_compressor
+    if backend == "openai-compatible" and (host := plain_http_host(settings.openai_base_url)):
+        carried = "the API key" if settings.openai_api_key else "no key, but every tool use"
+        warnings.append(f"openai_base_url is plain http:// to {host}: {carried} crosses the network in clear")
+    if backend in ("anthropic", "claude-code") and (host := plain_http_host(settings.anthropic_base_url)):
+        warnings.append(f"anthropic_base_url is plain http:// to {host}: the key or login and every tool use cross "
+                        f"the network in clear (llm_allow_plain_http is set)")
+    return warnings
+
+
+def anthropic_credentials_configured(settings: Settings) -> bool:
+    """Whether sessionmem's settings give the anthropic compressor a key (the environment's
+    ``ANTHROPIC_API_KEY`` is never read: it may be one project's, sessionmem.protocol.environment)."""
+    return bool(settings.anthropic_api_key)
 
 
 def find_claude_cli(claude_path: str = "", environ: dict[str, str] | None = None) -> str:

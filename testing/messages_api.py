@@ -89,7 +89,7 @@ class ScriptedMessagesAPI(ScriptedServer):
                 except ValueError:
                     self.send_json(400, {"type": "error", "error": {"type": "invalid_request_error", "message": "bad json"}})
                     return
-                action = api._next_action(body, raw)
+                action = api._next_action(body, raw, {name.lower(): value for name, value in self.headers.items()})
                 if action.status != 200:
                     headers = {"retry-after": str(action.retry_after)} if action.retry_after is not None else {}
                     kind = "rate_limit_error" if action.status == 429 else "api_error"

@@ -62,7 +62,7 @@ def timed_hook(n: int, data_dir: Path, **env: str) -> tuple[Any, float]:
 def stalled_worker(worker_factory: Callable[..., WorkerProcess], messages_api: ScriptedMessagesAPI) -> WorkerProcess:
     """A worker whose model stalls, with a two-slot mailbox per session."""
     messages_api.stall()
-    return worker_factory(ANTHROPIC_API_KEY="sk-test-dummy", ANTHROPIC_BASE_URL=messages_api.url,
+    return worker_factory(SESSIONMEM_ANTHROPIC_API_KEY="sk-test-dummy", SESSIONMEM_ANTHROPIC_BASE_URL=messages_api.url,
                           SESSIONMEM_COMPRESSOR="anthropic", SESSIONMEM_MAILBOX_SIZE=2, SESSIONMEM_BATCH_SIZE=4,
                           SESSIONMEM_BATCH_QUIET=0.05, SESSIONMEM_LLM_TIMEOUT=120)
 

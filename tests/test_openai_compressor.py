@@ -22,7 +22,7 @@ import trio
 
 from sessionmem.compress.base import Compressor
 from sessionmem.compress.choice import choose_compressor
-from sessionmem.settings import Settings, SettingsError, load_settings
+from sessionmem.settings import Settings, SettingsError, load_settings, plain_http_warnings
 from sessionmem.testing.chat_completions_api import ScriptedChatCompletionsAPI
 from sessionmem.testing.harness import InProcessWorker, open_worker
 from sessionmem.testing.messages_api import Action
@@ -353,5 +353,38 @@ def test_doctor_names_the_local_model(tmp_path: Path) -> None:
     env.update(SESSIONMEM_COMPRESSOR="openai-compatible", SESSIONMEM_OPENAI_MODEL="qwen2.5-coder:7b")
     doctor = subprocess.run([sys.executable, "-m", "sessionmem", "doctor", "--data-dir", str(tmp_path / "data")],
                             capture_output=True, text=True, env=env, timeout=120)
-    assert "compressor: openai-compatible (set: compressor = openai-compatible, model qwen2.5-coder:7b)" in doctor.stdout, (
-        doctor.stdout)
+    assert ("compressor: openai-compatible (set: compressor = openai-compatible; requests to 127.0.0.1:11434, "
+            "credential: none, model qwen2.5-coder:7b)") in doctor.stdout, doctor.stdout
+
+
+def test_a_key_sent_in_clear_to_another_host_is_refused_at_start(tmp_path: Path) -> None:
+    env = {"SESSIONMEM_COMPRESSOR": "openai-compatible", "SESSIONMEM_OPENAI_MODEL": MODEL,
+           "SESSIONMEM_OPENAI_BASE_URL": "http://192.168.1.20:11434/v1"}
+    with pytest.raises(SettingsError, match=r"plain http:// to 192\.168\.1\.20.*llm_allow_plain_http"):
+        load_settings({**env, "SESSIONMEM_OPENAI_API_KEY": KEY}, data_dir=str(tmp_path))
+    # The user's explicit choice starts, and is warned about; so is no key over the same network.
+    allowed = load_settings({**env, "SESSIONMEM_OPENAI_API_KEY": KEY, "SESSIONMEM_LLM_ALLOW_PLAIN_HTTP": "1"},
+                            data_dir=str(tmp_path))
+    assert plain_http_warnings(allowed) == ["openai_base_url is plain http:// to 192.168.1.20: the API key crosses "
+                                            "the network in clear"]
+    keyless = load_settings(env, data_dir=str(tmp_path))
+    assert plain_http_warnings(keyless) == ["openai_base_url is plain http:// to 192.168.1.20: no key, but every "
+                                            "tool use crosses the network in clear"]
+    # This machine, and TLS, are fine with a key.
+    for url in ("http://127.0.0.1:11434/v1", "http://localhost:1234/v1", "http://[::1]:8000/v1",
+                "https://models.example/v1"):
+        fine = load_settings({**env, "SESSIONMEM_OPENAI_BASE_URL": url, "SESSIONMEM_OPENAI_API_KEY": KEY},
+                             data_dir=str(tmp_path))
+        assert plain_http_warnings(fine) == []
+
+
+@pytest.mark.slow
+def test_a_worker_with_a_key_in_clear_does_not_start_and_says_why(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONMEM_", "ANTHROPIC_"))}
+    env.update(SESSIONMEM_COMPRESSOR="openai-compatible", SESSIONMEM_OPENAI_MODEL=MODEL, SESSIONMEM_PORT="0",
+               SESSIONMEM_OPENAI_BASE_URL="http://10.1.2.3:8000/v1", SESSIONMEM_OPENAI_API_KEY=KEY,
+               SESSIONMEM_DATA_DIR=str(tmp_path / "data"))
+    serve = subprocess.run([sys.executable, "-m", "sessionmem", "serve"], capture_output=True, text=True, env=env,
+                           timeout=120, stdin=subprocess.DEVNULL)
+    assert serve.returncode != 0
+    assert "openai_base_url is plain http:// to 10.1.2.3" in serve.stderr and KEY not in serve.stderr

@@ -274,7 +274,7 @@ def cell(browser: Browser, session: str, column: str) -> str:
 def test_debug_shows_an_actors_mailbox_and_counts_change_live(
         browser: Browser, worker_factory: Callable[..., WorkerProcess], messages_api: ScriptedMessagesAPI) -> None:
     messages_api.stall()  # the model holds every reply: the session's mailbox fills
-    worker = worker_factory(ANTHROPIC_API_KEY="sk-test-dummy", ANTHROPIC_BASE_URL=messages_api.url,
+    worker = worker_factory(SESSIONMEM_ANTHROPIC_API_KEY="sk-test-dummy", SESSIONMEM_ANTHROPIC_BASE_URL=messages_api.url,
                             SESSIONMEM_COMPRESSOR="anthropic", SESSIONMEM_BATCH_SIZE=1, SESSIONMEM_BATCH_QUIET=0.05,
                             SESSIONMEM_LLM_TIMEOUT=120)
     browser.login(worker, "/debug")

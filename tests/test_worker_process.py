@@ -69,7 +69,7 @@ def test_oversized_and_chunked_bodies_on_a_real_socket(worker: WorkerClient) -> 
 
 def test_auto_picks_anthropic_when_a_key_is_configured(worker_factory: Callable[..., WorkerProcess],
                                                        messages_api: ScriptedMessagesAPI) -> None:
-    worker = worker_factory(ANTHROPIC_API_KEY="sk-test-dummy", ANTHROPIC_BASE_URL=messages_api.url,
+    worker = worker_factory(SESSIONMEM_ANTHROPIC_API_KEY="sk-test-dummy", SESSIONMEM_ANTHROPIC_BASE_URL=messages_api.url,
                             SESSIONMEM_COMPRESSOR="auto", SESSIONMEM_BATCH_QUIET=0.05)
     assert worker.get("/api/health")["compressor"] == "anthropic"
     worker.request("POST", OBS, {"claudeSessionId": "env", "tool_name": "Read", "tool_use_id": "e1"})

@@ -28,6 +28,7 @@ from sessionmem.protocol import routes
 from sessionmem.protocol.client_settings import ClientConfig
 from sessionmem.protocol.datadir import make_private
 from sessionmem.protocol.delivery import Patience
+from sessionmem.protocol.environment import confine_process
 from sessionmem.protocol.limits import printable_line
 from sessionmem.protocol.state import (
     INSTANCE_LOCK_FILE,
@@ -94,7 +95,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not is_loopback(settings.host):
         print(f"sessionmem: WARNING: binding {settings.host}, not loopback: other machines can reach this worker "
               f"(every request but /api/health still needs the token)", file=sys.stderr)
+    # Whoever started it (a hook inside one project's session, a shell, `make run`), the worker keeps only the
+    # allow-listed environment and works in its data dir: no project chooses the model's address, key or proxy.
+    dropped = confine_process(str(settings.data_dir))
     configure_logging(settings, to_stderr=True)
+    if dropped:
+        logging.getLogger("sessionmem").info("left out of the worker's environment: %s", ", ".join(dropped))
     raise_file_limit()
     shorten_gil_switch_interval()
     try:
@@ -320,11 +326,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         report(False, f"{exc} (the worker will not start until it is fixed)")
     else:
         settings_ok = settings
-        from sessionmem.compress.choice import describe
+        from sessionmem.compress.choice import describe, not_inherited
+        from sessionmem.settings import plain_http_warnings
 
         backend, why = describe(settings)
         model = f", model {settings.model_of(backend)}" if backend != "offline" else ""
         report(True, f"compressor: {backend} ({why}{model})")
+        for warning in plain_http_warnings(settings):
+            report(False, f"compressor: {warning}")
+        for line in not_inherited(os.environ):
+            report(True, f"compressor: {line}")
     _doctor_worker(config, report)
     if settings_ok is not None:
         team_doctor.check_team(settings_ok, report, lambda: _debug_snapshot(config))

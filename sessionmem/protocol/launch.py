@@ -4,7 +4,8 @@ Used by the SessionStart hook and by ``sessionmem backfill``.
 
 Resource handling:
     The worker is started in a new session (it outlives the hook and Claude Code's
-    process group) with its output sent to ``<data dir>/worker.stderr`` -- never to
+    process group), with the allow-listed environment (:mod:`.environment`) and the
+    data dir as working directory, with its output sent to ``<data dir>/worker.stderr`` -- never to
     the hook's stdout, which Claude Code reads until it closes. ``worker.lock``
     (``flock``) makes sure two hooks starting at once start one worker; the worker
     itself refuses to start twice for one data dir.
@@ -24,6 +25,7 @@ import sys
 import time
 
 from sessionmem.protocol.client import WorkerUnavailable, request
+from sessionmem.protocol.environment import worker_environment
 from sessionmem.protocol.routes import READINESS, READY, STARTING
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
@@ -99,8 +101,11 @@ def _start_once(config: ClientConfig, log: Callable[[str], None]) -> tuple[int |
                 start_new_session=True, close_fds=True,
                 # The port this client was told (a command's --port included), not only the
                 # data dir: otherwise the worker binds the default and the client waits in vain.
-                env={**os.environ, "SESSIONMEM_DATA_DIR": config.data_dir, "SESSIONMEM_PORT": str(config.port),
-                     "SESSIONMEM_HOST": config.host},
+                # Only the allow-listed environment: this session's project must not choose the
+                # model's address, key or proxy for every later session (protocol/environment.py).
+                env={**worker_environment(os.environ), "SESSIONMEM_DATA_DIR": config.data_dir,
+                     "SESSIONMEM_PORT": str(config.port), "SESSIONMEM_HOST": config.host},
+                cwd=config.data_dir,
             )
         log(f"started worker pid {process.pid}")
     except OSError as exc:

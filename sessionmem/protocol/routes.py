@@ -82,6 +82,8 @@ CONTEXT_COUNT_HEADER = "x-sessionmem-observations"  # observations in the inject
 # sends ``projectKey`` and ``shareFile=1`` in the query): the team database it asks to share with,
 # percent-encoded. The hook tells the user, who alone decides (docs/team.md#sharing-and-consent).
 SHARE_REQUEST_HEADER = "x-sessionmem-share-request"
+# A line the user must see once (`auto` moved them onto a paid model): SessionStart adds it to its system message.
+NOTICE_HEADER = "x-sessionmem-notice"
 
 # -- the MCP server (``sessionmem mcp``) -------------------------------------------------
 MCP_SERVER_NAME = "sessionmem"  # its name in Claude Code's mcpServers (plugin/.mcp.json says the same)
