@@ -34,7 +34,7 @@ from sessionmem.server.payloads import (
     ToolSkipped,
     decode,
 )
-from sessionmem.server.redaction import Redactor
+from sessionmem.redaction import Redactor
 from sessionmem.storage.base import KeyReused
 
 if TYPE_CHECKING:

@@ -70,7 +70,7 @@ from sessionmem.server.guard import AccessGuard, is_loopback
 from sessionmem.server.http_server import ConnectionPool, connection_limit
 from sessionmem.server.http_server import serve as serve_app
 from sessionmem.server.ingest import Ingestor
-from sessionmem.server.redaction import Redactor
+from sessionmem.redaction import Redactor
 from sessionmem.server.services import Services, WorkerStatus
 from sessionmem.server.spool import SpoolImporter
 from sessionmem.settings import Settings

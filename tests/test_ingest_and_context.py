@@ -12,7 +12,7 @@ from sessionmem.protocol.requests import api_call
 from sessionmem.search.context import ContextPlan, group
 from sessionmem.server.context_markdown import estimate_tokens, render_context
 from sessionmem.server.ingest import EdgeCleaner, init_event, observation_event
-from sessionmem.server.redaction import Redactor
+from sessionmem.redaction import Redactor
 
 
 def clean_value(value: object, cap: int) -> object:

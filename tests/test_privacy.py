@@ -17,7 +17,7 @@ from sessionmem.protocol.requests import encoded_call
 from sessionmem.protocol.safe_text import neutral
 from sessionmem.server.ingest import EdgeCleaner, init_event
 from sessionmem.server.payloads import InitRequest
-from sessionmem.server.redaction import Redactor
+from sessionmem.redaction import Redactor
 
 
 @pytest.mark.parametrize(
