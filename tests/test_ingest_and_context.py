@@ -9,10 +9,10 @@ import msgspec
 from sessionmem.protocol.limits import head_tail
 from sessionmem.protocol.project import resolve_project
 from sessionmem.protocol.requests import api_call
+from sessionmem.redaction import Redactor
 from sessionmem.search.context import ContextPlan, group
 from sessionmem.server.context_markdown import estimate_tokens, render_context
 from sessionmem.server.ingest import EdgeCleaner, init_event, observation_event
-from sessionmem.redaction import Redactor
 
 
 def clean_value(value: object, cap: int) -> object:

@@ -451,3 +451,48 @@ def test_secret_headers_in_structured_values_are_redacted_by_their_name() -> Non
 def test_new_formats_leave_ordinary_text_alone(text: str) -> None:
     assert Redactor().text(text) == text
 
+
+
+# Private spans as tools print them: entities (a web page), JSON escapes (gh --json), percent-encoding
+# (a URL), full-width brackets (an input method), and doubly encoded.
+ENCODED_PRIVATE = {
+    "html entities": "&lt;private&gt;ENC-ALPHA-1&lt;/private&gt;",
+    "numeric entities": "&#60;private&#62;ENC-BETA-2&#x3C;/private&#x3e;",
+    "json escapes": "\\u003cprivate\\u003eENC-GAMMA-3\\u003c/private\\u003e",
+    "percent": "%3Cprivate%3EENC-DELTA-4%3C%2Fprivate%3E",
+    "full-width": "＜private＞ENC-EPSILON-5＜/private＞",
+    "full-width letters": "＜ｐｒｉｖａｔｅ＞ENC-ZETA-6＜／ｐｒｉｖａｔｅ＞",
+    "double entities": "&amp;lt;private&amp;gt;ENC-ETA-7&amp;lt;/private&amp;gt;",
+    "unterminated, encoded": "keep this &lt;private&gt;ENC-THETA-8 and the rest",
+}
+
+
+async def test_an_import_stores_no_secret_and_no_private_span_whatever_redact_secrets_says(tmp_path: Path) -> None:
+    """``redact_secrets=false`` is this machine's choice for what it records itself; a file from elsewhere
+    (``sessionmem import`` posts it here) is redacted by the default rules all the same, and its private
+    spans, however encoded, are not stored."""
+    every_token = "\n".join(text.format(token=token) for _, text, token, _ in TOKENS)
+    private = "\n".join(ENCODED_PRIVATE.values())
+    records = [
+        {"kind": "session", "claudeSessionId": "imp", "project": "impproj", "firstPrompt": f"deploy {private}",
+         "createdAt": 1795550000, "updatedAt": 1795550000},
+        {"kind": "prompt", "claudeSessionId": "imp", "promptNumber": 1, "text": f"deploy {every_token}",
+         "createdAt": 1795550000},
+        {"kind": "observation", "claudeSessionId": "imp", "project": "impproj", "promptNumber": 1, "toolName": "Bash",
+         "toolUseId": "i1", "type": "change", "title": "Deployed the app", "createdAt": 1795550001,
+         "facts": [every_token, private], "narrative": private},
+        {"kind": "summary", "claudeSessionId": "imp", "project": "impproj", "promptNumber": 1,
+         "createdAt": 1795550002, "request": "deploy", "completed": every_token, "notes": private},
+    ]
+    data = tmp_path / "data"
+    async with open_worker(data, embedder="none", batch_quiet_s=0.05, redact_secrets=False) as worker:
+        counts = (await worker.request("POST", "/api/import", {"records": records})).json()
+        assert counts["observations"] == 1 and counts["summaries"] == 1
+        exported = (await worker.request("GET", "/api/export?project=impproj")).body.decode()
+        assert "Deployed the app" in exported and "[REDACTED:" in exported
+        assert "keep this" in exported  # what precedes an unterminated span is kept
+    stored = b"".join(path.read_bytes() for path in data.rglob("*") if path.is_file()).decode("utf-8", "replace")
+    found = {name: kept_runs(token, prefix, stored)[:3] for name, _, token, prefix in TOKENS
+             if kept_runs(token, prefix, stored)}
+    found |= {name: "ENC-" for name, text in ENCODED_PRIVATE.items() if text.split("ENC-")[1][:7] in stored}
+    assert found == {}, found
