@@ -66,8 +66,8 @@ not written, as past :data:`MAX_TAGS`). Tags found in the view remove the origin
 were decoded from, under the same rules: an opener that never closes, or whose closer is
 an escape that does not decode, hides the rest of the field. The view is made only where
 it can differ (a field holding ``&``, ``%``, ``\`` or a character beyond ASCII), each
-escape decoded once, in one pass a round: linear. ``unicodedata`` (a C module) is
-imported only for a field beyond ASCII that is not already in NFKC.
+escape decoded once, in one pass a round: linear. ``unicodedata`` (a C module,
+~0.3 ms) is imported only for a field beyond ASCII.
 
 The scan finds each occurrence of a name (case folded, ASCII only), looks back over
 whitespace for ``<`` or ``[`` (and ``/``) and forward for the tag's end, never before
@@ -77,8 +77,6 @@ searches. A name that is no tag costs one look at its neighbours.
 """
 
 from __future__ import annotations
-
-from bisect import bisect_left, bisect_right
 
 from sessionmem.protocol.limits import map_strings
 
@@ -338,6 +336,8 @@ def _decoded_view(text: str) -> tuple[str, list[Round] | None]:
 def _to_original(index: int, rounds: list[Round], *, end: bool) -> int:
     """The index in the original text of a view's ``index``: a start maps to the start of the escape it is in,
     an end to the end of the escape it is in (so a range never cuts one in two)."""
+    from bisect import bisect_left, bisect_right  # ~0.25 ms: only where a decoded tag is cut out
+
     for starts, pieces in reversed(rounds):
         at = (bisect_left(starts, index) if end else bisect_right(starts, index)) - 1
         if at < 0:
