@@ -102,17 +102,18 @@ _SLASH, _BACKSLASH = ord("/"), ord("\\")
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 MAX_DECODE_ROUNDS = 4  # &amp;amp;lt; is three; a text still decoding after these is hidden whole
-_ENCODING_SIGNS = "&%\\"
-_ENCODED_SIGNS = (b"&", b"%", b"\\u", b"\\x", b"\\/", b"\\\\")  # the same in a JSON encoding (whose \n stays)
 # HTML's named references of a tag's characters (it names no letter), longest first; HTML reads the
 # first few without their ";" too.
 _ENTITIES = (("NewLine", "\n"), ("lbrack", "["), ("rbrack", "]"), ("lsqb", "["), ("rsqb", "]"), ("nbsp", "\xa0"),
              ("amp", "&"), ("AMP", "&"), ("sol", "/"), ("Tab", "\t"), ("lt", "<"), ("LT", "<"), ("gt", ">"),
              ("GT", ">"))
 _WITHOUT_SEMICOLON = frozenset(("nbsp", "amp", "AMP", "lt", "LT", "gt", "GT"))
-# Where a reference may start: an "&" alone (a shell's "&&", a URL's query) is never visited.
-_REFERENCE_STARTS = tuple(sorted({"&#"} | {"&" + name[0] for name, _ in _ENTITIES}))
+# What follows the "&" of a reference: "#", or a name's first letter.
+_REFERENCE_SECOND = frozenset({"#"} | {name[0] for name, _ in _ENTITIES})
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+# What a percent or backslash escape of no use to a name decodes to: controls, the space and the URL
+# punctuation percent-encoding is mostly made of (%20, %2F, %3A, %3D, %2C, %22, %27, %3C, %3E, %5B, %5D).
+_NO_LETTER_CODES = frozenset((*range(0x21), 0x22, 0x27, 0x2C, 0x2F, 0x3A, 0x3C, 0x3D, 0x3E, 0x5B, 0x5D, 0x7F))
 _DECIMAL_DIGITS = frozenset("0123456789")
 
 
@@ -128,7 +129,7 @@ def contains_tag(text: str | bytes) -> bool:
     if isinstance(text, str):
         return _holds_tag(text)
     lowered = text.lower()  # ASCII only, as the grammar is
-    if (not text.isascii() or any(sign in text for sign in _ENCODED_SIGNS)) and _may_decode_to_a_tag(text):
+    if (b"&" in text or b"%" in text or b"\\" in text or not text.isascii()) and _may_decode_to_a_tag(text, lowered):
         return True
     if b"<" not in text and b"[" not in text:
         return False
@@ -230,9 +231,10 @@ def _min_found(first: int, second: int) -> int:
 
 def strip_private(text: str) -> str:
     """Return ``text`` without private or injected-context spans, under the rules of the module docstring."""
-    if "<" not in text and "[" not in text and not _may_be_encoded(text):
+    decode = _may_be_encoded(text) and _may_spell_a_name(text)
+    if "<" not in text and "[" not in text and not decode:
         return text
-    view, rounds = _decoded_view(text)
+    view, rounds = _decoded_view(text) if decode else (text, [])
     if rounds is None:
         return ""  # encoded deeper than anyone writes: made, not written
     if rounds and next(tags_in(view), None) is not None:
@@ -287,20 +289,56 @@ def _holds_tag(text: str) -> bool:
     """Whether ``text`` holds a tag, as written or through its encodings."""
     if next(tags_in(text), None) is not None:
         return True
-    if not _may_be_encoded(text):
+    if not _may_be_encoded(text) or not _may_spell_a_name(text):
         return False
     view, rounds = _decoded_view(text)
     return rounds is None or (bool(rounds) and next(tags_in(view), None) is not None)
 
 
 def _may_be_encoded(text: str) -> bool:
-    return not text.isascii() or any(sign in text for sign in _ENCODING_SIGNS)
+    return "&" in text or "%" in text or "\\" in text or not text.isascii()
 
 
-def _may_decode_to_a_tag(encoded: bytes) -> bool:
+def _may_spell_a_name(text: str) -> bool:
+    """Whether the decoded view of ``text`` may hold a tag's name (a tag needs one): the name as written (any
+    case), or an escape that may decode to a letter or to part of another escape (a character reference, a
+    percent or backslash escape of anything but a control, a space or URL punctuation), or a character NFKC
+    changes. The quick test before a view is made: 2 % of the corpus's strings pass it."""
+    lowered = text.lower()
+    return any(name in lowered for name in TAG_NAMES) or _letters_may_be_encoded(text)
+
+
+def _letters_may_be_encoded(text: str, *, in_json: bool = False) -> bool:
+    """The second half of :func:`_may_spell_a_name`: escapes and folds (each sign looked for only where its
+    first character is: one fast pass each over a long text). ``in_json``: ``text`` is a JSON encoding, whose
+    own ``\\u`` escapes are of controls (our encoders write the rest as they are), and a string's backslash
+    is written ``\\\\``."""
+    if "&" in text and ("&#" in text or "&amp" in text or "&AMP" in text):
+        return True
+    backslash = "\\\\" if in_json else "\\"
+    for sign, digits in (("%", 2), (backslash + "u", 4), (backslash + "x", 2)):
+        if sign[0] not in text:
+            continue
+        at = text.find(sign)
+        while at >= 0:
+            code = _hex_at(text, at + len(sign), digits)
+            if code is not None and code not in _NO_LETTER_CODES:
+                return True
+            at = text.find(sign, at + 1)
+    if text.isascii():
+        return False
+    import unicodedata
+
+    return not unicodedata.is_normalized("NFKC", text)
+
+
+def _may_decode_to_a_tag(encoded: bytes, lowered: bytes) -> bool:
     """Whether a JSON encoding's decoded view may hold a tag (over-approximated: it holds a name and a ``<`` or
     ``[``; the JSON's own escaped whitespace is not decoded, so a tag's spelling around its name is not read)."""
-    view, rounds = _decoded_view(encoded.decode("utf-8", "replace"))
+    text = encoded.decode("utf-8", "replace")
+    if not any(name in lowered for name in _TAG_NAMES_BYTES) and not _letters_may_be_encoded(text, in_json=True):
+        return False
+    view, rounds = _decoded_view(text)
     if rounds is None:
         return True
     if not rounds:
@@ -351,7 +389,14 @@ def _decode_round(text: str) -> tuple[str, list[int], list[tuple[int, int, int, 
     """One round over ``text``: each escape decoded, each character NFKC changes folded; ``None`` if none was."""
     folds = _folds(text)
     sites: list[int] = []
-    for sign in (*_REFERENCE_STARTS, "%", "\\u", "\\x", "\\/", "\\\\", *folds):
+    at = text.find("&")
+    while at >= 0:  # a reference starts "&#" or "&" and a name's first letter; "&&" is none
+        if text[at + 1:at + 2] in _REFERENCE_SECOND:
+            sites.append(at)
+        at = text.find("&", at + 1)
+    for sign in ("%", "\\u", "\\x", "\\/", "\\\\", *folds):
+        if sign[0] not in text:
+            continue  # one fast pass (memchr) spares a search of each of its signs
         at = text.find(sign)
         while at >= 0:
             sites.append(at)
