@@ -343,8 +343,8 @@ def _may_decode_to_a_tag(encoded: bytes, lowered: bytes) -> bool:
         return True
     if not rounds:
         return False
-    lowered = _ascii_lowered(view)
-    return ("<" in view or "[" in view) and any(name in lowered for name in TAG_NAMES)
+    lowered_view = _ascii_lowered(view)
+    return ("<" in view or "[" in view) and any(name in lowered_view for name in TAG_NAMES)
 
 
 # -- the decoded view ------------------------------------------------------------------------------
