@@ -313,8 +313,8 @@ def _letters_may_be_encoded(text: str, *, in_json: bool = False) -> bool:
     first character is: one fast pass each over a long text). ``in_json``: ``text`` is a JSON encoding, whose
     own ``\\u`` escapes are of controls (our encoders write the rest as they are), and a string's backslash
     is written ``\\\\``."""
-    if "&" in text and ("&#" in text or "&amp" in text or "&AMP" in text):
-        return True
+    if "&" in text and ("&#" in text or "amp;#" in text or "AMP;#" in text or "amp#" in text or "AMP#" in text):
+        return True  # a numeric reference, maybe encoded again (&amp;#112;): named ones spell no letter
     backslash = "\\\\" if in_json else "\\"
     for sign, digits in (("%", 2), (backslash + "u", 4), (backslash + "x", 2)):
         if sign[0] not in text:
