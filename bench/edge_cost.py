@@ -37,10 +37,10 @@ sys.path.insert(0, str(REPO))
 
 from sessionmem.protocol import routes  # noqa: E402
 from sessionmem.protocol.requests import encoded_call  # noqa: E402
+from sessionmem.redaction import Redactor  # noqa: E402
 from sessionmem.replay.convert import ConversionStats, convert, transcript_files  # noqa: E402
 from sessionmem.server.guard import AccessGuard  # noqa: E402
 from sessionmem.server.ingest import EdgeCleaner  # noqa: E402
-from sessionmem.server.redaction import Redactor  # noqa: E402
 from sessionmem.testing.asgi import asgi_request  # noqa: E402
 from sessionmem.testing.harness import open_worker  # noqa: E402
 

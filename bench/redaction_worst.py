@@ -16,19 +16,24 @@ import time
 
 import msgspec
 
-from sessionmem.server.redaction import KEYWORD_TRIGGERS, Redactor
+from sessionmem.redaction import KEYWORD_TRIGGERS, Redactor
 
 UNITS = (*KEYWORD_TRIGGERS, "password", "secret", "api_key", "token", "--password ", "--", "://", "://:", "sk-",
          "sk-ant-", "PRIVATE KEY", "-----BEGIN RSA PRIVATE KEY-----", "bearer ", "Bearer", "eyJ", "eyJa.", "AKIA",
          "aws", "AccountKey=", "ghp_", "github_pat_", "glpat-", "-us1", "_authToken", "T3BlbkFJ", "pypi-Ag", "SG.",
          "xox", "hooks.slack.com", "sq0csp-", "k_live_", "password=", "password:", '"token":', '"a_token": "',
          "a:b@", "://a:", "PuTTY-User-Key-File-2", "contrasena", "passwd=x ", "=", '"', "\\", "curl ", "curl -u a:",
-         "sshpass -p ", "docker login ", "X-API-Key: ", "api-key", '"auth": "')
+         "sshpass -p ", "docker login ", "X-API-Key: ", "api-key", '"auth": "', "AIza", "ya29.", "1//0", "GOCSPX-",
+         "xapp-", "xoxe.xoxp-", "MTE", "MTE4NzY1NDMy.", "MTE4NzY1NDMyMTA5ODc2NTQzMg.GhIjKl.", "1234567:A", ":A",
+         "whsec_", "sk_live_", "k_test_", "ghs_", "glpat-x.", "sig=", "&sig=", "Signature=", "X-Amz-Signature=",
+         "X-Amz-Security-Token=", "Cookie: ", "Cookie: a=", "Set-Cookie: a=b; ", "--cookie ", "ookie",
+         "aws_secret_access_key ", "SecretAccessKey: ")
 # Units repeated, then what completes their pattern (a pattern that backtracks over the whole run
 # from every start, as detect-secrets' npm and OpenAI ones do, takes 14 s on "//" x 32,000 + "_authToken").
 SUFFIXED = (("//", "_authToken"), ("sk-", "T3BlbkFJ"), ("mysql ", "-p"), ("curl ", " -u a:b"), ("docker login ", " -p x"),
             ("AAAA\n", "-----END RSA PRIVATE KEY-----"),
-            ("x", "\n…[sessionmem: 9 characters elided]…\n"))
+            ("x", "\n…[sessionmem: 9 characters elided]…\n"), ("password=", "("), ("token=a1", "("), ("a", "=("),
+            ("0", ":A" + "A" * 40), ("MTE4", ".abcdef." + "x" * 30))
 SIZES = (16 * 1024, 64 * 1024)
 
 

@@ -22,6 +22,7 @@ from sessionmem.protocol.git_remote import checked_key
 from sessionmem.protocol.limits import MAX_REASON
 from sessionmem.protocol.project import resolve_project
 from sessionmem.protocol.requests import is_internal_prompt
+from sessionmem.redaction import Redactor
 from sessionmem.server.payloads import (
     BadRequest,
     CompleteRequest,
@@ -34,7 +35,6 @@ from sessionmem.server.payloads import (
     ToolSkipped,
     decode,
 )
-from sessionmem.server.redaction import Redactor
 from sessionmem.storage.base import KeyReused
 
 if TYPE_CHECKING:

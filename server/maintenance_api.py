@@ -7,8 +7,7 @@ Imported rows are searchable at once by words; the vector index is told, and emb
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 import trio
@@ -20,6 +19,7 @@ from sessionmem.server.payloads import decode
 from sessionmem.server.routing import int_arg, json_response, project_arg, text_arg
 from sessionmem.server.search_api import parse_moment
 from sessionmem.server.services import Services
+from sessionmem.storage.boundary import record_texts_with
 from sessionmem.storage.retention import StorageReport
 from sessionmem.storage.transfer import FORMAT, VERSION, Header, Record
 
@@ -46,32 +46,6 @@ class PruneReport(msgspec.Struct, frozen=True):
     before: StorageReport
     after: StorageReport
     seconds: float
-
-
-# Fields that link records to each other or name a kind: kept as they are.
-_IDENTIFIERS = frozenset({"claude_session_id", "tool_use_id", "agent_id", "status", "type", "compressor", "model"})
-
-
-def cleaned(record: Record, clean: Callable[[str], str]) -> Record:
-    """``record`` with ``clean`` applied to each of its texts (lists of texts too), identifiers aside.
-
-    An import is ingest like any other: whatever wrote the file (another machine, an older
-    version, a person), no private span and no secret is stored from it.
-    """
-    changes: dict[str, Any] = {}
-    for name in record.__struct_fields__:
-        value = getattr(record, name)
-        if name in _IDENTIFIERS or not value:
-            continue
-        if isinstance(value, str):
-            new: Any = clean(value)
-        elif isinstance(value, list):
-            new = [clean(item) for item in value]
-        else:
-            continue
-        if new != value:
-            changes[name] = new
-    return msgspec.structs.replace(record, **changes) if changes else record
 
 
 def add_maintenance_routes(app: QuartTrio, services: Services) -> None:
@@ -105,9 +79,12 @@ def add_maintenance_routes(app: QuartTrio, services: Services) -> None:
     @app.post(routes.IMPORT)
     async def import_() -> Response:
         wanted = decode(await request.get_data(cache=False, as_text=False, parse_form_data=False), ImportRequest)
+        # An import is ingest like any other: this machine's rules and caps here (off the Trio thread: a batch
+        # holds up to MAX_IMPORT records of any length), and the store's boundary takes private spans and
+        # secrets out by the default rules whatever the settings (storage/boundary.py).
         clean = services.ingestor.clean_text
-        # Off the Trio thread: a batch holds up to MAX_IMPORT records of any length.
-        records = await trio.to_thread.run_sync(lambda: [cleaned(record, clean) for record in wanted.records])
+        records = await trio.to_thread.run_sync(
+            lambda: [record_texts_with(record, clean) for record in wanted.records])
         counts = await store.import_records(records)
         services.index.notify()
         return json_response(counts)

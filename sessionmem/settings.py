@@ -80,7 +80,7 @@ class Settings:
     max_body_bytes: int = MAX_BODY_BYTES
     tool_response_cap: int = SHARED["tool_response_cap"]
     skip_tools: tuple[str, ...] = DEFAULT_SKIP_TOOLS
-    redact_secrets: bool = True  # API keys, tokens, private keys, passwords: never stored (server/redaction.py)
+    redact_secrets: bool = True  # API keys, tokens, passwords: never stored; off: kept here, never pushed (redaction.py)
     redact_patterns: tuple[str, ...] = ()  # more regular expressions to redact (a group, if any, is the secret)
     access_log: bool = False
     max_connections: int = 512  # open at once (and below the file-descriptor limit); the quietest makes room

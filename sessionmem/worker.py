@@ -60,6 +60,7 @@ from sessionmem.protocol.state import (
     write_json_atomically,
     write_state,
 )
+from sessionmem.redaction import Redactor
 from sessionmem.runtime import codewatch, gcwatch, logs
 from sessionmem.runtime.loopwatch import LoopWatch
 from sessionmem.search.context import ContextPlanner
@@ -70,7 +71,6 @@ from sessionmem.server.guard import AccessGuard, is_loopback
 from sessionmem.server.http_server import ConnectionPool, connection_limit
 from sessionmem.server.http_server import serve as serve_app
 from sessionmem.server.ingest import Ingestor
-from sessionmem.server.redaction import Redactor
 from sessionmem.server.services import Services, WorkerStatus
 from sessionmem.server.spool import SpoolImporter
 from sessionmem.settings import Settings

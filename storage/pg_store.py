@@ -64,7 +64,7 @@ import numpy as np
 import trio
 
 from sessionmem.records import RankedKey, SearchFilters
-from sessionmem.storage import pg_search, pg_transfer
+from sessionmem.storage import boundary, pg_search, pg_transfer
 from sessionmem.storage.pg_connections import Connection, TeamConnections, TeamUnavailable
 from sessionmem.storage.pg_schema import schema_version
 from sessionmem.storage.pg_search import TeamCard
@@ -133,9 +133,11 @@ class TeamStore:
             pulls=self._pulls, rows_pulled=self._rows_pulled, rows_refused=self._rows_refused)
 
     async def push(self, rows: Sequence[SharedRow]) -> PushCounts:
-        """Store ``rows`` (this machine's) in one transaction, by the conflict rule; idempotent."""
+        """Store ``rows`` (this machine's) in one transaction, by the conflict rule; idempotent. Their texts
+        cross the boundary first (:mod:`~sessionmem.storage.boundary`: no private span, no secret)."""
         if not rows:
             return PushCounts()
+        rows = await boundary.cleaned_off_thread(boundary.clean_rows, rows)  # whatever redact_secrets says here
         rows = [msgspec.structs.replace(row, record=without_nul(row.record), origin=without_nul(row.origin),
                                         project_key=text_without_nul(row.project_key)) for row in rows]
         counts = await self._connections.write(partial(pg_transfer.push_rows, rows=rows))

@@ -63,6 +63,7 @@ from sessionmem.records import (
     SummaryRow,
 )
 from sessionmem.storage import (
+    boundary,
     cards,
     file_memories,
     fulltext,
@@ -322,6 +323,7 @@ class SQLiteStore:
                                                after_session=after_session))
 
     async def import_records(self, records: Sequence[transfer.Record]) -> transfer.ImportCounts:
+        records = await boundary.cleaned_off_thread(boundary.clean_records, records)  # no secret from a file
         return await self.write(partial(transfer.import_records, records=records, now=time.time()),
                                 on_commit=lambda _: self._file_recall.clear())
 
@@ -361,6 +363,7 @@ class SQLiteStore:
                           keys: Sequence[str] | None) -> team_sync.PulledImport:
         """Import pulled rows, each only into a project of ``keys`` (those the pull asked for; ``None``: any),
         and set the cursor ``(name, encoded value)``, if given, in the same transaction."""
+        rows = await boundary.cleaned_off_thread(boundary.clean_rows, rows)  # no secret from another machine
         return await self.write(partial(team_sync.import_pulled, rows=rows, cursor=cursor, now=time.time(),
                                         keys=keys),
                                 on_commit=lambda _: self._file_recall.clear(), background=True,

@@ -130,8 +130,9 @@ class Puller:
         self.refused += len(result.misplaced)
         if stored:
             self._index.notify()
-            passed_over = {id(row) for row in result.misplaced}
-            self._tell_the_viewer([row for row in rows if id(row) not in passed_over])
+            # The store imports a cleaned copy of each row (secrets out): a row passed over is known by its identity.
+            passed_over = {_identity(row) for row in result.misplaced}
+            self._tell_the_viewer([row for row in rows if _identity(row) not in passed_over])
         return stored, len(result.misplaced)
 
     def _refused(self, refused: Sequence[RefusedRow]) -> int:
@@ -151,6 +152,13 @@ class Puller:
             elif isinstance(record, SummaryRecord):
                 self._broadcaster.publish(LiveSummary(record.claude_session_id, record.project, record.request,
                                                       record.completed))
+
+
+def _identity(row: SharedRow) -> tuple[str, str, object]:
+    """What tells one pulled row from another: its kind, its session, and its place in the session."""
+    record = row.record
+    return (_kind(row), record.claude_session_id,
+            getattr(record, "tool_use_id", None) or getattr(record, "prompt_number", None))
 
 
 def _kind(row: SharedRow) -> str:

@@ -17,7 +17,7 @@ import pytest
 from sessionmem.testing.harness import serve_in_thread
 from sessionmem.testing.worker_process import WorkerClient, WorkerProcess
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, data_dir_contains
 
 pytestmark = pytest.mark.slow
 
@@ -94,6 +94,26 @@ def test_private_prompts_are_not_sent(worker: WorkerClient) -> None:
                                    worker.data_dir))
     assert worker.get("/api/sessions")["sessions"] == []  # nothing reached the worker
     assert worker.get("/debug")["journal"]["done"] == 0
+
+
+def test_encoded_private_spans_do_not_leave_the_hook(worker: WorkerClient) -> None:
+    """``<private>`` as tools print it (entities, ``gh --json``'s escapes, percent-encoding, full-width forms):
+    a real hook process sends none of the spans, in a prompt or in a tool's output."""
+    from .test_redaction import ENCODED_PRIVATE
+
+    base = {"session_id": "encpriv", "cwd": "/tmp/encproj"}
+    for n, text in enumerate(ENCODED_PRIVATE.values()):
+        assert_silent_success(run_hook("UserPromptSubmit", {**base, "hook_event_name": "UserPromptSubmit",
+                                                            "prompt": f"deploy {n} " + text}, worker.data_dir))
+        assert_silent_success(run_hook("PostToolUse", {
+            **base, "hook_event_name": "PostToolUse", "tool_name": "Bash", "tool_use_id": f"toolu_enc{n}",
+            "tool_input": {"command": "gh pr view 1 --json body"}, "tool_response": {"stdout": text, "stderr": ""}},
+            worker.data_dir))
+    worker.wait_idle()
+    assert worker.get("/debug")["journal"]["done"] >= 2 * len(ENCODED_PRIVATE)  # the rest was sent
+    for text in ENCODED_PRIVATE.values():
+        secret = text.split("ENC-")[1][:7]
+        assert data_dir_contains(worker.data_dir, secret.encode()) == [], text
 
 
 @pytest.mark.parametrize("stdin", [b"", b"   \n", b"{not json", b"[1, 2, 3]", b"\xff\xfe\x00garbage", b"null"])

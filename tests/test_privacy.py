@@ -15,9 +15,9 @@ from sessionmem.protocol.fields import clean_text, clean_value
 from sessionmem.protocol.privacy import MAX_TAGS, contains_tag, strip_private, strip_private_deep, tags_in
 from sessionmem.protocol.requests import encoded_call
 from sessionmem.protocol.safe_text import neutral
+from sessionmem.redaction import Redactor
 from sessionmem.server.ingest import EdgeCleaner, init_event
 from sessionmem.server.payloads import InitRequest
-from sessionmem.server.redaction import Redactor
 
 
 @pytest.mark.parametrize(
@@ -226,3 +226,142 @@ def test_every_place_that_strips_uses_the_one_rule(text: str) -> None:
     assert init_event(InitRequest(claudeSessionId="s", prompt=text), edge).prompt == expected
     assert edge.value({"k": text}) == {"k": expected}
     assert "hunter2" not in neutral(text)
+
+
+# -- encodings: tags as tools print them -----------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("keep &lt;private&gt;secret&lt;/private&gt; this", "keep  this"),  # a web page
+    ("keep &LT;PRIVATE&GT;secret&LT;/PRIVATE&GT; this", "keep  this"),
+    ("keep &lt private &gt secret &lt/private&gt this", "keep  this"),  # HTML reads &lt without its ';'
+    ("keep &#60;private&#62;secret&#x3C;/private&#x3e; this", "keep  this"),
+    ("keep &#0060;private&#x0003E;secret&#60;&sol;private&#62; this", "keep  this"),
+    ("keep &lsqb;private&rsqb;secret&lbrack;/private&rbrack; this", "keep  this"),
+    ("keep &#112;&#114;ivate is no tag: <&#112;rivate>secret</private> this", "keep &#112;&#114;ivate is no tag: "
+     " this"),
+    ('keep \\u003cprivate\\u003esecret\\u003c/private\\u003e this', "keep  this"),  # gh --json
+    ('keep \\u003Cprivate\\u003Esecret\\u003C\\/private\\u003E this', "keep  this"),
+    ("keep <private>secret<\\/private> this", "keep  this"),  # a JSON writer that escapes '/'
+    ("keep \\x3cprivate\\x3esecret\\x3c/private\\x3e this", "keep  this"),  # JavaScript
+    ("keep %3Cprivate%3Esecret%3C%2Fprivate%3E this", "keep  this"),  # a URL
+    ("keep %3cprivate%3esecret%3c/private%3e this", "keep  this"),
+    ("keep %EF%BC%9Cprivate%EF%BC%9Esecret%EF%BC%9C/private%EF%BC%9E this", "keep  this"),  # full-width, in UTF-8
+    ("keep ＜private＞secret＜/private＞ this", "keep  this"),  # an input method
+    ("keep ＜ｐｒｉｖａｔｅ＞secret＜／ＰＲＩＶＡＴＥ＞ this", "keep  this"),
+    ("keep ﹤private﹥secret﹤/private﹥ this", "keep  this"),  # small forms
+    ("keep ［private］secret［/private］ this", "keep  this"),
+    ("keep &#xFF1C;private&#xFF1E;secret&#xFF1C;/private&#xFF1E; this", "keep  this"),  # an entity of a fold
+    ("keep &amp;lt;private&amp;gt;secret&amp;lt;/private&amp;gt; this", "keep  this"),  # twice encoded
+    ("keep %253Cprivate%253Esecret%253C%252Fprivate%253E this", "keep  this"),
+    ("keep \\\\u003cprivate\\\\u003esecret\\\\u003c/private\\\\u003e this", "keep  this"),  # JSON inside JSON
+    ("keep &lt;private&gt;secret</private> this", "keep  this"),  # encodings mixed
+    ("keep <sessionmem-context>old</sessionmem-context> \\u003csessionmem-context\\u003eold\\u003c/sessionmem-"
+     "context\\u003e this", "keep   this"),
+    # Failing closed: an encoded opener without its closer, or whose closer does not decode.
+    ("keep this &lt;private&gt;secret and the rest", "keep this"),
+    ("keep this %3Cprivate%3Esecret%3C/private%3 and the rest", "keep this"),
+    ("keep this \\u003cprivate\\u003esecret \\u003c/private\\u00 and the rest", "keep this"),
+    ("keep this ＜private＞secret%C0%BC/private> the rest", "keep this"),  # an overlong UTF-8 '<' is none
+    ("my password is hunter2&lt;/private&gt; deploy it", "deploy it"),  # a closer alone hides what precedes it
+    # Kept pieces that decode into a tag: the field is hidden whole.
+    ("a &lt;priv<private>x</private>ate&gt; secret", ""),
+    # Encoded deeper than anyone writes (five times): hidden whole, as past MAX_TAGS.
+    ("a &amp;amp;amp;amp;amp;lt;private&gt;x", ""),
+    # Encodings of nothing of a tag are kept as they are; a run of backslashes escaping nothing is text.
+    ("C:" + "\\" * 40 + " kept as text", "C:" + "\\" * 40 + " kept as text"),
+    ("AT&T &amp; 100% of C:\\\\dir\\\\file, \\u00e9t\\u00e9 %20 &#233; ﬁne ＡＢＣ", "AT&T &amp; 100% of "
+     "C:\\\\dir\\\\file, \\u00e9t\\u00e9 %20 &#233; ﬁne ＡＢＣ"),
+    ("&lt;privateer&gt; %3Cprivacy%3E \\u003cprivate-key\\u003e ＜ｐｒｉｖａｔｅｅｒ＞", "&lt;privateer&gt; %3Cprivacy%3E "
+     "\\u003cprivate-key\\u003e ＜ｐｒｉｖａｔｅｅｒ＞"),
+])
+def test_tags_are_read_through_encodings(text: str, expected: str) -> None:
+    assert strip_private(text) == expected
+    if expected != text:
+        assert contains_tag(text)
+        assert contains_tag(msgspec.json.encode({"k": [text]})) and contains_tag(fastjson.dumps([text]).encode())
+
+
+def _fullwidth(character: str) -> str:
+    return chr(ord(character) + 0xFEE0) if "!" <= character <= "~" else character
+
+
+ENCODINGS = {
+    "plain": lambda c: c,
+    "decimal reference": lambda c: f"&#{ord(c)};",
+    "hexadecimal reference": lambda c: f"&#x{ord(c):X};",
+    "named reference": lambda c: {"<": "&lt;", ">": "&gt;", "/": "&sol;", "[": "&lsqb;", "]": "&rsqb;"}.get(c, c),
+    "json escape": lambda c: f"\\u{ord(c):04x}",
+    "javascript escape": lambda c: f"\\x{ord(c):02x}",
+    "percent": lambda c: f"%{ord(c):02X}",
+    "full-width": _fullwidth,
+    "full-width, percent": lambda c: "".join(f"%{byte:02x}" for byte in _fullwidth(c).encode()),
+}
+AGAIN = {"none": lambda text: text, "entities": lambda text: text.replace("&", "&amp;"),
+         "percent": lambda text: text.replace("%", "%25"), "json": lambda text: text.replace("\\", "\\\\")}
+
+
+@st.composite
+def encoded(draw: st.DrawFn, tag: str) -> str:
+    """``tag`` with each character in an encoding of its own, and maybe all of it encoded again."""
+    names = sorted(ENCODINGS)
+    text = "".join(ENCODINGS[draw(st.sampled_from(names))](character) for character in tag)
+    return AGAIN[draw(st.sampled_from(sorted(AGAIN)))](text)
+
+
+ENCODED_NOISE = ["&", "&amp;", "&#", "&#x", "&lt", "%", "%3", "%E0%A0", "\\", "\\u", "\\u00", "\\uD800", "\\\\",
+                 "＜", "ｐ", "ﬁ", "é", "İ", ";", "x"]
+noisy_text = st.lists(st.one_of(pieces, st.sampled_from(ENCODED_NOISE)), max_size=30).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(before=noisy_text, after=noisy_text, opener=st.sampled_from(OPENERS), closer=st.sampled_from(CLOSERS),
+       data=st.data())
+def test_an_encoded_span_is_hidden_whatever_surrounds_it(before: str, after: str, opener: str, closer: str,
+                                                         data: st.DataObject) -> None:
+    """A secret between an opener and a closer, each in any mix of encodings, never survives; nor after an
+    encoded opener alone, nor before an encoded closer alone; and what is kept holds no tag, as written or
+    decoded, so a second strip changes nothing."""
+    encoded_opener, encoded_closer = data.draw(encoded(opener)), data.draw(encoded(closer))
+    for text in (before + encoded_opener + SECRET + encoded_closer + after, before + encoded_opener + SECRET,
+                 before + SECRET + encoded_closer + after):
+        stripped = strip_private(text)
+        assert SECRET not in stripped, text
+        assert not contains_tag(stripped) and strip_private(stripped) == stripped
+        assert SECRET not in neutral(text)
+        assert contains_tag(text) and contains_tag(msgspec.json.encode([text]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=noisy_text)
+def test_what_is_kept_holds_no_tag_through_any_encoding(text: str) -> None:
+    stripped = strip_private(text)
+    assert not contains_tag(stripped) and strip_private(stripped) == stripped
+    if not contains_tag(text):
+        assert stripped == text
+
+
+@pytest.mark.parametrize("make", [
+    lambda n: "&" * n,
+    lambda n: "&#" * (n // 2),
+    lambda n: "&#x3c" * (n // 5),  # '<' without a name
+    lambda n: "&amp;" * (n // 5),  # three rounds of decoding
+    lambda n: "%3C" * (n // 3),
+    lambda n: "%E0%A0" * (n // 6),  # UTF-8 never finished
+    lambda n: "\\u003c" * (n // 6),
+    lambda n: "\\uD800" * (n // 6),  # lone surrogates
+    lambda n: "\\" * n,
+    lambda n: "＜" * n,
+    lambda n: "＜ｐｒｉｖａｔｅ＞" * (n // 9),  # past MAX_TAGS, folded
+    lambda n: "&lt;private&gt;" * (n // 15),  # past MAX_TAGS, decoded
+    lambda n: "lead &lt;private&gt;" + "z&" * (n // 2),  # an unterminated encoded span
+    lambda n: "é" + "<" * n,  # beyond ASCII, in NFKC: nothing to fold
+])
+def test_linear_time_on_adversarial_encodings(make: object) -> None:
+    small, large = make(30_000), make(300_000)
+    small_s = min(timeit.repeat(lambda: strip_private(small), number=1, repeat=3))
+    large_s = min(timeit.repeat(lambda: strip_private(large), number=1, repeat=3))
+    assert large_s < max(0.5, 30 * small_s)  # ten times the input, not a hundred times the time
+    encoded_small, encoded_large = msgspec.json.encode([small]), msgspec.json.encode([large])
+    small_s = min(timeit.repeat(lambda: contains_tag(encoded_small), number=1, repeat=3))
+    large_s = min(timeit.repeat(lambda: contains_tag(encoded_large), number=1, repeat=3))
+    assert large_s < max(0.5, 30 * small_s)

@@ -29,8 +29,8 @@ from sessionmem.protocol.spool import (
     write_spool_file,
 )
 from sessionmem.protocol.state import WorkerState, read_state, remove_state, write_state
+from sessionmem.redaction import Redactor
 from sessionmem.server.ingest import EdgeCleaner, Ingestor
-from sessionmem.server.redaction import Redactor
 from sessionmem.settings import ENV, Settings
 
 # -- one definition, both sides ---------------------------------------------------------------

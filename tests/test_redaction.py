@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from sessionmem.server.redaction import Redactor
+from sessionmem.redaction import Redactor
 from sessionmem.settings import SettingsError, load_settings
 from sessionmem.testing.harness import open_worker
 
@@ -227,7 +227,7 @@ def test_a_long_run_repeating_a_keyword_is_tried_near_its_end_only() -> None:
     """``"pwd" * 20000`` once made the keyword rule run ~40 s on the Trio thread (a try at every
     keyword, each scanning the rest of the run): only keywords a name's length from the run's end
     can be followed by ``=`` or ``:``, and only those are tried. (bench/redaction_worst.py times it.)"""
-    from sessionmem.server import redaction
+    from sessionmem import redaction
 
     patterns = redaction.load_patterns()
 
@@ -250,7 +250,7 @@ def test_a_name_ending_in_token_is_tried_where_token_is_written_only() -> None:
     """The token rule starts with a run of word characters: run over the whole text it made 64 steps a
     character (21 % of redaction's time on the corpus). It is tried at the start of each word that
     holds ``token``, and finds what it found before."""
-    from sessionmem.server import redaction
+    from sessionmem import redaction
 
     patterns = redaction.load_patterns()
     tries: list[int] = []
@@ -323,3 +323,176 @@ def test_a_huge_text_is_redacted_only_where_it_is_kept() -> None:
         text = plain[:at] + AWS + plain[at + len(AWS):]
         cleaned = clean_text(text, FIELD_CAP, redact)
         assert not any(AWS[i:i + 8] in cleaned for i in range(len(AWS) - 7)), at  # no part of it either
+
+
+# -- token formats, whole -------------------------------------------------------------------------
+
+_ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _random(length: int, alphabet: str = _ALNUM, *, seed: int) -> str:
+    """A token body nobody else writes (the same each run)."""
+    import random
+
+    chance = random.Random(seed)
+    return "".join(chance.choice(alphabet) for _ in range(length))
+
+
+def _discord_token() -> str:
+    import base64
+
+    bot_id = base64.urlsafe_b64encode(b"1187654321098765432").decode().rstrip("=")  # a bot's numeric id
+    return f"{bot_id}.{_random(6, seed=40)}.{_random(38, _ALNUM + '_-', seed=41)}"
+
+
+_B64 = _ALNUM + "+/"
+_URL = _ALNUM + "_-"
+SERVICE_ACCOUNT_KEY = _random(1600, _B64, seed=30)
+# (format, text with {token} where the token goes, token, characters of it that may stay: its public prefix)
+TOKENS = [
+    ("google api key", "const key = '{token}';", "AIza" + _random(35, _URL, seed=1), 4),
+    ("google oauth access token", "curl -H 'x: {token}' https://www.googleapis.com", "ya29." + _random(180, _URL, seed=2), 5),
+    ("google oauth refresh token", '{{"refresh_tok": "{token}"}}', "1//0" + _random(100, _URL, seed=3), 4),
+    ("aws access key id", "id {token} here", "AKIA" + _random(16, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", seed=4), 4),
+    ("aws secret key, ini", "[default]\naws_secret_access_key = {token}\n", _random(40, _B64, seed=5), 0),
+    ("aws secret key, cli", "aws configure set aws_secret_access_key {token}", _random(40, _B64, seed=6), 0),
+    ("aws secret key, sts json", '{{"Credentials": {{"SecretAccessKey": "{token}"}}}}', _random(40, _B64, seed=7), 0),
+    ("aws session token, env", "export AWS_SESSION_TOKEN={token}", "IQoJb3JpZ2luX2Vj" + _random(900, _B64, seed=8), 0),
+    ("aws session token, sts json", '{{"SessionToken": "{token}"}}', "IQoJb3JpZ2luX2Vj" + _random(900, _B64, seed=9), 0),
+    ("azure storage key", "DefaultEndpointsProtocol=https;AccountName=x;AccountKey={token};EndpointSuffix=core.windows.net",
+     _random(86, _B64, seed=10) + "==", 0),
+    ("azure sas sig=", "https://acct.blob.core.windows.net/c/b.txt?sv=2022-11-02&sp=r&se=2026-12-01&sig={token}",
+     _random(40, _ALNUM, seed=11) + "%2B" + _random(8, _ALNUM, seed=12) + "%3D", 0),
+    ("gcp service-account key", '{{"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----\\n{token}\\n'
+     '-----END PRIVATE KEY-----\\n", "client_email": "x@p.iam.gserviceaccount.com"}}', SERVICE_ACCOUNT_KEY, 0),
+    ("slack bot token", "SLACK={token}", "xoxb-" + _random(13, "0123456789", seed=13) + "-" +
+     _random(13, "0123456789", seed=14) + "-" + _random(24, seed=15), 4),
+    ("slack user token", "token is {token}", "xoxp-" + _random(12, "0123456789", seed=16) + "-" +
+     _random(12, "0123456789", seed=17) + "-" + _random(12, "0123456789", seed=18) + "-" + _random(32, seed=19), 4),
+    ("slack app-level token", "SLACK_APP_TOKEN {token}", "xapp-1-A" + _random(10, seed=20) + "-" +
+     _random(13, "0123456789", seed=21) + "-" + _random(64, "0123456789abcdef", seed=22), 5),
+    ("discord bot token", "client.run('{token}')", _discord_token(), 0),
+    ("telegram bot token", "https://api.telegram.org/bot{token}/getMe", "123456789:AA" + _random(33, _URL, seed=23), 0),
+    ("stripe secret key, long", "charge with {token} now", "sk_live_" + _random(99, seed=24), 8),
+    ("stripe restricted key", "{token}", "rk_live_" + _random(99, seed=25), 8),
+    ("stripe publishable key", "pk = {token}", "pk_live_" + _random(99, seed=26), 8),
+    ("stripe test key", "key {token}", "sk_test_" + _random(99, seed=27), 8),
+    ("webhook signing secret", "STRIPE_WEBHOOK={token}", "whsec_" + _random(32, seed=28), 6),
+    ("github classic token", "gh auth login --with-token <<< {token}", "ghp_" + _random(36, seed=31), 4),
+    ("github oauth token", "{token}", "gho_" + _random(36, seed=32), 4),
+    ("github app token, long", "x-access-token:{token}@github.com", "ghs_" + _random(120, seed=33), 4),
+    ("github fine-grained token", "{token}", "github_pat_11" + _random(80, _ALNUM + "_", seed=34), 11),
+    ("gitlab token", "PRIVATE-TOKEN: {token}", "glpat-" + _random(20, _URL, seed=35), 6),
+    ("gitlab routable token", "{token}", "glpat-" + _random(27, _URL, seed=36) + ".01.0" + _random(9, seed=37), 6),
+    ("npm token", "//registry.npmjs.org/:_authToken={token}", "npm_" + _random(36, seed=38), 4),
+    ("pypi token", "twine upload -p {token} dist/*", "pypi-AgEIcHlwaS5vcmc" + _random(160, _URL, seed=39), 5),
+    ("openai project key", "OPENAI={token}", "sk-proj-" + _random(156, _URL, seed=42), 3),
+    ("anthropic key", "x-api-key {token}", "sk-ant-api03-" + _random(95, _URL, seed=43) + "-AAAAAA", 7),
+    ("jwt", "token: {token}", "eyJhbGciOiJSUzI1NiJ9." + _random(300, _URL, seed=44) + "." + _random(342, _URL, seed=45), 3),
+    ("cookie header", "curl -H 'Cookie: session={token}; theme=dark' https://x", _random(64, _URL, seed=46), 0),
+    ("set-cookie header", "< Set-Cookie: __Host-sid={token}; Path=/; Secure; HttpOnly", _random(64, _URL, seed=47), 0),
+    ("curl --cookie", "curl --cookie 'sid={token}' https://x", _random(48, _URL, seed=48), 0),
+    ("s3 presigned signature", "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature={token}",
+     _random(64, "0123456789abcdef", seed=49), 0),
+    ("s3 presigned session token", "https://b.s3.amazonaws.com/k?X-Amz-Security-Token={token}&X-Amz-Expires=60",
+     _random(700, _ALNUM, seed=50) + "%2F" + _random(20, _ALNUM, seed=51), 0),
+    ("gcs signed url", "https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Signature={token}",
+     _random(512, "0123456789abcdef", seed=52), 0),
+    ("cloudfront signature", "https://d1.cloudfront.net/v.mp4?Expires=1&Signature={token}&Key-Pair-Id=K2",
+     _random(300, _URL + "~", seed=53), 0),
+    ("sigv4 authorization", "Authorization: AWS4-HMAC-SHA256 Credential=x/20261201/us-east-1/s3/aws4_request, "
+     "SignedHeaders=host, Signature={token}", _random(64, "0123456789abcdef", seed=54), 0),
+    ("bearer token, long", "Authorization: Bearer {token}", _random(1200, _URL + ".", seed=55), 0),
+    ("private key block", "-----BEGIN EC PRIVATE KEY-----\n{token}\n-----END EC PRIVATE KEY-----",
+     _random(64, _B64, seed=56) + "\n" + _random(40, _B64, seed=57), 0),
+    ("password, long", "DB_PASSWORD={token}\n", _random(600, _URL, seed=58), 0),
+    ("quoted password, long", 'password = "{token}"', _random(600, _URL, seed=59), 0),
+    ("token assigned, long", "GITHUB_TOKEN={token} make", _random(500, _ALNUM, seed=60), 0),
+]
+KEPT_RUN = 6  # no run of this many characters of a token (beyond its public prefix) may survive
+
+
+def kept_runs(token: str, prefix: int, text: str) -> list[str]:
+    """The runs of :data:`KEPT_RUN` characters of ``token`` past its first ``prefix`` found in ``text``."""
+    return [token[at:at + KEPT_RUN] for at in range(prefix, len(token) - KEPT_RUN + 1)
+            if token[at:at + KEPT_RUN] in text]
+
+
+@pytest.mark.parametrize(("text", "token", "prefix"), [pytest.param(text, token, prefix, id=name)
+                                                       for name, text, token, prefix in TOKENS])
+def test_each_token_format_is_redacted_whole(text: str, token: str, prefix: int) -> None:
+    """The whole token, however long: no run of its characters is kept (a long Stripe key once kept 75 of its
+    99; Google, Slack app-level, Discord, Telegram tokens and webhook secrets were kept whole)."""
+    written = text.format(token=token)
+    assert token in written
+    redacted = Redactor().text(written)
+    assert kept_runs(token, prefix, redacted) == [], redacted
+    value = {"stdout": written, "env": {"X": written}}
+    redacted_value = Redactor().value(value, msgspec.json.encode(value))
+    assert kept_runs(token, prefix, msgspec.json.encode(redacted_value).decode()) == [], redacted_value
+
+
+def test_secret_headers_in_structured_values_are_redacted_by_their_name() -> None:
+    value = {"headers": {"Cookie": "sid=abcdef0123456789", "Set-Cookie": "a=b0c1d2e3f4; Path=/", "Accept": "x/y"}}
+    assert Redactor().value(value, msgspec.json.encode(value)) == {
+        "headers": {"Cookie": "[REDACTED:secret]", "Set-Cookie": "[REDACTED:secret]", "Accept": "x/y"}}
+
+
+@pytest.mark.parametrize("text", [
+    "the cookie: it is a small cake",  # the word, not a header
+    "document.cookie is read by the page; cookies: 3",
+    "sig = inspect.signature(fn); f(sig=inspect.signature(g))",
+    "def verify(signature=None): pass",
+    "MTA settings and NzA here; OTg8 x",  # Discord's prefixes, in no token
+    "Error:A problem occurred at 12:AM",
+    "ya29 is a prefix; AIza too",
+    "see the whsec_ prefix and sk_live_ keys in the docs",
+])
+def test_new_formats_leave_ordinary_text_alone(text: str) -> None:
+    assert Redactor().text(text) == text
+
+
+
+# Private spans as tools print them: entities (a web page), JSON escapes (gh --json), percent-encoding
+# (a URL), full-width brackets (an input method), and doubly encoded.
+ENCODED_PRIVATE = {
+    "html entities": "&lt;private&gt;ENC-ALPHA-1&lt;/private&gt;",
+    "numeric entities": "&#60;private&#62;ENC-BETA-2&#x3C;/private&#x3e;",
+    "json escapes": "\\u003cprivate\\u003eENC-GAMMA-3\\u003c/private\\u003e",
+    "percent": "%3Cprivate%3EENC-DELTA-4%3C%2Fprivate%3E",
+    "full-width": "＜private＞ENC-EPSILON-5＜/private＞",
+    "full-width letters": "＜ｐｒｉｖａｔｅ＞ENC-ZETA-6＜／ｐｒｉｖａｔｅ＞",
+    "double entities": "&amp;lt;private&amp;gt;ENC-ETA-7&amp;lt;/private&amp;gt;",
+    "unterminated, encoded": "keep this &lt;private&gt;ENC-THETA-8 and the rest",
+}
+
+
+async def test_an_import_stores_no_secret_and_no_private_span_whatever_redact_secrets_says(tmp_path: Path) -> None:
+    """``redact_secrets=false`` is this machine's choice for what it records itself; a file from elsewhere
+    (``sessionmem import`` posts it here) is redacted by the default rules all the same, and its private
+    spans, however encoded, are not stored."""
+    every_token = "\n".join(text.format(token=token) for _, text, token, _ in TOKENS)
+    private = "\n".join(ENCODED_PRIVATE.values())
+    records = [
+        {"kind": "session", "claudeSessionId": "imp", "project": "impproj", "firstPrompt": f"deploy {private}",
+         "createdAt": 1795550000, "updatedAt": 1795550000},
+        {"kind": "prompt", "claudeSessionId": "imp", "promptNumber": 1, "text": f"deploy {every_token}",
+         "createdAt": 1795550000},
+        {"kind": "observation", "claudeSessionId": "imp", "project": "impproj", "promptNumber": 1, "toolName": "Bash",
+         "toolUseId": "i1", "type": "change", "title": "Deployed the app", "createdAt": 1795550001,
+         "facts": [every_token, private], "narrative": private},
+        {"kind": "summary", "claudeSessionId": "imp", "project": "impproj", "promptNumber": 1,
+         "createdAt": 1795550002, "request": "deploy", "completed": every_token, "notes": private},
+    ]
+    data = tmp_path / "data"
+    async with open_worker(data, embedder="none", batch_quiet_s=0.05, redact_secrets=False) as worker:
+        counts = (await worker.request("POST", "/api/import", {"records": records})).json()
+        assert counts["observations"] == 1 and counts["summaries"] == 1
+        exported = (await worker.request("GET", "/api/export?project=impproj")).body.decode()
+        assert "Deployed the app" in exported and "[REDACTED:" in exported
+        assert "keep this" in exported  # what precedes an unterminated span is kept
+    stored = b"".join(path.read_bytes() for path in data.rglob("*") if path.is_file()).decode("utf-8", "replace")
+    found = {name: kept_runs(token, prefix, stored)[:3] for name, _, token, prefix in TOKENS
+             if kept_runs(token, prefix, stored)}
+    found |= {name: "ENC-" for name, text in ENCODED_PRIVATE.items() if text.split("ENC-")[1][:7] in stored}
+    assert found == {}, found

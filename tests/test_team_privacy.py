@@ -1,24 +1,37 @@
-"""Nothing private, nothing secret and no local path reaches the team database.
+"""Nothing private, nothing secret and no local path reaches the team database, nor comes back from it.
 
 A real worker shares a project with a real PostgreSQL. It is given a session whose prompts,
 tool inputs and outputs and final message hold ``<private>`` spans (in several spellings) and
 secrets of many kinds, and which ran in a local directory; the offline compressor makes its
 observations and summary, and the sync task pushes them. Then every column of every table in
 the team database is read back as text, and none of those strings is in it. What the session
-did (its words without the secrets) is there: the dump does see the rows.
+did (its words without the secrets) is there: the dump does see the rows. The same holds for
+a worker with ``redact_secrets=false``: it keeps its secrets on its own disk, and pushes none.
+
+The other way: rows written straight into the team database, holding secrets and private
+spans, are pulled by a worker with ``redact_secrets=false``, and none of it reaches its disk.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
 import psycopg
 import pytest
+from pgvector.psycopg import register_vector
 from psycopg import sql
 
 from sessionmem.protocol import routes
+from sessionmem.storage import pg_schema
+from sessionmem.storage.pg_transfer import push_rows
+from sessionmem.storage.team_records import NAME_KEY_PREFIX, Origin, SharedRow
+from sessionmem.storage.transfer import ObservationRecord, PromptRecord, SessionRecord, SummaryRecord
 from sessionmem.testing.worker_process import WorkerProcess, start_worker
+
+from .conftest import data_dir_contains
+from .test_redaction import TOKENS, kept_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("team")]
 
@@ -89,6 +102,8 @@ def store_the_session(worker: WorkerProcess, session: str, cwd: str) -> None:
          {"filePath": f"{cwd}/.netrc"})
     home = cwd.rsplit("/src/", 1)[0]
     tool(6, "Read", {"file_path": f"{home}/.aws/config"}, "[default]\nregion = eu-west-1\n" + text_of("aws"))
+    tool(7, "Bash", {"command": "cat notes.txt", "description": "every token format"},
+         {"stdout": "\n".join(text.format(token=token) for _, text, token, _ in TOKENS), "stderr": ""})
     worker.post(routes.SUMMARIZE, {**base, "last_assistant_message": "Moved the keys to the vault. "
                                                                       + text_of("github", private=("unclosed",))})
     worker.post(routes.COMPLETE, base)
@@ -125,11 +140,15 @@ def where_in_team_database(url: str, needle: str) -> list[str]:
     return found
 
 
-def test_nothing_private_or_secret_and_no_local_path_reaches_the_team_database(tmp_path: Path,
-                                                                              team_database_url: str) -> None:
+@pytest.mark.parametrize("redact_secrets", ["true", "false"])
+def test_nothing_private_or_secret_and_no_local_path_reaches_the_team_database(tmp_path: Path, team_database_url: str,
+                                                                              redact_secrets: str) -> None:
+    """With ``redact_secrets=false`` the secrets stay on this machine's disk (the user's choice), and
+    the push redacts them by the default rules all the same (it pushed them raw once)."""
     home = f"/home/u{uuid.uuid4().hex[:12]}"  # a user's home nobody else has: found anywhere, it leaked
     cwd = f"{home}/src/webapp"
     env = {"SESSIONMEM_DATABASE_URL": team_database_url, "SESSIONMEM_SHARE_PROJECTS": "webapp",
+           "SESSIONMEM_REDACT_SECRETS": redact_secrets,
            "SESSIONMEM_MACHINE_NAME": "laptop", "SESSIONMEM_USER_NAME": "ann", "SESSIONMEM_EMBEDDER": "none",
            "SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_BATCH_QUIET": "0.05", "HOME": home}
     with start_worker(tmp_path / "data", env=env) as worker:
@@ -143,7 +162,7 @@ def test_nothing_private_or_secret_and_no_local_path_reaches_the_team_database(t
     with psycopg.connect(team_database_url) as connection:
         counts = {table: connection.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table)))
                   .fetchone()[0] for table in ("sessions", "prompts", "observations", "summaries")}
-    assert counts == {"sessions": 1, "prompts": 2, "observations": 6, "summaries": 1}, counts
+    assert counts == {"sessions": 1, "prompts": 2, "observations": 7, "summaries": 1}, counts
     dumped = team_database_text(team_database_url)
     # The dump sees the rows: what the session did is there, with its secrets marked as removed.
     assert "make deploys use the vault" in dumped and "Moved the keys to the vault." in dumped
@@ -151,5 +170,52 @@ def test_nothing_private_or_secret_and_no_local_path_reaches_the_team_database(t
     assert "src/db.py" in dumped and "~/.aws/config" in dumped  # paths, relative to the project or from ~
     found = {kind: secret for kind, (_, secret) in SECRETS.items() if secret in dumped}
     found |= {f"<private> {name}": secret for name, (_, secret) in PRIVATE.items() if secret in dumped}
+    found |= {name: kept_runs(token, prefix, dumped)[:3] for name, _, token, prefix in TOKENS
+              if kept_runs(token, prefix, dumped)}
     assert found == {}, found
     assert home not in dumped, where_in_team_database(team_database_url, home)
+    if redact_secrets == "false":  # they were kept here: what was pushed was redacted on the way
+        assert data_dir_contains(tmp_path / "data", SECRETS["aws"][1].encode())
+
+
+def written_straight_into_the_team_database(url: str, session: str) -> None:
+    """A session of the project ``webapp`` from another machine, its texts holding every token format and
+    private spans, encoded ones too: inserted as the team's push would, without the pusher's boundary."""
+    every_token = "\n".join(text.format(token=token) for _, text, token, _ in TOKENS)
+    private = "\n".join(text for text, _ in PRIVATE.values())
+    secrets = text_of(*SECRETS)
+    origin = Origin("machine-elsewhere", "elsewhere", "eve")
+    records = [
+        SessionRecord(claude_session_id=session, project="webapp", first_prompt=f"deploy {secrets}",
+                      created_at=1795550000.0, updated_at=1795550000.0),
+        PromptRecord(session, 1, f"deploy {private} {secrets}", 1795550000.0),
+        ObservationRecord(claude_session_id=session, project="webapp", prompt_number=1, tool_name="Bash",
+                          tool_use_id=f"{session}-t1", type="change", title="Deployed the app",
+                          created_at=1795550001.0, facts=[every_token, private], narrative=secrets),
+        SummaryRecord(claude_session_id=session, project="webapp", prompt_number=1, created_at=1795550002.0,
+                      request="deploy", completed=f"Deployed. {every_token}", notes=private),
+    ]
+    with psycopg.connect(url, autocommit=True) as connection:
+        pg_schema.migrate(connection)
+        register_vector(connection)
+        push_rows(connection, [SharedRow(record=record, project_key=NAME_KEY_PREFIX + "webapp", origin=origin)
+                               for record in records])
+
+
+def test_rows_pulled_from_the_team_database_bring_no_secret_and_no_private_span(tmp_path: Path,
+                                                                                team_database_url: str) -> None:
+    written_straight_into_the_team_database(team_database_url, "elsewhere-1")
+    data = tmp_path / "data"
+    env = {"SESSIONMEM_DATABASE_URL": team_database_url, "SESSIONMEM_SHARE_PROJECTS": "webapp",
+           "SESSIONMEM_REDACT_SECRETS": "false", "SESSIONMEM_EMBEDDER": "none", "SESSIONMEM_COMPRESSOR": "offline"}
+    with start_worker(data, env=env) as worker:
+        worker.wait_until(lambda: worker.get(routes.DEBUG_JSON)["team"]["pulled"] >= 4, timeout=SYNC_WAIT_S)
+        exported = json.dumps(worker.get(f"{routes.EXPORT}?project=webapp")["records"])
+        assert "Deployed the app" in exported and "[REDACTED:" in exported  # the rows are here, redacted
+    found = {kind: secret for kind, (_, secret) in SECRETS.items() if data_dir_contains(data, secret.encode())}
+    found |= {f"<private> {name}": secret for name, (_, secret) in PRIVATE.items()
+              if data_dir_contains(data, secret.encode())}
+    stored = b"".join(path.read_bytes() for path in data.rglob("*") if path.is_file()).decode("utf-8", "replace")
+    found |= {name: kept_runs(token, prefix, stored)[:3] for name, _, token, prefix in TOKENS
+              if kept_runs(token, prefix, stored)}
+    assert found == {}, found

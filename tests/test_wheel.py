@@ -81,7 +81,7 @@ def test_every_command_works_from_the_wheel_in_a_fresh_virtualenv(tmp_path: Path
         # An upgrade replaces a module the worker runs: it stops, and starts again with the new code.
         first = read_state(str(data))
         assert first is not None
-        module = next((venv / "lib").glob("python3*/site-packages/sessionmem/server/redaction.py"))
+        module = next((venv / "lib").glob("python3*/site-packages/sessionmem/redaction.py"))
         module.write_text(module.read_text() + "\nUPGRADED = True\n")
         deadline = time.monotonic() + 60
         while (again := read_state(str(data))) is None or again.started_at == first.started_at:

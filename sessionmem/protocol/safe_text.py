@@ -36,8 +36,9 @@ INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\xad\u034f\u061c\u18
 # line's spaces are joined.
 _SPACES = re.compile("[\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 # The wrapper's name in any other spelling: another case, fullwidth letters (NFKC folds them), another
-# dash, spaces or nothing between its words. No tag to the strip, yet a model may read `</sessionmem‑context>`,
-# `＜/sessionmem-context＞`, `< /sessionmem-context>` or `&lt;/sessionmem-context&gt;` as the end of memory.
+# dash, spaces or nothing between its words. No tag to the strip, yet a model may read `</sessionmem‑context>`
+# or `</SessionMemContext>` as the end of memory. (`＜/sessionmem-context＞` and `&lt;/sessionmem-context&gt;`
+# are tags to the strip, which reads through NFKC and entities.)
 # A path (`sessionmem/context.py`) is left as it is.
 _NAME_SPELLINGS = re.compile("sessionmem[\\s\\-\u2010-\u2015\u2212\ufe58\ufe63\uff0d]{0,3}context", re.IGNORECASE)
 NAME_DEFANGED = "sessionmem context"  # a tag name has no space: no spelling of the closing tag is left
