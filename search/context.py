@@ -67,6 +67,8 @@ class ContextLine(msgspec.Struct, frozen=True):
     detail: str  # the most telling fact, if any
     created_at: float  # of the newest
     origin: str = ""  # of the newest: "" this machine's own, else "user@machine"
+    provenance: str = "tool"  # of the newest: where its text came from (a records.Provenance value)
+    flagged: bool = False  # one of them holds (quoted) instruction-like text, or was made from some
 
 
 class SessionGroup(msgspec.Struct, frozen=True):

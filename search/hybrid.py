@@ -107,6 +107,8 @@ class SearchResult(msgspec.Struct, frozen=True, kw_only=True):
     files: list[str]
     origin: str = ""  # "" this machine's own; else "user@machine"
     source: SearchSource = SearchSource.LOCAL  # whose id `id` is
+    provenance: str = "tool"  # where its text came from (a records.Provenance value)
+    flagged: bool = False  # it holds (quoted) instruction-like text, or was made from some
 
 
 class SearchResults(msgspec.Struct, frozen=True):
@@ -252,7 +254,7 @@ def page_results(page: Sequence[tuple[str, int, float]], cards: Mapping[tuple[st
             claude_session_id=card.claude_session_id, project=card.project, prompt_number=card.prompt_number,
             created_at=card.created_at, type=card.type, title=card.title,
             snippet=snippet(card.text if kind != "prompt" else card.title, terms), files=card.files,
-            origin=card.origin, source=source))
+            origin=card.origin, source=source, provenance=card.provenance, flagged=card.flagged))
     return results
 
 

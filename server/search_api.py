@@ -80,6 +80,8 @@ class TimelineEntry(msgspec.Struct, frozen=True, kw_only=True):
     snippet: str
     files: list[str]
     origin: str  # "" this machine's own; else "user@machine"
+    provenance: str = "tool"  # where its text came from (a records.Provenance value)
+    flagged: bool = False  # it holds (quoted) instruction-like text, or was made from some
 
 
 class Timeline(msgspec.Struct, frozen=True):
@@ -144,7 +146,8 @@ def _entry(card: DocumentCard, anchor: tuple[str, int]) -> TimelineEntry:
     return TimelineEntry(kind=card.kind, id=card.id, anchor=(card.kind, card.id) == anchor,
                          claude_session_id=card.claude_session_id, prompt_number=card.prompt_number,
                          created_at=card.created_at, type=card.type, title=card.title,
-                         snippet=snippet(card.text, []), files=card.files, origin=card.origin)
+                         snippet=snippet(card.text, []), files=card.files, origin=card.origin,
+                         provenance=card.provenance, flagged=card.flagged)
 
 
 def _anchor(raw: str) -> tuple[str, int]:

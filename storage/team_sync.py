@@ -45,7 +45,7 @@ from sessionmem.storage import transfer
 from sessionmem.storage.local_paths import without_local_paths
 from sessionmem.storage.sqlite_values import all_rows, flag, integer, one_row, optional_row, real, text
 from sessionmem.storage.team_records import NAME_KEY_PREFIX, PullCursor, SharedRow, shared_key
-from sessionmem.storage.transfer import ImportCounts, Provenance, Record
+from sessionmem.storage.transfer import ImportCounts, PulledFrom, Record
 
 MACHINE_ID = "machine_id"  # this data dir's identity in the team database, made once
 OUTBOX = "push"  # the outbox's cursor (an OutboxCursor)
@@ -317,16 +317,16 @@ def import_pulled(connection: apsw.Connection, rows: Sequence[SharedRow], *, cur
     """Store rows pulled from the team database (with their origin and project key) and set the cursor
     ``(name, encoded value)`` if given: one transaction, the writer's. Idempotent."""
     known: dict[str, str] = {}
-    provenance: list[Provenance] = []
+    pulled_from: list[PulledFrom] = []
     for row in rows:
         session = optional_row(connection, "SELECT project FROM sessions WHERE claude_session_id = ?",
                                (row.record.claude_session_id,))
         # A session already here keeps its project (resumed here, or pulled before).
         project = text(session[0]) if session is not None else local_project(connection, row, known)
         key = "" if row.project_key.startswith(NAME_KEY_PREFIX) else row.project_key
-        provenance.append(Provenance(machine=row.origin.machine or row.origin.machine_id[:8] or "unknown",
-                                     user=row.origin.user, project_key=key, project=project))
-    counts = transfer.import_records(connection, [row.record for row in rows], now, provenance)
+        pulled_from.append(PulledFrom(machine=row.origin.machine or row.origin.machine_id[:8] or "unknown",
+                                      user=row.origin.user, project_key=key, project=project))
+    counts = transfer.import_records(connection, [row.record for row in rows], now, pulled_from)
     if cursor is not None:
         _write(connection, *cursor)
     return counts
