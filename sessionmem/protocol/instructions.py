@@ -226,6 +226,8 @@ def withhold(text: str) -> tuple[str, list[str]]:
     """
     if find_instruction(text) is None:
         return text, []
+    if len(text) > MAX_SCAN:  # no title is that long: withheld whole, rather than read piece by piece
+        return WITHHELD, [text]
     kept: list[str] = []
     withheld: list[str] = []
     for piece in pieces(text):
@@ -273,6 +275,8 @@ def quote_pieces(text: str, source: str = "tool output") -> tuple[str, bool]:
     """
     if find_instruction(text) is None:
         return text, False
+    if len(text) > MAX_SCAN:  # quoted whole, rather than read line by line
+        return (text, True) if text.startswith(_QUOTED) else (quoted(text, source), True)
     parts = []
     changed = False
     for piece in re.split(r"(\n+)", text):  # lines keep their breaks
