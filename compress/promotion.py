@@ -9,8 +9,7 @@ narrative, the notes), and the memory is flagged, as is one whose tool output he
 text, whatever the compressor kept of it: a memory is as trusted as its least trusted
 source. Provenance is the compressor's to say (rules: ``tool``; a model: ``model``).
 
-The tool's output is read once per tool use, bounded (:func:`tool_output_text`,
-``instructions.MAX_SCAN``).
+The tool's output is read once per tool use, bounded (:func:`tool_output_text`).
 """
 
 from __future__ import annotations
@@ -21,33 +20,39 @@ from typing import Any
 import msgspec
 
 from sessionmem.events import ObservationEvent, SummarizeEvent
-from sessionmem.protocol.instructions import HEAD, MAX_SCAN, TAIL, guard_observation, guard_summary, instruction_like
+from sessionmem.protocol.instructions import guard_observation, guard_summary, instruction_like
 from sessionmem.records import CompressedObservation, CompressedSummary, ObservationRow
 
-# Characters gathered of one tool use's output, all its strings together: twice what the detector reads
-# of one text, so a short error after a long output is still read.
-_GATHERED = 2 * MAX_SCAN
+# What is read of one tool use's output, all its strings together: its first OUTPUT_HEAD and last
+# OUTPUT_TAIL characters. More than any compressor reads of it (the offline one its first and last
+# 3,000 characters, a model 4,000 characters of it, start and end): a memory is flagged for what it
+# could have been made from. Reading all of a 64 KiB output would cost three times the offline
+# compressor's own work (bench/instruction_rate.py).
+OUTPUT_HEAD = 12 * 1024
+OUTPUT_TAIL = 4 * 1024
 SOURCE = "tool output"
 
 
 def tool_output_text(response: Any, error: str = "") -> str:
     """The text of a tool's output as the detector reads it: the error of a failed use, then every string
-    of its response (nested values too), a long one by its start and its end; bounded in size and work."""
+    of its response (nested values too), in order; a long one by its start and its end. Bounded in size
+    and work whatever the response holds."""
     found: list[str] = [error] if error else []
     size = len(error)
     stack = [response]
-    while stack and size < _GATHERED:
+    while stack and size < 4 * (OUTPUT_HEAD + OUTPUT_TAIL):  # enough for the start and the end
         value = stack.pop()
         if isinstance(value, str):
-            if len(value) > MAX_SCAN:
-                value = f"{value[:HEAD]}\n{value[-TAIL:]}"
+            if len(value) > OUTPUT_HEAD + OUTPUT_TAIL:
+                value = f"{value[:OUTPUT_HEAD]}\n{value[-OUTPUT_TAIL:]}"
             found.append(value)
             size += len(value)
         elif isinstance(value, dict):
             stack.extend(reversed(list(value.values())))
         elif isinstance(value, list):
             stack.extend(reversed(value))
-    return "\n".join(found)
+    text = "\n".join(found)
+    return text if len(text) <= OUTPUT_HEAD + OUTPUT_TAIL else f"{text[:OUTPUT_HEAD]}\n{text[-OUTPUT_TAIL:]}"
 
 
 def tainted(event: ObservationEvent) -> bool:

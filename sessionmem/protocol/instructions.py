@@ -201,8 +201,11 @@ def find_instruction(text: str) -> Finding | None:
             for match in pattern.finditer(lowered) if before is not None else (pattern.search(lowered),):
                 if match is None:
                     break
-                if before is None or before.search(lowered, max(0, match.start() - reach), match.start()):
+                if before is None:
                     return Finding(rule, match.group(0).strip()[:200])
+                lead = before.search(lowered, max(0, match.start() - reach), match.start())
+                if lead is not None:
+                    return Finding(rule, lowered[lead.start():match.end()].strip()[:200])
     return None
 
 
@@ -320,6 +323,8 @@ def guard_observation(*, title: str, subtitle: str, facts: tuple[str, ...] | lis
     record). ``tainted``: what it was made from held instruction-like text (the tool's output): it is
     flagged whatever its fields hold.
     """
+    if find_instruction("\n".join((title, subtitle, narrative, *facts, *concepts))) is None:  # the usual case
+        return GuardedObservation(title, subtitle, tuple(facts), narrative, tuple(concepts), tainted)
     flagged = tainted
     kept_title, from_title = withhold(title)
     kept_subtitle, from_subtitle = withhold(subtitle)
@@ -345,6 +350,8 @@ def guard_summary(fields: dict[str, str], *, source: str, tainted: bool = False)
     """A summary's fields with no instruction-like text in :data:`PROTECTED_SUMMARY_FIELDS` (what is
     withheld there is quoted in ``notes``) and such text elsewhere quoted; and whether it is flagged
     (``tainted``: what it was made from held some)."""
+    if find_instruction("\n".join(fields.values())) is None:  # the usual case: one reading
+        return dict(fields), tainted
     guarded = dict(fields)
     flagged = tainted
     moved: list[str] = []
