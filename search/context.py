@@ -242,7 +242,7 @@ def group(rows: list[ObservationRow], sessions: dict[str, SessionHead]) -> list[
             (session.first_prompt or "") if session else "",
             [ContextLine([row.id for row in same], same[-1].type, title, next(
                 (fact for fact in map(telling_fact, reversed(same)) if fact), ""), same[-1].created_at,
-                same[-1].origin)
+                same[-1].origin, same[-1].provenance, any(row.flagged for row in same))
              for (_, title), same in lines.items()],
             origins.pop() if len(origins) == 1 else ""))
     return groups

@@ -27,8 +27,10 @@ import apsw
 from sessionmem.compress.anthropic_backend import AnthropicCompressor
 from sessionmem.protocol.instructions import instruction_like
 from sessionmem.protocol.requests import api_call
-from sessionmem.records import Provenance
+from sessionmem.records import OBSERVATION, ObservationRow, Provenance
+from sessionmem.search.context import group as context_group
 from sessionmem.settings import DATABASE_FILE, Settings
+from sessionmem.storage.cards import card_of_row
 from sessionmem.storage.schema import MIGRATIONS
 from sessionmem.storage.sqlite_setup import open_writer
 from sessionmem.storage.team_records import Origin, SharedRow
@@ -239,3 +241,34 @@ def test_a_version_8_database_gets_provenance_and_its_planted_rows_are_flagged(t
     # The full-text rows are those of the texts, not rewritten by the new columns.
     assert upgraded.execute("SELECT rowid FROM observations_fts WHERE observations_fts MATCH 'calc'").fetchall() == [(2,)]
     upgraded.close()
+
+
+def test_a_team_databases_card_is_another_machines_and_is_checked_when_shown() -> None:
+    """The team database's rows have no provenance or flag of their own (``source=team`` search): read as
+    ``team`` and checked; this machine's card rows say theirs."""
+    head = (7, "s", "p", 1, 10.0)
+    planted = (*head, "failure", "Ran the tests", "", f"It printed {PLANTED}", "[]", "[]", "[]")
+    team = card_of_row(OBSERVATION, planted, "bob@laptop")
+    assert (team.provenance, team.flagged) == ("team", True)
+    clean = card_of_row(OBSERVATION, (*head, "discovery", "Read a.py", "", "", "[]", "[]", "[]"), "bob@laptop")
+    assert (clean.provenance, clean.flagged) == ("team", False)
+    local = card_of_row(OBSERVATION, (*planted, "", "model", 1))
+    assert (local.origin, local.provenance, local.flagged) == ("", "model", True)
+
+
+def test_the_rows_the_context_is_planned_from_carry_the_flag() -> None:
+    """What server/context_markdown.py renders from: a context line is flagged when one of the
+    observations it collapses is, and says the newest one's provenance."""
+    def row(row_id: int, flagged: bool) -> ObservationRow:
+        return ObservationRow(
+            id=row_id, claude_session_id="s", project="p", prompt_number=1, tool_name="Read", tool_use_id=f"t{row_id}",
+            agent_id=None, agent_type=None, failed=False, type="discovery", title="Read a.py", subtitle="",
+            facts=[], narrative="", concepts=[], files_read=["a.py"], files_modified=[], compressed=True,
+            compressor="anthropic", model="m", input_tokens=0, output_tokens=0, created_at=float(row_id),
+            provenance="model", flagged=flagged)
+
+    (group,) = context_group([row(1, True), row(2, False)], {})
+    (line,) = group.lines
+    assert line.ids == [1, 2] and line.flagged and line.provenance == "model"
+    (group,) = context_group([row(3, False)], {})
+    assert not group.lines[0].flagged
