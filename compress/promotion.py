@@ -73,7 +73,7 @@ def guarded_observation(event: ObservationEvent, observation: CompressedObservat
     guarded = guard_observation(
         title=observation.title, subtitle=observation.subtitle, facts=observation.facts,
         narrative=observation.narrative, concepts=observation.concepts, source=SOURCE,
-        fallback_title=fallback_title() if fallback_title is not None else withheld_title(event),
+        fallback_title=fallback_title if fallback_title is not None else withheld_title(event),
         tainted=observation.flagged or tainted(event))
     if not guarded.flagged:
         return observation

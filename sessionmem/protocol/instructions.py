@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from typing import NamedTuple
 
 from sessionmem.protocol.safe_text import INVISIBLE
@@ -312,14 +313,14 @@ class GuardedObservation(NamedTuple):
 
 
 def guard_observation(*, title: str, subtitle: str, facts: tuple[str, ...] | list[str], narrative: str,
-                      concepts: tuple[str, ...] | list[str], source: str, fallback_title: str,
-                      tainted: bool = False) -> GuardedObservation:
+                      concepts: tuple[str, ...] | list[str], source: str,
+                      fallback_title: str | Callable[[], str], tainted: bool = False) -> GuardedObservation:
     """An observation's fields with no instruction-like text in its title or subtitle, and such text
     elsewhere quoted (:func:`quoted`, as from ``source``).
 
     What is withheld from the title or the subtitle is kept as a quoted fact: nothing is lost, and
-    nothing is promoted. A title withheld is replaced by ``fallback_title`` (when it is clean itself),
-    else by what is left of it. A concept that reads as instructions is dropped (a label, not a
+    nothing is promoted. A title withheld is replaced by ``fallback_title`` (called only then, when a
+    callable; when it is clean itself), else by what is left of it. A concept that reads as instructions is dropped (a label, not a
     record). ``tainted``: what it was made from held instruction-like text (the tool's output): it is
     flagged whatever its fields hold.
     """
@@ -329,7 +330,8 @@ def guard_observation(*, title: str, subtitle: str, facts: tuple[str, ...] | lis
     kept_title, from_title = withhold(title)
     kept_subtitle, from_subtitle = withhold(subtitle)
     if from_title:
-        kept_title = fallback_title if fallback_title and not instruction_like(fallback_title) else kept_title
+        fallback = fallback_title() if callable(fallback_title) else fallback_title
+        kept_title = fallback if fallback and not instruction_like(fallback) else kept_title
     if kept_subtitle == WITHHELD:
         kept_subtitle = ""
     guarded_facts = []
