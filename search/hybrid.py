@@ -181,6 +181,7 @@ class SearchService:
             return [], "failed"
         narrowing = bool(filters.types or filters.file or filters.concept or filters.claude_session_id
                          or filters.origin is not None or filters.since is not None or filters.until is not None
+                         or filters.flagged
                          or filters.kinds != SearchFilters().kinds)
         # The project's own documents are asked for exactly: only other filters call for more.
         k = depth * (4 if narrowing else 1 if rows is not None else 2)

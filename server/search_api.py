@@ -45,6 +45,7 @@ from sessionmem.search.team_search import TeamSearch
 from sessionmem.server.payloads import BadRequest, decode
 from sessionmem.server.routing import (
     error_response,
+    flag_arg,
     int_arg,
     json_response,
     list_arg,
@@ -118,7 +119,8 @@ def parse_moment(raw: str, name: str, *, now: float | None = None) -> float:
 
 
 def filters_from_query() -> SearchFilters:
-    """``project``, ``kind``, ``type``, ``since``, ``until``, ``file``, ``concept``, ``session``, ``origin``."""
+    """``project``, ``kind``, ``type``, ``since``, ``until``, ``file``, ``concept``, ``session``, ``origin``,
+    ``flagged``."""
     since, until = request.args.get("since"), request.args.get("until")
     return SearchFilters(
         project=project_arg(),
@@ -130,6 +132,7 @@ def filters_from_query() -> SearchFilters:
         concept=text_arg("concept", limit=200),
         claude_session_id=text_arg("session", limit=256),
         origin=origin_arg(),
+        flagged=flag_arg("flagged"),
     )
 
 
@@ -168,6 +171,8 @@ async def team_search_reply(services: Services, team_search: TeamSearch, query: 
     if services.team is None:
         raise BadRequest("no team database is configured: set database_url (SESSIONMEM_DATABASE_URL) to search "
                          "it (source=team)", "?source")
+    if filters.flagged:  # its rows are checked as they are shown, not stored with a flag to filter on
+        raise BadRequest("flagged filters this machine's memory, not the team database (source=team)", "?flagged")
     team = services.team.store()
     if team is None:
         return error_response(503, "the team database is not open yet: the worker is starting or stopping")

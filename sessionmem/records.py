@@ -270,6 +270,7 @@ class SearchFilters(msgspec.Struct, frozen=True, kw_only=True):
     claude_session_id: str | None = None
     # LOCAL_ORIGIN (this machine's own rows), "user@machine", or a machine or user name
     origin: str | None = None
+    flagged: bool = False  # only memories holding (quoted) instruction-like text (this machine's memory)
 
     def wanted_kinds(self) -> tuple[str, ...]:
         if self.types or self.file or self.concept:

@@ -93,6 +93,10 @@ def test_an_order_in_a_failing_commands_output_is_never_promoted_by_the_offline_
         assert len(worker.get("/api/observations")["observations"]) == 2
         assert [r["id"] for r in worker.get("/api/observations?flagged=1")["observations"]] == [observation["id"]]
         assert [r["id"] for r in worker.get("/api/summaries?flagged=1")["summaries"]] == [summary["id"]]
+        assert [r["kind"] for r in worker.get("/api/search?q=add&kind=observation")["results"]] == ["observation"]
+        assert worker.get("/api/search?q=add&kind=observation&flagged=1")["results"] == []
+        assert [(r["kind"], r["id"]) for r in worker.get("/api/search?q=test&flagged=1")["results"]] == [
+            ("observation", observation["id"]), ("summary", summary["id"])]
         status, _ = worker.request("GET", "/api/observations?flagged=maybe", None)
         assert status == 400
 

@@ -168,12 +168,11 @@ async function loadFeed(current, sequence) {
 async function loadSearch(current, sequence) {
   const answer = await getJSON("/api/search", {
     q: current.q, project: current.project || undefined, type: current.type, file: current.file,
-    origin: current.origin,
+    origin: current.origin, flagged: current.flagged,
     since: current.since, until: current.until ? untilExclusive(current.until) : "", limit: SEARCH_LIMIT,
   });
   if (sequence !== page.sequence) return;
-  // Flagged only: of the results found (the search itself has no such filter).
-  const results = current.flagged ? answer.results.filter((result) => result.flagged) : answer.results;
+  const results = answer.results;
   page.entries = new Map(results.map((result) => [`${result.kind}:${result.id}`, {kind: "card", row: result}]));
   replace(byId("list-title"), "Search results");
   const vectors = answer.vectors !== "used" ? `words only (vectors ${answer.vectors})`
