@@ -23,15 +23,18 @@ library only, so the hooks and the MCP server may use it too.
 
 Bounded work: a text is read up to :data:`MAX_SCAN` characters (its start and its end,
 where a planted line is put to be seen), invisible characters dropped and other scripts'
-look-alikes folded (NFKC) first. Each rule runs only when one of its needles is in the
-text (a substring search at C speed), and every pattern is a literal start followed by
-repetitions bounded by a small window, never nested: the time is linear in what is read.
+look-alikes folded (NFKC) first. Each group of shapes runs only when one of its needles is
+in the text (a substring search at C speed); a pattern starts with a literal the regular
+expression engine skips to, and its repetitions are bounded by a small window, never
+nested: the time is linear in what is read (18 ms for 64 KiB repeating a needle).
 
 False positives are the price of catching the planted line: a README's
 ``curl -fsSL https://… | sh`` install line, or code holding an LLM prompt, reads as
 instruction-like too. Nothing is dropped for it: the text is kept, quoted, and the
-memory flagged. Over the tool outputs of the recorded sessions in the corpus the rate
-is measured by ``bench/instruction_rate.py`` (docs/search.md, "Provenance").
+memory flagged. Over the 6,622 tool outputs of the recorded sessions in the corpus it
+flags 3 (0.05 %), all ``curl … | bash`` lines (``bench/instruction_rate.py``; docs/search.md,
+"Provenance"). A paraphrase none of the shapes covers is not caught: recalled memory is
+framed as quoted data for that.
 """
 
 from __future__ import annotations
@@ -52,9 +55,10 @@ MAX_SCAN = HEAD + TAIL
 WITHHELD = "[instruction-like text withheld]"
 # What a quotation made by quoted() starts with.
 _QUOTED = "(quoted "
-# A piece of a field, for withhold() and quote_pieces(): a line, a "; " item, or a sentence.
+# A label that goes with what it labels when that is withheld ("SYSTEM" of "SYSTEM: ignore…").
 _ROLE_LABEL = re.compile(r"^[\W_]*(?:system|assistant|developer|ai|agent|claude|llm|model|user|human|note|important"
                          r"|urgent)[\W_]*$", re.I)
+# A piece of a field, for withhold() and quote_pieces(): a line, a "; " item, or a sentence.
 _PIECES = re.compile(r"(?<=[.!?])\s+(?=[A-Z\[<(\"'`])|;\s+|\n+")
 
 
