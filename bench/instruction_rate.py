@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from sessionmem.compress.promotion import tool_output_text
-from sessionmem.protocol.instructions import _GROUPS, MAX_SCAN, find_instruction
+from sessionmem.protocol.instructions import MAX_SCAN, find_instruction, groups
 from sessionmem.replay.convert import ConversionStats, convert, transcript_files
 
 CORPUS = Path("/work/shared/corpus/transcripts")
@@ -74,7 +74,7 @@ def main() -> None:
     figures = {"tool_outputs": _rate(outputs, args.show, "tool outputs"),
                "last_messages": _rate(messages, args.show, "last assistant messages")}
     worst = []
-    for needles, shapes in _GROUPS:
+    for needles, shapes in groups():
         for needle in needles:
             for unit in (needle + " ", needle + " x | ", needle + " to \n"):
                 text = unit * (MAX_SCAN // len(unit))

@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 
 from sessionmem.compress.promotion import tool_output_text
 from sessionmem.protocol.instructions import (
-    _GROUPS,
     MAX_SCAN,
     WITHHELD,
     find_instruction,
+    groups,
     guard_observation,
     guard_summary,
     instruction_like,
@@ -174,7 +174,7 @@ def test_any_text_is_read_and_a_withheld_field_is_clean(text: str) -> None:
     assert not instruction_like(fields["learned"]) and not instruction_like(fields["next_steps"])
 
 
-_UNITS = sorted({unit for needles, _ in _GROUPS for needle in needles
+_UNITS = sorted({unit for needles, _ in groups() for needle in needles
                  for unit in (needle + " ", needle + " x | ", needle + " to \n", needle + ": run ")})
 
 

@@ -39,6 +39,7 @@ framed as quoted data for that.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Callable
@@ -122,60 +123,65 @@ _SUBSHELL_BEFORE = r"(?:sh|source|eval|iex|(?:^|\s)\.)\s+(?:-\w+\s+){0,2}[\"']?$
 _FETCHES = ("curl", "wget")
 _EXFILTRATE = ("send", "upload", "exfiltrat", "post", "forward", "leak", "transmit")
 
-_GROUPS: tuple[_Group, ...] = (
-    _Group(("ignore", "disregard", "forget", "override", "bypass"), (
-        *(_shape("override", verb, _OVERRIDE) for verb in ("ignore", "disregard", "forget", "override", "bypass")),
-        _shape("override", "forget", r"\s+(?:all\s+|everything\s+)?(?:you\s+(?:were|have\s+been)\s+told"
-                                     r"|your\s+(?:instructions|rules|training))"),
-        _shape("addressed", ",", r"\s*(?:ignore|disregard)\b", word=False, before=rf"\b{_AI}\s*$"),
-    )),
-    # A role label leading a line, then an order on that line (the text read starts with a line break).
-    _Group(("\n",), (
-        _shape("addressed", "\n", rf"[ \t>*#\-\[(|]{{0,6}}{_ROLE}(?:\s+(?:message|prompt|note|override|instructions?"
-                                  rf"|update))?\s*(?:\*\*|\]|\))?\s*:[ \t*\"'`]{{0,4}}(?:[^\n]{{0,60}}?\b)?{_ORDER}",
-               word=False),
-    )),
-    _Group(("you",), (
-        _shape("addressed", "you", r"\s+must\s+now\b|\s+are\s+now\s+(?:a|an|in|the|my|free|dan|unrestricted)\b"
-                                   r"|r\s+(?:new|real|true|actual)\s+(?:instructions?|task|goal|objective|role"
-                                   r"|purpose|orders)\b"),
-        _shape("addressed", "from", r"\s+now\s+on,?\s+you\b"),
-        _shape("addressed", ",", r"\s*you\s+must\b", word=False, before=rf"\b{_AI}\s*$"),
-    )),
-    _Group(("as an",), (_shape("addressed", "as", r"\s+an\s+(?:ai|a\.i\.|llm)\b"),)),
-    _Group(("note", "message", "instruction", "attention"), (
-        *(_shape("addressed", word, rf"s?\s+(?:to|for)\s+(?:the\s+|any\s+|all\s+)?{_AI}")
-          for word in ("note", "message", "instruction", "attention")),
-        _shape("addressed", "new", r"\s+(?:system\s+)?instructions?\s*:"),
-    )),
-    _Group(_FETCHES, (
-        # At each pipe into a shell, a download before it on its line (not each download scanning on to a pipe).
-        _shape("pipe-to-shell", "|", rf"\s*(?:{_SHELL}|{_INTERPRETER})", word=False,
-               before=r"\b(?:curl|wget)\b[^\n|;&]{0,300}$", reach=310),
-        *(_shape("pipe-to-shell", opening, r"\s*(?:curl|wget)\b", word=False, before=_SUBSHELL_BEFORE)
-          for opening in ("<(", "$(")),
-        *(_shape("exfiltration", fetch, _SENT) for fetch in _FETCHES),
-        _shape("exfiltration", "env", r"\s*\|\s*(?:curl|wget)\b", word=False),
-        _shape("exfiltration", "cat", r"\s+[^\n|]{0,100}?(?:~/\.ssh|~/\.aws|id_rsa|\.env\b)[^\n|]{0,100}\|\s*"
-                                      r"(?:curl|wget)\b"),
-    )),
-    _Group(("iex", "invoke-expression"), (
-        *(_shape("pipe-to-shell", run, r"\s*\(?\s*(?:\(\s*)?(?:iwr|irm|invoke-webrequest|invoke-restmethod"
-                                       r"|new-object\s+(?:system\.)?net\.webclient)\b")
-          for run in ("iex", "invoke-expression")),
-        *(_shape("pipe-to-shell", get, r"[^\n|;]{0,300}\|\s*(?:iex|invoke-expression)\b")
-          for get in ("iwr", "irm", "invoke-webrequest", "invoke-restmethod", "downloadstring")),
-    )),
-    *(_Group((verb,), (_shape("exfiltration", verb, rf"\w*\s+[^\n]{{0,60}}?\b{_SECRETS}[^\n]{{0,80}}?\b"
-                                                    rf"(?:to|at|into|via)\s+{_URLISH}"),))
-      for verb in _EXFILTRATE),
-    _Group(("<", "[inst", "[/inst"), (
-        _shape("role-tag", "<", r"/?(?:system|assistant|developer|instructions?|system[_-]?(?:prompt|message"
-                                r"|instructions?)|im_start|im_end|sys)(?:\s[^<>\n]{0,80})?>|\|(?:im_start|im_end|system"
-                                r"|assistant|endoftext|start_header_id|eot_id)\|>|<\s*/?sys\s*>>", word=False),
-        _shape("role-tag", "[", r"/?inst\]", word=False),
-    )),
-)
+
+@functools.cache
+def groups() -> tuple[_Group, ...]:
+    """The rules' shapes, compiled the first time they are needed (some 20 ms: not at import, so a
+    process that imports this module and never reads a text, a hook, pays nothing)."""
+    return (
+        _Group(("ignore", "disregard", "forget", "override", "bypass"), (
+            *(_shape("override", verb, _OVERRIDE) for verb in ("ignore", "disregard", "forget", "override", "bypass")),
+            _shape("override", "forget", r"\s+(?:all\s+|everything\s+)?(?:you\s+(?:were|have\s+been)\s+told"
+                                         r"|your\s+(?:instructions|rules|training))"),
+            _shape("addressed", ",", r"\s*(?:ignore|disregard)\b", word=False, before=rf"\b{_AI}\s*$"),
+        )),
+        # A role label leading a line, then an order on that line (the text read starts with a line break).
+        _Group(("\n",), (
+            _shape("addressed", "\n", rf"[ \t>*#\-\[(|]{{0,6}}{_ROLE}(?:\s+(?:message|prompt|note|override|instructions?"
+                                      rf"|update))?\s*(?:\*\*|\]|\))?\s*:[ \t*\"'`]{{0,4}}(?:[^\n]{{0,60}}?\b)?{_ORDER}",
+                   word=False),
+        )),
+        _Group(("you",), (
+            _shape("addressed", "you", r"\s+must\s+now\b|\s+are\s+now\s+(?:a|an|in|the|my|free|dan|unrestricted)\b"
+                                       r"|r\s+(?:new|real|true|actual)\s+(?:instructions?|task|goal|objective|role"
+                                       r"|purpose|orders)\b"),
+            _shape("addressed", "from", r"\s+now\s+on,?\s+you\b"),
+            _shape("addressed", ",", r"\s*you\s+must\b", word=False, before=rf"\b{_AI}\s*$"),
+        )),
+        _Group(("as an",), (_shape("addressed", "as", r"\s+an\s+(?:ai|a\.i\.|llm)\b"),)),
+        _Group(("note", "message", "instruction", "attention"), (
+            *(_shape("addressed", word, rf"s?\s+(?:to|for)\s+(?:the\s+|any\s+|all\s+)?{_AI}")
+              for word in ("note", "message", "instruction", "attention")),
+            _shape("addressed", "new", r"\s+(?:system\s+)?instructions?\s*:"),
+        )),
+        _Group(_FETCHES, (
+            # At each pipe into a shell, a download before it on its line (not each download scanning on to a pipe).
+            _shape("pipe-to-shell", "|", rf"\s*(?:{_SHELL}|{_INTERPRETER})", word=False,
+                   before=r"\b(?:curl|wget)\b[^\n|;&]{0,300}$", reach=310),
+            *(_shape("pipe-to-shell", opening, r"\s*(?:curl|wget)\b", word=False, before=_SUBSHELL_BEFORE)
+              for opening in ("<(", "$(")),
+            *(_shape("exfiltration", fetch, _SENT) for fetch in _FETCHES),
+            _shape("exfiltration", "env", r"\s*\|\s*(?:curl|wget)\b", word=False),
+            _shape("exfiltration", "cat", r"\s+[^\n|]{0,100}?(?:~/\.ssh|~/\.aws|id_rsa|\.env\b)[^\n|]{0,100}\|\s*"
+                                          r"(?:curl|wget)\b"),
+        )),
+        _Group(("iex", "invoke-expression"), (
+            *(_shape("pipe-to-shell", run, r"\s*\(?\s*(?:\(\s*)?(?:iwr|irm|invoke-webrequest|invoke-restmethod"
+                                           r"|new-object\s+(?:system\.)?net\.webclient)\b")
+              for run in ("iex", "invoke-expression")),
+            *(_shape("pipe-to-shell", get, r"[^\n|;]{0,300}\|\s*(?:iex|invoke-expression)\b")
+              for get in ("iwr", "irm", "invoke-webrequest", "invoke-restmethod", "downloadstring")),
+        )),
+        *(_Group((verb,), (_shape("exfiltration", verb, rf"\w*\s+[^\n]{{0,60}}?\b{_SECRETS}[^\n]{{0,80}}?\b"
+                                                        rf"(?:to|at|into|via)\s+{_URLISH}"),))
+          for verb in _EXFILTRATE),
+        _Group(("<", "[inst", "[/inst"), (
+            _shape("role-tag", "<", r"/?(?:system|assistant|developer|instructions?|system[_-]?(?:prompt|message"
+                                    r"|instructions?)|im_start|im_end|sys)(?:\s[^<>\n]{0,80})?>|\|(?:im_start|im_end|system"
+                                    r"|assistant|endoftext|start_header_id|eot_id)\|>|<\s*/?sys\s*>>", word=False),
+            _shape("role-tag", "[", r"/?inst\]", word=False),
+        )),
+    )
 # The C0 controls and DEL a reader does not see (tab, line feed and carriage return aside): dropped
 # from ASCII text in one bytes.translate, before the rules read it.
 _ASCII_INVISIBLE = bytes([*range(0, 9), 11, 12, *range(14, 32), 127])
@@ -199,7 +205,7 @@ def find_instruction(text: str) -> Finding | None:
     if not text:
         return None
     lowered = _scanned(str(text))
-    for needles, shapes in _GROUPS:
+    for needles, shapes in groups():
         if not any(needle in lowered for needle in needles):
             continue
         for rule, pattern, before, reach in shapes:
