@@ -71,6 +71,7 @@ def main() -> None:
             elif event.stage == "Stop" and payload.get("last_assistant_message"):
                 messages.append(str(payload["last_assistant_message"]))
     print(f"{stats.files} transcripts, {len(sessions)} sessions")
+    groups()  # the patterns compiled once, before anything is timed
     figures = {"tool_outputs": _rate(outputs, args.show, "tool outputs"),
                "last_messages": _rate(messages, args.show, "last assistant messages")}
     worst = []
