@@ -4,7 +4,8 @@ A backend (``anthropic``, ``claude-code``) only says how one request reaches the
 and what came back: :meth:`LLMCompressor._request` returns the reply's text and the
 tokens the model reported, or raises :class:`GaveUp`. Everything else is here, the same
 for every backend: one request per batch of tool uses (:mod:`.prompts`), the XML reply
-parsed (:mod:`.xml_reply`), a raw observation for each tool use the reply does not cover,
+parsed (:mod:`.xml_reply`) and guarded (:mod:`.promotion`: a model steered by the tool output
+does not promote an order into a title or "Next steps"), a raw observation for each tool use the reply does not cover,
 the circuit breaker (:mod:`.breaker`) and the token budgets (:mod:`.budget`), and the
 offline compressor while either says no.
 
@@ -22,6 +23,7 @@ import dataclasses
 import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 import msgspec
@@ -32,11 +34,12 @@ from sessionmem.compress.base import CompressorStatistics, SessionContext
 from sessionmem.compress.breaker import CircuitBreaker
 from sessionmem.compress.budget import TokenBudget
 from sessionmem.compress.offline import OfflineCompressor, build_offline_observation, build_offline_summary
+from sessionmem.compress.promotion import guarded_observation, guarded_summary
 from sessionmem.compress.prompts import OBSERVATION_SYSTEM, SUMMARY_SYSTEM, observation_request, summary_request
 from sessionmem.compress.provider import provider_of
 from sessionmem.compress.xml_reply import SUMMARY_FIELDS, parse_observations, parse_summary
 from sessionmem.events import ObservationEvent, SummarizeEvent
-from sessionmem.records import CompressedObservation, CompressedSummary, SummaryInputs
+from sessionmem.records import CompressedObservation, CompressedSummary, Provenance, SummaryInputs
 from sessionmem.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -239,23 +242,24 @@ class LLMCompressor:
                 raw = build_offline_observation(context, event, compressor=self.name, compressed=False)
                 results.append(with_tokens(raw, self._settings.model, shares_in[number - 1], shares_out[number - 1]))
                 continue
-            results.append(
-                CompressedObservation(
-                    type=block.type,
-                    title=block.title[:200],
-                    subtitle=block.subtitle,
-                    facts=block.facts,
-                    narrative=block.narrative,
-                    concepts=block.concepts,
-                    files_read=block.files_read,
-                    files_modified=block.files_modified,
-                    compressed=True,
-                    compressor=self.name,
-                    model=self._settings.model,
-                    input_tokens=shares_in[number - 1],
-                    output_tokens=shares_out[number - 1],
-                )
+            written = CompressedObservation(
+                type=block.type,
+                title=block.title[:200],
+                subtitle=block.subtitle,
+                facts=block.facts,
+                narrative=block.narrative,
+                concepts=block.concepts,
+                files_read=block.files_read,
+                files_modified=block.files_modified,
+                compressed=True,
+                compressor=self.name,
+                model=self._settings.model,
+                input_tokens=shares_in[number - 1],
+                output_tokens=shares_out[number - 1],
+                provenance=Provenance.MODEL,
             )
+            # A model steered by the tool output may echo an order into the title: the rules' title then.
+            results.append(guarded_observation(event, written, fallback_title=partial(_rules_title, context, event)))
         return results
 
     def _raw(self, context: SessionContext, events: Sequence[ObservationEvent]) -> list[CompressedObservation]:
@@ -283,14 +287,21 @@ class LLMCompressor:
             self._counters.raw_fallbacks += 1
             fallback = build_offline_summary(context, request, inputs, compressor=self.name, compressed=False)
             return with_tokens(fallback, self._settings.model, tokens_in, tokens_out)
-        return CompressedSummary(
-            **{name: fields[name] for name in SUMMARY_FIELDS},
+        return guarded_summary(request, inputs.observations, CompressedSummary(
+            request=fields["request"], investigated=fields["investigated"], learned=fields["learned"],
+            completed=fields["completed"], next_steps=fields["next_steps"], notes=fields["notes"],
             compressed=True,
             compressor=self.name,
             model=self._settings.model,
             input_tokens=tokens_in,
             output_tokens=tokens_out,
-        )
+            provenance=Provenance.MODEL,
+        ))
+
+
+def _rules_title(context: SessionContext, event: ObservationEvent) -> str:
+    """The offline compressor's title of ``event`` (guarded): what replaces a model's title withheld."""
+    return build_offline_observation(context, event).title
 
 
 def spread(total: int, parts: int) -> list[int]:

@@ -24,9 +24,17 @@ import msgspec
 
 from sessionmem.compress.base import CompressorStatistics, SessionContext
 from sessionmem.compress.commands import Kind, classify
+from sessionmem.compress.promotion import guarded_observation, guarded_summary
 from sessionmem.events import ObservationEvent, SummarizeEvent
 from sessionmem.protocol.limits import printable_line
-from sessionmem.records import ROUTINE_CONCEPT, CompressedObservation, CompressedSummary, ObservationRow, SummaryInputs
+from sessionmem.records import (
+    ROUTINE_CONCEPT,
+    CompressedObservation,
+    CompressedSummary,
+    ObservationRow,
+    Provenance,
+    SummaryInputs,
+)
 
 _TITLE_MAX = 100
 _FACT_MAX = 200
@@ -466,14 +474,15 @@ class OfflineCompressor:
 def build_offline_observation(
     context: SessionContext, event: ObservationEvent, *, compressor: str = "offline", compressed: bool = True
 ) -> CompressedObservation:
-    """Also used as the fallback when LLM output cannot be used (``compressed=False``)."""
+    """Also used as the fallback when LLM output cannot be used (``compressed=False``). Guarded: no
+    instruction-like text in its title or subtitle (:mod:`.promotion`)."""
     draft = _describe(event, context)
     # The title and what it found or changed, in the words a search for it would use.
     told = [fact for fact in draft.facts if not _PLAIN_FACT.match(fact)][:2]
     narrative = draft.title + (f": {'; '.join(told)}" if told else "")
     if context.prompt:
         narrative = f"While working on “{_clip(context.prompt, 120)}”: {narrative[0].lower()}{narrative[1:]}."
-    return CompressedObservation(
+    return guarded_observation(event, CompressedObservation(
         type=draft.type,
         title=_clip(draft.title, _TITLE_MAX),
         subtitle=draft.subtitle,
@@ -484,7 +493,8 @@ def build_offline_observation(
         files_modified=tuple(dict.fromkeys(p for p in draft.files_modified if p)),
         compressed=compressed,
         compressor=compressor,
-    )
+        provenance=Provenance.TOOL,
+    ))
 
 
 def build_offline_summary(
@@ -498,7 +508,8 @@ def build_offline_summary(
     """What the turn was about: the request, the files changed and how the checks ended (tests, builds),
     the assistant's last message; what was learned only from evidence (a failing check that then passed,
     a refusal of the user's, the reasons the last message gives); next steps only from a check still
-    failing or the last message saying what remains. Routine commands count, nothing more."""
+    failing or the last message saying what remains. Routine commands count, nothing more. Guarded:
+    no instruction-like text in "Learned" or "Next steps" (:mod:`.promotion`)."""
     # This turn's work only (a turn without tool use has none: another turn's is not its); the whole
     # session when the turn is not known (a stop of a session whose prompts were never seen).
     number = request.prompt_number
@@ -542,7 +553,7 @@ def build_offline_summary(
     next_steps.extend(_next_steps(prose)[:2])
     notes = (f"{len(turn)} tool uses ({failures} failed{f', {routine} routine' if routine else ''})"
              f" in prompt {request.prompt_number} of {len(inputs.prompts)}.")
-    return CompressedSummary(
+    return guarded_summary(request, inputs.observations, CompressedSummary(
         request=_clip(prompt, 300),
         investigated="; ".join(investigated),
         learned=_clip("; ".join(learned), 600),
@@ -551,7 +562,8 @@ def build_offline_summary(
         notes=notes,
         compressed=compressed,
         compressor=compressor,
-    )
+        provenance=Provenance.TOOL,
+    ))
 
 
 # The checks a turn can end with: the label a summary gives them, the titles their observations carry

@@ -81,7 +81,8 @@ class ContextLine(msgspec.Struct, frozen=True):
     detail: str  # the most telling fact, if any
     created_at: float  # of the newest
     origin: str = ""  # of the newest: "" this machine's own, else "user@machine"
-    flagged: bool = False  # of the newest: its text reads like an instruction (marked when shown)
+    provenance: str = "tool"  # of the newest: where its text came from (a records.Provenance value)
+    flagged: bool = False  # one of them holds (quoted) instruction-like text, or was made from some
 
 
 class SessionGroup(msgspec.Struct, frozen=True):
@@ -264,7 +265,7 @@ def group(rows: list[ObservationRow], sessions: dict[str, SessionHead]) -> list[
             (session.first_prompt or "") if session else "",
             [ContextLine([row.id for row in same], same[-1].type, title, next(
                 (fact for fact in map(telling_fact, reversed(same)) if fact), ""), same[-1].created_at,
-                same[-1].origin)
+                same[-1].origin, same[-1].provenance, any(row.flagged for row in same))
              for (_, title), same in lines.items()],
             origins.pop() if len(origins) == 1 else ""))
     return groups

@@ -107,6 +107,8 @@ class SearchResult(msgspec.Struct, frozen=True, kw_only=True):
     files: list[str]
     origin: str = ""  # "" this machine's own; else "user@machine"
     source: SearchSource = SearchSource.LOCAL  # whose id `id` is
+    provenance: str = "tool"  # where its text came from (a records.Provenance value)
+    flagged: bool = False  # it holds (quoted) instruction-like text, or was made from some
 
 
 class SearchResults(msgspec.Struct, frozen=True):
@@ -179,6 +181,7 @@ class SearchService:
             return [], "failed"
         narrowing = bool(filters.types or filters.file or filters.concept or filters.claude_session_id
                          or filters.origin is not None or filters.since is not None or filters.until is not None
+                         or filters.flagged
                          or filters.kinds != SearchFilters().kinds)
         # The project's own documents are asked for exactly: only other filters call for more.
         k = depth * (4 if narrowing else 1 if rows is not None else 2)
@@ -252,7 +255,7 @@ def page_results(page: Sequence[tuple[str, int, float]], cards: Mapping[tuple[st
             claude_session_id=card.claude_session_id, project=card.project, prompt_number=card.prompt_number,
             created_at=card.created_at, type=card.type, title=card.title,
             snippet=snippet(card.text if kind != "prompt" else card.title, terms), files=card.files,
-            origin=card.origin, source=source))
+            origin=card.origin, source=source, provenance=card.provenance, flagged=card.flagged))
     return results
 
 

@@ -53,6 +53,7 @@ from sessionmem.server.payloads import BadRequest, InitRequest, LegacyInitReques
 from sessionmem.server.routing import (
     ROW_ID,
     error_response,
+    flag_arg,
     int_arg,
     json_response,
     origin_arg,
@@ -260,7 +261,8 @@ def create_quart_app(services: Services) -> QuartTrio:
 
     @app.get(routes.OBSERVATION_LIST)
     async def list_observations() -> Response:
-        return json_response({"observations": await store.list_observations(**page(), origin=origin_arg())})
+        return json_response({"observations": await store.list_observations(**page(), origin=origin_arg(),
+                                                                            flagged=flag_arg("flagged"))})
 
     @app.get(rule(routes.OBSERVATION, observation_id=ROW_ID))
     async def get_observation(observation_id: int) -> Response:
@@ -271,7 +273,8 @@ def create_quart_app(services: Services) -> QuartTrio:
 
     @app.get(routes.SUMMARIES)
     async def summaries() -> Response:
-        return json_response({"summaries": await store.list_summaries(**page(), origin=origin_arg())})
+        return json_response({"summaries": await store.list_summaries(**page(), origin=origin_arg(),
+                                                                      flagged=flag_arg("flagged"))})
 
     # -- live ----------------------------------------------------------------------------
 

@@ -77,6 +77,16 @@ def origin_arg() -> str | None:
     return None if origin == ALL_PROJECTS else origin
 
 
+def flag_arg(name: str) -> bool:
+    """A yes/no argument: ``1``, ``true``, ``yes`` or ``0``, ``false``, ``no`` (absent or blank: no); else a 400."""
+    raw = (request.args.get(name) or "").strip().lower()
+    if raw in ("", "0", "false", "no"):
+        return False
+    if raw in ("1", "true", "yes"):
+        return True
+    raise BadRequest(f"query parameter {name!r} must be 1 or 0, got {raw[:100]!r}", f"?{name}")
+
+
 def text_arg(name: str, *, limit: int = 1000) -> str | None:
     """The stripped argument, ``None`` if absent or blank; longer than ``limit`` is a 400."""
     raw = request.args.get(name)

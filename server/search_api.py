@@ -45,6 +45,7 @@ from sessionmem.search.team_search import TeamSearch
 from sessionmem.server.payloads import BadRequest, decode
 from sessionmem.server.routing import (
     error_response,
+    flag_arg,
     int_arg,
     json_response,
     list_arg,
@@ -80,6 +81,8 @@ class TimelineEntry(msgspec.Struct, frozen=True, kw_only=True):
     snippet: str
     files: list[str]
     origin: str  # "" this machine's own; else "user@machine"
+    provenance: str = "tool"  # where its text came from (a records.Provenance value)
+    flagged: bool = False  # it holds (quoted) instruction-like text, or was made from some
 
 
 class Timeline(msgspec.Struct, frozen=True):
@@ -116,7 +119,8 @@ def parse_moment(raw: str, name: str, *, now: float | None = None) -> float:
 
 
 def filters_from_query() -> SearchFilters:
-    """``project``, ``kind``, ``type``, ``since``, ``until``, ``file``, ``concept``, ``session``, ``origin``."""
+    """``project``, ``kind``, ``type``, ``since``, ``until``, ``file``, ``concept``, ``session``, ``origin``,
+    ``flagged``."""
     since, until = request.args.get("since"), request.args.get("until")
     return SearchFilters(
         project=project_arg(),
@@ -128,6 +132,7 @@ def filters_from_query() -> SearchFilters:
         concept=text_arg("concept", limit=200),
         claude_session_id=text_arg("session", limit=256),
         origin=origin_arg(),
+        flagged=flag_arg("flagged"),
     )
 
 
@@ -144,7 +149,8 @@ def _entry(card: DocumentCard, anchor: tuple[str, int]) -> TimelineEntry:
     return TimelineEntry(kind=card.kind, id=card.id, anchor=(card.kind, card.id) == anchor,
                          claude_session_id=card.claude_session_id, prompt_number=card.prompt_number,
                          created_at=card.created_at, type=card.type, title=card.title,
-                         snippet=snippet(card.text, []), files=card.files, origin=card.origin)
+                         snippet=snippet(card.text, []), files=card.files, origin=card.origin,
+                         provenance=card.provenance, flagged=card.flagged)
 
 
 def _anchor(raw: str) -> tuple[str, int]:
@@ -165,6 +171,8 @@ async def team_search_reply(services: Services, team_search: TeamSearch, query: 
     if services.team is None:
         raise BadRequest("no team database is configured: set database_url (SESSIONMEM_DATABASE_URL) to search "
                          "it (source=team)", "?source")
+    if filters.flagged:  # its rows are checked as they are shown, not stored with a flag to filter on
+        raise BadRequest("flagged filters this machine's memory, not the team database (source=team)", "?flagged")
     team = services.team.store()
     if team is None:
         return error_response(503, "the team database is not open yet: the worker is starting or stopping")

@@ -11,6 +11,7 @@ snake_case; the HTTP edge writes them in camelCase (``sessionmem.server.jsonapi`
 
 from __future__ import annotations
 
+import enum
 from typing import Annotated, Any, Literal, get_args
 
 import msgspec
@@ -31,6 +32,32 @@ Identifier = Annotated[str, msgspec.Meta(max_length=MAX_IDENTIFIER)]
 PathText = Annotated[str, msgspec.Meta(max_length=MAX_PATH)]
 ToolName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TOOL_NAME)]
 
+# -- provenance -------------------------------------------------------------------------
+
+
+class Provenance(enum.StrEnum):
+    """Where a stored memory's text came from (docs/search.md, "Provenance"); beside its origin (who).
+
+    A memory is as trusted as its least trusted source: what came from a tool's output or from
+    another machine may hold text planted to steer an agent, and is checked for it
+    (:mod:`sessionmem.protocol.instructions`).
+    """
+
+    PROMPT = "prompt"  # the user's own words (a prompt)
+    TOOL = "tool"  # built by sessionmem's rules from a tool's output (and the prompt it answered)
+    MODEL = "model"  # written by a compressor's model from tool output (``compressor`` and ``model`` say which)
+    TEAM = "team"  # another machine's, pulled from the team database, whatever it claims
+    IMPORT = "import"  # read from an export file (another machine, or a backup), whatever it claims
+
+    @property
+    def from_elsewhere(self) -> bool:
+        """Whether the text came from another machine (or a file): not checked when it was written."""
+        return self in (Provenance.TEAM, Provenance.IMPORT)
+
+
+PROVENANCES: tuple[str, ...] = tuple(member.value for member in Provenance)
+
+
 class CompressedObservation(msgspec.Struct, frozen=True):
     """The structured, searchable form of one tool use."""
 
@@ -47,6 +74,8 @@ class CompressedObservation(msgspec.Struct, frozen=True):
     model: str = ""
     input_tokens: int = 0
     output_tokens: int = 0
+    provenance: Provenance = Provenance.TOOL
+    flagged: bool = False  # its text, or the tool output it was made from, held instruction-like text
 
 
 class CompressedSummary(msgspec.Struct, frozen=True):
@@ -61,6 +90,8 @@ class CompressedSummary(msgspec.Struct, frozen=True):
     model: str = ""
     input_tokens: int = 0
     output_tokens: int = 0
+    provenance: Provenance = Provenance.TOOL
+    flagged: bool = False  # its text, or an observation it was made from, held instruction-like text
 
 
 # -- origins ----------------------------------------------------------------------------
@@ -152,6 +183,8 @@ class ObservationRow(msgspec.Struct, frozen=True, kw_only=True):
     output_tokens: int
     created_at: float
     origin: str = ""  # "" this machine's own; else "user@machine" (origin_label)
+    provenance: str = Provenance.TOOL.value  # a Provenance value: where its text came from
+    flagged: bool = False  # it holds (quoted) instruction-like text, or was made from some
 
 
 class ObservationDetail(ObservationRow, frozen=True, kw_only=True):
@@ -181,6 +214,8 @@ class SummaryRow(msgspec.Struct, frozen=True, kw_only=True):
     output_tokens: int
     created_at: float
     origin: str = ""  # "" this machine's own; else "user@machine" (origin_label)
+    provenance: str = Provenance.TOOL.value  # a Provenance value: where its text came from
+    flagged: bool = False  # it holds (quoted) instruction-like text, or was made from some
 
 
 class SummaryInputs(msgspec.Struct, frozen=True):
@@ -235,6 +270,7 @@ class SearchFilters(msgspec.Struct, frozen=True, kw_only=True):
     claude_session_id: str | None = None
     # LOCAL_ORIGIN (this machine's own rows), "user@machine", or a machine or user name
     origin: str | None = None
+    flagged: bool = False  # only memories holding (quoted) instruction-like text (this machine's memory)
 
     def wanted_kinds(self) -> tuple[str, ...]:
         if self.types or self.file or self.concept:
@@ -264,6 +300,8 @@ class DocumentCard(msgspec.Struct, frozen=True, kw_only=True):
     text: str  # the body a snippet is cut from (narrative and facts; a summary's fields; the prompt)
     files: list[str]  # files read or modified (observations)
     origin: str = ""  # "" this machine's own; else "user@machine" (origin_label)
+    provenance: str = Provenance.TOOL.value  # a Provenance value (a prompt's: "prompt", "team" or "import")
+    flagged: bool = False  # it holds (quoted) instruction-like text, or was made from some
 
 
 class FileMemory(msgspec.Struct, frozen=True, kw_only=True):
@@ -278,6 +316,8 @@ class FileMemory(msgspec.Struct, frozen=True, kw_only=True):
     facts: list[str]
     modified: bool  # the file was modified (not only read)
     origin: str = ""  # "" this machine's own; else "user@machine"
+    provenance: str = Provenance.TOOL.value  # a Provenance value
+    flagged: bool = False  # it holds (quoted) instruction-like text, or was made from some
 
 
 class ContextStart(msgspec.Struct, frozen=True):

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 
 import apsw
 
-from sessionmem.records import DOCUMENT_KINDS, OBSERVATION, PROMPT, SUMMARY, Document, DocumentCard
+from sessionmem.protocol.instructions import instruction_like
+from sessionmem.records import DOCUMENT_KINDS, OBSERVATION, PROMPT, SUMMARY, Document, DocumentCard, Provenance
 from sessionmem.storage.fulltext import ALIASES, PROJECT_COLUMNS, TABLES
 from sessionmem.storage.origins import label_sql, origin_condition
-from sessionmem.storage.sqlite_values import all_rows, integer, optional_row, real, text, text_list, to_json
+from sessionmem.storage.sqlite_values import all_rows, flag, integer, optional_row, real, text, text_list, to_json
 
 if TYPE_CHECKING:
     from apsw import SQLiteValues
@@ -30,20 +31,22 @@ def _ids_json(keys: Iterable[tuple[str, int]], kind: str) -> str:
 
 
 # Each card's columns: id, session, project, prompt number, time, then its kind's own, then its
-# origin (last: a card's row without it, as the team database reads one, is read the same way).
+# origin, provenance and flag (last: a card's row without them, as the team database reads one, is
+# read the same way).
 _CARD_SQL = {
     OBSERVATION: (
         "SELECT o.id, s.claude_session_id, o.project, o.prompt_number, o.created_at, o.type, o.title,"
-        f" o.subtitle, o.narrative, o.facts, o.files_read, o.files_modified, {label_sql('o')}"
+        f" o.subtitle, o.narrative, o.facts, o.files_read, o.files_modified, {label_sql('o')}, o.provenance, o.flagged"
         " FROM observations o JOIN sessions s ON s.id = o.session_db_id"
         " WHERE o.id IN (SELECT value FROM json_each(?))"),
     SUMMARY: (
         "SELECT m.id, s.claude_session_id, m.project, m.prompt_number, m.created_at, m.request, m.investigated,"
-        f" m.learned, m.completed, m.next_steps, {label_sql('m')}"
+        f" m.learned, m.completed, m.next_steps, {label_sql('m')}, m.provenance, m.flagged"
         " FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id"
         " WHERE m.id IN (SELECT value FROM json_each(?))"),
     PROMPT: (
-        f"SELECT p.id, s.claude_session_id, p.project, p.prompt_number, p.created_at, p.text, {label_sql('p')}"
+        f"SELECT p.id, s.claude_session_id, p.project, p.prompt_number, p.created_at, p.text, {label_sql('p')},"
+        " p.provenance, p.flagged"
         " FROM user_prompts p JOIN sessions s ON s.id = p.session_db_id"
         " WHERE p.id IN (SELECT value FROM json_each(?))"),
 }
@@ -53,14 +56,23 @@ _KIND_COLUMNS = {OBSERVATION: 7, SUMMARY: 5, PROMPT: 1}  # after the five of the
 def card_of_row(kind: str, row: SQLiteValues, origin: str | None = None) -> DocumentCard:
     """A ``_CARD_SQL[kind]`` row as its card (the team database reads its cards in the same shape).
 
-    ``origin``: the card's, when the row does not end with it ("" : this machine's own)."""
+    ``origin``: the card's, when the row does not end with it ("" : this machine's own). A row
+    without its provenance and flag is another machine's, read from the team database: its
+    provenance is :attr:`Provenance.TEAM` and its text is checked here, whatever it claims.
+    """
     row_id, session, project, prompt_number, created_at = row[:5]
-    own = row[5 : 5 + _KIND_COLUMNS[kind]]
+    width = 5 + _KIND_COLUMNS[kind]
+    own = row[5:width]
     if origin is None:
-        origin = text(row[5 + _KIND_COLUMNS[kind]]) if len(row) > 5 + _KIND_COLUMNS[kind] else ""
+        origin = text(row[width]) if len(row) > width else ""
+    if len(row) > width + 2:
+        provenance, flagged = text(row[width + 1]), flag(row[width + 2])
+    else:
+        provenance = Provenance.TEAM.value if origin else Provenance.TOOL.value
+        flagged = instruction_like("\n".join(map(str, own)))
     head = partial(DocumentCard, kind=kind, id=integer(row_id), claude_session_id=text(session),
                    project=text(project), prompt_number=integer(prompt_number), created_at=real(created_at),
-                   origin=origin)
+                   origin=origin, provenance=provenance, flagged=flagged)
     if kind == OBSERVATION:
         type_, title, subtitle, narrative = map(text, own[:4])
         facts, files_read, files_modified = map(text_list, own[4:])

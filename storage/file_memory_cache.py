@@ -147,7 +147,8 @@ class FileRecallCache:
         there = {row.id for row in rows}
         new = [FileMemory(id=row_id, claude_session_id=claude_session_id, created_at=created_at,
                           type=observation.type, title=observation.title, subtitle=observation.subtitle,
-                          facts=list(observation.facts), modified=modified)
+                          facts=list(observation.facts), modified=modified, provenance=str(observation.provenance),
+                          flagged=observation.flagged)
                for row_id, created_at, observation in observations
                if row_id not in there and (modified := recalled_as(asked, observation)) is not None]
         if not new:

@@ -112,6 +112,8 @@ def _filter_sql(kind: str, filters: SearchFilters, params: dict[str, Any]) -> tu
         conditions.append("s.claude_session_id = :session")
     if filters.origin is not None:
         conditions.append(origin_condition(alias, filters.origin, params))
+    if filters.flagged:
+        conditions.append(f"{alias}.flagged = 1")
     if kind == OBSERVATION:
         if filters.types:
             names = []

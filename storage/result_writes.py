@@ -24,7 +24,7 @@ from sessionmem.storage.file_memories import recallable_files
 from sessionmem.storage.journal_writes import mark_done, touch_session
 from sessionmem.storage.sqlite_values import integer, one_row, placeholders, text, to_json
 
-# Observations stored by one INSERT (store_observations says why one): 24 parameters
+# Observations stored by one INSERT (store_observations says why one): 26 parameters
 # each, well within SQLite's 32,766.
 ROWS_PER_STATEMENT = 500
 # The weight of a summary as a background write (storage/writer.py), in observation rows:
@@ -68,7 +68,8 @@ def store_observations(connection: apsw.Connection, stores: list[StoreArgument])
             event.agent_type or None, int(event.failed), obs.type, obs.title, obs.subtitle,
             to_json(obs.facts), obs.narrative, to_json(obs.concepts), to_json(obs.files_read),
             to_json(obs.files_modified), int(obs.compressed), obs.compressor, obs.model or None,
-            obs.input_tokens, obs.output_tokens, event.occurred_at or now, now,
+            obs.input_tokens, obs.output_tokens, event.occurred_at or now, now, str(obs.provenance),
+            int(obs.flagged),
         )
         for session, store_items in stores for envelope, event, obs in store_items
     ]
@@ -80,8 +81,8 @@ def store_observations(connection: apsw.Connection, stores: list[StoreArgument])
             "INSERT OR IGNORE INTO observations (session_db_id, project, prompt_number, event_id, tool_name,"
             " tool_use_id, agent_id, agent_type, failed, type, title, subtitle, facts, narrative, concepts,"
             " files_read, files_modified, compressed, compressor, model, input_tokens, output_tokens,"
-            " created_at, stored_at) VALUES "
-            + placeholders(24, len(chunk)),
+            " created_at, stored_at, provenance, flagged) VALUES "
+            + placeholders(26, len(chunk)),
             [value for row in chunk for value in row],
         )
         inserted += connection.changes()
@@ -128,13 +129,13 @@ def store_summary(connection: apsw.Connection, session: SessionInfo, envelope: E
     connection.execute(
         "INSERT OR IGNORE INTO session_summaries (session_db_id, project, prompt_number, event_id, request,"
         " investigated, learned, completed, next_steps, notes, compressed, compressor, model,"
-        " input_tokens, output_tokens, created_at, stored_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " input_tokens, output_tokens, created_at, stored_at, provenance, flagged)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             session.session_db_id, session.project, event.prompt_number, envelope.event_id, summary.request,
             summary.investigated, summary.learned, summary.completed, summary.next_steps, summary.notes,
             int(summary.compressed), summary.compressor, summary.model or None, summary.input_tokens,
-            summary.output_tokens, event.occurred_at or now, now,
+            summary.output_tokens, event.occurred_at or now, now, str(summary.provenance), int(summary.flagged),
         ),
     )
     inserted = connection.changes() > 0

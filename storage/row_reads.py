@@ -65,9 +65,10 @@ _OBSERVATION_COLUMNS = (
     "o.id, s.claude_session_id, o.project, o.prompt_number, o.tool_name, o.tool_use_id, o.agent_id, o.agent_type,"
     " o.failed, o.type, o.title, o.subtitle, o.facts, o.narrative, o.concepts, o.files_read, o.files_modified,"
     " o.compressed, o.compressor, o.model, o.input_tokens, o.output_tokens, o.created_at, " + label_sql("o")
+    + ", o.provenance, o.flagged"
 )
 _OBSERVATIONS_FROM = "FROM observations o JOIN sessions s ON s.id = o.session_db_id"
-_OBSERVATION_WIDTH = 24
+_OBSERVATION_WIDTH = 26
 
 
 def _observation_row(row: SQLiteValues) -> ObservationRow:
@@ -79,7 +80,8 @@ def _observation_row(row: SQLiteValues) -> ObservationRow:
         subtitle=text(row[11]), facts=text_list(row[12]), narrative=text(row[13]), concepts=text_list(row[14]),
         files_read=text_list(row[15]), files_modified=text_list(row[16]), compressed=flag(row[17]),
         compressor=text(row[18]), model=optional_text(row[19]), input_tokens=integer(row[20]),
-        output_tokens=integer(row[21]), created_at=real(row[22]), origin=text(row[23]))
+        output_tokens=integer(row[21]), created_at=real(row[22]), origin=text(row[23]), provenance=text(row[24]),
+        flagged=flag(row[25]))
 
 
 def _observation_detail(row: SQLiteValues) -> ObservationDetail:
@@ -101,7 +103,7 @@ def _summary_row(row: SQLiteValues) -> SummaryRow:
         request=text(row[4]), investigated=text(row[5]), learned=text(row[6]), completed=text(row[7]),
         next_steps=text(row[8]), notes=text(row[9]), compressed=flag(row[10]), compressor=text(row[11]),
         model=optional_text(row[12]), input_tokens=integer(row[13]), output_tokens=integer(row[14]),
-        created_at=real(row[15]), origin=text(row[16]))
+        created_at=real(row[15]), origin=text(row[16]), provenance=text(row[17]), flagged=flag(row[18]))
 
 
 def _session_row(row: SQLiteValues) -> SessionRow:
@@ -159,16 +161,23 @@ def _recent_observation_ids(connection: apsw.Connection, *, project: str, limit:
     return [integer(row_id) for (row_id,) in found]
 
 
+def _only_flagged(alias: str, flagged: bool) -> str:
+    """The condition that the row aliased ``alias`` is flagged (the viewer's filter), or none."""
+    return f"{alias}.flagged = 1" if flagged else "1"
+
+
 def list_summaries(connection: apsw.Connection, *, project: str | None, limit: int,
-                    offset: int, origin: str | None = None) -> list[SummaryRow]:
+                    offset: int, origin: str | None = None, flagged: bool = False) -> list[SummaryRow]:
+    """The newest summaries of ``project`` (all: ``None``); ``origin``: of that origin only; ``flagged``:
+    only those flagged (holding instruction-like text)."""
     params: dict[str, object] = {"project": project, "limit": limit, "offset": offset}
     found = all_rows(
         connection,
         "SELECT m.id, s.claude_session_id, m.project, m.prompt_number, m.request, m.investigated,"
         " m.learned, m.completed, m.next_steps, m.notes, m.compressed, m.compressor, m.model,"
-        f" m.input_tokens, m.output_tokens, m.created_at, {label_sql('m')}"
+        f" m.input_tokens, m.output_tokens, m.created_at, {label_sql('m')}, m.provenance, m.flagged"
         f" FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id WHERE {_of_project('m.project', project)}"
-        f" AND {origin_condition('m', origin, params)}"
+        f" AND {origin_condition('m', origin, params)} AND {_only_flagged('m', flagged)}"
         " ORDER BY m.created_at DESC, m.id DESC LIMIT :limit OFFSET :offset",
         params,
     )
@@ -310,12 +319,14 @@ def session_by_db_id(connection: apsw.Connection, session_db_id: int) -> Session
 
 
 def list_observations(connection: apsw.Connection, *, project: str | None, limit: int,
-                      offset: int, origin: str | None = None) -> list[ObservationRow]:
+                      offset: int, origin: str | None = None, flagged: bool = False) -> list[ObservationRow]:
+    """The newest observations of ``project`` (all: ``None``); ``origin``: of that origin only;
+    ``flagged``: only those flagged (holding instruction-like text)."""
     params: dict[str, object] = {"project": project, "limit": limit, "offset": offset}
     found = all_rows(
         connection,
         f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM} WHERE {_of_project('o.project', project)}"
-        f" AND {origin_condition('o', origin, params)}"
+        f" AND {origin_condition('o', origin, params)} AND {_only_flagged('o', flagged)}"
         " ORDER BY o.created_at DESC, o.id DESC LIMIT :limit OFFSET :offset",
         params,
     )

@@ -7,8 +7,11 @@ the previous version intact. Never edit a released migration: append a new one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import apsw
 
+from sessionmem.protocol.instructions import instruction_like
 from sessionmem.storage.sqlite_values import all_rows, integer, one_row, text
 
 _V1 = """
@@ -307,7 +310,49 @@ BEGIN
 END;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+# Provenance (docs/search.md): where each memory's text came from, beside its origin (who), and
+# whether it holds instruction-like text (sessionmem/protocol/instructions.py). Rows stored before
+# are given what can be known of them: another machine's rows (an origin) came from the team
+# database; rows without a journal event (an observation's event id 0, a summary's negative one)
+# from an import; a model wrote what an LLM compressor compressed; the rest was built by rules from
+# tool output, or is the user's prompt. ``flagged`` is filled by a check of their text after this
+# step (_recheck_flags): SQL cannot run the detector. The full-text rows follow the texts alone (as
+# the prompts' have since version 6), so filling the columns does not index every row again.
+_V9 = """
+DROP TRIGGER observations_fts_au;
+CREATE TRIGGER observations_fts_au AFTER UPDATE OF title, subtitle, narrative, facts, concepts ON observations BEGIN
+    INSERT INTO observations_fts (observations_fts, rowid, title, subtitle, narrative, facts, concepts)
+    VALUES ('delete', old.id, old.title, old.subtitle, old.narrative, old.facts, old.concepts);
+    INSERT INTO observations_fts (rowid, title, subtitle, narrative, facts, concepts)
+    VALUES (new.id, new.title, new.subtitle, new.narrative, new.facts, new.concepts);
+END;
+DROP TRIGGER summaries_fts_au;
+CREATE TRIGGER summaries_fts_au AFTER UPDATE OF request, investigated, learned, completed, next_steps, notes
+ON session_summaries BEGIN
+    INSERT INTO summaries_fts (summaries_fts, rowid, request, investigated, learned, completed, next_steps, notes)
+    VALUES ('delete', old.id, old.request, old.investigated, old.learned, old.completed, old.next_steps, old.notes);
+    INSERT INTO summaries_fts (rowid, request, investigated, learned, completed, next_steps, notes)
+    VALUES (new.id, new.request, new.investigated, new.learned, new.completed, new.next_steps, new.notes);
+END;
+ALTER TABLE observations ADD COLUMN provenance TEXT NOT NULL DEFAULT 'tool';
+ALTER TABLE observations ADD COLUMN flagged INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE session_summaries ADD COLUMN provenance TEXT NOT NULL DEFAULT 'tool';
+ALTER TABLE session_summaries ADD COLUMN flagged INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE user_prompts ADD COLUMN provenance TEXT NOT NULL DEFAULT 'prompt';
+ALTER TABLE user_prompts ADD COLUMN flagged INTEGER NOT NULL DEFAULT 0;
+UPDATE observations SET provenance = CASE
+    WHEN origin_machine != '' THEN 'team' WHEN event_id <= 0 THEN 'import'
+    WHEN compressed = 1 AND compressor != 'offline' THEN 'model' ELSE 'tool' END;
+UPDATE session_summaries SET provenance = CASE
+    WHEN origin_machine != '' THEN 'team' WHEN event_id < 0 THEN 'import'
+    WHEN compressed = 1 AND compressor != 'offline' THEN 'model' ELSE 'tool' END;
+UPDATE user_prompts SET provenance = 'team' WHERE origin_machine != '';
+-- The viewer's filter: a project's flagged memories, newest first.
+CREATE INDEX observations_flagged ON observations (project, created_at) WHERE flagged = 1;
+CREATE INDEX summaries_flagged ON session_summaries (project, created_at) WHERE flagged = 1;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 
 
 class SchemaTooNew(RuntimeError):
@@ -330,8 +375,40 @@ def migrate(connection: apsw.Connection) -> int:
     for target in range(version + 1, len(MIGRATIONS) + 1):
         with connection:
             connection.execute(MIGRATIONS[target - 1])
+            if (follow_up := _FOLLOW_UPS.get(target)) is not None:
+                follow_up(connection)
             connection.execute(f"PRAGMA user_version = {target}")
     return len(MIGRATIONS)
+
+
+def _recheck_flags(connection: apsw.Connection) -> None:
+    """Version 9's second half: the memories stored before flagged when their text is instruction-like.
+
+    A poisoned memory written before the upgrade is marked as one written after would be. Run in
+    the migration's transaction, once; the detector reads at most a few kilobytes of each row
+    (``instructions.MAX_SCAN``), so a store of 100,000 rows takes seconds, once.
+    """
+    connection.create_scalar_function("sessionmem_instruction_like", _instruction_like_sql, 1, deterministic=True)
+    try:
+        connection.execute(
+            "UPDATE observations SET flagged = 1 WHERE sessionmem_instruction_like("
+            "title || char(10) || subtitle || char(10) || narrative || char(10) || facts || char(10) || concepts)")
+        connection.execute(
+            "UPDATE session_summaries SET flagged = 1 WHERE sessionmem_instruction_like(request || char(10)"
+            " || investigated || char(10) || learned || char(10) || completed || char(10) || next_steps"
+            " || char(10) || notes)")
+        connection.execute("UPDATE user_prompts SET flagged = 1 WHERE origin_machine != ''"
+                           " AND sessionmem_instruction_like(text)")
+    finally:
+        connection.create_scalar_function("sessionmem_instruction_like", None, 1)
+
+
+def _instruction_like_sql(*values: apsw.SQLiteValue) -> int:
+    return int(isinstance(values[0], str) and instruction_like(values[0]))
+
+
+# Python run after a version's SQL, in its transaction.
+_FOLLOW_UPS: dict[int, Callable[[apsw.Connection], None]] = {9: _recheck_flags}
 
 
 def _columns(connection: apsw.Connection, table: str) -> set[str]:

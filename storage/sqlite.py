@@ -276,17 +276,17 @@ class SQLiteStore:
         return await self._readers.run(partial(row_reads.session_by_db_id, session_db_id=session_db_id))
 
     async def list_observations(self, *, project: str | None, limit: int, offset: int,
-                                origin: str | None = None) -> list[ObservationRow]:
+                                origin: str | None = None, flagged: bool = False) -> list[ObservationRow]:
         return await self._readers.run(partial(row_reads.list_observations, project=project, limit=limit,
-                                               offset=offset, origin=origin))
+                                               offset=offset, origin=origin, flagged=flagged))
 
     async def get_observation(self, observation_id: int) -> ObservationDetail | None:
         return await self._readers.run(partial(row_reads.get_observation, observation_id=observation_id))
 
     async def list_summaries(self, *, project: str | None, limit: int, offset: int,
-                             origin: str | None = None) -> list[SummaryRow]:
+                             origin: str | None = None, flagged: bool = False) -> list[SummaryRow]:
         return await self._readers.run(partial(row_reads.list_summaries, project=project, limit=limit, offset=offset,
-                                               origin=origin))
+                                               origin=origin, flagged=flagged))
 
     async def llm_tokens_since(self, timestamp: float) -> int:
         return await self._readers.run(partial(row_reads.llm_tokens_since, timestamp=timestamp))

@@ -47,7 +47,7 @@ from sessionmem.storage import transfer
 from sessionmem.storage.local_paths import without_local_paths
 from sessionmem.storage.sqlite_values import all_rows, flag, integer, one_row, optional_row, real, text
 from sessionmem.storage.team_records import NAME_KEY_PREFIX, PullCursor, SharedRow, shared_key
-from sessionmem.storage.transfer import ImportCounts, Provenance, Record
+from sessionmem.storage.transfer import ImportCounts, PulledFrom, Record
 
 MACHINE_ID = "machine_id"  # this data dir's identity in the team database, made once
 OUTBOX = "push"  # the outbox's cursor (an OutboxCursor)
@@ -336,7 +336,7 @@ def import_pulled(connection: apsw.Connection, rows: Sequence[SharedRow], *, cur
     asked = None if keys is None else frozenset(keys)
     destinations: dict[str, bool] = {}
     kept: list[SharedRow] = []
-    provenance: list[Provenance] = []
+    pulled_from: list[PulledFrom] = []
     misplaced: list[SharedRow] = []
     for row in rows:
         session = optional_row(connection, "SELECT project FROM sessions WHERE claude_session_id = ?",
@@ -348,9 +348,9 @@ def import_pulled(connection: apsw.Connection, rows: Sequence[SharedRow], *, cur
             continue
         key = "" if row.project_key.startswith(NAME_KEY_PREFIX) else row.project_key
         kept.append(row)
-        provenance.append(Provenance(machine=row.origin.machine or row.origin.machine_id[:8] or "unknown",
-                                     user=row.origin.user, project_key=key, project=project))
-    counts = transfer.import_records(connection, [row.record for row in kept], now, provenance)
+        pulled_from.append(PulledFrom(machine=row.origin.machine or row.origin.machine_id[:8] or "unknown",
+                                      user=row.origin.user, project_key=key, project=project))
+    counts = transfer.import_records(connection, [row.record for row in kept], now, pulled_from)
     if cursor is not None:
         _write(connection, *cursor)
     return PulledImport(counts, misplaced)

@@ -28,7 +28,16 @@ import apsw
 import msgspec
 
 from sessionmem.protocol import routes
-from sessionmem.records import OBSERVATION_TYPES, Identifier, ObservationType, PathText, SessionId, ToolName
+from sessionmem.protocol.instructions import guard_observation, guard_summary, instruction_like
+from sessionmem.records import (
+    OBSERVATION_TYPES,
+    Identifier,
+    ObservationType,
+    PathText,
+    Provenance,
+    SessionId,
+    ToolName,
+)
 from sessionmem.storage.record_rules import Items, LongText, Moment, TitleText, clamped
 from sessionmem.storage.sqlite_values import (
     all_rows,
@@ -80,11 +89,20 @@ class SessionRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel", t
     completed_at: Moment | None = None
 
 
+# Every record of a memory says where its text came from and whether it was flagged (docs/search.md,
+# "Provenance"): optional, for exports written before they were (the defaults). An import believes
+# neither: what it stores is an import's, or another machine's, and it is checked on arrival
+# (arrived()); a "flagged" it is told is kept, an unflagged one is not believed.
+ProvenanceValue = Annotated[str, msgspec.Meta(max_length=20)]
+
+
 class PromptRecord(msgspec.Struct, frozen=True, rename="camel", tag="prompt", tag_field="kind"):
     claude_session_id: SessionId
     prompt_number: PromptNumber
     text: LongText
     created_at: Moment
+    provenance: ProvenanceValue = "prompt"
+    flagged: bool = False
 
 
 class ObservationRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag="observation",
@@ -109,6 +127,8 @@ class ObservationRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel
     compressed: bool = True
     compressor: Identifier = "offline"
     model: Identifier | None = None
+    provenance: ProvenanceValue = "tool"
+    flagged: bool = False
 
 
 class SummaryRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel", tag="summary", tag_field="kind"):
@@ -125,6 +145,8 @@ class SummaryRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel", t
     compressed: bool = True
     compressor: Identifier = "offline"
     model: Identifier | None = None
+    provenance: ProvenanceValue = "tool"
+    flagged: bool = False
 
 
 Record = SessionRecord | PromptRecord | ObservationRecord | SummaryRecord
@@ -158,8 +180,10 @@ def export_page(connection: apsw.Connection, *, project: str | None, since: floa
         records.append(session)
         window = (last, since)
         claude_id = session.claude_session_id
-        records += [PromptRecord(claude_id, integer(number), text(prompt), real(at)) for number, prompt, at in all_rows(
-            connection, "SELECT prompt_number, text, created_at FROM user_prompts WHERE session_db_id = ?1"
+        records += [PromptRecord(claude_id, integer(number), text(prompt), real(at), text(provenance), flag(flagged))
+                    for number, prompt, at, provenance, flagged in all_rows(
+            connection, "SELECT prompt_number, text, created_at, provenance, flagged FROM user_prompts"
+            " WHERE session_db_id = ?1"
             " AND (?2 IS NULL OR created_at >= ?2) ORDER BY prompt_number", window)]
         records += [observation_record(claude_id, row) for row in all_rows(
             connection,
@@ -183,7 +207,7 @@ def session_record(row: SQLiteValues) -> SessionRecord:
 # In the order observation_record reads them.
 OBSERVATION_COLUMNS = (
     "project, prompt_number, tool_name, tool_use_id, type, title, created_at, agent_id, agent_type, failed, subtitle,"
-    " facts, narrative, concepts, files_read, files_modified, compressed, compressor, model")
+    " facts, narrative, concepts, files_read, files_modified, compressed, compressor, model, provenance, flagged")
 
 
 def observation_record(claude_id: str, row: SQLiteValues) -> ObservationRecord:
@@ -193,12 +217,13 @@ def observation_record(claude_id: str, row: SQLiteValues) -> ObservationRecord:
         created_at=real(row[6]), agent_id=optional_text(row[7]), agent_type=optional_text(row[8]),
         failed=flag(row[9]), subtitle=text(row[10]), facts=text_list(row[11]), narrative=text(row[12]),
         concepts=text_list(row[13]), files_read=text_list(row[14]), files_modified=text_list(row[15]),
-        compressed=flag(row[16]), compressor=text(row[17]), model=optional_text(row[18]))
+        compressed=flag(row[16]), compressor=text(row[17]), model=optional_text(row[18]), provenance=text(row[19]),
+        flagged=flag(row[20]))
 
 
 # In the order summary_record reads them.
 SUMMARY_COLUMNS = ("project, prompt_number, created_at, request, investigated, learned, completed, next_steps, notes,"
-                    " compressed, compressor, model")
+                    " compressed, compressor, model, provenance, flagged")
 
 
 def summary_record(claude_id: str, row: SQLiteValues) -> SummaryRecord:
@@ -206,7 +231,7 @@ def summary_record(claude_id: str, row: SQLiteValues) -> SummaryRecord:
         claude_session_id=claude_id, project=text(row[0]), prompt_number=integer(row[1]), created_at=real(row[2]),
         request=text(row[3]), investigated=text(row[4]), learned=text(row[5]), completed=text(row[6]),
         next_steps=text(row[7]), notes=text(row[8]), compressed=flag(row[9]), compressor=text(row[10]),
-        model=optional_text(row[11]))
+        model=optional_text(row[11]), provenance=text(row[12]), flagged=flag(row[13]))
 
 
 # -- import -------------------------------------------------------------------------------
@@ -230,7 +255,7 @@ def _session(connection: apsw.Connection, claude_session_id: str, project: str, 
     return connection.last_insert_rowid(), True
 
 
-class Provenance(msgspec.Struct, frozen=True, kw_only=True):
+class PulledFrom(msgspec.Struct, frozen=True, kw_only=True):
     """Where an imported record comes from, when not from a file: another machine, through the team database.
 
     Its rows keep their origin (``origin_machine``, ``origin_user``: never both empty, which
@@ -249,22 +274,25 @@ _STATUS_RANK = "CASE {} WHEN 'initialized' THEN 0 WHEN 'active' THEN 1 ELSE 2 EN
 
 
 def import_records(connection: apsw.Connection, records: Sequence[Record], now: float,
-                   provenance: Sequence[Provenance] | None = None) -> ImportCounts:
+                   pulled_from: Sequence[PulledFrom] | None = None) -> ImportCounts:
     """Store ``records`` (a page of an export; a session record before its rows); see the module docstring.
 
-    ``provenance``: one for each record, when they come from another machine (see :class:`Provenance`).
+    ``pulled_from``: one for each record, when they come from another machine (see :class:`PulledFrom`).
+    Either way each is checked on arrival (:func:`arrived`): its provenance is the import's or the
+    team's, and it is flagged when its text is instruction-like.
     """
     counts: dict[str, int] = {"sessions": 0, "prompts": 0, "observations": 0, "summaries": 0, "already_there": 0}
     projects: dict[str, str] = {}
     for number, record in enumerate(records):
-        _import_record(connection, clamped(record, now), now, counts, projects,
-                       provenance[number] if provenance else None,
+        source = pulled_from[number] if pulled_from else None
+        _import_record(connection, arrived(clamped(record, now), Provenance.TEAM if source else Provenance.IMPORT),
+                       now, counts, projects, source,
                        _summary_event_id(record) if isinstance(record, SummaryRecord) else 0)
     return ImportCounts(**counts)
 
 
 def _import_record(connection: apsw.Connection, record: Record, now: float, counts: dict[str, int],
-                   projects: dict[str, str], source: Provenance | None, summary_event_id: int) -> None:
+                   projects: dict[str, str], source: PulledFrom | None, summary_event_id: int) -> None:
     """Store ``record`` (its times clamped: storage/record_rules.py). ``summary_event_id``: of the record as it
     came, before the clamp, so that a summary from the future imported twice is stored once."""
     def stored(kind: str) -> None:
@@ -310,8 +338,10 @@ def _import_record(connection: apsw.Connection, record: Record, now: float, coun
     if isinstance(record, PromptRecord):
         connection.execute(
             "INSERT OR IGNORE INTO user_prompts (session_db_id, project, prompt_number, text, created_at,"
-            " origin_machine, origin_user) VALUES (?1, (SELECT project FROM sessions WHERE id = ?1), ?2, ?3, ?4, ?5, ?6)",
-            (session, record.prompt_number, record.text, record.created_at, machine, user))
+            " origin_machine, origin_user, provenance, flagged)"
+            " VALUES (?1, (SELECT project FROM sessions WHERE id = ?1), ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            (session, record.prompt_number, record.text, record.created_at, machine, user, record.provenance,
+             int(record.flagged)))
         stored("prompts")
         connection.execute(
             "UPDATE sessions SET prompt_counter = max(prompt_counter, ?1), first_prompt = coalesce(first_prompt, ?2)"
@@ -321,12 +351,13 @@ def _import_record(connection: apsw.Connection, record: Record, now: float, coun
             "INSERT OR IGNORE INTO observations (session_db_id, project, prompt_number, event_id, tool_name,"
             " tool_use_id, agent_id, agent_type, failed, type, title, subtitle, facts, narrative, concepts,"
             " files_read, files_modified, compressed, compressor, model, created_at, stored_at, origin_machine,"
-            " origin_user) VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " origin_user, provenance, flagged)"
+            " VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (session, project, record.prompt_number, record.tool_name, record.tool_use_id,
              record.agent_id, record.agent_type, int(record.failed), record.type, record.title, record.subtitle,
              to_json(record.facts), record.narrative, to_json(record.concepts), to_json(record.files_read),
              to_json(record.files_modified), int(record.compressed), record.compressor, record.model,
-             record.created_at, now, machine, user))
+             record.created_at, now, machine, user, record.provenance, int(record.flagged)))
         stored("observations")
     else:
         # The same summary by what it is, not by its event id: one the worker made itself has
@@ -340,8 +371,48 @@ def _import_record(connection: apsw.Connection, record: Record, now: float, coun
         connection.execute(
             "INSERT OR IGNORE INTO session_summaries (session_db_id, project, prompt_number, event_id, request,"
             " investigated, learned, completed, next_steps, notes, compressed, compressor, model, created_at,"
-            " stored_at, origin_machine, origin_user) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " stored_at, origin_machine, origin_user, provenance, flagged)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (session, project, record.prompt_number, summary_event_id, record.request,
              record.investigated, record.learned, record.completed, record.next_steps, record.notes,
-             int(record.compressed), record.compressor, record.model, record.created_at, now, machine, user))
+             int(record.compressed), record.compressor, record.model, record.created_at, now, machine, user,
+             record.provenance, int(record.flagged)))
         stored("summaries")
+
+
+# -- checked on arrival ---------------------------------------------------------------------
+
+_SOURCES = {Provenance.TEAM: "another machine", Provenance.IMPORT: "an imported file"}
+
+
+def arrived(record: Record, provenance: Provenance) -> Record:
+    """``record`` as it is stored: nothing it says of itself is believed.
+
+    Its provenance becomes the way it came (``provenance``: an import's or the team's, whatever
+    it claims); it is flagged when its text is instruction-like
+    (:mod:`sessionmem.protocol.instructions`; a record that says it is flagged stays so, one that
+    says it is not is checked); and such text is never kept in an observation's title or
+    subtitle, or a summary's "Learned" or "Next steps": it moves, quoted, into the facts or the
+    notes, as a compressor here would have done. A prompt keeps its text (what was typed) and is
+    flagged. Never raises for what a record holds (the detector reads a bounded part of each text).
+    """
+    source = _SOURCES.get(provenance, str(provenance))
+    if isinstance(record, PromptRecord):
+        return msgspec.structs.replace(record, provenance=provenance.value,
+                                       flagged=record.flagged or instruction_like(record.text))
+    if isinstance(record, ObservationRecord):
+        guarded = guard_observation(
+            title=record.title, subtitle=record.subtitle, facts=record.facts, narrative=record.narrative,
+            concepts=record.concepts, source=source, tainted=record.flagged,
+            fallback_title=f"{record.tool_name}: instruction-like text withheld (quoted in the facts)")
+        return msgspec.structs.replace(
+            record, title=guarded.title, subtitle=guarded.subtitle, facts=list(guarded.facts),
+            narrative=guarded.narrative, concepts=list(guarded.concepts), provenance=provenance.value,
+            flagged=guarded.flagged)
+    if isinstance(record, SummaryRecord):
+        fields, flagged = guard_summary(
+            {"request": record.request, "investigated": record.investigated, "learned": record.learned,
+             "completed": record.completed, "next_steps": record.next_steps, "notes": record.notes},
+            source=source, tainted=record.flagged)
+        return msgspec.structs.replace(record, **fields, provenance=provenance.value, flagged=flagged)
+    return record

@@ -15,6 +15,15 @@ export function originBadge(origin) {
   return origin ? h("span", {class: "badge", dataset: {kind: "origin"}, title: `written on ${origin}`}, `from ${origin}`) : null;
 }
 
+/**
+ * The mark of a flagged memory: it holds instruction-like text (from a tool's output or another
+ * machine), kept as quoted text and never promoted into a title, "Learned" or "Next steps".
+ */
+export function flaggedBadge(row) {
+  return row.flagged ? h("span", {class: "badge", dataset: {kind: "flagged"},
+    title: "holds instruction-like text, kept quoted: never promoted into a title or next steps"}, "flagged") : null;
+}
+
 export function fileChips(files) {
   const shown = files.slice(0, MAX_FILE_CHIPS).map((file) => h("span", {class: "chip", title: file}, shortPath(file)));
   const more = files.length > MAX_FILE_CHIPS ? h("span", {class: "chip more"}, `+${files.length - MAX_FILE_CHIPS}`) : null;
@@ -44,13 +53,13 @@ export function feedItem(entry, options) {
   if (kind === "summary") {
     return item(`summary:${row.id}`, options,
       h("div", {class: "line"}, badge("summary"), h("span", {class: "title"}, row.request || "Session summary"),
-        originBadge(row.origin)),
+        flaggedBadge(row), originBadge(row.origin)),
       row.completed ? h("p", {class: "snippet"}, row.completed) : null,
       h("div", {class: "meta"}, time(row.createdAt), ` · prompt ${row.promptNumber}`));
   }
   return item(`observation:${row.id}`, options,
     h("div", {class: "line"}, badge(row.type), h("span", {class: "title"}, row.title || "(untitled)"),
-      row.failed ? badge("failed") : null, originBadge(row.origin)),
+      row.failed ? badge("failed") : null, flaggedBadge(row), originBadge(row.origin)),
     h("div", {class: "meta"}, row.toolName, " · ", time(row.createdAt)),
     fileChips(observationFiles(row)));
 }
@@ -60,7 +69,7 @@ export function resultItem(result, options) {
   const label = result.kind === "observation" ? result.type : result.kind;
   return item(`${result.kind}:${result.id}`, options,
     h("div", {class: "line"}, badge(label), h("span", {class: "title"}, result.title || "(untitled)"),
-      originBadge(result.origin)),
+      flaggedBadge(result), originBadge(result.origin)),
     result.snippet ? h("p", {class: "snippet"}, result.snippet) : null,
     h("div", {class: "meta"}, result.project, " · ", time(result.createdAt),
       result.matchedBy?.length ? ` · matched by ${result.matchedBy.join(" and ")}` : ""),
@@ -72,7 +81,7 @@ export function timelineItem(entry, options) {
   const label = entry.kind === "observation" ? entry.type : entry.kind;
   const li = item(`${entry.kind}:${entry.id}`, {...options, selected: entry.anchor},
     h("div", {class: "line"}, badge(label), h("span", {class: "title"}, entry.title || "(untitled)"),
-      originBadge(entry.origin)),
+      flaggedBadge(entry), originBadge(entry.origin)),
     entry.snippet ? h("p", {class: "snippet"}, entry.snippet) : null,
     h("div", {class: "meta"}, `prompt ${entry.promptNumber} · `, time(entry.createdAt)),
     fileChips(entry.files ?? []));

@@ -2,13 +2,21 @@
 // input and output it was made from), a summary, a search card, and a timeline.
 // Text only: see dom.js.
 
-import {badge, fileChips, originBadge, time, timelineItem} from "./cards.js";
+import {badge, fileChips, flaggedBadge, originBadge, time, timelineItem} from "./cards.js";
 import {h} from "./dom.js";
 import {number, when} from "./format.js";
 
 function facts(pairs) {
   return h("dl", {class: "facts"}, pairs.filter(([, value]) => value !== null && value !== undefined && value !== "")
     .map(([name, value]) => [h("dt", {}, name), h("dd", {}, value)]));
+}
+
+// Where a memory's text came from (docs/search.md, "Provenance"), in words.
+const PROVENANCE = {prompt: "the user's prompt", tool: "a tool's output (built by rules)",
+  model: "a model, from a tool's output", team: "another machine (team database)", import: "an imported file"};
+
+function provenance(value) {
+  return value ? PROVENANCE[value] ?? value : "";
 }
 
 function section(title, ...content) {
@@ -33,7 +41,7 @@ function timelineButton(onTimeline) {
 export function observationView(row, {onTimeline}) {
   return h("article", {class: "record", dataset: {key: `observation:${row.id}`}},
     h("div", {class: "line"}, badge(row.type), badge(row.toolName, "tool"), row.failed ? badge("failed") : null,
-      row.compressed ? null : badge("raw", "raw"), originBadge(row.origin)),
+      row.compressed ? null : badge("raw", "raw"), flaggedBadge(row), originBadge(row.origin)),
     h("h2", {class: "record-title"}, row.title || "(untitled)"),
     row.subtitle ? h("p", {class: "subtitle"}, row.subtitle) : null,
     timelineButton(onTimeline),
@@ -45,7 +53,7 @@ export function observationView(row, {onTimeline}) {
     facts([
       ["project", row.project], ["session", row.claudeSessionId], ["prompt", row.promptNumber],
       ["created", when(row.createdAt)], ["origin", row.origin || "this machine"], ["tool use", row.toolUseId], ["agent", row.agentType || row.agentId],
-      ["compressor", [row.compressor, row.model].filter(Boolean).join(" · ")],
+      ["compressor", [row.compressor, row.model].filter(Boolean).join(" · ")], ["provenance", provenance(row.provenance)],
       ["tokens", row.inputTokens || row.outputTokens ? `${number(row.inputTokens)} in, ${number(row.outputTokens)} out` : ""],
       ["observation", row.id], ["journal event", row.eventId],
     ]),
@@ -58,24 +66,25 @@ const SUMMARY_PARTS = [["request", "Request"], ["investigated", "Investigated"],
 
 export function summaryView(row, {onTimeline}) {
   return h("article", {class: "record", dataset: {key: `summary:${row.id}`}},
-    h("div", {class: "line"}, badge("summary"), originBadge(row.origin)),
+    h("div", {class: "line"}, badge("summary"), flaggedBadge(row), originBadge(row.origin)),
     h("h2", {class: "record-title"}, row.request || "Session summary"),
     timelineButton(onTimeline),
     SUMMARY_PARTS.slice(1).map(([field, title]) => section(title, row[field] ? h("p", {}, row[field]) : null)),
     facts([["project", row.project], ["session", row.claudeSessionId], ["prompt", row.promptNumber],
-      ["created", when(row.createdAt)], ["compressor", [row.compressor, row.model].filter(Boolean).join(" · ")]]));
+      ["created", when(row.createdAt)], ["compressor", [row.compressor, row.model].filter(Boolean).join(" · ")],
+      ["provenance", provenance(row.provenance)]]));
 }
 
 /** What a search result or timeline entry shows of a summary or prompt. */
 export function cardView(card, {onTimeline}) {
   const label = card.kind === "observation" ? card.type : card.kind;
   return h("article", {class: "record", dataset: {key: `${card.kind}:${card.id}`}},
-    h("div", {class: "line"}, badge(label), originBadge(card.origin)),
+    h("div", {class: "line"}, badge(label), flaggedBadge(card), originBadge(card.origin)),
     h("h2", {class: "record-title"}, card.title || "(untitled)"),
     timelineButton(onTimeline),
     card.snippet ? h("p", {class: "narrative"}, card.snippet) : null,
     facts([["project", card.project], ["session", card.claudeSessionId], ["prompt", card.promptNumber],
-      ["created", when(card.createdAt)]]));
+      ["created", when(card.createdAt)], ["provenance", provenance(card.provenance)]]));
 }
 
 /**
