@@ -37,7 +37,7 @@ from sessionmem.compress.offline import OfflineCompressor, build_offline_observa
 from sessionmem.compress.promotion import guarded_observation, guarded_summary
 from sessionmem.compress.prompts import OBSERVATION_SYSTEM, SUMMARY_SYSTEM, observation_request, summary_request
 from sessionmem.compress.provider import provider_of
-from sessionmem.compress.xml_reply import SUMMARY_FIELDS, parse_observations, parse_summary
+from sessionmem.compress.xml_reply import parse_observations, parse_summary
 from sessionmem.events import ObservationEvent, SummarizeEvent
 from sessionmem.records import CompressedObservation, CompressedSummary, Provenance, SummaryInputs
 from sessionmem.settings import Settings
