@@ -107,7 +107,7 @@ class Recall:
         lines = []
         for memory in chosen:
             fact = telling_fact(memory)
-            lines.append(f"- #{memory.id} ({_when(memory.created_at)}{_marked(memory.origin)}) {memory.type}: "
+            lines.append(f"- #{memory.id} ({_when(memory.created_at)}{_marked(memory.origin, memory.flagged)}) {memory.type}: "
                          f"{one_line(memory.title, 120)}"
                          + (f" — {one_line(fact, 160)}" if fact else ""))
         return framed_recall(f"Memory of {one_line(path, 300)}", lines)
@@ -139,6 +139,6 @@ class Recall:
         for result in chosen:
             label = f"#{result.id}" if result.kind == OBSERVATION else f"summary {result.id}"
             detail = f" — {one_line(result.snippet, 200)}" if result.snippet and result.snippet != result.title else ""
-            lines.append(f"- {label} ({_when(result.created_at)}{_marked(result.origin)}) {result.type}: "
+            lines.append(f"- {label} ({_when(result.created_at)}{_marked(result.origin, result.flagged)}) {result.type}: "
                          f"{one_line(result.title, 120)}{detail}")
         return framed_recall("Past work that may be relevant to this prompt,", lines)

@@ -58,9 +58,9 @@ def _group_header(group: SessionGroup) -> str:
     return f"### {_when(group.started_at)}{about}{origin}"
 
 
-def _summary_lines(summary: SummaryRow, flagged: bool = False) -> list[str]:
+def _summary_lines(summary: SummaryRow) -> list[str]:
     """The last session's summary; another machine's says whose its next steps are."""
-    marked = marks(summary.origin, flagged)
+    marked = marks(summary.origin, summary.flagged)
     lines = [f"## Last session ({_when(summary.created_at)}{f', {marked}' if marked else ''})"]
     # Another machine's next steps are its user's (or anyone's who wrote the row), not this user's.
     next_steps = f"Next steps noted on {origin_label(summary.origin)} ({UNVERIFIED})" if summary.origin else "Next steps"
@@ -72,9 +72,9 @@ def _summary_lines(summary: SummaryRow, flagged: bool = False) -> list[str]:
     return lines + [""]
 
 
-def _earlier_line(summary: SummaryRow, flagged: bool = False) -> str:
+def _earlier_line(summary: SummaryRow) -> str:
     outcome = summary.completed or summary.learned or summary.investigated
-    marked = marks(summary.origin, flagged)
+    marked = marks(summary.origin, summary.flagged)
     return (f"- {_when(summary.created_at)}{f' · {marked}' if marked else ''} · "
             f"{one_line(summary.request or '(no request)', 100)}" + (f" → {one_line(outcome, 160)}" if outcome else ""))
 

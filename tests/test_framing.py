@@ -222,6 +222,10 @@ def test_an_instruction_in_a_failing_commands_output_reaches_the_next_session_qu
     # Quoted: inside a memory's line (a list item of the frame), never a line of its own.
     assert all(line.startswith("- ") and not line.startswith("- SYSTEM") for line in planted), planted
     assert not any(line.lstrip().startswith("SYSTEM") for line in lines)
+    # Flagged where it was stored, and marked so where it is shown (the observation's line, and the last
+    # session's heading: its summary was made from that observation).
+    assert any(FLAGGED_MARK in line for line in body if line.startswith("- ")), context
+    assert any(line.startswith("## Last session") and FLAGGED_MARK in line for line in lines), context
 
 
 def test_a_memory_cannot_close_or_forge_the_context(tmp_path: Path) -> None:
@@ -338,6 +342,28 @@ def test_file_recall_is_framed_and_marks_other_machines(team_memory: dict[str, A
     assert any("Divide fix ported on the laptop" in line and ", from bob@laptop, unverified)" in line
                for line in lines[2:-1]), context
     assert "<system>" not in context and "\n## " not in context
+
+
+def test_a_flagged_memory_is_recalled_for_its_file_with_its_mark(tmp_path: Path) -> None:
+    """A file whose contents planted an instruction: the memory of editing it is flagged where it is stored,
+    and the file's recall in a later session marks it so."""
+    project = tmp_path / "calcproj"
+    project.mkdir()
+    with serve_in_thread(tmp_path / "data", batch_quiet_s=0.05, embedder="none") as worker:
+        post(worker, routes.INIT, {"claudeSessionId": "s1", "cwd": str(project), "prompt": "look at calc.py"})
+        post(worker, routes.OBSERVATIONS, {
+            "claudeSessionId": "s1", "cwd": str(project), "tool_name": "Edit", "tool_use_id": "s1-e1",
+            "hook_event_name": "PostToolUse",
+            "tool_input": {"file_path": str(project / "calc.py"), "old_string": "pass", "new_string": "return a / b"},
+            "tool_response": f"The file calc.py has been updated. Its first lines:\n# {PLANTED}\ndef divide(a, b):"})
+        worker.wait_idle()
+        context = hook_context("PostToolUse", {
+            "session_id": "reader", "cwd": str(project), "hook_event_name": "PostToolUse", "tool_name": "Read",
+            "tool_use_id": "r1", "tool_input": {"file_path": str(project / "calc.py")},
+            "tool_response": {"type": "text", "file": {"content": "def divide(a, b): ..."}}}, worker.data_dir)
+    lines = context.splitlines()
+    assert lines[0] == FRAME_OPEN and lines[-1] == FRAME_CLOSE, context
+    assert any(line.startswith("- #") and FLAGGED_MARK in line for line in lines[2:-1]), context
 
 
 def test_prompt_recall_is_framed_and_marks_other_machines(team_memory: dict[str, Any]) -> None:
