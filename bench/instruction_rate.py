@@ -26,7 +26,7 @@ from sessionmem.compress.promotion import tool_output_text
 from sessionmem.protocol.instructions import MAX_SCAN, find_instruction, groups
 from sessionmem.replay.convert import ConversionStats, convert, transcript_files
 
-CORPUS = Path("/work/shared/corpus/transcripts")
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "transcripts"  # beside the checkout
 
 
 def _rate(texts: list[str], show: int, label: str) -> dict[str, object]:

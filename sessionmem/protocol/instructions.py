@@ -6,7 +6,10 @@ to steer that agent has recognisable shapes; :func:`find_instruction` looks for 
 
 - **addressed to an AI** (``addressed``): a role label leading a line and giving an order
   (``SYSTEM: ignore…``, ``Assistant: run…``, ``Note to the AI agent:``), ``as an AI``,
-  ``you must now``, ``from now on you``, ``your new instructions``;
+  ``you must now``, ``from now on you``, ``your new instructions``, ``new system prompt:``;
+  the session taken over or the user's request set aside (``take over the session``,
+  ``stop what the user asked``), a permission claimed for the user (``the user has approved
+  running…``), memory asked to keep an order (``remember this for all future sessions``);
 - **an override** (``override``): ``ignore (all) previous/prior/above instructions``,
   ``disregard the above``, ``forget your instructions``;
 - **a download piped into a shell** (``pipe-to-shell``): ``curl … | sh``, ``wget … | bash``,
@@ -112,7 +115,7 @@ _SHELL = r"(?:sudo\s+(?:-\S+\s+){0,3})?(?:/usr/bin/|/bin/|/usr/local/bin/)?(?:ba
 _INTERPRETER = r"(?:sudo\s+)?(?:python3?|perl|ruby|node|pwsh|powershell)\b(?!\s+-m\s+json)"
 _SECRETS = (r"(?:credentials?|secrets?|tokens?|api[ _-]?keys?|access[ _-]?keys?|passwords?|passwd|private[ _-]keys?"
             r"|ssh[ _-]keys?|env(?:ironment)?(?:\s+variables|\s+vars)?|\.env\b|cookies|~/\.ssh|~/\.aws|id_rsa|\.netrc"
-            r"|keychain|wallet)")
+            r"|keychain|wallet|netrc|npmrc|pypirc|git-credentials|ssh/|aws/)")
 _URLISH = r"(?:https?://|ftp://|[\w.-]+\.(?:com|net|org|io|xyz|ru|cn|site|dev|app|sh|me)\b)"
 _SENSITIVE = (r"(?:~|\$home|\$\{home\})?/?\.(?:ssh/|aws/|env\b|netrc|npmrc|pypirc|git-credentials|docker/config)"
               r"|[^\s\"']{0,40}id_rsa|\$\{?\w*(?:token|secret|api_?key|password)\w*")
@@ -150,9 +153,33 @@ def groups() -> tuple[_Group, ...]:
         )),
         _Group(("as an",), (_shape("addressed", "as", r"\s+an\s+(?:ai|a\.i\.|llm)\b"),)),
         _Group(("note", "message", "instruction", "attention"), (
-            *(_shape("addressed", word, rf"s?\s+(?:to|for)\s+(?:the\s+|any\s+|all\s+)?{_AI}")
+            *(_shape("addressed", word, rf"s?\s+(?:to|for)\s+(?:the\s+|any\s+|all\s+)?(?:coding\s+|autonomous\s+)?{_AI}")
               for word in ("note", "message", "instruction", "attention")),
             _shape("addressed", "new", r"\s+(?:system\s+)?instructions?\s*:"),
+        )),
+        # A prompt or role handed over: "New system prompt: you are…", "your new role:".
+        _Group(("system prompt", "new role", "new persona"), (
+            _shape("addressed", "new", r"\s+(?:system\s+prompt|role|persona)\s*:"),
+            _shape("addressed", "system prompt", r"\s*:\s*you\s+(?:are|must|will)\b", word=False),
+        )),
+        # The session taken over, the user's request set aside, memory asked to keep an order.
+        _Group(("take over", "user asked", "user requested", "user wants", "user said", "user has", "future sessions",
+                "remember this", "remember that"), (
+            # A permission claimed for the user: "The user has approved running …".
+            _shape("addressed", "user has", r"\s+(?:already\s+)?(?:approved|authori[sz]ed|allowed|granted|confirmed"
+                                            r"|permitted)\s+(?:you\b|running|executing|this\s+(?:command|action)"
+                                            r"|the\s+following|it\s+to\s+run)", word=False),
+            _shape("addressed", "take over", r"\s+(?:the|this|your)\s+(?:session|conversation|terminal|agent|task"
+                                             r"|machine|shell)\b"),
+            *(_shape("addressed", "user", rf"\s+{verb}\b", before=r"\b(?:stop|ignore|abandon|drop|forget|disregard)"
+                                                                r"\s+(?:what(?:ever)?|everything|the\s+task|the\s+request)"
+                                                                r"\s+(?:that\s+)?(?:the\s+)?$")
+              for verb in ("asked", "requested", "wants", "said")),
+            *(_shape("addressed", "remember", rf"\s+{that}\s+(?:for|in|across)\s+(?:all\s+|every\s+)?"
+                                              r"(?:future|later|next|subsequent)\s+(?:sessions?|conversations?|runs)")
+              for that in ("this", "that")),
+            _shape("addressed", "remember", r"\s+(?:this|that)\s+as\s+(?:a|an|the)\s+(?:rule|instruction|standing"
+                                            r"\s+order|policy)\b"),
         )),
         _Group(_FETCHES, (
             # At each pipe into a shell, a download before it on its line (not each download scanning on to a pipe).
