@@ -48,6 +48,9 @@ Stripe key kept 75 characters), need a context word, or backtrack:
   ``"api_key": "..."``, ``secret: ...``), and to a name ending in ``token`` of a
   token-like value: the value, to its end; in a structured value, a string under a key
   naming a secret (not one naming something about it: ``passwordPolicy``), or a cookie;
+- a key with no name beside it: a run of 32 or more base64 characters, of upper and lower
+  case and digits, random enough (Shannon entropy per character, as detect-secrets' and
+  gitleaks' high-entropy rules), not a path, a hex digest or an identifier;
 - where a text was cut to head and tail before the worker saw it, the piece of a word
   at each cut (half a token, which no pattern knows any more);
 - the patterns of the ``redact_patterns`` setting (regular expressions; a group, if
@@ -71,7 +74,9 @@ Error handling:
 from __future__ import annotations
 
 import importlib
+import math
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -383,6 +388,77 @@ _CUT_SIGN_UTF8 = _CUT_MARK.strip().encode()  # the same in JSON, where its line 
 _CUT_PIECES = re.compile(rf"[A-Za-z0-9_+/=.-]{{8,}}(?={re.escape(_MARKER_HEAD)}\d+{re.escape(_CUT_MARK)})"
                          rf"|(?<={re.escape(_CUT_MARK)})[A-Za-z0-9_+/=.-]{{8,}}")
 
+# A key with no name beside it ("old key: <40 characters>", an AWS secret access key alone on a line,
+# the body of a key block cut from its header): a run of base64 characters, long, of upper case, lower
+# case and digits, random enough (Shannon entropy per character; detect-secrets' and gitleaks'
+# "high entropy" rule, held to runs no pattern above knows). What else such a run is in tool output --
+# a public key, a certificate, a signature, a hash in base64 -- has no worth to memory either. A path
+# (more than a few slashes), a hex digest (no upper case), an identifier (``_``, ``-``, ``.``) is none.
+_RANDOM_RUN = re.compile(r"(?<![A-Za-z0-9+/=_.\-])[A-Za-z0-9+/]{32,4096}={0,2}(?![A-Za-z0-9+/=_.\-])")
+# Whether a text can hold such a run at all, at C speed: its bytes with each base64 character made "a"
+# and every other byte " " hold 32 "a" in a row. (The expression above, tried at every word of the
+# corpus's fields, took longer than all the rest of redaction.)
+_BASE64_BYTES = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_AS_RUNS = bytes(ord("a") if byte in _BASE64_BYTES else ord(" ") for byte in range(256))
+_LONG_RUN = b"a" * 32
+
+
+def _may_hold_random_run(data: bytes) -> bool:
+    return _LONG_RUN in data.translate(_AS_RUNS)
+
+
+def _may_hold_random_run_text(text: str) -> bool:
+    return len(text) >= 32 and _may_hold_random_run(text.encode("utf-8", "surrogatepass"))
+_UPPER, _LOWER = re.compile(r"[A-Z]"), re.compile(r"[a-z]")
+
+
+def random_bits(length: int) -> float:
+    """The entropy a run of ``length`` characters must reach: what 99 in 100 random base64 runs of that
+    length reach (4.2 bits a character at 32, 4.45 at 40, 4.67 at 48; 4.9 past 55). A long
+    identifier of words (``getUserAccountSettingsFromDatabase2024``: 4.17) stays below."""
+    return min(4.2 + 0.031 * (length - 32), 4.9)
+
+
+def _random_enough(run: str) -> bool:
+    """Random as a key is: upper and lower case, two digits or more (a random run of 32 has five, on
+    average), few slashes, and :func:`random_bits` of entropy."""
+    if run.count("/") > 4 or sum(character.isdigit() for character in run) < 2 \
+            or not (_UPPER.search(run) and _LOWER.search(run)):
+        return False
+    body = run.rstrip("=")
+    length = len(body)
+    bits = -sum(count / length * math.log2(count / length) for count in Counter(body).values())
+    return bits >= random_bits(length)
+
+
+def _random_runs(text: str) -> str:
+    """``text`` with each run of :data:`_RANDOM_RUN` random enough to be a key replaced by its mark.
+
+    In ASCII text (nearly all), the expression is tried only where :data:`_AS_RUNS` shows a run of 32
+    base64 characters, and only at its start: tried at every position, it cost more than the rest
+    of redaction together."""
+    mark = MARK.format(kind="high-entropy")
+    if not text.isascii():
+        return _RANDOM_RUN.sub(lambda match: mark if _random_enough(match.group(0)) else match.group(0), text)
+    runs = text.encode("ascii").translate(_AS_RUNS)
+    out: list[str] = []
+    done = 0
+    at = runs.find(_LONG_RUN)
+    while at >= 0:
+        start = runs.rfind(b" ", 0, at) + 1
+        end = runs.find(b" ", at)
+        end = len(runs) if end < 0 else end
+        match = _RANDOM_RUN.match(text, start)
+        if match is not None and _random_enough(match.group(0)):
+            out += [text[done:start], mark]
+            done = end = match.end()
+        at = runs.find(_LONG_RUN, end)
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
+
+
 _NON_WORD = re.compile(r"[^\w]")
 # How far past a keyword's start a name can end: keyword_at's prefix and suffix (64 word characters each)
 # and the longest keyword of detect-secrets' list (12).
@@ -474,6 +550,8 @@ class Redactor:
             if result != scanned:
                 tokens = self._scan(scanned := result)[3]
             result = _assigned_values(patterns.token_at, result, tokens)
+        if _may_hold_random_run_text(result):
+            result = _random_runs(result)
         for pattern, group in self._custom:
             result = _replace(pattern, group, "custom", result)
         if _CUT_MARK in result:
@@ -531,7 +609,7 @@ class Redactor:
             # A "--" flag names a secret only with a keyword ("--password x"): without any, no
             # string is redacted for its flags (the commonest case: command lines).
             found = {word for word in found if triggers.what[word] != FLAG}
-        if not found and not self._custom and _CUT_SIGN_UTF8 not in encoded:
+        if not found and not self._custom and _CUT_SIGN_UTF8 not in encoded and not _may_hold_random_run(encoded):
             return value
         return self._walk(value, tuple({triggers.words[word] for word in found}))
 
@@ -540,6 +618,11 @@ class Redactor:
         string when there are custom patterns."""
         if self._custom or _CUT_MARK in text or any(word in text for word in words):
             return self.text(text)
+        if _may_hold_random_run_text(text):  # nothing else to look for in it
+            cleaned = _random_runs(text)
+            if cleaned is not text:
+                self.redactions += 1
+            return cleaned
         return text
 
     def _walk(self, value: Any, words: tuple[str, ...]) -> Any:

@@ -453,6 +453,36 @@ def test_new_formats_leave_ordinary_text_alone(text: str) -> None:
 
 
 
+# A key with no name beside it: random base64 (made here with a fixed seed; no real key).
+def _random_key(length: int, seed: int) -> str:
+    import base64
+    import random
+
+    return base64.b64encode(random.Random(seed).randbytes(length)).decode()[:length]
+
+
+@pytest.mark.parametrize("text", [
+    "old key: {key}", "{key}", "rotate it:\n    {key}\n", '{{"k": "{key}"}}', "aws configure {key} done",
+])
+def test_a_random_key_with_no_name_is_redacted(text: str) -> None:
+    for seed in range(20):
+        key = _random_key(40, seed)
+        if sum(character.isdigit() for character in key) < 2:
+            continue  # a run of fewer than two digits is left (so are 1 in 100 random keys)
+        assert key not in Redactor().text(text.format(key=key)), key
+
+
+@pytest.mark.parametrize("text", [
+    "getUserAccountSettingsFromDatabase2024", "HandleIncomingWebSocketMessageV2Handler",
+    "commit 3f2a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a", "src/components/SomethingLong/index3.tsx",
+    "AbstractSingletonProxyFactoryBean2Impl9", "kubernetesDeploymentConfigurationV1beta1",
+    "test_redaction_of_the_whole_token_format_2024", "/usr/lib/python3.11/site-packages/abc/def/x.py",
+    "sha512-iDOkPq2eH57bILCMFmfvYtOmZLcetwfAOzm+VEUZlx0=",  # an integrity hash (public), named by its prefix
+])
+def test_long_words_paths_and_digests_are_not_random_keys(text: str) -> None:
+    assert Redactor().text(text) == text
+
+
 # Private spans as tools print them: entities (a web page), JSON escapes (gh --json), percent-encoding
 # (a URL), full-width brackets (an input method), and doubly encoded.
 ENCODED_PRIVATE = {
@@ -480,7 +510,8 @@ async def test_an_import_stores_no_secret_and_no_private_span_whatever_redact_se
          "createdAt": 1795550000},
         {"kind": "observation", "claudeSessionId": "imp", "project": "impproj", "promptNumber": 1, "toolName": "Bash",
          "toolUseId": "i1", "type": "change", "title": "Deployed the app", "createdAt": 1795550001,
-         "facts": [every_token, private], "narrative": private},
+         "facts": [*(text.format(token=token) for _, text, token, _ in TOKENS), private],  # each within a fact's cap
+         "narrative": private},
         {"kind": "summary", "claudeSessionId": "imp", "project": "impproj", "promptNumber": 1,
          "createdAt": 1795550002, "request": "deploy", "completed": every_token, "notes": private},
     ]

@@ -191,7 +191,8 @@ def written_straight_into_the_team_database(url: str, session: str) -> None:
         PromptRecord(session, 1, f"deploy {private} {secrets}", 1795550000.0),
         ObservationRecord(claude_session_id=session, project="webapp", prompt_number=1, tool_name="Bash",
                           tool_use_id=f"{session}-t1", type="change", title="Deployed the app",
-                          created_at=1795550001.0, facts=[every_token, private], narrative=secrets),
+                          created_at=1795550001.0, narrative=secrets,  # each fact within its cap (4,096)
+                          facts=[*(text.format(token=token) for _, text, token, _ in TOKENS), private]),
         SummaryRecord(claude_session_id=session, project="webapp", prompt_number=1, created_at=1795550002.0,
                       request="deploy", completed=f"Deployed. {every_token}", notes=private),
     ]
