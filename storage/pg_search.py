@@ -30,22 +30,42 @@ Error handling:
 
 from __future__ import annotations
 
+import logging
+import math
 import re
+import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
 import msgspec
 import numpy as np
 
-from sessionmem.records import OBSERVATION, PROMPT, SUMMARY, DocumentCard, RankedKey, SearchFilters, origin_label
+from sessionmem.protocol.instructions import withhold
+from sessionmem.records import (
+    OBSERVATION,
+    OBSERVATION_TYPES,
+    PROMPT,
+    SUMMARY,
+    DocumentCard,
+    RankedKey,
+    SearchFilters,
+    origin_label,
+)
+from sessionmem.storage.boundary import clean_text
 from sessionmem.storage.cards import card_of_row
 from sessionmem.storage.fulltext import file_name, file_params, query_terms
 from sessionmem.storage.pg_connections import Connection
 from sessionmem.storage.pg_schema import VECTOR_DIMENSIONS
+from sessionmem.storage.record_rules import MAX_ITEM_CHARS, MAX_ITEMS, MAX_TITLE_CHARS, latest_moment
 from sessionmem.storage.team_records import Origin
+
+log = logging.getLogger(__name__)
 
 LOCAL_ORIGIN = "local"  # sessionmem.records.LOCAL_ORIGIN: this machine's own rows
 TABLES = {OBSERVATION: "observations", SUMMARY: "summaries", PROMPT: "prompts"}
+_CARD_TYPES = frozenset((*OBSERVATION_TYPES, SUMMARY, PROMPT))  # what a card's type may say
+CARD_TEXT_CHARS = 64 * 1024  # of a team card's body: what a snippet is cut from (the rest is never shown)
+_TOKEN_SPAN = 1024  # read past a cut before it is made, so that a token across it is redacted whole
 VECTOR_KINDS = (OBSERVATION, SUMMARY)
 # Ranking costs what the rows it scores cost (ts_rank reads each one's tsvector), and a
 # query of common words matches a good part of a large store: each kind ranks at most its
@@ -204,6 +224,39 @@ def cards(connection: Connection, *, keys: Sequence[tuple[str, int]]) -> dict[tu
             f"{_CARD_SQL[kind]}, project_key, origin_machine_id, origin_machine, origin_user FROM {table}"
             " WHERE id = ANY(%s)", (ids,)).fetchall()
         for *values, project_key, machine_id, machine, user in rows:
-            card = card_of_row(kind, tuple(values), origin_label(machine, user))
-            found[(kind, card.id)] = TeamCard(card=card, project_key=project_key, origin=Origin(machine_id, machine, user))
+            card = team_card(kind, tuple(values), origin_label(str(machine), str(user)))
+            if card is not None:
+                found[(kind, card.id)] = TeamCard(card=card, project_key=str(project_key),
+                                                  origin=Origin(str(machine_id), str(machine), str(user)))
     return found
+
+
+def team_card(kind: str, values: tuple[Any, ...], origin: str, *, now: float | None = None) -> DocumentCard | None:
+    """A team database row as the card a search shows, held to what a pulled row is held to; ``None`` for a
+    row no card can be made of (logged by its id, never its content).
+
+    Whoever can write to the team database can write any row into it, around sessionmem (rows written
+    before schema version 3's checks, or by a client that skips them). A search shows rows straight
+    from it, not pulled: so each card is made here as a pulled row is stored -- no private span and
+    no secret (:func:`~sessionmem.storage.boundary.clean_text`, the default rules), a title within the
+    import's cap and a body within :data:`CARD_TEXT_CHARS`, an observation type the pages know, a time clamped to now plus the skew
+    (:mod:`~sessionmem.storage.record_rules`) -- and checked for instruction-like text
+    (:func:`~sessionmem.storage.cards.card_of_row`), which is never shown as its title
+    (:func:`~sessionmem.protocol.instructions.withhold`). A row whose lists are not lists of strings has no card.
+    """
+    try:
+        card = card_of_row(kind, values, origin)
+    except (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError) as exc:
+        log.warning("team search: passed over the %s row %s of the team database: %s", kind, values[0], exc)
+        return None
+    moment = card.created_at
+    latest = latest_moment(time.time() if now is None else now)
+    if not math.isfinite(moment) or not 0 <= moment <= latest:
+        moment = min(max(moment, 0.0), latest) if math.isfinite(moment) else 0.0
+    # Cut a little past the cap before cleaning, then at it: a token across the cut is still whole to the rules.
+    title = clean_text(card.title[:MAX_TITLE_CHARS + _TOKEN_SPAN])[:MAX_TITLE_CHARS]
+    return msgspec.structs.replace(
+        card, title=withhold(title)[0] if card.flagged else title,
+        text=clean_text(card.text[:CARD_TEXT_CHARS + _TOKEN_SPAN])[:CARD_TEXT_CHARS],
+        type=card.type if card.type in _CARD_TYPES else "discovery", created_at=moment,
+        files=[clean_text(path[:MAX_ITEM_CHARS]) for path in card.files[:MAX_ITEMS]])
