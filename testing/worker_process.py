@@ -163,10 +163,12 @@ def _decode(data: bytes, content_type: str) -> Any:
 
 
 def start_worker(data_dir: Path, *, env: dict[str, str] | None = None, timeout: float = 20.0,
-                 log_name: str = "worker.stderr", file_limit: int | None = None) -> WorkerProcess:
+                 log_name: str = "worker.stderr", file_limit: int | None = None,
+                 python: str = sys.executable) -> WorkerProcess:
     """Start ``python -m sessionmem serve`` on a free port with ``data_dir``; wait until ready.
 
-    ``file_limit`` caps the process's open files (soft and hard), as a small system would.
+    ``file_limit`` caps the process's open files (soft and hard), as a small system would. ``python``:
+    the interpreter, whose install of sessionmem runs (another tree's, for a side-by-side bench).
     """
     data_dir.mkdir(parents=True, exist_ok=True)
     state = data_dir / STATE_FILE
@@ -183,7 +185,10 @@ def start_worker(data_dir: Path, *, env: dict[str, str] | None = None, timeout: 
 
         resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
-    process = subprocess.Popen([sys.executable, "-m", "sessionmem", "serve"], env=full_env,
+    # Another tree's interpreter starts in the data dir: `-m` looks in the working directory first, and a
+    # checkout's own sessionmem/ there would shadow that tree's install.
+    process = subprocess.Popen([python, "-m", "sessionmem", "serve"], env=full_env,
+                               cwd=None if python == sys.executable else data_dir,
                                stdout=stderr, stderr=stderr, stdin=subprocess.DEVNULL,
                                preexec_fn=functools.partial(limit_files, file_limit) if file_limit is not None else None)
     stderr.close()

@@ -232,7 +232,7 @@ def _min_found(first: int, second: int) -> int:
 def strip_private(text: str) -> str:
     """Return ``text`` without private or injected-context spans, under the rules of the module docstring."""
     decode = _may_be_encoded(text) and _may_spell_a_name(text)
-    if "<" not in text and "[" not in text and not decode:
+    if "<" not in text and "[" not in text and (not decode or not _may_decode_to_a_bracket(text)):
         return text
     view, rounds = _decoded_view(text) if decode else (text, [])
     if rounds is None:
@@ -297,6 +297,20 @@ def _holds_tag(text: str) -> bool:
 
 def _may_be_encoded(text: str) -> bool:
     return "&" in text or "%" in text or "\\" in text or not text.isascii()
+
+
+def _may_decode_to_a_bracket(text: str) -> bool:
+    """Whether the decoded view of ``text`` (which holds no ``<`` or ``[``) may hold one, as a tag needs: an
+    escape (``&``, ``%``, a backslash) may spell one, or a character NFKC folds into one (``＜``). A text
+    whose only fold is an ellipsis or a ligature, as many stored lines are, has none to decode."""
+    if "&" in text or "%" in text or "\\" in text:
+        return True
+    if text.isascii():
+        return False
+    import unicodedata
+
+    folded = unicodedata.normalize("NFKC", text)
+    return "<" in folded or "[" in folded
 
 
 def _may_spell_a_name(text: str) -> bool:

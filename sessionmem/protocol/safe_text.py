@@ -56,16 +56,16 @@ def neutral(text: str) -> str:
     """Stored text made safe to print inside the wrapper (see the module docstring)."""
     text = _SPACES.sub(" ", INVISIBLE.sub("", str(text)))
     # One pass: what strip_private keeps never holds a tag, so a second would change nothing.
-    return _defang_roles(_defang_name(strip_private(text)))
-
-
-def _defang_roles(text: str) -> str:
-    """``text`` with each chat role's tag (:data:`_ROLE_TAG`) bracketed ``‹ ›`` (NFKC-folded then: a
-    fullwidth ``＜system＞`` is one too; untouched if it has none)."""
-    folded = text if text.isascii() else unicodedata.normalize("NFKC", text)
-    if ("<" not in folded and "&lt;" not in folded) or _ROLE_TAG.search(folded) is None:
+    text = strip_private(text)
+    # Both checks read the NFKC-folded text (a fullwidth ＜system＞ is a tag too): folded once, here.
+    folded = text if text.isascii() or unicodedata.is_normalized("NFKC", text) else unicodedata.normalize("NFKC", text)
+    named = _NAME_SPELLINGS.search(folded) is not None
+    roled = ("<" in folded or "&lt;" in folded) and _ROLE_TAG.search(folded) is not None
+    if not named and not roled:
         return text
-    return _ROLE_TAG.sub(_bracket, folded)
+    if named:
+        folded = _NAME_SPELLINGS.sub(NAME_DEFANGED, folded)
+    return _ROLE_TAG.sub(_bracket, folded) if roled else folded
 
 
 def _bracket(found: re.Match[str]) -> str:
@@ -73,15 +73,6 @@ def _bracket(found: re.Match[str]) -> str:
     opener = 4 if tag.startswith("&lt;") else 1
     closer = 4 if tag.endswith("&gt;") else 1
     return f"{ROLE_OPEN}{tag[opener:-closer]}{ROLE_CLOSE}"
-
-
-def _defang_name(text: str) -> str:
-    """``text`` with every spelling of the wrapper's name written :data:`NAME_DEFANGED` (NFKC-folded then;
-    untouched if it has none)."""
-    folded = text if text.isascii() else unicodedata.normalize("NFKC", text)
-    if _NAME_SPELLINGS.search(folded) is None:
-        return text
-    return _NAME_SPELLINGS.sub(NAME_DEFANGED, folded)
 
 
 # Fields of the worker's answers that name something or are one item of a list (they come from a
