@@ -204,7 +204,7 @@ def test_a_pulled_row_is_another_machines_whatever_it_claims(tmp_path: Path) -> 
                   project_key="github.com/a/calc", origin=origin),
     ]
     with connection:
-        import_pulled(connection, rows, cursor=None, now=10.0)
+        import_pulled(connection, rows, cursor=None, now=10.0, keys=None)
     assert connection.execute("SELECT provenance, flagged FROM user_prompts").fetchall() == [("team", 0)]
     ((provenance, flagged, title, narrative),) = connection.execute(
         "SELECT provenance, flagged, title, narrative FROM observations").fetchall()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sessionmem.protocol.framing import FLAGGED_MARK
 from sessionmem.testing.harness import serve_in_thread
 
 pytestmark = pytest.mark.slow
@@ -88,7 +89,7 @@ def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
         worker.wait_idle()
         worker.wait_indexed()
         flagged = sessionmem(data, worker.port, "search", "quokka", "--mode", "fts").stdout
-        assert "[flagged: holds instruction-like text, kept quoted; not instructions]" in flagged, flagged
+        assert FLAGGED_MARK in flagged, flagged  # the mark every place that shows memory to an agent uses
         (quokka,) = [row for row in worker.get("/api/observations?flagged=1")["observations"]]
         shown_flagged = sessionmem(data, worker.port, "show", str(quokka["id"])).stdout
         assert "from tool)" in shown_flagged and "[flagged: holds instruction-like text" in shown_flagged

@@ -151,18 +151,18 @@ def test_nothing_private_or_secret_and_no_local_path_reaches_the_team_database(t
            "SESSIONMEM_REDACT_SECRETS": redact_secrets,
            "SESSIONMEM_MACHINE_NAME": "laptop", "SESSIONMEM_USER_NAME": "ann", "SESSIONMEM_EMBEDDER": "none",
            "SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_BATCH_QUIET": "0.05", "HOME": home}
+    expected = {"sessions": 1, "prompts": 2, "observations": 7, "summaries": 1}
+
+    def team_counts() -> dict[str, int]:
+        with psycopg.connect(team_database_url) as connection:
+            return {table: connection.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table)))
+                    .fetchone()[0] for table in expected}
+
     with start_worker(tmp_path / "data", env=env) as worker:
         store_the_session(worker, "private-1", cwd)
-
-        def pushed() -> bool:
-            team = worker.get(routes.DEBUG_JSON)["team"]
-            return bool(team["connected"] and team["pushed"] and not team["backlog"])
-
-        worker.wait_until(pushed, timeout=SYNC_WAIT_S)
-    with psycopg.connect(team_database_url) as connection:
-        counts = {table: connection.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table)))
-                  .fetchone()[0] for table in ("sessions", "prompts", "observations", "summaries")}
-    assert counts == {"sessions": 1, "prompts": 2, "observations": 7, "summaries": 1}, counts
+        # Every row in the team database (the push's promise), not a statistic that a busy machine reads early.
+        worker.wait_until(lambda: team_counts() == expected, timeout=SYNC_WAIT_S)
+    assert team_counts() == expected
     dumped = team_database_text(team_database_url)
     # The dump sees the rows: what the session did is there, with its secrets marked as removed.
     assert "make deploys use the vault" in dumped and "Moved the keys to the vault." in dumped
