@@ -27,7 +27,9 @@ UNITS = (*KEYWORD_TRIGGERS, "password", "secret", "api_key", "token", "--passwor
          "xapp-", "xoxe.xoxp-", "MTE", "MTE4NzY1NDMy.", "MTE4NzY1NDMyMTA5ODc2NTQzMg.GhIjKl.", "1234567:A", ":A",
          "whsec_", "sk_live_", "k_test_", "ghs_", "glpat-x.", "sig=", "&sig=", "Signature=", "X-Amz-Signature=",
          "X-Amz-Security-Token=", "Cookie: ", "Cookie: a=", "Set-Cookie: a=b; ", "--cookie ", "ookie",
-         "aws_secret_access_key ", "SecretAccessKey: ")
+         "aws_secret_access_key ", "SecretAccessKey: ",
+         # Random keys with no name (the high-entropy rule): one long run, and many keys a space apart.
+         "q8Zr2vW+Lx0b/N4mKc7TfYh1Ja9Pe5Ud3Gs6Ro", "q8Zr2vW+Lx0b/N4mKc7TfYh1Ja9Pe5Ud3Gs6Ro ", "é q8Zr2vW+Lx0b/N4mKc7TfYh1Ja9Pe5Ud3G ")
 # Units repeated, then what completes their pattern (a pattern that backtracks over the whole run
 # from every start, as detect-secrets' npm and OpenAI ones do, takes 14 s on "//" x 32,000 + "_authToken").
 SUFFIXED = (("//", "_authToken"), ("sk-", "T3BlbkFJ"), ("mysql ", "-p"), ("curl ", " -u a:b"), ("docker login ", " -p x"),

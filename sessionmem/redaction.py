@@ -394,7 +394,7 @@ _CUT_PIECES = re.compile(rf"[A-Za-z0-9_+/=.-]{{8,}}(?={re.escape(_MARKER_HEAD)}\
 # "high entropy" rule, held to runs no pattern above knows). What else such a run is in tool output --
 # a public key, a certificate, a signature, a hash in base64 -- has no worth to memory either. A path
 # (more than a few slashes), a hex digest (no upper case), an identifier (``_``, ``-``, ``.``) is none.
-_RANDOM_RUN = re.compile(r"(?<![A-Za-z0-9+/=_.\-])[A-Za-z0-9+/]{32,4096}={0,2}(?![A-Za-z0-9+/=_.\-])")
+_RANDOM_RUN = re.compile(r"(?<![A-Za-z0-9+/=_.\-])[A-Za-z0-9+/]{32,}+={0,2}(?![A-Za-z0-9+/=_.\-])")
 # Whether a text can hold such a run at all, at C speed: its bytes with each base64 character made "a"
 # and every other byte " " hold 32 "a" in a row. (The expression above, tried at every word of the
 # corpus's fields, took longer than all the rest of redaction.)
