@@ -6,7 +6,8 @@ breaker and the budgets are shared with the other LLM backends (:mod:`.llm`); th
 is how a request reaches the Messages API.
 
 Resource handling:
-    One ``AsyncAnthropic`` client (for ``anthropic_api_key`` at ``anthropic_base_url``) shared by all
+    One ``AsyncAnthropic`` client (for ``anthropic_api_key`` at ``anthropic_base_url``, through ``llm_proxy``
+    trusting ``llm_ca_bundle`` besides the system's CAs: :mod:`.transport`) shared by all
     actors, made on a worker thread the first time it is needed -- the SDK takes
     over a second to import, which the worker's start must not wait for
     (:meth:`AnthropicCompressor.warm_up` makes it early, in the background) -- and
@@ -33,6 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sessionmem.compress.llm import HTTPCompressor
+from sessionmem.compress.transport import http_transport
 from sessionmem.settings import Settings
 
 if TYPE_CHECKING:
@@ -46,10 +48,17 @@ def default_client(settings: Settings) -> anthropic.AsyncAnthropic:
 
     # SDK retries off: ours count retries and honour Retry-After with a cap. The key and the address are
     # sessionmem's settings, given explicitly: never ANTHROPIC_API_KEY or ANTHROPIC_BASE_URL of whichever
-    # session started the worker (the worker does not keep them: sessionmem.protocol.environment).
+    # session started the worker (the worker does not keep them: sessionmem.protocol.environment). So are
+    # the proxy and the extra CAs (llm_proxy, llm_ca_bundle): the SDK's own client would read HTTPS_PROXY
+    # from the environment whatever trust_env says; with a transport of ours it reads nothing there.
+    from anthropic._constants import DEFAULT_CONNECTION_LIMITS
+
+    http_client = anthropic.DefaultAsyncHttpxClient(
+        transport=http_transport(settings, limits=DEFAULT_CONNECTION_LIMITS), trust_env=False,
+        timeout=settings.llm_timeout_s)
     return anthropic.AsyncAnthropic(api_key=settings.anthropic_api_key,
                                     base_url=settings.anthropic_base_url or DEFAULT_BASE_URL,
-                                    max_retries=0, timeout=settings.llm_timeout_s)
+                                    max_retries=0, timeout=settings.llm_timeout_s, http_client=http_client)
 
 
 class AnthropicCompressor(HTTPCompressor["anthropic.AsyncAnthropic"]):

@@ -34,6 +34,8 @@ class ProviderStatistics(msgspec.Struct, frozen=True, kw_only=True):
 
     host: str  # the host of the model's address (the base URL)
     credential: str  # which credential, and where it is configured: never its value
+    proxy: str = ""  # the host[:port] of llm_proxy the requests go through ("": none); never its user or password
+    ca_bundle: bool = False  # llm_ca_bundle is set: its CAs are trusted besides the system's
 
 
 class CompressorStatistics(msgspec.Struct, frozen=True, kw_only=True):

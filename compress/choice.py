@@ -29,6 +29,10 @@ NOT_INHERITED = {
     "ANTHROPIC_BASE_URL": "anthropic_base_url (SESSIONMEM_ANTHROPIC_BASE_URL)",
     "CLAUDE_CONFIG_DIR": "claude_config_dir (SESSIONMEM_CLAUDE_CONFIG_DIR)",
     "CLAUDE_CODE_OAUTH_TOKEN": "claude_code_oauth_token (SESSIONMEM_CLAUDE_CODE_OAUTH_TOKEN)",
+    **dict.fromkeys(("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"),
+                    "llm_proxy (SESSIONMEM_LLM_PROXY)"),
+    **dict.fromkeys(("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"),
+                    "llm_ca_bundle (SESSIONMEM_LLM_CA_BUNDLE)"),
 }
 
 

@@ -27,8 +27,9 @@ What the child is (:func:`cli_command`; each flag checked against the pinned CLI
     OAuth login, so it cannot serve a subscription user. Environment (:func:`cli_environment`):
     an allow-list of the worker's (who the user is, the locale), the provider and login
     sessionmem's settings give (``anthropic_base_url``, ``claude_config_dir``,
-    ``claude_code_oauth_token``), never an ``ANTHROPIC_*`` or proxy variable of whichever
-    session started the worker; and ``CLAUDE_CODE_MAX_RETRIES=0`` (our retry policy, below, decides),
+    ``claude_code_oauth_token``), the proxy and extra CAs they give (``llm_proxy`` as
+    ``HTTPS_PROXY``/``HTTP_PROXY``, ``llm_ca_bundle`` as ``NODE_EXTRA_CA_CERTS``), never an
+    ``ANTHROPIC_*``, proxy or CA variable of whichever session started the worker; and ``CLAUDE_CODE_MAX_RETRIES=0`` (our retry policy, below, decides),
     ``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` (``llm_max_tokens``), ``API_TIMEOUT_MS``
     (``llm_timeout_s``), ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` (no telemetry or
     update checks from a background child), ``CLAUDE_CODE_DISABLE_ATTACHMENTS=1`` (an
@@ -89,6 +90,7 @@ import msgspec
 import trio
 
 from sessionmem.compress.llm import LLMCompressor, backoff_s
+from sessionmem.compress.transport import cli_proxy_environment
 from sessionmem.settings import Settings, find_claude_cli
 
 log = logging.getLogger(__name__)
@@ -170,8 +172,9 @@ def cli_command(executable: str, settings: Settings, system: str) -> list[str]:
 
 def cli_environment(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """A run's environment: :data:`CHILD_KEPT` of ``environ`` (default: the worker's), the provider and login
-    sessionmem's settings give, and ours. Nothing else: no ``ANTHROPIC_*``, ``CLAUDE_*`` or proxy variable of
-    whichever session started the worker reaches the CLI."""
+    sessionmem's settings give (its proxy and extra CAs too), and ours. Nothing else: no ``ANTHROPIC_*``,
+    ``CLAUDE_*``, proxy or CA variable of whichever session started the worker reaches the CLI. ``claude auth
+    status`` runs with the same environment."""
     source = os.environ if environ is None else environ
     env = {name: value for name, value in source.items() if name in CHILD_KEPT or name.startswith("LC_")}
     if settings.anthropic_base_url:
@@ -180,6 +183,7 @@ def cli_environment(settings: Settings, environ: Mapping[str, str] | None = None
         env["CLAUDE_CONFIG_DIR"] = os.path.expanduser(settings.claude_config_dir)
     if settings.claude_code_oauth_token:
         env["CLAUDE_CODE_OAUTH_TOKEN"] = settings.claude_code_oauth_token
+    env.update(cli_proxy_environment(settings))  # llm_proxy and llm_ca_bundle, never the environment's
     env.update(
         CLAUDE_CODE_MAX_RETRIES="0",
         CLAUDE_CODE_MAX_OUTPUT_TOKENS=str(settings.llm_max_tokens),

@@ -18,8 +18,9 @@ measured on this project's 2-core machine:
       The SDK's transport is ``httpx2`` too, so the wire behaviour is the same.
 
 Resource handling:
-    One ``httpx2.AsyncClient`` shared by all actors, made on a worker thread the first
-    time it is needed (its TLS context loads the system's certificates) -- or early, in
+    One ``httpx2.AsyncClient`` shared by all actors (through ``llm_proxy``, trusting
+    ``llm_ca_bundle`` besides the system's CAs: :mod:`.transport`), made on a worker thread the first
+    time it is needed (its TLS context loads the certificates) -- or early, in
     the background, by :meth:`OpenAICompatibleCompressor.warm_up` -- and closed by
     :meth:`OpenAICompatibleCompressor.aclose`. Neither the ``anthropic`` SDK nor this
     module is imported unless this backend is chosen (:mod:`.choice`).
@@ -49,6 +50,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sessionmem.compress.llm import GaveUp, HTTPCompressor
+from sessionmem.compress.transport import http_transport
 from sessionmem.settings import Settings
 
 if TYPE_CHECKING:
@@ -62,8 +64,10 @@ def default_client(settings: Settings) -> httpx2.AsyncClient:
 
     headers = {"Authorization": f"Bearer {settings.openai_api_key}"} if settings.openai_api_key else {}
     # The base URL with a trailing slash, so that "chat/completions" is resolved below it.
+    # The proxy and the extra CAs from sessionmem's settings (.transport); nothing from the environment
+    # (trust_env off: no HTTPS_PROXY, SSL_CERT_FILE or ~/.netrc of whichever session started the worker).
     return httpx2.AsyncClient(base_url=settings.openai_base_url.rstrip("/") + "/", headers=headers,
-                              timeout=settings.llm_timeout_s)
+                              timeout=settings.llm_timeout_s, transport=http_transport(settings), trust_env=False)
 
 
 class OpenAICompatibleCompressor(HTTPCompressor["httpx2.AsyncClient"]):

@@ -66,6 +66,11 @@ class Settings:
     openai_api_key: str = dataclasses.field(default="", repr=False)  # sent as a Bearer token when set
     # A key or login sent in clear to a host that is not this machine is refused at start unless this is set.
     llm_allow_plain_http: bool = False
+    # The network between every LLM backend and its model (compress/transport.py), from these settings only:
+    # never HTTPS_PROXY, SSL_CERT_FILE or NODE_EXTRA_CA_CERTS of whichever session started the worker.
+    # The proxy URL may hold a user and password: kept out of repr(), never logged; /debug shows its host.
+    llm_proxy: str = dataclasses.field(default="", repr=False)  # http(s)://[user:password@]host:port ("": none)
+    llm_ca_bundle: str = ""  # a PEM file of CAs trusted besides the system's ("": the system's only)
 
     # Actors
     batch_size: int = 8
@@ -194,6 +199,8 @@ ENV = {
     "SESSIONMEM_OPENAI_MODEL": "openai_model",
     "SESSIONMEM_OPENAI_API_KEY": "openai_api_key",
     "SESSIONMEM_LLM_ALLOW_PLAIN_HTTP": "llm_allow_plain_http",
+    "SESSIONMEM_LLM_PROXY": "llm_proxy",
+    "SESSIONMEM_LLM_CA_BUNDLE": "llm_ca_bundle",
     "SESSIONMEM_BATCH_SIZE": "batch_size",
     "SESSIONMEM_BATCH_QUIET": "batch_quiet_s",
     "SESSIONMEM_IDLE_TIMEOUT": "idle_timeout_s",
@@ -324,6 +331,7 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
                                 f"{settings.anthropic_base_url!r}")
         # Whatever answers there gets the API key or the user's Claude Code login.
         _refuse_plain_http("anthropic_base_url", settings.anthropic_base_url, True, settings.llm_allow_plain_http)
+    _check_network(settings)
     if settings.embedder not in EMBEDDERS:
         raise SettingsError(f"embedder must be one of {', '.join(EMBEDDERS)}, got {settings.embedder!r}")
     if not 0 <= settings.port <= 65535:
@@ -347,6 +355,47 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
         raise SettingsError(f"tool_response_cap must be between 1024 and max_body_bytes / 4 "
                             f"({settings.max_body_bytes // 4}), got {settings.tool_response_cap}")
     return settings
+
+
+def _check_network(settings: Settings) -> None:
+    """``llm_proxy`` an http(s) URL with a host, ``llm_ca_bundle`` a readable PEM file of certificates."""
+    from urllib.parse import urlsplit
+
+    if settings.llm_proxy:
+        try:
+            parts = urlsplit(settings.llm_proxy)
+            usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+            _ = parts.port  # a port that is not a number raises here
+        except ValueError:
+            usable = False
+        if not usable:
+            # The URL itself is not repeated: it may hold a password.
+            raise SettingsError("llm_proxy must be an http:// or https:// URL with a host, such as "
+                                "http://proxy.example:3128 (a user and password may go before the host)")
+    if settings.llm_ca_bundle:
+        path = os.path.expanduser(settings.llm_ca_bundle)
+        try:
+            with open(path, "rb") as bundle:
+                pem = bundle.read(16 * 1024 * 1024)
+        except OSError as exc:
+            raise SettingsError(f"llm_ca_bundle: cannot read {path}: {exc.strerror or exc}") from None
+        if b"-----BEGIN CERTIFICATE-----" not in pem:
+            raise SettingsError(f"llm_ca_bundle: {path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+
+
+def proxy_host(url: str) -> str:
+    """``host[:port]`` of a proxy URL: never the user or password it may hold ("" for no proxy)."""
+    from urllib.parse import urlsplit
+
+    if not url:
+        return ""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return "(unreadable proxy URL)"
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{port}" if port else host
 
 
 def plain_http_host(url: str) -> str:
