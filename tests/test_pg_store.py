@@ -687,17 +687,24 @@ async def test_concurrent_pushers_and_a_puller_lose_and_repeat_nothing(team_data
 
     pulled: list[SharedRow] = []
 
+    expected_facts = 3 * 15 * 4 + 15
+
     async def pull_along() -> None:
         async with open_team_store(team_database_url) as store:
             cursor = PullCursor()
-            while True:
-                finished = done.is_set()  # read before the pull: a pull after the last push sees it
-                batch = await store.pull(cursor, keys=None, exclude_machine_id="machine-puller", limit=7)
-                pulled.extend(batch.rows)
-                cursor = batch.after
-                if finished and not batch.rows:
-                    return
-                await trio.sleep(0.01)
+            # Until every fact has arrived once the pushes are done, or a deadline: a pull reads below the
+            # oldest transaction still open anywhere on the server (pg_snapshot_xmin), so an empty page right
+            # after the last push says "not yet" on a busy machine, not "nothing more".
+            with trio.move_on_after(60):
+                while True:
+                    finished = done.is_set()  # read before the pull: a pull after the last push sees it
+                    batch = await store.pull(cursor, keys=None, exclude_machine_id="machine-puller", limit=7)
+                    pulled.extend(batch.rows)
+                    cursor = batch.after
+                    arrived = sum(not isinstance(row.record, SessionRecord) for row in pulled)
+                    if finished and not batch.rows and arrived >= expected_facts:
+                        return
+                    await trio.sleep(0.01)
 
     async with open_team_store(team_database_url) as first:
         await first.check()  # migrated before the race
@@ -710,7 +717,7 @@ async def test_concurrent_pushers_and_a_puller_lose_and_repeat_nothing(team_data
     facts = [identity(row) for row in pulled if not isinstance(row.record, SessionRecord)]
     assert sorted(facts) == sorted({identity(row) for row in pushed if not isinstance(row.record, SessionRecord)})
     # A prompt of the shared session is a fact too: the first machine to push it wins, once.
-    assert len(facts) == len(set(facts)) == 3 * 15 * 4 + 15
+    assert len(facts) == len(set(facts)) == expected_facts
     sessions = [row.record for row in pulled if isinstance(row.record, SessionRecord)]
     assert sessions and isinstance(sessions[-1], SessionRecord)
     assert sessions[-1].status == "completed" and sessions[-1].updated_at == 114.0  # the merge of all, last
