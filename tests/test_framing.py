@@ -62,6 +62,14 @@ def hook_context(stage: str, payload: dict[str, Any], data_dir: Path) -> str:
     return str(output["additionalContext"])
 
 
+def file_recall(project: Path, data_dir: Path, path: str = "calc.py", content: str = "x") -> str:
+    """What a later session's PostToolUse hook hands Claude when it reads ``path`` of ``project``."""
+    return hook_context("PostToolUse", {
+        "session_id": "reader", "cwd": str(project), "hook_event_name": "PostToolUse", "tool_name": "Read",
+        "tool_use_id": "r1", "tool_input": {"file_path": path},
+        "tool_response": {"type": "text", "file": {"content": content}}}, data_dir)
+
+
 def session_start(project: Path, data_dir: Path) -> str:
     return hook_context("SessionStart", {"session_id": "next-session", "cwd": str(project),
                                          "hook_event_name": "SessionStart", "source": "startup"}, data_dir)
@@ -292,10 +300,7 @@ def test_nothing_dated_in_the_future_is_recalled_for_a_file(tmp_path: Path) -> N
                               title="Pinned from the future", at=YEAR_2999)
         write_foreign_session(db, session="remote-bob", project="calcproj", machine="laptop", user="bob",
                               title="Divide fix ported on the laptop", at=time.time() - 60)
-        context = hook_context("PostToolUse", {
-            "session_id": "reader", "cwd": str(project), "hook_event_name": "PostToolUse", "tool_name": "Read",
-            "tool_use_id": "r1", "tool_input": {"file_path": "calc.py"},
-            "tool_response": {"type": "text", "file": {"content": "x"}}}, worker.data_dir)
+        context = file_recall(project, worker.data_dir)
     assert "Divide fix ported on the laptop" in context and "Pinned from the future" not in context
 
 
@@ -332,10 +337,7 @@ def test_other_machines_memories_are_marked_unverified_and_a_hostile_origin_stay
 
 def test_file_recall_is_framed_and_marks_other_machines(team_memory: dict[str, Any]) -> None:
     project = team_memory["project"]
-    context = hook_context("PostToolUse", {
-        "session_id": "reader", "cwd": str(project), "hook_event_name": "PostToolUse", "tool_name": "Read",
-        "tool_use_id": "r1", "tool_input": {"file_path": "calc.py"},
-        "tool_response": {"type": "text", "file": {"content": "def divide(a, b): ..."}}}, team_memory["worker"].data_dir)
+    context = file_recall(project, team_memory["worker"].data_dir, content="def divide(a, b): ...")
     lines = context.splitlines()
     assert lines[0] == FRAME_OPEN and lines[-1] == FRAME_CLOSE and context.count("sessionmem-context") == 2
     assert lines[1] == f"Memory of calc.py {RECALL_NOTE}"  # before the first memory
@@ -357,10 +359,7 @@ def test_a_flagged_memory_is_recalled_for_its_file_with_its_mark(tmp_path: Path)
             "tool_input": {"file_path": str(project / "calc.py"), "old_string": "pass", "new_string": "return a / b"},
             "tool_response": f"The file calc.py has been updated. Its first lines:\n# {PLANTED}\ndef divide(a, b):"})
         worker.wait_idle()
-        context = hook_context("PostToolUse", {
-            "session_id": "reader", "cwd": str(project), "hook_event_name": "PostToolUse", "tool_name": "Read",
-            "tool_use_id": "r1", "tool_input": {"file_path": str(project / "calc.py")},
-            "tool_response": {"type": "text", "file": {"content": "def divide(a, b): ..."}}}, worker.data_dir)
+        context = file_recall(project, worker.data_dir, str(project / "calc.py"), content="def divide(a, b): ...")
     lines = context.splitlines()
     assert lines[0] == FRAME_OPEN and lines[-1] == FRAME_CLOSE, context
     assert any(line.startswith("- #") and FLAGGED_MARK in line for line in lines[2:-1]), context
@@ -389,10 +388,7 @@ def test_other_machines_memories_can_be_kept_out_of_what_is_injected_unasked(tmp
                               at=time.time() - 60)
         data = worker.data_dir
         context = session_start(project, data)
-        recalled = hook_context("PostToolUse", {
-            "session_id": "reader", "cwd": str(project), "hook_event_name": "PostToolUse", "tool_name": "Read",
-            "tool_use_id": "r1", "tool_input": {"file_path": "calc.py"},
-            "tool_response": {"type": "text", "file": {"content": "x"}}}, data)
+        recalled = file_recall(project, data)
         prompted = hook_context("UserPromptSubmit", {
             "session_id": "asker", "cwd": str(project), "hook_event_name": "UserPromptSubmit",
             "prompt": "the divide fix that was ported on the laptop"}, data)
