@@ -62,6 +62,16 @@ def _event(tool_use_id: str) -> ObservationEvent:
                             tool_input={"file_path": "/work/p/a.py"}, tool_response="print('hi')")
 
 
+async def _compress_one(compressor: Any, *, timeout: float = 60) -> bool:
+    """One tool use through ``compressor`` (closed after): whether a model compressed it."""
+    try:
+        with trio.fail_after(timeout):
+            (row,) = await compressor.compress(SessionContext("s", "p"), [_event("t1")])
+    finally:
+        await compressor.aclose()
+    return bool(row.compressed)
+
+
 def _ca_bundle(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     return make_authority(directory, "corporate-ca").certificate
@@ -151,13 +161,7 @@ async def test_the_openai_compatible_compressor_goes_through_llm_proxy(tmp_path:
     with ScriptedChatCompletionsAPI() as chat:
         settings = load_settings({}, data_dir=str(tmp_path), compressor="openai-compatible", openai_model="qwen",
                                  openai_base_url=chat.url, llm_proxy=_with_login(proxy.url))
-        compressor = OpenAICompatibleCompressor(settings)
-        try:
-            with trio.fail_after(60):
-                (row,) = await compressor.compress(SessionContext("s", "p"), [_event("t1")])
-        finally:
-            await compressor.aclose()
-        assert row.compressed and len(chat.requests) == 1
+        assert await _compress_one(OpenAICompatibleCompressor(settings)) and len(chat.requests) == 1
     (through,) = proxy.requests
     assert through.method == "POST" and through.target == f"{chat.url.rstrip('/')}/chat/completions"
     assert through.proxy_authorization.startswith("Basic ")  # the proxy's login, from the URL
@@ -185,17 +189,9 @@ async def test_extra_cas_are_trusted_from_llm_ca_bundle_never_from_the_environme
     async def compressed(**settings: Any) -> bool:
         loaded = load_settings({}, data_dir=str(tmp_path / "data"), compressor="anthropic", anthropic_api_key="k",
                                anthropic_base_url=url, llm_max_attempts=1, **settings)
-        compressor = AnthropicCompressor(loaded)
-        try:
-            with trio.fail_after(60):
-                (row,) = await compressor.compress(SessionContext("s", "p"), [_event("t1")])
-        finally:
-            await compressor.aclose()
-        return row.compressed
+        return await _compress_one(AnthropicCompressor(loaded))
 
-    assert not await compressed()  # the certificate is not the system's CAs': refused, kept raw
-    assert api.requests == []
-    assert not await compressed()  # the environment's NODE_EXTRA_CA_CERTS is not passed on: refused
+    assert not await compressed()  # the certificate is not the system's CAs' nor the environment's: refused
     assert api.requests == []
     assert await compressed(llm_ca_bundle=str(ca))
     assert len(api.requests) == 1
@@ -274,13 +270,8 @@ async def test_the_claude_code_cli_trusts_llm_ca_bundle(tmp_path: Path, api: Scr
     async def compressed(**settings: Any) -> bool:
         loaded = load_settings({}, data_dir=str(tmp_path / "data"), compressor="claude-code", anthropic_base_url=url,
                                llm_max_attempts=1, **settings)
-        compressor = ClaudeCodeCompressor(loaded, executable=str(CLAUDE), environ=environ, run_timeout_s=60)
-        try:
-            with trio.fail_after(120):
-                (row,) = await compressor.compress(SessionContext("s", "p"), [_event("t1")])
-        finally:
-            await compressor.aclose()
-        return row.compressed
+        return await _compress_one(ClaudeCodeCompressor(loaded, executable=str(CLAUDE), environ=environ,
+                                                        run_timeout_s=60), timeout=120)
 
     assert not await compressed()  # the environment's NODE_EXTRA_CA_CERTS is not passed on: refused
     assert api.requests == []
