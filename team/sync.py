@@ -47,7 +47,6 @@ import time
 from collections.abc import Awaitable, Callable
 from enum import Enum
 from typing import TypeVar
-from urllib.parse import unquote, urlsplit
 
 import msgspec
 import trio
@@ -56,7 +55,7 @@ from sessionmem.broadcast import Broadcaster, LiveEvent
 from sessionmem.index.actor import VectorIndex
 from sessionmem.runtime.logs import log_exception
 from sessionmem.settings import Settings
-from sessionmem.storage.pg_connections import Transport, transport
+from sessionmem.storage.pg_connections import Transport, sanitized, transport
 from sessionmem.storage.pg_store import TeamStore, TeamUnavailable, open_team_store
 from sessionmem.storage.sqlite import SQLiteStore
 from sessionmem.storage.team_records import Origin, shared_key
@@ -137,18 +136,6 @@ class TeamStatistics(msgspec.Struct, frozen=True, kw_only=True):
 
 class ShareRefused(Exception):
     """A share push that cannot start: the project is not shared, has no memory here, or another runs."""
-
-
-def without_password(message: str, url: str) -> str:
-    """``message`` with the password of ``url``, if it has one, blotted out (a driver may quote the URL)."""
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        password = None
-    if password:
-        for spelling in {password, unquote(password)}:
-            message = message.replace(spelling, "***")
-    return message
 
 
 class Backoff:
@@ -468,11 +455,11 @@ class TeamSync:
     def _unavailable(self, exc: TeamUnavailable) -> None:
         if self._connected or not self._failures:
             log.warning("team sync: the team database cannot be reached (%s); trying again",
-                        without_password(str(exc), self._url)[:ERROR_LENGTH])
+                        sanitized(str(exc), self._url)[:ERROR_LENGTH])
         self._connected = False
         self._count_failure(exc)
 
     def _count_failure(self, exc: Exception) -> None:
         self._failures += 1
-        self._last_error = without_password(f"{type(exc).__name__}: {exc}", self._url)[:ERROR_LENGTH]
+        self._last_error = sanitized(f"{type(exc).__name__}: {exc}", self._url)[:ERROR_LENGTH]
 
