@@ -3,7 +3,8 @@
 lines of ``sessionmem status``.
 
 ``share allow`` and ``share deny`` write the answer in the data dir (:mod:`sessionmem.team.consent`)
-whether a worker runs or not; a running worker reads it again before each push and pull.
+whether a worker runs or not; a running worker looks at it before each push and pull, and reads
+it again when it changed.
 ``share allow`` is refused when an agent runs it (``CLAUDECODE`` is set in Claude Code's
 shells): a repository may tell an agent to run it, and only the user shares.
 
