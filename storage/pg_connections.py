@@ -92,7 +92,7 @@ def sanitized(message: str, url: str) -> str:
         password = None
     if password:
         secrets.append(str(password))
-    for secret in sorted(secrets, key=len, reverse=True):
+    for secret in sorted(filter(None, secrets), key=len, reverse=True):
         message = message.replace(secret, "***")
     message = _URL_PASSWORD.sub(r"\1:***@", message)
     return _PASSWORD_PARAMETER.sub(r"\1***", message)

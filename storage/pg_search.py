@@ -249,10 +249,8 @@ def team_card(kind: str, values: tuple[Any, ...], origin: str, *, now: float | N
     except (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError) as exc:
         log.warning("team search: passed over the %s row %s of the team database: %s", kind, values[0], exc)
         return None
-    moment = card.created_at
     latest = latest_moment(time.time() if now is None else now)
-    if not math.isfinite(moment) or not 0 <= moment <= latest:
-        moment = min(max(moment, 0.0), latest) if math.isfinite(moment) else 0.0
+    moment = min(max(card.created_at, 0.0), latest) if math.isfinite(card.created_at) else 0.0
     # Cut a little past the cap before cleaning, then at it: a token across the cut is still whole to the rules.
     title = clean_text(card.title[:MAX_TITLE_CHARS + _TOKEN_SPAN])[:MAX_TITLE_CHARS]
     return msgspec.structs.replace(

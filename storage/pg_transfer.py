@@ -236,12 +236,16 @@ def _reason(error: msgspec.ValidationError) -> str:
     return _QUOTED.sub("…", str(error))[:300]
 
 
+# Each table's record tag and, in column order, the names its record's fields are encoded by.
+_ENCODED: dict[str, tuple[Any, tuple[str, ...]]] = {
+    table: (kind.__struct_config__.tag,
+            tuple({f.name: f.encode_name for f in msgspec.structs.fields(kind)}[field] for _, field in fields))
+    for table, (kind, fields) in _FIELDS.items()}
+
+
 def _record_dict(table: str, values: Sequence[Any]) -> dict[str, Any]:
-    kind, fields = _FIELDS[table]
-    names = {field.name: field.encode_name for field in msgspec.structs.fields(kind)}
-    record = {names[field]: value for (_, field), value in zip(fields, values, strict=True)}
-    record["kind"] = kind.__struct_config__.tag
-    return record
+    tag, names = _ENCODED[table]
+    return {**dict(zip(names, values, strict=True)), "kind": tag}
 
 
 def _shared_row(table: str, found: Sequence[Any]) -> SharedRow:

@@ -367,8 +367,7 @@ def lands_where_asked(connection: apsw.Connection, row: SharedRow, project: str,
         return False
     if project not in destinations:
         destinations[project] = NAME_KEY_PREFIX + project in asked or any(
-            shared_key(text(project_key), project) in asked for (project_key,) in all_rows(
-                connection, "SELECT DISTINCT project_key FROM sessions WHERE project = ?", (project,)))
+            shared_key(project_key, project) in asked for project_key in project_keys(connection, project))
     return destinations[project]
 
 

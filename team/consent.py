@@ -127,6 +127,20 @@ def database_label(url: str) -> str:
     return f"{host}:{port}/{database}"
 
 
+Stamp = tuple[int, ...]
+
+
+def consent_stamp(path: Path) -> Stamp | None:
+    """What changes when ``path`` is written, replaced, moved or given another mode or owner (None: no file
+    there): answers read under a stamp that has not changed need not be read again. Raises OSError when
+    ``path`` cannot be looked at (then read it, and :func:`read_consent` says why it is unreadable)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_mode, info.st_uid)
+
+
 def read_consent(path: Path) -> Consent:
     """The answers in ``path`` (none if it does not exist); :class:`ConsentUnreadable` if it cannot be trusted."""
     try:

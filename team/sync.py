@@ -11,12 +11,12 @@ Three loops in :meth:`TeamSync.run`, each on its own:
   one project at a time, resumable (its cursor is kept), progress in :meth:`statistics`.
 
 Which projects are shared is :mod:`sessionmem.team.sharing`'s rule, with the user's answers
-(:mod:`sessionmem.team.consent`) read again before every push and pull pass: ``sessionmem share
-allow`` and ``share deny`` take effect within a pull interval, the worker running or not, and
-a project whose approval is taken back is neither pushed nor pulled from then on. A consent
-file that cannot be trusted shares nothing by approval (fails closed), and says why in the
-status. SessionStart asks :meth:`TeamSync.share_request` whether to tell the user, once, that
-a repository asks to share.
+(:mod:`sessionmem.team.consent`) looked at (a stat) before every push and pull pass and read
+again when the file changed: ``sessionmem share allow`` and ``share deny`` take effect within a
+pull interval, the worker running or not, and a project whose approval is taken back is neither
+pushed nor pulled from then on. A consent file that cannot be trusted shares nothing by approval
+(fails closed), and says why in the status. SessionStart asks :meth:`TeamSync.share_request`
+whether to tell the user, once, that a repository asks to share.
 
 PostgreSQL is never on a hook's or a read's path: when it cannot be reached each loop
 waits (:data:`BACKOFF_MIN_S`, doubling to :data:`BACKOFF_MAX_S`) and tries again, while
@@ -47,7 +47,6 @@ import time
 from collections.abc import Awaitable, Callable
 from enum import Enum
 from typing import TypeVar
-from urllib.parse import unquote, urlsplit
 
 import msgspec
 import trio
@@ -56,7 +55,7 @@ from sessionmem.broadcast import Broadcaster, LiveEvent
 from sessionmem.index.actor import VectorIndex
 from sessionmem.runtime.logs import log_exception
 from sessionmem.settings import Settings
-from sessionmem.storage.pg_connections import Transport, transport
+from sessionmem.storage.pg_connections import Transport, sanitized, transport
 from sessionmem.storage.pg_store import TeamStore, TeamUnavailable, open_team_store
 from sessionmem.storage.sqlite import SQLiteStore
 from sessionmem.storage.team_records import Origin, shared_key
@@ -65,7 +64,9 @@ from sessionmem.team.consent import (
     NO_CONSENT,
     Consent,
     ConsentUnreadable,
+    Stamp,
     consent_path,
+    consent_stamp,
     database_label,
     mark_asked,
     read_consent,
@@ -135,20 +136,11 @@ class TeamStatistics(msgspec.Struct, frozen=True, kw_only=True):
     consent_error: str = ""  # the consent file cannot be trusted: nothing is shared by approval
 
 
+_UNREAD: Stamp = ()  # no stamp: the consent file is read whole next time
+
+
 class ShareRefused(Exception):
     """A share push that cannot start: the project is not shared, has no memory here, or another runs."""
-
-
-def without_password(message: str, url: str) -> str:
-    """``message`` with the password of ``url``, if it has one, blotted out (a driver may quote the URL)."""
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        password = None
-    if password:
-        for spelling in {password, unquote(password)}:
-            message = message.replace(spelling, "***")
-    return message
 
 
 class Backoff:
@@ -192,12 +184,13 @@ class TeamSync:
         self._last_push_at: float | None = None
         self._last_pull_at: float | None = None
         self._last_error = ""
-        # the user's answers to repositories that ask to share (team/consent.py), read again each pass
+        # the user's answers to repositories that ask to share (team/consent.py), read again when they change
         self._database = database_label(self._url)
         self._consent_path = consent_path(settings.data_dir)
         self._consent: Consent = NO_CONSENT
         self._approved: frozenset[str] = frozenset()
         self._consent_error = ""
+        self._consent_stamp: Stamp | None = _UNREAD  # the consent file's when it was last read whole
         self._consent_files = trio.CapacityLimiter(1)
         self._sharing: list[ProjectSharing] = []
         broadcaster.watch(self._something_stored)
@@ -214,19 +207,35 @@ class TeamSync:
         return self._approved
 
     async def refresh_consent(self) -> None:
-        """Read the user's answers again (a small file, in a thread); a file that cannot be trusted approves
-        nothing, and its message is shown (logged once)."""
+        """Read the user's answers again if the file changed since they were read (a stat, and then the small
+        file, in a thread); a file that cannot be trusted approves nothing, and its message is shown (logged
+        once), and is read again each time until it can be."""
         try:
-            consent = await trio.to_thread.run_sync(read_consent, self._consent_path, limiter=self._consent_files)
+            consent = await trio.to_thread.run_sync(self._read_changed_consent, limiter=self._consent_files)
         except ConsentUnreadable as exc:
             if str(exc) != self._consent_error:
                 log.warning("team sync: %s", exc)
             self._consent, self._approved, self._consent_error = NO_CONSENT, frozenset(), str(exc)
             return
+        if consent is None:  # unchanged since it was read
+            return
         if self._consent_error:
             log.info("team sync: the consent file is readable again")
         self._consent, self._consent_error = consent, ""
         self._approved = consent.allowed(self._database) if self._database else frozenset()
+
+    def _read_changed_consent(self) -> Consent | None:
+        """The answers, read whole unless the file is as it was when they were last read (None, then)."""
+        try:
+            stamp = consent_stamp(self._consent_path)
+        except OSError:
+            stamp = _UNREAD  # cannot tell: read it (read_consent says why it cannot be)
+        if stamp != _UNREAD and stamp == self._consent_stamp:
+            return None
+        self._consent_stamp = _UNREAD  # until a read succeeds: a file that could not be trusted is read again
+        consent = read_consent(self._consent_path)
+        self._consent_stamp = stamp
+        return consent
 
     async def refresh_sharing(self) -> list[ProjectSharing]:
         """What is shared and why, anew (the answers, and the repositories that asked: a local read)."""
@@ -468,11 +477,11 @@ class TeamSync:
     def _unavailable(self, exc: TeamUnavailable) -> None:
         if self._connected or not self._failures:
             log.warning("team sync: the team database cannot be reached (%s); trying again",
-                        without_password(str(exc), self._url)[:ERROR_LENGTH])
+                        sanitized(str(exc), self._url)[:ERROR_LENGTH])
         self._connected = False
         self._count_failure(exc)
 
     def _count_failure(self, exc: Exception) -> None:
         self._failures += 1
-        self._last_error = without_password(f"{type(exc).__name__}: {exc}", self._url)[:ERROR_LENGTH]
+        self._last_error = sanitized(f"{type(exc).__name__}: {exc}", self._url)[:ERROR_LENGTH]
 

@@ -20,6 +20,7 @@ from sessionmem.team.consent import (
     Decision,
     answer,
     consent_path,
+    consent_stamp,
     database_label,
     mark_asked,
     read_consent,
@@ -44,6 +45,19 @@ def deny(path: Path, key: str = KEY, database: str = DB, now: float = 200.0) -> 
 def test_no_file_approves_nothing(tmp_path: Path) -> None:
     consent = read_consent(consent_path(tmp_path))
     assert consent.allowed(DB) == frozenset() and consent.answers(DB) == []
+
+
+def test_the_stamp_changes_with_every_answer_and_with_the_files_mode(tmp_path: Path) -> None:
+    path = consent_path(tmp_path)
+    assert consent_stamp(path) is None
+    allow(path)
+    first = consent_stamp(path)
+    assert first is not None and consent_stamp(path) == first  # unchanged: the worker need not read it again
+    deny(path)
+    second = consent_stamp(path)
+    assert second not in (None, first)
+    os.chmod(path, 0o666)  # the answers untouched, the file no longer private: read again (and refused)
+    assert consent_stamp(path) != second
 
 
 def test_allow_then_deny_takes_the_approval_back_and_binds_it_to_one_database(tmp_path: Path) -> None:

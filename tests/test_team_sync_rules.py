@@ -6,10 +6,11 @@ from __future__ import annotations
 import trio
 import trio.testing
 
+from sessionmem.storage.pg_connections import sanitized
 from sessionmem.storage.pg_text import without_nul
 from sessionmem.storage.transfer import PromptRecord
 from sessionmem.team.pull import _new_keys
-from sessionmem.team.sync import BACKOFF_MAX_S, Backoff, without_password
+from sessionmem.team.sync import BACKOFF_MAX_S, Backoff
 
 
 async def test_backoff_doubles_from_half_a_second_to_thirty_and_starts_over_after_a_success(
@@ -32,9 +33,9 @@ async def test_backoff_doubles_from_half_a_second_to_thirty_and_starts_over_afte
 def test_a_password_never_shows_in_what_the_sync_reports() -> None:
     url = "postgresql://team:p%40ss%20word@db.example:5432/memory?sslmode=require"
     message = "connection to postgresql://team:p%40ss%20word@db.example failed (password 'p@ss word' rejected)"
-    shown = without_password(message, url)
+    shown = sanitized(message, url)
     assert "p%40ss%20word" not in shown and "p@ss word" not in shown and "db.example" in shown
-    assert without_password("no password here", "postgresql:///memory?host=/run/pg") == "no password here"
+    assert sanitized("no password here", "postgresql:///memory?host=/run/pg") == "no password here"
 
 
 def test_a_pull_catches_up_on_the_projects_it_did_not_pull_before() -> None:

@@ -3,7 +3,8 @@
 lines of ``sessionmem status``.
 
 ``share allow`` and ``share deny`` write the answer in the data dir (:mod:`sessionmem.team.consent`)
-whether a worker runs or not; a running worker reads it again before each push and pull.
+whether a worker runs or not; a running worker looks at it before each push and pull, and reads
+it again when it changed.
 ``share allow`` is refused when an agent runs it (``CLAUDECODE`` is set in Claude Code's
 shells): a repository may tell an agent to run it, and only the user shares.
 
@@ -59,8 +60,8 @@ def _entry(entry: dict[str, Any]) -> Any:
     return msgspec.convert({"project_key": entry.get("projectKey", ""), **entry}, ProjectSharing)
 
 
-def cmd_share_answer(args: argparse.Namespace, *, allow: bool, cwd: str | None = None) -> int:
-    """``share allow`` / ``share deny``: the user's answer for the repository containing ``cwd``."""
+def cmd_share_answer(args: argparse.Namespace, *, allow: bool) -> int:
+    """``share allow`` / ``share deny``: the user's answer for the repository of the current directory."""
     from sessionmem.protocol.git_remote import repository_identity
     from sessionmem.protocol.project import project_of
     from sessionmem.settings import load_settings
@@ -79,7 +80,7 @@ def cmd_share_answer(args: argparse.Namespace, *, allow: bool, cwd: str | None =
         print("sessionmem: team memory is off (database_url is not set): there is no team database to share with",
               file=sys.stderr)
         return 2
-    where = cwd or os.getcwd()
+    where = os.getcwd()
     project = project_of(where)
     key = shared_key(repository_identity(where).project_key, project)
     try:

@@ -9,7 +9,7 @@ sync state (from its ``/debug`` JSON).
 
 The database URL may hold a password: no line names the server but by
 :func:`server_label` (``user@host:port/database``), and every message from the driver is
-passed through :func:`scrubbed` before it is printed.
+passed through :func:`~sessionmem.storage.pg_connections.sanitized` before it is printed.
 
 Error handling:
     Nothing here raises for a problem of the database: each one is a line reported as a
@@ -54,15 +54,6 @@ def server_label(url: str) -> str:
     port = parameters.get("port", "")
     database = parameters.get("dbname", "")
     return f"{user + '@' if user else ''}{host}{':' + port if port else ''}/{database}"
-
-
-def scrubbed(text: str, url: str) -> str:
-    """``text`` with the password of ``url`` (and the URL itself) replaced by ``***``: a driver's message
-    never names it, but a message of ours must not depend on that."""
-    secrets = [url, url_parameters(url).get("password", "")] if url else []
-    for secret in sorted(filter(None, secrets), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
 
 
 def password_file(url: str, environ: Mapping[str, str]) -> Path | None:
@@ -239,6 +230,8 @@ def _report_sharing(settings: Settings, report: Report, snapshot: Any) -> None:
 
 def _report_sync(snapshot: Any, url: str, report: Report) -> None:
     """The running worker's sync state, from its ``/debug`` JSON (nothing when no worker runs)."""
+    from sessionmem.storage.pg_connections import sanitized
+
     if not isinstance(snapshot, dict):
         return
     team = snapshot.get("team")
@@ -249,7 +242,7 @@ def _report_sync(snapshot: Any, url: str, report: Report) -> None:
     where = f"as {team.get('machine')} ({team.get('user')})"
     counts = (f"{team.get('pushed', 0):,} pushed, {team.get('pulled', 0):,} pulled since start, "
               f"{team.get('backlog', 0):,} waiting to be pushed")
-    error = scrubbed(str(team.get("lastError") or ""), url)
+    error = sanitized(str(team.get("lastError") or ""), url)
     if team.get("connected"):
         report(True, f"worker's team sync: connected {where}; {counts}")
     elif error:
