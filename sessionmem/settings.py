@@ -138,7 +138,7 @@ class Settings:
         ``claude-code`` when a Claude Code CLI is found (its login is checked when it is first needed,
         off the Trio thread: ``sessionmem.compress.claude_code_backend``), else ``offline``."""
         if self.compressor == "auto":
-            if anthropic_credentials_configured(self):
+            if self.anthropic_api_key:  # never ANTHROPIC_API_KEY: it may be one project's (protocol/environment.py)
                 return "anthropic"
             return "claude-code" if find_claude_cli(self.claude_path) else "offline"
         return self.compressor
@@ -434,12 +434,6 @@ def plain_http_warnings(settings: Settings) -> list[str]:
         warnings.append(f"anthropic_base_url is plain http:// to {host}: the key or login and every tool use cross "
                         f"the network in clear (llm_allow_plain_http is set)")
     return warnings
-
-
-def anthropic_credentials_configured(settings: Settings) -> bool:
-    """Whether sessionmem's settings give the anthropic compressor a key (the environment's
-    ``ANTHROPIC_API_KEY`` is never read: it may be one project's, sessionmem.protocol.environment)."""
-    return bool(settings.anthropic_api_key)
 
 
 def find_claude_cli(claude_path: str = "", environ: dict[str, str] | None = None) -> str:
