@@ -383,8 +383,9 @@ def _check_network(settings: Settings) -> None:
             raise SettingsError(f"llm_ca_bundle: {path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
 
 
-def proxy_host(url: str) -> str:
-    """``host[:port]`` of a proxy URL: never the user or password it may hold ("" for no proxy)."""
+def url_host(url: str) -> str:
+    """``host[:port]`` of a URL (the model's address, the proxy's): never the user or password it may hold
+    ("" for no URL)."""
     from urllib.parse import urlsplit
 
     if not url:
@@ -393,7 +394,7 @@ def proxy_host(url: str) -> str:
         parts = urlsplit(url)
         host, port = parts.hostname or "", parts.port
     except ValueError:
-        return "(unreadable proxy URL)"
+        return "(unreadable URL)"
     host = f"[{host}]" if ":" in host else host
     return f"{host}:{port}" if port else host
 
