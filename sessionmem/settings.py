@@ -321,16 +321,12 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
         if not settings.openai_model:
             raise SettingsError("compressor openai-compatible needs openai_model (SESSIONMEM_OPENAI_MODEL): "
                                 "the server's name of the model, such as qwen2.5-coder:7b for Ollama")
-        if not re.match(r"https?://[^/]", settings.openai_base_url):
-            raise SettingsError(f"openai_base_url must be an http:// or https:// URL, got {settings.openai_base_url!r}")
-        _refuse_plain_http("openai_base_url", settings.openai_base_url, bool(settings.openai_api_key),
-                           settings.llm_allow_plain_http)
+        _check_model_url("openai_base_url", settings.openai_base_url, credential=bool(settings.openai_api_key),
+                         allowed=settings.llm_allow_plain_http)
     if settings.anthropic_base_url:
-        if not re.match(r"https?://[^/]", settings.anthropic_base_url):
-            raise SettingsError(f"anthropic_base_url must be an http:// or https:// URL, got "
-                                f"{settings.anthropic_base_url!r}")
         # Whatever answers there gets the API key or the user's Claude Code login.
-        _refuse_plain_http("anthropic_base_url", settings.anthropic_base_url, True, settings.llm_allow_plain_http)
+        _check_model_url("anthropic_base_url", settings.anthropic_base_url, credential=True,
+                         allowed=settings.llm_allow_plain_http)
     _check_network(settings)
     if settings.embedder not in EMBEDDERS:
         raise SettingsError(f"embedder must be one of {', '.join(EMBEDDERS)}, got {settings.embedder!r}")
@@ -416,7 +412,11 @@ def plain_http_host(url: str) -> str:
         return host
 
 
-def _refuse_plain_http(name: str, url: str, credential: bool, allowed: bool) -> None:
+def _check_model_url(name: str, url: str, *, credential: bool, allowed: bool) -> None:
+    """The setting ``name`` is an http(s) URL, and does not send a ``credential`` in clear to another host
+    unless that is ``allowed`` (``llm_allow_plain_http``)."""
+    if not re.match(r"https?://[^/]", url):
+        raise SettingsError(f"{name} must be an http:// or https:// URL, got {url!r}")
     host = plain_http_host(url)
     if host and credential and not allowed:
         raise SettingsError(f"{name} is plain http:// to {host}, not this machine: the key or login would cross "
