@@ -18,28 +18,29 @@ from collections.abc import Mapping
 from sessionmem.compress import provider
 from sessionmem.compress.base import Compressor
 from sessionmem.compress.offline import OfflineCompressor
-from sessionmem.settings import Settings, find_claude_cli, plain_http_warnings
+from sessionmem.settings import ENV, Settings, find_claude_cli, plain_http_warnings
 
 log = logging.getLogger(__name__)
 
 # What a user may have set for Claude Code or the SDK that the worker does not read, and the setting that does.
 NOT_INHERITED = {
-    "ANTHROPIC_API_KEY": "anthropic_api_key (SESSIONMEM_ANTHROPIC_API_KEY)",
-    "ANTHROPIC_AUTH_TOKEN": "anthropic_api_key (SESSIONMEM_ANTHROPIC_API_KEY)",
-    "ANTHROPIC_BASE_URL": "anthropic_base_url (SESSIONMEM_ANTHROPIC_BASE_URL)",
-    "CLAUDE_CONFIG_DIR": "claude_config_dir (SESSIONMEM_CLAUDE_CONFIG_DIR)",
-    "CLAUDE_CODE_OAUTH_TOKEN": "claude_code_oauth_token (SESSIONMEM_CLAUDE_CODE_OAUTH_TOKEN)",
-    **dict.fromkeys(("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"),
-                    "llm_proxy (SESSIONMEM_LLM_PROXY)"),
-    **dict.fromkeys(("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"),
-                    "llm_ca_bundle (SESSIONMEM_LLM_CA_BUNDLE)"),
+    "ANTHROPIC_API_KEY": "anthropic_api_key",
+    "ANTHROPIC_AUTH_TOKEN": "anthropic_api_key",
+    "ANTHROPIC_BASE_URL": "anthropic_base_url",
+    "CLAUDE_CONFIG_DIR": "claude_config_dir",
+    "CLAUDE_CODE_OAUTH_TOKEN": "claude_code_oauth_token",
+    **dict.fromkeys(("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"), "llm_proxy"),
+    **dict.fromkeys(("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"), "llm_ca_bundle"),
 }
 
 
 def not_inherited(environ: Mapping[str, str]) -> list[str]:
-    """Lines for ``doctor``: each provider variable set in ``environ`` that the worker ignores, and what to set."""
+    """Lines for ``doctor``: each provider variable set in ``environ`` that the worker ignores, and what to set
+    (the setting, and its ``SESSIONMEM_*`` variable)."""
+    variable = {setting: name for name, setting in ENV.items()}
     return [f"{name} is set here, but the worker does not read it (one project's session may set it too): "
-            f"set {setting} to use it" for name, setting in NOT_INHERITED.items() if environ.get(name)]
+            f"set {setting} ({variable[setting]}) to use it"
+            for name, setting in NOT_INHERITED.items() if environ.get(name)]
 
 
 def reason(settings: Settings) -> str:
