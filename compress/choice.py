@@ -18,56 +18,60 @@ from collections.abc import Mapping
 from sessionmem.compress import provider
 from sessionmem.compress.base import Compressor
 from sessionmem.compress.offline import OfflineCompressor
-from sessionmem.settings import Settings, anthropic_credentials_configured, find_claude_cli, plain_http_warnings
+from sessionmem.settings import ENV, Settings, find_claude_cli, plain_http_warnings
 
 log = logging.getLogger(__name__)
 
 # What a user may have set for Claude Code or the SDK that the worker does not read, and the setting that does.
 NOT_INHERITED = {
-    "ANTHROPIC_API_KEY": "anthropic_api_key (SESSIONMEM_ANTHROPIC_API_KEY)",
-    "ANTHROPIC_AUTH_TOKEN": "anthropic_api_key (SESSIONMEM_ANTHROPIC_API_KEY)",
-    "ANTHROPIC_BASE_URL": "anthropic_base_url (SESSIONMEM_ANTHROPIC_BASE_URL)",
-    "CLAUDE_CONFIG_DIR": "claude_config_dir (SESSIONMEM_CLAUDE_CONFIG_DIR)",
-    "CLAUDE_CODE_OAUTH_TOKEN": "claude_code_oauth_token (SESSIONMEM_CLAUDE_CODE_OAUTH_TOKEN)",
-    **dict.fromkeys(("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"),
-                    "llm_proxy (SESSIONMEM_LLM_PROXY)"),
-    **dict.fromkeys(("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"),
-                    "llm_ca_bundle (SESSIONMEM_LLM_CA_BUNDLE)"),
+    "ANTHROPIC_API_KEY": "anthropic_api_key",
+    "ANTHROPIC_AUTH_TOKEN": "anthropic_api_key",
+    "ANTHROPIC_BASE_URL": "anthropic_base_url",
+    "CLAUDE_CONFIG_DIR": "claude_config_dir",
+    "CLAUDE_CODE_OAUTH_TOKEN": "claude_code_oauth_token",
+    **dict.fromkeys(("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"), "llm_proxy"),
+    **dict.fromkeys(("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"), "llm_ca_bundle"),
 }
 
 
 def not_inherited(environ: Mapping[str, str]) -> list[str]:
-    """Lines for ``doctor``: each provider variable set in ``environ`` that the worker ignores, and what to set."""
+    """Lines for ``doctor``: each provider variable set in ``environ`` that the worker ignores, and what to set
+    (the setting, and its ``SESSIONMEM_*`` variable)."""
+    variable = {setting: name for name, setting in ENV.items()}
     return [f"{name} is set here, but the worker does not read it (one project's session may set it too): "
-            f"set {setting} to use it" for name, setting in NOT_INHERITED.items() if environ.get(name)]
+            f"set {setting} ({variable[setting]}) to use it"
+            for name, setting in NOT_INHERITED.items() if environ.get(name)]
 
 
-def reason(settings: Settings, environ: dict[str, str] | None = None) -> str:
-    """Why ``settings.resolved_compressor`` is the one (the CLI's login aside: the backend reads it)."""
+def reason(settings: Settings) -> str:
+    """Why ``settings.resolved_compressor`` is the one: its rule, explained (the CLI's login aside: the backend
+    reads it)."""
     if settings.compressor != "auto":
         return f"set: compressor = {settings.compressor}"
-    if anthropic_credentials_configured(settings):
+    backend = settings.resolved_compressor
+    if backend == "anthropic":
         return "auto: an Anthropic API key is configured (anthropic_api_key)"
-    if find_claude_cli(settings.claude_path, environ):
+    if backend == "claude-code":
         return "auto: no Anthropic API key, a Claude Code CLI is installed"
     where = f"not at claude_path {settings.claude_path}" if settings.claude_path else "not on PATH"
     return f"auto: no Anthropic API key, and no Claude Code CLI ({where})"
 
 
 def choose_compressor(settings: Settings) -> Compressor:
+    backend = settings.resolved_compressor
     why = reason(settings)
     for warning in plain_http_warnings(settings):
         log.warning("%s", warning)
-    if settings.resolved_compressor == "anthropic":
+    if backend == "anthropic":
         # Imported only when used: the SDK costs an offline worker ~100 MB and its start-up time.
         from sessionmem.compress.anthropic_backend import AnthropicCompressor
 
         return AnthropicCompressor(settings, reason=why)
-    if settings.resolved_compressor == "claude-code":
+    if backend == "claude-code":
         from sessionmem.compress.claude_code_backend import ClaudeCodeCompressor
 
         return ClaudeCodeCompressor(settings, reason=why)
-    if settings.resolved_compressor == "openai-compatible":
+    if backend == "openai-compatible":
         # Imported only when used, as the anthropic SDK is.
         from sessionmem.compress.openai_backend import OpenAICompatibleCompressor
 

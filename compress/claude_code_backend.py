@@ -91,6 +91,7 @@ import trio
 
 from sessionmem.compress.llm import LLMCompressor, backoff_s
 from sessionmem.compress.transport import cli_proxy_environment
+from sessionmem.protocol.environment import describes_user
 from sessionmem.settings import Settings, find_claude_cli
 
 log = logging.getLogger(__name__)
@@ -106,10 +107,6 @@ CHILD_DIR = "claude-code"  # in the data dir: the runs' empty working directory
 # run as a session), no extended thinking (the CLI turns it on for Haiku with a 32k budget), and no
 # auto-memory (the CLI would load ~/.claude/projects/<working dir>/memory/MEMORY.md into the request).
 CHILD_SETTINGS = {"disableAllHooks": True, "alwaysThinkingEnabled": False, "autoMemoryEnabled": False}
-# What a run keeps of the worker's environment (itself allow-listed: sessionmem.protocol.environment):
-# who the user is and the machine's locale. Not SESSIONMEM_* (sessionmem's own keys), not PG*.
-CHILD_KEPT = frozenset({"HOME", "PATH", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
-                        "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_RUNTIME_DIR"})
 # The CLI's ways to log in that a run with no settings (--setting-sources "") cannot use, though
 # `claude auth status` (which reads the user's settings) reports them as logged in.
 SETTINGS_LOGINS = {"api_key_helper": "an apiKeyHelper", "apiKeyHelper": "an apiKeyHelper"}
@@ -171,12 +168,13 @@ def cli_command(executable: str, settings: Settings, system: str) -> list[str]:
 
 
 def cli_environment(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A run's environment: :data:`CHILD_KEPT` of ``environ`` (default: the worker's), the provider and login
+    """A run's environment: what describes the user and the machine in ``environ`` (default: the worker's;
+    :func:`~sessionmem.protocol.environment.describes_user`: not SESSIONMEM_*, not PG*), the provider and login
     sessionmem's settings give (its proxy and extra CAs too), and ours. Nothing else: no ``ANTHROPIC_*``,
     ``CLAUDE_*``, proxy or CA variable of whichever session started the worker reaches the CLI. ``claude auth
     status`` runs with the same environment."""
     source = os.environ if environ is None else environ
-    env = {name: value for name, value in source.items() if name in CHILD_KEPT or name.startswith("LC_")}
+    env = {name: value for name, value in source.items() if describes_user(name)}
     if settings.anthropic_base_url:
         env["ANTHROPIC_BASE_URL"] = settings.anthropic_base_url
     if settings.claude_config_dir:

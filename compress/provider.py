@@ -11,23 +11,15 @@ user and password included).
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from sessionmem.compress.base import ProviderStatistics
-from sessionmem.settings import Settings, proxy_host
+from sessionmem.settings import Settings, url_host
 
 ANTHROPIC_HOST = "api.anthropic.com"
 
 
-def _host(url: str) -> str:
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    return f"{host}:{parts.port}" if parts.port else host
-
-
 def provider_of(settings: Settings, backend: str) -> ProviderStatistics | None:
     """Where ``backend``'s requests go under ``settings`` (None for the offline compressor)."""
-    anthropic_host = _host(settings.anthropic_base_url) if settings.anthropic_base_url else ANTHROPIC_HOST
+    anthropic_host = url_host(settings.anthropic_base_url) if settings.anthropic_base_url else ANTHROPIC_HOST
     if backend == "anthropic":
         host, credential = anthropic_host, "API key: anthropic_api_key (sessionmem setting)"
     elif backend == "claude-code":
@@ -37,11 +29,11 @@ def provider_of(settings: Settings, backend: str) -> ProviderStatistics | None:
         else:
             credential = f"Claude Code login in {settings.claude_config_dir or '~/.claude'} (the user's own)"
     elif backend == "openai-compatible":
-        host = _host(settings.openai_base_url)
+        host = url_host(settings.openai_base_url)
         credential = "API key: openai_api_key (sessionmem setting)" if settings.openai_api_key else "none"
     else:
         return None
-    return ProviderStatistics(host=host, credential=credential, proxy=proxy_host(settings.llm_proxy),
+    return ProviderStatistics(host=host, credential=credential, proxy=url_host(settings.llm_proxy),
                               ca_bundle=bool(settings.llm_ca_bundle))
 
 

@@ -138,7 +138,7 @@ class Settings:
         ``claude-code`` when a Claude Code CLI is found (its login is checked when it is first needed,
         off the Trio thread: ``sessionmem.compress.claude_code_backend``), else ``offline``."""
         if self.compressor == "auto":
-            if anthropic_credentials_configured(self):
+            if self.anthropic_api_key:  # never ANTHROPIC_API_KEY: it may be one project's (protocol/environment.py)
                 return "anthropic"
             return "claude-code" if find_claude_cli(self.claude_path) else "offline"
         return self.compressor
@@ -321,16 +321,12 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
         if not settings.openai_model:
             raise SettingsError("compressor openai-compatible needs openai_model (SESSIONMEM_OPENAI_MODEL): "
                                 "the server's name of the model, such as qwen2.5-coder:7b for Ollama")
-        if not re.match(r"https?://[^/]", settings.openai_base_url):
-            raise SettingsError(f"openai_base_url must be an http:// or https:// URL, got {settings.openai_base_url!r}")
-        _refuse_plain_http("openai_base_url", settings.openai_base_url, bool(settings.openai_api_key),
-                           settings.llm_allow_plain_http)
+        _check_model_url("openai_base_url", settings.openai_base_url, credential=bool(settings.openai_api_key),
+                         allowed=settings.llm_allow_plain_http)
     if settings.anthropic_base_url:
-        if not re.match(r"https?://[^/]", settings.anthropic_base_url):
-            raise SettingsError(f"anthropic_base_url must be an http:// or https:// URL, got "
-                                f"{settings.anthropic_base_url!r}")
         # Whatever answers there gets the API key or the user's Claude Code login.
-        _refuse_plain_http("anthropic_base_url", settings.anthropic_base_url, True, settings.llm_allow_plain_http)
+        _check_model_url("anthropic_base_url", settings.anthropic_base_url, credential=True,
+                         allowed=settings.llm_allow_plain_http)
     _check_network(settings)
     if settings.embedder not in EMBEDDERS:
         raise SettingsError(f"embedder must be one of {', '.join(EMBEDDERS)}, got {settings.embedder!r}")
@@ -383,8 +379,9 @@ def _check_network(settings: Settings) -> None:
             raise SettingsError(f"llm_ca_bundle: {path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
 
 
-def proxy_host(url: str) -> str:
-    """``host[:port]`` of a proxy URL: never the user or password it may hold ("" for no proxy)."""
+def url_host(url: str) -> str:
+    """``host[:port]`` of a URL (the model's address, the proxy's): never the user or password it may hold
+    ("" for no URL)."""
     from urllib.parse import urlsplit
 
     if not url:
@@ -393,7 +390,7 @@ def proxy_host(url: str) -> str:
         parts = urlsplit(url)
         host, port = parts.hostname or "", parts.port
     except ValueError:
-        return "(unreadable proxy URL)"
+        return "(unreadable URL)"
     host = f"[{host}]" if ":" in host else host
     return f"{host}:{port}" if port else host
 
@@ -415,7 +412,11 @@ def plain_http_host(url: str) -> str:
         return host
 
 
-def _refuse_plain_http(name: str, url: str, credential: bool, allowed: bool) -> None:
+def _check_model_url(name: str, url: str, *, credential: bool, allowed: bool) -> None:
+    """The setting ``name`` is an http(s) URL, and does not send a ``credential`` in clear to another host
+    unless that is ``allowed`` (``llm_allow_plain_http``)."""
+    if not re.match(r"https?://[^/]", url):
+        raise SettingsError(f"{name} must be an http:// or https:// URL, got {url!r}")
     host = plain_http_host(url)
     if host and credential and not allowed:
         raise SettingsError(f"{name} is plain http:// to {host}, not this machine: the key or login would cross "
@@ -434,12 +435,6 @@ def plain_http_warnings(settings: Settings) -> list[str]:
         warnings.append(f"anthropic_base_url is plain http:// to {host}: the key or login and every tool use cross "
                         f"the network in clear (llm_allow_plain_http is set)")
     return warnings
-
-
-def anthropic_credentials_configured(settings: Settings) -> bool:
-    """Whether sessionmem's settings give the anthropic compressor a key (the environment's
-    ``ANTHROPIC_API_KEY`` is never read: it may be one project's, sessionmem.protocol.environment)."""
-    return bool(settings.anthropic_api_key)
 
 
 def find_claude_cli(claude_path: str = "", environ: dict[str, str] | None = None) -> str:

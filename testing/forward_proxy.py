@@ -20,9 +20,9 @@ import select
 import socket
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
 from urllib.parse import urlsplit
+
+from sessionmem.testing.loopback_http import LoopbackServer, QuietHandler
 
 TARGET_TIMEOUT_S = 300.0  # a scripted server may stall on purpose: longer than any test waits
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authorization", "proxy-authenticate",
@@ -36,7 +36,7 @@ class ProxiedRequest:
     proxy_authorization: str = ""  # the Proxy-Authorization header, if the client sent one
 
 
-class ForwardProxy:
+class ForwardProxy(LoopbackServer):
     """See the module docstring; ``requests`` lists what went through, in order."""
 
     def __init__(self) -> None:
@@ -44,12 +44,7 @@ class ForwardProxy:
         self._lock = threading.Lock()
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:  # quiet
-                return
-
+        class Handler(QuietHandler):
             def _record(self) -> None:
                 with proxy._lock:
                     proxy.requests.append(ProxiedRequest(self.command, self.path,
@@ -102,14 +97,7 @@ class ForwardProxy:
                 self.close_connection = True
                 _tunnel(self.connection, upstream)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="forward-proxy", daemon=True)
-        self._thread.start()
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_port)
+        self._serve(Handler, "forward-proxy")
 
     @property
     def url(self) -> str:
@@ -118,16 +106,6 @@ class ForwardProxy:
     def targets(self) -> list[str]:
         with self._lock:
             return [request.target for request in self.requests]
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _tunnel(client: socket.socket, upstream: socket.socket) -> None:

@@ -21,8 +21,9 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from typing import Any
+
+from sessionmem.testing.loopback_http import LoopbackServer, QuietHandler
 
 STALL_LIMIT_S = 300.0  # a stall ends on its own after this, so a forgotten resume() cannot hang a test
 
@@ -51,13 +52,8 @@ class RecordedRequest:
     chars: int = 0  # of the body as it arrived (UTF-8 decoded): what a cost count measures
 
 
-class ScriptedHandler(BaseHTTPRequestHandler):
-    """HTTP/1.1, quiet, with the two ways a scripted server answers: whole, or cut off."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet
-        return
+class ScriptedHandler(QuietHandler):
+    """The two ways a scripted server answers: whole, or cut off."""
 
     def read_body(self) -> bytes:
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -92,7 +88,7 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         self.connection.shutdown(2)  # the reply ends mid-way
 
 
-class ScriptedServer:
+class ScriptedServer(LoopbackServer):
     """A scripted server's state and life; a subclass passes its handler class to :meth:`_serve`."""
 
     def __init__(self, *, delay: float = 0.0) -> None:
@@ -104,12 +100,6 @@ class ScriptedServer:
         self._lock = threading.Lock()
         self._open = threading.Event()
         self._open.set()
-
-    def _serve(self, handler: type[ScriptedHandler], thread_name: str) -> None:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name=thread_name, daemon=True)
-        self._thread.start()
 
     def _next_action(self, body: dict[str, Any], raw: bytes, headers: dict[str, str] | None = None) -> Action:
         """The scripted action for this request (``raw``, its body as it arrived), recorded; returns
@@ -126,10 +116,6 @@ class ScriptedServer:
         with self._lock:
             self.input_tokens += tokens_in
             self.output_tokens += tokens_out
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_port)
 
     def queue(self, *actions: Action) -> None:
         with self._lock:
@@ -148,11 +134,4 @@ class ScriptedServer:
 
     def close(self) -> None:
         self._open.set()  # a stalled handler thread is let go
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().close()

@@ -28,7 +28,7 @@ from sessionmem.compress.claude_code_backend import cli_environment
 from sessionmem.compress.openai_backend import OpenAICompatibleCompressor
 from sessionmem.compress.provider import describe, provider_of
 from sessionmem.events import ObservationEvent
-from sessionmem.settings import Settings, SettingsError, load_settings, proxy_host
+from sessionmem.settings import Settings, SettingsError, load_settings, url_host
 from sessionmem.testing.certificates import issue_server_certificate, make_authority
 from sessionmem.testing.chat_completions_api import ScriptedChatCompletionsAPI
 from sessionmem.testing.claude_login import logged_in_home
@@ -113,10 +113,14 @@ def test_the_proxy_and_the_bundle_come_from_sessionmems_settings(tmp_path: Path)
 
 
 def test_a_proxy_urls_user_and_password_are_never_shown(tmp_path: Path) -> None:
-    assert proxy_host(f"http://alice:{PASSWORD}@proxy.corp.example:3128") == "proxy.corp.example:3128"
-    assert proxy_host(f"https://{PASSWORD}@[::1]:8443/") == "[::1]:8443"
-    assert proxy_host("http://proxy.corp.example") == "proxy.corp.example"
-    assert proxy_host("") == ""
+    assert url_host(f"http://alice:{PASSWORD}@proxy.corp.example:3128") == "proxy.corp.example:3128"
+    assert url_host(f"https://{PASSWORD}@[::1]:8443/") == "[::1]:8443"
+    assert url_host("http://proxy.corp.example") == "proxy.corp.example"
+    assert url_host("") == ""
+    # A base URL is checked for its scheme and host only: a port that is not a number is shown, never raised.
+    keyless = Settings(data_dir=tmp_path, compressor="openai-compatible", openai_model="m",
+                       openai_base_url="http://127.0.0.1:port/v1")
+    assert provider_of(keyless, "openai-compatible") == ProviderStatistics(host="(unreadable URL)", credential="none")
     bundle = _ca_bundle(tmp_path / "ca")
     settings = Settings(data_dir=tmp_path, llm_proxy=f"http://alice:{PASSWORD}@proxy.corp.example:3128",
                         llm_ca_bundle=str(bundle), openai_model="m")

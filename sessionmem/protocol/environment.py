@@ -7,8 +7,9 @@ project's: a committed ``.claude/settings.json`` can set ``ANTHROPIC_BASE_URL``,
 ``ANTHROPIC_API_KEY``, ``HTTPS_PROXY`` or ``PYTHONPATH`` for its sessions and their hooks.
 Inherited, they would send later batches of every project (and the user's OAuth token) to
 that host, or bill that key instead of the user's subscription. So the worker keeps only
-what describes the user and the machine (:data:`KEPT`, :data:`KEPT_PREFIXES`) and its own
-settings (``SESSIONMEM_*``); the compressor's provider comes from sessionmem's settings
+what describes the user and the machine (:func:`describes_user`, which the Claude Code
+CLI's runs keep too), libpq's password for the team database and its own settings
+(``SESSIONMEM_*``); the compressor's provider comes from sessionmem's settings
 (``sessionmem.settings``) and the user's own Claude Code login, never from here.
 
 Who applies it: :func:`sessionmem.protocol.launch.ensure_worker` starts the worker with
@@ -25,19 +26,24 @@ TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are st
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-# Who the user is and how the machine is set up: a project's session has no reason to change these.
-KEPT = frozenset({
+# Who the user is and how the machine is set up (and the locale, LC_*): a project's session has no reason to
+# change these.
+USER_AND_MACHINE = frozenset({
     "HOME", "PATH", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
     "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_RUNTIME_DIR",
-    # libpq's own ways to give the team database's password (docs/team.md): a password, not an address.
-    "PGPASSFILE", "PGPASSWORD",
 })
-KEPT_PREFIXES = ("LC_", "SESSIONMEM_")
+# libpq's own ways to give the team database's password (docs/team.md): a password, not an address.
+TEAM_PASSWORD = frozenset({"PGPASSFILE", "PGPASSWORD"})
+
+
+def describes_user(name: str) -> bool:
+    """Whether the environment variable ``name`` says who the user is or how the machine is set up."""
+    return name in USER_AND_MACHINE or name.startswith("LC_")
 
 
 def kept(name: str) -> bool:
     """Whether the worker keeps the environment variable ``name``."""
-    return name in KEPT or name.startswith(KEPT_PREFIXES)
+    return describes_user(name) or name in TEAM_PASSWORD or name.startswith("SESSIONMEM_")
 
 
 def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
