@@ -83,11 +83,6 @@ def guarded_observation(event: ObservationEvent, observation: CompressedObservat
         concepts=guarded.concepts, flagged=True)
 
 
-def guarded_observations(events: Sequence[ObservationEvent], observations: Sequence[CompressedObservation],
-                         **options: Any) -> list[CompressedObservation]:
-    return [guarded_observation(event, observation, **options) for event, observation in zip(events, observations)]
-
-
 def guarded_summary(request: SummarizeEvent, inputs: Sequence[ObservationRow],
                     summary: CompressedSummary) -> CompressedSummary:
     """``summary`` with no instruction-like text in "Learned" or "Next steps" (moved, quoted, to its notes),
