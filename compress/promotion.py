@@ -77,9 +77,8 @@ def guarded_observation(event: ObservationEvent, observation: CompressedObservat
         tainted=observation.flagged or tainted(event))
     if not guarded.flagged:
         return observation
-    title = guarded.title if not instruction_like(guarded.title) else withheld_title(event)
     return msgspec.structs.replace(
-        observation, title=title, subtitle=guarded.subtitle, facts=guarded.facts, narrative=guarded.narrative,
+        observation, title=guarded.title, subtitle=guarded.subtitle, facts=guarded.facts, narrative=guarded.narrative,
         concepts=guarded.concepts, flagged=True)
 
 
