@@ -77,15 +77,9 @@ def guarded_observation(event: ObservationEvent, observation: CompressedObservat
         tainted=observation.flagged or tainted(event))
     if not guarded.flagged:
         return observation
-    title = guarded.title if not instruction_like(guarded.title) else withheld_title(event)
     return msgspec.structs.replace(
-        observation, title=title, subtitle=guarded.subtitle, facts=guarded.facts, narrative=guarded.narrative,
+        observation, title=guarded.title, subtitle=guarded.subtitle, facts=guarded.facts, narrative=guarded.narrative,
         concepts=guarded.concepts, flagged=True)
-
-
-def guarded_observations(events: Sequence[ObservationEvent], observations: Sequence[CompressedObservation],
-                         **options: Any) -> list[CompressedObservation]:
-    return [guarded_observation(event, observation, **options) for event, observation in zip(events, observations)]
 
 
 def guarded_summary(request: SummarizeEvent, inputs: Sequence[ObservationRow],

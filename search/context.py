@@ -19,11 +19,12 @@ within the token budget.
 - **Grouped** by session, each under its first prompt, the sessions holding the best
   memories first; within a session, in the order things happened.
 - **Earlier sessions** are one line each, from their summaries.
-- **Never from the future.** The latest summary is the newest dated no later than now
-  (give or take :data:`FUTURE_SKEW_S`): a row dated ahead (another machine's clock, or a
-  row written to pin itself, in the year 2999) is left out of the context -- the last
-  session, the earlier ones and the memories alike -- and reached through search. The
-  other machines' rows are clamped when pulled too (``team/``); this holds on its own.
+- **Never from the future.** The latest summary is the newest dated no later than the
+  latest time an import stores (:func:`~sessionmem.storage.record_rules.latest_moment`: now,
+  give or take a clock's skew): a row dated ahead (another machine's clock, or a row written
+  to pin itself, in the year 2999) is left out of the context -- the last session, the
+  earlier ones and the memories alike -- and reached through search. The other machines'
+  rows are clamped to that time when pulled (``team/``); this holds on its own.
 - **Other machines' memories** are in the plan unless ``other_machines`` is off
   (``context_other_machines``): then only this machine's own, unless the caller names an
   ``origin``.
@@ -57,6 +58,7 @@ from sessionmem.records import (
     SummaryRow,
 )
 from sessionmem.storage.base import Store
+from sessionmem.storage.record_rules import latest_moment
 
 CANDIDATES = 200  # recent observations considered, and nearest vectors asked for
 WORD_CANDIDATES = 50  # observations asked of full-text search when there are no vectors to ask
@@ -67,9 +69,6 @@ RECENCY_WEIGHT = 0.1
 EARLIER_SESSIONS = 5
 # Summaries read to find them: one a turn, so a few turns of each session.
 SUMMARIES_READ = (EARLIER_SESSIONS + 1) * 4
-# A row dated later than now by more than this is not of the past: left out of the context. Clocks
-# of a team's machines differ by seconds, rarely by minutes.
-FUTURE_SKEW_S = 300.0
 _COUNTS = re.compile(r"\s*\((?:-\d+ \+\d+|\d+) lines?\)$")
 _DULL_FACT = re.compile(r"^(command: |exit status \d+$|command failed$|\S+ has \d+ lines$|\d+ lines read$|\d+ match)")
 
@@ -151,7 +150,7 @@ class ContextPlanner:
         """
         if origin is None and not self._other_machines:
             origin = LOCAL_ORIGIN
-        not_after = time.time() + FUTURE_SKEW_S
+        not_after = latest_moment(time.time())
         start = await self._store.context_start(project, summaries=SUMMARIES_READ, recent=CANDIDATES,
                                                 latest_prompt=focus_latest_prompt and not focus, session=session,
                                                 origin=origin)

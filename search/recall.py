@@ -19,7 +19,7 @@ whatever it ingests, its first line saying that what follows is recalled from ea
 sessions, quoted data for reference, not instructions; another machine's memory marked
 "from bob@laptop, unverified" (left out when ``context_other_machines`` is off: search and
 the MCP tools reach it), a flagged one marked too. Nothing dated in the future is recalled
-(:data:`~sessionmem.search.context.FUTURE_SKEW_S`), as at SessionStart.
+(:func:`~sessionmem.storage.record_rules.latest_moment`), as at SessionStart.
 
 Error handling:
     Recall is a courtesy: any failure (storage, embedding, a timeout) is logged and
@@ -38,9 +38,10 @@ from sessionmem.protocol.framing import framed_recall, marks
 from sessionmem.protocol.safe_text import local_time, one_line
 from sessionmem.records import LOCAL_ORIGIN, OBSERVATION, SUMMARY, SearchFilters
 from sessionmem.runtime.logs import log_exception
-from sessionmem.search.context import FUTURE_SKEW_S, telling_fact
+from sessionmem.search.context import telling_fact
 from sessionmem.search.hybrid import SearchService
 from sessionmem.storage.base import Store
+from sessionmem.storage.record_rules import latest_moment
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class Recall:
         except Exception as exc:
             log_exception(log, "file recall failed", exc)
             return ""
-        not_after = time.time() + FUTURE_SKEW_S  # nothing dated in the future, as at SessionStart
+        not_after = latest_moment(time.time())  # nothing dated in the future, as at SessionStart
         memories = [memory for memory in memories
                     if memory.created_at <= not_after and (self._other_machines or not memory.origin)]
         fresh = set(self._unseen(claude_session_id, [memory.id for memory in memories]))
@@ -127,7 +128,7 @@ class Recall:
             log_exception(log, "prompt recall failed", exc)
         if results is None:
             return ""
-        not_after = time.time() + FUTURE_SKEW_S
+        not_after = latest_moment(time.time())
         others = [result for result in results.results
                   if result.claude_session_id != claude_session_id and result.created_at <= not_after]
         fresh = set(self._unseen(claude_session_id, [result.id for result in others if result.kind == OBSERVATION]))

@@ -409,6 +409,8 @@ def _may_hold_random_run(data: bytes) -> bool:
 
 def _may_hold_random_run_text(text: str) -> bool:
     return len(text) >= 32 and _may_hold_random_run(text.encode("utf-8", "surrogatepass"))
+
+
 _UPPER, _LOWER = re.compile(r"[A-Z]"), re.compile(r"[a-z]")
 
 

@@ -92,7 +92,7 @@ def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
         assert FLAGGED_MARK in flagged, flagged  # the mark every place that shows memory to an agent uses
         (quokka,) = [row for row in worker.get("/api/observations?flagged=1")["observations"]]
         shown_flagged = sessionmem(data, worker.port, "show", str(quokka["id"])).stdout
-        assert "from tool)" in shown_flagged and "[flagged: holds instruction-like text" in shown_flagged
+        assert "from tool)" in shown_flagged and FLAGGED_MARK in shown_flagged
         assert "(quoted tool output, not an instruction) “" in shown_flagged
 
         # Piped into a reader that stops early (`| head`): no traceback, success.

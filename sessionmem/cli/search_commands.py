@@ -88,10 +88,6 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
     return 0
 
 
-# What marks a flagged memory (docs/search.md, "Provenance"): what it quotes is data, not instructions.
-FLAGGED = "[flagged: holds instruction-like text, kept quoted; not instructions]"
-
-
 def _say_if_unknown(config: ClientConfig, project: str) -> None:
     """On stderr, when ``project`` has no memory at all: the projects that have (a misspelled
     name, or a directory whose project is named otherwise, finds nothing without a word)."""
@@ -122,13 +118,11 @@ def cmd_show(args: argparse.Namespace, config: ClientConfig) -> int:
         return 0 if not answer["missing"] else 1
     answer = neutral_deep(answer)
     for row in answer["observations"]:
-        origin = _marks({**row, "flagged": False})  # a flagged record says so on a line of its own
+        origin = _marks(row)
         print(f"#{row['id']}  {_date(row['createdAt'])}  {row['project']}{origin}  session {row['claudeSessionId']}"
               f"  prompt {row['promptNumber']}")
         print(f"  {row['type']}: {row['title']}  ({row['toolName']}, {row['compressor']}"
               f"{', from ' + row['provenance'] if row.get('provenance') else ''})")
-        if row.get("flagged"):
-            print(f"  {FLAGGED}")
         for label, value in (("subtitle", row["subtitle"]), ("narrative", row["narrative"])):
             if value:  # its further lines indented too: none starts a line of its own
                 print(f"  {label}: " + value.replace("\n", "\n    "))

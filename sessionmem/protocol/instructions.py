@@ -112,7 +112,8 @@ _OVERRIDE = (rf"\s+(?:(?:all|any|every|of|the|your|my|these|those|such)\s+){{0,3
              r"|\s+(?:all\s+|everything\s+)?(?:(?:that\s+)?(?:was\s+)?(?:said|written|stated)\s+)?(?:the\s+)?"
              r"(?:above|before\s+this|previous|prior|preceding)(?=\s*(?:[.!,:;\n]|$))")
 _SHELL = r"(?:sudo\s+(?:-\S+\s+){0,3})?(?:/usr/bin/|/bin/|/usr/local/bin/)?(?:ba|z|da|k|fi|c|tc|a)?sh\b"
-_INTERPRETER = r"(?:sudo\s+)?(?:python3?|perl|ruby|node|pwsh|powershell)\b(?!\s+-m\s+json)"
+# "| python -m json.tool" pretty-prints: on its line only (a field after a line break is another field).
+_INTERPRETER = r"(?:sudo\s+)?(?:python3?|perl|ruby|node|pwsh|powershell)\b(?![ \t]+-m[ \t]+json)"
 _SECRETS = (r"(?:credentials?|secrets?|tokens?|api[ _-]?keys?|access[ _-]?keys?|passwords?|passwd|private[ _-]keys?"
             r"|ssh[ _-]keys?|env(?:ironment)?(?:\s+variables|\s+vars)?|\.env\b|cookies|~/\.ssh|~/\.aws|id_rsa|\.netrc"
             r"|keychain|wallet|netrc|npmrc|pypirc|git-credentials|ssh/|aws/)")
