@@ -224,10 +224,10 @@ def cards(connection: Connection, *, keys: Sequence[tuple[str, int]]) -> dict[tu
             f"{_CARD_SQL[kind]}, project_key, origin_machine_id, origin_machine, origin_user FROM {table}"
             " WHERE id = ANY(%s)", (ids,)).fetchall()
         for *values, project_key, machine_id, machine, user in rows:
-            card = team_card(kind, tuple(values), origin_label(str(machine), str(user)))
+            origin = Origin(str(machine_id), str(machine), str(user))
+            card = team_card(kind, tuple(values), origin_label(origin.machine_shown(), origin.user))
             if card is not None:
-                found[(kind, card.id)] = TeamCard(card=card, project_key=str(project_key),
-                                                  origin=Origin(str(machine_id), str(machine), str(user)))
+                found[(kind, card.id)] = TeamCard(card=card, project_key=str(project_key), origin=origin)
     return found
 
 

@@ -25,6 +25,11 @@ class Origin(msgspec.Struct, frozen=True, array_like=True):
     machine: Identifier
     user: Identifier
 
+    def machine_shown(self) -> str:
+        """The machine's name as shown: never empty, since an empty one reads as this machine's own
+        (a row written around sessionmem may carry none)."""
+        return self.machine or self.machine_id[:8] or "unknown"
+
 
 class SharedRow(msgspec.Struct, frozen=True, kw_only=True):
     record: Record  # a SessionRecord's ``cwd`` is always None: a path of one machine stays there

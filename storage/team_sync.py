@@ -348,7 +348,7 @@ def import_pulled(connection: apsw.Connection, rows: Sequence[SharedRow], *, cur
             continue
         key = "" if row.project_key.startswith(NAME_KEY_PREFIX) else row.project_key
         kept.append(row)
-        pulled_from.append(PulledFrom(machine=row.origin.machine or row.origin.machine_id[:8] or "unknown",
+        pulled_from.append(PulledFrom(machine=row.origin.machine_shown(),
                                       user=row.origin.user, project_key=key, project=project))
     counts = transfer.import_records(connection, [row.record for row in kept], now, pulled_from)
     if cursor is not None:
