@@ -311,6 +311,13 @@ def test_the_hooks_launcher_starts_the_worker_confined(tmp_path: Path, monkeypat
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("SESSIONMEM_COMPRESSOR", "offline")
     monkeypatch.setenv("SESSIONMEM_CODE_WATCH", "0")
+    # sessionmem's own settings a project's session could set for its hooks (.claude/settings.json's env):
+    # where the team database, the model's address or the proxy are, never taken from it.
+    chosen_by_the_session = {"SESSIONMEM_DATABASE_URL": "postgresql://evil.example/x", "SESSIONMEM_SHARE_PROJECTS": "*",
+                             "SESSIONMEM_ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "SESSIONMEM_LLM_PROXY":
+                             "http://127.0.0.1:9", "SESSIONMEM_REDACT_SECRETS": "false"}
+    for name, value in chosen_by_the_session.items():
+        monkeypatch.setenv(name, value)
     config = ClientConfig({"SESSIONMEM_DATA_DIR": str(data_dir), "SESSIONMEM_PORT": "0",
                            "SESSIONMEM_START_TIMEOUT": "60"})
     problems: list[str] = []
@@ -320,7 +327,7 @@ def test_the_hooks_launcher_starts_the_worker_confined(tmp_path: Path, monkeypat
         assert port is not None and state is not None, problems
         environ = Path(f"/proc/{state.pid}/environ").read_bytes().split(b"\0")
         names = {entry.split(b"=", 1)[0].decode() for entry in environ if entry}
-        assert not names & {*HOSTILE_ENV, "ANTHROPIC_BASE_URL"}, names
+        assert not names & {*HOSTILE_ENV, "ANTHROPIC_BASE_URL", *chosen_by_the_session}, names
         assert "SESSIONMEM_COMPRESSOR" in names and "HOME" in names
         assert os.readlink(f"/proc/{state.pid}/cwd") == str(data_dir)
     finally:

@@ -10,11 +10,15 @@ that host, or bill that key instead of the user's subscription. So the worker ke
 what describes the user and the machine (:func:`describes_user`, which the Claude Code
 CLI's runs keep too), libpq's password for the team database and its own settings
 (``SESSIONMEM_*``); the compressor's provider comes from sessionmem's settings
-(``sessionmem.settings``) and the user's own Claude Code login, never from here.
+(``sessionmem.settings``) and the user's own Claude Code login, never from here. The same
+session can set ``SESSIONMEM_*`` variables as well: a worker that a hook starts leaves out those
+that choose where memory, a login or a key goes (:data:`FROM_THE_USER_ONLY`: the team database,
+the model's address and keys, the proxy), which the user gives in ``settings.json``.
 
 Who applies it: :func:`sessionmem.protocol.launch.ensure_worker` starts the worker with
-:func:`worker_environment` and the data dir as its working directory, and ``sessionmem
-serve`` applies the same to its own process (:func:`confine_process`) whoever started it.
+:func:`hook_started_environment` and the data dir as its working directory, and ``sessionmem
+serve`` applies :func:`worker_environment` to its own process (:func:`confine_process`) whoever
+started it.
 Standard library only: the hook process imports it.
 """
 
@@ -41,6 +45,17 @@ def describes_user(name: str) -> bool:
     return name in USER_AND_MACHINE or name.startswith("LC_")
 
 
+# sessionmem's own settings that choose where memory, a login or a key goes, or that weaken a protection.
+# A project's session can set any variable for its hooks (a committed `.claude/settings.json` has an `env`
+# block), so a worker a hook starts never takes these from the hook's environment: the user gives them in
+# `<data dir>/settings.json`, or to a `sessionmem serve` they run themselves.
+FROM_THE_USER_ONLY = frozenset(f"SESSIONMEM_{name}" for name in (
+    "DATABASE_URL", "SHARE_PROJECTS", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY",
+    "OPENAI_BASE_URL", "LLM_PROXY", "LLM_CA_BUNDLE", "LLM_ALLOW_PLAIN_HTTP", "CLAUDE_CONFIG_DIR",
+    "CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_PATH", "REDACT_SECRETS", "FAULT_INJECTION",
+))
+
+
 def kept(name: str) -> bool:
     """Whether the worker keeps the environment variable ``name``."""
     return describes_user(name) or name in TEAM_PASSWORD or name.startswith("SESSIONMEM_")
@@ -49,6 +64,11 @@ def kept(name: str) -> bool:
 def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` without what the worker does not keep (see the module docstring)."""
     return {name: value for name, value in environ.items() if kept(name)}
+
+
+def hook_started_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """What a worker that a hook starts inherits: :func:`worker_environment` without :data:`FROM_THE_USER_ONLY`."""
+    return {name: value for name, value in environ.items() if kept(name) and name not in FROM_THE_USER_ONLY}
 
 
 def left_out(environ: Mapping[str, str]) -> list[str]:

@@ -25,7 +25,7 @@ import sys
 import time
 
 from sessionmem.protocol.client import WorkerUnavailable, request
-from sessionmem.protocol.environment import worker_environment
+from sessionmem.protocol.environment import hook_started_environment
 from sessionmem.protocol.routes import READINESS, READY, STARTING
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
@@ -102,8 +102,9 @@ def _start_once(config: ClientConfig, log: Callable[[str], None]) -> tuple[int |
                 # The port this client was told (a command's --port included), not only the
                 # data dir: otherwise the worker binds the default and the client waits in vain.
                 # Only the allow-listed environment: this session's project must not choose the
-                # model's address, key or proxy for every later session (protocol/environment.py).
-                env={**worker_environment(os.environ), "SESSIONMEM_DATA_DIR": config.data_dir,
+                # model's address, key or proxy, nor the team database, for every later session
+                # (protocol/environment.py: those come from settings.json).
+                env={**hook_started_environment(os.environ), "SESSIONMEM_DATA_DIR": config.data_dir,
                      "SESSIONMEM_PORT": str(config.port), "SESSIONMEM_HOST": config.host},
                 cwd=config.data_dir,
             )
