@@ -142,7 +142,10 @@ async def test_the_outbox_begins_above_what_was_stored_before_sharing(tmp_path: 
         await shop_session(a, "after")
 
         async def pushed() -> bool:
-            return (await a.debug())["team"]["backlog"] == 0 and pg_counts(team_database_url)["observations"] == 2
+            # The outbox's cursor moves in a local transaction after PostgreSQL's commit: wait for both.
+            cursor = await a.services.store.team_outbox_cursor(team_sync.OUTBOX)
+            return ((await a.debug())["team"]["backlog"] == 0 and pg_counts(team_database_url)["observations"] == 2
+                    and cursor.observation >= 4)
 
         await wait_for(pushed)
         cursor = await a.services.store.team_outbox_cursor(team_sync.OUTBOX)
