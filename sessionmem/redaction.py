@@ -422,9 +422,9 @@ def random_bits(length: int) -> float:
 
 
 def _random_enough(run: str) -> bool:
-    """Random as a key is: upper and lower case, two digits or more (a random run of 32 has five, on
+    """Random as a key is: upper and lower case, a digit (a random run of 32 has five, on
     average), few slashes, and :func:`random_bits` of entropy."""
-    if run.count("/") > 4 or sum(character.isdigit() for character in run) < 2 \
+    if run.count("/") > 4 or not any(character.isdigit() for character in run) \
             or not (_UPPER.search(run) and _LOWER.search(run)):
         return False
     body = run.rstrip("=")
