@@ -7,6 +7,10 @@ every start; a hook process only needs the standard library, ``sessionmem.hooks`
 package (``site-packages/sessionmem/hooks``) -- without running
 ``sessionmem/__init__.py``, then runs :func:`sessionmem.hooks.run.main`.
 
+On native Windows (``sys.platform`` one of
+:data:`sessionmem.protocol.platform_support.NATIVE_WINDOWS`) the hook exits 0 at once,
+before anything else: sessionmem runs there inside WSL 2 only.
+
 Error handling:
     If even this bootstrap fails, the hook still exits 0 with nothing on stdout.
 """
@@ -36,6 +40,8 @@ def _bootstrap() -> None:
 
 
 if __name__ == "__main__":
+    if sys.platform in ("win32", "cygwin", "msys"):  # native Windows: not supported, nothing to do, no error
+        raise SystemExit(0)
     try:
         _bootstrap()
         from sessionmem.hooks.run import main

@@ -30,6 +30,7 @@ from sessionmem.protocol.datadir import make_private
 from sessionmem.protocol.delivery import Patience
 from sessionmem.protocol.environment import confine_process
 from sessionmem.protocol.limits import printable_line
+from sessionmem.protocol.platform_support import unsupported_platform
 from sessionmem.protocol.state import (
     INSTANCE_LOCK_FILE,
     SHUTDOWN_REPORT_FILE,
@@ -259,7 +260,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_install(args: argparse.Namespace) -> int:
+def cmd_install(args: argparse.Namespace, *, platform: str = sys.platform) -> int:
+    unsupported = unsupported_platform(platform)
+    if unsupported:
+        print(f"sessionmem: not installed: {unsupported}", file=sys.stderr)
+        return 1
     from sessionmem.install import InstallError, install, install_mcp
 
     try:
@@ -298,8 +303,12 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
+def cmd_doctor(args: argparse.Namespace, *, platform: str = sys.platform) -> int:
     """Report what a user needs to know when memory does not seem to work."""
+    unsupported = unsupported_platform(platform)
+    if unsupported:
+        print(f"sessionmem doctor\n  [!!] {unsupported}\nsessionmem: 1 problem(s)")
+        return 1
     from sessionmem.install import (
         STAGES,
         claude_settings_path,
