@@ -19,7 +19,7 @@ import apsw
 import msgspec
 
 from sessionmem.records import CompressedObservation, FileMemory
-from sessionmem.storage.fulltext import file_matches, file_params
+from sessionmem.storage.fulltext import basename_collation, file_matches, file_params
 from sessionmem.storage.origins import label_sql
 from sessionmem.storage.sqlite_values import one_row, text
 
@@ -36,16 +36,16 @@ def recallable_files(observation: CompressedObservation) -> tuple[str, ...]:
     return (*observation.files_read, *observation.files_modified)
 
 
-def recalled_as(asked: str, observation: CompressedObservation) -> bool | None:
+def recalled_as(asked: str, observation: CompressedObservation, *, fold_case: bool = False) -> bool | None:
     """What :func:`file_memory_rows` says of a stored ``observation`` for a lookup of ``asked``: ``None``
     when it is not among the rows, else whether it modified the file (its ``modified``)."""
-    if not file_matches(asked, recallable_files(observation)):
+    if not file_matches(asked, recallable_files(observation), fold_case=fold_case):
         return None
-    return file_matches(asked, observation.files_modified)
+    return file_matches(asked, observation.files_modified, fold_case=fold_case)
 
 
 def file_memories(connection: apsw.Connection, project: str, path: str, *, exclude_session: str,
-                  limit: int, lookback: int = FILE_LOOKBACK) -> list[FileMemory]:
+                  limit: int, lookback: int = FILE_LOOKBACK, fold_case: bool = False) -> list[FileMemory]:
     """The newest observations of ``project`` about ``path`` from other sessions than ``exclude_session``,
     one per title, those that modified it first, among the file's newest ``lookback`` uses.
 
@@ -58,7 +58,7 @@ def file_memories(connection: apsw.Connection, project: str, path: str, *, exclu
     (:class:`~sessionmem.storage.file_memory_cache.FileRecallCache`).
     """
     rows = file_memory_rows(connection, project, path, exclude_session=exclude_session, most=limit * 4,
-                            lookback=lookback)
+                            lookback=lookback, fold_case=fold_case)
     return choose_file_memories(rows, exclude_session, limit)
 
 
@@ -66,7 +66,7 @@ _file_rows = msgspec.json.Decoder(list[tuple[int, str, float, str, str, str, lis
 
 
 def file_memory_rows(connection: apsw.Connection, project: str, path: str, *, exclude_session: str | None,
-                     most: int, lookback: int = FILE_LOOKBACK) -> list[FileMemory]:
+                     most: int, lookback: int = FILE_LOOKBACK, fold_case: bool = False) -> list[FileMemory]:
     """The newest ``most`` observations of ``project`` that :func:`file_memories` may answer with for
     ``path``, newest first: of every session but ``exclude_session`` (of every session when ``None``).
 
@@ -76,6 +76,11 @@ def file_memory_rows(connection: apsw.Connection, project: str, path: str, *, ex
     keeps that order: left to itself SQLite would walk every observation of the project
     (``observations_project``) and look each one up in ``observation_files``, a cost that
     grows with the project.
+
+    ``fold_case`` (a disk that ignores case): the file's name matches in any ASCII case too, so
+    ``/users/me/proj/readme.md`` finds what was stored of ``/Users/me/Proj/README.md``, whichever
+    spelling each was stored under, through the store's ``NOCASE`` index of names
+    (:data:`~sessionmem.storage.fulltext.BASENAME_NOCASE_INDEX`).
     """
     params: dict[str, Any] = {**file_params(path), "project": project, "session": exclude_session,
                               "most": most, "lookback": lookback}
@@ -90,7 +95,8 @@ def file_memory_rows(connection: apsw.Connection, project: str, path: str, *, ex
         "                 ORDER BY observation_id DESC LIMIT :lookback)"
         "  UNION ALL"
         "  SELECT * FROM (SELECT observation_id, modified FROM observation_files"
-        "                 WHERE basename = :file_base AND path LIKE :file_suffix ESCAPE '\\'"
+        f"                 WHERE basename = :file_base{basename_collation(fold_case)}"
+        "                 AND path LIKE :file_suffix ESCAPE '\\'"
         "                 ORDER BY observation_id DESC LIMIT :lookback))"
         " SELECT o.id, s.claude_session_id AS session, o.created_at, o.type, o.title, o.subtitle, o.facts,"
         f"        max(t.modified) AS modified, {label_sql('o')} AS origin, o.provenance, o.flagged"

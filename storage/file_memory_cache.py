@@ -20,6 +20,10 @@ whether the read saw it or not: rows are never kept without a store that committ
 they were read. The newest :data:`STORES_KNOWN` stores are known; rows read before the
 oldest of them, or before an import, are not kept.
 
+Where file names match in any case (``fold_case``: a disk that ignores case), the rows are kept
+for the path in lower case (ASCII, as the lookup folds it): ``README.md`` and ``readme.md`` are one
+file, and one entry.
+
 Resource handling:
     In memory, at most ``capacity`` files' rows (least recently used dropped first) and
     the newest ``stores_known`` stores. Used from the Trio thread only: no locks.
@@ -35,7 +39,7 @@ import msgspec
 
 from sessionmem.records import CompressedObservation, FileMemory
 from sessionmem.storage.file_memories import recallable_files, recalled_as
-from sessionmem.storage.fulltext import file_name
+from sessionmem.storage.fulltext import ascii_folded, file_name
 
 CAPACITY = 4096
 # Stores remembered for rows read while they committed: a read takes milliseconds, and under the
@@ -45,7 +49,7 @@ STORES_KNOWN = 256
 # memories crowd the others out of them is answered by a read of its own (SQLiteStore.file_memories).
 ROWS_KEPT = 64
 
-Key = tuple[str, str]  # project, path as asked
+Key = tuple[str, str]  # project, path as asked (in lower case where names match in any case)
 
 
 class FileRecallCacheStatistics(msgspec.Struct, frozen=True):
@@ -55,10 +59,12 @@ class FileRecallCacheStatistics(msgspec.Struct, frozen=True):
     dropped: int  # rows dropped: memories were imported
 
 
-def _names_of_stored(path: str) -> set[str]:
+def _names_of_stored(path: str, fold_case: bool) -> set[str]:
     """The names of the lookups a stored path can answer: its ``basename`` column (what follows the
-    last ``/``) and, for a path ending in ``/``, what a lookup of that same path goes by."""
-    return {path.rsplit("/", 1)[-1], file_name(path)}
+    last ``/``) and, for a path ending in ``/``, what a lookup of that same path goes by (in lower
+    case with ``fold_case``)."""
+    names = {path.rsplit("/", 1)[-1], file_name(path)}
+    return {ascii_folded(name) for name in names} if fold_case else names
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,9 @@ class _Store:
 
 
 class FileRecallCache:
-    def __init__(self, capacity: int = CAPACITY, rows_kept: int | None = None, stores_known: int | None = None) -> None:
+    def __init__(self, capacity: int = CAPACITY, rows_kept: int | None = None, stores_known: int | None = None,
+                 *, fold_case: bool = False) -> None:
+        self.fold_case = fold_case  # file names match in any ASCII case (a disk that ignores case)
         self._capacity = capacity  # files' rows kept, at most
         self.rows_kept = rows_kept or ROWS_KEPT  # at most, for a file
         self._stores_known = stores_known or STORES_KNOWN
@@ -87,6 +95,10 @@ class FileRecallCache:
 
     def statistics(self) -> FileRecallCacheStatistics:
         return FileRecallCacheStatistics(len(self._rows), self._hits, self._misses, self._dropped)
+
+    def key(self, project: str, path: str) -> Key:
+        """The key of ``path``'s rows in ``project``: the path in lower case where names match in any case."""
+        return (project, ascii_folded(path) if self.fold_case else path)
 
     def get(self, key: Key) -> list[FileMemory] | None:
         """The rows kept for the file, newest first; ``None`` when none are kept."""
@@ -127,7 +139,7 @@ class FileRecallCache:
         times: each joins the front of the rows kept for every file a lookup of which would find it
         (:func:`~sessionmem.storage.file_memories.recalled_as`), as a fresh read would have it there."""
         names = frozenset(name for _, _, observation in observations for path in recallable_files(observation)
-                          for name in _names_of_stored(path))
+                          for name in _names_of_stored(path, self.fold_case))
         if not names:
             return
         self._sequence += 1
@@ -150,7 +162,8 @@ class FileRecallCache:
                           facts=list(observation.facts), modified=modified, provenance=str(observation.provenance),
                           flagged=observation.flagged)
                for row_id, created_at, observation in observations
-               if row_id not in there and (modified := recalled_as(asked, observation)) is not None]
+               if row_id not in there
+               and (modified := recalled_as(asked, observation, fold_case=self.fold_case)) is not None]
         if not new:
             return rows
         return sorted(new + rows, key=lambda row: -row.id)[: self.rows_kept]

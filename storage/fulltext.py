@@ -130,12 +130,25 @@ def _filter_sql(kind: str, filters: SearchFilters, params: dict[str, Any]) -> tu
     return joins, " AND ".join(conditions) or "1"
 
 
-def file_match(alias: str = "") -> str:
+def file_match(alias: str = "", *, fold_case: bool = False) -> str:
     """SQL finding a file in ``observation_files`` (aliased ``alias``) by its whole path, or by the
-    end of one (``src/app.py``); parameters from :func:`file_params`."""
+    end of one (``src/app.py``); parameters from :func:`file_params`. The end's directories match in
+    any ASCII case (``LIKE``); its name does too with ``fold_case`` (a disk that ignores case:
+    :data:`~sessionmem.protocol.path_case.FOLDS_FILE_CASE`), through :data:`BASENAME_NOCASE_INDEX`."""
     prefix = f"{alias}." if alias else ""
-    return (f"({prefix}path = :file OR ({prefix}basename = :file_base"
+    return (f"({prefix}path = :file OR ({prefix}basename = :file_base{basename_collation(fold_case)}"
             f" AND {prefix}path LIKE :file_suffix ESCAPE '\\'))")
+
+
+# Where file names match in any case, the lookup by name needs an index in that collation (the schema's
+# `observation_files_basename` is BINARY): made by the store that folds (SQLiteStore), where it folds only.
+BASENAME_NOCASE_INDEX = ("CREATE INDEX IF NOT EXISTS observation_files_basename_nocase"
+                         " ON observation_files (basename COLLATE NOCASE, observation_id)")
+
+
+def basename_collation(fold_case: bool) -> str:
+    """What follows ``basename = :file_base`` in SQL: nothing, or ``COLLATE NOCASE`` to match in any ASCII case."""
+    return " COLLATE NOCASE" if fold_case else ""
 
 
 def file_name(path: str) -> str:
@@ -148,18 +161,27 @@ def file_params(path: str) -> dict[str, str]:
     return {"file": path, "file_base": file_name(path), "file_suffix": "%/" + _like_escaped(path.lstrip("/"))}
 
 
-_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)  # what LIKE folds, no more
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)  # what LIKE and NOCASE fold, no more
 
 
-def file_matches(asked: str, paths: Iterable[str]) -> bool:
+def ascii_folded(text: str) -> str:
+    """``text`` with its ASCII letters in lower case, as SQLite's ``LIKE`` and ``NOCASE`` compare it."""
+    return text.translate(_ASCII_LOWER)
+
+
+def file_matches(asked: str, paths: Iterable[str], *, fold_case: bool = False) -> bool:
     """Whether :func:`file_match` finds one of ``paths`` (as ``observation_files`` holds them) for a
     lookup of ``asked``: the same path, or a path of the same ``basename`` ending in it, its ASCII
-    letters in any case, as ``LIKE`` has it."""
+    letters in any case, as ``LIKE`` has it (``fold_case``: the ``basename`` too, as ``NOCASE`` has it)."""
     path = asked.strip()
-    name = file_name(path)
-    end = ("/" + path.lstrip("/")).translate(_ASCII_LOWER)
-    return any(candidate == path or (candidate.rsplit("/", 1)[-1] == name
-                                     and candidate.translate(_ASCII_LOWER).endswith(end))
+    name = ascii_folded(file_name(path)) if fold_case else file_name(path)
+    end = ascii_folded("/" + path.lstrip("/"))
+
+    def named_alike(candidate: str) -> bool:
+        base = candidate.rsplit("/", 1)[-1]
+        return (ascii_folded(base) if fold_case else base) == name
+
+    return any(candidate == path or (named_alike(candidate) and ascii_folded(candidate).endswith(end))
                for candidate in paths if candidate)
 
 

@@ -43,6 +43,7 @@ from sessionmem.events import (
     ObservationEvent,
     SummarizeEvent,
 )
+from sessionmem.protocol.path_case import FOLDS_FILE_CASE
 from sessionmem.records import (
     CompressedObservation,
     CompressedSummary,
@@ -84,7 +85,7 @@ from sessionmem.storage.base import (
 )
 from sessionmem.storage.checkpointer import IDLE_S, Checkpointer
 from sessionmem.storage.file_memory_cache import FileRecallCache
-from sessionmem.storage.fulltext import RowIds
+from sessionmem.storage.fulltext import BASENAME_NOCASE_INDEX, RowIds
 from sessionmem.storage.project_rows import ProjectRows
 from sessionmem.storage.readers import ReaderPool, ReadGatherer
 from sessionmem.storage.sqlite_setup import open_writer
@@ -104,8 +105,8 @@ PRUNE_WEIGHT = BACKGROUND_WEIGHT
 
 
 @asynccontextmanager
-async def open_sqlite_store(path: Path, *, readers: int = 4,
-                            checkpoint_idle_s: float = IDLE_S) -> AsyncIterator[SQLiteStore]:
+async def open_sqlite_store(path: Path, *, readers: int = 4, checkpoint_idle_s: float = IDLE_S,
+                            fold_file_case: bool = FOLDS_FILE_CASE) -> AsyncIterator[SQLiteStore]:
     """Open (creating and migrating) the database at ``path`` for the duration of the block.
 
     Resource handling:
@@ -116,7 +117,7 @@ async def open_sqlite_store(path: Path, *, readers: int = 4,
         drain takes at most :attr:`SQLiteStore.close_timeout_s`, which the owner may
         lower before leaving the block (its share of a shutdown budget).
     """
-    store = SQLiteStore(path, readers=readers, checkpoint_idle_s=checkpoint_idle_s)
+    store = SQLiteStore(path, readers=readers, checkpoint_idle_s=checkpoint_idle_s, fold_file_case=fold_file_case)
     await store._open()
     try:
         async with trio.open_nursery() as nursery:
@@ -144,13 +145,16 @@ async def open_sqlite_store(path: Path, *, readers: int = 4,
 class SQLiteStore:
     """SQLite in WAL mode under ``path``; see the module docstring. Use :func:`open_sqlite_store`."""
 
-    def __init__(self, path: Path, *, readers: int = 4, checkpoint_idle_s: float = IDLE_S) -> None:
+    def __init__(self, path: Path, *, readers: int = 4, checkpoint_idle_s: float = IDLE_S,
+                 fold_file_case: bool = FOLDS_FILE_CASE) -> None:
         self.path = path
         self.close_timeout_s = 5.0
         self._readers = ReaderPool(path, readers)
         self._gathered = ReadGatherer(path)  # file recall's short reads, on every PostToolUse of a file
         self._project_rows = ProjectRows()  # each project's row ids, brought up to date by each read
-        self._file_recall = FileRecallCache()  # and the rows they answer from, until an observation about the file is stored
+        # and the rows they answer from, until an observation about the file is stored; file names match
+        # in any case where the OS's disks ignore it (sessionmem.protocol.path_case)
+        self._file_recall = FileRecallCache(fold_case=fold_file_case)
         self._checkpointer = Checkpointer(path, idle_s=checkpoint_idle_s)
         self._connection: apsw.Connection | None = None
         self._writer: GroupCommitWriter | None = None
@@ -159,6 +163,8 @@ class SQLiteStore:
 
     async def _open(self) -> None:
         self._connection = await trio.to_thread.run_sync(open_writer, self.path)
+        if self._file_recall.fold_case:  # file recall looks names up in any case: an index for it (once)
+            await trio.to_thread.run_sync(self._connection.execute, BASENAME_NOCASE_INDEX)
         self._writer = GroupCommitWriter(self._connection)
         await self._readers.open()
 
@@ -446,19 +452,22 @@ class SQLiteStore:
 
     async def file_memories(self, project: str, path: str, *, exclude_session: str,
                             limit: int) -> list[FileMemory]:
-        key = (project, path)
+        key = self._file_recall.key(project, path)
+        fold_case = self._file_recall.fold_case
         rows = self._file_recall.get(key)
         if rows is None:
             ticket = self._file_recall.ticket()
             rows = await self._gathered.read(partial(file_memories.file_memory_rows, project=project, path=path,
-                                                     exclude_session=None, most=self._file_recall.rows_kept))
+                                                     exclude_session=None, most=self._file_recall.rows_kept,
+                                                     fold_case=fold_case))
             self._file_recall.put(key, ticket, rows)
         others = sum(1 for row in rows if row.claude_session_id != exclude_session)
         if len(rows) == self._file_recall.rows_kept and others < limit * 4:
             # The asking session's own memories crowd the file's newest rows: older ones of
             # other sessions may be past them. Rare; read exactly what it is answered.
             return await self._gathered.read(partial(file_memories.file_memories, project=project, path=path,
-                                                     exclude_session=exclude_session, limit=limit))
+                                                     exclude_session=exclude_session, limit=limit,
+                                                     fold_case=fold_case))
         return file_memories.choose_file_memories(rows, exclude_session, limit)
 
     async def context_start(self, project: str, *, summaries: int, recent: int,

@@ -26,6 +26,7 @@ from sessionmem.records import (
 )
 from sessionmem.storage import file_memories, journal_writes, result_writes
 from sessionmem.storage.file_memory_cache import FileRecallCache
+from sessionmem.storage.fulltext import BASENAME_NOCASE_INDEX
 from sessionmem.storage.row_reads import read_context_start
 from sessionmem.storage.schema import MIGRATIONS, migrate
 from sessionmem.storage.sqlite import open_sqlite_store
@@ -464,13 +465,17 @@ def test_file_recall_chooses_from_every_sessions_rows_what_it_reads_for_one_sess
                 assert file_memories.choose_file_memories(every, session, limit) == wanted, (path, session, limit)
 
 
-def test_rows_kept_up_to_date_as_observations_are_stored_are_what_a_fresh_read_gives(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fold_case", [False, True], ids=["case-sensitive", "names-in-any-case"])
+def test_rows_kept_up_to_date_as_observations_are_stored_are_what_a_fresh_read_gives(tmp_path: Path,
+                                                                                     fold_case: bool) -> None:
     """File recall's kept rows are read once, then joined by each stored observation
     (``FileRecallCache.stored``, ``file_memories.recalled_as``: the lookup's SQL rule in Python), those
     stored while they were read too. On random stores of random files -- paths that end alike,
     differ in case, name a directory, lie in another project -- they stay exactly what
-    ``file_memory_rows`` reads afresh."""
+    ``file_memory_rows`` reads afresh; where names match in any case (a disk that ignores case) too."""
     connection = open_writer(tmp_path / "db.sqlite")
+    if fold_case:
+        connection.execute(BASENAME_NOCASE_INDEX)
     sessions = {"a": 1, "b": 2, "c": 3}
     connection.execute("INSERT INTO sessions (id, claude_session_id, project, created_at, updated_at) VALUES "
                        + ", ".join(f"({n}, '{name}', 'proj', 0, 0)" for name, n in sessions.items()))
@@ -479,22 +484,23 @@ def test_rows_kept_up_to_date_as_observations_are_stored_are_what_a_fresh_read_g
     asked = ["/p/app.py", "app.py", "src/app.py", "SRC/app.py", "/p/src/", "src/", "util.py", "/p/App.py",
              "é/app.py", " /q/app.py "]
     # Small: the rows are cut as they grow, and files are forgotten and read again.
-    cache = FileRecallCache(capacity=4, rows_kept=8, stores_known=1000)
+    cache = FileRecallCache(capacity=4, rows_kept=8, stores_known=1000, fold_case=fold_case)
 
     def fresh(path: str) -> list[FileMemory]:
-        return file_memories.file_memory_rows(connection, "proj", path, exclude_session=None, most=8, lookback=10_000)
+        return file_memories.file_memory_rows(connection, "proj", path, exclude_session=None, most=8, lookback=10_000,
+                                              fold_case=fold_case)
 
     chance = random.Random(11)
     reading: list[tuple[str, int, list[FileMemory]]] = []  # lookups read, not yet kept: stores commit meanwhile
     for n in range(1, 301):
         if chance.random() < 0.15:
             path = chance.choice(asked)
-            if cache.get(("proj", path)) is None:
+            if cache.get(cache.key("proj", path)) is None:
                 reading.append((path, cache.ticket(), fresh(path)))
             continue
         if reading and chance.random() < 0.1:
             path, ticket, rows = reading.pop(chance.randrange(len(reading)))
-            cache.put(("proj", path), ticket, rows)
+            cache.put(cache.key("proj", path), ticket, rows)
             continue
         session, project = chance.choice(list(sessions)), chance.choice(["proj", "proj", "proj", "other"])
         observation = CompressedObservation(
@@ -512,11 +518,11 @@ def test_rows_kept_up_to_date_as_observations_are_stored_are_what_a_fresh_read_g
                  float(n)))
         cache.stored(session, project, [(n, float(n), observation)])
     for path, ticket, rows in reading:
-        cache.put(("proj", path), ticket, rows)
-    kept = [path for path in asked if cache.get(("proj", path)) is not None]
-    assert len(kept) == 4
+        cache.put(cache.key("proj", path), ticket, rows)
+    kept = [path for path in asked if cache.get(cache.key("proj", path)) is not None]
+    assert len({cache.key("proj", path) for path in kept}) == 4
     for path in kept:
-        assert cache.get(("proj", path)) == fresh(path), path
+        assert cache.get(cache.key("proj", path)) == fresh(path), path
     assert any(len(fresh(path)) == 8 for path in kept)  # cut as they grew
 
 

@@ -14,6 +14,9 @@ Code), ``~/.claude-worktrees/<repo>/<name>`` (Claude Desktop),
 ``basename(cwd)``, as in the reference: what cannot be known from a path alone is the
 root of a repository that is gone (its subdirectory ``/old/repo/src`` is project
 ``src``). Windows paths (``C:\\Users\\me\\repo``) are read as Windows paths.
+On a disk that ignores case, the name is the directory's as the disk spells it
+(:func:`~sessionmem.protocol.path_case.on_disk_name`): ``/users/me/proj`` is project ``Proj``
+when ``/Users/me/Proj`` is its directory, as it always was from that spelling.
 Clients send the project they computed; the worker computes it the same way only
 for a request that names none (:func:`resolve_project`).
 """
@@ -21,6 +24,8 @@ for a request that names none (:func:`resolve_project`).
 from __future__ import annotations
 
 import os
+
+from sessionmem.protocol.path_case import on_disk_name
 
 ALL_PROJECTS = "*"  # what a client asking for a project may say for every project (MCP tools, the CLI)
 
@@ -121,13 +126,14 @@ def project_of(cwd: str) -> str:
         return project_from_layout(parts) or (parts[-1] if parts else "unknown")
     root = work_tree_root(cwd)
     if root is None:
-        parts = _split(os.path.abspath(cwd))
-        return project_from_layout(parts) or (parts[-1] if parts else "unknown")
+        where = os.path.abspath(cwd)
+        parts = _split(where)
+        return project_from_layout(parts) or (on_disk_name(where) if parts else "unknown")
     git = os.path.join(root, ".git")
     if os.path.isfile(git):
         main = _main_repository_of_worktree(git, root)
-        return os.path.basename(main or root) or "unknown"
-    return os.path.basename(root) or "unknown"
+        return on_disk_name(main or root) or "unknown"
+    return on_disk_name(root) or "unknown"
 
 
 def resolve_project(project: str, cwd: str) -> str:
