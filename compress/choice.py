@@ -13,6 +13,7 @@ The reason is in ``/debug`` (``compressor.reason``) and ``sessionmem doctor``.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping
 
 from sessionmem.compress import provider
@@ -79,8 +80,9 @@ def choose_compressor(settings: Settings) -> Compressor:
     return OfflineCompressor(reason=why)
 
 
-def describe(settings: Settings, *, login_timeout_s: float = 20.0) -> tuple[str, str]:
-    """(backend, why) as ``sessionmem doctor`` reports it: for ``claude-code``, the CLI's login read now.
+def describe(settings: Settings, *, login_timeout_s: float = 20.0, platform: str = sys.platform) -> tuple[str, str]:
+    """(backend, why) as ``sessionmem doctor`` reports it: for ``claude-code``, the CLI's login read now
+    (what to do when it is not, on ``platform``: :func:`~.claude_code_backend.headless_login_advice`).
 
     Blocking (it runs ``claude auth status``): for commands, never on the worker's Trio thread.
     """
@@ -91,7 +93,7 @@ def describe(settings: Settings, *, login_timeout_s: float = 20.0) -> tuple[str,
     why = f"{why}; {where}" if where else why
     if backend != "claude-code":
         return backend, why
-    from sessionmem.compress.claude_code_backend import cli_environment, parse_login
+    from sessionmem.compress.claude_code_backend import cli_environment, login_advice, parse_login
 
     executable = find_claude_cli(settings.claude_path)
     if not executable:
@@ -102,6 +104,6 @@ def describe(settings: Settings, *, login_timeout_s: float = 20.0) -> tuple[str,
                               cwd=settings.data_dir if settings.data_dir.is_dir() else None)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return backend, f"{why}; `{executable} auth status` failed ({exc}): offline compressor meanwhile"
-    login = parse_login(done.returncode, done.stdout)
+    login = parse_login(done.returncode, done.stdout, advice=login_advice(settings, platform))
     meanwhile = "" if login.logged_in else ": offline compressor until it is"
     return backend, f"{why}; Claude Code CLI {executable}, {login.detail}{meanwhile}"

@@ -61,7 +61,10 @@ Login:
     login a run was refused under is not run again until ``auth status`` reports another
     (:func:`refused_login`). While it is not usable, batches go to the offline compressor
     and ``/debug`` says why. Under ``auto``, the first usable login is announced once
-    (:mod:`.announce`).
+    (:mod:`.announce`). On macOS the CLI keeps its login in the user's Keychain, which a
+    worker first started from SSH, tmux or launchd may not reach for its whole life: there
+    "not logged in" says what to do (:func:`headless_login_advice`): a login of sessionmem's
+    own, ``claude_code_oauth_token``, which the runs get as ``CLAUDE_CODE_OAUTH_TOKEN``.
 
 Error handling:
     The CLI's result says what happened (``is_error``, ``api_error_status``). A rate limit or
@@ -91,6 +94,7 @@ import trio
 
 from sessionmem.compress.llm import LLMCompressor, backoff_s
 from sessionmem.compress.transport import cli_proxy_environment
+from sessionmem.protocol.client_settings import SETTINGS_FILE
 from sessionmem.protocol.environment import describes_user
 from sessionmem.settings import Settings, find_claude_cli
 
@@ -196,7 +200,24 @@ def cli_environment(settings: Settings, environ: Mapping[str, str] | None = None
     return env
 
 
-def parse_login(returncode: int, stdout: bytes) -> LoginStatus:
+def headless_login_advice(platform: str, *, own_token: bool, settings_file: str = "~/.sessionmem/settings.json") -> str:
+    """What to do when the CLI is not logged in for the worker on ``platform``; ``""`` where nothing more is known.
+
+    On macOS (``darwin``) Claude Code keeps its login in the user's login Keychain, which a process
+    started outside the user's GUI session (over SSH, in a tmux server started there, by launchd)
+    may not be allowed to read: ``claude auth status`` then says "not logged in" to the worker while
+    it says "logged in" in the user's terminal, and that worker stays logged out for its whole life.
+    A token of sessionmem's own needs no Keychain. Not said when that token is already set.
+    """
+    if platform != "darwin" or own_token:
+        return ""
+    return ("on macOS a worker started from SSH, tmux or launchd may not reach the login Claude Code keeps in "
+            "the Keychain: run `claude setup-token` and put the token it prints in "
+            f"{settings_file} as \"claude_code_oauth_token\", then `sessionmem stop` "
+            "(docs/compressors.md#a-headless-worker-on-macos)")
+
+
+def parse_login(returncode: int, stdout: bytes, *, advice: str = "") -> LoginStatus:
     """What ``claude auth status`` said (JSON; exit status 0 when logged in), as the runs can use it.
 
     ``auth status`` takes no ``--setting-sources``: it reads the user's settings, the runs do not.
@@ -219,7 +240,17 @@ def parse_login(returncode: int, stdout: bytes) -> LoginStatus:
                                       "(docs/compressors.md#a-login-for-the-worker)")
         identity = json.dumps([method, status.get("apiKeySource"), status.get("loginExpiresAt")])
         return LoginStatus(True, f"logged in ({method})", identity)
-    return LoginStatus(False, "not logged in (run `claude auth login`)")
+    return LoginStatus(False, "not logged in (run `claude auth login`)" + (f"; {advice}" if advice else ""))
+
+
+def login_advice(settings: Settings, platform: str = sys.platform) -> str:
+    """:func:`headless_login_advice` under ``settings``: their token, their data dir's ``settings.json``."""
+    settings_file = settings.data_dir / SETTINGS_FILE
+    try:
+        shown = f"~/{settings_file.relative_to(Path.home())}"
+    except ValueError:
+        shown = str(settings_file)
+    return headless_login_advice(platform, own_token=bool(settings.claude_code_oauth_token), settings_file=shown)
 
 
 def switch_message(settings: Settings, status: LoginStatus) -> str:
@@ -242,10 +273,13 @@ class ClaudeCodeCompressor(LLMCompressor):
     name = "claude-code"
 
     def __init__(self, settings: Settings, *, executable: str = "", reason: str = "",
-                 environ: dict[str, str] | None = None, run_timeout_s: float | None = None) -> None:
+                 environ: dict[str, str] | None = None, run_timeout_s: float | None = None,
+                 platform: str = sys.platform) -> None:
         """``environ``: the runs' environment before ours (default: the worker's); ``run_timeout_s``: how long one
-        run may take before its group is killed (default: ``llm_timeout_s`` plus :data:`STARTUP_ALLOWANCE_S`)."""
+        run may take before its group is killed (default: ``llm_timeout_s`` plus :data:`STARTUP_ALLOWANCE_S`);
+        ``platform``: the OS whose advice "not logged in" gives (:func:`headless_login_advice`)."""
         super().__init__(settings, reason=reason)
+        self._platform = platform
         self._run_timeout_s = run_timeout_s or settings.llm_timeout_s + STARTUP_ALLOWANCE_S
         self._executable = executable or find_claude_cli(settings.claude_path)
         self._env = cli_environment(settings, environ)
@@ -303,7 +337,7 @@ class ClaudeCodeCompressor(LLMCompressor):
             return LoginStatus(False, f"`claude auth status` did not answer within {LOGIN_TIMEOUT_S:.0f} s")
         except OSError as exc:
             return LoginStatus(False, f"cannot run {self._executable}: {exc}")
-        return parse_login(done.returncode, done.stdout)
+        return parse_login(done.returncode, done.stdout, advice=login_advice(self._settings, self._platform))
 
     async def _refusal(self) -> str:
         status = await self.login()

@@ -23,7 +23,13 @@ import pytest
 import trio
 
 from sessionmem.compress.choice import describe, reason
-from sessionmem.compress.claude_code_backend import ClaudeCodeCompressor, RunFailed, cli_command, parse_login
+from sessionmem.compress.claude_code_backend import (
+    ClaudeCodeCompressor,
+    RunFailed,
+    cli_command,
+    headless_login_advice,
+    parse_login,
+)
 from sessionmem.compress.llm import GaveUp
 from sessionmem.compress.prompts import OBSERVATION_SYSTEM, SUMMARY_SYSTEM
 from sessionmem.settings import Settings, load_settings
@@ -187,6 +193,46 @@ def test_doctor_says_which_compressor_and_why(tmp_path: Path, api: ScriptedMessa
     doctor = subprocess.run([sys.executable, "-m", "sessionmem", "doctor"], capture_output=True, text=True, env=env,
                             timeout=120)
     assert "not logged in (run `claude auth login`): offline compressor until it is" in doctor.stdout, doctor.stdout
+
+
+def test_not_logged_in_on_macos_says_how_to_give_a_headless_worker_a_login() -> None:
+    """A worker first started from SSH, tmux or launchd may not reach the Keychain that holds Claude Code's login
+    on macOS: there, and only there, "not logged in" names the one fix (a token of sessionmem's own)."""
+    advice = headless_login_advice("darwin", own_token=False)
+    assert "`claude setup-token`" in advice and '~/.sessionmem/settings.json as "claude_code_oauth_token"' in advice
+    assert "Keychain" in advice and "docs/compressors.md#a-headless-worker-on-macos" in advice
+    assert headless_login_advice("linux", own_token=False) == ""
+    assert headless_login_advice("darwin", own_token=True) == ""  # the token is set: it is not the Keychain
+    said = parse_login(1, b'{"loggedIn": false}', advice=advice).detail
+    assert said == f"not logged in (run `claude auth login`); {advice}"
+
+
+@pytest.mark.parametrize("platform", ["darwin", "linux"])
+def test_doctor_and_debug_say_what_to_do_when_the_worker_is_not_logged_in_on_macos(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, platform: str) -> None:
+    """The real CLI, not logged in (an empty HOME): what ``doctor`` prints (``describe``) and what ``/debug`` shows
+    (the compressor's ``reason``) carry the macOS advice on darwin, with this data dir's settings file; on Linux
+    not. With ``claude_code_oauth_token`` set, the advice is not given."""
+    _require_cli()
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    settings = load_settings({}, data_dir=str(tmp_path / "data"), compressor="claude-code", claude_path=str(CLAUDE))
+    expected = headless_login_advice("darwin", own_token=False, settings_file=str(tmp_path / "data" / "settings.json"))
+    _, why = describe(settings, platform=platform)
+    assert "not logged in (run `claude auth login`)" in why
+    assert (expected in why) == (platform == "darwin"), why
+
+    async def reason() -> str:
+        compressor = ClaudeCodeCompressor(settings, executable=str(CLAUDE), platform=platform)
+        try:
+            await compressor.login()
+            return compressor.reason()
+        finally:
+            await compressor.aclose()
+
+    shown = trio.run(reason)
+    assert "not logged in" in shown and (expected in shown) == (platform == "darwin"), shown
 
 
 def _marker_hooks(home: Path, marker: Path) -> None:
