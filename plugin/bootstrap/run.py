@@ -25,9 +25,9 @@ with ``python3 -S``) gives it one, in the plugin's data directory
   sentence that says what to install on this OS): SessionStart shows that sentence
   once, and then says nothing while it stays the same (``python-needed.shown`` holds
   its hash). It names the Pythons found, so it changes, and is shown again, when the
-  user installs one that still does not do (a 3.13 without its venv module); the
-  install is tried again every :data:`RETRY_AFTER_S`, so a suitable one is taken up
-  within ten minutes, and the next session has memory.
+  user installs one that still does not do (a 3.13 without its venv module). The
+  install is tried again by the first hook :data:`RETRY_AFTER_S` after the last try,
+  so a suitable Python installed meanwhile is taken up without a word from the user.
 - **The environment's Python is gone** (its ``bin/python`` a dangling link: Homebrew
   removed the ``python@3.X`` it was made from): not current, so the install starts and
   makes it again from a Python that is there; SessionStart says so, naming the old one
