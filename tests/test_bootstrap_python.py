@@ -79,7 +79,10 @@ def test_the_newest_suitable_python_is_chosen_and_every_other_is_refused_with_it
     pypy = fake_python(bin_dir, "python3.11", "3.11.9", implementation="pypy")
     too_new = fake_python(elsewhere, "python3.15", "3.15.0")
     free_threaded = fake_python(elsewhere, "python3.13t", "3.13.1", free_threaded=True)
-    places = [str(too_new), str(free_threaded)]
+    broken = elsewhere / "python3.12"
+    broken.write_text("not a program\n")  # no #! line: it cannot be started
+    broken.chmod(0o755)
+    places = [str(too_new), str(free_threaded), str(broken)]
     newer = installed("3.12") or installed("3.13")
     if newer:
         places.append(newer)
@@ -97,6 +100,7 @@ def test_the_newest_suitable_python_is_chosen_and_every_other_is_refused_with_it
     assert verdicts[str(pypy)].refused == "pypy 3.11.9, not CPython"
     assert verdicts[str(too_new)].refused == "3.15.0, newer than sessionmem supports (3.14)"
     assert "free-threaded" in verdicts[str(free_threaded)].refused
+    assert verdicts[str(broken)].refused.startswith("did not start: ")
     # Asked, not trusted by name: python3.12 is this 3.11, suitable.
     assert verdicts[str(named_312)].answer.version[:2] == sys.version_info[:2]
     assert verdicts[str(named_312)].refused == ""

@@ -18,7 +18,8 @@ candidates, in this order (duplicates by real path asked once):
    Homebrew (``/opt/homebrew/bin``, ``/usr/local/bin``, ``.../opt/python@3.X/bin``),
    python.org's framework (``/Library/Frameworks/Python.framework/Versions/3.X/bin``),
    pyenv (``$PYENV_ROOT`` or ``~/.pyenv``, ``versions/*/bin/python``), Pythons uv
-   installed (``~/.local/share/uv/python/cpython-*/bin/python3``);
+   installed (``$UV_PYTHON_INSTALL_DIR`` or ``~/.local/share/uv/python``,
+   ``cpython-*/bin/python3``);
 4. ``uv python find --system`` when ``uv`` exists (on ``PATH``, ``~/.local/bin``,
    ``~/.cargo/bin`` or Homebrew's).
 
@@ -46,6 +47,7 @@ from typing import Any, Callable, NamedTuple, Optional
 OLDEST = (3, 11)
 NEWEST = (3, 14)  # the newest the pinned dependencies have wheels for; raise it with them
 MINORS = tuple(range(NEWEST[1], OLDEST[1] - 1, -1))  # newest first: 14, 13, 12, 11
+UV_REQUEST = f">={OLDEST[0]}.{OLDEST[1]},<{NEWEST[0]}.{NEWEST[1] + 1}"  # for `uv python find`
 PROVISION = "3.13"  # what `uv python install` gets when no suitable Python is found
 PROBE_TIMEOUT_S = 10.0  # a first start of a freshly downloaded macOS Python can take seconds
 PROVISION_TIMEOUT_S = 600.0
@@ -117,7 +119,7 @@ def fixed_places(home: str, environ: dict[str, str]) -> list[str]:
     places += [f"/Library/Frameworks/Python.framework/Versions/3.{minor}/bin/python3.{minor}" for minor in MINORS]
     pyenv = environ.get("PYENV_ROOT") or os.path.join(home, ".pyenv")
     places += sorted(glob.glob(os.path.join(pyenv, "versions", "*", "bin", "python")), reverse=True)
-    uv_pythons = os.path.join(home, ".local", "share", "uv", "python")
+    uv_pythons = environ.get("UV_PYTHON_INSTALL_DIR") or os.path.join(home, ".local", "share", "uv", "python")
     places += sorted(glob.glob(os.path.join(uv_pythons, "cpython-3.*", "bin", "python3")), reverse=True)
     return places
 
@@ -133,8 +135,7 @@ def find_uv(home: str, path: Optional[str]) -> Optional[str]:
     return None
 
 
-def uv_find(uv: str, timeout: float, request: str = f">={OLDEST[0]}.{OLDEST[1]},<{NEWEST[0]}.{NEWEST[1] + 1}") \
-        -> Optional[str]:
+def uv_find(uv: str, timeout: float, request: str = UV_REQUEST) -> Optional[str]:
     """``uv python find --system``: an interpreter uv knows of (not a project's virtual environment)."""
     code, out, _ = ask([uv, "python", "find", "--system", request], timeout)
     found = out.strip().splitlines()[-1] if code == 0 and out.strip() else ""
@@ -170,7 +171,7 @@ def ask(command: list[str], timeout: float) -> tuple[Optional[int], str, str]:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, start_new_session=True)
     except OSError as exc:
-        return -1, "", str(exc)
+        return -1, "", f"did not start: {exc}"
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -189,6 +190,8 @@ def judge(path: str, timeout: float) -> Verdict:
         return Verdict(path, None, f"did not answer within {timeout:g} s")
     if code != 0:
         last = (err.strip().splitlines() or [""])[-1][:200]
+        if code == -1 and last.startswith("did not start"):
+            return Verdict(path, None, last)
         return Verdict(path, None, f"exited with status {code}" + (f": {last}" if last else ""))
     try:
         said = json.loads(out.strip().splitlines()[-1])
