@@ -21,10 +21,26 @@ with ``python3 -S``) gives it one, in the plugin's data directory
   imported once the worker runs. SessionStart says that the install is under way
   (or why it failed).
 - A failed install is not retried for :data:`RETRY_AFTER_S`; ``install.log`` says why.
+- **No suitable Python** (the install found none: ``<data>/python-needed`` holds the
+  sentence that says what to install on this OS): SessionStart shows that sentence
+  once, and then says nothing while it stays the same (``python-needed.shown`` holds
+  its hash). It names the Pythons found, so it changes, and is shown again, when the
+  user installs one that still does not do (a 3.13 without its venv module). The
+  install is tried again by the first hook :data:`RETRY_AFTER_S` after the last try,
+  so a suitable Python installed meanwhile is taken up without a word from the user.
+- **The environment's Python is gone** (its ``bin/python`` a dangling link: Homebrew
+  removed the ``python@3.X`` it was made from): not current, so the install starts and
+  makes it again from a Python that is there; SessionStart says so, naming the old one
+  (``made-with``).
+
+Runs under whatever ``python3`` is on ``PATH`` (Apple's 3.9 included): its syntax stays
+3.9-compatible.
 
 Error handling:
     Fail open, like every hook: whatever happens, exit 0 with valid JSON or nothing.
 """
+
+from __future__ import annotations
 
 import os
 import sys
@@ -84,16 +100,50 @@ def start_install(data: str) -> str:
 
 
 def session_start_notice(data: str, state: str) -> None:
-    """Tell the user once what is going on (Claude Code shows a hook's systemMessage)."""
-    if state == "failed":
-        message = (f"sessionmem could not install its Python environment (see {os.path.join(data, 'install.log')}); "
-                   "memory is off until it can, and events are kept for then")
-    else:
-        message = ("sessionmem is installing its Python environment in the background (the first time takes a "
-                   "minute or two); this session is recorded, and memory comes with the next ones")
+    """Tell the user what is going on (Claude Code shows a hook's systemMessage)."""
     import json  # only here: a SessionStart while the environment is missing
 
-    sys.stdout.write(json.dumps({"systemMessage": message}))
+    message = notice(data, state)
+    if message:
+        sys.stdout.write(json.dumps({"systemMessage": message}))
+
+
+def notice(data: str, state: str) -> str:
+    """What SessionStart says while there is no current environment ("" for nothing)."""
+    needed = os.path.join(data, "python-needed")
+    try:
+        with open(needed, encoding="utf-8") as file:
+            sentence = file.read().strip()
+    except OSError:
+        sentence = ""
+    if sentence:  # the last install found no Python (the one under way, if any, may yet find one)
+        return once(needed + ".shown", sentence)
+    if state == "failed":
+        return (f"sessionmem could not install its Python environment (see {os.path.join(data, 'install.log')}); "
+                "memory is off until it can, and events are kept for then")
+    made_with = marker(data, "made-with")
+    if marker(data, "installed-from") and not os.path.exists(os.path.join(data, "venv", "bin", "python")):
+        gone = made_with.partition(" ")[2] or "the Python it was made from"
+        return (f"sessionmem is making its Python environment again, as {gone} is gone (upgraded or removed); this "
+                "session is recorded, and memory comes back with the next ones")
+    return ("sessionmem is installing its Python environment in the background (the first time takes a "
+            "minute or two); this session is recorded, and memory comes with the next ones")
+
+
+def once(shown: str, message: str) -> str:
+    """``message`` the first time it is asked for, "" while it stays the same."""
+    import hashlib
+
+    digest = hashlib.sha256(message.encode()).hexdigest()
+    try:
+        with open(shown, encoding="utf-8") as file:
+            if file.read().strip() == digest:
+                return ""
+    except OSError:
+        pass
+    with open(shown, "w", encoding="utf-8") as file:
+        file.write(digest + "\n")
+    return message
 
 
 def main(argv: list[str]) -> int:
