@@ -5,6 +5,8 @@ answer per OS (``tests/test_oskit.py`` holds that nothing else of sessionmem imp
 ``fcntl``, ``resource``, ``msvcrt`` or ``_signal``, or uses a POSIX-only call or signal):
 
 - process liveness and identity: :func:`process_alive`, :func:`process_command_line`;
+- users and file modes: :func:`user_id`, :func:`owned_by_this_user`, :func:`set_file_mode`,
+  :data:`NO_FOLLOW`;
 - file locks: :func:`lock_file`, :func:`try_lock_file`, :func:`unlock_file`;
 - the open-files limit: :func:`open_files_limit`, :func:`raise_open_files_limit`,
   :func:`limit_open_files`;
@@ -20,7 +22,7 @@ What each OS gives:
 - macOS: liveness by signal 0 (a zombie -- exited, not yet reaped -- counts as alive: only
   its parent can tell, and a worker's parent, the hook that started it, has exited, so
   launchd reaps it); identity from ``ps``; :func:`sync_file` asks for ``F_FULLFSYNC``,
-  since plain ``fsync`` there leaves the data in the drive's cache; the open-files limit
+  since plain ``fsync`` there may leave the data in the drive's cache; the open-files limit
   steps down from what was asked to what the kernel accepts (it refuses more than
   ``kern.maxfilesperproc`` even when the hard limit says unlimited).
 - Windows (not supported natively yet: this module imports and type-checks there so that
