@@ -304,11 +304,12 @@ POSIX_ONLY_KEYWORDS = {"start_new_session"}  # Popen's: oskit.new_group_options(
 
 
 def scanned_folders(root: Path) -> list[str]:
-    """Every folder of the installed package (pyproject's package-dir), tools/ and bench/.
+    """Every folder of the installed package (pyproject's package-dir), tools/, bench/ and plugin/ (but for
+    its :data:`EXCEPTIONS`).
 
     Not tests/: they start, stop and inspect processes as the Linux machine that runs them allows."""
     config = tomllib.loads((root / "pyproject.toml").read_text())
-    return sorted({*config["tool"]["setuptools"]["package-dir"].values(), "tools", "bench"})
+    return sorted({*config["tool"]["setuptools"]["package-dir"].values(), "tools", "bench", "plugin"})
 
 
 def rule_violations(root: Path) -> list[str]:
