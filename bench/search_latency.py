@@ -53,7 +53,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -80,7 +79,7 @@ from scenarios import percentiles  # noqa: E402
 from sessionmem.embed.minilm import DIMENSIONS, MiniLMEmbedder  # noqa: E402
 from sessionmem.index.hnsw import HnswIndex, label_of  # noqa: E402
 from sessionmem.protocol import client as hook_client  # noqa: E402
-from sessionmem.protocol import routes  # noqa: E402
+from sessionmem.protocol import oskit, routes  # noqa: E402
 from sessionmem.records import OBSERVATION, PROMPT, SUMMARY, SearchFilters  # noqa: E402
 from sessionmem.replay.convert import ConversionStats  # noqa: E402
 from sessionmem.storage import cards, fulltext  # noqa: E402
@@ -593,17 +592,15 @@ async def _measure_fts(worker: WorkerProcess, queries: list[str], runs: int) -> 
 
 def _stop(pid: int, data_dir: Path, timeout: float = 60) -> None:
     try:
-        os.kill(pid, signal.SIGTERM)
+        oskit.terminate_process(pid)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not oskit.process_alive(pid):
             return
         time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
+    oskit.kill_process(pid)
 
 
 # --smoke: the cold SessionStart hook's wait for the worker it starts (see cold_session_start).

@@ -43,11 +43,11 @@ What the child is (:func:`cli_command`; each flag checked against the pinned CLI
 Resource handling:
     A ``CapacityLimiter`` of ``claude_code_concurrency`` runs (default 2) bounds the CLI
     processes alive at once. Each run is started with :func:`trio.run_process` as the
-    leader of a new process group (``start_new_session``), through a tiny guard
+    leader of a new process group (:func:`~sessionmem.protocol.oskit.new_group_options`), through a tiny guard
     (:mod:`.claude_code_guard`) that holds the read end of the worker's *lifeline* pipe:
     when the worker dies, ``kill -9`` included, the guard kills its group. A run that
     outlasts ``llm_timeout_s`` (plus the CLI's start-up allowance), or whose caller is
-    cancelled (the worker stopping), has its whole group killed with SIGKILL and is reaped
+    cancelled (the worker stopping), has its whole group killed at once (SIGKILL) and is reaped
     before the call returns. :meth:`ClaudeCodeCompressor.aclose` closes the lifeline and
     kills the groups still running, so nothing outlives the worker's shutdown budget.
 
@@ -82,7 +82,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -94,6 +93,7 @@ import trio
 
 from sessionmem.compress.llm import LLMCompressor, backoff_s
 from sessionmem.compress.transport import cli_proxy_environment
+from sessionmem.protocol import oskit
 from sessionmem.protocol.client_settings import SETTINGS_FILE
 from sessionmem.protocol.environment import describes_user
 from sessionmem.settings import Settings, find_claude_cli
@@ -105,6 +105,7 @@ STARTUP_ALLOWANCE_S = 20.0  # a run's timeout is llm_timeout_s plus this: the CL
 LOGIN_TIMEOUT_S = 20.0  # `claude auth status`
 LOGIN_RECHECK_S = 300.0  # while not logged in, the login is read again this often (a user may log in any time)
 REAP_TIMEOUT_S = 5.0  # a killed group's leader is reaped within this (SIGKILL: at once)
+UNREAPED_STATUS = -9  # the status of a run whose group was killed and whose guard was not reaped in time
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024  # of a run's stdout or stderr kept (a result is a few KB)
 CHILD_DIR = "claude-code"  # in the data dir: the runs' empty working directory
 # --settings of every run: no hook from any source runs (ours would capture the compressor's own
@@ -419,9 +420,9 @@ class ClaudeCodeCompressor(LLMCompressor):
             raise trio.ClosedResourceError("the claude-code compressor is closed")
         await trio.to_thread.run_sync(lambda: self._workdir.mkdir(parents=True, exist_ok=True))
         process = await trio.lowlevel.open_process(
-            [sys.executable, "-I", "-S", str(GUARD), str(self._lifeline_read), *command],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            pass_fds=(self._lifeline_read,), cwd=str(self._workdir), env=self._env)
+            [sys.executable, "-I", "-S", str(GUARD), oskit.__file__, str(self._lifeline_read), *command],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(self._workdir),
+            env=self._env, **oskit.new_group_options(), **oskit.pass_fds_options((self._lifeline_read,)))
         self._groups.add(process.pid)
         output: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
 
@@ -455,7 +456,7 @@ class ClaudeCodeCompressor(LLMCompressor):
             with trio.move_on_after(REAP_TIMEOUT_S, shield=True):
                 await process.wait()
             self._groups.discard(process.pid)
-        status = process.returncode if process.returncode is not None else -signal.SIGKILL
+        status = process.returncode if process.returncode is not None else UNREAPED_STATUS
         return subprocess.CompletedProcess(command, status, bytes(output["stdout"]),
                                            bytes(output["stderr"]))
 
@@ -472,6 +473,6 @@ class ClaudeCodeCompressor(LLMCompressor):
 
 def _kill_group(pgid: int) -> None:
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        oskit.kill_process_group(pgid)
     except (ProcessLookupError, PermissionError):
         pass  # gone already

@@ -1,12 +1,16 @@
 """Runs one command (the Claude Code CLI) and ends its whole process group when the worker ends.
 
-``python -I -S claude_code_guard.py FD COMMAND...``: the claude-code compressor starts this
-guard as the leader of a new process group (``start_new_session``); the guard starts the
-command in that group and waits for it, exiting with its status. ``FD`` is the read end of
-the worker's *lifeline*, a pipe whose only write end the worker holds: when the worker
-ends in any way -- ``kill -9`` included -- the kernel closes that end, a read of ``FD``
+``python -I -S claude_code_guard.py OSKIT FD COMMAND...``: the claude-code compressor starts this
+guard as the leader of a new process group (:func:`sessionmem.protocol.oskit.new_group_options`);
+the guard starts the command in that group and waits for it, exiting with its status. ``FD`` is
+the read end of the worker's *lifeline*, a pipe whose only write end the worker holds: when the
+worker ends in any way -- ``kill -9`` included -- the kernel closes that end, a read of ``FD``
 returns end of file, and the guard kills its group (the CLI and anything the CLI started)
-with SIGKILL.
+at once (:func:`~sessionmem.protocol.oskit.kill_process_group`).
+
+``OSKIT`` is the path of :mod:`sessionmem.protocol.oskit`, the one place that knows how each OS
+kills a group: the guard runs isolated (``-I -S``, no sessionmem on its path), so it loads that
+one file, which imports nothing but the standard library.
 
 Why a guard, and not what the CLI or the kernel offers: the CLI in ``--print`` mode reads
 its whole input, then runs to the end of its request whatever happens to its stdin or
@@ -20,13 +24,26 @@ Standard library only, and tiny: it is the parent of every CLI run.
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import signal
+import subprocess
 import sys
 import threading
+from collections.abc import Callable
 
 
-def _watch_lifeline(fd: int) -> None:
+def load_kill_process_group(oskit_path: str) -> Callable[[int], None]:
+    """:func:`sessionmem.protocol.oskit.kill_process_group`, from the file at ``oskit_path``."""
+    spec = importlib.util.spec_from_file_location("sessionmem_oskit", oskit_path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {oskit_path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    kill: Callable[[int], None] = module.kill_process_group
+    return kill
+
+
+def _watch_lifeline(fd: int, kill_process_group: Callable[[int], None]) -> None:
     while True:
         try:
             data = os.read(fd, 1)
@@ -35,32 +52,26 @@ def _watch_lifeline(fd: int) -> None:
         except OSError:
             data = b""
         if not data:  # end of file: the worker is gone (or closed it to stop us)
-            os.killpg(0, signal.SIGKILL)  # the guard included: nothing of the group survives
+            kill_process_group(0)  # the guard included: nothing of the group survives
             return
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 3:
-        print("usage: claude_code_guard.py FD COMMAND...", file=sys.stderr)
+    if len(argv) < 4:
+        print("usage: claude_code_guard.py OSKIT FD COMMAND...", file=sys.stderr)
         return 2
-    lifeline = int(argv[1])
-    command = argv[2:]
-    pid = os.fork()
-    if pid == 0:  # the command, in the guard's process group, without the lifeline
-        try:
-            os.close(lifeline)
-            os.execv(command[0], command)
-        finally:
-            os._exit(127)
+    kill_process_group = load_kill_process_group(argv[1])
+    lifeline = int(argv[2])
+    # In the guard's process group; without the lifeline (close_fds): only the guard may hold a read end.
+    try:
+        process = subprocess.Popen(argv[3:], close_fds=True)
+    except OSError as exc:
+        print(f"claude_code_guard.py: cannot run {argv[3]}: {exc}", file=sys.stderr)
+        return 127  # as a shell says a command it could not run
     # Watched from here on: an end of file that came before is still there to read.
-    threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    threading.Thread(target=_watch_lifeline, args=(lifeline, kill_process_group), daemon=True).start()
+    status = process.wait()
+    return status if status >= 0 else 128 - status  # killed by a signal: as a shell says it
 
 
 if __name__ == "__main__":

@@ -47,7 +47,6 @@ Error handling:
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
 import os
@@ -56,6 +55,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from sessionmem.protocol.oskit import lock_file, sync_file
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ def model_bytes(source: Path, cache_dir: Path | None = None) -> bytes:
         found = _cached(target)
         if found is not None:
             return found
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building it: wait, then look again
+        lock_file(lock.fileno())  # another process may be building it: wait, then look again
         found = _cached(target)
         if found is not None:
             return found
@@ -145,7 +146,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
         with open(partial, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            sync_file(f.fileno())
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)

@@ -27,11 +27,12 @@ import numpy as np
 
 from sessionmem.embed.choice import choose_embedder
 from sessionmem.embed.isolated import CHILD_NICE, Reply, decode_request, encode, read_frame, write_frame
+from sessionmem.protocol.oskit import lower_priority
 
 
 def serve(name: str, nice: int) -> int:
     """Answer requests until end of input; the exit status."""
-    os.nice(max(0, nice - os.nice(0)))
+    lower_priority(nice)
     # Ctrl-C in the worker's terminal reaches the whole process group: the worker decides
     # when this process ends (by closing its input), not the keyboard.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -33,7 +33,6 @@ Error handling:
 
 from __future__ import annotations
 
-import _signal  # not `signal`: its enum wrappers cost a hook ~2 ms
 import os
 import sys
 import time
@@ -44,6 +43,7 @@ from sessionmem.protocol.client_settings import ClientConfig, data_dir_from
 from sessionmem.protocol.datadir import private_umask, write_private
 from sessionmem.protocol.delivery import Outcome, Patience, deliver
 from sessionmem.protocol.limits import printable_line
+from sessionmem.protocol.oskit import arm_exit_deadline
 from sessionmem.protocol.privacy import strip_private
 from sessionmem.protocol.project import project_of
 from sessionmem.protocol.requests import api_call, encoded_call, is_internal_prompt, text_field
@@ -75,12 +75,6 @@ class _Log:
             write_private(self._path, line.encode("utf-8", "replace"), append=True)
         except OSError:
             pass
-
-
-def _arm_deadline(seconds: float) -> None:
-    """Whatever is still running after ``seconds`` is abandoned: exit 0, silently."""
-    _signal.signal(_signal.SIGALRM, lambda *_: os._exit(0))
-    _signal.setitimer(_signal.ITIMER_REAL, seconds)
 
 
 def _send(config: ClientConfig, method: str, path: str, encoded: bytes | None, log: _Log) -> Outcome:
@@ -211,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = config.hook_timeout_s + 1.0
     if stage == "SessionStart" or not stage:
         budget += config.start_timeout_s
-    _arm_deadline(budget)
+    arm_exit_deadline(budget)  # whatever still runs then is abandoned: exit 0, silently
     try:
         for problem in config.problems:
             log(problem)

@@ -33,8 +33,9 @@ project's documents lie in runs, a session's each, multiplied where they lie.
 Files, in the data dir: ``vectors.json`` names the graph files of the last save and
 says what they hold (the embedding model, dimensions, each file's size and checksum,
 deleted labels); each graph file, ``vectors.<n>.<kind>.hnsw``, is in hnswlib's own
-format. A save writes new graph files, fsyncs them, then replaces ``vectors.json``
-atomically (write, fsync, rename): that rename is the moment the new save counts. A
+format. A save writes new graph files, syncs them to the disk (``F_FULLFSYNC`` on macOS:
+:func:`~sessionmem.protocol.oskit.sync_file`), then replaces ``vectors.json`` atomically
+(write, sync, rename, sync the directory): that rename is the moment the new save counts. A
 crash at any point leaves the description naming whole files, the old ones or the new
 ones; files it does not name (a save cut off) are removed by the next save. An index
 saved in one graph (format 3) is split by kind when loaded, nothing embedded again.
@@ -61,6 +62,7 @@ import hnswlib
 import msgspec
 import numpy as np
 
+from sessionmem.protocol.oskit import sync_directory, sync_file
 from sessionmem.records import DOCUMENT_KINDS
 
 DESCRIPTION_FILE = "vectors.json"
@@ -448,7 +450,7 @@ class HnswIndex:
             index_path = directory / index_file
             graph.index.save_index(str(index_path))
             os.chmod(index_path, 0o600)
-            _fsync(index_path)
+            _sync(index_path)
             size, checksum = _size_and_checksum(index_path)
             graphs[kind] = GraphFile(index_file, size, checksum, graph.vectors, sorted(graph.deleted))
         description = IndexDescription(FORMAT, self.model_id, self.dimensions, graphs, time.time())
@@ -456,11 +458,11 @@ class HnswIndex:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.write(fd, msgspec.json.encode(description))
-            os.fsync(fd)
+            sync_file(fd)
         finally:
             os.close(fd)
         os.replace(temporary, directory / DESCRIPTION_FILE)
-        _fsync(directory)  # the rename
+        sync_directory(str(directory))  # the rename
         named = {graph.index_file for graph in graphs.values()}
         for stale in directory.glob(INDEX_FILES):
             if stale.name not in named:
@@ -546,10 +548,10 @@ def _size_and_checksum(path: Path) -> tuple[int, int]:
     return size, checksum
 
 
-def _fsync(path: Path) -> None:
-    """Flush a file, or a directory's entries, to disk."""
+def _sync(path: Path) -> None:
+    """Flush a file hnswlib wrote to disk (:func:`~sessionmem.protocol.oskit.sync_file`)."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        sync_file(fd)
     finally:
         os.close(fd)

@@ -49,6 +49,8 @@ from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.utils import raise_shutdown, repr_socket_addr, wrap_app
 
+from sessionmem.protocol.oskit import open_files_limit
+
 log = logging.getLogger(__name__)
 
 SLOW_REQUEST_S = 2.0  # a local request arrives in milliseconds: one still arriving after this is hostile
@@ -295,11 +297,9 @@ class ConnectionPool:
 
 
 def connection_limit(max_connections: int) -> int:
-    """``max_connections``, kept below this process's file-descriptor limit."""
-    import resource
-
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return max(1, min(max_connections, soft - RESERVED_FILES))
+    """``max_connections``, kept below this process's open-files limit (where the OS has one)."""
+    limit = open_files_limit()
+    return max_connections if limit is None else max(1, min(max_connections, limit - RESERVED_FILES))
 
 
 async def serve(app: Any, config: Config, pool: ConnectionPool, *, shutdown_trigger: Callable[[], Awaitable[None]],

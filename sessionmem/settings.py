@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from sessionmem.protocol import client_settings
+from sessionmem.protocol import client_settings, oskit
 from sessionmem.protocol.limits import MAX_BODY_BYTES
 from sessionmem.protocol.state import STATE_FILE
 
@@ -161,7 +161,7 @@ class Settings:
         try:
             user = self.user_name or getpass.getuser()
         except (KeyError, OSError):  # no login name (a container's numeric uid)
-            user = str(os.getuid())
+            user = str(oskit.user_id())
         return (self.machine_name or socket.gethostname(), user)
 
     @property

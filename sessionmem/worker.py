@@ -52,6 +52,7 @@ from sessionmem.embed.service import EmbedderService
 from sessionmem.index.actor import VectorIndex
 from sessionmem.protocol.auth import ensure_token
 from sessionmem.protocol.datadir import make_private
+from sessionmem.protocol.oskit import raise_open_files_limit, stop_signals
 from sessionmem.protocol.spool import pending_spool_files
 from sessionmem.protocol.state import (
     SHUTDOWN_REPORT_FILE,
@@ -146,23 +147,18 @@ FILE_LIMIT_WANTED = 65536
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 
-def raise_file_limit() -> int:
-    """Raise this process's open-file limit towards its hard limit; returns the soft limit now.
+def raise_file_limit() -> int | None:
+    """Raise this process's open-files limit toward :data:`FILE_LIMIT_WANTED`, to what the OS grants
+    (:func:`~sessionmem.protocol.oskit.raise_open_files_limit`); returns the limit now (``None``: none).
 
     Each connection is a file descriptor: a low default (256, 1024) would let idle
     connections use them all (the connection cap, ``max_connections``, stays below).
+    Logged when the OS grants less than asked (macOS: ``kern.maxfilesperproc``).
     """
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = FILE_LIMIT_WANTED if hard == resource.RLIM_INFINITY else min(FILE_LIMIT_WANTED, hard)
-    if soft < wanted:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-            return wanted
-        except (ValueError, OSError):
-            pass
-    return soft
+    limit = raise_open_files_limit(FILE_LIMIT_WANTED)
+    if limit is not None and limit < FILE_LIMIT_WANTED:
+        log.info("open files: %d allowed (%d asked); connections are capped below it", limit, FILE_LIMIT_WANTED)
+    return limit
 
 
 def shorten_gil_switch_interval() -> None:
@@ -182,9 +178,10 @@ def configure_logging(settings: Settings, *, to_stderr: bool) -> None:
 
 
 async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> bool:
-    """Run the worker until SIGTERM or SIGINT, or until its code changes on disk or its data dir is deleted or
-    replaced; reports the bound port via ``task_status``. Returns whether it stopped for one of those
-    (:mod:`sessionmem.runtime.codewatch`): the caller then starts it again.
+    """Run the worker until SIGTERM or SIGINT (:func:`~sessionmem.protocol.oskit.stop_signals`), or until its
+    code changes on disk or its data dir is deleted or replaced; reports the bound port via ``task_status``.
+    Returns whether it stopped for one of those (:mod:`sessionmem.runtime.codewatch`): the caller then
+    starts it again.
 
     A signal while the worker is still starting (importing a large spool, say) ends the
     start there, rather than being heard once it serves: what was imported is journaled,
@@ -195,7 +192,7 @@ async def run_worker(settings: Settings, *, task_status: trio.TaskStatus[int] = 
     starting = trio.CancelScope()
     serving: Services | None = None
     start_again = False
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    with trio.open_signal_receiver(*stop_signals()) as signals:
 
         async def watch_signals() -> None:
             async for received in signals:

@@ -146,6 +146,7 @@ class Checkpointer:
         def connect() -> apsw.Connection:
             connection = apsw.Connection(str(self._path))
             connection.set_busy_timeout(0)
+            connection.execute("PRAGMA fullfsync = ON")  # macOS: as the writer's commits (sqlite_setup.py)
             return connection
 
         while True:

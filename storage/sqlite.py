@@ -20,8 +20,9 @@ Resource handling:
 
 Error handling:
     SQL errors propagate to the caller as ``apsw`` exceptions; the HTTP layer turns
-    them into 500s and the actors count them as crashes. ``synchronous=FULL``: an
-    acknowledged event survives a process crash and a power cut.
+    them into 500s and the actors count them as crashes. ``synchronous=FULL`` (and ``fullfsync``,
+    which macOS needs to get past the drive's cache): an acknowledged event survives a process
+    crash and a power cut.
 """
 
 from __future__ import annotations

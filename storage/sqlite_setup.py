@@ -44,6 +44,9 @@ def open_writer(path: Path) -> apsw.Connection:
     retention.use_incremental_vacuum_if_new(connection)
     connection.execute("PRAGMA journal_mode = WAL")
     connection.execute("PRAGMA synchronous = FULL")
+    # On macOS a plain fsync leaves a commit in the drive's cache: F_FULLFSYNC for every sync, as
+    # sessionmem.protocol.oskit.sync_file does for our own files (SQLite ignores it elsewhere).
+    connection.execute("PRAGMA fullfsync = ON")
     # A WAL that grew during a burst is cut back to this when it restarts (checkpoints
     # beside the writer truncate it whenever the database is idle).
     connection.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")

@@ -16,7 +16,7 @@ for every clone of the repository on this machine. The database by :func:`databa
 carry to another.
 
 Resource handling:
-    Each change is a read-modify-write under an exclusive ``flock`` of :data:`LOCK_FILE` (the
+    Each change is a read-modify-write under an exclusive lock of :data:`LOCK_FILE` (the
     command line and the worker may write at once), and the file is replaced atomically: written
     to a temporary file of mode 0600 in the same directory, synced, renamed over the old one.
     Every function here blocks (file I/O): the worker calls them through a thread.
@@ -31,7 +31,6 @@ Error handling:
 
 from __future__ import annotations
 
-import fcntl
 import os
 import stat
 import time
@@ -41,7 +40,15 @@ from pathlib import Path
 
 import msgspec
 
-from sessionmem.protocol.datadir import PRIVATE_FILE, sync_directory
+from sessionmem.protocol.datadir import PRIVATE_FILE
+from sessionmem.protocol.oskit import (
+    NO_FOLLOW,
+    lock_file,
+    owned_by_this_user,
+    set_file_mode,
+    sync_directory,
+    sync_file,
+)
 
 CONSENT_FILE = "share-consent.json"
 LOCK_FILE = "share-consent.lock"
@@ -144,7 +151,7 @@ def consent_stamp(path: Path) -> Stamp | None:
 def read_consent(path: Path) -> Consent:
     """The answers in ``path`` (none if it does not exist); :class:`ConsentUnreadable` if it cannot be trusted."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | NO_FOLLOW)
     except FileNotFoundError:
         return NO_CONSENT
     except OSError as exc:
@@ -154,7 +161,7 @@ def read_consent(path: Path) -> Consent:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise ConsentUnreadable(f"{path} is not a regular file: nothing is shared by approval until it is removed")
-        if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) & 0o022:
+        if not owned_by_this_user(info) or stat.S_IMODE(info.st_mode) & 0o022:
             raise ConsentUnreadable(
                 f"{path} is owned or writable by another user (mode {stat.S_IMODE(info.st_mode):04o}): its answers "
                 f"are ignored and nothing is shared by approval; remove it and answer again "
@@ -192,9 +199,9 @@ def change_consent(path: Path, change: Callable[[Consent], Consent | None]) -> C
     """Apply ``change`` to the answers in ``path`` under the lock and write the result (``None``: nothing to
     write); returns the answers as they are now. :class:`ConsentUnreadable` leaves the file as it is."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    lock = os.open(path.parent / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
+    lock = os.open(path.parent / LOCK_FILE, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)  # not inherited (PEP 446)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        lock_file(lock)
         current = read_consent(path)
         changed = change(current)
         if changed is None:
@@ -207,16 +214,16 @@ def change_consent(path: Path, change: Callable[[Consent], Consent | None]) -> C
 
 def _write_atomically(path: Path, data: bytes) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NO_FOLLOW, PRIVATE_FILE)
     try:
-        os.fchmod(fd, PRIVATE_FILE)  # whatever the umask, and if a stale temporary file was there
+        set_file_mode(fd, PRIVATE_FILE)  # whatever the umask, and if a stale temporary file was there
         view = memoryview(data)
         while view:  # a nearly full disk writes part of it: the rest, or an error
             written = os.write(fd, view)
             if written <= 0:
                 raise OSError(28, "no space left on the device")
             view = view[written:]
-        os.fsync(fd)
+        sync_file(fd)
     except BaseException:
         os.close(fd)
         temporary.unlink(missing_ok=True)

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import time
 from collections.abc import Awaitable, Callable
 from enum import Enum
@@ -53,6 +52,7 @@ import trio
 
 from sessionmem.broadcast import Broadcaster, LiveEvent
 from sessionmem.index.actor import VectorIndex
+from sessionmem.protocol.oskit import kill_process
 from sessionmem.runtime.logs import log_exception
 from sessionmem.settings import Settings
 from sessionmem.storage.pg_connections import Transport, sanitized, transport
@@ -358,7 +358,7 @@ class TeamSync:
         marker = self._settings.data_dir / KILL_AFTER_PUSH_FILE
         if marker.exists():
             marker.unlink()
-            os.kill(os.getpid(), signal.SIGKILL)
+            kill_process(os.getpid())
 
     def _something_stored(self, _event: LiveEvent) -> None:
         self._stored.set()

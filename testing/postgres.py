@@ -31,6 +31,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from sessionmem.protocol.oskit import new_group_options
+
 _DATABASE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
@@ -184,9 +186,9 @@ def _pg_ctl_stop(directory: Path, user: str | None, *, mode: str) -> None:
 
 
 def _start_watchdog(directory: Path, user: str | None, scratch: Path | None) -> subprocess.Popen[bytes]:
-    # A session of its own: Ctrl-C in a terminal reaches pytest (which stops the server
+    # A group (session) of its own: Ctrl-C in a terminal reaches pytest (which stops the server
     # itself), not the watchdog.
     return subprocess.Popen(
         [sys.executable, "-m", "sessionmem.testing.postgres_watchdog", str(_pg_ctl()), str(directory), user or "",
          str(scratch or "")],
-        stdin=subprocess.PIPE, start_new_session=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        stdin=subprocess.PIPE, env={**os.environ, "PYTHONWARNINGS": "ignore"}, **new_group_options())

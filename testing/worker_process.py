@@ -5,7 +5,7 @@ The worker binds port 0 and records the real port in ``<data dir>/worker.json``;
 
 Resource handling:
     :class:`WorkerProcess` is a context manager; leaving it stops the worker with
-    SIGTERM (SIGKILL after a timeout), so no test leaks a process.
+    SIGTERM (SIGKILL after a timeout: :mod:`sessionmem.protocol.oskit`), so no test leaks a process.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +24,8 @@ from typing import Any
 from sessionmem.actors.state import ActorState
 from sessionmem.protocol import routes
 from sessionmem.protocol.auth import bearer, read_token
-from sessionmem.protocol.state import STATE_FILE, process_alive, read_state
+from sessionmem.protocol.oskit import kill_process, limit_open_files, process_alive, terminate_process
+from sessionmem.protocol.state import STATE_FILE, read_state
 
 WORKING_STATES = tuple(state.value for state in ActorState if state.working)  # as /debug writes them
 
@@ -122,7 +122,7 @@ class WorkerProcess(WorkerClient):
         if self.process is None:
             return self._stop_by_pid(timeout)
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            self.process.terminate()  # SIGTERM
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -132,13 +132,13 @@ class WorkerProcess(WorkerClient):
 
     def _stop_by_pid(self, timeout: float) -> int:
         try:
-            os.kill(self._pid, signal.SIGTERM)
+            terminate_process(self._pid)
         except OSError:
             return 0
         deadline = time.monotonic() + timeout
         while process_alive(self._pid):
             if time.monotonic() > deadline:
-                os.kill(self._pid, signal.SIGKILL)
+                kill_process(self._pid)
                 return -9
             time.sleep(0.05)
         return 0
@@ -146,7 +146,7 @@ class WorkerProcess(WorkerClient):
     def kill(self) -> None:
         """SIGKILL: the crash that the journal must survive."""
         assert self.process is not None, "only a worker started here can be killed and reaped"
-        self.process.send_signal(signal.SIGKILL)
+        self.process.kill()  # SIGKILL
         self.process.wait()
 
     def __enter__(self) -> WorkerProcess:
@@ -180,17 +180,13 @@ def start_worker(data_dir: Path, *, env: dict[str, str] | None = None, timeout: 
                      "SESSIONMEM_CODE_WATCH": "0"})
     full_env.update(env or {})
     stderr = open(data_dir / log_name, "ab")
-    def limit_files(limit: int) -> None:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
-
+    limit = functools.partial(limit_open_files, file_limit) if file_limit is not None else None
     # Another tree's interpreter starts in the data dir: `-m` looks in the working directory first, and a
     # checkout's own sessionmem/ there would shadow that tree's install.
     process = subprocess.Popen([python, "-m", "sessionmem", "serve"], env=full_env,
                                cwd=None if python == sys.executable else data_dir,
                                stdout=stderr, stderr=stderr, stdin=subprocess.DEVNULL,
-                               preexec_fn=functools.partial(limit_files, file_limit) if file_limit is not None else None)
+                               preexec_fn=limit)
     stderr.close()
     deadline = time.monotonic() + timeout
     while True:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from sessionmem.protocol.state import process_alive
+from sessionmem.protocol.oskit import process_alive
 from sessionmem.testing.messages_api import ScriptedMessagesAPI, default_reply
 from sessionmem.testing.worker_process import WorkerProcess
 

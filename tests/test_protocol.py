@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import stat
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -321,24 +322,24 @@ def test_a_spool_file_is_on_the_disk_under_its_name_before_the_hook_says_spooled
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The spooled event is nowhere else: its bytes are synced before the rename, and the directory after
     it, or a machine that crashes right after could come back with an empty file or none."""
-    from sessionmem.protocol import datadir
+    from sessionmem.protocol import oskit
     from sessionmem.protocol.spool import pending_spool_files, spool_dir, write_spool_file
 
     steps: list[str] = []
-    real_fsync, real_replace = os.fsync, os.replace
+    real_sync, real_replace = oskit.sync_file, os.replace
 
-    def fsync(fd: int) -> None:
-        steps.append("fsync directory" if os.path.isdir(f"/proc/self/fd/{fd}") else "fsync file")
-        real_fsync(fd)
+    def sync_file(fd: int) -> None:  # fsync, or F_FULLFSYNC on macOS
+        steps.append("sync directory" if stat.S_ISDIR(os.fstat(fd).st_mode) else "sync file")
+        real_sync(fd)
 
     def replace(source: str, target: str) -> None:
         steps.append("rename")
         real_replace(source, target)
 
-    monkeypatch.setattr(datadir.os, "fsync", fsync)
+    monkeypatch.setattr(oskit, "sync_file", sync_file)
     monkeypatch.setattr(os, "replace", replace)
     assert write_spool_file(str(tmp_path), "/api/sessions/observations", b"{}") == (True, "")
-    assert steps == ["fsync file", "rename", "fsync directory"]
+    assert steps == ["sync file", "rename", "sync directory"]
     assert [Path(p).parent for p in pending_spool_files(str(tmp_path))] == [Path(spool_dir(str(tmp_path)))]
 
 

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import argparse
 import errno
-import fcntl
 import json
 import logging
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -30,12 +28,12 @@ from sessionmem.protocol.datadir import make_private
 from sessionmem.protocol.delivery import Patience
 from sessionmem.protocol.environment import confine_process
 from sessionmem.protocol.limits import printable_line
+from sessionmem.protocol.oskit import process_alive, sync_file, terminate_process, try_lock_file
 from sessionmem.protocol.platform_support import unsupported_platform
 from sessionmem.protocol.state import (
     INSTANCE_LOCK_FILE,
     SHUTDOWN_REPORT_FILE,
     WorkerState,
-    process_alive,
     read_state,
     starting_worker,
     verified_worker,
@@ -83,9 +81,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"sessionmem: cannot use the data dir {settings.data_dir}: {exc.strerror or exc} "
               f"(choose another with --data-dir or SESSIONMEM_DATA_DIR)", file=sys.stderr)
         return 1
-    try:
-        fcntl.flock(instance_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not try_lock_file(instance_lock.fileno()):
         print(f"sessionmem: a worker is already running for {settings.data_dir}", file=sys.stderr)
         return 1
     # Named in the lock, so that `stop` and `status` find a worker still starting (no worker.json yet).
@@ -207,7 +203,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    """SIGTERM, then wait for the worker's whole shutdown budget (and a margin) and say what it did."""
+    """Ask the worker to stop (SIGTERM), then wait for its whole shutdown budget (and a margin) and say what
+    it did."""
     settings = _settings(args)
     state = _running_worker(settings)
     if state is None:
@@ -224,7 +221,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     report_path = settings.data_dir / SHUTDOWN_REPORT_FILE
     report_path.unlink(missing_ok=True)
     timeout = args.timeout if args.timeout is not None else settings.shutdown_timeout_s + STOP_MARGIN_S
-    os.kill(pid, signal.SIGTERM)
+    terminate_process(pid)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not process_alive(pid):
@@ -394,7 +391,7 @@ def _data_dir_health(path: Path) -> tuple[bool, str]:
         with tempfile.NamedTemporaryFile(dir=path, prefix=".doctor-") as probe:
             probe.write(b"\0" * 4096)
             probe.flush()
-            os.fsync(probe.fileno())
+            sync_file(probe.fileno())
     except OSError as exc:
         return False, f"data dir {path} does not take a write: {exc.strerror or exc}"
     free = shutil.disk_usage(path).free

@@ -12,7 +12,9 @@ definition here, imported by both:
   internal-prompt rule;
 - :mod:`.project`: which project a working directory belongs to;
 - :mod:`.spool`: the spool file format (written by clients, imported by the worker);
-- :mod:`.state`: the worker state file (``worker.json``) and process liveness;
+- :mod:`.state`: the worker state file (``worker.json``), and whether its pid is our worker;
+- :mod:`.oskit`: everything that differs by operating system (liveness, locks, limits,
+  signals, durable sync, the hook's deadline);
 - :mod:`.config`: the settings clients read, and the defaults they share with the worker;
 - :mod:`.client`, :mod:`.delivery`, :mod:`.launch`: the HTTP client, the one
   back-pressure and failure policy every client follows, and finding or starting

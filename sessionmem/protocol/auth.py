@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 
+from sessionmem.protocol.oskit import sync_file
+
 TOKEN_FILE = "auth.token"
 COOKIE_NAME = "sessionmem_token"
 TOKEN_BYTES = 32
@@ -47,7 +49,7 @@ def ensure_token(data_dir: str) -> str:
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.write(fd, token.encode("ascii") + b"\n")
-        os.fsync(fd)
+        sync_file(fd)
     finally:
         os.close(fd)
     try:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import stat
 
+from sessionmem.protocol import oskit
+
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
 
@@ -28,7 +30,7 @@ def private_umask() -> None:
 def write_private(path: str, data: bytes, *, append: bool = False, durable: bool = False) -> None:
     """Write (or append) ``data`` to ``path``, a file only its owner can read, whatever the umask.
 
-    ``durable``: on the disk (fsync) before this returns, not only in the page cache."""
+    ``durable``: on the disk before this returns, not only in the page cache (:func:`.oskit.sync_file`)."""
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
     fd = os.open(path, flags, PRIVATE_FILE)
     try:
@@ -39,22 +41,7 @@ def write_private(path: str, data: bytes, *, append: bool = False, durable: bool
                 raise OSError(28, "no space left on the device")
             view = view[written:]
         if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def sync_directory(path: str) -> None:
-    """Make the names in directory ``path`` (a file just renamed into it) survive a crash of the machine.
-    Best effort: a file system that cannot sync a directory is left to its own ordering."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
+            oskit.sync_file(fd)
     finally:
         os.close(fd)
 

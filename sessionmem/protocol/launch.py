@@ -6,9 +6,10 @@ Resource handling:
     The worker is started in a new session (it outlives the hook and Claude Code's
     process group), with the allow-listed environment (:mod:`.environment`) and the
     data dir as working directory, with its output sent to ``<data dir>/worker.stderr`` -- never to
-    the hook's stdout, which Claude Code reads until it closes. ``worker.lock``
-    (``flock``) makes sure two hooks starting at once start one worker; the worker
-    itself refuses to start twice for one data dir.
+    the hook's stdout, which Claude Code reads until it closes. A lock on ``worker.lock``
+    makes sure two hooks starting at once start one worker; the worker itself refuses to
+    start twice for one data dir. (:mod:`.oskit` says what a new session and a lock are on
+    each OS.)
 
 Error handling:
     Returns the port of a ready worker, or ``None`` (never raises for an expected
@@ -18,7 +19,6 @@ Error handling:
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 import sys
@@ -26,6 +26,7 @@ import time
 
 from sessionmem.protocol.client import WorkerUnavailable, request
 from sessionmem.protocol.environment import hook_started_environment
+from sessionmem.protocol.oskit import new_group_options, try_lock_file
 from sessionmem.protocol.routes import READINESS, READY, STARTING
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
@@ -83,9 +84,7 @@ def _start_once(config: ClientConfig, log: Callable[[str], None]) -> tuple[int |
     """Start the worker unless another hook is doing so; returns the held lock, if taken, and the process started."""
     os.makedirs(config.data_dir, exist_ok=True)
     lock_fd = os.open(os.path.join(config.data_dir, "worker.lock"), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not try_lock_file(lock_fd):
         os.close(lock_fd)
         return None, None  # another hook is starting it: just wait for readiness
     process = None
@@ -98,7 +97,7 @@ def _start_once(config: ClientConfig, log: Callable[[str], None]) -> tuple[int |
                 # repository's, say) must not shadow the installed package.
                 [sys.executable, "-P", "-m", "sessionmem", "serve"],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                start_new_session=True, close_fds=True,
+                close_fds=True, **new_group_options(),
                 # The port this client was told (a command's --port included), not only the
                 # data dir: otherwise the worker binds the default and the client waits in vain.
                 # Only the allow-listed environment: this session's project must not choose the

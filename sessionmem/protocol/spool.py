@@ -26,7 +26,8 @@ from __future__ import annotations
 import os
 import time
 
-from sessionmem.protocol.datadir import sync_directory, write_private
+from sessionmem.protocol.datadir import write_private
+from sessionmem.protocol.oskit import sync_directory
 
 SPOOL_DIR = "spool"
 REJECTED_DIR = "rejected"

@@ -1,4 +1,4 @@
-"""The worker state file (``<data dir>/worker.json``) and process liveness.
+"""The worker state file (``<data dir>/worker.json``), and whether the process it names is our worker.
 
 A running worker records its pid and the port it bound (it may have bound port 0)
 so clients can find it; it removes the file on the way out. Clients trust the file
@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 from sessionmem.protocol import fastjson
+from sessionmem.protocol.oskit import process_alive, process_command_line, try_lock_file
 
 STATE_FILE = "worker.json"
 SHUTDOWN_REPORT_FILE = "worker.shutdown.json"  # what the last graceful stop did (``sessionmem stop`` prints it)
@@ -36,45 +37,29 @@ class WorkerState:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie -- exited, not yet reaped by its parent -- does not)."""
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True  # no /proc: trust the signal check
-
-
 def holds_instance_lock(data_dir: str) -> bool:
     """Whether some process holds the worker's instance lock of ``data_dir`` (a worker runs)."""
-    import fcntl  # only the commands that stop or check a worker need it
-
     try:
         fd = os.open(os.path.join(data_dir, INSTANCE_LOCK_FILE), os.O_RDONLY)
     except OSError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
+        return not try_lock_file(fd, shared=True)
+    except OSError:
+        return False  # a file system that cannot lock: the worker could not have locked it either
     finally:
         os.close(fd)
-    return False
 
 
 def is_sessionmem_process(pid: int) -> bool:
-    """Whether ``pid`` runs sessionmem (by its command line; without /proc, assume so)."""
+    """Whether ``pid`` runs sessionmem, by its command line (:func:`.oskit.process_command_line`: ``/proc``
+    on Linux, ``ps`` on macOS). On Windows, where no way to read it is built, this assumes so: the
+    instance lock, which callers check first, is then all that tells a worker from a reused pid."""
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"sessionmem" in f.read()
-    except FileNotFoundError:
-        return not os.path.isdir("/proc")
-    except OSError:
-        return False
+        command_line = process_command_line(pid)
+    except NotImplementedError:
+        return True
+    return command_line is not None and "sessionmem" in command_line
 
 
 def starting_worker(data_dir: str) -> int | None:
