@@ -253,3 +253,11 @@ def test_the_windows_job_pipes_a_genuine_payload_through_both_hook_commands() ->
     for command in commands.values():
         script = next(part for part in command if part.endswith((".sh", ".py")))
         assert (REPO / script).is_file(), script
+
+
+def test_the_hook_script_checks_out_with_lf_line_ends_on_windows_too() -> None:
+    """Git for Windows checks text out with CRLF by default; sh would read each CR as part of a command."""
+    done = subprocess.run(["git", "check-attr", "eol", "--", "plugin/bootstrap/hook.sh", ".ci/run"], cwd=REPO,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["plugin/bootstrap/hook.sh: eol: lf", ".ci/run: eol: lf"]
