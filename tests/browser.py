@@ -64,15 +64,20 @@ def find_browser(environ: Mapping[str, str] | None = None) -> tuple[str | None, 
             find_executable("SESSIONMEM_CHROMEDRIVER", DRIVER_NAMES, (), environ))
 
 
+def missing_browser(browser: str | None, driver: str | None) -> str:
+    """What is missing, and how to get it."""
+    missing = [what for what, found in (("a Chromium browser", browser), ("ChromeDriver", driver)) if found is None]
+    return (f"the browser tests need Chromium (or Google Chrome) and ChromeDriver, and {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not found: put `{'`, `'.join(BROWSER_NAMES)}` and `chromedriver` on PATH, or name them in "
+            f"SESSIONMEM_CHROMIUM and SESSIONMEM_CHROMEDRIVER (Debian: `apt-get install chromium chromium-driver`, "
+            f"which `make test` runs where apt-get exists; elsewhere: Chrome or Chromium and the ChromeDriver of its "
+            f"version)")
+
+
 def require_browser() -> tuple[str, str]:
     browser, driver = find_browser()
     if browser is None or driver is None:
-        missing = [what for what, found in (("a Chromium browser", browser), ("ChromeDriver", driver)) if found is None]
-        pytest.fail(f"the browser tests need Chromium (or Google Chrome) and ChromeDriver, and {' and '.join(missing)} "
-                    f"is not found: put `{'`, `'.join(BROWSER_NAMES)}` and `chromedriver` on PATH, or name them in "
-                    f"SESSIONMEM_CHROMIUM and SESSIONMEM_CHROMEDRIVER (Debian: `apt-get install chromium "
-                    f"chromium-driver`, which `make test` runs where apt-get exists; elsewhere: Chrome or Chromium "
-                    f"and the ChromeDriver of its version)", pytrace=False)
+        pytest.fail(missing_browser(browser, driver), pytrace=False)
     return browser, driver
 
 
@@ -191,10 +196,7 @@ def main() -> int:
     """``python -m tests.browser``: the browser and driver the tests would use (``make test`` asks before it installs)."""
     browser, driver = find_browser()
     if browser is None or driver is None:
-        print(f"the browser tests need Chromium (or Google Chrome) and ChromeDriver: found browser {browser}, "
-              f"driver {driver}; put `{'`, `'.join(BROWSER_NAMES)}` and `chromedriver` on PATH, or name them in "
-              f"SESSIONMEM_CHROMIUM and SESSIONMEM_CHROMEDRIVER (Debian: apt-get install chromium chromium-driver; "
-              f"elsewhere: Chrome or Chromium and the ChromeDriver of its version)")
+        print(missing_browser(browser, driver))
         return 1
     print(f"browser {browser}\ndriver {driver}")
     return 0
