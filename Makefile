@@ -7,15 +7,10 @@ STAMP := $(VENV)/.installed
 # The pinned Claude Code CLI for the end-to-end tests (its native binary is an
 # optional dependency from the npm registry; no other download).
 E2E_STAMP := e2e/node_modules/.installed
-# Debian's Chromium and ChromeDriver for the web pages' browser tests (tests/test_web_browser.py):
-# installed with apt-get when missing (CI runs as root); the stamp is made again whenever one is gone.
-# Should the install fail, make goes on and those tests fail saying what is missing.
-BROWSER := /usr/bin/chromium /usr/bin/chromedriver
-BROWSER_STAMP := build/.browser-installed
 
 SOURCES := actors compress embed hooks index mcpserver replay search server sessionmem storage testing web
 
-.PHONY: run test lint clean bytecode FORCE
+.PHONY: run test lint clean bytecode browser
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "sessionmem needs Python 3.11, found " + sys.version' 
@@ -28,15 +23,21 @@ $(E2E_STAMP): e2e/package.json e2e/package-lock.json
 	cd e2e && npm ci --no-audit --no-fund --loglevel=error
 	@touch $(E2E_STAMP)
 
-$(BROWSER_STAMP): $(if $(filter-out $(wildcard $(BROWSER)),$(BROWSER)),FORCE)
-	@if [ -n "$(filter-out $(wildcard $(BROWSER)),$(BROWSER))" ]; then \
-		echo "installing Debian's chromium and chromium-driver for the browser tests"; \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) \
-			|| echo "WARNING: could not install chromium and chromium-driver: the browser tests will fail"; \
-	fi
-	@mkdir -p build && if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then touch $@; fi
-
-FORCE:
+# The web pages' browser tests (tests/test_web_browser.py) drive Chromium or Google Chrome and ChromeDriver,
+# found on PATH or named by SESSIONMEM_CHROMIUM and SESSIONMEM_CHROMEDRIVER (tests/browser.py; `python -m
+# tests.browser` says what it finds). When one is missing:
+# where apt-get exists (Debian; CI runs as root), Debian's chromium and chromium-driver are installed;
+# elsewhere make says what to install. Either way make goes on, and those tests fail saying what is missing.
+browser: $(STAMP)
+	@$(VENV)/bin/python -m tests.browser >/dev/null 2>&1 || { \
+		if command -v apt-get >/dev/null 2>&1; then \
+			echo "installing Debian's chromium and chromium-driver for the browser tests"; \
+			(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) \
+				|| echo "WARNING: could not install chromium and chromium-driver: the browser tests will fail"; \
+		else \
+			echo "WARNING: $$($(VENV)/bin/python -m tests.browser)"; \
+		fi; \
+	}
 
 # Hook processes start ~10 ms faster from compiled bytecode; compile it explicitly
 # because environments may set PYTHONDONTWRITEBYTECODE (only changed files are redone).
@@ -61,7 +62,7 @@ lint: $(STAMP)
 # `make test PYTEST_ARGS="-n 0"` runs it in this one process; later options win.
 PYTEST_WORKERS ?= 4
 
-test: $(STAMP) $(E2E_STAMP) $(BROWSER_STAMP) bytecode lint
+test: $(STAMP) $(E2E_STAMP) browser bytecode lint
 	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 clean:

@@ -1,8 +1,11 @@
-"""Headless Chromium for the web pages' tests: Debian's ``chromium`` and ``chromedriver``, driven by Selenium.
+"""Headless Chromium for the web pages' tests: Chromium (or Google Chrome) and ChromeDriver, driven by Selenium.
 
-``make test`` installs both Debian packages when they are missing (``apt-get install
-chromium chromium-driver``). Nothing is downloaded by Selenium: the browser and the
-driver are given by path, so Selenium Manager has nothing to look for. When either is
+Both are found by :func:`find_browser`: ``SESSIONMEM_CHROMIUM`` and ``SESSIONMEM_CHROMEDRIVER``
+when set, else the first of ``chromium``, ``chromium-browser``, ``google-chrome``, ``chrome`` and
+``chromedriver`` on ``PATH`` (then the usual macOS application bundles). ``make test`` installs
+Debian's packages (``apt-get install chromium chromium-driver``) where apt-get exists and either
+is missing, and says what to install elsewhere. Nothing is downloaded by Selenium: the browser
+and the driver are given by path, so Selenium Manager has nothing to look for. When either is
 missing the tests that need them fail, saying so -- never a silent skip.
 
 :class:`Browser` wraps a WebDriver with what the tests ask of a page: log in through a
@@ -17,7 +20,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,8 +28,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
+# The names a Chromium-based browser and its driver go by on PATH, in the order they are tried.
+BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
+DRIVER_NAMES = ("chromedriver",)
+# Where macOS keeps the browsers when nothing put them on PATH (a Mac with Chrome installed the usual way).
+MACOS_BUNDLES = ("/Applications/Chromium.app/Contents/MacOS/Chromium",
+                 "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome")
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "build" / "screenshots"
 # As the brief for this machine asks: no sandbox (root), nothing that calls home.
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -35,12 +42,43 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 WAIT_S = 20.0
 
 
-def require_browser() -> None:
-    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not os.access(path, os.X_OK)]
-    if missing:
-        pytest.fail(f"the browser tests need Debian's Chromium and ChromeDriver, and {', '.join(missing)} is missing: "
-                    f"`make test` installs them (as root: apt-get update && apt-get install -y chromium "
-                    f"chromium-driver)", pytrace=False)
+def find_executable(variable: str, names: tuple[str, ...], fallbacks: tuple[str, ...] = (),
+                    environ: Mapping[str, str] | None = None) -> str | None:
+    """``environ[variable]`` when set (a path, or a name looked up on PATH), else the first of ``names`` on
+    ``environ``'s PATH, else the first executable of ``fallbacks``; None when there is none."""
+    environ = os.environ if environ is None else environ
+    path = environ.get("PATH", os.defpath)
+    chosen = environ.get(variable, "").strip()
+    if chosen:
+        return shutil.which(chosen, path=path)
+    for name in names:
+        found = shutil.which(name, path=path)
+        if found:
+            return found
+    return next((candidate for candidate in fallbacks if os.access(candidate, os.X_OK)), None)
+
+
+def find_browser(environ: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+    """The browser and the driver the tests use: (path or None, path or None)."""
+    return (find_executable("SESSIONMEM_CHROMIUM", BROWSER_NAMES, MACOS_BUNDLES, environ),
+            find_executable("SESSIONMEM_CHROMEDRIVER", DRIVER_NAMES, (), environ))
+
+
+def missing_browser(browser: str | None, driver: str | None) -> str:
+    """What is missing, and how to get it."""
+    missing = [what for what, found in (("a Chromium browser", browser), ("ChromeDriver", driver)) if found is None]
+    return (f"the browser tests need Chromium (or Google Chrome) and ChromeDriver, and {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not found: put `{'`, `'.join(BROWSER_NAMES)}` and `chromedriver` on PATH, or name them in "
+            f"SESSIONMEM_CHROMIUM and SESSIONMEM_CHROMEDRIVER (Debian: `apt-get install chromium chromium-driver`, "
+            f"which `make test` runs where apt-get exists; elsewhere: Chrome or Chromium and the ChromeDriver of its "
+            f"version)")
+
+
+def require_browser() -> tuple[str, str]:
+    browser, driver = find_browser()
+    if browser is None or driver is None:
+        pytest.fail(missing_browser(browser, driver), pytrace=False)
+    return browser, driver
 
 
 class Browser:
@@ -133,7 +171,7 @@ class Browser:
 @contextmanager
 def open_browser() -> Iterator[Browser]:
     """Headless Chromium with a fresh profile; closed (and its profile removed) on leaving."""
-    require_browser()
+    browser, driver = require_browser()
     os.environ.setdefault("SE_AVOID_STATS", "true")  # Selenium Manager: no telemetry (it is not run at all)
     os.environ.setdefault("SE_OFFLINE", "true")
     from selenium import webdriver
@@ -141,14 +179,28 @@ def open_browser() -> Iterator[Browser]:
 
     profile = tempfile.mkdtemp(prefix="sessionmem-chromium-")
     options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
+    options.binary_location = browser
     for flag in FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={profile}")
     options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver = webdriver.Chrome(options=options, service=Service(driver))
     try:
         yield Browser(driver)
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def main() -> int:
+    """``python -m tests.browser``: the browser and driver the tests would use (``make test`` asks before it installs)."""
+    browser, driver = find_browser()
+    if browser is None or driver is None:
+        print(missing_browser(browser, driver))
+        return 1
+    print(f"browser {browser}\ndriver {driver}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

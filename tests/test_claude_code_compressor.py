@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import trio
 
@@ -69,16 +70,13 @@ def text_of(blocks: Any) -> str:
 def claude_processes(home: Path) -> list[int]:
     """Pids of the live processes (the CLI, or a guard) running with ``HOME=home``."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for process in psutil.process_iter():
         try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
+            if (process.pid != os.getpid() and process.status() != psutil.STATUS_ZOMBIE
+                    and process.environ().get("HOME") == str(home)):
+                found.append(process.pid)
+        except psutil.Error:  # gone meanwhile, or not ours to read
             continue
-        if f"HOME={home}".encode() in environ and state != "Z" and int(entry.name) != os.getpid():
-            found.append(int(entry.name))
     return found
 
 

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import trio
 
@@ -46,6 +47,7 @@ from sessionmem.testing.harness import open_worker
 from sessionmem.testing.messages_api import Action, ScriptedMessagesAPI
 from sessionmem.testing.worker_process import start_worker
 
+from .processes import running
 from .test_claude_code_compressor import CLAUDE, REPO, _require_cli, claude_processes, post_tools, wait_for
 
 HOSTILE_KEY = "sk-ant-api03-hostile-project-key"
@@ -284,7 +286,7 @@ def test_a_worker_started_from_a_hostile_session_sends_nothing_there(tmp_path: P
         worker = start_worker(data_dir, env=env, timeout=60)
         try:
             assert worker.get("/api/health")["compressor"] == "claude-code"  # not anthropic with the inherited key
-            assert os.readlink(f"/proc/{worker.pid}/cwd") == str(data_dir)
+            assert os.path.samefile(psutil.Process(worker.pid).cwd(), data_dir)
             worker.post("/api/sessions/observations", {
                 "claudeSessionId": "h", "cwd": "/work/h", "tool_name": "Read", "tool_use_id": "h1",
                 "tool_input": {"file_path": "/work/h/a.py"}, "tool_response": "x"})
@@ -325,16 +327,15 @@ def test_the_hooks_launcher_starts_the_worker_confined(tmp_path: Path, monkeypat
     state = read_state(str(data_dir))
     try:
         assert port is not None and state is not None, problems
-        environ = Path(f"/proc/{state.pid}/environ").read_bytes().split(b"\0")
-        names = {entry.split(b"=", 1)[0].decode() for entry in environ if entry}
+        worker = psutil.Process(state.pid)
+        names = set(worker.environ())
         assert not names & {*HOSTILE_ENV, "ANTHROPIC_BASE_URL", *chosen_by_the_session}, names
         assert "SESSIONMEM_COMPRESSOR" in names and "HOME" in names
-        assert os.readlink(f"/proc/{state.pid}/cwd") == str(data_dir)
+        assert os.path.samefile(worker.cwd(), data_dir)
     finally:
         if state is not None:
             os.kill(state.pid, 15)
-            wait_for(lambda: not Path(f"/proc/{state.pid}").exists() or
-                     Path(f"/proc/{state.pid}/stat").read_text().split()[2] == "Z", 30, "the worker stopped")
+            wait_for(lambda: not running(state.pid), 30, "the worker stopped")
 
 
 # -- auto moving the user onto their subscription is said once -----------------------------------------------

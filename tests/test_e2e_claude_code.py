@@ -18,13 +18,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
-from sessionmem.protocol.oskit import process_alive
 from sessionmem.testing.messages_api import ScriptedMessagesAPI, default_reply
 from sessionmem.testing.worker_process import WorkerProcess
 
 from .conftest import data_dir_contains
+from .processes import running
 
 # One Claude Code CLI at a time, and the module's harness set up once (`make test` runs in parallel).
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("claude-code")]
@@ -159,10 +160,10 @@ class Harness:
     def _runs_a_worker_of_ours(self, pid: int) -> bool:
         """``pid`` is alive and is a worker of this data dir (not a later process that got the same pid)."""
         try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
+            environ = psutil.Process(pid).environ()
+        except psutil.Error:
             return False
-        return process_alive(pid) and f"SESSIONMEM_DATA_DIR={self.data_dir}".encode() in environ.split(b"\0")
+        return running(pid) and environ.get("SESSIONMEM_DATA_DIR") == str(self.data_dir)
 
 
 @contextmanager

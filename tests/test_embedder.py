@@ -30,6 +30,8 @@ from sessionmem.embed.minilm import DIMENSIONS, INT8_MAX_TOKENS, SHIPPED, TOKENI
 from sessionmem.embed.none import NoEmbedder
 from sessionmem.embed.service import EmbedderService
 
+from .processes import running
+
 REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "minilm-reference.json").read_text(encoding="utf-8"))
 TEXTS = [
     "Fixed the flaky replay test by waiting for the journal instead of sleeping.",
@@ -291,9 +293,8 @@ def test_the_isolated_embedder_gives_the_same_vectors_from_a_niced_process(minil
         assert np.allclose(isolated.embed(texts, threads=2), vectors, atol=1e-5)  # a request on two threads
         pid = isolated.pid
         assert pid is not None and pid != os.getpid()
-        if sys.platform.startswith("linux"):
-            assert os.getpriority(os.PRIO_PROCESS, pid) == CHILD_NICE
-            assert os.getpriority(os.PRIO_PROCESS, 0) < CHILD_NICE  # this process is as it was
+        assert os.getpriority(os.PRIO_PROCESS, pid) == CHILD_NICE  # a process's own nice: Linux and macOS alike
+        assert os.getpriority(os.PRIO_PROCESS, 0) < CHILD_NICE  # this process is as it was
         stats = isolated.statistics()
         assert stats.loaded and stats.load_seconds > 0 and stats.texts == 2 * len(texts)
         os.kill(pid, signal.SIGINT)  # a Ctrl-C meant for the worker: the child carries on
@@ -302,7 +303,7 @@ def test_the_isolated_embedder_gives_the_same_vectors_from_a_niced_process(minil
     finally:
         isolated.close()
     assert isolated.pid is None
-    assert not _alive(pid)
+    assert not running(pid)
     with pytest.raises(EmbedderClosedError):
         isolated.embed(["after close"])
 
@@ -341,7 +342,7 @@ def test_a_child_that_dies_mid_request_is_an_error_and_the_next_request_starts_a
         stuck.join(10)
         assert not stuck.is_alive() and time.monotonic() - started < 10
         assert [type(exc) for exc in outcome] == [EmbedderProcessError]
-        assert not _alive(second)
+        assert not running(second)
     finally:
         isolated.close()
 
@@ -357,27 +358,16 @@ def test_the_child_exits_when_the_worker_is_killed(tmp_path: Path) -> None:
     parent = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         child = int(parent.stdout.readline())
-        assert _alive(child)
+        assert running(child)
         parent.kill()  # no clean-up runs in the parent
         parent.wait(10)
         deadline = time.monotonic() + 10
-        while _alive(child) and time.monotonic() < deadline:
+        while running(child) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(child), "the embedding process outlived the worker"
+        assert not running(child), "the embedding process outlived the worker"
     finally:
         parent.kill()
         parent.wait(10)
-
-
-def _alive(pid: int | None) -> bool:
-    """Whether ``pid`` runs (a zombie, exited but not yet reaped by its new parent, does not)."""
-    if pid is None:
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
 
 
 async def test_cancelling_waits_for_the_chunk_on_the_thread_and_runs_no_more() -> None:

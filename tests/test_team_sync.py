@@ -175,6 +175,7 @@ async def injects_shop_memory(worker: InProcessWorker) -> bool:
     return "cart.py" in await worker.get("/api/context/inject?project=shop&session=someone-new")
 
 
+@pytest.mark.postgres  # starts a server of its own
 @pytest.mark.slow
 @pytest.mark.xdist_group("team")
 async def test_postgres_unreachable_at_start_and_lost_mid_run_loses_and_doubles_nothing(tmp_path: Path) -> None:
@@ -206,6 +207,7 @@ async def test_postgres_unreachable_at_start_and_lost_mid_run_loses_and_doubles_
         assert pg_counts(url) == exact(6)
 
 
+@pytest.mark.postgres  # starts a server of its own
 @pytest.mark.slow
 @pytest.mark.xdist_group("team")
 async def test_a_postgres_restart_mid_run_loses_and_doubles_nothing_either_way(tmp_path: Path) -> None:
@@ -258,6 +260,7 @@ def local_cursor(data_dir: Path) -> team_sync.OutboxCursor:
         connection.close()
 
 
+@pytest.mark.postgres  # starts a server of its own
 @pytest.mark.slow
 @pytest.mark.xdist_group("team")
 def test_a_worker_killed_between_the_team_commit_and_its_cursor_pushes_again_without_duplicates(

@@ -1,4 +1,4 @@
-"""The web pages in a real browser: Debian's headless Chromium driven by Selenium (tests/browser.py).
+"""The web pages in a real browser: headless Chromium (or Chrome) driven by Selenium (tests/browser.py).
 
 - The memory viewer: log in through a `/login?code=` link, replay a recorded Claude Code
   session (the genuine 2.1.328 transcript) and watch its observations appear without a
