@@ -10,7 +10,7 @@ E2E_STAMP := e2e/node_modules/.installed
 
 SOURCES := actors compress embed hooks index mcpserver replay search server sessionmem storage testing web
 
-.PHONY: run test lint clean bytecode browser
+.PHONY: run test lint clean bytecode browser fat-tools
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "sessionmem needs Python 3.11, found " + sys.version' 
@@ -39,6 +39,18 @@ browser: $(STAMP)
 		fi; \
 	}
 
+# The case-insensitive disk of tests/test_path_case.py on Linux: a FAT image (mkfs.vfat, from dosfstools)
+# mounted through FUSE (fusefat). Installed with apt-get where it exists; elsewhere those tests say what is missing.
+fat-tools:
+	@command -v fusefat >/dev/null 2>&1 && { command -v mkfs.vfat || test -x /usr/sbin/mkfs.vfat || test -x /sbin/mkfs.vfat; } >/dev/null 2>&1 || { \
+		if command -v apt-get >/dev/null 2>&1 && [ "$$(uname -s)" = Linux ]; then \
+			echo "installing Debian's dosfstools and fusefat for the case-insensitive disk tests"; \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dosfstools fusefat >/dev/null 2>&1 \
+				|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dosfstools fusefat) \
+				|| echo "WARNING: could not install dosfstools and fusefat: the case-insensitive disk tests will fail"; \
+		fi; \
+	}
+
 # Hook processes start ~10 ms faster from compiled bytecode; compile it explicitly
 # because environments may set PYTHONDONTWRITEBYTECODE (only changed files are redone).
 bytecode: $(STAMP)
@@ -62,7 +74,7 @@ lint: $(STAMP)
 # `make test PYTEST_ARGS="-n 0"` runs it in this one process; later options win.
 PYTEST_WORKERS ?= 4
 
-test: $(STAMP) $(E2E_STAMP) browser bytecode lint
+test: $(STAMP) $(E2E_STAMP) browser fat-tools bytecode lint
 	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 clean:
