@@ -300,9 +300,13 @@ async def test_debug_document_shape(app: InProcessWorker) -> None:
     assert all("_" not in key for section in debug.values() if isinstance(section, dict) for key in section)
 
 
+# Nesting deeper than any CPython decodes (msgspec stops at the interpreter's recursion limit: about 1,000
+# levels on 3.11, 10,000 on 3.13); shallower but deep values are decoded and kept as their JSON text.
+TOO_DEEP = 100_000
+
 HOSTILE = [
     (b'{"claudeSessionId": "s", "tool_name": "Read", "tool_response": "\xff\xfe"}', "not valid UTF-8"),
-    (b'{"claudeSessionId": "s", "tool_name": "Read", "tool_input": ' + b'[' * 5000 + b']' * 5000 + b'}',
+    (b'{"claudeSessionId": "s", "tool_name": "Read", "tool_input": ' + b'[' * TOO_DEEP + b']' * TOO_DEEP + b'}',
      "nested too deeply"),
     (b'{"claudeSessionId": "s", "tool_name": "Read", "tool_use_id": 1' + b'0' * 5000 + b'}', "out of range"),
     (b'{"claudeSessionId": "s\x00", "tool_name": "Read"}', "malformed JSON"),  # a raw control character
@@ -344,7 +348,7 @@ async def test_bad_spool_files_are_set_aside_and_the_rest_imported(tmp_path: Pat
         "00000000000000000001-1.json": b'/api/sessions/observations\n{"claudeSessionId": "s", "tool_name": "R", '
                                        b'"tool_response": "\xff\xfe"}',
         "00000000000000000002-1.json": b'/api/sessions/observations\n{"claudeSessionId": "s", "tool_name": "R", '
-                                       b'"tool_input": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+                                       b'"tool_input": ' + b"[" * TOO_DEEP + b"]" * TOO_DEEP + b"}",
         "00000000000000000003-1.json": b"/api/sessions/init\n" + b"\x00" * 100,
         "00000000000000000004-1.json": b"\xff\xfe/not/a/path\n{}",
         # Past the body limit: HTTP would have answered 413.

@@ -132,6 +132,7 @@ def test_posts_never_answer_5xx(fuzzed: ThreadedWorker, path: str, body: bytes) 
 HOSTILE = {
     "deep in a field": b'{"claudeSessionId": "s", "tool_name": "t", "tool_input": ' + b"[" * 5000 + b"]" * 5000 + b"}",
     "deep at the top": b"[" * 5000 + b"]" * 5000,
+    "deeper than any Python decodes": b'{"claudeSessionId": "s", "tool_input": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
     "deep objects": b'{"a":' * 3000 + b"1" + b"}" * 3000,
     "invalid UTF-8 in a string": b'{"claudeSessionId": "s\xff\xfe", "tool_name": "t", "records": ["\xc3"]}',
     "huge integer": b'{"claudeSessionId": "s", "promptNumber": 1' + b"0" * 400 + b', "ids": [1' + b"0" * 400 + b"]}",
