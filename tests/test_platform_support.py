@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import os
 import shutil
 import subprocess
@@ -73,12 +74,12 @@ def _bin_with(tmp_path: Path, **scripts: str) -> Path:
     return directory
 
 
-def _hook_sh(tmp_path: Path, path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def _hook_sh(tmp_path: Path, path: Path, stage: str = "PostToolUse", **env: str) -> subprocess.CompletedProcess[str]:
     sh = shutil.which("sh")
     assert sh is not None
     data = tmp_path / "plugin-data"
     data.mkdir(exist_ok=True)
-    return subprocess.run([sh, str(HOOK_SH), "PostToolUse"], input='{"session_id": "s"}', text=True,
+    return subprocess.run([sh, str(HOOK_SH), stage], input='{"session_id": "s"}', text=True,
                           capture_output=True, timeout=30,
                           env={"PATH": str(path), "CLAUDE_PLUGIN_DATA": str(data), "CLAUDE_PLUGIN_ROOT": str(REPO),
                                "SESSIONMEM_DATA_DIR": str(tmp_path / "memory"), "SESSIONMEM_PORT": "9", **env})
@@ -106,6 +107,27 @@ def test_hook_sh_without_python3_exits_0_rather_than_a_hook_error(tmp_path: Path
     assert shutil.which("python3", path=str(path)) is None
     result = _hook_sh(tmp_path, path)
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert not (tmp_path / "memory").exists()
+
+
+@pytest.mark.parametrize(("system", "how"), [("Darwin", "brew install python@3.13"), ("Linux", "python3-venv")])
+def test_hook_sh_without_python3_says_once_at_session_start_what_to_install(tmp_path: Path, system: str,
+                                                                               how: str) -> None:
+    path = _bin_with(tmp_path, uname=f"echo {system}", mkdir='/bin/mkdir "$@"')
+    first, second = (_hook_sh(tmp_path, path, "SessionStart") for _ in range(2))
+    assert first.returncode == 0 and first.stderr == ""
+    message = json.loads(first.stdout)["systemMessage"]
+    assert "Python 3.11 or newer" in message and how in message
+    assert (second.returncode, second.stdout, second.stderr) == (0, "", "")
+
+
+def test_hook_sh_on_a_mac_without_command_line_tools_takes_the_python3_stub_for_none(tmp_path: Path) -> None:
+    """/usr/bin/python3 on a Mac without the Command Line Tools opens an installer dialog: never run it."""
+    if shutil.which("python3", path="/usr/bin") != "/usr/bin/python3":
+        pytest.skip("needs a /usr/bin/python3 to stand for the stub")  # any Debian or macOS has one
+    path = _bin_with(tmp_path, uname="echo Darwin", **{"xcode-select": "exit 2"})
+    result = _hook_sh(tmp_path, path, "SessionStart", PATH=f"{path}:/usr/bin")
+    assert result.returncode == 0 and "Python 3.11 or newer" in json.loads(result.stdout)["systemMessage"]
     assert not (tmp_path / "memory").exists()
 
 

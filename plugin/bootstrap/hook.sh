@@ -11,6 +11,22 @@ if read -r from 2>/dev/null <"$venv/installed-from" && [ "$from" = "${CLAUDE_PLU
         && read -r entry 2>/dev/null <"$venv/hook-entry" && [ -x "$venv/bin/python" ]; then
     exec "$venv/bin/python" -S "$entry" "$1"
 fi
-case "$(uname -s 2>/dev/null)" in MINGW* | MSYS* | CYGWIN*) exit 0 ;; esac
-command -v python3 >/dev/null 2>&1 || exit 0
+system="$(uname -s 2>/dev/null)"
+case "$system" in MINGW* | MSYS* | CYGWIN*) exit 0 ;; esac
+# No python3 to run the bootstrap (on a Mac without the Command Line Tools, /usr/bin/python3 is only a stub
+# that opens an installer dialog): exit 0, and at SessionStart say once what to install.
+if ! command -v python3 >/dev/null 2>&1 || { [ "$system" = Darwin ] && [ "$(command -v python3)" = /usr/bin/python3 ] \
+        && ! xcode-select -p >/dev/null 2>&1; }; then
+    shown="${CLAUDE_PLUGIN_DATA:-}/python-missing.shown"
+    if [ "$1" = SessionStart ] && [ -n "${CLAUDE_PLUGIN_DATA:-}" ] && [ ! -e "$shown" ] \
+            && mkdir -p "$CLAUDE_PLUGIN_DATA" 2>/dev/null && : >"$shown" 2>/dev/null; then
+        if [ "$system" = Darwin ]; then
+            how='from https://www.python.org/downloads/macos/ or with `brew install python@3.13`'
+        else
+            how="with your distribution's packages (python3 and python3-venv)"
+        fi
+        printf '{"systemMessage": "sessionmem needs Python 3.11 or newer, and this machine has no python3: install it %s; memory starts with the next session."}\n' "$how"
+    fi
+    exit 0
+fi
 exec python3 -S "${CLAUDE_PLUGIN_ROOT:-$(dirname "$0")/../..}/plugin/bootstrap/run.py" hook "$1"
