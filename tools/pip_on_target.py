@@ -10,14 +10,16 @@ environment replaced by each job's ``markers`` (PEP 508's names: ``sys_platform`
 they pull in are evaluated for the target, as a pip running there would.
 
 ``JOBS.json`` is a list of ``{"markers": {...}, "args": [pip arguments], "stderr": path}``.
-The jobs run one after another in this process: pip parses each index page once per
-process (its parse cache is keyed by the page's address), which is most of a resolution's
-CPU time when many targets share the same pins. Each job's pip output goes to its
+The jobs run one after another in this process, and an index page whose bytes are the
+same as before is parsed once for all of them: parsing pages (64,000 links for the
+runtime pins) is most of a resolution's CPU time, and the targets share the pins. pip
+still asks the index for each page each time. Each job's pip output goes to its
 ``stderr`` file (its stdout too); one line of JSON per job on stdout gives its exit status.
 
 It replaces ``default_environment`` of pip's vendored ``packaging.markers``, which every
-``Marker.evaluate`` asks for its values (pip 26). Should a later pip evaluate markers
-elsewhere, the check below fails loudly rather than resolving for the wrong platform.
+``Marker.evaluate`` asks for its values, and ``parse_links`` as the package finder calls
+it (pip 26). Should a later pip evaluate markers elsewhere, the check below fails loudly
+rather than resolving for the wrong platform.
 
 Error handling:
     Exits 2, saying why, when the jobs cannot be read or this pip cannot be retargeted;
@@ -27,6 +29,7 @@ Error handling:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import sys
 from typing import Any
@@ -52,7 +55,18 @@ def main(argv: list[str]) -> int:
         print(f"pip_on_target: cannot read the jobs: {exc}", file=sys.stderr)
         return 2
     from pip._internal.cli.main import main as pip_main
+    from pip._internal.index import package_finder
     from pip._vendor.packaging import markers as pip_markers
+
+    parse_links, parsed = package_finder.parse_links, {}
+
+    def parse_once(page: Any) -> Any:  # the same page, byte for byte: the same links
+        key = (page.url, hashlib.sha256(page.content).digest())
+        if key not in parsed:
+            parsed[key] = list(parse_links(page))
+        return parsed[key]
+
+    package_finder.parse_links = parse_once
 
     names = set(pip_markers.default_environment())
     target: dict[str, str] = {}
