@@ -61,7 +61,7 @@ def test_markers_leave_out_a_project_only_where_no_line_of_it_applies() -> None:
     assert left_out(lines, INTEL_MAC, "3.14") == ("onnxruntime",)
     assert left_out(lines, LINUX, "3.14") == ()
     missing = resolve_platforms.Outcome(INTEL_MAC, "3.14", (), True, left_out=("onnxruntime",))
-    assert notes([missing]) == ["no onnxruntime on macOS x86_64 (13+), Python 3.14 (no wheel there): semantic search "
+    assert notes([missing]) == ["no onnxruntime on macOS x86_64 (13+), Python 3.14 (its markers leave it out): semantic search "
                                 "is off there (words-only search; `sessionmem doctor` says so)"]
 
 

