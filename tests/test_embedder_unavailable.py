@@ -118,3 +118,24 @@ def test_a_worker_without_onnxruntime_searches_by_words_and_doctor_says_why(tmp_
         data, worker.port, "doctor", env=env).stdout
     assert "[ok] embedder: minilm (search by meaning and by words)" in sessionmem(data, worker.port, "doctor",
                                                                                   env={}).stdout
+
+
+@pytest.mark.slow
+def test_a_worker_whose_onnxruntime_cannot_load_searches_by_words_and_doctor_says_why(tmp_path: Path) -> None:
+    env = with_broken_onnxruntime(tmp_path)
+    data = tmp_path / "data"
+    with start_worker(data, env={**env, "SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_BATCH_QUIET": "0.05"},
+                      timeout=60) as worker:
+        worker.post("/api/sessions/init", {"claudeSessionId": "s1", "cwd": SHOP,
+                                          "prompt": "make checkout refuse an empty cart"})
+        worker.wait_idle()
+        found = sessionmem(data, worker.port, "search", "cart", "--project", "shop", "--json", env=env)
+        answer = json.loads(found.stdout)
+        assert answer["vectors"] in ("failed", "loading"), answer  # the model cannot load: words alone
+        assert answer["results"] and all(result["matchedBy"] == ["words"] for result in answer["results"])
+        # Said once the model was tried (the worker tries at once, when it is ready).
+        said = worker.wait_until(lambda: worker.get(routes.DEBUG_JSON)["embedder"]["embedder"]["unavailable"])
+        assert said.startswith("semantic search is off: onnxruntime cannot be loaded on this platform/Python ("), said
+        doctor = sessionmem(data, worker.port, "doctor", env=env)
+        assert f"[!!] embedder minilm: {said}" in doctor.stdout, doctor.stdout
+        assert "libonnxruntime.so.1: cannot open shared object file" in doctor.stdout

@@ -473,12 +473,15 @@ def _doctor_embedder(settings: Settings, config: ClientConfig, report: Any) -> N
         return
     snapshot = _debug_snapshot(config)
     if isinstance(snapshot, dict) and isinstance(snapshot.get("embedder"), dict):
-        unavailable = snapshot["embedder"].get("embedder", {}).get("unavailable", "")
+        running = snapshot["embedder"].get("embedder", {})
+        unavailable, name = running.get("unavailable", ""), running.get("name", "")
         index = snapshot.get("index") or {}
     else:
-        unavailable, index = missing_runtime(), {}
-    if unavailable:
+        unavailable, name, index = missing_runtime(), "none", {}
+    if unavailable and name == "none":  # not installed: this platform/Python has no wheel of it
         report(True, f"embedder: {unavailable}")
+    elif unavailable:  # installed, but it does not load: an install to repair
+        report(False, f"embedder {settings.embedder}: {unavailable}")
     elif index.get("state") == "failed":
         report(False, f"embedder {settings.embedder}: the vector index failed ({index.get('lastError', '')}); "
                       "words-only search until it recovers")
