@@ -36,6 +36,10 @@ class EmbedderClosedError(RuntimeError):
     """``embed`` was called after ``close``."""
 
 
+class EmbedderUnavailableError(RuntimeError):
+    """The model's runtime cannot be imported on this platform; the message says why (for ``doctor``)."""
+
+
 class EmbedderStatistics(msgspec.Struct, frozen=True):
     """Counters of one embedder since it was created."""
 
@@ -47,6 +51,9 @@ class EmbedderStatistics(msgspec.Struct, frozen=True):
     texts: int = 0  # texts embedded
     batches: int = 0  # model runs (a call of ``embed`` may make several)
     seconds: float = 0.0  # total time inside ``embed``: tokenizing, the model, pooling (not loading)
+    # Why vectors are off although the setting asks for a model ("" if they are not, or by the setting):
+    # its runtime has no wheel for this platform/Python (embed/availability.py).
+    unavailable: str = ""
 
 
 class Embedder(Protocol):

@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
+import logging
+
+from sessionmem.embed.availability import missing_runtime
 from sessionmem.embed.base import Embedder
 from sessionmem.embed.isolated import IsolatedEmbedder
 from sessionmem.embed.minilm import MiniLMEmbedder
 from sessionmem.embed.none import NoEmbedder
 from sessionmem.settings import EMBEDDERS
 
+log = logging.getLogger(__name__)
+
 
 def choose_embedder(name: str) -> Embedder:
     """A new, not yet loaded embedder: ``"minilm"`` (the default) or ``"none"`` (vectors off).
 
+    ``"minilm"`` where its runtime is not installed (no onnxruntime wheel for this platform/Python)
+    gives the ``none`` embedder, saying why (:mod:`sessionmem.embed.availability`; logged once here).
     Raises ``ValueError`` naming the choices for any other name.
     """
     match name:
         case "minilm":
+            unavailable = missing_runtime()
+            if unavailable:
+                log.warning("embedder: %s", unavailable)
+                return NoEmbedder(unavailable=unavailable)
             return MiniLMEmbedder()
         case "none":
             return NoEmbedder()

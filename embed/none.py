@@ -6,6 +6,10 @@ contract promises for zero dimensions, an empty ``(n, 0)`` float32 array, rather
 exception: a pipeline that embeds unconditionally keeps working and simply stores nothing
 to compare. The calls are counted in the statistics, so such a caller shows up in
 ``/debug``.
+
+The worker also runs it when the setting asks for ``minilm`` but its runtime is not
+installed on this platform (:mod:`sessionmem.embed.availability`): ``unavailable`` then
+says why, in the statistics.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ class NoEmbedder:
     model_id = "none"
     dimensions = 0
 
-    def __init__(self) -> None:
+    def __init__(self, *, unavailable: str = "") -> None:
+        """``unavailable``: why vectors are off although a model was asked for ("" when ``none`` was chosen)."""
+        self.unavailable = unavailable
         self._texts = 0
         self._batches = 0
         self._seconds = 0.0
@@ -41,7 +47,8 @@ class NoEmbedder:
 
     def statistics(self) -> EmbedderStatistics:
         return EmbedderStatistics(self.name, self.model_id, self.dimensions, loaded=False,
-                                  texts=self._texts, batches=self._batches, seconds=self._seconds)
+                                  texts=self._texts, batches=self._batches, seconds=self._seconds,
+                                  unavailable=self.unavailable)
 
     def close(self) -> None:
         self._closed = True

@@ -25,11 +25,15 @@ WATCH = Patience(10.0, 10.0, retry_failures=False)
 FAILURES_BEFORE_GIVING_UP = 3
 
 
-def index_line(index: dict[str, Any]) -> str:
-    """``vector index: 2,140 of 3,595 documents (60 %), ~40 s to go``, or the index's state when it has no backlog."""
+def index_line(index: dict[str, Any], *, unavailable: str = "") -> str:
+    """``vector index: 2,140 of 3,595 documents (60 %), ~40 s to go``, or the index's state when it has no backlog.
+
+    ``unavailable``: why the worker's embedder is off although a model was asked for (``/debug``'s
+    ``embedder.embedder.unavailable``)."""
     state, vectors, pending = index["state"], index["vectors"], index["pending"]
     if state == "off":
-        return "vector index: off (the none embedder: search by words only)"
+        return f"vector index: off ({unavailable})" if unavailable else \
+            "vector index: off (the none embedder: search by words only)"
     if state == "loading":
         return "vector index: loading"
     if state == "failed":

@@ -190,7 +190,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         pass
     index = debug.get("index")
     if index:
-        print(f"  {index_progress.index_line(index)}")
+        unavailable = (debug.get("embedder") or {}).get("embedder", {}).get("unavailable", "")
+        print(f"  {index_progress.index_line(index, unavailable=unavailable)}")
     team = debug.get("team")
     if team:
         print(f"  {team_commands.team_line(team)}")
@@ -344,6 +345,8 @@ def cmd_doctor(args: argparse.Namespace, *, platform: str = sys.platform) -> int
             report(True, f"compressor: {line}")
     _doctor_worker(config, report)
     if settings_ok is not None:
+        _doctor_embedder(settings_ok, config, report)
+    if settings_ok is not None:
         team_doctor.check_team(settings_ok, report, lambda: _debug_snapshot(config))
     try:
         wired = installed_stages()
@@ -464,6 +467,32 @@ def _doctor_worker(config: ClientConfig, report: Any) -> None:
         _doctor_compressor(config, report)
     else:
         report(False, f"{where} answers, but not as a sessionmem worker")
+
+
+def _doctor_embedder(settings: Settings, config: ClientConfig, report: Any) -> None:
+    """Whether searches use meaning: the ``embedder`` setting, and whether its runtime is here (the running
+    worker's word, else this interpreter's: :mod:`sessionmem.embed.availability`)."""
+    from sessionmem.embed.availability import missing_runtime
+
+    if settings.embedder == "none":
+        report(True, "embedder: none (the `embedder` setting): words-only search")
+        return
+    snapshot = _debug_snapshot(config)
+    if isinstance(snapshot, dict) and isinstance(snapshot.get("embedder"), dict):
+        running = snapshot["embedder"].get("embedder", {})
+        unavailable, name = running.get("unavailable", ""), running.get("name", "")
+        index = snapshot.get("index") or {}
+    else:
+        unavailable, name, index = missing_runtime(), "none", {}
+    if unavailable and name == "none":  # not installed: this platform/Python has no wheel of it
+        report(True, f"embedder: {unavailable}")
+    elif unavailable:  # installed, but it does not load: an install to repair
+        report(False, f"embedder {settings.embedder}: {unavailable}")
+    elif index.get("state") == "failed":
+        report(False, f"embedder {settings.embedder}: the vector index failed ({index.get('lastError', '')}); "
+                      "words-only search until it recovers")
+    else:
+        report(True, f"embedder: {settings.embedder} (search by meaning and by words)")
 
 
 def _debug_snapshot(config: ClientConfig) -> Any:
