@@ -13,9 +13,10 @@ vectors perturbed the same way; the truth is exact cosine over the whole store.
 library's alone), the libraries alternating within each size: the build (vectors added
 1,000 at a time on one thread: vectors per second), resident memory the graph added,
 its file's size, the load time of that file, recall@10 against the truth, and the
-median query latency (k=10, ``ef`` as index/hnsw.py sets it, one thread). Both use the
-parameters of index/hnsw.py (``M``, ``EF_CONSTRUCTION``, ``EF_SEARCH``) unless
-``--m``/``--ef-construction``/``--ef`` say otherwise.
+median query latency (k=10, ``ef`` as index/hnsw.py sets it, one thread). voyager uses
+the parameters of index/hnsw.py (``M``, ``EF_CONSTRUCTION``, ``EF_SEARCH``) unless
+``--m``/``--ef-construction``/``--ef`` say otherwise, chroma-hnswlib those it was used
+with (:data:`HNSWLIB_PARAMETERS`) unless ``--same-parameters``.
 
 chroma-hnswlib is in the ``bench`` extra only where it installs (Python before 3.13);
 without it the bench measures voyager alone and says so.
@@ -48,6 +49,7 @@ NOISE = 0.35
 QUERIES = 300
 ADD_CHUNK = 1000
 LIBRARIES = ("chroma-hnswlib", "voyager")
+HNSWLIB_PARAMETERS = (16, 100, 64)  # M, ef_construction, ef: index/hnsw.py's with hnswlib
 
 
 def _texts(corpus: Path, limit: int) -> list[str]:
@@ -206,6 +208,7 @@ def main() -> None:
     parser.add_argument("--m", type=int, default=M)
     parser.add_argument("--ef-construction", type=int, default=EF_CONSTRUCTION)
     parser.add_argument("--ef", type=int, default=EF_SEARCH)
+    parser.add_argument("--same-parameters", action="store_true", help="chroma-hnswlib with voyager's parameters")
     parser.add_argument("--libraries", default=",".join(LIBRARIES), help="of " + ", ".join(LIBRARIES))
     parser.add_argument("--out", type=Path)
     parser.add_argument("--measure", nargs=4, help=argparse.SUPPRESS)  # library vectors queries truth: the child
@@ -224,8 +227,10 @@ def main() -> None:
         work = arguments.work or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
         real = real_vectors(work, arguments.corpus, arguments.texts)
-        print(f"{len(real)} real vectors of {real.shape[1]} dimensions; M={arguments.m}, "
-              f"ef_construction={arguments.ef_construction}, ef={arguments.ef}", flush=True)
+        mine = (arguments.m, arguments.ef_construction, arguments.ef)
+        parameters = {"voyager": mine, "chroma-hnswlib": mine if arguments.same_parameters else HNSWLIB_PARAMETERS}
+        print(f"{len(real)} real vectors of {real.shape[1]} dimensions; M, ef_construction, ef: "
+              + "; ".join(f"{library} {parameters[library]}" for library in libraries), flush=True)
         results: list[dict[str, Any]] = []
         for size in [int(size) for size in arguments.sizes.split(",")]:
             vectors, queries = store(real, size)
@@ -235,9 +240,10 @@ def main() -> None:
                 np.save(path, array)
             for round_ in range(arguments.rounds):
                 for library in libraries if round_ % 2 == 0 else libraries[::-1]:
+                    m, ef_construction, ef = parameters[library]
                     child = subprocess.run(
-                        [sys.executable, __file__, "--measure", library, *map(str, paths), "--m", str(arguments.m),
-                         "--ef-construction", str(arguments.ef_construction), "--ef", str(arguments.ef)],
+                        [sys.executable, __file__, "--measure", library, *map(str, paths), "--m", str(m),
+                         "--ef-construction", str(ef_construction), "--ef", str(ef)],
                         capture_output=True, text=True, check=True)
                     result = json.loads(child.stdout.strip().splitlines()[-1])
                     results.append(result)
