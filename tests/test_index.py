@@ -205,6 +205,25 @@ def test_a_vector_added_again_replaces_the_old_one_in_the_graph_and_after_a_relo
         assert len(searched.nearest(vectors[0], 100)) == 50  # each label once
 
 
+def test_a_query_the_graph_cannot_fill_is_answered_by_comparing_every_vector(monkeypatch: pytest.MonkeyPatch) -> None:
+    """voyager raises RecallError when its search finds fewer than k live vectors (a sparse graph, most of it
+    deleted): the index compares every kept vector instead, and answers exactly."""
+    monkeypatch.setattr("sessionmem.index.hnsw.M", 2)  # a graph sparse enough to be cut apart by deletions
+    monkeypatch.setattr("sessionmem.index.hnsw.EF_CONSTRUCTION", 2)
+    index = HnswIndex(DIMENSIONS, "m")
+    vectors = unit_vectors(400, seed=1)
+    index.add(labels(*[("observation", n) for n in range(1, 401)]), vectors)
+    index.remove([label_of("observation", n) for n in range(13, 401)])
+    query = unit_vectors(1, seed=2)[0]
+    with pytest.raises(voyager.RecallError):
+        index._graphs["observation"].index.query(query, k=12, num_threads=1, query_ef=64)
+    found = index.nearest(query, 12, kind="observation")
+    distances = 1.0 - vectors[:12] @ query
+    assert [label for label, _ in found] == [label_of("observation", int(i) + 1) for i in np.argsort(distances)]
+    assert [d for _, d in found] == pytest.approx(sorted(distances), abs=1e-5)
+    assert [label for label, _ in index.nearest(query, 12)] == [label for label, _ in found]  # every kind
+
+
 def test_an_index_with_an_empty_graph_saves_and_loads(tmp_path: Path) -> None:
     """A kind with no document yet (voyager cannot load a graph it saved empty) or with every one removed."""
     index = HnswIndex(DIMENSIONS, "m")
