@@ -225,9 +225,9 @@ class _Rows:
 
 
 # voyager's file: its metadata ("VOYA", version 1, dimensions, space, storage type, max norm,
-# order-preserving transform), then hnswlib's header (six size_t, two int, four size_t, a
-# double and the vectors' place in an element among them), then every element's level-0 record:
-# its links, its vector, its label.
+# order-preserving transform), then hnswlib's header (six size_t -- among them the count, the size
+# of a record and where its vector and label lie -- two 32-bit ints, three size_t, a double, a
+# size_t), then every element's level-0 record: its links, its vector, its label.
 _METADATA = np.dtype([("magic", "S4"), ("version", "<i4"), ("dimensions", "<i4"), ("space", "u1"),
                       ("storage", "u1"), ("max_norm", "<f4"), ("transform", "u1")])
 _GRAPH_HEADER = np.dtype([("offset_level0", "<u8"), ("max_elements", "<u8"), ("count", "<u8"),
