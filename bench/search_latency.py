@@ -696,7 +696,7 @@ def summary(result: dict[str, Any]) -> str:
         ("cold SessionStart, replayed corpus", ms(result["cold_session_start"]["source"]["wall_ms"])),
     ]
     if build:
-        rows.append(("index build (hnswlib add)", f"{build['index_build_vectors_per_second']} vectors/s"))
+        rows.append(("index build (HNSW add)", f"{build['index_build_vectors_per_second']} vectors/s"))
     if "catch_up" in result:
         rows.append(("catch-up (embed + add, MiniLM)", f"{result['catch_up']['documents_per_second']} documents/s"))
     rss = result["scale"]["rss_mb"]

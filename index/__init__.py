@@ -1,1 +1,1 @@
-"""The vector index: hnswlib owned by one actor."""
+"""The vector index: HNSW graphs (voyager) owned by one actor."""

@@ -1,10 +1,12 @@
-"""The vector index actor: the one owner of the hnswlib index, kept in step with SQLite.
+"""The vector index actor: the one owner of the HNSW index (index/hnsw.py), kept in step with SQLite.
 
 What it does, in its own nursery (:meth:`VectorIndex.run`):
 
 - **Load or rebuild.** The saved index is loaded (off the Trio thread) if it is of the
-  embedder's model and dimensions and whole (:meth:`HnswIndex.load`); otherwise a new,
-  empty one is made and the reason counted as a rebuild.
+  embedder's model and dimensions, of this format and whole (:meth:`HnswIndex.load`);
+  otherwise a new, empty one is made and the reason counted as a rebuild. SQLite holds
+  every document's text (not its vector): the reconcile below queues them all, and they
+  are embedded again, nothing lost, the old files removed by the first save.
 - **Reconcile, then follow.** It compares the index's labels with the documents in
   SQLite: vectors of rows that are gone are removed, rows without a vector are queued.
   From then on, whatever the worker stores (prompts, observations, summaries) wakes it
@@ -322,9 +324,6 @@ class VectorIndex:
             # Counted as a rebuild by the reconcile, if there is anything to embed again.
             self._fresh_because = reason
             index = HnswIndex(dimensions, model_id)
-            self._dirty = True
-        elif index.from_old_format:
-            log.info("vector index: split by document kind from a one-graph save; saved anew at the next save")
             self._dirty = True
         self._index = index
         self._load_seconds = time.perf_counter() - started

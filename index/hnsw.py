@@ -1,20 +1,21 @@
-"""The hnswlib index and its files: one graph per document kind, labels, capacity, deletions,
+"""The HNSW vector index and its files: one graph per document kind, labels, capacity, deletions,
 an atomic save, a checked load.
 
-We use the ``chroma-hnswlib`` distribution of hnswlib (``import hnswlib``, the same C++
-library and Python API): PyPI's ``hnswlib`` is a source distribution that needs a C++
-compiler at install time, ``chroma-hnswlib`` has manylinux wheels.
+The graphs are Spotify's ``voyager`` (hnswlib's C++ algorithm, maintained, with wheels for
+Linux x86_64 and arm64, macOS x86_64 and arm64 and Windows, one abi3 wheel for every
+CPython from 3.12). The hnswlib distributions ship no wheel for Python 3.13 or later.
+bench/vector_index_choice.py measures the two side by side (bench/README.md).
 
 A document (``kind``, ``row_id``) is the label ``row_id * 4 + code(kind)``, so labels of
 different kinds never collide and a label tells which row it is.
 
-**One graph per kind.** Observations, summaries and prompts each have their own hnswlib
+**One graph per kind.** Observations, summaries and prompts each have their own HNSW
 graph. A query for one kind (SessionStart asks for observations only) walks that graph
-alone: exact and as fast as an unfiltered query. In one shared graph it would be
-asked with hnswlib's filter, which calls back into Python for every candidate it
-weighs -- 1.6 ms against 0.3 ms at 100,000 observations, and needed whenever copies of
-one prompt crowd the neighbourhood. A query for every kind asks the three graphs and
-keeps the ``k`` nearest of their answers.
+alone: exact and as fast as an unfiltered query. In one shared graph it would need a
+filter on every candidate the search weighs (hnswlib's called back into Python: 1.6 ms
+against 0.3 ms at 100,000 observations; voyager has none), and copies of one prompt
+could crowd the neighbourhood. A query for every kind asks the three graphs and keeps
+the ``k`` nearest of their answers.
 
 **A project's documents.** A search with a project filter asks for the nearest of the
 project's own documents (:meth:`HnswIndex.nearest_of_rows`, given their row ids). In a
@@ -25,29 +26,32 @@ fewer than :data:`EXACT_PER_ASKED` times as many documents as the graph would be
 for, each of them is compared with the query instead: exact, and cheaper (at 100,000
 observations, a project of 1,000 takes 0.3 ms of CPU where the graph asked for 7,500
 would take ~10 ms). For the comparison every graph keeps its vectors again in one
-float32 matrix found by row id (:class:`_Rows`, +1.5 KB a document): hnswlib hands a
-stored vector back as a Python list (~16 µs each, more on a busy machine). The matrix
-is in the order of the row ids (sorted when loaded; new documents come last), so a
-project's documents lie in runs, a session's each, multiplied where they lie.
+float32 matrix found by row id (:class:`_Rows`, +1.5 KB a document): asking the graph
+for them one by one would cost a call each. The matrix is in the order of the row ids
+(sorted when loaded; new documents come last), so a project's documents lie in runs,
+a session's each, multiplied where they lie.
 
 Files, in the data dir: ``vectors.json`` names the graph files of the last save and
 says what they hold (the embedding model, dimensions, each file's size and checksum,
-deleted labels); each graph file, ``vectors.<n>.<kind>.hnsw``, is in hnswlib's own
+deleted labels); each graph file, ``vectors.<n>.<kind>.hnsw``, is in voyager's own
 format. A save writes new graph files, syncs them to the disk (``F_FULLFSYNC`` on macOS:
 :func:`~sessionmem.protocol.oskit.sync_file`), then replaces ``vectors.json`` atomically
 (write, sync, rename, sync the directory): that rename is the moment the new save counts. A
 crash at any point leaves the description naming whole files, the old ones or the new
-ones; files it does not name (a save cut off) are removed by the next save. An index
-saved in one graph (format 3) is split by kind when loaded, nothing embedded again.
+ones; files it does not name (a save cut off, an older format's) are removed by the
+next save. An index saved by hnswlib (formats 3 and 4) cannot be read by voyager: it is
+refused with that reason, and the owner rebuilds it from the database.
 
 Resource handling:
-    Not thread-safe, by hnswlib's own rules (concurrent add and query can crash the
-    process): one owner calls it, one call at a time (:mod:`sessionmem.index.actor`
-    runs every call on one worker thread).
+    Not thread-safe by our rules (an add beside a query was a crash in hnswlib, and
+    voyager's graph is the same code): one owner calls it, one call at a time
+    (:mod:`sessionmem.index.actor` runs every call on one worker thread).
 
 Error handling:
     :meth:`HnswIndex.load` never raises for a bad file: it returns why it could not
-    use it (missing, corrupt, another model or dimension), and the owner rebuilds.
+    use it (missing, corrupt, another model, dimension or format), and the owner
+    rebuilds. A file is checked (size, CRC-32) before voyager reads it: voyager checks
+    its header, but a damaged byte in a graph's links crashes the process (SIGSEGV).
 """
 
 from __future__ import annotations
@@ -58,21 +62,24 @@ import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import hnswlib
 import msgspec
 import numpy as np
+import voyager
 
 from sessionmem.protocol.oskit import sync_directory, sync_file
 from sessionmem.records import DOCUMENT_KINDS
 
 DESCRIPTION_FILE = "vectors.json"
 INDEX_FILES = "vectors.*.hnsw"
-FORMAT = 4
-ONE_GRAPH_FORMAT = 3  # every kind in one graph: loaded, then split
-# Graph parameters. M=16 and ef_construction=100: ~0.97 recall@10 on MiniLM vectors at
-# ef=64 while an add stays well under a millisecond (bench/search_latency.py measures both).
+FORMAT = 5  # one voyager graph per kind
+HNSWLIB_FORMATS = (3, 4)  # saved by hnswlib (3: every kind in one graph; 4: a graph per kind)
+
+# Graph parameters. M=16, ef_construction=200, ef=64: recall@10 1.0 at 100,000 MiniLM-like vectors
+# whatever the graph's random seed, where ef_construction=100 gave 0.994-1.0 by seed (hnswlib the
+# same, seed for seed: the same algorithm); an add takes ~0.3 ms, beside the ~10 ms or more of
+# embedding its text (bench/vector_index_choice.py, bench/README.md).
 M = 16
-EF_CONSTRUCTION = 100
+EF_CONSTRUCTION = 200
 EF_SEARCH = 64
 INITIAL_CAPACITY = 1024
 # Comparing one vector with the query costs about a twelfth of what each nearest asked of a
@@ -89,7 +96,6 @@ PRODUCT_ROWS = 1024
 # (a gather copies each row: 1.3 of the 1.9 ms CPU for a project of 7,500 observations).
 RUN_ROWS = 32
 GRAPH_MARGIN = 1.25  # the graph is asked k / share x this, so that one ask is nearly always enough
-MIGRATION_CHUNK = 2048  # vectors copied at a time from a one-graph index
 
 _CODES = {kind: code for code, kind in enumerate(DOCUMENT_KINDS)}
 _KINDS = dict(enumerate(DOCUMENT_KINDS))
@@ -110,7 +116,7 @@ def kind_of(label: int) -> str:
 class GraphFile(msgspec.Struct, frozen=True):
     index_file: str  # vectors.<n>.<kind>.hnsw, in the same directory
     index_bytes: int  # its size when the description was written
-    checksum: int  # its CRC-32: hnswlib trusts the sizes in its file's header, and a damaged one crashes it
+    checksum: int  # its CRC-32: voyager trusts the links in its file, and a damaged one crashes it
     vectors: int  # live vectors
     deleted: list[int]  # labels marked deleted
 
@@ -128,16 +134,8 @@ class IndexDescription(_Common, frozen=True):
     saved_at: float
 
 
-class _OneGraphDescription(GraphFile, frozen=True):
-    """Format 3: one graph of every kind, described by the same fields as a graph of ours, and the common ones."""
-
-    format: int
-    model_id: str
-    dimensions: int
-
-
 class _Rows:
-    """A graph's vectors again, normalized as hnswlib keeps them, one float32 row each, found by row id:
+    """A graph's vectors again, normalized as the graph keeps them, one float32 row each, found by row id:
     what exact comparison reads (see the module docstring)."""
 
     def __init__(self, dimensions: int) -> None:
@@ -213,11 +211,11 @@ class _Rows:
         return row_ids, 1.0 - similarity
 
     @classmethod
-    def of_graph(cls, index: hnswlib.Index, dimensions: int, deleted: set[int]) -> _Rows:
-        """The vectors of a loaded graph, its deleted labels left out."""
+    def of_graph(cls, index: voyager.Index, path: Path, dimensions: int, deleted: set[int]) -> _Rows:
+        """The vectors of a graph loaded from ``path``, its deleted labels left out."""
         rows = cls(dimensions)
-        if index.get_current_count():
-            labels, vectors = _stored_vectors(index, dimensions, deleted)  # normalized already, one per label
+        if index.num_elements:
+            labels, vectors = _stored_vectors(index, path, dimensions, deleted)  # normalized already, one per label
             ids = (labels // np.uint64(4)).astype(np.int64)
             if np.any(ids[1:] < ids[:-1]):  # in the order of their ids: a session's rows follow each other
                 order = np.argsort(ids, kind="stable")
@@ -228,89 +226,118 @@ class _Rows:
         return rows
 
 
-def _stored_vectors(index: hnswlib.Index, dimensions: int, deleted: set[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Every live label of a graph and its vector as hnswlib stores it.
+# voyager's file: its metadata ("VOYA", version 1, dimensions, space, storage type, max norm,
+# order-preserving transform), then hnswlib's header (six size_t -- among them the count, the size
+# of a record and where its vector and label lie -- two 32-bit ints, three size_t, a double, a
+# size_t), then every element's level-0 record: its links, its vector, its label.
+_METADATA = np.dtype([("magic", "S4"), ("version", "<i4"), ("dimensions", "<i4"), ("space", "u1"),
+                      ("storage", "u1"), ("max_norm", "<f4"), ("transform", "u1")])
+_GRAPH_HEADER = np.dtype([("offset_level0", "<u8"), ("max_elements", "<u8"), ("count", "<u8"),
+                          ("size_data_per_element", "<u8"), ("label_offset", "<u8"), ("offset_data", "<u8"),
+                          ("max_level", "<i4"), ("enter_point", "<u4"), ("max_m", "<u8"), ("max_m0", "<u8"),
+                          ("m", "<u8"), ("mult", "<f8"), ("ef_construction", "<u8")])
 
-    Read from hnswlib's own state (what it pickles), ~0.1 s for 100,000; a vector at a
-    time (``get_items``, seconds) if that state is not laid out as expected.
+
+def _stored_vectors(index: voyager.Index, path: Path | None, dimensions: int,
+                    deleted: set[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Every live label of a graph and its vector as the graph stores it (normalized, float32).
+
+    Read straight from the level-0 records of the file the graph was loaded from (``path``,
+    checked already), ~0.02 s for 100,000; from the graph's own ``get_vectors`` (~0.25 s)
+    if the file is not laid out as expected (a sample of both must agree).
     """
-    count, width = index.get_current_count(), dimensions * 4
+    count, width = index.num_elements, dimensions * 4
     try:
-        state = index.__getstate__()[0]
-        per, at, label_at = (int(state[name]) for name in ("size_data_per_element", "offset_data", "label_offset"))
-        raw = np.asarray(state["data_level0"]).view(np.uint8)[: count * per].reshape(count, per)
-        vectors = raw[:, at : at + width].copy().view(np.float32)
-        labels = raw[:, label_at : label_at + 8].copy().view(np.uint64).ravel()
+        if path is None:
+            raise ValueError("no file")
+        metadata = np.fromfile(path, dtype=_METADATA, count=1)[0]
+        if metadata["magic"] != b"VOYA" or int(metadata["version"]) != 1 or int(metadata["dimensions"]) != dimensions:
+            raise ValueError("not a voyager file of version 1")
+        header = np.fromfile(path, dtype=_GRAPH_HEADER, count=1, offset=_METADATA.itemsize)[0]
+        per, at, label_at = (int(header[name]) for name in ("size_data_per_element", "offset_data", "label_offset"))
+        if int(header["count"]) != count or at + width > per or label_at + 8 > per:
+            raise ValueError("unexpected header")
+        raw = np.memmap(path, dtype=np.uint8, mode="r", offset=_METADATA.itemsize + _GRAPH_HEADER.itemsize,
+                        shape=(count, per))
+        vectors = np.ascontiguousarray(raw[:, at : at + width]).view(np.float32)
+        labels = np.ascontiguousarray(raw[:, label_at : label_at + 8]).view(np.uint64).ravel()
+        del raw
         if deleted:
             live = np.isin(labels, np.fromiter(deleted, dtype=np.uint64, count=len(deleted)), invert=True)
             labels, vectors = labels[live], vectors[live]
-        sample = np.linspace(0, len(labels) - 1, num=min(8, len(labels)), dtype=np.int64)
-        if np.allclose(np.asarray(index.get_items(labels[sample]), dtype=np.float32), vectors[sample], atol=1e-6):
+        picked = np.linspace(0, len(labels) - 1, num=min(8, len(labels)), dtype=np.int64)
+        if np.allclose(index.get_vectors(labels[picked].tolist()), vectors[picked], atol=1e-6):
             return labels, vectors
-    except (KeyError, ValueError, TypeError, RuntimeError):
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError, IndexError):
         pass
-    labels = np.array(sorted(set(index.get_ids_list()) - deleted), dtype=np.uint64)
-    return labels, np.asarray(index.get_items(labels), dtype=np.float32).reshape(-1, dimensions)
+    labels = np.array(sorted(set(index.ids) - deleted), dtype=np.uint64)
+    return labels, np.asarray(index.get_vectors(labels.tolist()), dtype=np.float32).reshape(-1, dimensions)
 
 
 class _Graph:
-    """One hnswlib graph (cosine), the labels marked deleted in it, and its vectors again (:class:`_Rows`)."""
+    """One HNSW graph (voyager, cosine, float32), the labels marked deleted in it, and its vectors again
+    (:class:`_Rows`)."""
 
-    def __init__(self, dimensions: int, capacity: int = INITIAL_CAPACITY, *, empty: bool = True) -> None:
-        self.index = hnswlib.Index(space="cosine", dim=dimensions)
-        if empty:  # else load() fills it (init_index first would make hnswlib warn and throw it away)
-            self.index.init_index(max_elements=max(capacity, 16), ef_construction=EF_CONSTRUCTION, M=M)
-            self.index.set_num_threads(1)
-        self.deleted: set[int] = set()
+    def __init__(self, kind: str, dimensions: int, capacity: int = INITIAL_CAPACITY, *,
+                 index: voyager.Index | None = None, deleted: set[int] | None = None) -> None:
+        self.code = np.uint64(_CODES[kind])
+        self.index = index if index is not None else voyager.Index(
+            voyager.Space.Cosine, num_dimensions=dimensions, M=M, ef_construction=EF_CONSTRUCTION,
+            max_elements=max(capacity, 16), storage_data_type=voyager.StorageDataType.Float32)
+        self.deleted: set[int] = deleted or set()
         self.rows = _Rows(dimensions)
 
     @classmethod
-    def load(cls, path: Path, dimensions: int, size: int, checksum: int, deleted: list[int], *,
-             of_one_kind: bool = True) -> _Graph:
-        """The graph in ``path``; ``ValueError`` saying why if it is not the one described. A graph of every
-        kind (format 3: row ids repeat across kinds) keeps no :class:`_Rows`: it is only read to be split."""
+    def load(cls, kind: str, path: Path, dimensions: int, described: GraphFile) -> _Graph:
+        """The graph in ``path``, as ``described``; ``ValueError`` saying why if it is not that one."""
+        size, checksum, deleted = described.index_bytes, described.checksum, described.deleted
         if not path.is_file():
             raise ValueError(f"the index file {path.name!r} is missing")
         if path.stat().st_size != size:
             raise ValueError("index file and description do not match (a save was cut off)")
-        # Never hand hnswlib a damaged file: it reads its header's sizes on trust (a
-        # segmentation fault, not an exception). ~0.2 s for 100,000 vectors.
+        # Never hand voyager a damaged file: it checks its header, but reads the links of its
+        # graph on trust (a damaged one is a segmentation fault, not an exception). ~0.05 s for
+        # 100,000 vectors.
         if _size_and_checksum(path)[1] != checksum:
             raise ValueError("index file damaged (its checksum does not match)")
-        graph = cls(dimensions, empty=False)
+        if not described.vectors and not deleted:
+            # voyager saves a graph that never held a vector, but refuses to load it (its entry point is -1).
+            return cls(kind, dimensions)
         try:
-            graph.index.load_index(str(path), max_elements=0)
-        except (RuntimeError, ValueError, MemoryError) as exc:
+            index = voyager.Index.load(str(path))
+        except (RuntimeError, ValueError, MemoryError, OSError) as exc:
             raise ValueError(f"corrupt index file: {exc}") from None
-        graph.index.set_num_threads(1)
-        graph.deleted = set(deleted)
-        if of_one_kind:
-            graph.rows = _Rows.of_graph(graph.index, dimensions, graph.deleted)
+        if (index.space != voyager.Space.Cosine or index.num_dimensions != dimensions
+                or index.storage_data_type != voyager.StorageDataType.Float32):
+            raise ValueError(f"the index file {path.name!r} is not a cosine float32 graph of {dimensions} dimensions")
+        graph = cls(kind, dimensions, index=index, deleted=set(deleted))
+        graph.rows = _Rows.of_graph(index, path, dimensions, graph.deleted)
         return graph
 
     @property
     def vectors(self) -> int:
-        return self.index.get_current_count() - len(self.deleted)
+        return int(self.index.num_elements) - len(self.deleted)
 
     @property
     def capacity(self) -> int:
-        return self.index.get_max_elements()
+        return int(self.index.max_elements)
 
     def labels(self) -> set[int]:
-        return set(self.index.get_ids_list()) - self.deleted
+        return set(self.index.ids) - self.deleted  # voyager's ids include the deleted ones
 
     def add(self, labels: np.ndarray, vectors: np.ndarray) -> None:
-        needed = self.index.get_current_count() + len(labels)
-        if needed > self.capacity:
-            self.index.resize_index(max(needed, self.capacity * 2))
-        for label in self.deleted.intersection(int(label) for label in labels):
-            self.index.unmark_deleted(label)  # a row id used again: its new vector replaces the old
-            self.deleted.discard(label)
-        self.index.add_items(vectors, labels, num_threads=1)
+        needed = self.index.num_elements + len(labels)
+        if needed > self.capacity:  # voyager would grow to exactly what is needed, at every add
+            self.index.resize(max(needed, self.capacity * 2))
+        # A label added again (a row id used again after its deletion, or a vector replaced) is
+        # updated in place, and undeleted.
+        self.index.add_items(np.ascontiguousarray(vectors, dtype=np.float32),
+                             ids=np.asarray(labels, dtype=np.uint64).tolist(), num_threads=1)
+        self.deleted.difference_update(int(label) for label in labels)
         self.rows.put(np.asarray(labels, dtype=np.uint64) // 4, vectors)
 
     def remove(self, labels: list[int]) -> None:
-        present = set(self.index.get_ids_list())
+        present = set(self.index.ids)
         for label in labels:
             if label in present and label not in self.deleted:
                 self.index.mark_deleted(label)
@@ -322,9 +349,17 @@ class _Graph:
         k = min(k, self.vectors)
         if k <= 0:
             return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.float32)
-        self.index.set_ef(max(EF_SEARCH, k))  # hnswlib does not save ef: set for every query
-        labels, distances = self.index.knn_query(vector.reshape(1, -1), k=k, num_threads=1)
-        return labels[0], distances[0]
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        try:
+            labels, distances = self.index.query(query, k=k, num_threads=1, query_ef=max(EF_SEARCH, k))
+        except voyager.RecallError:
+            # The graph found fewer than k live vectors (deletions can cut a sparse graph apart):
+            # every vector compared instead.
+            unit = query / (np.linalg.norm(query) or np.float32(1.0))
+            ids, found = self.rows.distances(unit, np.flatnonzero(self.rows.row_of >= 0))
+            order = np.lexsort((ids, found))[:k]
+            return ids[order].astype(np.uint64) * np.uint64(4) + self.code, found[order]
+        return labels, distances
 
     def vector_of(self, label: int) -> np.ndarray | None:
         return self.rows.vector(label // 4)
@@ -354,13 +389,12 @@ class _Graph:
 
 
 class HnswIndex:
-    """Cosine hnswlib graphs of unit vectors, one per document kind; see the module docstring."""
+    """Cosine HNSW graphs of unit vectors, one per document kind; see the module docstring."""
 
     def __init__(self, dimensions: int, model_id: str, *, capacity: int = INITIAL_CAPACITY) -> None:
         self.dimensions = dimensions
         self.model_id = model_id
-        self._graphs = {kind: _Graph(dimensions, capacity) for kind in DOCUMENT_KINDS}
-        self.from_old_format = False  # loaded from a one-graph save: save it anew
+        self._graphs = {kind: _Graph(kind, dimensions, capacity) for kind in DOCUMENT_KINDS}
 
     # -- contents ---------------------------------------------------------------------
 
@@ -448,7 +482,7 @@ class HnswIndex:
         for kind, graph in self._graphs.items():
             index_file = f"vectors.{stamp}.{kind}.hnsw"
             index_path = directory / index_file
-            graph.index.save_index(str(index_path))
+            graph.index.save(str(index_path))
             os.chmod(index_path, 0o600)
             _sync(index_path)
             size, checksum = _size_and_checksum(index_path)
@@ -487,25 +521,22 @@ class HnswIndex:
         try:
             raw = description_path.read_bytes()
             common = msgspec.json.decode(raw, type=_Common)
-            if common.format not in (FORMAT, ONE_GRAPH_FORMAT):
+            if common.format in HNSWLIB_FORMATS:
+                return None, f"saved by hnswlib (index format {common.format}): rebuilt"
+            if common.format != FORMAT:
                 return None, f"index format {common.format}, expected {FORMAT}"
             if common.model_id != model_id or common.dimensions != dimensions:
                 return None, (f"index of {common.model_id} ({common.dimensions} dimensions); the embedder is "
                               f"{model_id} ({dimensions})")
-            if common.format == ONE_GRAPH_FORMAT:
-                return cls._split(directory, msgspec.json.decode(raw, type=_OneGraphDescription), dimensions,
-                                  model_id)
             description = msgspec.json.decode(raw, type=IndexDescription)
         except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
             return None, f"unreadable {DESCRIPTION_FILE}: {exc}"
-        except ValueError as exc:  # a graph file that is not the one described
-            return None, str(exc)
         if set(description.graphs) != set(DOCUMENT_KINDS):
             return None, f"{DESCRIPTION_FILE} names graphs of {sorted(description.graphs)}"
         index = cls(dimensions, model_id, capacity=16)
         for kind, described in description.graphs.items():
             try:
-                graph = _read_graph(directory, described, dimensions)
+                graph = _read_graph(directory, kind, described, dimensions)
             except ValueError as exc:
                 return None, str(exc)
             if graph.vectors != described.vectors:
@@ -513,30 +544,12 @@ class HnswIndex:
             index._graphs[kind] = graph
         return index, ""
 
-    @classmethod
-    def _split(cls, directory: Path, description: _OneGraphDescription, dimensions: int,
-               model_id: str) -> tuple[HnswIndex | None, str]:
-        """An index saved in one graph of every kind (format 3), split into a graph per kind.
 
-        ``ValueError`` if its file is not the one described."""
-        old = _read_graph(directory, description, dimensions, of_one_kind=False)
-        labels = np.array(sorted(old.labels()), dtype=np.uint64)
-        index = cls(dimensions, model_id, capacity=16)
-        for start in range(0, len(labels), MIGRATION_CHUNK):  # get_items answers in Python floats
-            chunk = labels[start : start + MIGRATION_CHUNK]
-            index.add(chunk, np.asarray(old.index.get_items(chunk), dtype=np.float32))
-        if index.vectors != description.vectors:
-            return None, f"index holds {index.vectors} vectors, its description says {description.vectors}"
-        index.from_old_format = True
-        return index, ""
-
-
-def _read_graph(directory: Path, described: GraphFile, dimensions: int, *, of_one_kind: bool = True) -> _Graph:
+def _read_graph(directory: Path, kind: str, described: GraphFile, dimensions: int) -> _Graph:
     """The graph file ``described`` names, in ``directory``; ``ValueError`` saying why it is not usable."""
     if "/" in described.index_file:
         raise ValueError(f"the index file {described.index_file!r} is not in {directory}")
-    return _Graph.load(directory / described.index_file, dimensions, described.index_bytes, described.checksum,
-                       described.deleted, of_one_kind=of_one_kind)
+    return _Graph.load(kind, directory / described.index_file, dimensions, described)
 
 
 def _size_and_checksum(path: Path) -> tuple[int, int]:
@@ -549,7 +562,7 @@ def _size_and_checksum(path: Path) -> tuple[int, int]:
 
 
 def _sync(path: Path) -> None:
-    """Flush a file hnswlib wrote to disk (:func:`~sessionmem.protocol.oskit.sync_file`)."""
+    """Flush a file voyager wrote to disk (:func:`~sessionmem.protocol.oskit.sync_file`)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         sync_file(fd)

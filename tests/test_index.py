@@ -1,4 +1,5 @@
-"""The vector index: hnswlib's file and its rules (hnsw.py), and the actor that keeps it in step with SQLite."""
+"""The vector index: the HNSW graphs (voyager), their files and rules (hnsw.py), and the actor that keeps it in step
+with SQLite."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-import hnswlib
 import numpy as np
 import pytest
 import trio
+import voyager
 
 from sessionmem.index.hnsw import DESCRIPTION_FILE, HnswIndex, _stored_vectors, key_of, label_of
 from sessionmem.testing.harness import InProcessWorker, open_worker
@@ -84,48 +85,44 @@ def test_a_saved_index_loads_whole(tmp_path: Path) -> None:
     assert all(key_of(label) != ("observation", 7) for label, _ in loaded.nearest(vectors[6], 51))
 
 
-def test_an_index_saved_in_one_graph_is_split_by_kind_and_saved_anew(tmp_path: Path) -> None:
-    """Format 3 kept every kind in one hnswlib graph: it loads as a graph per kind, nothing embedded again."""
-    vectors = unit_vectors(40)
-    keys = [("observation", n) for n in range(1, 31)] + [("summary", n) for n in range(1, 6)] + \
-        [("prompt", n) for n in range(1, 6)]
-    graph = hnswlib.Index(space="cosine", dim=DIMENSIONS)
-    graph.init_index(max_elements=64, ef_construction=100, M=16)
-    graph.add_items(vectors, labels(*keys))
-    graph.mark_deleted(label_of("observation", 3))
-    graph.save_index(str(tmp_path / "vectors.7.hnsw"))
-    size = (tmp_path / "vectors.7.hnsw").stat().st_size
-    checksum = zlib.crc32((tmp_path / "vectors.7.hnsw").read_bytes())
-    (tmp_path / DESCRIPTION_FILE).write_bytes(json.dumps({
-        "format": 3, "index_file": "vectors.7.hnsw", "model_id": "model-a", "dimensions": DIMENSIONS,
-        "index_bytes": size, "checksum": checksum, "vectors": 39, "deleted": [label_of("observation", 3)],
-        "saved_at": 1.0}).encode())
+def write_hnswlib_save(directory: Path, format_: int) -> list[Path]:
+    """What the hnswlib versions saved: format 3, every kind in one graph file; format 4, a file per kind; each
+    file in hnswlib's layout (no "VOYA" header: its first field is the offset of level 0), described whole."""
+    directory.mkdir(parents=True, exist_ok=True)
+    header = np.array([0, 64, 3, 104, 96, 32], dtype="<u8").tobytes()  # offset, capacity, count, sizes of a record
 
+    def graph_file(name: str, deleted: list[int]) -> dict[str, Any]:
+        data = header + bytes(range(256)) * 2
+        (directory / name).write_bytes(data)
+        return {"index_file": name, "index_bytes": len(data), "checksum": zlib.crc32(data), "vectors": 3,
+                "deleted": deleted}
+
+    common = {"format": format_, "model_id": "model-a", "dimensions": DIMENSIONS, "saved_at": 1.0}
+    if format_ == 3:
+        description = {**common, **graph_file("vectors.7.hnsw", [])}
+    else:
+        description = {**common, "graphs": {kind: graph_file(f"vectors.7.{kind}.hnsw", [])
+                                            for kind in ("observation", "summary", "prompt")}}
+    (directory / DESCRIPTION_FILE).write_bytes(json.dumps(description).encode())
+    return sorted(directory.glob("vectors.7*.hnsw"))
+
+
+@pytest.mark.parametrize("format_", [3, 4])
+def test_an_index_saved_by_hnswlib_is_refused_and_its_files_go_at_the_next_save(tmp_path: Path, format_: int) -> None:
+    """voyager cannot read hnswlib's files: they are never handed to it (the owner rebuilds from the database)."""
+    old_files = write_hnswlib_save(tmp_path, format_)
+    assert HnswIndex.load(tmp_path, DIMENSIONS, "model-a") == (None, f"saved by hnswlib (index format {format_}): rebuilt")
+    assert HnswIndex.current_files(tmp_path) == [] or format_ == 4
+    index = HnswIndex(DIMENSIONS, "model-a")
+    index.add(labels(("observation", 1)), unit_vectors(1))
+    index.save(tmp_path)
+    assert not any(path.exists() for path in old_files) and len(HnswIndex.current_files(tmp_path)) == 3
     loaded, reason = HnswIndex.load(tmp_path, DIMENSIONS, "model-a")
-    assert reason == "" and loaded is not None
-    assert loaded.vectors_by_kind() == {"observation": 29, "summary": 5, "prompt": 5}
-    for position in (0, 31, 36):  # an observation, a summary, a prompt: each finds itself
-        ((label, distance),) = loaded.nearest(vectors[position], 1)
-        assert key_of(label) == keys[position] and distance < 1e-5
-    assert label_of("observation", 3) not in loaded.labels() and loaded.from_old_format
-    # Row ids repeat across kinds in one graph: each kind's vectors are its own once split.
-    for position in (0, 31, 36):
-        assert loaded.vector_of(label_of(*keys[position])) == pytest.approx(vectors[position], abs=1e-6)
-    assert loaded.nearest_of_rows(vectors[31], {"summary": np.arange(1, 6)}, 1)[0][0] == label_of(*keys[31])
-
-    loaded.save(tmp_path)
-    assert not (tmp_path / "vectors.7.hnsw").exists() and len(HnswIndex.current_files(tmp_path)) == 3
-    again, reason = HnswIndex.load(tmp_path, DIMENSIONS, "model-a")
-    assert again is not None and again.vectors_by_kind() == loaded.vectors_by_kind() and not again.from_old_format
-    # A damaged one-graph file is refused like any other.
-    (tmp_path / "vectors.7.hnsw").write_bytes(b"x" * size)
-    (tmp_path / DESCRIPTION_FILE).write_bytes(json.dumps({
-        "format": 3, "index_file": "vectors.7.hnsw", "model_id": "model-a", "dimensions": DIMENSIONS,
-        "index_bytes": size, "checksum": checksum, "vectors": 39, "deleted": [], "saved_at": 1.0}).encode())
-    assert HnswIndex.load(tmp_path, DIMENSIONS, "model-a") == (None, "index file damaged (its checksum does not match)")
+    assert loaded is not None and reason == "" and loaded.vectors == 1
 
 
 @pytest.mark.parametrize("damage", ["other model", "other dimensions", "cut-off save", "corrupt file",
+                                    "a damaged link", "cut to half, the size described", "another format",
                                     "no description", "no index file"])
 def test_a_damaged_or_foreign_index_is_refused_with_a_reason(tmp_path: Path, damage: str) -> None:
     index = HnswIndex(DIMENSIONS, "model-a")
@@ -142,14 +139,26 @@ def test_a_damaged_or_foreign_index_is_refused_with_a_reason(tmp_path: Path, dam
             file.truncate(1000)
     elif damage == "corrupt file":
         data = bytearray(index_file.read_bytes())
-        data[:64] = b"\xff" * 64  # the header: sizes hnswlib trusts
+        data[:64] = b"\xff" * 64  # the header
         index_file.write_bytes(bytes(data))
+    elif damage == "a damaged link":  # of a level-0 record: voyager reads it on trust (a segmentation fault)
+        data = bytearray(index_file.read_bytes())
+        data[200:208] = b"\xff" * 8
+        index_file.write_bytes(bytes(data))
+    elif damage == "cut to half, the size described":
+        data = index_file.read_bytes()
+        index_file.write_bytes(data[: len(data) // 2].ljust(len(data), b"\0"))
+    elif damage == "another format":
+        description = json.loads((tmp_path / DESCRIPTION_FILE).read_bytes())
+        (tmp_path / DESCRIPTION_FILE).write_bytes(json.dumps({**description, "format": 99}).encode())
     elif damage == "no index file":
         index_file.unlink()
     else:
         (tmp_path / DESCRIPTION_FILE).unlink()
     loaded, reason = HnswIndex.load(tmp_path, dimensions, model)
     assert loaded is None and reason
+    if damage in ("corrupt file", "a damaged link", "cut to half, the size described"):
+        assert reason == "index file damaged (its checksum does not match)"
     assert HnswIndex.load(tmp_path / "elsewhere", DIMENSIONS, "model-a") == (None, "no saved index")
 
 
@@ -173,6 +182,62 @@ def test_a_removed_document_can_come_back_with_a_new_vector() -> None:
     assert index.vectors == 1
     ((label, distance),) = index.nearest(new, 1)
     assert key_of(label) == ("observation", 1) and distance < 1e-5
+
+
+def test_a_vector_added_again_replaces_the_old_one_in_the_graph_and_after_a_reload(tmp_path: Path) -> None:
+    """voyager updates a label added again in place (and undeletes it): the graph and the kept rows both hold the
+    new vector, once, and a save and load keep it so."""
+    index = HnswIndex(DIMENSIONS, "m")
+    vectors = unit_vectors(60, seed=4)
+    index.add(labels(*[("summary", n) for n in range(1, 51)]), vectors[:50])
+    replaced, removed_then_back = label_of("summary", 5), label_of("summary", 6)
+    index.remove([removed_then_back])
+    index.add(np.array([replaced, removed_then_back], dtype=np.uint64), vectors[50:52])
+    index.save(tmp_path)
+    loaded, reason = HnswIndex.load(tmp_path, DIMENSIONS, "m")
+    assert loaded is not None, reason
+    for searched in (index, loaded):
+        assert searched.vectors == 50 and searched.capacity >= 50
+        for label, vector, old in ((replaced, vectors[50], vectors[4]), (removed_then_back, vectors[51], vectors[5])):
+            assert searched.nearest(vector, 1) == [(label, pytest.approx(0.0, abs=1e-5))]
+            assert searched.vector_of(label) == pytest.approx(vector, abs=1e-6)
+            assert label not in [found for found, _ in searched.nearest(old, 1)]
+        assert len(searched.nearest(vectors[0], 100)) == 50  # each label once
+
+
+def test_a_query_the_graph_cannot_fill_is_answered_by_comparing_every_vector(monkeypatch: pytest.MonkeyPatch) -> None:
+    """voyager raises RecallError when its search finds fewer than k live vectors (a sparse graph, most of it
+    deleted): the index compares every kept vector instead, and answers exactly."""
+    monkeypatch.setattr("sessionmem.index.hnsw.M", 2)  # a graph sparse enough to be cut apart by deletions
+    monkeypatch.setattr("sessionmem.index.hnsw.EF_CONSTRUCTION", 2)
+    index = HnswIndex(DIMENSIONS, "m")
+    vectors = unit_vectors(400, seed=1)
+    index.add(labels(*[("observation", n) for n in range(1, 401)]), vectors)
+    index.remove([label_of("observation", n) for n in range(13, 401)])
+    query = unit_vectors(1, seed=2)[0]
+    with pytest.raises(voyager.RecallError):
+        index._graphs["observation"].index.query(query, k=12, num_threads=1, query_ef=64)
+    found = index.nearest(query, 12, kind="observation")
+    distances = 1.0 - vectors[:12] @ query
+    assert [label for label, _ in found] == [label_of("observation", int(i) + 1) for i in np.argsort(distances)]
+    assert [d for _, d in found] == pytest.approx(sorted(distances), abs=1e-5)
+    assert [label for label, _ in index.nearest(query, 12)] == [label for label, _ in found]  # every kind
+
+
+def test_an_index_with_an_empty_graph_saves_and_loads(tmp_path: Path) -> None:
+    """A kind with no document yet (voyager cannot load a graph it saved empty) or with every one removed."""
+    index = HnswIndex(DIMENSIONS, "m")
+    index.save(tmp_path)
+    loaded, reason = HnswIndex.load(tmp_path, DIMENSIONS, "m")
+    assert loaded is not None and reason == "" and loaded.vectors == 0 and loaded.nearest(unit_vectors(1)[0], 3) == []
+    loaded.add(labels(("prompt", 1), ("prompt", 2)), unit_vectors(2))
+    loaded.remove([label_of("prompt", 1), label_of("prompt", 2)])
+    loaded.add(labels(("observation", 1)), unit_vectors(1, seed=3))
+    loaded.save(tmp_path)
+    again, reason = HnswIndex.load(tmp_path, DIMENSIONS, "m")
+    assert again is not None and reason == ""
+    assert again.vectors_by_kind() == {"observation": 1, "summary": 0, "prompt": 0}
+    assert again.nearest(unit_vectors(1)[0], 3, kind="prompt") == [] and again.labels() == {label_of("observation", 1)}
 
 
 def test_nearest_among_compares_each_of_a_few_documents() -> None:
@@ -265,11 +330,10 @@ def test_the_vectors_kept_for_comparison_follow_adds_removals_and_a_reload(tmp_p
     index.save(tmp_path)
     loaded, reason = HnswIndex.load(tmp_path, DIMENSIONS, "m")
     assert loaded is not None, reason
-    hnsw_of = {kind: hnswlib.Index(space="cosine", dim=DIMENSIONS) for kind in ("observation", "prompt")}
-    for kind, graph in hnsw_of.items():
-        graph.load_index(str(next(tmp_path.glob(f"vectors.*.{kind}.hnsw"))), max_elements=0)
+    graph_of = {kind: voyager.Index.load(str(next(tmp_path.glob(f"vectors.*.{kind}.hnsw"))))
+                for kind in ("observation", "prompt")}
     for label in (replaced, label_of("observation", 9), label_of("prompt", 4)):
-        stored = hnsw_of[key_of(label)[0]].get_items([label])[0]
+        stored = graph_of[key_of(label)[0]].get_vector(label)
         assert loaded.vector_of(label) == pytest.approx(np.asarray(stored), abs=1e-6)
     assert loaded.vector_of(label_of("observation", 8)) is None and loaded.vector_of(label_of("prompt", 3)) is None
     query = unit_vectors(1, seed=12)[0]
@@ -299,23 +363,20 @@ def test_vectors_added_newest_first_are_compared_in_the_order_of_their_ids_after
     assert loaded.vector_of(label_of("observation", 33)) == pytest.approx(vectors[32], abs=1e-6)
 
 
-def test_the_vectors_are_read_one_by_one_when_hnswlibs_state_is_not_as_expected() -> None:
-    """hnswlib's pickled state is read for speed; anything unexpected in it falls back to its API."""
-    graph = hnswlib.Index(space="cosine", dim=DIMENSIONS)
-    graph.init_index(max_elements=64, M=16)
+def test_the_vectors_are_read_from_the_graph_when_its_file_is_not_laid_out_as_expected(tmp_path: Path) -> None:
+    """The vectors are read from the file's level-0 records for speed; anything unexpected in them falls back to
+    asking the graph."""
+    index = HnswIndex(DIMENSIONS, "m")
     vectors = unit_vectors(20, seed=2)
-    graph.add_items(vectors, labels(*[("summary", n) for n in range(1, 21)]))
-    graph.mark_deleted(label_of("summary", 2))
-
-    class OddState:  # the graph, its state not laid out as this code expects
-        def __getattr__(self, name: str) -> Any:
-            return getattr(graph, name)
-
-        def __getstate__(self) -> tuple[dict[str, Any]]:
-            return ({"size_data_per_element": 0},)
-
-    for source in (graph, OddState()):
-        found, kept = _stored_vectors(source, DIMENSIONS, {label_of("summary", 2)})  # type: ignore[arg-type]
+    index.add(labels(*[("summary", n) for n in range(1, 21)]), vectors)
+    index.remove([label_of("summary", 2)])
+    index.save(tmp_path)
+    path = next(tmp_path.glob("vectors.*.summary.hnsw"))
+    graph = voyager.Index.load(str(path))
+    odd = tmp_path / "odd"
+    odd.write_bytes(b"VOYA" + b"\0" * 400)  # not the graph's layout
+    for source in (path, odd, None):
+        found, kept = _stored_vectors(graph, source, DIMENSIONS, {label_of("summary", 2)})
         order = np.argsort(found)
         assert found[order].tolist() == [label_of("summary", n) for n in range(1, 21) if n != 2]
         assert kept[order] == pytest.approx(np.delete(vectors, 1, axis=0), abs=1e-6)
@@ -374,6 +435,36 @@ async def test_the_index_follows_every_commit_and_comes_back_after_a_restart(tmp
         assert stats["vectors"] == 7 and stats["added"] == 7
         found = await worker.get("/api/search?q=shopping+basket+cannot+be+empty&mode=vector&limit=3")
         assert found["vectors"] == "used" and "cart" in " ".join(r["title"] + r["snippet"] for r in found["results"])
+
+
+async def test_an_index_saved_by_hnswlib_is_rebuilt_from_the_database_nothing_lost(tmp_path: Path) -> None:
+    """A data dir of the hnswlib versions: its index is refused, every stored document embedded again from its text
+    in SQLite, and the next save leaves only the new files."""
+    data = tmp_path / "data"
+    async with open_worker(data, embedder="minilm", batch_quiet_s=0.05) as worker:
+        await remember(worker, "s1", "make checkout refuse an empty cart", [
+            ("Edit", {"file_path": f"{PROJECT_CWD}/cart.py", "old_string": "pass", "new_string": "raise Empty"})])
+        model = (await index_stats(worker))["modelId"]
+    for path in (data / "index").iterdir():
+        path.unlink()
+    old_files = write_hnswlib_save(data / "index", 4)
+    description = json.loads((data / "index" / DESCRIPTION_FILE).read_bytes())
+    (data / "index" / DESCRIPTION_FILE).write_bytes(json.dumps({**description, "model_id": model, "dimensions": 384}).encode())
+
+    async with open_worker(data, embedder="minilm", batch_quiet_s=0.05) as worker:
+        with trio.fail_after(60):
+            await worker.services.index.caught_up()
+        stats = await index_stats(worker)
+        assert stats["rebuilds"] == 1 and stats["lastRebuildReason"] == "saved by hnswlib (index format 4): rebuilt"
+        assert stats["vectors"] == 3 and stats["added"] == 3 and stats["state"] == "ready"
+        found = await worker.get("/api/search?q=shopping+basket+cannot+be+empty&mode=vector&limit=3")
+        assert found["vectors"] == "used" and "cart" in " ".join(r["title"] + r["snippet"] for r in found["results"])
+    assert not any(path.exists() for path in old_files) and len(HnswIndex.current_files(data / "index")) == 3
+    async with open_worker(data, embedder="minilm", batch_quiet_s=0.05) as worker:
+        with trio.fail_after(60):
+            await worker.services.index.caught_up()
+        stats = await index_stats(worker)
+        assert stats["rebuilds"] == 0 and stats["vectors"] == 3 and stats["added"] == 0
 
 
 async def test_a_busy_index_answers_at_once_and_search_falls_back_to_words(tmp_path: Path) -> None:
