@@ -75,7 +75,7 @@ def test_the_newest_suitable_python_is_chosen_and_every_other_is_refused_with_it
     apple = fake_python(bin_dir, "python3", "3.9.6")
     no_venv = fake_python(bin_dir, "python3.14", "3.14.0", venv=NO_ENSUREPIP)
     hangs = fake_python(bin_dir, "python3.13", "3.13.1", hang=True)
-    named_312 = real_python(bin_dir, "python3.12", sys.executable)  # a 3.11 named 3.12
+    named_312 = real_python(bin_dir, "python3.12", sys.executable)  # the running Python (3.11, say) named 3.12
     pypy = fake_python(bin_dir, "python3.11", "3.11.9", implementation="pypy")
     too_new = fake_python(elsewhere, "python3.15", "3.15.0")
     free_threaded = fake_python(elsewhere, "python3.13t", "3.13.1", free_threaded=True)
@@ -83,7 +83,8 @@ def test_the_newest_suitable_python_is_chosen_and_every_other_is_refused_with_it
     broken.write_text("not a program\n")  # no #! line: it cannot be started
     broken.chmod(0o755)
     places = [str(too_new), str(free_threaded), str(broken)]
-    newer = installed("3.12") or installed("3.13")
+    # A real CPython newer than the one running the tests, if this machine has one (the newest).
+    newer = next((found for minor in range(14, sys.version_info[1], -1) if (found := installed(f"3.{minor}"))), None)
     if newer:
         places.append(newer)
 
@@ -101,11 +102,11 @@ def test_the_newest_suitable_python_is_chosen_and_every_other_is_refused_with_it
     assert verdicts[str(too_new)].refused == "3.15.0, newer than sessionmem supports (3.14)"
     assert "free-threaded" in verdicts[str(free_threaded)].refused
     assert verdicts[str(broken)].refused.startswith("did not start: ")
-    # Asked, not trusted by name: python3.12 is this 3.11, suitable.
+    # Asked, not trusted by name: python3.12 is the Python running the tests, suitable.
     assert verdicts[str(named_312)].answer.version[:2] == sys.version_info[:2]
     assert verdicts[str(named_312)].refused == ""
     assert found.uv is None
-    if newer:  # a real newer CPython wins over the 3.11, whatever their names
+    if newer:  # a real newer CPython wins over the running one, whatever their names
         assert found.chosen.path == newer
     else:
         assert found.chosen.path == str(named_312)
