@@ -309,6 +309,9 @@ class VectorIndex:
             if self._index is not None and self._dirty:
                 with trio.move_on_after(self.close_timeout_s, shield=True):
                     await self._save()
+            # Freed here rather than at interpreter exit, where voyager's bindings (nanobind) report every
+            # graph still alive as a leak on stderr.
+            self._index = None
 
     def _failed(self, exc: Exception) -> None:
         self._failures += 1

@@ -41,6 +41,7 @@ import msgspec
 import numpy as np
 import trio
 
+from sessionmem.embed.base import EmbedderUnavailableError
 from sessionmem.embed.service import EmbedderService
 from sessionmem.index.actor import VectorIndex
 from sessionmem.records import DocumentCard, RankedKey, SearchFilters
@@ -230,9 +231,11 @@ async def embed_query(embedder: EmbedderService, query: str) -> np.ndarray | Non
     """``query``'s vector, from the embedder's urgent lane; ``None`` (logged) when embedding it failed."""
     try:
         return (await embedder.embed([query], urgent=True))[0]
+    except EmbedderUnavailableError as exc:  # said once by the worker's warm-up, and by doctor, status and /debug
+        log.debug("search: words only: %s", exc)
     except Exception as exc:
         log_exception(log, "search: embedding the query failed; searching by words only", exc)
-        return None
+    return None
 
 
 def page_results(page: Sequence[tuple[str, int, float]], cards: Mapping[tuple[str, int], DocumentCard], query: str,

@@ -47,6 +47,7 @@ from sessionmem.broadcast import Broadcaster
 from sessionmem.compress.base import Compressor
 from sessionmem.compress.budget import SECONDS_PER_DAY, utc_day
 from sessionmem.compress.choice import choose_compressor
+from sessionmem.embed.base import EmbedderUnavailableError
 from sessionmem.embed.choice import background_embedder, choose_embedder
 from sessionmem.embed.service import EmbedderService
 from sessionmem.index.actor import VectorIndex
@@ -409,6 +410,8 @@ async def _warm_up(compressor: Compressor, redactor: Redactor, embedder: Embedde
         await trio.to_thread.run_sync(redactor.load)
         await compressor.warm_up()
         await embedder.warm_up()
+    except EmbedderUnavailableError as exc:  # an install to repair, which doctor says: one line, no traceback
+        log.warning("semantic search is off, words-only: %s", exc)
     except Exception as exc:
         logs.log_exception(log, "warming up failed; the first use will load what it needs", exc)
     if freeze:

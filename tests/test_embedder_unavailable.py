@@ -139,3 +139,5 @@ def test_a_worker_whose_onnxruntime_cannot_load_searches_by_words_and_doctor_say
         doctor = sessionmem(data, worker.port, "doctor", env=env)
         assert f"[!!] embedder minilm: {said}" in doctor.stdout, doctor.stdout
         assert "libonnxruntime.so.1: cannot open shared object file" in doctor.stdout
+    log = (data / "worker.stderr").read_text(errors="replace")
+    assert "semantic search is off, words-only: " in log and "Traceback" not in log, log[-4000:]
