@@ -19,9 +19,14 @@ import pytest
 
 from sessionmem.embed.availability import cannot_load, missing_runtime
 from sessionmem.protocol import routes
-from sessionmem.testing.worker_process import start_worker
+from sessionmem.testing.worker_process import WorkerProcess, start_worker
+from tests.test_search_cli import record_the_empty_cart_fix
 
-SHOP = "/home/me/shop"
+
+def offline_worker(data: Path, env: dict[str, str]) -> WorkerProcess:
+    """A worker process in ``data`` with the offline compressor, its environment ``env``."""
+    return start_worker(data, env={**env, "SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_BATCH_QUIET": "0.05"},
+                        timeout=60)
 
 
 def without_onnxruntime(tmp_path: Path) -> dict[str, str]:
@@ -89,20 +94,13 @@ def test_an_onnxruntime_that_cannot_be_imported_is_tried_once_and_said(tmp_path:
 def test_a_worker_without_onnxruntime_searches_by_words_and_doctor_says_why(tmp_path: Path) -> None:
     env = without_onnxruntime(tmp_path)
     data = tmp_path / "data"
-    with start_worker(data, env={**env, "SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_BATCH_QUIET": "0.05"},
-                      timeout=60) as worker:
+    with offline_worker(data, env) as worker:
         debug = worker.get(routes.DEBUG_JSON)
         reason = debug["embedder"]["embedder"]["unavailable"]
         assert reason.startswith("semantic search is off: onnxruntime is not installed: it has no wheel for this "
                                  "platform/Python ("), reason
         assert (debug["embedder"]["embedder"]["name"], debug["index"]["state"]) == ("none", "off")
-        worker.post("/api/sessions/init", {"claudeSessionId": "s1", "cwd": SHOP,
-                                          "prompt": "make checkout refuse an empty cart"})
-        worker.post("/api/sessions/observations", {
-            "claudeSessionId": "s1", "cwd": SHOP, "tool_name": "Edit", "tool_use_id": "t1",
-            "tool_input": {"file_path": f"{SHOP}/src/cart.py", "old_string": "return total",
-                           "new_string": "if not items: raise EmptyCart"}})
-        worker.wait_idle()
+        record_the_empty_cart_fix(worker)
 
         found = sessionmem(data, worker.port, "search", "cart", "--project", "shop", "--json", env=env)
         answer = json.loads(found.stdout)
@@ -124,11 +122,8 @@ def test_a_worker_without_onnxruntime_searches_by_words_and_doctor_says_why(tmp_
 def test_a_worker_whose_onnxruntime_cannot_load_searches_by_words_and_doctor_says_why(tmp_path: Path) -> None:
     env = with_broken_onnxruntime(tmp_path)
     data = tmp_path / "data"
-    with start_worker(data, env={**env, "SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_BATCH_QUIET": "0.05"},
-                      timeout=60) as worker:
-        worker.post("/api/sessions/init", {"claudeSessionId": "s1", "cwd": SHOP,
-                                          "prompt": "make checkout refuse an empty cart"})
-        worker.wait_idle()
+    with offline_worker(data, env) as worker:
+        record_the_empty_cart_fix(worker)
         found = sessionmem(data, worker.port, "search", "cart", "--project", "shop", "--json", env=env)
         answer = json.loads(found.stdout)
         assert answer["vectors"] in ("failed", "loading"), answer  # the model cannot load: words alone

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,18 @@ pytestmark = pytest.mark.slow
 SHOP = "/home/me/shop"
 
 
+def record_the_empty_cart_fix(worker: Any) -> None:
+    """One session in the shop project: its prompt and one edit of src/cart.py, stored when this returns
+    (``worker``: a worker in a thread or in a process, which both post and wait the same way)."""
+    worker.post("/api/sessions/init", {"claudeSessionId": "s1", "cwd": SHOP,
+                                      "prompt": "make checkout refuse an empty cart"})
+    worker.post("/api/sessions/observations", {
+        "claudeSessionId": "s1", "cwd": SHOP, "tool_name": "Edit", "tool_use_id": "t1",
+        "tool_input": {"file_path": f"{SHOP}/src/cart.py", "old_string": "return total",
+                       "new_string": "if not items: raise EmptyCart"}})
+    worker.wait_idle()
+
+
 def sessionmem(data: Path, port: int, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONMEM_")}
     return subprocess.run([sys.executable, "-m", "sessionmem", *args, "--data-dir", str(data), "--port", str(port)],
@@ -27,13 +40,7 @@ def sessionmem(data: Path, port: int, *args: str, cwd: Path | None = None) -> su
 def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
     data = tmp_path / "data"
     with serve_in_thread(data, embedder="minilm", batch_quiet_s=0.05) as worker:
-        worker.post("/api/sessions/init", {"claudeSessionId": "s1", "cwd": SHOP,
-                                          "prompt": "make checkout refuse an empty cart"})
-        worker.post("/api/sessions/observations", {
-            "claudeSessionId": "s1", "cwd": SHOP, "tool_name": "Edit", "tool_use_id": "t1",
-            "tool_input": {"file_path": f"{SHOP}/src/cart.py", "old_string": "return total",
-                           "new_string": "if not items: raise EmptyCart"}})
-        worker.wait_idle()
+        record_the_empty_cart_fix(worker)
         worker.wait_indexed()
 
         found = sessionmem(data, worker.port, "search", "basket with nothing in it", "--project", "shop")
