@@ -39,7 +39,7 @@ def test_manifests_name_one_plugin_of_the_packages_version() -> None:
         (command,) = [h["command"] for group in groups for h in group["hooks"]]
         assert command == f'sh "${{CLAUDE_PLUGIN_ROOT}}/plugin/bootstrap/hook.sh" {stage}'
     servers = json.loads((REPO / plugin["mcpServers"]).read_text())["mcpServers"]
-    assert servers["sessionmem"]["args"][-1] == "mcp"
+    assert servers["sessionmem"] == {"command": "sh", "args": ["${CLAUDE_PLUGIN_ROOT}/plugin/bootstrap/mcp.sh"]}
 
 
 def fake_environment(data: Path, root: str) -> Path:

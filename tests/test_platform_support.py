@@ -131,6 +131,40 @@ def test_hook_sh_on_a_mac_without_command_line_tools_takes_the_python3_stub_for_
     assert not (tmp_path / "memory").exists()
 
 
+MCP_SH = REPO / "plugin" / "bootstrap" / "mcp.sh"
+
+
+def _mcp_sh(path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    sh = shutil.which("sh")
+    assert sh is not None
+    return subprocess.run([sh, str(MCP_SH)], text=True, capture_output=True, timeout=30, stdin=subprocess.DEVNULL,
+                          env={"PATH": str(path), **env})
+
+
+def test_mcp_sh_runs_the_bootstrap_with_python3(tmp_path: Path) -> None:
+    ran = tmp_path / "python3-ran"
+    result = _mcp_sh(_bin_with(tmp_path, uname="echo Darwin", python3=f'echo "$@" > "{ran}"'))
+    assert result.returncode == 0 and ran.read_text().split()[-1] == "mcp"
+
+
+@pytest.mark.parametrize(("uname", "env", "said"), [
+    ("echo Linux", {}, "no python3"),
+    ("echo MINGW64_NT-10.0-22631", {}, "WSL 2"),
+    ("echo Linux", {"OS": "Windows_NT"}, "WSL 2"),
+])
+def test_mcp_sh_says_why_it_cannot_start(tmp_path: Path, uname: str, env: dict[str, str], said: str) -> None:
+    result = _mcp_sh(_bin_with(tmp_path, uname=uname), **env)
+    assert result.returncode == 1 and result.stdout == "" and said in result.stderr
+
+
+def test_mcp_sh_on_a_mac_without_command_line_tools_never_starts_the_python3_stub(tmp_path: Path) -> None:
+    if shutil.which("python3", path="/usr/bin") != "/usr/bin/python3":
+        pytest.skip("needs a /usr/bin/python3 to stand for the stub")  # any Debian or macOS has one
+    path = _bin_with(tmp_path, uname="echo Darwin", **{"xcode-select": "exit 2"})
+    result = _mcp_sh(path, PATH=f"{path}:/usr/bin")
+    assert result.returncode == 1 and "no python3" in result.stderr
+
+
 def test_hook_sh_on_linux_and_macos_still_runs_python3(tmp_path: Path) -> None:
     ran = tmp_path / "python3-ran"
     path = _bin_with(tmp_path, uname="echo Darwin", python3=f'echo "$@" > "{ran}"')

@@ -11,12 +11,12 @@ if read -r from 2>/dev/null <"$venv/installed-from" && [ "$from" = "${CLAUDE_PLU
         && read -r entry 2>/dev/null <"$venv/hook-entry" && [ -x "$venv/bin/python" ]; then
     exec "$venv/bin/python" -S "$entry" "$1"
 fi
-system="$(uname -s 2>/dev/null)"
-case "$system" in MINGW* | MSYS* | CYGWIN*) exit 0 ;; esac
-# No python3 to run the bootstrap (on a Mac without the Command Line Tools, /usr/bin/python3 is only a stub
-# that opens an installer dialog): exit 0, and at SessionStart say once what to install.
-if ! command -v python3 >/dev/null 2>&1 || { [ "$system" = Darwin ] && [ "$(command -v python3)" = /usr/bin/python3 ] \
-        && ! xcode-select -p >/dev/null 2>&1; }; then
+bootstrap="${0%/*}"  # this script's folder (sh runs it by its path)
+. "$bootstrap/python3.sh"
+native_windows && exit 0
+# No python3 to run the bootstrap (python3.sh says which does not count): exit 0, and at SessionStart
+# say once what to install.
+if ! usable_python3; then
     shown="${CLAUDE_PLUGIN_DATA:-}/python-missing.shown"
     if [ "$1" = SessionStart ] && [ -n "${CLAUDE_PLUGIN_DATA:-}" ] && [ ! -e "$shown" ] \
             && mkdir -p "$CLAUDE_PLUGIN_DATA" 2>/dev/null && : >"$shown" 2>/dev/null; then
@@ -29,4 +29,4 @@ if ! command -v python3 >/dev/null 2>&1 || { [ "$system" = Darwin ] && [ "$(comm
     fi
     exit 0
 fi
-exec python3 -S "${CLAUDE_PLUGIN_ROOT:-$(dirname "$0")/../..}/plugin/bootstrap/run.py" hook "$1"
+exec python3 -S "$bootstrap/run.py" hook "$1"
