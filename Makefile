@@ -24,8 +24,6 @@ STAMP := $(VENV)/.installed
 # optional dependency from the npm registry; no other download).
 E2E_STAMP := e2e/node_modules/.installed
 
-SOURCES := actors compress embed hooks index mcpserver replay search server sessionmem storage testing web
-
 .PHONY: run test lint clean bytecode browser fat-tools
 
 $(STAMP): pyproject.toml
@@ -76,9 +74,11 @@ fat-tools:
 	}
 
 # Hook processes start ~10 ms faster from compiled bytecode; compile it explicitly
-# because environments may set PYTHONDONTWRITEBYTECODE (only changed files are redone).
+# because environments may set PYTHONDONTWRITEBYTECODE (only changed files are redone). The folders are
+# pyproject.toml's package-dir (tools/layout.py), read when the recipe runs, once the virtualenv exists.
 bytecode: $(STAMP)
-	@$(VENV)/bin/python -m compileall -q -j 0 $(SOURCES)
+	@$(VENV)/bin/python -m compileall -q -j 0 \
+		$(or $(shell $(VENV)/bin/python -m tools.layout --folders),$(error python -m tools.layout --folders named no folders))
 
 run: $(STAMP) bytecode
 	$(VENV)/bin/sessionmem serve $(ARGS)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from sessionmem.server.app import create_quart_app
 from sessionmem.server.debug import DebugSnapshot
 from sessionmem.server.jsonapi import camel
 from sessionmem.testing.harness import open_worker
+from tools import layout
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -173,8 +173,7 @@ def test_every_debug_field_is_documented() -> None:
 
 def source_modules() -> dict[str, list[str]]:
     """Folder (``storage/``) -> its Python modules, for every folder the install maps into ``sessionmem``."""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    roots = set(project["tool"]["setuptools"]["package-dir"].values()) | set(EXTRA_SOURCE_FOLDERS)
+    roots = {*layout.folders(REPO), *EXTRA_SOURCE_FOLDERS}
     folders: dict[str, list[str]] = {}
     for root in sorted(roots):
         for module in sorted((REPO / root).rglob("*.py")):

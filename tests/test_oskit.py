@@ -17,7 +17,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +25,7 @@ import pytest
 
 from sessionmem.protocol import oskit
 from sessionmem.protocol.state import INSTANCE_LOCK_FILE, holds_instance_lock, is_sessionmem_process
+from tools import layout
 
 REPO = Path(__file__).resolve().parent.parent
 # A process that does nothing for a while, and is not sessionmem (-I -S: nothing of ours on its path).
@@ -308,8 +308,7 @@ def scanned_folders(root: Path) -> list[str]:
     its :data:`EXCEPTIONS`).
 
     Not tests/: they start, stop and inspect processes as the Linux machine that runs them allows."""
-    config = tomllib.loads((root / "pyproject.toml").read_text())
-    return sorted({*config["tool"]["setuptools"]["package-dir"].values(), "tools", "bench", "plugin"})
+    return sorted({*layout.folders(root), "tools", "bench", "plugin"})
 
 
 def rule_violations(root: Path) -> list[str]:

@@ -5,11 +5,16 @@ The tree maps top-level folders (``actors/``, ``storage/``, ...) into the one
 without importing it through the editable install's import hook (import-linter's grimp,
 the type checker) find ``sessionmem.actors`` only in such a layout: symbolic links under
 ``build/<name>/sessionmem``, made again at each run (links only: milliseconds).
+
+That table is the one list of the source folders: setuptools finds the packages inside
+them, and ``make bytecode``, the type checker, import-linter and the tests that scan the
+tree read it here (``python -m tools.layout --folders`` prints it for the Makefile).
 """
 
 from __future__ import annotations
 
 import shutil
+import sys
 import tomllib
 from pathlib import Path
 
@@ -21,6 +26,11 @@ def package_dirs(root: Path) -> dict[str, str]:
     config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
     mapping: dict[str, str] = config["tool"]["setuptools"]["package-dir"]
     return mapping
+
+
+def folders(root: Path) -> list[str]:
+    """The source folders of ``root``'s package, as ``[tool.setuptools.package-dir]`` maps them."""
+    return sorted(set(package_dirs(root).values()))
 
 
 def stage(root: Path, name: str) -> Path:
@@ -37,3 +47,9 @@ def stage(root: Path, name: str) -> Path:
         if package_name != "sessionmem":
             (package / package_name.split(".", 1)[1]).symlink_to((root / folder).resolve())
     return staging
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--folders"]:
+        sys.exit("usage: python -m tools.layout --folders")
+    print(" ".join(folders(ROOT)))
