@@ -1,4 +1,5 @@
-"""The layers of pyproject.toml's import-linter contracts hold, fail when broken, and hold at run time."""
+"""The layers of pyproject.toml's import-linter contracts hold, fail when broken, and hold at run time; a new
+source folder is found by every tool that reads the tree, from pyproject's package-dir alone."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from setuptools.dist import Distribution
+
+from tools import layout
 
 REPO = Path(__file__).resolve().parent.parent
 # Bare, as anyone runs it: pyproject.toml's contract type (tools/import_layout.py) lays out the installed package.
@@ -23,13 +27,23 @@ def lint(root: Path) -> subprocess.CompletedProcess[str]:
 
 
 def copy_tree(tmp_path: Path) -> Path:
-    """The package folders, tools/ and pyproject.toml, as a checkout would have them."""
+    """The package folders, tools/, pyproject.toml and the Makefile, as a checkout would have them."""
     root = tmp_path / "checkout"
-    config = tomllib.loads((REPO / "pyproject.toml").read_text())
-    for folder in {*config["tool"]["setuptools"]["package-dir"].values(), "tools"}:
+    for folder in {*layout.folders(REPO), "tools"}:
         shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    for name in ("pyproject.toml", "Makefile"):
+        shutil.copy(REPO / name, root / name)
     return root
+
+
+def add_folder(root: Path, folder: str) -> None:
+    """A new source folder ``<folder>/`` with a module, mapped to ``sessionmem.<folder>`` in package-dir alone."""
+    (root / folder).mkdir()
+    (root / folder / "__init__.py").write_text("")
+    (root / folder / "thing.py").write_text("import json\n")
+    config = root / "pyproject.toml"
+    config.write_text(config.read_text().replace('"sessionmem.web" = "web"',
+                                                 f'"sessionmem.web" = "web"\n"sessionmem.{folder}" = "{folder}"', 1))
 
 
 def test_the_contracts_hold() -> None:
@@ -49,9 +63,15 @@ def test_the_contracts_hold() -> None:
         ("storage/writer.py", "from sessionmem.server import jsonapi\n", "Storage does not import the server"),
         ("server/jsonapi.py", "from sessionmem import worker\n", "Layers, from the top"),
         ("web/assets.py", "from sessionmem.server import routing\n", "The web pages' package imports nothing"),
+        # Dependencies and packages that no list names: the standard library is allowed, nothing else.
+        ("sessionmem/protocol/routes.py", "import psycopg\n", "The protocol package imports nothing of ours"),
+        ("hooks/run.py", "import detect_secrets\n", "Hooks import only the protocol package"),
+        ("hooks/run.py", "from sessionmem import install\n", "Hooks import only the protocol package"),
+        ("team/__init__.py", "from sessionmem.hooks import transcript\n", "Nothing outside hooks/ imports"),
     ],
     ids=["protocol-imports-trio", "hooks-import-storage", "backfill-imports-hooks", "compress-imports-storage",
-         "storage-imports-server", "server-imports-worker", "web-imports-server"],
+         "storage-imports-server", "server-imports-worker", "web-imports-server", "protocol-imports-psycopg",
+         "hooks-import-detect-secrets", "hooks-import-install", "team-imports-hooks"],
 )
 def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, file: str, line: str, broken: str) -> None:
     root = copy_tree(tmp_path)
@@ -99,24 +119,33 @@ def test_a_hook_process_loads_only_the_standard_library_and_the_protocol() -> No
     assert not {"typing", "json", "re", "socket", "http", "email", "enum", "msgspec", "trio"} & set(loaded), loaded
 
 
-def _our_top_level_modules(config: dict) -> set[str]:
-    names = {name for name in config["tool"]["setuptools"]["package-dir"] if name.count(".") == 1}
-    names |= {f"sessionmem.{path.stem}" for path in (REPO / "sessionmem").glob("*.py")
-              if path.stem not in ("__init__", "__main__")}
-    names |= {f"sessionmem.{path.parent.name}" for path in (REPO / "sessionmem").glob("*/__init__.py")}
-    return names
+def test_a_new_folder_in_package_dir_alone_reaches_every_tool(tmp_path: Path) -> None:
+    """pyproject's package-dir is the one list of source folders: a folder added there, and nowhere else, is
+    installed, compiled by ``make bytecode``, type-checked, walked by import-linter, and must be placed in the
+    layers (the contract is exhaustive), so it cannot slip past them."""
+    root = copy_tree(tmp_path)
+    add_folder(root, "ghost")
+    (root / "sessionmem" / "stray.py").write_text("import json\n")  # a new module of the root package, too
 
+    # The build: setuptools finds the packages inside each mapped folder (no list of packages to keep up).
+    build = Distribution({"package_dir": layout.package_dirs(root), "src_root": str(root)})
+    build.set_defaults()  # the discovery the build runs when [tool.setuptools] names no packages
+    assert "sessionmem.ghost" in build.packages
+    assert not tomllib.loads((root / "pyproject.toml").read_text())["tool"].get("setuptools", {}).get("packages")
 
-def test_every_module_of_ours_is_placed_by_the_contracts() -> None:
-    """A new top-level module cannot slip past the layers: each one is forbidden to the protocol and
-    the hooks, and stands in a layer (the lists are written out in pyproject.toml, so this keeps them whole)."""
-    config = tomllib.loads((REPO / "pyproject.toml").read_text())
-    contracts = {contract["name"]: contract for contract in config["tool"]["importlinter"]["contracts"]}
-    ours = _our_top_level_modules(config)
-    assert {"sessionmem.protocol", "sessionmem.search", "sessionmem.index", "sessionmem.cli"} <= ours
-    protocol = contracts["The protocol package imports nothing of ours and only the standard library"]
-    hooks = contracts["Hooks import only the protocol package and the standard library"]
-    assert ours - {"sessionmem.protocol"} - set(protocol["forbidden_modules"]) == set()
-    assert ours - {"sessionmem.protocol", "sessionmem.hooks"} - set(hooks["forbidden_modules"]) == set()
-    layered = {name.strip() for layer in contracts["Layers, from the top"]["layers"] for name in layer.split("|")}
-    assert ours - {"sessionmem.hooks"} - layered == set()
+    # make bytecode: the folders it compiles (the real virtualenv, taken as up to date).
+    venv = Path(sys.executable).parent.parent
+    make = subprocess.run(["make", "-n", "-o", f"{venv}/.installed", "bytecode", f"VENV={venv}"],
+                          capture_output=True, text=True, timeout=60, cwd=root)
+    assert make.returncode == 0, make.stderr
+    assert "ghost" in make.stdout.split("compileall", 1)[1].split(), make.stdout
+
+    # The type checker's tree (tools/typecheck.py), laid out as installed.
+    assert (layout.stage(root, "typecheck") / "sessionmem" / "ghost" / "thing.py").is_file()
+
+    # import-linter: in the graph, and not in any layer yet.
+    result = lint(root)
+    assert result.returncode != 0
+    broken = result.stdout.split("Broken contracts", 1)[1]
+    assert "Layers, from the top" in broken and "ghost" in broken and "stray" in broken, result.stdout
+    assert "Every folder of the source tree is checked, laid out as installed KEPT" in result.stdout
