@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sessionmem.cli.worker_commands import cmd_doctor, cmd_install
+from sessionmem.cli.doctor import cmd_doctor
+from sessionmem.cli.worker_commands import cmd_install
 from sessionmem.protocol.platform_support import NATIVE_WINDOWS, unsupported_platform
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,7 +1,7 @@
 """The ``sessionmem`` command line: its parser and :func:`main`, the console script.
 
 The commands live by what they do: :mod:`~sessionmem.cli.worker_commands` (serve, status,
-stop, replay, backfill, install, uninstall, doctor, open, mcp),
+stop, replay, backfill, install, uninstall, open, mcp), :mod:`~sessionmem.cli.doctor` (doctor),
 :mod:`~sessionmem.cli.search_commands` (search, show) and
 :mod:`~sessionmem.cli.data_commands` (prune, export, import) and :mod:`~sessionmem.cli.team_commands`
 (share push). Every command that asks the
@@ -16,7 +16,7 @@ import argparse
 import os
 import sys
 
-from sessionmem.cli import data_commands, search_commands, team_commands, worker_commands
+from sessionmem.cli import data_commands, doctor, search_commands, team_commands, worker_commands
 from sessionmem.cli.client import CommandFailed, client_config, whole_number
 from sessionmem.protocol.datadir import private_umask
 from sessionmem.settings import SettingsError
@@ -65,9 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     open_page.add_argument("page", nargs="?", choices=("viewer", "debug"), default="viewer")
     open_page.add_argument("--print-only", action="store_true", help="print the link, do not start a browser")
     open_page.set_defaults(fn=worker_commands.cmd_open)
-    doctor = sub.add_parser("doctor", help="check worker, hook wiring, data dir and compressor")
-    common(doctor)
-    doctor.set_defaults(fn=worker_commands.cmd_doctor)
+    doctor_command = sub.add_parser("doctor", help="check worker, hook wiring, data dir and compressor")
+    common(doctor_command)
+    doctor_command.set_defaults(fn=doctor.cmd_doctor)
     search_commands.add_commands(sub, common, client_config)
     data_commands.add_commands(sub, common, client_config)
     team_commands.add_commands(sub, common, client_config)

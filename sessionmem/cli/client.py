@@ -20,6 +20,7 @@ from sessionmem.protocol.delivery import Patience, deliver
 # The first search after a start may load the embedding model (~0.3 s); a vacuum of a
 # large database takes a while. Not a hook: the user waits at a terminal.
 PATIENCE = Patience(120.0, 120.0, retry_failures=False)
+PROBE = Patience(3.0, 3.0, retry_failures=False)  # is it there? (status, doctor, open)
 
 
 class CommandFailed(Exception):

@@ -1,7 +1,7 @@
 """``sessionmem`` commands that run the worker and wire it into Claude Code: serve, status, stop,
-replay, backfill, install, uninstall, doctor, open, mcp.
+replay, backfill, install, uninstall, open, mcp (doctor's checks: :mod:`sessionmem.cli.doctor`).
 
-The client commands (status, stop, replay, doctor, open) talk to the worker the way every
+The client commands (status, stop, replay, open) talk to the worker the way every
 client does (:mod:`sessionmem.protocol`: its state file, its HTTP client, its one
 delivery policy, with a command's patience, through :func:`sessionmem.cli.client.call`),
 using only the standard library, so they start fast and work even when the worker's
@@ -17,18 +17,17 @@ import logging
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from sessionmem.cli import data_commands, index_progress, team_commands, team_doctor
-from sessionmem.cli.client import CommandFailed, WorkerUnreachable, call, client_config, foreign
+from sessionmem.cli import data_commands, index_progress, team_commands
+from sessionmem.cli.client import PROBE, CommandFailed, WorkerUnreachable, call, client_config, foreign
+from sessionmem.cli.doctor import port_holder
 from sessionmem.protocol import routes
-from sessionmem.protocol.client_settings import ClientConfig
 from sessionmem.protocol.datadir import make_private
 from sessionmem.protocol.delivery import Patience
 from sessionmem.protocol.environment import confine_process
 from sessionmem.protocol.limits import printable_line
-from sessionmem.protocol.oskit import process_alive, sync_file, terminate_process, try_lock_file
+from sessionmem.protocol.oskit import process_alive, terminate_process, try_lock_file
 from sessionmem.protocol.platform_support import unsupported_platform
 from sessionmem.protocol.state import (
     INSTANCE_LOCK_FILE,
@@ -38,9 +37,8 @@ from sessionmem.protocol.state import (
     starting_worker,
     verified_worker,
 )
-from sessionmem.settings import DATABASE_FILE, Settings, SettingsError, load_settings
+from sessionmem.settings import Settings, load_settings
 
-PROBE = Patience(3.0, 3.0, retry_failures=False)  # is it there? (status, doctor)
 STOP_MARGIN_S = 5.0  # beyond the worker's shutdown budget: interpreter exit, a loaded machine
 
 
@@ -301,229 +299,6 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_doctor(args: argparse.Namespace, *, platform: str = sys.platform) -> int:
-    """Report what a user needs to know when memory does not seem to work."""
-    unsupported = unsupported_platform(platform)
-    if unsupported:
-        print(f"sessionmem doctor\n  [!!] {unsupported}\nsessionmem: 1 problem(s)")
-        return 1
-    from sessionmem.install import (
-        STAGES,
-        claude_settings_path,
-        claude_user_config_path,
-        hook_entry,
-        installed_mcp,
-        installed_stages,
-    )
-
-    problems = 0
-
-    def report(ok: bool, message: str) -> None:
-        nonlocal problems
-        problems += not ok
-        print(f"  [{'ok' if ok else '!!'}] {message}")
-
-    print("sessionmem doctor")
-    config = client_config(args, warn=False)
-    report(*_data_dir_health(Path(config.data_dir)))
-    settings_ok: Settings | None = None
-    try:
-        settings = _settings(args)
-    except SettingsError as exc:
-        report(False, f"{exc} (the worker will not start until it is fixed)")
-    else:
-        settings_ok = settings
-        from sessionmem.compress.choice import describe, not_inherited
-        from sessionmem.settings import plain_http_warnings
-
-        backend, why = describe(settings)
-        model = f", model {settings.model_of(backend)}" if backend != "offline" else ""
-        report(True, f"compressor: {backend} ({why}{model})")
-        for warning in plain_http_warnings(settings):
-            report(False, f"compressor: {warning}")
-        for line in not_inherited(os.environ):
-            report(True, f"compressor: {line}")
-    _doctor_worker(config, report)
-    if settings_ok is not None:
-        _doctor_embedder(settings_ok, config, report)
-    if settings_ok is not None:
-        team_doctor.check_team(settings_ok, report, lambda: _debug_snapshot(config))
-    try:
-        wired = installed_stages()
-    except Exception as exc:  # a broken settings.json is worth reporting, not crashing on
-        wired = {}
-        report(False, f"cannot read {claude_settings_path()}: {exc}")
-    missing = [stage for stage in STAGES if stage not in wired]
-    report(not missing, f"hooks in {claude_settings_path()}: "
-                        + ("all stages wired" if not missing else f"missing {', '.join(missing)} (run `sessionmem install`, "
-                                                                   "or use `claude --plugin-dir plugin`)"))
-    for stage, command in sorted(wired.items()):
-        interpreter = command.split('"')[1] if command.startswith('"') else command.split()[0]
-        if not os.path.exists(interpreter):
-            report(False, f"{stage}: interpreter {interpreter} does not exist (re-run `sessionmem install`)")
-    report(hook_entry().exists(), f"hook entry {hook_entry()}")
-    try:
-        server = installed_mcp()
-    except Exception as exc:  # as for settings.json: worth reporting, not crashing on
-        report(False, f"cannot read {claude_user_config_path()}: {exc}")
-    else:
-        if server is None:
-            report(True, f"MCP server not in {claude_user_config_path()} (the plugin registers its own; "
-                         f"`sessionmem install` adds it for every project)")
-        else:
-            report(os.path.exists(server["command"]), f"MCP server `{routes.MCP_SERVER_NAME}` in "
-                                                      f"{claude_user_config_path()}: {server['command']}")
-    print("sessionmem: all good" if not problems else f"sessionmem: {problems} problem(s)")
-    return 0 if not problems else 1
-
-
-LOW_DISK_BYTES = 100 * 1024 * 1024
-
-
-def _data_dir_health(path: Path) -> tuple[bool, str]:
-    """Whether the worker can keep memory in ``path``: it exists or can be made, takes a write, has room."""
-    import shutil
-    import tempfile
-
-    if not path.exists():
-        parent = next((p for p in path.parents if p.exists()), path.anchor)
-        writable = os.access(parent, os.W_OK)
-        return writable, f"data dir {path} (created on first start)" + ("" if writable else
-                                                                          f": {parent} is not writable")
-    try:
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".doctor-") as probe:
-            probe.write(b"\0" * 4096)
-            probe.flush()
-            sync_file(probe.fileno())
-    except OSError as exc:
-        return False, f"data dir {path} does not take a write: {exc.strerror or exc}"
-    free = shutil.disk_usage(path).free
-    if free < LOW_DISK_BYTES:
-        return False, f"data dir {path}: only {free // (1024 * 1024)} MB free on its disk"
-    if path.stat().st_mode & 0o077:
-        return False, f"data dir {path} can be read by other users (the worker makes it private when it starts)"
-    return True, f"data dir {path} ({free // (1024 * 1024)} MB free)"
-
-
-def _database_damage(database: Path) -> str:
-    """What SQLite's own check finds wrong with ``database`` ("" if nothing, or no file): run only while
-    no worker has it open. Read-only, through APSW: the SQLite the worker itself runs (a system's older
-    one, as Python's ``sqlite3`` may link, found damage in healthy files: Debian 12's 3.40.1 did)."""
-    import apsw
-
-    if not database.exists():
-        return ""
-    try:
-        connection = apsw.Connection(str(database), flags=apsw.SQLITE_OPEN_READONLY)
-        try:
-            connection.set_busy_timeout(1000)
-            (verdict,) = connection.execute("PRAGMA quick_check(1)").fetchone() or ("no answer",)
-        finally:
-            connection.close()
-    except apsw.Error as exc:
-        return f"the database {database} cannot be read ({exc})"
-    return "" if verdict == "ok" else f"the database {database} is damaged ({verdict}); `sqlite3 {database} .recover`"
-
-
-def _port_holder(config: ClientConfig) -> str:
-    """Who holds the port of a data dir without a ready worker: ``a sessionmem worker of another data dir``
-    (its health answers, without our token, only its status and version) or ``a program that is not
-    sessionmem``."""
-    try:
-        health = call(config, "GET", routes.HEALTH, patience=PROBE)
-    except CommandFailed:
-        health = None
-    return ("a sessionmem worker of another data dir" if isinstance(health, dict) and "version" in health
-            else "a program that is not sessionmem")
-
-
-def _doctor_worker(config: ClientConfig, report: Any) -> None:
-    """Report whether this data dir's worker runs, or why the hooks cannot start one."""
-    from sessionmem.protocol.launch import probe
-
-    port = config.worker_port()
-    where = f"{config.host}:{port}"
-    state = probe(config, port, PROBE.request_timeout_s)
-    if state == "down":
-        damage = _database_damage(Path(config.data_dir) / DATABASE_FILE)
-        if damage:
-            report(False, f"worker not running, and it cannot start: {damage}")
-        else:
-            report(True, f"worker not running on {where} (the next SessionStart hook starts it)")
-        return
-    if state == "foreign":
-        # Not this data dir's worker: the hooks will not start one there, so "the next SessionStart
-        # hook starts it" would be wrong.
-        report(False, f"{where} is held by {_port_holder(config)}: the hooks cannot start this data dir's worker "
-                      f"there (stop it, or choose another port: --port, SESSIONMEM_PORT)")
-        return
-    try:
-        health = call(config, "GET", routes.HEALTH, patience=PROBE)
-    except CommandFailed:
-        health = None
-    if isinstance(health, dict) and "pid" in health:
-        report(True, f"worker {'running' if state == 'ready' else 'starting'}: pid {health['pid']}, {where}, "
-                     f"compressor {health['compressor']}")
-        _doctor_compressor(config, report)
-    else:
-        report(False, f"{where} answers, but not as a sessionmem worker")
-
-
-def _doctor_embedder(settings: Settings, config: ClientConfig, report: Any) -> None:
-    """Whether searches use meaning: the ``embedder`` setting, and whether its runtime is here (the running
-    worker's word, else this interpreter's: :mod:`sessionmem.embed.availability`)."""
-    from sessionmem.embed.availability import missing_runtime
-
-    if settings.embedder == "none":
-        report(True, "embedder: none (the `embedder` setting): words-only search")
-        return
-    snapshot = _debug_snapshot(config)
-    if isinstance(snapshot, dict) and isinstance(snapshot.get("embedder"), dict):
-        running = snapshot["embedder"].get("embedder", {})
-        unavailable, name = running.get("unavailable", ""), running.get("name", "")
-        index = snapshot.get("index") or {}
-    else:
-        unavailable, name, index = missing_runtime(), "none", {}
-    if unavailable and name == "none":  # not installed: this platform/Python has no wheel of it
-        report(True, f"embedder: {unavailable}")
-    elif unavailable:  # installed, but it does not load: an install to repair
-        report(False, f"embedder {settings.embedder}: {unavailable}")
-    elif index.get("state") == "failed":
-        report(False, f"embedder {settings.embedder}: the vector index failed ({index.get('lastError', '')}); "
-                      "words-only search until it recovers")
-    else:
-        report(True, f"embedder: {settings.embedder} (search by meaning and by words)")
-
-
-def _debug_snapshot(config: ClientConfig) -> Any:
-    """The running worker's ``/debug`` JSON, or None when none answers."""
-    if read_state(config.data_dir) is None:
-        return None
-    try:
-        return call(config, "GET", routes.DEBUG_JSON, patience=PROBE)
-    except CommandFailed:
-        return None
-
-
-def _doctor_compressor(config: ClientConfig, report: Any) -> None:
-    """What the running worker's compressor does now: why it runs, and whether it falls back to offline."""
-    try:
-        snapshot = call(config, "GET", routes.DEBUG_JSON, patience=PROBE)
-    except CommandFailed:
-        return
-    stats = snapshot.get("compressor") if isinstance(snapshot, dict) else None
-    if not isinstance(stats, dict):
-        return
-    if stats.get("reason"):
-        report(True, f"worker's compressor {stats.get('backend')}: {stats['reason']}")
-    breaker = stats.get("breaker") or {}
-    if breaker.get("state") in ("open", "half-open"):
-        report(False, f"worker's compressor: circuit breaker {breaker['state']} (offline compressor for "
-                      f"{breaker.get('openForSeconds', 0):.0f} s more): {stats.get('lastFailure') or 'repeated failures'}")
-    elif stats.get("lastFailure"):
-        report(True, f"worker's compressor: its latest request failed: {stats['lastFailure']}")
-
-
 def cmd_open(args: argparse.Namespace) -> int:
     """Print (and open, if a browser is at hand) a single-use link that logs this browser in to the worker's pages."""
     config = client_config(args)
@@ -531,7 +306,7 @@ def cmd_open(args: argparse.Namespace) -> int:
         from sessionmem.protocol.launch import probe
 
         port = config.worker_port()
-        held = (f"; port {port} is held by {_port_holder(config)}"
+        held = (f"; port {port} is held by {port_holder(config)}"
                 if probe(config, port, PROBE.request_timeout_s) == "foreign" else "")
         print(f"sessionmem: no worker is running for {config.data_dir}{held} (`sessionmem serve`, or start Claude "
               f"Code)", file=sys.stderr)
