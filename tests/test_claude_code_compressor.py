@@ -318,8 +318,7 @@ def test_auto_compresses_with_the_cli_and_its_runs_are_bare(tmp_path: Path, api:
 
     # No hook ran: not the marker's, not sessionmem's (no hooks.log, no session but the one posted). A hook
     # runs as a child of the CLI with its HOME: once no process of that HOME is left, any hook has written.
-    wait_for(lambda: not claude_processes(home), NOTHING_OUTLIVES_THE_WORKER_S,
-             "the CLI's runs and any hook they started have exited")
+    wait_for(lambda: not claude_processes(home), NOTHING_OUTLIVES_THE_WORKER_S, "no process of the CLI's HOME")
     assert not marker.exists()
     assert not (data_dir / "hooks.log").exists()
     assert [s["claudeSessionId"] for s in sessions] == ["cc"]
