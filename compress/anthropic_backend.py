@@ -30,6 +30,7 @@ Error handling:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -65,8 +66,10 @@ class AnthropicCompressor(HTTPCompressor["anthropic.AsyncAnthropic"]):
     name = "anthropic"
 
     def __init__(self, settings: Settings, *,
-                 client: Callable[[Settings], anthropic.AsyncAnthropic] = default_client, reason: str = "") -> None:
-        super().__init__(settings, client=client, reason=reason)
+                 client: Callable[[Settings], anthropic.AsyncAnthropic] = default_client, reason: str = "",
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock``: the circuit breaker's (a test gives a clock it moves by hand)."""
+        super().__init__(settings, client=client, reason=reason, clock=clock)
 
     async def warm_up(self) -> None:
         await super().warm_up()

@@ -84,7 +84,8 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -275,11 +276,12 @@ class ClaudeCodeCompressor(LLMCompressor):
 
     def __init__(self, settings: Settings, *, executable: str = "", reason: str = "",
                  environ: dict[str, str] | None = None, run_timeout_s: float | None = None,
-                 platform: str = sys.platform) -> None:
+                 platform: str = sys.platform, clock: Callable[[], float] = time.monotonic) -> None:
         """``environ``: the runs' environment before ours (default: the worker's); ``run_timeout_s``: how long one
         run may take before its group is killed (default: ``llm_timeout_s`` plus :data:`STARTUP_ALLOWANCE_S`);
-        ``platform``: the OS whose advice "not logged in" gives (:func:`headless_login_advice`)."""
-        super().__init__(settings, reason=reason)
+        ``platform``: the OS whose advice "not logged in" gives (:func:`headless_login_advice`); ``clock``: the
+        circuit breaker's (a test gives a clock it moves by hand)."""
+        super().__init__(settings, reason=reason, clock=clock)
         self._platform = platform
         self._run_timeout_s = run_timeout_s or settings.llm_timeout_s + STARTUP_ALLOWANCE_S
         self._executable = executable or find_claude_cli(settings.claude_path)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, Generic, TypeVar
@@ -109,12 +110,14 @@ class LLMCompressor:
 
     name = "llm"
 
-    def __init__(self, settings: Settings, *, reason: str = "") -> None:
+    def __init__(self, settings: Settings, *, reason: str = "",
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock``: the circuit breaker's (a test gives a clock it moves by hand)."""
         self._settings = settings
         self._reason = reason
         self._offline = OfflineCompressor()
         self._breaker = CircuitBreaker(threshold=settings.llm_breaker_failures, open_s=settings.llm_breaker_open_s,
-                                       max_open_s=settings.llm_breaker_open_s * 16)
+                                       max_open_s=settings.llm_breaker_open_s * 16, clock=clock)
         self._budget = TokenBudget(daily_limit=settings.llm_daily_token_budget,
                                    session_cap=settings.llm_session_token_cap)
         self._said: set[str] = set()  # reasons already logged (once each)
@@ -334,8 +337,9 @@ class HTTPCompressor(LLMCompressor, Generic[ClientT]):
         A ``CapacityLimiter`` of ``llm_concurrency`` bounds calls across the whole worker.
     """
 
-    def __init__(self, settings: Settings, *, client: Callable[[Settings], ClientT], reason: str = "") -> None:
-        super().__init__(settings, reason=reason)
+    def __init__(self, settings: Settings, *, client: Callable[[Settings], ClientT], reason: str = "",
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(settings, reason=reason, clock=clock)
         self._client = LazyClient(client, settings)
         self._limiter = trio.CapacityLimiter(settings.llm_concurrency)
 

@@ -49,11 +49,6 @@ class Provenance(enum.StrEnum):
     TEAM = "team"  # another machine's, pulled from the team database, whatever it claims
     IMPORT = "import"  # read from an export file (another machine, or a backup), whatever it claims
 
-    @property
-    def from_elsewhere(self) -> bool:
-        """Whether the text came from another machine (or a file): not checked when it was written."""
-        return self in (Provenance.TEAM, Provenance.IMPORT)
-
 
 PROVENANCES: tuple[str, ...] = tuple(member.value for member in Provenance)
 

@@ -37,10 +37,6 @@ class StorageReport(msgspec.Struct, frozen=True, kw_only=True):
     auto_vacuum: str  # incremental | none (pruning frees pages for reuse; `prune --vacuum` gives them back)
     free_pages: int
 
-    @property
-    def bytes_per_observation(self) -> float:
-        return round(self.database_bytes / self.observations, 1) if self.observations else 0.0
-
 
 def prune_payloads(connection: apsw.Connection, before: float, *, after_id: int = 0,
                    limit: int = PRUNE_BATCH) -> tuple[int, int]:

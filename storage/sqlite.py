@@ -390,9 +390,6 @@ class SQLiteStore:
     async def team_backlog(self, *, cursor: OutboxCursor, shared: Shared) -> int:
         return await self._readers.run(partial(team_sync.backlog, cursor=cursor, shared=shared))
 
-    async def team_newest(self, *, project: str | None = None) -> OutboxCursor:
-        return await self._readers.run(partial(team_sync.newest, project=project))
-
     async def team_rows_above(self, *, project: str, cursor: OutboxCursor) -> int:
         return await self._readers.run(partial(team_sync.rows_above, project=project, cursor=cursor))
 

@@ -122,12 +122,9 @@ def advance(connection: apsw.Connection, values: dict[str, str]) -> None:
         _write(connection, name, value)
 
 
-def newest(connection: apsw.Connection, *, project: str | None = None) -> OutboxCursor:
-    """The cursor above every row stored so far (of ``project``: by session id, as a share push counts)."""
-    if project is None:
-        (session,) = one_row(connection, "SELECT coalesce(max(seq), 0) FROM team_session_changes")
-    else:
-        (session,) = one_row(connection, "SELECT coalesce(max(id), 0) FROM sessions")
+def newest(connection: apsw.Connection) -> OutboxCursor:
+    """The cursor above every row stored so far."""
+    (session,) = one_row(connection, "SELECT coalesce(max(seq), 0) FROM team_session_changes")
     maxima = [integer(one_row(connection, f"SELECT coalesce(max(id), 0) FROM {table}")[0])
               for table in ("user_prompts", "observations", "session_summaries")]
     return OutboxCursor(session=integer(session), prompt=maxima[0], observation=maxima[1], summary=maxima[2])

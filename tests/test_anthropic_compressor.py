@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anthropic
 import pytest
-import trio
 
 from sessionmem.compress.anthropic_backend import AnthropicCompressor
 from sessionmem.compress.base import SessionContext
@@ -24,12 +24,26 @@ from sessionmem.testing.harness import InProcessWorker, open_worker
 from sessionmem.testing.messages_api import Action, ScriptedMessagesAPI
 
 
-def scripted(url: str) -> Callable[[Settings], AnthropicCompressor]:
-    """The anthropic compressor, its client pointed at ``url``."""
+def scripted(url: str, *, clock: Callable[[], float] = time.monotonic) -> Callable[[Settings], AnthropicCompressor]:
+    """The anthropic compressor, its client pointed at ``url``, its circuit breaker on ``clock``."""
     def compressor(settings: Settings) -> AnthropicCompressor:
         return AnthropicCompressor(settings, client=lambda s: anthropic.AsyncAnthropic(
-            api_key="sk-test-dummy", base_url=url, max_retries=0, timeout=s.llm_timeout_s))
+            api_key="sk-test-dummy", base_url=url, max_retries=0, timeout=s.llm_timeout_s), clock=clock)
     return compressor
+
+
+class HandClock:
+    """A clock that moves only when the test moves it: how long a breaker stays open is exact, not a race
+    with a busy machine."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 LLM_SETTINGS = {"llm_timeout_s": 1, "llm_backoff_cap_s": 0.2, "llm_max_attempts": 3, "batch_size": 3,
@@ -177,14 +191,16 @@ async def test_a_refused_connection_falls_back_and_the_breaker_opens_then_closes
     assert [r["compressor"] for r in rows] == ["anthropic", "anthropic", "offline", "offline"]
     assert [r["compressed"] for r in rows] == [False, False, True, True]  # raw fallbacks, then offline ones
 
-    settings["llm_breaker_open_s"] = 1.0  # the third tool use meets it open even on a busy machine
-    async with open_worker(tmp_path / "flaky", compressor=scripted(messages_api.url), **settings) as worker:
+    settings["llm_breaker_open_s"] = 1.0
+    clock = HandClock()  # stands still while the three tool uses are stored: the third meets the breaker open
+    async with open_worker(tmp_path / "flaky", compressor=scripted(messages_api.url, clock=clock),
+                           **settings) as worker:
         messages_api.queue(Action(status=500), Action(status=500))
         for n in range(3):
             await post_tool(worker, "flaky", f"f{n}")
             await worker.wait_idle()
         assert (await worker.debug())["compressor"]["breaker"]["state"] == "open"
-        await trio.sleep(1.1)  # half-open: the next batch is a trial call, which succeeds
+        clock.advance(1.1)  # half-open: the next batch is a trial call, which succeeds
         await post_tool(worker, "flaky", "f3")
         await worker.wait_idle()
         stats = (await worker.debug())["compressor"]
@@ -204,10 +220,12 @@ UNREADABLE = [  # 2xx replies the SDK cannot read, or messages that are not one:
 
 async def test_an_unreadable_reply_is_a_failure_the_breaker_counts_not_a_crash(
         tmp_path: Path, messages_api: ScriptedMessagesAPI) -> None:
-    # Open for 0.8 s (1.6 s once reopened): long enough that the fifth tool use and the look at the
-    # reopened breaker come while it is open, even on a busy machine.
+    # Open for 0.8 s (1.6 s once reopened) on a clock that moves only when the test moves it: the fifth
+    # tool use and the look at the reopened breaker come while it is open, however busy the machine.
     settings = {**LLM_SETTINGS, "batch_size": 1, "llm_breaker_failures": 4, "llm_breaker_open_s": 0.8}
-    async with open_worker(tmp_path / "data", compressor=scripted(messages_api.url), **settings) as worker:
+    clock = HandClock()
+    async with open_worker(tmp_path / "data", compressor=scripted(messages_api.url, clock=clock),
+                           **settings) as worker:
         messages_api.queue(*UNREADABLE)
         for n in range(len(UNREADABLE) + 1):
             await post_tool(worker, "odd", f"u{n}")
@@ -216,12 +234,12 @@ async def test_an_unreadable_reply_is_a_failure_the_breaker_counts_not_a_crash(
         rows = [await observation(worker, f"u{n}") for n in range(len(UNREADABLE) + 1)]
         # The breaker opened on the fourth; once half-open, its trial call meets another
         # unreadable reply: it opens again -- it does not stay half-open, letting nothing through.
-        await trio.sleep(0.9)
+        clock.advance(0.9)
         messages_api.queue(UNREADABLE[0])
         await post_tool(worker, "odd", "t1")
         await worker.wait_idle()
         reopened = (await worker.debug())["compressor"]["breaker"]
-        await trio.sleep(1.7)  # reopened for twice as long
+        clock.advance(1.7)  # reopened for twice as long
         await post_tool(worker, "odd", "t2")  # the model answers again: calls go through
         await worker.wait_idle()
         closed = (await worker.debug())["compressor"]
@@ -233,7 +251,7 @@ async def test_an_unreadable_reply_is_a_failure_the_breaker_counts_not_a_crash(
     assert compressor["failures"] == 4 and compressor["retries"] == 0  # what answered would answer the same
     assert compressor["breaker"]["state"] == "open"
     assert compressor["budget"]["usedToday"] > 0  # the reply without usage is counted at an estimate
-    assert (reopened["state"], reopened["opened"]) == ("open", 2)
+    assert (reopened["state"], reopened["opened"], reopened["openForSeconds"]) == ("open", 2, 1.6)
     assert closed["breaker"]["state"] == "closed" and closed["failures"] == 5
     assert len(messages_api.requests) == 6  # one call each, and none while open
 

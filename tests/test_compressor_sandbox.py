@@ -48,6 +48,7 @@ from sessionmem.testing.messages_api import Action, ScriptedMessagesAPI
 from sessionmem.testing.worker_process import start_worker
 
 from .processes import running
+from .test_anthropic_compressor import HandClock
 from .test_claude_code_compressor import CLAUDE, REPO, _require_cli, claude_processes, post_tools, wait_for
 
 HOSTILE_KEY = "sk-ant-api03-hostile-project-key"
@@ -150,6 +151,10 @@ def api() -> Iterator[ScriptedMessagesAPI]:
         yield scripted
 
 
+# How long a process of the run's HOME (the CLI, its guard) may outlive compress() returning.
+NOTHING_OUTLIVES_A_RUN_S = 2.0
+
+
 def _compressor(tmp_path: Path, api: ScriptedMessagesAPI, home: Path, **settings: Any) -> ClaudeCodeCompressor:
     loaded = load_settings({}, data_dir=str(tmp_path / "data"), compressor="claude-code",
                            anthropic_base_url=api.url, **settings)
@@ -209,7 +214,10 @@ async def test_a_server_answering_with_tool_calls_gets_one_request_a_run(tmp_pat
         try:
             with trio.fail_after(120):
                 (row,) = await compressor.compress(SessionContext("s", "p"), [_event("t1", "ok")])
-            await trio.sleep(2.0)  # a run that went on would send its next request meanwhile
+            # A run that went on would send its next request: wait until no process of its HOME is left.
+            with trio.fail_after(NOTHING_OUTLIVES_A_RUN_S):
+                while claude_processes(home):
+                    await trio.sleep(0.05)
         finally:
             await compressor.aclose()
         assert not row.compressed  # no usable reply: stored raw, nothing lost
@@ -226,13 +234,14 @@ async def test_an_api_key_helper_login_is_reported_once_and_never_run(
     (home / ".claude" / "settings.json").write_text(json.dumps({"apiKeyHelper": "echo sk-ant-api03-from-helper"}))
     caplog.set_level(logging.INFO, logger="sessionmem.compress")
     env = {"HOME": str(home), "PATH": os.environ["PATH"]}
+    clock = HandClock()
     async with open_worker(tmp_path / "data", anthropic_base_url=api.url, batch_size=2, batch_quiet_s=0.1,
                            llm_breaker_open_s=0.2, compressor=lambda s: ClaudeCodeCompressor(
-                               s, executable=str(CLAUDE), environ=env, run_timeout_s=60)) as worker:
+                               s, executable=str(CLAUDE), environ=env, run_timeout_s=60, clock=clock)) as worker:
         for round_ in range(3):
             await post_tools(worker, "helper", f"h{round_}a", f"h{round_}b")
             await worker.wait_idle(timeout=120)
-            await trio.sleep(0.3)  # past the breaker's pause: an old login check would try again
+            clock.advance(0.3)  # past the breaker's pause: an old login check would try again
         stats = (await worker.debug())["compressor"]
         rows = (await worker.get("/api/observations?limit=50"))["observations"]
     assert len(rows) == 6  # nothing lost: the offline compressor meanwhile
@@ -249,13 +258,14 @@ async def test_a_login_the_runs_were_refused_under_is_not_tried_again(tmp_path: 
     env = {"HOME": str(home), "PATH": os.environ["PATH"]}
     for _ in range(5):
         api.queue(Action(status=401))
+    clock = HandClock()
     async with open_worker(tmp_path / "data", anthropic_base_url=api.url, batch_size=2, batch_quiet_s=0.1,
                            llm_breaker_open_s=0.2, llm_max_attempts=1, compressor=lambda s: ClaudeCodeCompressor(
-                               s, executable=str(CLAUDE), environ=env, run_timeout_s=60)) as worker:
+                               s, executable=str(CLAUDE), environ=env, run_timeout_s=60, clock=clock)) as worker:
         for round_ in range(3):
             await post_tools(worker, "refused", f"r{round_}a", f"r{round_}b")
             await worker.wait_idle(timeout=120)
-            await trio.sleep(0.3)
+            clock.advance(0.3)  # past the breaker's pause: the next round may try a call
         stats = (await worker.debug())["compressor"]
         rows = (await worker.get("/api/observations?limit=50"))["observations"]
     assert len(rows) == 6

@@ -336,7 +336,10 @@ def test_a_child_that_dies_mid_request_is_an_error_and_the_next_request_starts_a
 
         stuck = threading.Thread(target=embed_stuck)
         stuck.start()
-        time.sleep(0.2)
+        deadline = time.monotonic() + 10
+        while not isolated._lock.locked():  # the call is under way once it holds the embedder's lock
+            assert stuck.is_alive() and time.monotonic() < deadline, outcome
+            time.sleep(0.01)
         started = time.monotonic()
         isolated.close()
         stuck.join(10)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 
 import trio
+import trio.testing
 
 from sessionmem.server.http_server import EOF_WAIT_S, _Connection
 
@@ -56,7 +57,7 @@ async def test_an_eof_behind_a_stuck_send_gives_up_and_the_close_goes_on() -> No
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stuck_send)
-            await trio.sleep(0.1)
+            await trio.testing.wait_all_tasks_blocked()  # the send is stuck: the client's buffers are full
             with trio.fail_after(EOF_WAIT_S + 5):
                 await connection.send_eof()  # gives up after EOF_WAIT_S
                 await connection.aclose()

@@ -135,6 +135,9 @@ def test_a_lock_held_by_another_process_is_not_taken_until_it_is_released(tmp_pa
         os.close(fd)
 
 
+WAITER_HELD_S = 0.3  # how long the lock is held with the other process waiting for it
+
+
 def test_a_blocking_lock_waits_for_the_other_process(tmp_path: Path) -> None:
     path = tmp_path / "lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -142,7 +145,7 @@ def test_a_blocking_lock_waits_for_the_other_process(tmp_path: Path) -> None:
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         oskit.lock_file(fd)
-        time.sleep(0.3)
+        time.sleep(WAITER_HELD_S)  # what must not happen: the waiter taking the lock while it is held
         assert waiter.poll() is None  # still waiting: it has not said "locked"
         os.close(fd)  # closing releases it
         assert waiter.stdout is not None and waiter.stdout.readline() == b"locked\n"

@@ -99,7 +99,12 @@ async def test_under_load_the_wal_starts_over_instead_of_growing(
         assert reader.execute("SELECT count(*) FROM journal").fetchone() == (41,)  # holds its snapshot
         restarts = store.statistics().checkpointer.restarts
         await write(39, 41)
-        await trio.sleep(2.5)
+        # Three more tries: the third's PASSIVE is counted once the second try, which began after these
+        # writes, has also tried its RESTART (one try a second, each a PASSIVE then a RESTART).
+        tried = store.statistics().checkpointer.checkpoints + 3
+        with trio.fail_after(30):
+            while store.statistics().checkpointer.checkpoints < tried:
+                await trio.sleep(0.1)
         stats = store.statistics().checkpointer
         assert os.path.getsize(wal) > 1_000_000 and stats.restarts == restarts  # the reader is in the way
         assert stats.checkpoints >= 1  # copied what it could all the same

@@ -7,6 +7,7 @@ times, no wall time), and the whole worker in-process with injected actor crashe
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -305,20 +306,20 @@ async def test_intensity_limit_fails_only_that_session_and_parks_events(faulty: 
 async def test_idle_actors_stop_and_come_back(tmp_path: Path) -> None:
     async with open_worker(tmp_path / "data", idle_timeout_s=0.2, batch_quiet_s=0.02) as worker:
 
-        async def stopped() -> dict[str, object]:
+        async def stopped(*, started: int) -> dict[str, Any]:
+            """The actor once it has stopped after its ``started``-th start (or later)."""
             with trio.fail_after(10):
                 while True:
                     actors = (await worker.debug())["actors"]
-                    if actors and actors[0]["state"] == "stopped":
+                    if actors and actors[0]["state"] == "stopped" and actors[0]["starts"] >= started:
                         return actors[0]
                     await trio.sleep(0.02)
 
         await send(worker, OBS, observation("idle", "t1"), 202)
-        first = await stopped()
+        first = await stopped(started=1)
         assert first["starts"] == 1
         await send(worker, OBS, observation("idle", "t2"), 202)
-        await trio.sleep(0.05)
-        again = await stopped()
+        again = await stopped(started=2)
         assert again["starts"] == 2 and again["processed"] == 2
         assert (await worker.debug())["supervisor"]["idleStops"] == 2
         assert set(await observed(worker, "idle")) == {"t1", "t2"}

@@ -216,15 +216,27 @@ async def test_a_postgres_restart_mid_run_loses_and_doubles_nothing_either_way(t
         async with open_worker(tmp_path / "a", **team_settings(url, "laptop", share_projects="shop")) as a, \
                 open_worker(tmp_path / "b", **team_settings(url, "desktop", share_projects="shop")) as b:
             sessions = 8
+            stored = 0
 
             async def store_all() -> None:
+                nonlocal stored
                 for number in range(sessions):
                     await shop_session(a, f"through-a-restart-{number}")
+                    stored += 1
+
+            # Down once two sessions are stored, up again once the worker has found it down and one more
+            # is stored meanwhile (or all are): the restart falls in the run however fast or slow it goes.
+            async def stored_at_least(count: int) -> bool:
+                return stored >= min(count, sessions)
+
+            async def noticed_and_stored_at_least(count: int) -> bool:
+                return not (await team_status(a))["connected"] and await stored_at_least(count)
 
             async def restart_midway() -> None:
-                await trio.sleep(0.5)
+                await wait_for(lambda: stored_at_least(2), poll=0.01)
                 await trio.to_thread.run_sync(server.stop)
-                await trio.sleep(1.0)
+                down_at = stored
+                await wait_for(lambda: noticed_and_stored_at_least(down_at + 1), poll=0.01)
                 await trio.to_thread.run_sync(server.start)
 
             async with trio.open_nursery() as nursery:

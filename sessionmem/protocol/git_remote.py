@@ -64,11 +64,6 @@ def repository_identity(cwd: str) -> RepositoryIdentity:
     return RepositoryIdentity(key, os.path.isfile(os.path.join(root, SHARE_FILE)))
 
 
-def remote_key(cwd: str) -> str:
-    """The normalized remote of the work tree containing ``cwd``, ``""`` without one."""
-    return repository_identity(cwd).project_key
-
-
 def _config_path(root: str) -> str | None:
     """The config file of the repository whose work tree is ``root``."""
     git = os.path.join(root, ".git")
