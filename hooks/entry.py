@@ -8,7 +8,7 @@ package (``site-packages/sessionmem/hooks``) -- without running
 ``sessionmem/__init__.py``, then runs :func:`sessionmem.hooks.run.main`.
 
 On native Windows (``sys.platform`` one of
-:data:`sessionmem.protocol.platform_support.NATIVE_WINDOWS`) the hook exits 0 at once,
+:data:`sessionmem.protocol.oskit.NATIVE_WINDOWS`) the hook exits 0 at once,
 before anything else: sessionmem runs there inside WSL 2 only.
 
 Error handling:

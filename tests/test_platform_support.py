@@ -16,7 +16,8 @@ import pytest
 
 from sessionmem.cli.doctor import cmd_doctor
 from sessionmem.cli.worker_commands import cmd_install
-from sessionmem.protocol.platform_support import NATIVE_WINDOWS, unsupported_platform
+from sessionmem.protocol.oskit import NATIVE_WINDOWS
+from sessionmem.protocol.platform_support import unsupported_platform
 
 REPO = Path(__file__).resolve().parent.parent
 HOOK_SH = REPO / "plugin" / "bootstrap" / "hook.sh"

@@ -49,6 +49,10 @@ from __future__ import annotations
 import os
 import sys
 
+# ``sys.platform`` on Windows itself: its own Python, and Cygwin's and MSYS2's (Git Bash), which run on
+# Windows' processes and disks. (hooks/entry.py repeats it, before anything is imported: tested.)
+NATIVE_WINDOWS = ("win32", "cygwin", "msys")
+
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from typing import Any

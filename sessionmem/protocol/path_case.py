@@ -34,9 +34,10 @@ from __future__ import annotations
 import os
 import sys
 
-# The platforms whose own disks ignore case by default (Apple's APFS and HFS+, Windows' NTFS);
-# Cygwin's and MSYS2's Pythons run on Windows' disks.
-CASE_INSENSITIVE_PLATFORMS = frozenset({"darwin", "win32", "cygwin", "msys"})
+from sessionmem.protocol.oskit import NATIVE_WINDOWS
+
+# The platforms whose own disks ignore case by default: Apple's APFS and HFS+, Windows' NTFS.
+CASE_INSENSITIVE_PLATFORMS = frozenset({"darwin", *NATIVE_WINDOWS})
 
 
 def case_insensitive_by_default(platform: str = sys.platform) -> bool:

@@ -3,19 +3,18 @@
 Native Windows is not supported yet: the hooks start ``sh``, arm ``SIGALRM`` and the worker
 locks files with ``fcntl``. There every hook exits 0 at once, with no output, so a Claude
 Code session works as without sessionmem and shows no hook error (``hooks/entry.py`` tests
-:data:`NATIVE_WINDOWS` before anything else, ``plugin/bootstrap/hook.sh`` asks ``uname``);
+:data:`~.oskit.NATIVE_WINDOWS` before anything else, ``plugin/bootstrap/hook.sh`` asks ``uname``);
 ``sessionmem install`` refuses and ``sessionmem doctor`` says why, both with
 :data:`USE_WSL`. Inside WSL 2 Python reports ``linux`` and everything works as on Linux.
 
-``cygwin`` and ``msys`` are native Windows too: Python builds of Cygwin and MSYS2 (Git Bash)
-run on Windows' own processes and disks.
+``cygwin`` and ``msys`` are native Windows too (:data:`~.oskit.NATIVE_WINDOWS`).
 """
 
 from __future__ import annotations
 
 import sys
 
-NATIVE_WINDOWS = ("win32", "cygwin", "msys")  # sys.platform on Windows itself (hooks/entry.py repeats it: tested)
+from sessionmem.protocol.oskit import NATIVE_WINDOWS
 
 USE_WSL = ("sessionmem runs on macOS and Linux; on Windows, install and run Claude Code inside WSL 2 "
            "(`wsl --install`, then install Claude Code and sessionmem in the Linux shell), where sessionmem "
