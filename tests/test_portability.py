@@ -36,12 +36,6 @@ from .processes import running
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOW = REPO / ".github" / "workflows" / "ci.yml"
-# The workflow's Pythons that pyproject.toml's requires-python does not admit yet: empty once it admits
-# every Python the project claims (3.11 and newer). A stale entry fails the test too.
-AWAITING_REQUIRES_PYTHON: set[str] = set()
-# Test files that still read /proc themselves, until their code has a portable way; empty is the goal, and
-# an entry that no longer reads /proc fails the test (drop it then).
-STILL_READING_PROC: set[str] = set()
 
 
 # -- no Linux paths in the tests ----------------------------------------------------------------------
@@ -66,7 +60,7 @@ def test_no_test_reads_proc_or_names_debians_browser_paths() -> None:
         if proc.search(text):
             readers.add(relative)
         named += [f"{relative}: {name}" for name in debian_browser if name in text]
-    assert readers == STILL_READING_PROC, "read /proc through psutil (tests/processes.py) instead"
+    assert readers == set(), "read /proc through psutil (tests/processes.py) instead"
     assert named == [], "find the browser with tests/browser.py's find_browser"
 
 
@@ -228,7 +222,7 @@ def test_the_workflow_runs_only_pythons_pyproject_admits() -> None:
     requires = SpecifierSet(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"])
     pythons = set().union(*(_pythons(job) for job in _workflow()["jobs"].values()))
     assert {"3.11", "3.13"} <= pythons
-    assert {version for version in pythons if f"{version}.0" not in requires} == AWAITING_REQUIRES_PYTHON
+    assert {version for version in pythons if f"{version}.0" not in requires} == set()
 
 
 def test_actions_are_pinned_by_major_version() -> None:
