@@ -282,7 +282,6 @@ async def open_services(settings: Settings, *, budget: ShutdownBudget | None = N
             async with trio.open_nursery() as outer:
                 broadcaster = Broadcaster()
                 index = VectorIndex(store, embedder, settings.index_dir, save_interval_s=settings.index_save_interval_s)
-                broadcaster.watch(index.notify)
                 indexing = trio.CancelScope()
 
                 async def run_index(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

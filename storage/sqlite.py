@@ -85,6 +85,7 @@ from sessionmem.storage.base import (
     StoreStatistics,
 )
 from sessionmem.storage.checkpointer import IDLE_S, Checkpointer
+from sessionmem.storage.commits import CommitSignal
 from sessionmem.storage.file_memory_cache import FileRecallCache
 from sessionmem.storage.fulltext import BASENAME_NOCASE_INDEX, RowIds
 from sessionmem.storage.project_rows import ProjectRows
@@ -159,6 +160,7 @@ class SQLiteStore:
         self._checkpointer = Checkpointer(path, idle_s=checkpoint_idle_s)
         self._connection: apsw.Connection | None = None
         self._writer: GroupCommitWriter | None = None
+        self._commits = CommitSignal()  # the writer publishes each commit that changed rows
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -166,7 +168,7 @@ class SQLiteStore:
         self._connection = await trio.to_thread.run_sync(open_writer, self.path)
         if self._file_recall.fold_case:  # file recall looks names up in any case: an index for it (once)
             await trio.to_thread.run_sync(self._connection.execute, BASENAME_NOCASE_INDEX)
-        self._writer = GroupCommitWriter(self._connection)
+        self._writer = GroupCommitWriter(self._connection, commits=self._commits)
         await self._readers.open()
 
     async def _close(self) -> None:
@@ -180,6 +182,15 @@ class SQLiteStore:
             raise RuntimeError("store is not open")
         return StoreStatistics(str(self.path), self._writer.statistics(), self._checkpointer.statistics(),
                                self._gathered.statistics(), self._file_recall.statistics())
+
+    def committed(self) -> int:
+        """The number of the latest commit that changed rows (:class:`~sessionmem.storage.commits.CommitSignal`)."""
+        return self._commits.committed()
+
+    async def wait_committed(self, after: int) -> int:
+        """Wait for a commit that changed rows numbered above ``after``; the latest number. What the vector
+        index and the team push wait on: "something was stored"."""
+        return await self._commits.wait_committed(after)
 
     async def write(self, fn: Callable[[apsw.Connection, *Args], T], *args: *Args,
                     on_commit: Callable[[T], None] | None = None, background: bool = False, weight: int = 1) -> T:

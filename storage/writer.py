@@ -37,6 +37,9 @@ Error handling:
     commit itself fails (disk full, I/O error), every caller of that batch gets the
     exception: none of their writes happened. ``on_commit`` callbacks run on the Trio
     thread, in submission order, only after a successful commit; they must not block.
+    Then, if the transaction changed rows, the writer publishes it on its
+    :class:`~sessionmem.storage.commits.CommitSignal` (the store's "something was stored"):
+    once per transaction, on the Trio thread, never for a failed commit.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ from typing import Any, Generic, TypeVar
 import apsw
 import msgspec
 import trio
+
+from sessionmem.storage.commits import CommitSignal
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -115,8 +120,10 @@ class WriterStatistics(msgspec.Struct, frozen=True):
 class GroupCommitWriter:
     def __init__(self, connection: apsw.Connection, *, max_batch: int = MAX_BATCH,
                  background_weight: int = BACKGROUND_WEIGHT,
-                 request_background_weight: int = REQUEST_BACKGROUND_WEIGHT) -> None:
+                 request_background_weight: int = REQUEST_BACKGROUND_WEIGHT,
+                 commits: CommitSignal | None = None) -> None:
         self._connection = connection
+        self.commits = commits or CommitSignal()  # published after each commit that changed rows
         self._max_batch = max_batch
         self._background_weight = background_weight
         self._request_background_weight = min(request_background_weight, background_weight)
@@ -254,7 +261,7 @@ class GroupCommitWriter:
             # Shielded: a commit that started must be reported to its callers (and its
             # on_commit run) even during shutdown, or an accepted event could go undelivered.
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self._commit_batch, batch, limiter=self._limiter)
+                changed = await trio.to_thread.run_sync(self._commit_batch, batch, limiter=self._limiter)
         except Exception as exc:  # the commit failed: nothing in this batch happened
             self._failed_commits += 1
             for operation in batch:
@@ -272,16 +279,21 @@ class GroupCommitWriter:
                         operation.on_commit(operation.result)
                     except Exception as exc:  # a broken callback must not strand other callers
                         operation.error = exc
+            if changed:
+                self.commits.publish()
         finally:
             for operation in batch:
                 operation.done.set()
 
-    def _commit_batch(self, batch: list[_Operation[Any]]) -> None:
+    def _commit_batch(self, batch: list[_Operation[Any]]) -> bool:
+        """Commit ``batch`` (module docstring); whether rows changed. The count includes the changes of a
+        first try rolled back: at worst a waiter on the commit signal reads and finds nothing new."""
+        changes = self._connection.total_changes()
         try:
             # Fast path: one transaction, no per-operation savepoints (they cost two
             # statements each, on every request).
             self._transaction(batch, isolate=False)
-            return
+            return self._connection.total_changes() != changes
         except Exception:
             pass  # rolled back: redo the batch isolating each operation
         for operation in batch:
@@ -290,6 +302,7 @@ class GroupCommitWriter:
             self._transaction(batch, isolate=True)
         except _TransactionLost as lost:
             raise lost.cause from None  # every caller of the batch gets what failed: nothing was written
+        return self._connection.total_changes() != changes
 
     def _transaction(self, batch: list[_Operation[Any]], *, isolate: bool) -> None:
         connection = self._connection
