@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import trio
 import trio.testing
 
@@ -186,3 +187,33 @@ async def test_the_index_reads_what_is_new_once_per_commit_and_once_after_being_
             assert store.reads_of_new == reads + 1  # woken once for the five
             assert index.statistics().vectors == 7
             nursery.cancel_scope.cancel()
+
+
+@pytest.mark.xdist_group("team")
+async def test_the_team_push_wakes_on_a_commit_no_live_event_announced(
+        tmp_path: Path, team_database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An import publishes no live event for the pages: the push, waiting on the store, still sends it."""
+    from sessionmem.team import sync
+    from sessionmem.testing.harness import open_worker
+
+    from .test_team_sync import pg_counts, shop_session, team_settings, wait_for
+    from .test_transfer import export_all
+
+    monkeypatch.setattr(sync, "PUSH_INTERVAL_S", 3600.0)  # no timed pass: only "something was stored" wakes it
+    async with open_worker(tmp_path / "elsewhere") as elsewhere:
+        await shop_session(elsewhere)
+        records = await export_all(elsewhere)
+    settings = team_settings(team_database_url, "laptop", share_projects="shop")
+    async with open_worker(tmp_path / "a", **settings) as worker:
+        async def first_pass_over() -> bool:  # the sharing list is read last in a push pass
+            return bool((await worker.debug())["team"]["sharing"])
+
+        await wait_for(first_pass_over)
+        assert pg_counts(team_database_url)["observations"] == 0
+        counts = (await worker.request("POST", "/api/import", {"records": records})).json()
+        assert counts["observations"] == 2
+
+        async def in_the_team_database() -> bool:
+            return pg_counts(team_database_url)["observations"] == 2
+
+        await wait_for(in_the_team_database)
