@@ -9,15 +9,16 @@ What it does, in its own nursery (:meth:`VectorIndex.run`):
   are embedded again, nothing lost, the old files removed by the first save.
 - **Reconcile, then follow.** It compares the index's labels with the documents in
   SQLite: vectors of rows that are gone are removed, rows without a vector are queued.
-  From then on, each commit that changed rows wakes it (the store's commit signal,
-  :meth:`~sessionmem.storage.base.Store.wait_committed`: several commits while it was busy wake it
-  once); it reads the rows above the newest it knows, *after* their commit, and queues them
+  From then on, each commit that stored documents (prompts, observations, summaries) wakes it:
+  the store's commit signal (:mod:`~sessionmem.storage.commits`, :data:`DOCUMENTS`), where
+  several commits while it was busy wake it once and a journal accept does not wake it at all.
+  It reads the rows above the newest it knows, *after* their commit, and queues them
   ahead of any older backlog, so fresh memory is searchable first. Queued documents are
   embedded a chunk at a time (:class:`~sessionmem.embed.service.EmbedderService`, its
   background lane) and added.
-- **Yield to accepting.** A chunk starts only once the database has committed no write for
-  ``quiet_s`` (the same signal, waited on with a deadline), and at least every
-  ``max_yield_s``: while hooks arrive, the model does
+- **Yield to accepting.** A chunk starts only once a window of ``quiet_s`` saw no commit of
+  any kind, journal accepts included (the same signal's number, looked at once a window), and at
+  least every ``max_yield_s``: while hooks arrive, the model does
   not compete with their accepts for the CPU -- or for the GIL, which a low-priority
   thread may hold while it waits for a core. Between bursts, and once a backfill is
   done, it catches up at full speed. (Run beside the accept path, catching up took a
@@ -70,6 +71,7 @@ from sessionmem.index.hnsw import HnswIndex, key_of, label_of
 from sessionmem.records import DOCUMENT_KINDS
 from sessionmem.runtime.logs import log_exception
 from sessionmem.storage.base import Store
+from sessionmem.storage.commits import DOCUMENTS
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +151,7 @@ class VectorIndex:
         self.close_timeout_s = 10.0  # the owner lowers it to its share of a shutdown budget
         self._index: HnswIndex | None = None
         self._lane = trio.Lock()
-        self._commit_seen = 0  # the store's commit number when the index last read what is new
+        self._commit_seen = 0  # the store's latest commit of documents when the index last read what is new
         self._backlog: deque[tuple[str, int]] = deque()
         self._newest: dict[str, int] = {}
         self._state = IndexState.OFF if embedder.dimensions == 0 else IndexState.LOADING
@@ -340,7 +342,7 @@ class VectorIndex:
                 await self._queue_new_if_woken()
                 if not self._backlog:
                     self._state = IndexState.READY
-                    await self._store.wait_committed(self._commit_seen)
+                    await self._store.commits.wait_committed(self._commit_seen, DOCUMENTS)
                     continue
                 self._state = IndexState.CATCHING_UP
                 await self._wait_quiet()
@@ -358,31 +360,31 @@ class VectorIndex:
                 pause = min(pause * 2, ERROR_PAUSE_MAX_S)
 
     def _woken(self) -> bool:
-        """Whether a commit that changed rows came after the index last read what is new."""
-        return self._store.committed() > self._commit_seen
+        """Whether a commit that stored documents came after the index last read what is new."""
+        return self._store.commits.committed(DOCUMENTS) > self._commit_seen
 
     async def _wait_quiet(self) -> None:
-        """Return once the store has committed nothing for ``quiet_s`` -- at once if nothing was written since
-        the last chunk started -- or after ``max_yield_s`` in any case: windows of ``quiet_s`` one after the
-        other, until one sees no commit. What each commit meanwhile stored is queued as it comes (one small
-        read a commit): it counts as pending at once, and goes first."""
-        commit = self._store.committed()
-        if commit != self._quiet_seen:
+        """Return once a window of ``quiet_s`` saw no commit of any kind -- at once if nothing was committed
+        since the last chunk started -- or after ``max_yield_s`` in any case. Documents stored meanwhile are
+        queued as their commits come (a journal accept wakes nothing): they count as pending at once, and
+        go first."""
+        commits = self._store.commits
+        if commits.committed() != self._quiet_seen:
             self._yields += 1
             with trio.move_on_after(self._max_yield_s):
                 while True:
-                    before = commit
+                    before = commits.committed()
                     with trio.move_on_after(self._quiet_s):
                         while True:
-                            commit = await self._store.wait_committed(commit)
+                            await commits.wait_committed(self._commit_seen, DOCUMENTS)
                             await self._queue_new_if_woken()
-                    if commit == before:
+                    if commits.committed() == before:
                         break
-        self._quiet_seen = self._store.committed()
+        self._quiet_seen = commits.committed()
 
     async def _reconcile(self) -> None:
         """Queue every stored document without a vector; remove vectors of rows that are gone."""
-        self._commit_seen = self._store.committed()  # before reading: a later commit wakes us again
+        self._commit_seen = self._store.commits.committed(DOCUMENTS)  # before reading: a later one wakes us
         stored = await self._store.document_ids()
         live = await self._call(lambda index: index.labels())
         wanted = {label_of(kind, row_id) for kind, ids in stored.items() for row_id in ids}
@@ -404,7 +406,7 @@ class VectorIndex:
 
     async def _queue_new_if_woken(self) -> None:
         if self._woken():
-            commit = self._store.committed()  # taken before reading: a later commit wakes us again
+            commit = self._store.commits.committed(DOCUMENTS)  # taken before reading: a later one wakes us
             if self._state is IndexState.READY:
                 self._state = IndexState.CATCHING_UP  # until the new rows are read and embedded
             await self._queue_new()
@@ -421,7 +423,7 @@ class VectorIndex:
 
     def _threads_now(self) -> int:
         """``idle_threads`` if nothing was written or searched since the last chunk started, nor for ``idle_s``."""
-        activity, now = (self._store.committed(), self._queries), trio.current_time()
+        activity, now = (self._store.commits.committed(), self._queries), trio.current_time()
         if activity != self._activity:
             self._activity, self._active_at = activity, now
         return self._idle_threads if now - self._active_at >= self._idle_s else 1

@@ -42,6 +42,7 @@ from sessionmem.records import (
     SummaryRow,
 )
 from sessionmem.storage.checkpointer import CheckpointerStatistics
+from sessionmem.storage.commits import CommitSignal
 from sessionmem.storage.file_memory_cache import FileRecallCacheStatistics
 from sessionmem.storage.fulltext import RowIds
 from sessionmem.storage.readers import GatheredReadStatistics
@@ -97,9 +98,9 @@ class Store(Protocol):
     # (e.g. ``open_sqlite_store``) that owns their background tasks.
     def statistics(self) -> StoreStatistics: ...
 
-    # -- the commit signal (storage/commits.py): "something was stored"
-    def committed(self) -> int: ...
-    async def wait_committed(self, after: int) -> int: ...
+    # -- the commit signal (storage/commits.py): "something was stored", and what
+    @property
+    def commits(self) -> CommitSignal: ...
 
     # -- journal (write side, used by routes)
     async def accept_init(self, event: InitEvent, on_commit: OnCommit) -> InitAccepted: ...

@@ -38,8 +38,9 @@ Error handling:
     exception: none of their writes happened. ``on_commit`` callbacks run on the Trio
     thread, in submission order, only after a successful commit; they must not block.
     Then, if the transaction changed rows, the writer publishes it on its
-    :class:`~sessionmem.storage.commits.CommitSignal` (the store's "something was stored"):
-    once per transaction, on the Trio thread, never for a failed commit.
+    :class:`~sessionmem.storage.commits.CommitSignal` (the store's "something was stored"),
+    with the kinds of rows its writes that succeeded declared (``stores``): once per
+    transaction, on the Trio thread, never for a failed commit.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ import apsw
 import msgspec
 import trio
 
-from sessionmem.storage.commits import CommitSignal
+from sessionmem.storage.commits import CommitSignal, Stored
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -69,15 +70,17 @@ Together = Callable[[apsw.Connection, list[A]], list[T]]
 
 
 class _Operation(Generic[T]):
-    __slots__ = ("fn", "on_commit", "weight", "together", "argument", "done", "result", "error")
+    __slots__ = ("fn", "on_commit", "weight", "stores", "together", "argument", "done", "result", "error")
     # Set when ``fn`` (or its ``together`` run) returns, and read only then: once ``done``, if ``error`` is None.
     result: T
 
     def __init__(self, fn: Callable[[apsw.Connection], T], on_commit: Callable[[T], None] | None,
-                 weight: int = 1, together: Together[Any, T] | None = None, argument: Any = None) -> None:
+                 weight: int = 1, stores: int = 0, together: Together[Any, T] | None = None,
+                 argument: Any = None) -> None:
         self.fn = fn
         self.on_commit = on_commit
         self.weight = weight
+        self.stores = stores  # the kinds of rows it may store (Stored bits), for the commit signal
         self.together = together
         self.argument = argument
         self.done = trio.Event()
@@ -159,20 +162,21 @@ class GroupCommitWriter:
         return 0.0
 
     async def submit(self, fn: Callable[[apsw.Connection], T], *, on_commit: Callable[[T], None] | None = None,
-                     background: bool = False, weight: int = 1) -> T:
+                     background: bool = False, weight: int = 1, stores: Stored = Stored.NOTHING) -> T:
         """Run ``fn(connection)`` in the next group commit and return its result once durable.
 
         ``background``: nobody waits on a request for it (module docstring); ``weight``:
-        its size in observation rows or the like (background work only).
+        its size in observation rows or the like (background work only); ``stores``: the
+        kinds of rows it may store, which its commit publishes.
 
         A caller cancelled while waiting does not withdraw its operation: once sent it
         will be committed, so an accepted event is never half-written.
         """
-        return await self._submit(_Operation(fn, on_commit, max(1, weight)), background)
+        return await self._submit(_Operation(fn, on_commit, max(1, weight), int(stores)), background)
 
     async def submit_together(self, together: Together[A, T], argument: A, *,
                               on_commit: Callable[[T], None] | None = None, background: bool = False,
-                              weight: int = 1) -> T:
+                              weight: int = 1, stores: Stored = Stored.NOTHING) -> T:
         """Run ``together(connection, [argument])[0]`` in the next group commit, as :meth:`submit`,
         and in one call of ``together`` with the arguments of every submission beside it (in
         the same transaction, one after the other) that names the same function.
@@ -181,8 +185,8 @@ class GroupCommitWriter:
         when a transaction must be run again one operation at a time (one of them failed),
         each is.
         """
-        operation = _Operation(partial(_alone, together, argument=argument), on_commit, max(1, weight), together,
-                               argument)
+        operation = _Operation(partial(_alone, together, argument=argument), on_commit, max(1, weight), int(stores),
+                               together, argument)
         return await self._submit(operation, background)
 
     async def _submit(self, operation: _Operation[T], background: bool) -> T:
@@ -273,14 +277,17 @@ class GroupCommitWriter:
             self._batches += 1
             self._operations += len(batch)
             self._largest_batch = max(self._largest_batch, len(batch))
+            stored = 0
             for operation in batch:
-                if operation.error is None and operation.on_commit is not None:
-                    try:
-                        operation.on_commit(operation.result)
-                    except Exception as exc:  # a broken callback must not strand other callers
-                        operation.error = exc
+                if operation.error is None:
+                    stored |= operation.stores
+                    if operation.on_commit is not None:
+                        try:
+                            operation.on_commit(operation.result)
+                        except Exception as exc:  # a broken callback must not strand other callers
+                            operation.error = exc
             if changed:
-                self.commits.publish()
+                self.commits.publish(stored)
         finally:
             for operation in batch:
                 operation.done.set()

@@ -3,9 +3,9 @@ project's past memory on request; with a status for ``/debug``, ``GET /api/team`
 
 Three loops in :meth:`TeamSync.run`, each on its own:
 
-- **push**: whenever something is stored (the store's commit signal,
-  :meth:`~sessionmem.storage.sqlite.SQLiteStore.wait_committed`, which the vector index follows too:
-  several commits during a pass wake it once) and every :data:`PUSH_INTERVAL_S` in any case, batches
+- **push**: whenever rows it shares are stored (sessions, prompts, observations, summaries: the
+  store's commit signal, :data:`~sessionmem.storage.commits.SHAREABLE`; a journal accept does not
+  wake it, and several commits during a pass wake it once) and every :data:`PUSH_INTERVAL_S` in any case, batches
   until the outbox is empty (:mod:`sessionmem.team.push`), then vectors sent late;
 - **pull**: every ``team_pull_interval_s`` (:mod:`sessionmem.team.pull`);
 - **share push**: ``sessionmem share push --project NAME`` (:meth:`TeamSync.start_share_push`),
@@ -56,6 +56,7 @@ from sessionmem.index.actor import VectorIndex
 from sessionmem.protocol.oskit import kill_process
 from sessionmem.runtime.logs import log_exception
 from sessionmem.settings import Settings
+from sessionmem.storage.commits import SHAREABLE
 from sessionmem.storage.pg_connections import Transport, sanitized, transport
 from sessionmem.storage.pg_store import TeamStore, TeamUnavailable, open_team_store
 from sessionmem.storage.sqlite import SQLiteStore
@@ -362,11 +363,12 @@ class TeamSync:
     async def _push_forever(self, pusher: Pusher) -> None:
         backoff = Backoff()
         while True:
-            seen = self._store.committed()  # before reading: what is stored from now on wakes the next pass
+            # Before reading: what is stored from now on wakes the next pass.
+            seen = self._store.commits.committed(SHAREABLE)
             if await self._attempt(self._push_all, pusher):
                 backoff.reset()
                 with trio.move_on_after(PUSH_INTERVAL_S):
-                    await self._store.wait_committed(seen)
+                    await self._store.commits.wait_committed(seen, SHAREABLE)
                     await trio.sleep(PUSH_GATHER_S)
             else:
                 await self._refresh_backlog_quietly()
