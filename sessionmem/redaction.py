@@ -306,7 +306,8 @@ def _header_and_command_line_detectors() -> tuple[Detector, ...]:
     )
 
 
-def _assignment_patterns(keywords: str) -> tuple[re.Pattern[str], ...]:
+def _assignment_patterns(keywords: str) -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str], re.Pattern[str],
+                                                 re.Pattern[str]]:
     """A secret assigned to a name (``keywords``: detect-secrets' keyword list, as one alternation), passed as
     a ``--flag``, or held by a JSON key naming a token; and the names of keys whose value is a secret."""
     # Assignments to a name from detect-secrets' keyword list (with affixes, as its plugin
