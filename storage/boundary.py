@@ -4,7 +4,7 @@ The ingest edge removes ``<private>`` spans always, and secrets as the ``redact_
 setting says. Records that come from, or go to, another machine pass through here as
 well, with the default rules of :mod:`sessionmem.redaction` whatever that setting:
 
-- pushed to a team database (:meth:`~sessionmem.storage.pg_store.TeamStore.push`, the one
+- pushed to a team database (:meth:`~sessionmem.storage.pg.store.TeamStore.push`, the one
   way rows reach it): a machine with ``redact_secrets=false`` keeps its secrets on its own
   disk, never in the team's;
 - imported, from a file (``sessionmem import``, ``POST /api/import``) or pulled from a team

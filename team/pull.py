@@ -2,7 +2,7 @@
 
 The team database hands rows out in the order of (transaction id, sequence) above a
 cursor, leaving out this machine's own and any transaction still in flight
-(:meth:`~sessionmem.storage.pg_store.TeamStore.pull`). Each batch is imported and the
+(:meth:`~sessionmem.storage.pg.store.TeamStore.pull`). Each batch is imported and the
 cursor moved in one local transaction
 (:func:`~sessionmem.storage.team_sync.import_pulled`): a crash keeps both or neither,
 and importing is idempotent anyway. Imported rows are searchable by words at once; the
@@ -23,7 +23,7 @@ which row it is (never its content), and the cursor moves past it, so that one b
 neither stops the pull nor reaches a page.
 
 Error handling:
-    :class:`~sessionmem.storage.pg_store.TeamUnavailable` propagates (the caller waits and
+    :class:`~sessionmem.storage.pg.store.TeamUnavailable` propagates (the caller waits and
     tries again); nothing local moved for the batch that failed.
 """
 
@@ -37,7 +37,7 @@ import msgspec
 from sessionmem.broadcast import Broadcaster, LiveObservation, LiveSummary
 from sessionmem.index.actor import VectorIndex
 from sessionmem.protocol.limits import printable_line
-from sessionmem.storage.pg_store import RefusedRow, TeamStore
+from sessionmem.storage.pg.store import RefusedRow, TeamStore
 from sessionmem.storage.sqlite import SQLiteStore
 from sessionmem.storage.team_records import PullCursor, SharedRow
 from sessionmem.storage.team_sync import PULL, PULL_KEYS, encode

@@ -16,12 +16,12 @@ What went without is sent again once the index has it (:meth:`Pusher.fill_vector
 cursor ``push.vectors``): the team database fills a missing vector, and keeps the rest.
 
 Error handling:
-    :class:`~sessionmem.storage.pg_store.TeamUnavailable` propagates (the caller waits and
+    :class:`~sessionmem.storage.pg.store.TeamUnavailable` propagates (the caller waits and
     tries again); the local cursor has not moved then. A batch the team database refuses
     for what it holds (any other error) is pushed again a row at a time: a row refused
     twice is logged, counted (``refused``) and passed over, so that one row PostgreSQL
     cannot take never holds up the rows after it. (Texts lose their NUL characters in the
-    team store: :mod:`sessionmem.storage.pg_text`.)
+    team store: :mod:`sessionmem.storage.pg.text`.)
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import trio
 
 from sessionmem.index.actor import IndexState, VectorIndex
 from sessionmem.runtime.logs import log_exception
-from sessionmem.storage.pg_store import TeamStore, TeamUnavailable
+from sessionmem.storage.pg.store import TeamStore, TeamUnavailable
 from sessionmem.storage.sqlite import SQLiteStore
 from sessionmem.storage.team_records import Origin, SharedRow
 from sessionmem.storage.team_sync import OUTBOX, VECTORS, Kind, OutboxBatch, OutboxCursor, OutboxRow, Shared, encode

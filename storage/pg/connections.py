@@ -4,7 +4,7 @@
   ``CapacityLimiter(1)`` (:meth:`TeamConnections.write`): a transaction begins and ends
   inside one synchronous function, never across an ``await``. It is opened lazily, at the
   first write (or the first read), which also applies the schema migrations
-  (:mod:`sessionmem.storage.pg_schema`); a connection found lost is dropped and the next
+  (:mod:`sessionmem.storage.pg.schema`); a connection found lost is dropped and the next
   call opens another.
 - The readers: at most ``readers`` connections, each lent to one worker thread at a
   time (:meth:`TeamConnections.read`), made when a read finds none idle and kept idle
@@ -54,7 +54,7 @@ from pgvector.psycopg import register_vector
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 
-from sessionmem.storage.pg_schema import TeamSchemaTooNew, migrate
+from sessionmem.storage.pg.schema import TeamSchemaTooNew, migrate
 
 T = TypeVar("T")
 Connection = psycopg.Connection[tuple[Any, ...]]

@@ -23,7 +23,7 @@ carry the embedder's ``vector`` (384 dimensions, NULL until a vector is pushed) 
 directory, a path of one machine, is not a column: it never leaves the machine.
 
 Indexes on ``created_at`` (alone, and after the project's name or key) serve the newest
-rows first: lists, and full-text search's newest candidates (:mod:`sessionmem.storage.pg_search`).
+rows first: lists, and full-text search's newest candidates (:mod:`sessionmem.storage.pg.search`).
 
 Version 2 adds search: a generated, stored ``search`` tsvector per searchable table over
 the fields SQLite's FTS5 tables index (:mod:`sessionmem.storage.schema`), weighted as

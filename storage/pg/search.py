@@ -1,7 +1,7 @@
 """Search of the team database: full text (tsvector, GIN), nearest vectors (pgvector, HNSW), and cards.
 
-Each function takes a read connection of :class:`~sessionmem.storage.pg_connections.TeamConnections`
-and runs in a worker thread; :class:`~sessionmem.storage.pg_store.TeamStore` wraps them.
+Each function takes a read connection of :class:`~sessionmem.storage.pg.connections.TeamConnections`
+and runs in a worker thread; :class:`~sessionmem.storage.pg.store.TeamStore` wraps them.
 Answers are shaped as the SQLite store's: :class:`~sessionmem.records.RankedKey`
 (kind, row id, score; higher is better), honouring the same
 :class:`~sessionmem.records.SearchFilters` (project, kinds, types, since/until, file,
@@ -11,7 +11,7 @@ concept, Claude session, and origin where the filters have one), plus ``keys``: 
 Full text: a query is parsed by ``websearch_to_tsquery('english', ...)`` (any text a
 user types is a valid query: quotes make phrases, ``-`` excludes, ``or`` alternates).
 Documents matching it (every word) come first, ranked by ``ts_rank`` over the weighted
-``search`` column (pg_schema version 2), at most the newest :data:`CANDIDATES` matches
+``search`` column (schema version 2 of :mod:`~sessionmem.storage.pg.schema`), at most the newest :data:`CANDIDATES` matches
 of each kind; when they are fewer than ``limit``, documents
 holding only some of the query's words follow (each word a ``plainto_tsquery``,
 never parsed as syntax), as the SQLite store ranks a typed search -- unless the query
@@ -54,8 +54,8 @@ from sessionmem.records import (
 from sessionmem.storage.boundary import clean_text
 from sessionmem.storage.cards import card_of_row
 from sessionmem.storage.fulltext import file_name, file_params, query_terms
-from sessionmem.storage.pg_connections import Connection
-from sessionmem.storage.pg_schema import VECTOR_DIMENSIONS
+from sessionmem.storage.pg.connections import Connection
+from sessionmem.storage.pg.schema import VECTOR_DIMENSIONS
 from sessionmem.storage.record_rules import MAX_ITEM_CHARS, MAX_ITEMS, MAX_TITLE_CHARS, latest_moment
 from sessionmem.storage.team_records import Origin
 
