@@ -1,7 +1,7 @@
 """Pushing: this machine's rows of shared projects to the team database, a batch a transaction.
 
 One step (:meth:`Pusher.push_batch`) reads a batch above a cursor
-(:func:`sessionmem.storage.team_sync.read_outbox`), adds the vectors the local index
+(:func:`sessionmem.storage.sqlite.team_rows.read_outbox`), adds the vectors the local index
 holds of its observations and summaries, pushes it in one transaction of the team
 database, and only then moves the local cursor. A crash between the two pushes the batch
 again: the team database takes it as a no-op (its upserts are idempotent). The same step
@@ -35,9 +35,18 @@ import trio
 from sessionmem.index.actor import IndexState, VectorIndex
 from sessionmem.runtime.logs import log_exception
 from sessionmem.storage.pg.store import TeamStore, TeamUnavailable
-from sessionmem.storage.sqlite import SQLiteStore
+from sessionmem.storage.sqlite.store import SQLiteStore
+from sessionmem.storage.sqlite.team_rows import (
+    OUTBOX,
+    VECTORS,
+    Kind,
+    OutboxBatch,
+    OutboxCursor,
+    OutboxRow,
+    Shared,
+    encode,
+)
 from sessionmem.storage.team_records import Origin, SharedRow
-from sessionmem.storage.team_sync import OUTBOX, VECTORS, Kind, OutboxBatch, OutboxCursor, OutboxRow, Shared, encode
 
 log = logging.getLogger(__name__)
 

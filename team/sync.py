@@ -57,9 +57,9 @@ from sessionmem.runtime.logs import log_exception
 from sessionmem.settings import Settings
 from sessionmem.storage.pg.connections import Transport, sanitized, transport
 from sessionmem.storage.pg.store import TeamStore, TeamUnavailable, open_team_store
-from sessionmem.storage.sqlite import SQLiteStore
+from sessionmem.storage.sqlite.store import SQLiteStore
+from sessionmem.storage.sqlite.team_rows import OUTBOX, SHARE_PREFIX
 from sessionmem.storage.team_records import Origin, shared_key
-from sessionmem.storage.team_sync import OUTBOX, SHARE_PREFIX
 from sessionmem.team.consent import (
     NO_CONSENT,
     Consent,

@@ -57,7 +57,7 @@ def test_the_contracts_hold() -> None:
     ("file", "line", "broken"),
     [
         ("sessionmem/protocol/routes.py", "import trio\n", "The protocol package imports nothing of ours"),
-        ("hooks/run.py", "from sessionmem.storage import schema\n", "Hooks import only the protocol package"),
+        ("hooks/run.py", "from sessionmem.storage.sqlite import schema\n", "Hooks import only the protocol package"),
         ("replay/backfill.py", "from sessionmem.hooks import transcript\n", "Nothing outside hooks/ imports"),
         ("compress/offline.py", "from sessionmem.storage import base\n", "Compressors do not import storage"),
         ("storage/writer.py", "from sessionmem.server import jsonapi\n", "Storage does not import the server"),
@@ -68,10 +68,14 @@ def test_the_contracts_hold() -> None:
         ("hooks/run.py", "import detect_secrets\n", "Hooks import only the protocol package"),
         ("hooks/run.py", "from sessionmem import install\n", "Hooks import only the protocol package"),
         ("team/__init__.py", "from sessionmem.hooks import transcript\n", "Nothing outside hooks/ imports"),
+        # storage/ by engine: what is neutral imports neither engine; the SQLite store never the team database's.
+        ("storage/base.py", "from sessionmem.storage.sqlite import values\n", "Engine-neutral storage imports neither"),
+        ("storage/sqlite/cards.py", "from sessionmem.storage.pg import text\n", "The SQLite store does not import the team"),
     ],
     ids=["protocol-imports-trio", "hooks-import-storage", "backfill-imports-hooks", "compress-imports-storage",
          "storage-imports-server", "server-imports-worker", "web-imports-server", "protocol-imports-psycopg",
-         "hooks-import-detect-secrets", "hooks-import-install", "team-imports-hooks"],
+         "hooks-import-detect-secrets", "hooks-import-install", "team-imports-hooks",
+         "neutral-storage-imports-sqlite", "sqlite-imports-pg"],
 )
 def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, file: str, line: str, broken: str) -> None:
     root = copy_tree(tmp_path)

@@ -8,7 +8,7 @@ never on a hook's or a local read's path. The schema and its migrations are in
 and :mod:`sessionmem.storage.pg.search`, the connections in
 :mod:`sessionmem.storage.pg.connections`.
 
-Identity between machines (the export format's, :mod:`sessionmem.storage.transfer`): a
+Identity between machines (the export format's, :mod:`sessionmem.storage.export_records`): a
 session is its Claude session id; a prompt its session and number; an observation its
 session and tool use id; a summary its session, prompt number and creation time. A
 project is its :func:`~sessionmem.storage.team_records.shared_key`.
@@ -36,7 +36,7 @@ rows, so a transaction that commits after a later one's rows were pulled is stil
 (``exclude_machine_id``; for sessions, those it changed last) and, with ``keys``, the
 projects it does not share. Pulled rows come without their vectors: the puller's local
 index embeds what it imports. Each row is decoded by the rules of an import (the record
-types of :mod:`~sessionmem.storage.transfer`, the caps of
+types of :mod:`~sessionmem.storage.export_records`, the caps of
 :mod:`~sessionmem.storage.record_rules`); a row that breaks them, or is larger than a
 batch, is refused (which row and why, never its content), and the cursor moves past it.
 

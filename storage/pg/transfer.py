@@ -22,10 +22,10 @@ import msgspec
 import numpy as np
 from psycopg.types.json import Jsonb
 
+from sessionmem.storage.export_records import ObservationRecord, PromptRecord, Record, SessionRecord, SummaryRecord
 from sessionmem.storage.pg.connections import Connection
 from sessionmem.storage.pg.schema import VECTOR_DIMENSIONS
 from sessionmem.storage.team_records import NAME_KEY_PREFIX, PullCursor, SharedRow
-from sessionmem.storage.transfer import ObservationRecord, PromptRecord, Record, SessionRecord, SummaryRecord
 
 
 class PushCounts(msgspec.Struct, frozen=True, kw_only=True):
