@@ -52,10 +52,11 @@ import trio
 
 from sessionmem.broadcast import Broadcaster, LiveEvent
 from sessionmem.index.actor import VectorIndex
+from sessionmem.protocol.credentials import sanitized
 from sessionmem.protocol.oskit import kill_process
 from sessionmem.runtime.logs import log_exception
 from sessionmem.settings import Settings
-from sessionmem.storage.pg.connections import Transport, sanitized, transport
+from sessionmem.storage.pg.connections import Transport, transport
 from sessionmem.storage.pg.store import TeamStore, TeamUnavailable, open_team_store
 from sessionmem.storage.sqlite.store import SQLiteStore
 from sessionmem.storage.sqlite.team_rows import OUTBOX, SHARE_PREFIX

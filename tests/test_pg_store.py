@@ -18,10 +18,10 @@ import pytest
 import trio
 from pgvector.psycopg import register_vector
 
+from sessionmem.protocol.credentials import sanitized
 from sessionmem.records import OBSERVATION, PROMPT, SUMMARY, RankedKey, SearchFilters
 from sessionmem.storage.export_records import ObservationRecord, PromptRecord, Record, SessionRecord, SummaryRecord
 from sessionmem.storage.pg import schema as pg_schema
-from sessionmem.storage.pg.connections import sanitized
 from sessionmem.storage.pg.store import TeamStore, TeamUnavailable, open_team_store
 from sessionmem.storage.pg.transfer import PullBatch, PushCounts, push_rows
 from sessionmem.storage.sqlite.store import open_sqlite_store

@@ -6,8 +6,8 @@ from __future__ import annotations
 import trio
 import trio.testing
 
+from sessionmem.protocol.credentials import sanitized
 from sessionmem.storage.export_records import PromptRecord
-from sessionmem.storage.pg.connections import sanitized
 from sessionmem.storage.pg.text import without_nul
 from sessionmem.team.pull import _new_keys
 from sessionmem.team.sync import BACKOFF_MAX_S, Backoff
