@@ -153,3 +153,16 @@ def test_a_new_folder_in_package_dir_alone_reaches_every_tool(tmp_path: Path) ->
     broken = result.stdout.split("Broken contracts", 1)[1]
     assert "Layers, from the top" in broken and "ghost" in broken and "stray" in broken, result.stdout
     assert "Every folder of the source tree is checked, laid out as installed KEPT" in result.stdout
+
+
+def test_storage_and_team_name_each_module_once_but_for_an_engines_counterpart() -> None:
+    """One name per thing: a module name of storage/ or team/ stands once, except the same job done by each
+    engine (``storage/sqlite/schema.py`` and ``storage/pg/schema.py``: the folder names the engine)."""
+    folders: dict[str, set[str]] = {}
+    for root in ("storage", "team"):
+        for module in (REPO / root).rglob("*.py"):
+            if module.name != "__init__.py" and "__pycache__" not in module.parts:
+                folders.setdefault(module.stem, set()).add(module.parent.relative_to(REPO).as_posix())
+    repeated = {name: sorted(where) for name, where in folders.items()
+                if len(where) > 1 and where != {"storage/sqlite", "storage/pg"}}
+    assert not repeated, repeated
