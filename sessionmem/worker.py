@@ -78,7 +78,7 @@ from sessionmem.server.spool import SpoolImporter
 from sessionmem.settings import Settings
 from sessionmem.storage.base import StorageUnavailable, Store
 from sessionmem.storage.pruner import Pruner
-from sessionmem.storage.sqlite import open_sqlite_store
+from sessionmem.storage.sqlite.store import open_sqlite_store
 from sessionmem.team.sync import TeamSync
 
 log = logging.getLogger("sessionmem")

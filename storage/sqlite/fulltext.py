@@ -2,7 +2,7 @@
 filters a search or a vector candidate must pass (project, time, session, origin, type, file, concept).
 
 Each function takes a read connection and runs on a reader thread
-(:class:`~sessionmem.storage.readers.ReaderPool`); the SQLite store's async methods
+(:class:`~sessionmem.storage.sqlite.readers.ReaderPool`); the SQLite store's async methods
 wrap them. Three kinds of document are searchable (``sessionmem.records.DOCUMENT_KINDS``),
 each from its own table and full-text table (:data:`TABLES`).
 
@@ -27,7 +27,6 @@ from typing import Any
 
 import apsw
 import numpy as np
-import numpy.typing as npt
 
 from sessionmem.records import (
     OBSERVATION,
@@ -36,8 +35,9 @@ from sessionmem.records import (
     RankedKey,
     SearchFilters,
 )
-from sessionmem.storage.origins import origin_condition
-from sessionmem.storage.sqlite_values import all_rows, integer, one_row, real, to_json
+from sessionmem.storage.base import RowIds
+from sessionmem.storage.sqlite.origins import origin_condition
+from sessionmem.storage.sqlite.values import all_rows, integer, one_row, real, to_json
 
 MAX_QUERY_TERMS = 32
 # Words that almost every document holds: asking for them costs a scan of their long
@@ -75,7 +75,6 @@ TABLES = {
     PROMPT: ("user_prompts", "prompts_fts", "1.0"),
 }
 ALIASES = {OBSERVATION: "o", SUMMARY: "m", PROMPT: "p"}
-RowIds = npt.NDArray[np.int64]  # row ids of one kind, ascending
 PROJECT_COLUMNS = {OBSERVATION: "o.project", SUMMARY: "m.project", PROMPT: "p.project"}
 
 
@@ -228,7 +227,7 @@ def search_text(connection: apsw.Connection, terms: Sequence[str], filters: Sear
                 project_rows: Mapping[str, RowIds] | None = None) -> list[RankedKey]:
     """The best ``limit`` documents of the wanted kinds matching ``terms`` (see :func:`affordable_match`),
     best first; ``project_rows``: the row ids of each kind the project of ``filters`` holds, if the
-    caller knows them (``storage/project_rows.py``; else they are counted).
+    caller knows them (``storage/sqlite/project_rows.py``; else they are counted).
 
     Scores are bm25's, negated (higher is better); kinds are merged by score. With
     ``every_word_first`` (a search someone typed), documents holding every term come
