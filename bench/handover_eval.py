@@ -189,7 +189,7 @@ def print_table(figures: dict[str, Any]) -> None:
               " recall files · commands · errors |")
         print("|---|---|---:|---:|---|---|")
         for surface in (*SURFACES, ALL):
-            for baseline in ("handover", "recency"):
+            for baseline in BASELINES:
                 row = figures[half][surface][baseline]
                 precision = " · ".join(_percent(row["precision"][c]) for c in (*CATEGORIES, "any"))
                 recall = " · ".join(_percent(row["recall"][c]) for c in CATEGORIES)
@@ -214,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     projects = smoke_projects(stats) if args.smoke else load_projects(args.corpus, stats)
     if args.projects and not args.smoke:
         projects = projects[: args.projects]
+    if not projects:
+        parser.error(f"no transcripts in {args.corpus} (--corpus)")
     print("handover_eval: replaying " + ", ".join(f"{p.name} ({len(p.sessions)} sessions)" for p in projects),
           file=sys.stderr)
     tallies = _tallies()

@@ -28,18 +28,21 @@ from sessionmem.search.recall import FILE_TOOLS
 TOOL_STAGES = ("PostToolUse", "PostToolUseFailure")
 _SEPARATORS = re.compile(r"&&|\|\||;|\n|\|")
 _PREFIXES = frozenset({"sudo", "time", "env", "nohup", "command", "exec"})
+_REDIRECTION = re.compile(r"[<>&]")
 _NOT_THE_WORK = frozenset({"cd", "export", "source", ".", "set", "echo", "true"})
 
 
 def command_key(command: str) -> str:
-    """The first simple command that does the work: its program and first two non-option arguments."""
+    """The first simple command that does the work: its program and first two arguments that are neither
+    options nor redirections (comments, ``cd``, ``export`` and the like passed over)."""
     for part in _SEPARATORS.split(command):
         words = [word.strip("'\"") for word in part.split()]
         while words and (words[0] in _PREFIXES or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0])):
             words.pop(0)
-        if not words or words[0] in _NOT_THE_WORK:
+        if not words or words[0] in _NOT_THE_WORK or words[0].startswith("#"):
             continue
-        arguments = [word for word in words[1:] if word and not word.startswith("-")][:2]
+        arguments = [word for word in words[1:] if word and not word.startswith("-") and not _REDIRECTION.search(word)]
+        arguments = arguments[:2]
         return " ".join([words[0].rsplit("/", 1)[-1], *arguments])[:160]
     return ""
 

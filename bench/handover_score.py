@@ -8,7 +8,7 @@ last session's summary (one item) or an earlier session's line, or a recalled su
 
 An item is **relevant** to a category when it names, for
 
-- files: a file the session touched (one of its observations' ``files_read``/``files_modified``,
+- files: a file the session touched (one of its observations' ``filesRead``/``filesModified``,
   or the path in its text);
 - commands: a command the session ran (the observation's own tool use has the same command key,
   or the key is in its text);
@@ -107,7 +107,8 @@ def _mentioned(text: str, needs: Needs) -> tuple[set[str], set[str]]:
 
 
 def named(item: Item, needs: Needs, rows: dict[int, dict[str, Any]], history: ProjectHistory) -> Named:
-    """The files, commands and errors of ``needs`` that ``item`` names."""
+    """The files, commands and errors of ``needs`` that ``item`` names; ``rows``: observations as the HTTP API
+    writes them (camelCase fields)."""
     files, commands = _mentioned(item.text, needs)
     errors: set[tuple[str, str]] = set()
     for row_id in item.ids:
@@ -118,9 +119,9 @@ def named(item: Item, needs: Needs, rows: dict[int, dict[str, Any]], history: Pr
                                                      row.get("narrative", ""), *row.get("facts", [])]), needs)
         files |= in_files
         commands |= in_commands
-        files |= {relative(path, needs.cwd) for path in [*row.get("files_read", []), *row.get("files_modified", [])]
+        files |= {relative(path, needs.cwd) for path in [*row.get("filesRead", []), *row.get("filesModified", [])]
                   } & needs.files
-        use = history.uses.get(row.get("tool_use_id") or "")
+        use = history.uses.get(row.get("toolUseId") or "")
         if use is not None:
             if use.command in needs.commands:
                 commands.add(use.command)
