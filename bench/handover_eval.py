@@ -97,14 +97,17 @@ def _recalled(reply: Any) -> str:
 def replay_session(worker: WorkerProcess, project: str, session: ReplaySession, *, capture: bool) -> Handed:
     """Send ``session``'s events in order; with ``capture``, what each hook would have handed Claude."""
     handed = Handed()
+    if capture:  # the session's own SessionStart (a transcript's is `startup`), else one as Claude Code fires it
+        start = next((event.payload for event in session.events if event.stage == "SessionStart"),
+                     {"hook_event_name": "SessionStart", "session_id": session.session_id, "cwd": session.cwd,
+                      "source": "startup"})
+        call = encoded_call(start, project=project)
+        assert call is not None
+        handed.take("session_start", str(_send(worker, *call)))
     first_prompt = True
     for event in session.events:
         call = encoded_call(event.payload, project=project, key=event.key, occurred_at=event.at)
-        if call is None:
-            continue
-        if event.stage == "SessionStart":
-            if capture:
-                handed.take("session_start", str(_send(worker, *call)))
+        if call is None or event.stage == "SessionStart":
             continue
         if event.stage == "UserPromptSubmit":
             worker.wait_idle(timeout=WAIT_S)  # everything before the prompt is stored before it
@@ -132,10 +135,9 @@ def _tallies() -> dict[str, dict[str, dict[str, Tally]]]:
 
 
 def evaluate_project(worker: WorkerProcess, project: Project, tallies: dict[str, dict[str, dict[str, Tally]]],
-                     *, limit: int = 0) -> int:
-    """Replay ``project`` (its first ``limit`` sessions, if given), scoring each session after the first.
-
-    Returns the sessions scored.
+                     per_session: list[dict[str, Any]], *, limit: int = 0) -> int:
+    """Replay ``project`` (its first ``limit`` sessions, if given), scoring each session after the first into
+    ``tallies`` and a record of its own into ``per_session``. Returns the sessions scored.
     """
     history = ProjectHistory()
     scored = 0
@@ -153,22 +155,29 @@ def evaluate_project(worker: WorkerProcess, project: Project, tallies: dict[str,
             needs = history.needs(session)
             shown = {row_id for items in handed.items.values() for item in items for row_id in item.ids}
             rows = {row["id"]: row for row in recent} | _rows(worker, shown - {row["id"] for row in recent})
-            _score(tallies[half_of(session.session_id)], handed, recent, needs, rows, history)
+            half = half_of(session.session_id)
+            per_session.append({"project": project.name, "session": session.session_id, "half": half,
+                                **_score(tallies[half], handed, recent, needs, rows, history)})
             scored += 1
         history.add(session)
     return scored
 
 
 def _score(tallies: dict[str, dict[str, Tally]], handed: Handed, recent: list[dict[str, Any]], needs: Any,
-           rows: dict[int, dict[str, Any]], history: ProjectHistory) -> None:
+           rows: dict[int, dict[str, Any]], history: ProjectHistory) -> dict[str, Any]:
+    """Score one session on every surface and baseline; returns its own counts (handover and recency)."""
     surfaces = {surface: (handed.items[surface], handed.characters[surface]) for surface in SURFACES}
     surfaces[ALL] = ([item for surface in SURFACES for item in handed.items[surface]], sum(handed.characters.values()))
+    own: dict[str, Any] = {}
     for surface, (items, characters) in surfaces.items():
         size = sum(item.count for item in items)
         newest = [Item(surface, row_line(row), [row["id"]]) for row in recent[:size]]
-        tallies[surface]["handover"].add(items, characters, needs, rows, history)
-        tallies[surface]["recency"].add(newest, sum(len(item.text) + 1 for item in newest), needs, rows, history)
+        own[surface] = {
+            "handover": tallies[surface]["handover"].add(items, characters, needs, rows, history),
+            "recency": tallies[surface]["recency"].add(newest, sum(len(item.text) + 1 for item in newest), needs,
+                                                       rows, history)}
         tallies[surface]["nothing"].add([], 0, needs, rows, history)
+    return own
 
 
 def smoke_projects(stats: ConversionStats) -> list[Project]:
@@ -221,11 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     tallies = _tallies()
     started = time.monotonic()
     scored: dict[str, int] = {}
+    per_session: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="sessionmem-handover-") as temporary:
         data_dir = args.data_dir or Path(temporary) / "data"
         with start_worker(data_dir, env=WORKER_ENV, timeout=120) as worker:
             for project in projects:
-                scored[project.name] = evaluate_project(worker, project, tallies, limit=args.limit)
+                scored[project.name] = evaluate_project(worker, project, tallies, per_session, limit=args.limit)
                 print(f"handover_eval: {project.name}: {scored[project.name]} sessions scored, "
                       f"{time.monotonic() - started:.0f} s", file=sys.stderr)
     figures: dict[str, Any] = {half: {surface: {baseline: tally.figures() for baseline, tally in by_baseline.items()}
@@ -238,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                        "worker_env": WORKER_ENV, "split": "eval_queries.half_of(session id)",
                        "projects": [{"name": p.name, "sessions": len(p.sessions), "scored": scored[p.name]}
                                     for p in projects]}
+    figures["per_session"] = per_session
     print_table(figures)
     write_json(figures, args.out)
     return 0

@@ -142,24 +142,35 @@ class Tally:
     found: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
 
     def add(self, items: Iterable[Item], characters: int, needs: Needs, rows: dict[int, dict[str, Any]],
-            history: ProjectHistory) -> None:
-        self.sessions += 1
-        self.characters += characters
+            history: ProjectHistory) -> dict[str, Any]:
+        """Score one session's ``items`` into the pool; returns that session's own counts."""
+        relevant = dict.fromkeys(CATEGORIES + ("any",), 0)
+        observations = 0
         union = Named(set(), set(), set())
         for item in items:
             found = named(item, needs, rows, history)
-            self.observations += item.count
+            observations += item.count
             for category in CATEGORIES:
-                self.relevant[category] += item.count * found.relevant(category)
-            self.relevant["any"] += item.count * any(found.relevant(category) for category in CATEGORIES)
+                relevant[category] += item.count * found.relevant(category)
+            relevant["any"] += item.count * any(found.relevant(category) for category in CATEGORIES)
             union.files |= found.files
             union.commands |= found.commands
             union.errors |= found.errors
-        for category, wanted, got in (("files", needs.needed_files, union.files),
-                                      ("commands", needs.needed_commands, union.commands),
-                                      ("errors", needs.errors, union.errors)):
-            self.needed[category] += len(wanted)
-            self.found[category] += len(wanted & got)
+        needed, got = {}, {}
+        for category, wanted, named_ in (("files", needs.needed_files, union.files),
+                                         ("commands", needs.needed_commands, union.commands),
+                                         ("errors", needs.errors, union.errors)):
+            needed[category], got[category] = len(wanted), len(wanted & named_)
+        self.sessions += 1
+        self.characters += characters
+        self.observations += observations
+        for category, count in relevant.items():
+            self.relevant[category] += count
+        for category in CATEGORIES:
+            self.needed[category] += needed[category]
+            self.found[category] += got[category]
+        return {"observations": observations, "characters": characters, "relevant": relevant, "needed": needed,
+                "found": got}
 
     def figures(self) -> dict[str, Any]:
         def ratio(part: int, whole: int) -> float | None:

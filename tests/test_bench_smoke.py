@@ -126,6 +126,7 @@ def test_handover_eval_smoke_scores_every_surface_against_its_baselines(tmp_path
             assert report[half][surface]["nothing"]["observations"] == 0
             assert report[half][surface]["nothing"]["characters"] == 0
         assert report[half]["session_start"]["handover"]["characters"] > 0
+    assert len(report["per_session"]) == sum(project["scored"] for project in report["meta"]["projects"]) > 0
     # The seeded project's second session reads the file the first one changed: the handover names it.
     assert sum(report[half]["all"]["handover"]["found"]["files"] for half in ("tune", "held_out")) >= 1
     assert "### Held-out half" in result.stdout and "| session_start | recency |" in result.stdout
