@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eval_queries import HALVES, half_of  # noqa: E402
 from eval_report import HALF_TITLES  # noqa: E402
-from handover_needs import ProjectHistory  # noqa: E402
+from handover_needs import Needs, ProjectHistory  # noqa: E402
 from handover_score import ALL, CATEGORIES, SURFACES, Item, Tally, context_items, recall_items, row_line  # noqa: E402
 from json_out import write_json  # noqa: E402
 from retrieval import DEFAULT_CORPUS, SMOKE_CORPUS, Project, load_projects, seeded_project  # noqa: E402
@@ -59,7 +59,8 @@ from sessionmem.testing.worker_process import WorkerProcess, start_worker  # noq
 
 WORKER_ENV = {"SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_PROMPT_RECALL": "1", "SESSIONMEM_BATCH_QUIET": "0.05",
               "SESSIONMEM_MAILBOX_SIZE": "4096"}
-RECENT_ROWS = 500  # (the most the route gives at once) newest observations read at each session's start: the recency baselines' pool
+# The newest observations read at each session's start (the most the route gives at once): recency's pool.
+RECENT_ROWS = 500
 WAIT_S = 1800.0  # for a session to be stored and embedded, on a loaded machine
 BASELINES = ("handover", "recency", "nothing")
 
@@ -163,7 +164,7 @@ def evaluate_project(worker: WorkerProcess, project: Project, tallies: dict[str,
     return scored
 
 
-def _score(tallies: dict[str, dict[str, Tally]], handed: Handed, recent: list[dict[str, Any]], needs: Any,
+def _score(tallies: dict[str, dict[str, Tally]], handed: Handed, recent: list[dict[str, Any]], needs: Needs,
            rows: dict[int, dict[str, Any]], history: ProjectHistory) -> dict[str, Any]:
     """Score one session on every surface and baseline; returns its own counts (handover and recency)."""
     surfaces = {surface: (handed.items[surface], handed.characters[surface]) for surface in SURFACES}
