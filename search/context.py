@@ -57,6 +57,7 @@ from sessionmem.records import (
     SessionHead,
     SummaryRow,
 )
+from sessionmem.settings import Backend
 from sessionmem.storage.base import Store
 from sessionmem.storage.record_rules import latest_moment
 
@@ -112,7 +113,7 @@ _LOOKS = ("Read", "Grep", "Glob", "LS")
 
 
 def is_bare(row: ObservationRow) -> bool:
-    return row.compressor == "offline" and row.type == "discovery" and (
+    return row.compressor == Backend.OFFLINE and row.type == "discovery" and (
         row.tool_name in _LOOKS or ROUTINE_CONCEPT in row.concepts)
 
 

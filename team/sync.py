@@ -55,7 +55,7 @@ from sessionmem.index.actor import VectorIndex
 from sessionmem.protocol.credentials import sanitized
 from sessionmem.protocol.oskit import kill_process
 from sessionmem.runtime.logs import log_exception
-from sessionmem.settings import Settings
+from sessionmem.settings import Settings, machine_origin
 from sessionmem.storage.pg.connections import Transport, transport
 from sessionmem.storage.pg.store import TeamStore, TeamUnavailable, open_team_store
 from sessionmem.storage.sqlite.store import SQLiteStore
@@ -171,7 +171,7 @@ class TeamSync:
             self._transport: Transport | None = transport(self._url)
         except TeamUnavailable:  # not a URL: every call says so
             self._transport = None
-        self._machine, self._user = settings.origin
+        self._machine, self._user = machine_origin(settings)
         self._machine_id = ""
         self._stored = trio.Event()
         self._share_requests, self._share_receive = trio.open_memory_channel[str](1)
