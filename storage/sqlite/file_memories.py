@@ -20,7 +20,8 @@ import msgspec
 
 from sessionmem.records import CompressedObservation, FileMemory
 from sessionmem.settings import Backend
-from sessionmem.storage.sqlite.fulltext import basename_collation, file_matches, file_params
+from sessionmem.storage.search_terms import file_params
+from sessionmem.storage.sqlite.fulltext import basename_collation, file_matches
 from sessionmem.storage.sqlite.origins import label_sql
 from sessionmem.storage.sqlite.values import one_row, text
 

@@ -75,6 +75,7 @@ from sessionmem.storage.base import (
     StoreStatistics,
 )
 from sessionmem.storage.export_records import ImportCounts, Record
+from sessionmem.storage.search_terms import query_terms
 from sessionmem.storage.sqlite import (
     cards,
     export_import,
@@ -397,7 +398,7 @@ class SQLiteStore:
 
     async def search_text(self, query: str, filters: SearchFilters, limit: int, *,
                           every_word_first: bool = False) -> list[RankedKey]:
-        terms = fulltext.query_terms(query)
+        terms = query_terms(query)
         if not terms:
             return []
         return await self._readers.run(partial(self._search_text, terms=terms, filters=filters, limit=limit,
@@ -414,7 +415,7 @@ class SQLiteStore:
 
     async def search_text_held(self, query: str, filters: SearchFilters, limit: int, *,
                                held_of_first: int) -> tuple[list[RankedKey], dict[tuple[str, int], float]]:
-        terms = fulltext.query_terms(query)
+        terms = query_terms(query)
         if not terms:
             return [], {}
 
