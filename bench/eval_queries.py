@@ -13,7 +13,7 @@ Two sources:
   replayed into two sessions stores it twice).
 
 **No shared words**: a query belongs to that subset when the search's own words of it
-(``storage.fulltext.query_terms``) match none of its relevant observations in
+(``storage.sqlite.fulltext.query_terms``) match none of its relevant observations in
 ``observations_fts``: the tokenizer and Porter stemming of the search, so ``fixing``
 and ``fixed`` count as shared. Full-text search cannot find any answer of these.
 
@@ -45,7 +45,7 @@ import apsw
 import msgspec
 
 from sessionmem.protocol.limits import MAX_QUERY_CHARS
-from sessionmem.storage import fulltext
+from sessionmem.storage.sqlite import fulltext
 
 WRITTEN_CATEGORIES = ("paraphrase", "decision", "failure", "file", "lookup")
 PROMPT_CATEGORY = "prompt"

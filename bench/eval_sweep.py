@@ -101,8 +101,8 @@ def shipped() -> list[Setting]:
 
 
 def full_text_budgets() -> list[Setting]:
-    """The full-text row budget (``storage.fulltext.MATCH_BUDGET``; 10⁹: none)."""
-    return [patched(SearchMode.FTS, {"storage.fulltext.MATCH_BUDGET": budget})
+    """The full-text row budget (``storage.sqlite.fulltext.MATCH_BUDGET``; 10⁹: none)."""
+    return [patched(SearchMode.FTS, {"storage.sqlite.fulltext.MATCH_BUDGET": budget})
             for budget in (250, 500, 1000, 2000, 4000, 10**9)]
 
 

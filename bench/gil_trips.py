@@ -33,7 +33,7 @@ import trio
 
 from sessionmem.events import ObservationEvent
 from sessionmem.records import CompressedObservation
-from sessionmem.storage.sqlite import SQLiteStore, open_sqlite_store
+from sessionmem.storage.sqlite.store import SQLiteStore, open_sqlite_store
 from sessionmem.worker import GIL_SWITCH_INTERVAL_S
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -6,7 +6,9 @@ the corpus) is converted into the event its PostToolUse hook would send
 the tool's response, or the error of a failed one, as
 :func:`sessionmem.compress.promotion.tool_output_text` gathers it -- goes through
 :func:`sessionmem.protocol.instructions.find_instruction`. Printed: the tool uses, how many
-were flagged (the rate), by rule, the time per tool use (mean and slowest), then
+were flagged (the rate), by rule, the time per tool use (mean and slowest) as the worker
+reads it (its needles found in one pass, :func:`sessionmem.compress.promotion.needle_finder`)
+and with a substring search a needle (the detector alone, as the hooks and imports run it), then
 ``--show`` of the flagged excerpts. The same for the assistant's last messages of the turns
 (what an offline summary's "Next steps" is read from). Then the worst case: a text of
 64 KiB repeating each rule's needle.
@@ -22,7 +24,7 @@ import json
 import time
 from pathlib import Path
 
-from sessionmem.compress.promotion import tool_output_text
+from sessionmem.compress.promotion import needle_finder, tool_output_text
 from sessionmem.protocol.instructions import MAX_SCAN, find_instruction, groups
 from sessionmem.replay.convert import ConversionStats, convert, transcript_files
 
@@ -34,23 +36,31 @@ def _rate(texts: list[str], show: int, label: str) -> dict[str, object]:
     shown: list[str] = []
     total = 0.0
     slowest = 0.0
+    alone = 0.0
+    finder = needle_finder()
     for text in texts:
         started = time.perf_counter()
-        finding = find_instruction(text)
+        finding = find_instruction(text, finder)
         took = time.perf_counter() - started
         total += took
         slowest = max(slowest, took)
+        started = time.perf_counter()
+        if find_instruction(text) != finding:
+            raise SystemExit(f"the one-pass needles and the substring searches disagree on {text[:200]!r}")
+        alone += time.perf_counter() - started
         if finding is not None:
             rules[finding.rule] += 1
             if len(shown) < show:
                 shown.append(f"  [{finding.rule}] {finding.excerpt[:160]!r}")
     flagged = sum(rules.values())
     print(f"{label}: {len(texts)}, flagged {flagged} ({100 * flagged / max(len(texts), 1):.2f} %)"
-          f" {dict(rules)}; {1e6 * total / max(len(texts), 1):.0f} µs mean, {1e3 * slowest:.1f} ms slowest")
+          f" {dict(rules)}; {1e6 * total / max(len(texts), 1):.0f} µs mean, {1e3 * slowest:.1f} ms slowest"
+          f" ({1e6 * alone / max(len(texts), 1):.0f} µs mean a needle at a time)")
     for line in shown:
         print(line)
     return {"texts": len(texts), "flagged": flagged, "rate": flagged / max(len(texts), 1), "rules": dict(rules),
-            "mean_us": 1e6 * total / max(len(texts), 1), "slowest_ms": 1e3 * slowest}
+            "mean_us": 1e6 * total / max(len(texts), 1), "slowest_ms": 1e3 * slowest,
+            "mean_us_a_needle_at_a_time": 1e6 * alone / max(len(texts), 1)}
 
 
 def main() -> None:

@@ -101,7 +101,7 @@ def counts(handle: Any, database: str) -> dict[str, int]:
 
 def _migrate(url: str) -> None:
     """The team store's schema, as its first connection makes it."""
-    from sessionmem.storage.pg_store import open_team_store
+    from sessionmem.storage.pg.store import open_team_store
 
     async def run() -> None:
         async with open_team_store(url) as store:

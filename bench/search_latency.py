@@ -82,8 +82,8 @@ from sessionmem.protocol import client as hook_client  # noqa: E402
 from sessionmem.protocol import oskit, routes  # noqa: E402
 from sessionmem.records import OBSERVATION, PROMPT, SUMMARY, SearchFilters  # noqa: E402
 from sessionmem.replay.convert import ConversionStats  # noqa: E402
-from sessionmem.storage import cards, fulltext  # noqa: E402
-from sessionmem.storage.sqlite_setup import open_writer  # noqa: E402
+from sessionmem.storage.sqlite import cards, fulltext  # noqa: E402
+from sessionmem.storage.sqlite.connection_setup import open_writer  # noqa: E402
 from sessionmem.testing.harness import open_worker  # noqa: E402
 from sessionmem.testing.worker_process import WorkerProcess, start_worker  # noqa: E402
 

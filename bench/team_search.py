@@ -147,7 +147,7 @@ def scope_projects(observations: int) -> dict[str, list[str]]:
 async def measure(sqlite_dir: Path, pg_urls: dict[str, str], runs: int, queries: list[str],
                   sqlite_size: int) -> dict[str, Any]:
     from sessionmem.search.team_search import TeamSearch
-    from sessionmem.storage.pg_store import open_team_store
+    from sessionmem.storage.pg.store import open_team_store
     from sessionmem.testing.harness import open_worker
 
     samples: dict[str, list[float]] = {}

@@ -843,7 +843,7 @@ def main(argv: list[str] | None = None) -> int:
         pg = stack.enter_context(start_postgres(work / "pgdata"))
         pg.drop_database("adv_trust")
         url = pg.create_database("adv_trust")
-        from sessionmem.storage.pg_schema import migrate
+        from sessionmem.storage.pg.schema import migrate
 
         with psycopg.connect(url, autocommit=True) as connection:
             migrate(connection)

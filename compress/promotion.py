@@ -14,13 +14,15 @@ The tool's output is read once per tool use, bounded (:func:`tool_output_text`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import ahocorasick_rs
 import msgspec
 
 from sessionmem.events import ObservationEvent, SummarizeEvent
-from sessionmem.protocol.instructions import guard_observation, guard_summary, instruction_like
+from sessionmem.protocol.instructions import guard_observation, guard_summary, instruction_like, needles
 from sessionmem.records import CompressedObservation, CompressedSummary, ObservationRow
 
 # What is read of one tool use's output, all its strings together: its first OUTPUT_HEAD and last
@@ -55,9 +57,27 @@ def tool_output_text(response: Any, error: str = "") -> str:
     return text if len(text) <= OUTPUT_HEAD + OUTPUT_TAIL else f"{text[:OUTPUT_HEAD]}\n{text[-OUTPUT_TAIL:]}"
 
 
+@functools.cache
+def needle_finder() -> Callable[[str], set[str]]:
+    """The detector's needles found in one pass (an Aho-Corasick automaton, as the redactor's
+    triggers are): a tool output is read once, not once a needle (bench/instruction_rate.py
+    measures both). A needle of one character is looked for by ``in`` (memchr speed; it is in
+    nearly every text, and the automaton would list each place)."""
+    many = [needle for needle in needles() if len(needle) > 1]
+    single = [needle for needle in needles() if len(needle) == 1]
+    automaton = ahocorasick_rs.AhoCorasick(many, implementation=ahocorasick_rs.Implementation.DFA)
+
+    def held(text: str) -> set[str]:
+        found = {many[index] for index, _, _ in automaton.find_matches_as_indexes(text, overlapping=True)}
+        found.update(needle for needle in single if needle in text)
+        return found
+
+    return held
+
+
 def tainted(event: ObservationEvent) -> bool:
     """Whether the tool's output held instruction-like text."""
-    return instruction_like(tool_output_text(event.tool_response, event.error))
+    return instruction_like(tool_output_text(event.tool_response, event.error), needle_finder())
 
 
 def withheld_title(event: ObservationEvent) -> str:
@@ -92,7 +112,7 @@ def guarded_summary(request: SummarizeEvent, inputs: Sequence[ObservationRow],
     fields = {"request": summary.request, "investigated": summary.investigated, "learned": summary.learned,
               "completed": summary.completed, "next_steps": summary.next_steps, "notes": summary.notes}
     from_flagged = (summary.flagged or any(row.flagged for row in inputs)
-                    or instruction_like(request.last_assistant_message))
+                    or instruction_like(request.last_assistant_message, needle_finder()))
     guarded, flagged = guard_summary(fields, source=SOURCE, tainted=from_flagged)
     if not flagged:
         return summary

@@ -130,13 +130,41 @@ def _scope(params: dict[str, str | int]) -> str:
 def build_server(client: MemoryClient, default_project: str) -> StrictToolServer:
     """The MCP server with its three tools, asking ``client``; ``default_project`` is searched unless told otherwise."""
     server = StrictToolServer(MCP_SERVER_NAME, version=__version__, instructions=instructions(default_project),
-                                  log_level="WARNING")
+                              log_level="WARNING")
+    search = _search_tool(client, default_project)
+    timeline = _timeline_tool(client, default_project)
+    get_observations = _get_observations_tool(client)
+    server.add_tool(search, title="Search memory", annotations=READ_ONLY, structured_output=False, description=(
+        f"Search the memory of past Claude Code sessions (project {printable_line(default_project)!r} unless "
+        f"`project` says otherwise) by words and meaning. Returns a compact index, one line a hit: "
+        f"`id | date | type | title [files] — snippet`; an observation's id is a number, other kinds are "
+        f"`summary:3`, `prompt:7`. Start here: it is cheap. Then call `get_observations` with the ids that "
+        f"matter for their full records (facts, narrative, files), or `timeline` with one id for what "
+        f"happened before and after it. `source=\"team\"` searches the team database instead (every machine's "
+        f"shared projects), for reading the hits it lists only."))
+    server.add_tool(timeline, title="Timeline around a memory", annotations=READ_ONLY, structured_output=False,
+                    description=(
+        "What happened around one point of past work, oldest first, in the compact line format of `search` "
+        "(the anchor marked `>`, a line where a session or a prompt begins). Give `anchor` (an id from "
+        "`search`) or `query` (its best hit becomes the anchor). Use `get_observations` for full records."))
+    server.add_tool(get_observations, title="Full observations", annotations=READ_ONLY, structured_output=False,
+                    description=(
+        f"Full records of past observations by id (up to {MAX_BATCH_IDS}): title, type, date, session, "
+        f"tool, subtitle, narrative, facts, files read and modified, concepts. Costs far more than a "
+        f"`search` line: ask only for the ids you need, as `search` or `timeline` listed them."))
+    return server
 
-    async def ask(call: Callable[[P], Awaitable[dict[str, Any]]], params: P) -> dict[str, Any]:
-        try:
-            return await call(params)
-        except (MemoryRefused, MemoryUnavailable) as exc:
-            raise ToolError(str(exc)) from None
+
+async def _ask(call: Callable[[P], Awaitable[dict[str, Any]]], params: P) -> dict[str, Any]:
+    """``call(params)``; the worker's refusal or absence as a tool error the model reads."""
+    try:
+        return await call(params)
+    except (MemoryRefused, MemoryUnavailable) as exc:
+        raise ToolError(str(exc)) from None
+
+
+def _search_tool(client: MemoryClient, default_project: str) -> Callable[..., Awaitable[str]]:
+    """The ``search`` tool: its parameters are the schema the model reads (``default_project`` named in them)."""
 
     async def search(
         query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS,
@@ -177,7 +205,13 @@ def build_server(client: MemoryClient, default_project: str) -> StrictToolServer
                     "concept": concept, "session": session, "origin": origin, "since": since, "until": until,
                     "source": source if source != SEARCH_SOURCES[0] else None}
         params.update({name: value for name, value in optional.items() if value})
-        return render.search_index(await ask(client.search, params), scope=_scope(params))
+        return render.search_index(await _ask(client.search, params), scope=_scope(params))
+
+    return search
+
+
+def _timeline_tool(client: MemoryClient, default_project: str) -> Callable[..., Awaitable[str]]:
+    """The ``timeline`` tool: around an id from search, or around the best hit of a query."""
 
     async def timeline(
         anchor: Annotated[Integer | str | None, Field(
@@ -199,38 +233,26 @@ def build_server(client: MemoryClient, default_project: str) -> StrictToolServer
             params.update(q=query, **_project_param(project, default_project))
         else:
             raise ToolError("give an anchor (an id from search: 42, summary:3) or a query")
-        return render.timeline_text(await ask(client.timeline, params))
+        return render.timeline_text(await _ask(client.timeline, params))
+
+    return timeline
+
+
+def _get_observations_tool(client: MemoryClient) -> Callable[..., Awaitable[str]]:
+    """The ``get_observations`` tool: full records by id."""
 
     async def get_observations(
         ids: Annotated[list[Annotated[Integer, Field(ge=1, le=2**63 - 1)]], Field(
             min_length=1, max_length=MAX_BATCH_IDS,
             description="Observation ids, as search and timeline show them (plain numbers).")],
     ) -> str:
-        reply = await ask(client.observations, ids)
+        reply = await _ask(client.observations, ids)
         if not reply["observations"]:
             raise ToolError(f"no observation with id {', '.join(map(str, reply['missing']))} "
                             f"(ids come from search or timeline)")
         return render.observation_records(reply)
 
-    server.add_tool(search, title="Search memory", annotations=READ_ONLY, structured_output=False, description=(
-        f"Search the memory of past Claude Code sessions (project {printable_line(default_project)!r} unless "
-        f"`project` says otherwise) by words and meaning. Returns a compact index, one line a hit: "
-        f"`id | date | type | title [files] — snippet`; an observation's id is a number, other kinds are "
-        f"`summary:3`, `prompt:7`. Start here: it is cheap. Then call `get_observations` with the ids that "
-        f"matter for their full records (facts, narrative, files), or `timeline` with one id for what "
-        f"happened before and after it. `source=\"team\"` searches the team database instead (every machine's "
-        f"shared projects), for reading the hits it lists only."))
-    server.add_tool(timeline, title="Timeline around a memory", annotations=READ_ONLY, structured_output=False,
-                    description=(
-        "What happened around one point of past work, oldest first, in the compact line format of `search` "
-        "(the anchor marked `>`, a line where a session or a prompt begins). Give `anchor` (an id from "
-        "`search`) or `query` (its best hit becomes the anchor). Use `get_observations` for full records."))
-    server.add_tool(get_observations, title="Full observations", annotations=READ_ONLY, structured_output=False,
-                    description=(
-        f"Full records of past observations by id (up to {MAX_BATCH_IDS}): title, type, date, session, "
-        f"tool, subtitle, narrative, facts, files read and modified, concepts. Costs far more than a "
-        f"`search` line: ask only for the ids you need, as `search` or `timeline` listed them."))
-    return server
+    return get_observations
 
 
 def run(config: ClientConfig, project: str) -> None:

@@ -4,7 +4,7 @@
 within the token budget.
 
 - **What is relevant.** When a focus is known (a prompt: the project's latest that says
-  what the work is about -- "continue" does not, see ``storage.row_reads.FOCUS_MIN_WORDS`` --
+  what the work is about -- "continue" does not, see ``storage.sqlite.row_reads.FOCUS_MIN_WORDS`` --
   when a session is cleared, compacted or resumed, or a text the caller gives),
   the project's observations are ranked by closeness to it: the prompt's own stored
   vector when it has one (no embedding at request time), else the text embedded (a few
@@ -57,6 +57,7 @@ from sessionmem.records import (
     SessionHead,
     SummaryRow,
 )
+from sessionmem.settings import Backend
 from sessionmem.storage.base import Store
 from sessionmem.storage.record_rules import latest_moment
 
@@ -112,7 +113,7 @@ _LOOKS = ("Read", "Grep", "Glob", "LS")
 
 
 def is_bare(row: ObservationRow) -> bool:
-    return row.compressor == "offline" and row.type == "discovery" and (
+    return row.compressor == Backend.OFFLINE and row.type == "discovery" and (
         row.tool_name in _LOOKS or ROUTINE_CONCEPT in row.concepts)
 
 

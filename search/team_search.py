@@ -2,7 +2,7 @@
 
 Local search (:mod:`sessionmem.search.hybrid`) reads this machine's SQLite replica, which
 holds the shared projects this machine pulls. :class:`TeamSearch` asks the team database
-(:class:`~sessionmem.storage.pg_store.TeamStore`) instead, the same way: words from its
+(:class:`~sessionmem.storage.pg.store.TeamStore`) instead, the same way: words from its
 full text (``search_text``), meaning from the query embedded in the worker's embedder
 (the urgent lane, as a local search) and the nearest vectors of the local index's model
 (``nearest``; vectors of another model are not comparable and are not asked), both at
@@ -18,7 +18,7 @@ local search (SQLite reads it from its own full-text tables); here words rank do
 holding every word first, which is most of what the share does.
 
 Error handling:
-    :class:`~sessionmem.storage.pg_store.TeamUnavailable` when the team database cannot be
+    :class:`~sessionmem.storage.pg.store.TeamUnavailable` when the team database cannot be
     reached, and when it does not answer within :data:`TEAM_SEARCH_TIMEOUT_S` (a host that
     swallows packets makes a connection wait out its own timeout): its message never holds
     the password. A failing embedder degrades to words, as in local search.
@@ -41,7 +41,7 @@ from sessionmem.search.hybrid import (
     page_results,
     ranking,
 )
-from sessionmem.storage.pg_store import TeamStore, TeamUnavailable
+from sessionmem.storage.pg.store import TeamStore, TeamUnavailable
 
 # A search of the team database answers within this, or is a TeamUnavailable: a database that
 # answers takes milliseconds to tens of them (the target: 25 ms at a million observations),

@@ -19,9 +19,9 @@ from sessionmem.server.payloads import decode
 from sessionmem.server.routing import int_arg, json_response, project_arg, text_arg
 from sessionmem.server.search_api import parse_moment
 from sessionmem.server.services import Services
+from sessionmem.storage.base import StorageReport
 from sessionmem.storage.boundary import record_texts_with
-from sessionmem.storage.retention import StorageReport
-from sessionmem.storage.transfer import FORMAT, VERSION, Header, Record
+from sessionmem.storage.export_records import FORMAT, VERSION, Header, Record
 
 MAX_IMPORT = 2000  # records a request (the body limit bounds their size too)
 

@@ -174,7 +174,13 @@ def load_patterns() -> Patterns:
     from detect_secrets.plugins.keyword import DENYLIST as secret_keywords
 
     keywords = "|".join(secret_keywords)
-    detectors = (
+    detectors = (*_key_detectors(), *_service_detectors(), *_header_and_command_line_detectors())
+    return Patterns(detectors, *_assignment_patterns(keywords), _trigger_automaton(detectors))
+
+
+def _key_detectors() -> tuple[Detector, ...]:
+    """Private keys and the API keys and tokens of a known shape (the order is the detectors' order)."""
+    return (
         Detector("private-key", ("PRIVATE KEY", "PuTTY-User-Key"), (
             (re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?"
                         r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S), 0),
@@ -221,6 +227,12 @@ def load_patterns() -> Patterns:
         Detector("api-token", ("hf_", "hvs.", "npm_", "dop_v1_", "shpat_", "shpca_", "shppa_", "shpss_"), (
             (re.compile(r"(?<![A-Za-z0-9_])(?:hf_[A-Za-z0-9]{30,}+|hvs\.[A-Za-z0-9_-]{24,}+|npm_[A-Za-z0-9]{36,}+"
                         r"|dop_v1_[a-f0-9]{64,}+|shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32,}+)"), 0),)),
+    )
+
+
+def _service_detectors() -> tuple[Detector, ...]:
+    """Tokens of Google, chat services and payments, AWS secret keys named without '=', signed URLs."""
+    return (
         # Google: API keys (AIza...), OAuth access and refresh tokens (ya29...., 1//0...), OAuth client
         # secrets (GOCSPX-...). A service account's private key is a PEM block (above).
         Detector("google-token", ("AIza", "ya29.", "1//0", "GOCSPX-"), (
@@ -253,6 +265,12 @@ def load_patterns() -> Patterns:
         Detector("url-signature", ("sig=", "ignature=", "ecurity-token=", "ecurity-Token="), (
             (re.compile(r"(?i)(?:x-(?:amz|goog)-(?:signature|security-token)|signature(?<![\w-]signature)"
                         r"|sig(?<![\w-]sig))=([A-Za-z0-9%+/=_.~-]{8,}+)(?![(\[])"), 1),), any_case=True),
+    )
+
+
+def _header_and_command_line_detectors() -> tuple[Detector, ...]:
+    """Cookies, Authorization and API key headers, passwords on a command line or in ~/.netrc."""
+    return (
         # Cookies: a Cookie or Set-Cookie header's value (name=value...), curl's --cookie.
         Detector("cookie", ("ookie",), (
             (re.compile(r"(?i)(?:set-cookie|cookie(?<![\w-]cookie))[\"']?[ \t]*:[ \t]*[\"']?"
@@ -286,6 +304,12 @@ def load_patterns() -> Patterns:
         _detect_secrets("slack-token", "slack:SlackDetector", ("hooks.slack.com",)),
         _detect_secrets("square-secret", "square_oauth:SquareOAuthDetector", ("sq0csp-",)),
     )
+
+
+def _assignment_patterns(keywords: str) -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str], re.Pattern[str],
+                                                 re.Pattern[str]]:
+    """A secret assigned to a name (``keywords``: detect-secrets' keyword list, as one alternation), passed as
+    a ``--flag``, or held by a JSON key naming a token; and the names of keys whose value is a secret."""
     # Assignments to a name from detect-secrets' keyword list (with affixes, as its plugin
     # allows): optional closing quotes, '=' or ':' (or ':=', '=>'; not '::', which names a scope, as in
     # a test's id "tests/test_api.py::TestAPIKey::test_x"), then the value, quoted
@@ -307,8 +331,7 @@ def load_patterns() -> Patterns:
         r"(?i)(?<![\w])\w{0,64}token['\"\]]{0,2}[ \t]*" + assign + r"[ \t]*['\"]?"
         r"(?=[\w./+=-]{0,256}\d)(?=[\w./+=-]{0,256}[A-Za-z])([\w./+=-]{16,256}+)(?![(\[])")
     secret_key = re.compile(r"(?i)\w{0,64}?(?:" + keywords + r")\w{0,64}|\w{0,64}token|(?:set-)?cookie")
-    return Patterns(detectors, keyword_at, keyword_flag, secret_name, token_at, secret_key,
-                    _trigger_automaton(detectors))
+    return keyword_at, keyword_flag, secret_name, token_at, secret_key
 
 
 def _spellings(word: str) -> set[str]:

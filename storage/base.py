@@ -1,7 +1,7 @@
 """The narrow storage interface that actors and HTTP routes use.
 
 Everything the rest of the worker knows about persistence is on :class:`Store`.
-The SQLite backend (:mod:`sessionmem.storage.sqlite`) is the embedded default; a
+The SQLite backend (:mod:`sessionmem.storage.sqlite.store`) is the embedded default; a
 shared PostgreSQL backend (pgvector, tsvector) can implement the same protocol
 without touching actors or routes.
 
@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
 
 from sessionmem.events import CompleteEvent, Envelope, InitEvent, ObservationEvent, SummarizeEvent
 from sessionmem.records import (
@@ -41,13 +43,8 @@ from sessionmem.records import (
     SummaryInputs,
     SummaryRow,
 )
-from sessionmem.storage.checkpointer import CheckpointerStatistics
 from sessionmem.storage.commits import CommitSignal
-from sessionmem.storage.file_memory_cache import FileRecallCacheStatistics
-from sessionmem.storage.fulltext import RowIds
-from sessionmem.storage.readers import GatheredReadStatistics
-from sessionmem.storage.retention import StorageReport
-from sessionmem.storage.transfer import ImportCounts, Record
+from sessionmem.storage.export_records import ImportCounts, Record
 from sessionmem.storage.writer import WriterStatistics
 
 
@@ -80,6 +77,45 @@ class Accepted(msgspec.Struct, frozen=True):
     prompt_number: int
     parked: bool  # the session has failed: kept in the journal, not processed
     duplicate: bool = False  # an event with the same idempotency key was accepted before
+
+
+RowIds = npt.NDArray[np.int64]  # row ids of one kind, ascending
+
+
+# What each part of the store counts (its writer, checkpoints, gathered reads, file recall's rows),
+# as /debug shows it, and what the database holds: each part fills its own.
+class CheckpointerStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    checkpoints: int
+    wal_bytes: int  # size of the WAL file at the last look
+    last_checkpointed_pages: int
+    failures: int
+    last_error: str
+    truncations: int = 0  # TRUNCATE checkpoints that cut the WAL to zero bytes
+    restarts: int = 0  # RESTART checkpoints after which the WAL is written from its beginning again
+
+
+class GatheredReadStatistics(msgspec.Struct, frozen=True):
+    reads: int
+    trips: int  # to a worker thread and back, one per batch
+    largest_batch: int
+    queued: int
+
+
+class FileRecallCacheStatistics(msgspec.Struct, frozen=True):
+    entries: int
+    hits: int
+    misses: int
+    dropped: int  # rows dropped: memories were imported
+
+
+class StorageReport(msgspec.Struct, frozen=True, kw_only=True):
+    database_bytes: int
+    wal_bytes: int
+    observations: int
+    raw_payload_bytes: int  # journal payloads still holding raw tool data
+    raw_payloads: int
+    auto_vacuum: str  # incremental | none (pruning frees pages for reuse; `prune --vacuum` gives them back)
+    free_pages: int
 
 
 class StoreStatistics(msgspec.Struct, frozen=True):
@@ -150,7 +186,7 @@ class Store(Protocol):
     async def reclaim_space(self, *, full: bool = False) -> None: ...
     async def storage_report(self) -> StorageReport: ...
 
-    # -- export and import (records of storage/transfer.py, which documents their identity rules)
+    # -- export and import (records of storage/export_records.py, which documents their identity rules)
     async def export_page(self, *, project: str | None, since: float | None,
                           after_session: int) -> tuple[list[Record], int]:
         """The records of a page of sessions after ``after_session``; the next ``after_session`` (0: done)."""
@@ -178,7 +214,7 @@ class Store(Protocol):
 
     async def project_rows(self, project: str, kinds: tuple[str, ...]) -> dict[str, RowIds]:
         """The row ids of every document of ``kinds`` of ``project``, by kind, ascending; rows deleted
-        meanwhile may be among them (see ``storage/project_rows.py``)."""
+        meanwhile may be among them (see ``storage/sqlite/project_rows.py``)."""
 
     async def cards(self, keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], DocumentCard]: ...
     async def documents(self, keys: Sequence[tuple[str, int]]) -> list[Document]:

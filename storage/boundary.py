@@ -4,12 +4,12 @@ The ingest edge removes ``<private>`` spans always, and secrets as the ``redact_
 setting says. Records that come from, or go to, another machine pass through here as
 well, with the default rules of :mod:`sessionmem.redaction` whatever that setting:
 
-- pushed to a team database (:meth:`~sessionmem.storage.pg_store.TeamStore.push`, the one
+- pushed to a team database (:meth:`~sessionmem.storage.pg.store.TeamStore.push`, the one
   way rows reach it): a machine with ``redact_secrets=false`` keeps its secrets on its own
   disk, never in the team's;
 - imported, from a file (``sessionmem import``, ``POST /api/import``) or pulled from a team
-  database (:meth:`~sessionmem.storage.sqlite.SQLiteStore.import_records` and
-  ``team_import``, the two ways into :func:`~sessionmem.storage.transfer.import_records`):
+  database (:meth:`~sessionmem.storage.sqlite.store.SQLiteStore.import_records` and
+  ``team_import``, the two ways into :func:`~sessionmem.storage.sqlite.export_import.import_records`):
   whatever wrote them (another machine, an older version, a person, a row written
   straight into the team database), no private span and no secret is stored from them.
 
@@ -37,8 +37,8 @@ import trio
 
 from sessionmem.protocol.privacy import strip_private
 from sessionmem.redaction import Redactor
+from sessionmem.storage.export_records import Record
 from sessionmem.storage.team_records import SharedRow
-from sessionmem.storage.transfer import Record
 
 # Fields that link records to each other or name a kind: kept as they are.
 IDENTIFIERS = frozenset({"claude_session_id", "tool_use_id", "agent_id", "status", "type", "compressor", "model"})

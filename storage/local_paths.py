@@ -25,7 +25,7 @@ from functools import lru_cache
 
 import msgspec
 
-from sessionmem.storage.transfer import Record
+from sessionmem.storage.export_records import Record
 
 # The fields of the transfer records that hold text or lists of text written by a session.
 TEXT_FIELDS = frozenset({

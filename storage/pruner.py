@@ -2,7 +2,7 @@
 
 Every ``interval_s`` (and a minute after the start), the raw tool data of stored
 observations older than ``retention_days`` is stripped from the journal
-(:func:`sessionmem.storage.retention.prune_payloads`, a batch a transaction), then
+(:func:`sessionmem.storage.sqlite.retention.prune_payloads`, a batch a transaction), then
 freed pages go back to the file system. ``retention_days = 0`` keeps everything.
 
 Error handling:

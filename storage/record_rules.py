@@ -2,10 +2,10 @@
 
 One set of rules for every door a record comes in by: ``sessionmem import`` (an export
 file) and the team pull (another machine's rows) decode into the same record types
-(:mod:`sessionmem.storage.transfer`), whose fields are annotated with the types below,
-and both store through :func:`~sessionmem.storage.transfer.import_records`, which clamps
+(:mod:`sessionmem.storage.export_records`), whose fields are annotated with the types below,
+and both store through :func:`~sessionmem.storage.sqlite.export_import.import_records`, which clamps
 times with :func:`clamped_moment`. The team schema's CHECK constraints
-(:mod:`sessionmem.storage.pg_schema`, version 3) state the same numbers.
+(:mod:`sessionmem.storage.pg.schema`, version 3) state the same numbers.
 
 - **Times** are finite, between 1970 and the year 3000 (``Moment``: NaN, infinities and
   ``1e300`` do not decode), and a time later than now (plus :data:`CLOCK_SKEW_S` for

@@ -1,6 +1,6 @@
 """What one machine sends to the team database and gets back from it.
 
-A shared row is an export record (:mod:`sessionmem.storage.transfer`, whose identity
+A shared row is an export record (:mod:`sessionmem.storage.export_records`, whose identity
 rules hold between machines: a session is its Claude session id, an observation its
 session and tool use id, and so on) with what the team database adds: the project's
 identity between machines, the row's origin, and its vector when it has one. A pulled row
@@ -13,7 +13,7 @@ from __future__ import annotations
 import msgspec
 
 from sessionmem.records import Identifier, PathText
-from sessionmem.storage.transfer import Record
+from sessionmem.storage.export_records import Record
 
 NAME_KEY_PREFIX = "name:"  # the project key of a project without a git remote: its name
 

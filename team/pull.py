@@ -2,9 +2,9 @@
 
 The team database hands rows out in the order of (transaction id, sequence) above a
 cursor, leaving out this machine's own and any transaction still in flight
-(:meth:`~sessionmem.storage.pg_store.TeamStore.pull`). Each batch is imported and the
+(:meth:`~sessionmem.storage.pg.store.TeamStore.pull`). Each batch is imported and the
 cursor moved in one local transaction
-(:func:`~sessionmem.storage.team_sync.import_pulled`): a crash keeps both or neither,
+(:func:`~sessionmem.storage.sqlite.team_rows.import_pulled`): a crash keeps both or neither,
 and importing is idempotent anyway. Imported rows are searchable by words at once; the
 import's commit wakes the local index (the store's commit signal), which embeds them itself; the viewer's
 live stream hears of them.
@@ -24,7 +24,7 @@ which row it is (never its content), and the cursor moves past it, so that one b
 neither stops the pull nor reaches a page.
 
 Error handling:
-    :class:`~sessionmem.storage.pg_store.TeamUnavailable` propagates (the caller waits and
+    :class:`~sessionmem.storage.pg.store.TeamUnavailable` propagates (the caller waits and
     tries again); nothing local moved for the batch that failed.
 """
 
@@ -37,11 +37,11 @@ import msgspec
 
 from sessionmem.broadcast import Broadcaster, LiveObservation, LiveSummary
 from sessionmem.protocol.limits import printable_line
-from sessionmem.storage.pg_store import RefusedRow, TeamStore
-from sessionmem.storage.sqlite import SQLiteStore
+from sessionmem.storage.export_records import ObservationRecord, SummaryRecord
+from sessionmem.storage.pg.store import RefusedRow, TeamStore
+from sessionmem.storage.sqlite.store import SQLiteStore
+from sessionmem.storage.sqlite.team_rows import PULL, PULL_KEYS, encode
 from sessionmem.storage.team_records import PullCursor, SharedRow
-from sessionmem.storage.team_sync import PULL, PULL_KEYS, encode
-from sessionmem.storage.transfer import ObservationRecord, SummaryRecord
 from sessionmem.team.sharing import shares_everything
 
 log = logging.getLogger(__name__)

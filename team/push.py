@@ -1,7 +1,7 @@
 """Pushing: this machine's rows of shared projects to the team database, a batch a transaction.
 
 One step (:meth:`Pusher.push_batch`) reads a batch above a cursor
-(:func:`sessionmem.storage.team_sync.read_outbox`), adds the vectors the local index
+(:func:`sessionmem.storage.sqlite.team_rows.read_outbox`), adds the vectors the local index
 holds of its observations and summaries, pushes it in one transaction of the team
 database, and only then moves the local cursor. A crash between the two pushes the batch
 again: the team database takes it as a no-op (its upserts are idempotent). The same step
@@ -16,12 +16,12 @@ What went without is sent again once the index has it (:meth:`Pusher.fill_vector
 cursor ``push.vectors``): the team database fills a missing vector, and keeps the rest.
 
 Error handling:
-    :class:`~sessionmem.storage.pg_store.TeamUnavailable` propagates (the caller waits and
+    :class:`~sessionmem.storage.pg.store.TeamUnavailable` propagates (the caller waits and
     tries again); the local cursor has not moved then. A batch the team database refuses
     for what it holds (any other error) is pushed again a row at a time: a row refused
     twice is logged, counted (``refused``) and passed over, so that one row PostgreSQL
     cannot take never holds up the rows after it. (Texts lose their NUL characters in the
-    team store: :mod:`sessionmem.storage.pg_text`.)
+    team store: :mod:`sessionmem.storage.pg.text`.)
 """
 
 from __future__ import annotations
@@ -34,10 +34,19 @@ import trio
 
 from sessionmem.index.actor import IndexState, VectorIndex
 from sessionmem.runtime.logs import log_exception
-from sessionmem.storage.pg_store import TeamStore, TeamUnavailable
-from sessionmem.storage.sqlite import SQLiteStore
+from sessionmem.storage.pg.store import TeamStore, TeamUnavailable
+from sessionmem.storage.sqlite.store import SQLiteStore
+from sessionmem.storage.sqlite.team_rows import (
+    OUTBOX,
+    VECTORS,
+    Kind,
+    OutboxBatch,
+    OutboxCursor,
+    OutboxRow,
+    Shared,
+    encode,
+)
 from sessionmem.storage.team_records import Origin, SharedRow
-from sessionmem.storage.team_sync import OUTBOX, VECTORS, Kind, OutboxBatch, OutboxCursor, OutboxRow, Shared, encode
 
 log = logging.getLogger(__name__)
 

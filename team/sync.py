@@ -34,7 +34,7 @@ Resource handling:
     time, which changes nothing there.
 
 Error handling:
-    :class:`~sessionmem.storage.pg_store.TeamUnavailable` is the database away: counted,
+    :class:`~sessionmem.storage.pg.store.TeamUnavailable` is the database away: counted,
     shown (without any password), retried. Any other error is logged, counted and retried
     after the same pauses: the sync never stops the worker. Cancellation propagates.
 """
@@ -53,15 +53,16 @@ import trio
 
 from sessionmem.broadcast import Broadcaster
 from sessionmem.index.actor import VectorIndex
+from sessionmem.protocol.credentials import sanitized
 from sessionmem.protocol.oskit import kill_process
 from sessionmem.runtime.logs import log_exception
-from sessionmem.settings import Settings
+from sessionmem.settings import Settings, machine_origin
 from sessionmem.storage.commits import SHAREABLE
-from sessionmem.storage.pg_connections import Transport, sanitized, transport
-from sessionmem.storage.pg_store import TeamStore, TeamUnavailable, open_team_store
-from sessionmem.storage.sqlite import SQLiteStore
+from sessionmem.storage.pg.connections import Transport, transport
+from sessionmem.storage.pg.store import TeamStore, TeamUnavailable, open_team_store
+from sessionmem.storage.sqlite.store import SQLiteStore
+from sessionmem.storage.sqlite.team_rows import OUTBOX, SHARE_PREFIX
 from sessionmem.storage.team_records import Origin, shared_key
-from sessionmem.storage.team_sync import OUTBOX, SHARE_PREFIX
 from sessionmem.team.consent import (
     NO_CONSENT,
     Consent,
@@ -130,7 +131,7 @@ class TeamStatistics(msgspec.Struct, frozen=True, kw_only=True):
     # project this machine does not pull; and which one was last, and why (never its content).
     pull_refused: int = 0
     last_pull_refused: str = ""
-    transport: str = ""  # how the connection is secured (storage/pg_connections.py Transport.describe)
+    transport: str = ""  # how the connection is secured (storage/pg/connections.py Transport.describe)
     transport_warnings: list[str] = []  # how database_url weakens the secure defaults, if it does
     share_push: SharePushStatus | None = None
     database: str = ""  # the team database as answers name it: host:port/database
@@ -172,7 +173,7 @@ class TeamSync:
             self._transport: Transport | None = transport(self._url)
         except TeamUnavailable:  # not a URL: every call says so
             self._transport = None
-        self._machine, self._user = settings.origin
+        self._machine, self._user = machine_origin(settings)
         self._machine_id = ""
         self._share_requests, self._share_receive = trio.open_memory_channel[str](1)
         self._share: SharePushStatus | None = None

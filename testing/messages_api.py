@@ -67,99 +67,107 @@ class ScriptedMessagesAPI(ScriptedServer):
         self.responder = responder or (lambda body: [{"type": "text", "text": default_reply(body)}])
         # Requests that are not a message (GET, HEAD, count_tokens): (method, path, characters of the body).
         self.side_requests: list[tuple[str, str, int]] = []
-        api = self
+        handler = type("Handler", (_MessagesHandler,), {"api": self})
+        self._serve(handler, "scripted-messages-api")
 
-        class Handler(ScriptedHandler):
-            def do_GET(self) -> None:  # noqa: N802 (stdlib name)
-                api.side_requests.append(("GET", self.path, 0))
-                self.send_json(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
-
-            def do_HEAD(self) -> None:  # noqa: N802 (stdlib name)
-                api.side_requests.append(("HEAD", self.path, 0))
-                self.send_json(200, {})
-
-            def do_POST(self) -> None:  # noqa: N802 (stdlib name)
-                raw = self.read_body()
-                if "count_tokens" in self.path:
-                    api.side_requests.append(("POST", self.path, len(raw.decode("utf-8", "replace"))))
-                    self.send_json(200, {"input_tokens": max(1, len(raw) // 4)})
-                    return
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    self.send_json(400, {"type": "error", "error": {"type": "invalid_request_error", "message": "bad json"}})
-                    return
-                action = api._next_action(body, raw, {name.lower(): value for name, value in self.headers.items()})
-                if action.status != 200:
-                    headers = {"retry-after": str(action.retry_after)} if action.retry_after is not None else {}
-                    kind = "rate_limit_error" if action.status == 429 else "api_error"
-                    self.send_json(action.status, {"type": "error", "error": {"type": kind, "message": "scripted"}}, headers)
-                    return
-                if action.body is not None:
-                    self.send_json(200, action.body, content_type=action.content_type)
-                    return
-                if action.echo:
-                    blocks = [{"type": "text", "text": json.dumps(body.get("system")) + str(body["messages"])}]
-                elif action.text is not None:
-                    blocks = [{"type": "text", "text": action.text}]
-                else:
-                    blocks = api.responder(body)
-                tokens_in = max(1, len(raw) // 4)
-                tokens_out = max(1, len(json.dumps(blocks)) // 4)
-                api._count_tokens(tokens_in, tokens_out)
-                message = {
-                    # Unique per reply: the Claude Code CLI merges turns that share an id.
-                    "id": f"msg_{uuid.uuid4().hex}",
-                    "type": "message",
-                    "role": "assistant",
-                    "model": body.get("model", "scripted"),
-                    "content": blocks,
-                    "stop_reason": "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn",
-                    "stop_sequence": None,
-                    "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out},
-                }
-                for key in action.drop:
-                    message.pop(key, None)
-                if action.cut:
-                    self.send_cut(message)
-                elif body.get("stream"):
-                    self._stream(message)
-                else:
-                    self.send_json(200, message)
-
-            def _stream(self, message: dict[str, Any]) -> None:
-                events: list[tuple[str, dict[str, Any]]] = [
-                    ("message_start", {"type": "message_start", "message": {
-                        **message, "content": [], "stop_reason": None,
-                        "usage": {"input_tokens": message["usage"]["input_tokens"], "output_tokens": 1}}}),
-                ]
-                for index, block in enumerate(message["content"]):
-                    if block["type"] == "text":
-                        events.append(("content_block_start", {"type": "content_block_start", "index": index,
-                                                               "content_block": {"type": "text", "text": ""}}))
-                        delta = {"type": "text_delta", "text": block["text"]}
-                    else:
-                        events.append(("content_block_start", {"type": "content_block_start", "index": index,
-                                                               "content_block": {**block, "input": {}}}))
-                        delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-                    events.append(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
-                    events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-                events.append(("message_delta", {"type": "message_delta",
-                                                 "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
-                                                 "usage": {"output_tokens": message["usage"]["output_tokens"]}}))
-                events.append(("message_stop", {"type": "message_stop"}))
-                data = b"".join(f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode() for name, payload in events)
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/event-stream")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-        self._serve(Handler, "scripted-messages-api")
+    def _message(self, body: dict[str, Any], raw: bytes, blocks: list[Block]) -> dict[str, Any]:
+        """The reply to a message request: ``blocks``, with usage counted as the API would (and recorded)."""
+        tokens_in = max(1, len(raw) // 4)
+        tokens_out = max(1, len(json.dumps(blocks)) // 4)
+        self._count_tokens(tokens_in, tokens_out)
+        return {
+            # Unique per reply: the Claude Code CLI merges turns that share an id.
+            "id": f"msg_{uuid.uuid4().hex}",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", "scripted"),
+            "content": blocks,
+            "stop_reason": "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out},
+        }
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+
+class _MessagesHandler(ScriptedHandler):
+    """The Messages API's requests, answered as ``api`` (the :class:`ScriptedMessagesAPI` serving it) says."""
+
+    api: ScriptedMessagesAPI
+
+    def do_GET(self) -> None:  # noqa: N802 (stdlib name)
+        self.api.side_requests.append(("GET", self.path, 0))
+        self.send_json(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
+
+    def do_HEAD(self) -> None:  # noqa: N802 (stdlib name)
+        self.api.side_requests.append(("HEAD", self.path, 0))
+        self.send_json(200, {})
+
+    def do_POST(self) -> None:  # noqa: N802 (stdlib name)
+        raw = self.read_body()
+        if "count_tokens" in self.path:
+            self.api.side_requests.append(("POST", self.path, len(raw.decode("utf-8", "replace"))))
+            self.send_json(200, {"input_tokens": max(1, len(raw) // 4)})
+            return
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            self.send_json(400, {"type": "error", "error": {"type": "invalid_request_error", "message": "bad json"}})
+            return
+        action = self.api._next_action(body, raw, {name.lower(): value for name, value in self.headers.items()})
+        if action.status != 200:
+            headers = {"retry-after": str(action.retry_after)} if action.retry_after is not None else {}
+            kind = "rate_limit_error" if action.status == 429 else "api_error"
+            self.send_json(action.status, {"type": "error", "error": {"type": kind, "message": "scripted"}}, headers)
+            return
+        if action.body is not None:
+            self.send_json(200, action.body, content_type=action.content_type)
+            return
+        if action.echo:
+            blocks = [{"type": "text", "text": json.dumps(body.get("system")) + str(body["messages"])}]
+        elif action.text is not None:
+            blocks = [{"type": "text", "text": action.text}]
+        else:
+            blocks = self.api.responder(body)
+        message = self.api._message(body, raw, blocks)
+        for key in action.drop:
+            message.pop(key, None)
+        if action.cut:
+            self.send_cut(message)
+        elif body.get("stream"):
+            self._stream(message)
+        else:
+            self.send_json(200, message)
+
+    def _stream(self, message: dict[str, Any]) -> None:
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("message_start", {"type": "message_start", "message": {
+                **message, "content": [], "stop_reason": None,
+                "usage": {"input_tokens": message["usage"]["input_tokens"], "output_tokens": 1}}}),
+        ]
+        for index, block in enumerate(message["content"]):
+            if block["type"] == "text":
+                events.append(("content_block_start", {"type": "content_block_start", "index": index,
+                                                       "content_block": {"type": "text", "text": ""}}))
+                delta = {"type": "text_delta", "text": block["text"]}
+            else:
+                events.append(("content_block_start", {"type": "content_block_start", "index": index,
+                                                       "content_block": {**block, "input": {}}}))
+                delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+            events.append(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
+            events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+        events.append(("message_delta", {"type": "message_delta",
+                                         "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                                         "usage": {"output_tokens": message["usage"]["output_tokens"]}}))
+        events.append(("message_stop", {"type": "message_stop"}))
+        data = b"".join(f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode() for name, payload in events)
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass

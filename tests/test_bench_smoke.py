@@ -104,6 +104,34 @@ def test_retrieval_smoke_evaluates_both_halves_and_finds_by_meaning(tmp_path: Pa
     assert "hybrid − fts (paired" in result.stdout and "| paraphrase (" in result.stdout
 
 
+def test_handover_eval_smoke_scores_every_surface_against_its_baselines(tmp_path: Path) -> None:
+    """The fixtures' transcripts and the seeded project replayed into a worker process: every figure of every
+    surface, baseline and half is computed and a fraction; what they are is the benchmark's business."""
+    out = tmp_path / "handover.json"
+    result = subprocess.run([sys.executable, str(REPO / "bench" / "handover_eval.py"), "--smoke", "--out", str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    surfaces = ("session_start", "prompt_recall", "file_recall", "all")
+    for half in ("tune", "held_out"):
+        assert report[half]["all"]["handover"]["sessions"] > 0, half
+        for surface in surfaces:
+            for baseline in ("handover", "recency", "nothing"):
+                figures = report[half][surface][baseline]
+                for measure in ("precision", "recall"):
+                    for category, value in figures[measure].items():
+                        assert value is None or 0.0 <= value <= 1.0, (half, surface, baseline, measure, category)
+                for category, needed in figures["needed"].items():
+                    assert 0 <= figures["found"][category] <= needed, (half, surface, baseline, category)
+            assert report[half][surface]["nothing"]["observations"] == 0
+            assert report[half][surface]["nothing"]["characters"] == 0
+        assert report[half]["session_start"]["handover"]["characters"] > 0
+    assert len(report["per_session"]) == sum(project["scored"] for project in report["meta"]["projects"]) > 0
+    # The seeded project's second session reads the file the first one changed: the handover names it.
+    assert sum(report[half]["all"]["handover"]["found"]["files"] for half in ("tune", "held_out")) >= 1
+    assert "### Held-out half" in result.stdout and "| session_start | recency |" in result.stdout
+
+
 def test_catch_up_smoke_times_the_index_catching_up_after_a_backfill(tmp_path: Path) -> None:
     out = tmp_path / "catch_up.json"
     corpus = REPO / "tests" / "fixtures" / "transcripts"

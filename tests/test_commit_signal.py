@@ -98,7 +98,7 @@ async def test_every_waiter_wakes_and_cancellation_goes_through(autojump_clock: 
 
 async def test_the_store_publishes_once_per_group_commit_and_only_when_rows_changed(tmp_path: Path) -> None:
     from sessionmem.events import InitEvent
-    from sessionmem.storage.sqlite import open_sqlite_store
+    from sessionmem.storage.sqlite.store import open_sqlite_store
 
     async with open_sqlite_store(tmp_path / "db.sqlite") as store:
         wakes: list[int] = []
@@ -125,8 +125,8 @@ async def test_the_store_publishes_once_per_group_commit_and_only_when_rows_chan
 
 def _pulled_rows(session: str = "pulled") -> list[Any]:
     """A session of another machine as a pull brings it: the session, a prompt, an observation, a summary."""
+    from sessionmem.storage.export_records import ObservationRecord, PromptRecord, SessionRecord, SummaryRecord
     from sessionmem.storage.team_records import Origin, SharedRow
-    from sessionmem.storage.transfer import ObservationRecord, PromptRecord, SessionRecord, SummaryRecord
 
     origin, key = Origin("m-bob", "laptop", "bob"), "github.com/a/calc"
     return [
@@ -146,7 +146,7 @@ def _pulled_rows(session: str = "pulled") -> list[Any]:
 
 async def test_each_write_of_the_store_publishes_the_rows_it_stored(tmp_path: Path) -> None:
     from sessionmem.events import InitEvent, ObservationEvent
-    from sessionmem.storage.sqlite import open_sqlite_store
+    from sessionmem.storage.sqlite.store import open_sqlite_store
 
     async with open_sqlite_store(tmp_path / "db.sqlite") as store:
         commits = store.commits
@@ -217,7 +217,7 @@ async def test_the_index_reads_what_is_new_once_per_commit_and_once_after_being_
     from sessionmem.embed.service import EmbedderService
     from sessionmem.events import InitEvent
     from sessionmem.index.actor import VectorIndex
-    from sessionmem.storage.sqlite import open_sqlite_store
+    from sessionmem.storage.sqlite.store import open_sqlite_store
 
     async with open_sqlite_store(tmp_path / "db.sqlite") as real:
         store = _ReadsOfNewCounted(real)
@@ -258,7 +258,7 @@ async def test_the_index_is_not_woken_by_journal_accepts_and_once_by_an_import_o
     from sessionmem.embed.service import EmbedderService
     from sessionmem.events import ObservationEvent
     from sessionmem.index.actor import VectorIndex
-    from sessionmem.storage.sqlite import open_sqlite_store
+    from sessionmem.storage.sqlite.store import open_sqlite_store
 
     async with open_sqlite_store(tmp_path / "db.sqlite") as real:
         store = _ReadsOfNewCounted(real)

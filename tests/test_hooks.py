@@ -266,7 +266,7 @@ def test_doctor_finds_a_healthy_store_healthy_and_serve_explains_a_newer_one(tmp
     which finds a NULL in observation_files.basename of every store, a generated column it does not
     read as the worker's 3.54 does, and would call healthy stores damaged). And a store a newer
     version upgraded stops `serve` with a message, not a traceback."""
-    from sessionmem.storage.sqlite_setup import open_writer
+    from sessionmem.storage.sqlite.connection_setup import open_writer
 
     data_dir = tmp_path / "data"
     data_dir.mkdir(mode=0o700)

@@ -592,7 +592,7 @@ async def test_catching_up_waits_while_the_database_takes_writes(tmp_path: Path)
     from sessionmem.embed.service import EmbedderService
     from sessionmem.events import InitEvent
     from sessionmem.index.actor import VectorIndex
-    from sessionmem.storage.sqlite import open_sqlite_store
+    from sessionmem.storage.sqlite.store import open_sqlite_store
 
     async with open_sqlite_store(tmp_path / "db.sqlite") as store:
         for n in range(40):  # forty prompts: stored as they are accepted, each a document
@@ -631,7 +631,7 @@ async def test_what_is_stored_while_catching_up_waits_goes_first_and_counts_as_p
     from sessionmem.embed.service import EmbedderService
     from sessionmem.events import InitEvent
     from sessionmem.index.actor import VectorIndex
-    from sessionmem.storage.sqlite import open_sqlite_store
+    from sessionmem.storage.sqlite.store import open_sqlite_store
 
     async with open_sqlite_store(tmp_path / "db.sqlite") as store:
         embedder = CountingEmbedder()
@@ -664,7 +664,7 @@ async def test_catching_up_takes_two_threads_only_while_the_worker_is_idle(tmp_p
     from sessionmem.embed.service import EmbedderService
     from sessionmem.events import InitEvent
     from sessionmem.index.actor import VectorIndex
-    from sessionmem.storage.sqlite import open_sqlite_store
+    from sessionmem.storage.sqlite.store import open_sqlite_store
 
     async with open_sqlite_store(tmp_path / "db.sqlite") as store:
         for n in range(8):

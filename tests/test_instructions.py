@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessionmem.compress.promotion import tool_output_text
+from sessionmem.compress.promotion import needle_finder, tool_output_text
 from sessionmem.protocol.instructions import (
     MAX_SCAN,
     WITHHELD,
@@ -191,6 +191,17 @@ def test_any_text_is_read_and_a_withheld_field_is_clean(text: str) -> None:
     assert not instruction_like(kept)
     fields, _ = guard_summary({"learned": text, "next_steps": text + "\n" + PLANTED}, source="tool output")
     assert not instruction_like(fields["learned"]) and not instruction_like(fields["next_steps"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from([*(line for lines in INSTRUCTION_LIKE.values() for line in lines),
+                                            *(needle for group in groups() for needle in group.needles)]),
+                          st.text(max_size=40)), max_size=12))
+def test_the_needles_found_in_one_pass_give_the_same_answer(parts: list[str]) -> None:
+    """The worker finds the needles with one automaton (compress/promotion.py); the answer, the rule
+    and the excerpt are those of a substring search a needle."""
+    text = " ".join(parts)
+    assert find_instruction(text, needle_finder()) == find_instruction(text)
 
 
 _UNITS = sorted({unit for needles, _ in groups() for needle in needles

@@ -57,7 +57,7 @@ def test_the_contracts_hold() -> None:
     ("file", "line", "broken"),
     [
         ("sessionmem/protocol/routes.py", "import trio\n", "The protocol package imports nothing of ours"),
-        ("hooks/run.py", "from sessionmem.storage import schema\n", "Hooks import only the protocol package"),
+        ("hooks/run.py", "from sessionmem.storage.sqlite import schema\n", "Hooks import only the protocol package"),
         ("replay/backfill.py", "from sessionmem.hooks import transcript\n", "Nothing outside hooks/ imports"),
         ("compress/offline.py", "from sessionmem.storage import base\n", "Compressors do not import storage"),
         ("storage/writer.py", "from sessionmem.server import jsonapi\n", "Storage does not import the server"),
@@ -68,10 +68,14 @@ def test_the_contracts_hold() -> None:
         ("hooks/run.py", "import detect_secrets\n", "Hooks import only the protocol package"),
         ("hooks/run.py", "from sessionmem import install\n", "Hooks import only the protocol package"),
         ("team/__init__.py", "from sessionmem.hooks import transcript\n", "Nothing outside hooks/ imports"),
+        # storage/ by engine: what is neutral imports neither engine; the SQLite store never the team database's.
+        ("storage/base.py", "from sessionmem.storage.sqlite import values\n", "Engine-neutral storage imports neither"),
+        ("storage/sqlite/cards.py", "from sessionmem.storage.pg import text\n", "The SQLite store does not import the team"),
     ],
     ids=["protocol-imports-trio", "hooks-import-storage", "backfill-imports-hooks", "compress-imports-storage",
          "storage-imports-server", "server-imports-worker", "web-imports-server", "protocol-imports-psycopg",
-         "hooks-import-detect-secrets", "hooks-import-install", "team-imports-hooks"],
+         "hooks-import-detect-secrets", "hooks-import-install", "team-imports-hooks",
+         "neutral-storage-imports-sqlite", "sqlite-imports-pg"],
 )
 def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, file: str, line: str, broken: str) -> None:
     root = copy_tree(tmp_path)
@@ -149,3 +153,16 @@ def test_a_new_folder_in_package_dir_alone_reaches_every_tool(tmp_path: Path) ->
     broken = result.stdout.split("Broken contracts", 1)[1]
     assert "Layers, from the top" in broken and "ghost" in broken and "stray" in broken, result.stdout
     assert "Every folder of the source tree is checked, laid out as installed KEPT" in result.stdout
+
+
+def test_storage_and_team_name_each_module_once_but_for_an_engines_counterpart() -> None:
+    """One name per thing: a module name of storage/ or team/ stands once, except the same job done by each
+    engine (``storage/sqlite/schema.py`` and ``storage/pg/schema.py``: the folder names the engine)."""
+    folders: dict[str, set[str]] = {}
+    for root in ("storage", "team"):
+        for module in (REPO / root).rglob("*.py"):
+            if module.name != "__init__.py" and "__pycache__" not in module.parts:
+                folders.setdefault(module.stem, set()).add(module.parent.relative_to(REPO).as_posix())
+    repeated = {name: sorted(where) for name, where in folders.items()
+                if len(where) > 1 and where != {"storage/sqlite", "storage/pg"}}
+    assert not repeated, repeated

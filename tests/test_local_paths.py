@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from sessionmem.storage.export_records import ObservationRecord, PromptRecord, SessionRecord, SummaryRecord
 from sessionmem.storage.local_paths import without_local_paths, without_local_paths_in
-from sessionmem.storage.transfer import ObservationRecord, PromptRecord, SessionRecord, SummaryRecord
 
 CWD = "/home/ann/src/shop"
 HOME = "/home/ann"

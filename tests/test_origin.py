@@ -25,10 +25,10 @@ from sessionmem.records import OBSERVATION, SUMMARY, SearchFilters, SummaryRow
 from sessionmem.search.context import ContextLine, ContextPlan, SessionGroup
 from sessionmem.server.context_markdown import render_context
 from sessionmem.settings import DATABASE_FILE
-from sessionmem.storage.cards import card_of_row
-from sessionmem.storage.fulltext import keep_matching
-from sessionmem.storage.readers import open_reader
-from sessionmem.storage.schema import MIGRATIONS
+from sessionmem.storage.sqlite.cards import card_of_row
+from sessionmem.storage.sqlite.fulltext import keep_matching
+from sessionmem.storage.sqlite.readers import open_reader
+from sessionmem.storage.sqlite.schema import MIGRATIONS
 from sessionmem.testing.harness import ThreadedWorker, serve_in_thread
 from sessionmem.testing.worker_process import WorkerProcess
 

@@ -243,7 +243,7 @@ def test_a_file_and_its_directory_are_synced(tmp_path: Path) -> None:
 def test_the_store_asks_sqlite_for_a_full_sync(tmp_path: Path) -> None:
     """SQLite syncs with plain fsync unless told: ``fullfsync`` makes it use F_FULLFSYNC on macOS (elsewhere
     it changes nothing), on the connection that commits."""
-    from sessionmem.storage.sqlite_setup import open_writer
+    from sessionmem.storage.sqlite.connection_setup import open_writer
 
     connection = open_writer(tmp_path / "memory.db")
     try:

@@ -20,11 +20,11 @@ from sessionmem.protocol.path_case import case_insensitive_by_default, on_disk_n
 from sessionmem.protocol.project import project_of
 from sessionmem.records import CompressedObservation, FileMemory
 from sessionmem.settings import load_settings
-from sessionmem.storage.file_memories import recalled_as
-from sessionmem.storage.file_memory_cache import FileRecallCache
-from sessionmem.storage.fulltext import file_matches
-from sessionmem.storage.sqlite import open_sqlite_store
-from sessionmem.storage.sqlite_values import all_rows
+from sessionmem.storage.sqlite.file_memories import recalled_as
+from sessionmem.storage.sqlite.file_memory_cache import FileRecallCache
+from sessionmem.storage.sqlite.fulltext import file_matches
+from sessionmem.storage.sqlite.store import open_sqlite_store
+from sessionmem.storage.sqlite.values import all_rows
 from sessionmem.testing.harness import open_worker
 
 from .test_search import store_session

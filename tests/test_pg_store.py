@@ -18,14 +18,14 @@ import pytest
 import trio
 from pgvector.psycopg import register_vector
 
+from sessionmem.protocol.credentials import sanitized
 from sessionmem.records import OBSERVATION, PROMPT, SUMMARY, RankedKey, SearchFilters
-from sessionmem.storage import pg_schema
-from sessionmem.storage.pg_connections import sanitized
-from sessionmem.storage.pg_store import TeamStore, TeamUnavailable, open_team_store
-from sessionmem.storage.pg_transfer import PullBatch, PushCounts, push_rows
-from sessionmem.storage.sqlite import open_sqlite_store
+from sessionmem.storage.export_records import ObservationRecord, PromptRecord, Record, SessionRecord, SummaryRecord
+from sessionmem.storage.pg import schema as pg_schema
+from sessionmem.storage.pg.store import TeamStore, TeamUnavailable, open_team_store
+from sessionmem.storage.pg.transfer import PullBatch, PushCounts, push_rows
+from sessionmem.storage.sqlite.store import open_sqlite_store
 from sessionmem.storage.team_records import Origin, PullCursor, SharedRow
-from sessionmem.storage.transfer import ObservationRecord, PromptRecord, Record, SessionRecord, SummaryRecord
 from sessionmem.testing.postgres import temporary_postgres
 
 from .processes import running
@@ -189,7 +189,7 @@ def text_bytes(row: SharedRow) -> int:
 
 async def test_a_pull_batch_is_bounded_in_bytes_and_a_row_larger_than_a_batch_is_refused_unread(
         team_database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sessionmem.storage import pg_transfer
+    from sessionmem.storage.pg import transfer as pg_transfer
 
     rows = [*a_session("s1"), shared(observation("s1", "t-big", "Big", narrative="n" * 3000)), *a_session("s2")]
     async with open_team_store(team_database_url) as store:
@@ -438,7 +438,7 @@ def test_a_tcp_url_gets_tls_checked_and_scram_and_a_socket_url_nothing(monkeypat
                                                                         tmp_path: Path) -> None:
     from psycopg.conninfo import conninfo_to_dict
 
-    from sessionmem.storage.pg_connections import connection_url, transport
+    from sessionmem.storage.pg.connections import connection_url, transport
 
     monkeypatch.delenv("PGHOST", raising=False)
     monkeypatch.delenv("PGHOSTADDR", raising=False)

@@ -30,12 +30,12 @@ from sessionmem.protocol.requests import api_call
 from sessionmem.records import OBSERVATION, ObservationRow, Provenance
 from sessionmem.search.context import group as context_group
 from sessionmem.settings import DATABASE_FILE, Settings
-from sessionmem.storage.cards import card_of_row
-from sessionmem.storage.schema import MIGRATIONS
-from sessionmem.storage.sqlite_setup import open_writer
+from sessionmem.storage.export_records import ObservationRecord, PromptRecord, SessionRecord, SummaryRecord
+from sessionmem.storage.sqlite.cards import card_of_row
+from sessionmem.storage.sqlite.connection_setup import open_writer
+from sessionmem.storage.sqlite.schema import MIGRATIONS
+from sessionmem.storage.sqlite.team_rows import import_pulled
 from sessionmem.storage.team_records import Origin, SharedRow
-from sessionmem.storage.team_sync import import_pulled
-from sessionmem.storage.transfer import ObservationRecord, PromptRecord, SessionRecord, SummaryRecord
 from sessionmem.testing.harness import ThreadedWorker, open_worker, serve_in_thread
 from sessionmem.testing.messages_api import ScriptedMessagesAPI, default_reply
 

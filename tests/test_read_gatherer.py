@@ -11,7 +11,7 @@ import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
 
-from sessionmem.storage.readers import ReadGatherer
+from sessionmem.storage.sqlite.readers import ReadGatherer
 
 
 @pytest.fixture

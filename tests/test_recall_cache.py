@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from sessionmem.records import CompressedObservation, FileMemory
-from sessionmem.storage import file_memory_cache
-from sessionmem.storage.file_memories import recalled_as
-from sessionmem.storage.file_memory_cache import FileRecallCache
-from sessionmem.storage.fulltext import file_matches
+from sessionmem.storage.sqlite import file_memory_cache
+from sessionmem.storage.sqlite.file_memories import recalled_as
+from sessionmem.storage.sqlite.file_memory_cache import FileRecallCache
+from sessionmem.storage.sqlite.fulltext import file_matches
 from sessionmem.testing.harness import InProcessWorker, open_worker
 
 from .test_search import store_session

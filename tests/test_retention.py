@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from sessionmem.events import ObservationEvent
-from sessionmem.storage.sqlite import open_sqlite_store
+from sessionmem.storage.sqlite.store import open_sqlite_store
 from sessionmem.testing.harness import open_worker
 
 DAY = 86400.0
@@ -79,10 +79,10 @@ async def test_under_load_the_wal_starts_over_instead_of_growing(
     delays that; what it does not need is copied meanwhile."""
     import apsw
 
-    from sessionmem.storage import checkpointer, sqlite_setup
+    from sessionmem.storage.sqlite import checkpointer, connection_setup
 
     monkeypatch.setattr(checkpointer, "THRESHOLD_PAGES", 100)
-    monkeypatch.setattr(sqlite_setup, "WAL_LIMIT_BYTES", 1_000_000)  # the writer's journal_size_limit
+    monkeypatch.setattr(connection_setup, "WAL_LIMIT_BYTES", 1_000_000)  # the writer's journal_size_limit
     path = tmp_path / "db.sqlite"
     wal = str(path) + "-wal"
     async with open_sqlite_store(path, checkpoint_idle_s=60) as store:

@@ -227,7 +227,7 @@ async def test_observations_by_id_in_the_order_asked(memory: InProcessWorker) ->
 
 def _observations_db(path: Path, titles: list[str]) -> Any:
     """A database holding one observation per title (project ``shop``, one a second), for the SQL alone."""
-    from sessionmem.storage.sqlite_setup import open_writer
+    from sessionmem.storage.sqlite.connection_setup import open_writer
 
     connection = open_writer(path)
     with connection:
@@ -245,7 +245,7 @@ def _observations_db(path: Path, titles: list[str]) -> Any:
 def test_full_text_search_keeps_the_rarer_words_within_its_budget(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from sessionmem.records import OBSERVATION, SearchFilters
-    from sessionmem.storage import fulltext
+    from sessionmem.storage.sqlite import fulltext
 
     titles = ["common"] * 6 + ["common middling"] * 3 + ["common middling rare"]
     connection = _observations_db(tmp_path / "db", titles)
@@ -274,7 +274,7 @@ def test_a_small_projects_search_ranks_its_own_rows_among_many(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """A project with few rows beside a large one: its own matches, best first, whichever way it is ranked."""
     from sessionmem.records import OBSERVATION, SearchFilters
-    from sessionmem.storage import fulltext
+    from sessionmem.storage.sqlite import fulltext
 
     connection = _observations_db(tmp_path / "db", ["parser bug", "parser", "lexer"])
     with connection:  # another project, whose matches all rank above the shop's
@@ -308,7 +308,7 @@ def test_a_small_projects_search_ranks_its_own_rows_among_many(tmp_path: Path,
 def test_a_typed_search_ranks_documents_with_every_word_first(tmp_path: Path) -> None:
     """Every word, best first, then some: the same ranking at any depth, so pages neither repeat nor skip."""
     from sessionmem.records import SearchFilters
-    from sessionmem.storage import fulltext
+    from sessionmem.storage.sqlite import fulltext
 
     titles = ["parser parser parser parser", "parser bug", "bug in the lexer",
               "parser bug seen once in a long and winding note about many other things",
@@ -332,12 +332,12 @@ def test_a_typed_search_ranks_documents_with_every_word_first(tmp_path: Path) ->
 
 def test_words_held_counts_the_query_words_each_document_holds_as_its_index_has_them(tmp_path: Path) -> None:
     from sessionmem.records import OBSERVATION, PROMPT
-    from sessionmem.storage import fulltext
-    from sessionmem.storage.words_held import words_held
+    from sessionmem.storage.search_terms import query_terms
+    from sessionmem.storage.sqlite.words_held import words_held
 
     titles = ["Fixed the websocket reconnect in pane_list_live.ex", "websocket timeouts", "nothing alike"]
     connection = _observations_db(tmp_path / "db", titles)
-    terms = fulltext.query_terms("fixing the websocket timeout in pane_list_live")
+    terms = query_terms("fixing the websocket timeout in pane_list_live")
     keys = [(OBSERVATION, 1), (OBSERVATION, 2), (OBSERVATION, 3), (OBSERVATION, 99), (PROMPT, 1)]
     # Four words (less "the" and "in"): Porter stemming holds "fixing" in "Fixed" and "timeout" in
     # "timeouts"; a word of several tokens is held when all of them are. Rows that do not exist: left out.
@@ -348,8 +348,8 @@ def test_words_held_counts_the_query_words_each_document_holds_as_its_index_has_
 
 
 def test_words_held_tokenizes_as_the_full_text_tables_do(tmp_path: Path) -> None:
-    from sessionmem.storage.fulltext import TABLES
-    from sessionmem.storage.words_held import TOKENIZER
+    from sessionmem.storage.sqlite.fulltext import TABLES
+    from sessionmem.storage.sqlite.words_held import TOKENIZER
 
     connection = _observations_db(tmp_path / "db", [])
     name, arguments = TOKENIZER

@@ -24,14 +24,14 @@ from sessionmem.records import (
     SessionHead,
     SessionInfo,
 )
-from sessionmem.storage import file_memories, journal_writes, result_writes
-from sessionmem.storage.file_memory_cache import FileRecallCache
-from sessionmem.storage.fulltext import BASENAME_NOCASE_INDEX
-from sessionmem.storage.row_reads import read_context_start
-from sessionmem.storage.schema import MIGRATIONS, migrate
-from sessionmem.storage.sqlite import open_sqlite_store
-from sessionmem.storage.sqlite_setup import open_writer
-from sessionmem.storage.sqlite_values import UnexpectedRow, flag, integer, one_of, one_row, optional_text, real, text
+from sessionmem.storage.sqlite import file_memories, journal_writes, result_writes
+from sessionmem.storage.sqlite.connection_setup import open_writer
+from sessionmem.storage.sqlite.file_memory_cache import FileRecallCache
+from sessionmem.storage.sqlite.fulltext import BASENAME_NOCASE_INDEX
+from sessionmem.storage.sqlite.row_reads import read_context_start
+from sessionmem.storage.sqlite.schema import MIGRATIONS, migrate
+from sessionmem.storage.sqlite.store import open_sqlite_store
+from sessionmem.storage.sqlite.values import UnexpectedRow, flag, integer, one_of, one_row, optional_text, real, text
 
 T = TypeVar("T")
 

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from sessionmem.protocol.git_remote import SHARE_FILE
-from sessionmem.storage import team_sync
+from sessionmem.storage.sqlite import team_rows
 from sessionmem.team.consent import consent_path, database_label, read_consent
 from sessionmem.testing.harness import ThreadedWorker, serve_in_thread
 
@@ -112,7 +112,7 @@ def pulled_prompts(data: Path) -> set[str]:
 
 def outbox_passed(data: Path) -> bool:
     """The pusher has read past every row stored here (pushed, or passed over as not shared)."""
-    found = local(data, f"SELECT value FROM team_cursors WHERE name = '{team_sync.OUTBOX}'")
+    found = local(data, f"SELECT value FROM team_cursors WHERE name = '{team_rows.OUTBOX}'")
     cursor = json.loads(found[0][0]) if found else {}
     (observations, prompts) = local(data, "SELECT (SELECT coalesce(max(id), 0) FROM observations),"
                                           " (SELECT coalesce(max(id), 0) FROM user_prompts)")[0]

@@ -20,8 +20,8 @@ from urllib.parse import quote
 import pytest
 
 from sessionmem.protocol import routes
+from sessionmem.protocol.routes import TEAM
 from sessionmem.settings import load_settings
-from sessionmem.team.routes import TEAM
 from sessionmem.testing.postgres import PostgresServer
 from sessionmem.testing.postgres_roles import add_password_role
 from sessionmem.testing.worker_process import WorkerProcess, start_worker

@@ -13,8 +13,8 @@ import psycopg
 import pytest
 import trio
 
-from sessionmem.storage.pg_schema import LATEST
-from sessionmem.storage.pg_store import open_team_store
+from sessionmem.storage.pg.schema import LATEST
+from sessionmem.storage.pg.store import open_team_store
 from sessionmem.testing.postgres import PostgresServer, temporary_postgres
 from sessionmem.testing.postgres_roles import add_password_role
 

@@ -24,10 +24,10 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 
 from sessionmem.protocol import routes
-from sessionmem.storage import pg_schema
-from sessionmem.storage.pg_transfer import push_rows
+from sessionmem.storage.export_records import ObservationRecord, PromptRecord, SessionRecord, SummaryRecord
+from sessionmem.storage.pg import schema as pg_schema
+from sessionmem.storage.pg.transfer import push_rows
 from sessionmem.storage.team_records import NAME_KEY_PREFIX, Origin, SharedRow
-from sessionmem.storage.transfer import ObservationRecord, PromptRecord, SessionRecord, SummaryRecord
 from sessionmem.testing.worker_process import WorkerProcess, start_worker
 
 from .conftest import data_dir_contains

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from sessionmem.storage import pg_schema
+from sessionmem.storage.pg import schema as pg_schema
 from sessionmem.storage.record_rules import CLOCK_SKEW_S
 from sessionmem.testing.harness import ThreadedWorker, serve_in_thread
 

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 import trio
 
-from sessionmem.storage import team_sync
+from sessionmem.storage.sqlite import team_rows
 from sessionmem.team import push as team_push
 from sessionmem.team.sync import KILL_AFTER_PUSH_FILE
 from sessionmem.testing.harness import InProcessWorker, open_worker, serve_in_thread
@@ -143,12 +143,12 @@ async def test_the_outbox_begins_above_what_was_stored_before_sharing(tmp_path: 
 
         async def pushed() -> bool:
             # The outbox's cursor moves in a local transaction after PostgreSQL's commit: wait for both.
-            cursor = await a.services.store.team_outbox_cursor(team_sync.OUTBOX)
+            cursor = await a.services.store.team_outbox_cursor(team_rows.OUTBOX)
             return ((await a.debug())["team"]["backlog"] == 0 and pg_counts(team_database_url)["observations"] == 2
                     and cursor.observation >= 4)
 
         await wait_for(pushed)
-        cursor = await a.services.store.team_outbox_cursor(team_sync.OUTBOX)
+        cursor = await a.services.store.team_outbox_cursor(team_rows.OUTBOX)
         assert cursor.observation == 4
     with psycopg.connect(team_database_url) as connection:
         assert {str(s) for (s,) in connection.execute("SELECT claude_session_id FROM sessions")} == {"after"}
@@ -262,12 +262,12 @@ def local_origins_rows(worker: InProcessWorker, table: str) -> list[tuple[str, s
         connection.close()
 
 
-def local_cursor(data_dir: Path) -> team_sync.OutboxCursor:
+def local_cursor(data_dir: Path) -> team_rows.OutboxCursor:
     import apsw
 
     connection = apsw.Connection(str(data_dir / "sessionmem.db"), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        return team_sync.read_outbox_cursor(connection, team_sync.OUTBOX)
+        return team_rows.read_outbox_cursor(connection, team_rows.OUTBOX)
     finally:
         connection.close()
 

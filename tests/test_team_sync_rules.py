@@ -6,9 +6,9 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from sessionmem.storage.pg_connections import sanitized
-from sessionmem.storage.pg_text import without_nul
-from sessionmem.storage.transfer import PromptRecord
+from sessionmem.protocol.credentials import sanitized
+from sessionmem.storage.export_records import PromptRecord
+from sessionmem.storage.pg.text import without_nul
 from sessionmem.team.pull import _new_keys
 from sessionmem.team.sync import BACKOFF_MAX_S, Backoff
 

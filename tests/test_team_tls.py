@@ -19,8 +19,8 @@ import psycopg
 import pytest
 import trio
 
-from sessionmem.storage.pg_connections import connection_url, transport
-from sessionmem.storage.pg_store import TeamUnavailable, open_team_store
+from sessionmem.storage.pg.connections import connection_url, transport
+from sessionmem.storage.pg.store import TeamUnavailable, open_team_store
 from sessionmem.testing.certificates import Authority, issue_server_certificate, make_authority
 from sessionmem.testing.postgres import PostgresServer
 from sessionmem.testing.postgres_roles import add_password_role, socket_path

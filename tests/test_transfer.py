@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 
-from sessionmem.storage import transfer
+from sessionmem.storage.sqlite import export_import
 from sessionmem.testing.harness import InProcessWorker, open_worker, serve_in_thread
 
 from .test_search import BLOG, SHOP, store_session
@@ -53,7 +53,7 @@ async def found(worker: InProcessWorker, mode: str) -> list[list[tuple[str, str]
 
 
 async def test_a_round_trip_finds_the_same_memories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transfer, "PAGE", 2)  # several pages
+    monkeypatch.setattr(export_import, "PAGE", 2)  # several pages
     async with open_worker(tmp_path / "a", embedder="minilm", batch_quiet_s=0.05) as source:
         await remember(source)
         await source.services.index.caught_up()

@@ -1,7 +1,7 @@
 """``sessionmem prune``, ``export`` and ``import``: what the database keeps, and memories moved between data dirs.
 
 Through the running worker, the owner of the database's one writer. An export is JSON
-Lines (a header, then the records; ``storage/transfer.py`` in the worker defines them);
+Lines (a header, then the records; ``storage/export_records.py`` in the worker defines them);
 import reads one and sends it in batches, reporting a line that is not a record by its
 number.
 """

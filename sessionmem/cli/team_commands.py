@@ -26,7 +26,7 @@ import msgspec
 
 from sessionmem.cli.client import call
 from sessionmem.protocol.client_settings import ClientConfig
-from sessionmem.team.routes import TEAM, TEAM_PUSH
+from sessionmem.protocol.routes import TEAM, TEAM_PUSH
 
 POLL_S = 0.5
 AGENT_SHELL = "CLAUDECODE"  # set by Claude Code in the shells its agent runs commands in

@@ -1,15 +1,15 @@
 """``sessionmem doctor``'s checks of the team database, when ``database_url`` is set.
 
-It connects as the worker does (:func:`sessionmem.storage.pg_store.open_team_store`) and
+It connects as the worker does (:func:`sessionmem.storage.pg.store.open_team_store`) and
 reports, each on one line that says what to fix: the connection (the server, its version
 and the round trip, TLS, and a problem for each way database_url weakens the secure
-transport of :mod:`sessionmem.storage.pg_connections`), the pgvector extension, the schema version against this code's,
+transport of :mod:`sessionmem.storage.pg.connections`), the pgvector extension, the schema version against this code's,
 the password file libpq would read, which projects are shared, and the running worker's
 sync state (from its ``/debug`` JSON).
 
 The database URL may hold a password: no line names the server but by
 :func:`server_label` (``user@host:port/database``), and every message from the driver is
-passed through :func:`~sessionmem.storage.pg_connections.sanitized` before it is printed.
+passed through :func:`~sessionmem.protocol.credentials.sanitized` before it is printed.
 
 Error handling:
     Nothing here raises for a problem of the database: each one is a line reported as a
@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from sessionmem.protocol.credentials import sanitized
 from sessionmem.settings import Settings
 
 Report = Callable[[bool, str], None]
@@ -118,7 +119,7 @@ def _check_connection(url: str, label: str, report: Report) -> None:
     """Connect as the worker would, read-only: no migration (the next worker does that), nothing written."""
     import psycopg
 
-    from sessionmem.storage.pg_connections import TeamUnavailable, connection_url, sanitized, transport
+    from sessionmem.storage.pg.connections import TeamUnavailable, connection_url, transport
 
     try:
         conninfo = connection_url(url, connect_timeout_s=CONNECT_TIMEOUT_S)
@@ -163,7 +164,7 @@ def _hint(message: str) -> str:
 
 
 def _check_server(connection: Any, label: str, sslmode: str, report: Report) -> None:
-    from sessionmem.storage.pg_schema import LATEST, schema_version
+    from sessionmem.storage.pg.schema import LATEST, schema_version
 
     started = time.perf_counter()
     connection.execute("SELECT 1").fetchone()
@@ -230,8 +231,6 @@ def _report_sharing(settings: Settings, report: Report, snapshot: Any) -> None:
 
 def _report_sync(snapshot: Any, url: str, report: Report) -> None:
     """The running worker's sync state, from its ``/debug`` JSON (nothing when no worker runs)."""
-    from sessionmem.storage.pg_connections import sanitized
-
     if not isinstance(snapshot, dict):
         return
     team = snapshot.get("team")

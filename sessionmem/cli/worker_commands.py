@@ -56,7 +56,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import trio
 
     from sessionmem.server.guard import is_loopback
-    from sessionmem.storage.schema import SchemaTooNew
+    from sessionmem.storage.sqlite.schema import SchemaTooNew
     from sessionmem.worker import configure_logging, raise_file_limit, run_worker, shorten_gil_switch_interval
 
     settings = _settings(args)

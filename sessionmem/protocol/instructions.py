@@ -45,7 +45,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import NamedTuple
 
 from sessionmem.protocol.safe_text import INVISIBLE
@@ -225,16 +225,27 @@ def _scanned(text: str) -> str:
     return "\n" + unicodedata.normalize("NFKC", INVISIBLE.sub("", text)).lower()
 
 
-def find_instruction(text: str) -> Finding | None:
+def needles() -> tuple[str, ...]:
+    """Every needle of every group: what a faster finder given to :func:`find_instruction` looks for."""
+    return tuple(sorted({needle for group in groups() for needle in group.needles}))
+
+
+def find_instruction(text: str, needles_in: Callable[[str], Container[str]] | None = None) -> Finding | None:
     """The first instruction-like passage of ``text`` (see the module docstring), or ``None``.
+
+    ``needles_in``: which of :func:`needles` the read text holds, all found in one pass (the
+    worker's multi-pattern automaton, ``compress/promotion.py``); without it each group looks
+    for its own needles, a substring search each (some 45 over the text: most of the time a
+    long tool output costs). The answer is the same either way.
 
     Never raises; reads at most :data:`MAX_SCAN` characters.
     """
     if not text:
         return None
     lowered = _scanned(str(text))
-    for needles, shapes in groups():
-        if not any(needle in lowered for needle in needles):
+    held = needles_in(lowered) if needles_in is not None else None
+    for group_needles, shapes in groups():
+        if not any(needle in (lowered if held is None else held) for needle in group_needles):
             continue
         for rule, pattern, before, reach in shapes:
             for match in pattern.finditer(lowered) if before is not None else (pattern.search(lowered),):
@@ -248,9 +259,9 @@ def find_instruction(text: str) -> Finding | None:
     return None
 
 
-def instruction_like(text: str) -> bool:
+def instruction_like(text: str, needles_in: Callable[[str], Container[str]] | None = None) -> bool:
     """Whether ``text`` holds instruction-like text (:func:`find_instruction`)."""
-    return find_instruction(text) is not None
+    return find_instruction(text, needles_in) is not None
 
 
 def pieces(text: str) -> list[str]:

@@ -66,70 +66,13 @@ def api_call(payload: dict[str, Any], *, project: str | None = None,
     base = {"claudeSessionId": session_id, "cwd": cwd, "project": project}
 
     if event == "SessionStart":
-        import urllib.parse  # only this stage needs it
-
-        query = {"project": project, "session": session_id, "source": text_field(payload, "source")}
-        # A repository that commits the share file asks to share: the worker says whether to tell the user.
-        if identity is None:
-            from sessionmem.protocol.git_remote import repository_identity
-
-            identity = repository_identity(cwd)
-        if identity.share_file:
-            query.update({PROJECT_KEY: identity.project_key, SHARE_FILE_FIELD: "1"})
-        return "GET", CONTEXT + "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v}), None
+        return _session_start_call(payload, base, identity)
     if event == "UserPromptSubmit":
-        # The project's identity between machines is known where the directory is: a few small
-        # file reads once per prompt (~0.1 ms, project_of ~0.04 ms, on a local disk), and an
-        # import (~0.25 ms) that the tool-use stages never pay.
-        if identity is None:
-            from sessionmem.protocol.git_remote import repository_identity
-
-            identity = repository_identity(cwd)
-        body: dict[str, Any] = {**base, "prompt": text_field(payload, "prompt")}
-        if identity.project_key:
-            body[PROJECT_KEY] = identity.project_key
-        if identity.share_file:
-            body[SHARE_FILE_FIELD] = True
-        return "POST", INIT, body
+        return _prompt_call(payload, base, identity)
     if event in ("PostToolUse", "PostToolUseFailure"):
-        body = {
-            **base,
-            "tool_name": text_field(payload, "tool_name"),
-            "tool_input": payload.get("tool_input"),
-            "tool_response": payload.get("tool_response"),
-            "tool_use_id": text_field(payload, "tool_use_id"),
-            "agent_id": text_field(payload, "agent_id"),
-            "agent_type": text_field(payload, "agent_type"),
-            "hook_event_name": event,
-        }
-        if event == "PostToolUseFailure":
-            body["failed"] = True
-            body["error"] = text_field(payload, "error")
-        return "POST", OBSERVATIONS, body
+        return _tool_use_call(payload, base, event)
     if event == "SubagentStop":
-        # A background subagent's findings reach the main agent only as a
-        # <task-notification>, which is not a user prompt: keep them as an observation.
-        report = text_field(payload, "last_assistant_message")
-        agent_id = text_field(payload, "agent_id")
-        if not report or not text_field(payload, "agent_type"):
-            # Without a type it is Claude Code's own agent, not one the model started: /compact's
-            # report is a recap of the whole conversation, which would come back as memory.
-            return None
-        import zlib  # here: ~0.4 ms of every hook's start for the one stage that needs it
-
-        return "POST", OBSERVATIONS, {
-            **base,
-            "tool_name": "SubagentStop",
-            # One subagent can stop more than once (resumed): each report is its own observation,
-            # and the same report sent again (a retry, a backfill run twice) is the same one.
-            "tool_use_id": f"subagent-{agent_id}-{zlib.crc32(report.encode('utf-8', 'replace')):08x}"
-            if agent_id else "",
-            "tool_input": {"agent_type": text_field(payload, "agent_type")},
-            "tool_response": report,
-            "agent_id": agent_id,
-            "agent_type": text_field(payload, "agent_type"),
-            "hook_event_name": event,
-        }
+        return _subagent_stop_call(payload, base)
     if event == "Stop":
         return "POST", SUMMARIZE, {
             **base,
@@ -139,6 +82,84 @@ def api_call(payload: dict[str, Any], *, project: str | None = None,
     if event == "SessionEnd":
         return "POST", COMPLETE, {**base, "reason": text_field(payload, "reason")}
     return None
+
+
+def _session_start_call(payload: dict[str, Any], base: dict[str, Any],
+                        identity: RepositoryIdentity | None) -> tuple[str, str, None]:
+    """SessionStart asks for the context to inject (a GET: nothing is stored)."""
+    import urllib.parse  # only this stage needs it
+
+    query = {"project": base["project"], "session": base["claudeSessionId"], "source": text_field(payload, "source")}
+    # A repository that commits the share file asks to share: the worker says whether to tell the user.
+    if identity is None:
+        from sessionmem.protocol.git_remote import repository_identity
+
+        identity = repository_identity(base["cwd"])
+    if identity.share_file:
+        query.update({PROJECT_KEY: identity.project_key, SHARE_FILE_FIELD: "1"})
+    return "GET", CONTEXT + "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v}), None
+
+
+def _prompt_call(payload: dict[str, Any], base: dict[str, Any],
+                 identity: RepositoryIdentity | None) -> tuple[str, str, dict[str, Any]]:
+    """A prompt starts a turn, with its repository's identity between machines."""
+    # The project's identity between machines is known where the directory is: a few small
+    # file reads once per prompt (~0.1 ms, project_of ~0.04 ms, on a local disk), and an
+    # import (~0.25 ms) that the tool-use stages never pay.
+    if identity is None:
+        from sessionmem.protocol.git_remote import repository_identity
+
+        identity = repository_identity(base["cwd"])
+    body: dict[str, Any] = {**base, "prompt": text_field(payload, "prompt")}
+    if identity.project_key:
+        body[PROJECT_KEY] = identity.project_key
+    if identity.share_file:
+        body[SHARE_FILE_FIELD] = True
+    return "POST", INIT, body
+
+
+def _tool_use_call(payload: dict[str, Any], base: dict[str, Any], event: str) -> tuple[str, str, dict[str, Any]]:
+    """A tool use, done or failed: an observation."""
+    body = {
+        **base,
+        "tool_name": text_field(payload, "tool_name"),
+        "tool_input": payload.get("tool_input"),
+        "tool_response": payload.get("tool_response"),
+        "tool_use_id": text_field(payload, "tool_use_id"),
+        "agent_id": text_field(payload, "agent_id"),
+        "agent_type": text_field(payload, "agent_type"),
+        "hook_event_name": event,
+    }
+    if event == "PostToolUseFailure":
+        body["failed"] = True
+        body["error"] = text_field(payload, "error")
+    return "POST", OBSERVATIONS, body
+
+
+def _subagent_stop_call(payload: dict[str, Any], base: dict[str, Any]) -> tuple[str, str, dict[str, Any]] | None:
+    """A background subagent's report, kept as an observation: it reaches the main agent only as a
+    <task-notification>, which is not a user prompt."""
+    report = text_field(payload, "last_assistant_message")
+    agent_id = text_field(payload, "agent_id")
+    if not report or not text_field(payload, "agent_type"):
+        # Without a type it is Claude Code's own agent, not one the model started: /compact's
+        # report is a recap of the whole conversation, which would come back as memory.
+        return None
+    import zlib  # here: ~0.4 ms of every hook's start for the one stage that needs it
+
+    return "POST", OBSERVATIONS, {
+        **base,
+        "tool_name": "SubagentStop",
+        # One subagent can stop more than once (resumed): each report is its own observation,
+        # and the same report sent again (a retry, a backfill run twice) is the same one.
+        "tool_use_id": f"subagent-{agent_id}-{zlib.crc32(report.encode('utf-8', 'replace')):08x}"
+        if agent_id else "",
+        "tool_input": {"agent_type": text_field(payload, "agent_type")},
+        "tool_response": report,
+        "agent_id": agent_id,
+        "agent_type": text_field(payload, "agent_type"),
+        "hook_event_name": "SubagentStop",
+    }
 
 
 def clean_body(body: dict[str, Any], cap: int = FIELD_CAP) -> dict[str, Any]:

@@ -44,6 +44,11 @@ OBSERVATION_BATCH = "/api/observations/batch"  # POST {"ids": [...]}: full obser
 PROJECTS = "/api/projects"  # GET ?limit=&offset=&q=: projects with sessions, the most recently active first
 STREAM = "/stream"
 
+# -- team memory (sessionmem.team; docs/team.md) ------------------------------------------
+TEAM = "/api/team"  # GET: the sync's status (connected, pushed, pulled, backlog, the share push under way)
+# POST {"project": NAME}: the project's memory of this machine copied into the team database (`sessionmem share push`)
+TEAM_PUSH = "/api/team/push"
+
 # -- operators ---------------------------------------------------------------------------
 DEBUG = "/debug"  # the /debug page for a browser (Accept prefers text/html); the JSON snapshot for anyone else
 DEBUG_JSON = "/debug.json"  # the JSON snapshot, whatever the Accept header says

@@ -24,8 +24,9 @@ import apsw
 import msgspec
 import numpy as np
 
-from sessionmem.storage.fulltext import ALIASES, PROJECT_COLUMNS, TABLES, RowIds
-from sessionmem.storage.sqlite_values import one_row, text
+from sessionmem.storage.base import RowIds
+from sessionmem.storage.sqlite.fulltext import ALIASES, PROJECT_COLUMNS, TABLES
+from sessionmem.storage.sqlite.values import one_row, text
 
 
 class ProjectRows:

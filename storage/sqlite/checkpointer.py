@@ -14,7 +14,7 @@ RESTART checkpoint: it takes the write lock for what the PASSIVE one left (about
 millisecond), and the writer's next transaction writes the WAL from its beginning
 again. Under a steady load the file then stops growing (in a burst as fast as a
 backfill it still grows: 87 MB at the peak of the whole corpus's), and the writer's
-``journal_size_limit`` (``storage.sqlite_setup.WAL_LIMIT_BYTES``) cuts one that a burst left larger back
+``journal_size_limit`` (``storage.sqlite.connection_setup.WAL_LIMIT_BYTES``) cuts one that a burst left larger back
 when it starts over. When nothing has been committed for ``idle_s``, a TRUNCATE
 checkpoint cuts the file to zero bytes. (TRUNCATE is kept for then: cutting a 64 MB
 file took 31-35 ms with the write lock held, against ~1 ms for a RESTART; under a 500
@@ -36,25 +36,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import apsw
-import msgspec
 import trio
 
-from sessionmem.storage.sqlite_values import integer, one_row
+from sessionmem.storage.base import CheckpointerStatistics
+from sessionmem.storage.sqlite.values import integer, one_row
 
 INTERVAL_S = 1.0
 THRESHOLD_PAGES = 1000  # SQLite's own default auto-checkpoint size
 PAGE_BYTES = 4096
 IDLE_S = 10.0  # no commit for this long: truncate the WAL
-
-
-class CheckpointerStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    checkpoints: int
-    wal_bytes: int  # size of the WAL file at the last look
-    last_checkpointed_pages: int
-    failures: int
-    last_error: str
-    truncations: int = 0  # TRUNCATE checkpoints that cut the WAL to zero bytes
-    restarts: int = 0  # RESTART checkpoints after which the WAL is written from its beginning again
 
 
 def _checkpoint(connection: apsw.Connection) -> tuple[int, int]:
@@ -146,7 +136,7 @@ class Checkpointer:
         def connect() -> apsw.Connection:
             connection = apsw.Connection(str(self._path))
             connection.set_busy_timeout(0)
-            connection.execute("PRAGMA fullfsync = ON")  # macOS: as the writer's commits (sqlite_setup.py)
+            connection.execute("PRAGMA fullfsync = ON")  # macOS: as the writer's commits (connection_setup.py)
             return connection
 
         while True:

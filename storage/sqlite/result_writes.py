@@ -20,9 +20,9 @@ import msgspec
 
 from sessionmem.events import Envelope, ObservationEvent, SummarizeEvent
 from sessionmem.records import CompressedObservation, CompressedSummary, SessionInfo
-from sessionmem.storage.file_memories import recallable_files
-from sessionmem.storage.journal_writes import mark_done, touch_session
-from sessionmem.storage.sqlite_values import integer, one_row, placeholders, text, to_json
+from sessionmem.storage.sqlite.file_memories import recallable_files
+from sessionmem.storage.sqlite.journal_writes import mark_done, touch_session
+from sessionmem.storage.sqlite.values import integer, one_row, placeholders, text, to_json
 
 # Observations stored by one INSERT (store_observations says why one): 26 parameters
 # each, well within SQLite's 32,766.

@@ -2,13 +2,13 @@
 :class:`SQLiteStore` that runs each job's functions on the connection that owns the job.
 
 The jobs live in their own modules, each a set of synchronous functions taking a
-connection: :mod:`~sessionmem.storage.sqlite_setup` (opening and migrating the writer
-connection), :mod:`~sessionmem.storage.journal_writes` (accepting, parking, unparking
-events), :mod:`~sessionmem.storage.result_writes` (observations, summaries, completions,
-with their journal "done" marks), :mod:`~sessionmem.storage.row_reads` (sessions,
+connection: :mod:`~sessionmem.storage.sqlite.connection_setup` (opening and migrating the writer
+connection), :mod:`~sessionmem.storage.sqlite.journal_writes` (accepting, parking, unparking
+events), :mod:`~sessionmem.storage.sqlite.result_writes` (observations, summaries, completions,
+with their journal "done" marks), :mod:`~sessionmem.storage.sqlite.row_reads` (sessions,
 observations, summaries, the journal's counts), and the search side's
-:mod:`~sessionmem.storage.fulltext`, :mod:`~sessionmem.storage.cards` and
-:mod:`~sessionmem.storage.file_memories`.
+:mod:`~sessionmem.storage.sqlite.fulltext`, :mod:`~sessionmem.storage.sqlite.cards` and
+:mod:`~sessionmem.storage.sqlite.file_memories`.
 
 Resource handling:
     One writer connection, owned by a :class:`GroupCommitWriter` (one thread at a
@@ -64,35 +64,39 @@ from sessionmem.records import (
     SummaryInputs,
     SummaryRow,
 )
-from sessionmem.storage import (
-    boundary,
+from sessionmem.storage import boundary
+from sessionmem.storage.base import (
+    Accepted,
+    InitAccepted,
+    OnCommit,
+    RowIds,
+    StorageReport,
+    StorageUnavailable,
+    StoreStatistics,
+)
+from sessionmem.storage.commits import SHAREABLE, CommitSignal, Stored
+from sessionmem.storage.export_records import ImportCounts, Record
+from sessionmem.storage.search_terms import query_terms
+from sessionmem.storage.sqlite import (
     cards,
+    export_import,
     file_memories,
     fulltext,
     journal_writes,
     result_writes,
     retention,
     row_reads,
-    team_sync,
-    transfer,
+    team_rows,
     words_held,
 )
-from sessionmem.storage.base import (
-    Accepted,
-    InitAccepted,
-    OnCommit,
-    StorageUnavailable,
-    StoreStatistics,
-)
-from sessionmem.storage.checkpointer import IDLE_S, Checkpointer
-from sessionmem.storage.commits import SHAREABLE, CommitSignal, Stored
-from sessionmem.storage.file_memory_cache import FileRecallCache
-from sessionmem.storage.fulltext import BASENAME_NOCASE_INDEX, RowIds
-from sessionmem.storage.project_rows import ProjectRows
-from sessionmem.storage.readers import ReaderPool, ReadGatherer
-from sessionmem.storage.sqlite_setup import open_writer
+from sessionmem.storage.sqlite.checkpointer import IDLE_S, Checkpointer
+from sessionmem.storage.sqlite.connection_setup import open_writer
+from sessionmem.storage.sqlite.file_memory_cache import FileRecallCache
+from sessionmem.storage.sqlite.fulltext import BASENAME_NOCASE_INDEX
+from sessionmem.storage.sqlite.project_rows import ProjectRows
+from sessionmem.storage.sqlite.readers import ReaderPool, ReadGatherer
+from sessionmem.storage.sqlite.team_rows import Kind, OutboxBatch, OutboxCursor, Shared
 from sessionmem.storage.team_records import PullCursor, SharedRow
-from sessionmem.storage.team_sync import Kind, OutboxBatch, OutboxCursor, Shared
 from sessionmem.storage.writer import BACKGROUND_WEIGHT, GroupCommitWriter, Together
 
 T = TypeVar("T")
@@ -226,7 +230,7 @@ class SQLiteStore:
         except UNAVAILABLE as exc:
             raise StorageUnavailable(f"the database cannot take writes: {exc}") from exc
 
-    # -- journal (storage/journal_writes.py) -----------------------------------------
+    # -- journal (storage/sqlite/journal_writes.py) -----------------------------------------
 
     async def accept_init(self, event: InitEvent, on_commit: OnCommit) -> InitAccepted:
         def deliver(accepted: InitAccepted) -> None:
@@ -261,7 +265,7 @@ class SQLiteStore:
         return await self.write(journal_writes.unpark_session, claude_session_id, on_commit=on_commit,
                                 stores=_SESSION_STATE)
 
-    # -- results (storage/result_writes.py) -------------------------------------------
+    # -- results (storage/sqlite/result_writes.py) -------------------------------------------
 
     async def session_info(self, claude_session_id: str) -> SessionInfo | None:
         return await self._readers.run(partial(row_reads.session_info, claude_session_id=claude_session_id))
@@ -292,7 +296,7 @@ class SQLiteStore:
     async def summary_inputs(self, session: SessionInfo) -> SummaryInputs:
         return await self._readers.run(partial(row_reads.summary_inputs, session=session))
 
-    # -- reads (storage/row_reads.py) ---------------------------------------------------
+    # -- reads (storage/sqlite/row_reads.py) ---------------------------------------------------
 
     async def list_sessions(self, *, project: str | None, limit: int, offset: int) -> list[SessionRow]:
         return await self._readers.run(partial(row_reads.list_sessions, project=project, limit=limit, offset=offset))
@@ -323,7 +327,7 @@ class SQLiteStore:
     async def journal_counts(self) -> JournalCounts:
         return await self._readers.run(row_reads.journal_counts)
 
-    # -- retention (storage/retention.py) ------------------------------------------------
+    # -- retention (storage/sqlite/retention.py) ------------------------------------------------
 
     async def prune_payloads(self, before: float) -> int:
         """Strip raw tool data from stored observations that happened before ``before``, a batch a
@@ -341,29 +345,29 @@ class SQLiteStore:
         with self._taking_writes() as writer:
             await writer.run_alone(retention.vacuum if full else retention.reclaim)
 
-    async def storage_report(self) -> retention.StorageReport:
+    async def storage_report(self) -> StorageReport:
         return await self._readers.run(partial(retention.report, path=self.path))
 
-    # -- export and import (storage/transfer.py) ---------------------------------------------
+    # -- export and import (storage/sqlite/export_import.py) ---------------------------------------
 
     async def export_page(self, *, project: str | None, since: float | None,
-                          after_session: int) -> tuple[list[transfer.Record], int]:
-        return await self._readers.run(partial(transfer.export_page, project=project, since=since,
+                          after_session: int) -> tuple[list[Record], int]:
+        return await self._readers.run(partial(export_import.export_page, project=project, since=since,
                                                after_session=after_session))
 
-    async def import_records(self, records: Sequence[transfer.Record]) -> transfer.ImportCounts:
+    async def import_records(self, records: Sequence[Record]) -> ImportCounts:
         records = await boundary.cleaned_off_thread(boundary.clean_records, records)  # no secret from a file
-        return await self.write(partial(transfer.import_records, records=records, now=time.time()),
+        return await self.write(partial(export_import.import_records, records=records, now=time.time()),
                                 on_commit=lambda _: self._file_recall.clear(), stores=SHAREABLE)
 
-    # -- team memory (storage/team_sync.py): the outbox, the cursors, pulled rows ---------------------
+    # -- team memory (storage/sqlite/team_rows.py): the outbox, the cursors, pulled rows ---------------------
 
     async def team_start(self) -> str:
         """This data dir's machine id (made at the first call, with the outbox cursors above what is stored)."""
-        return await self.write(team_sync.start_outbox, background=True)
+        return await self.write(team_rows.start_outbox, background=True)
 
     async def team_outbox_cursor(self, name: str) -> OutboxCursor:
-        return await self._readers.run(partial(team_sync.read_outbox_cursor, name=name))
+        return await self._readers.run(partial(team_rows.read_outbox_cursor, name=name))
 
     async def team_pull_state(self, share_projects: Sequence[str] | None = None, approved: Collection[str] = ()
                               ) -> tuple[PullCursor, list[str] | None, list[str] | None]:
@@ -372,8 +376,8 @@ class SQLiteStore:
         one snapshot, one reader trip."""
         def read(connection: apsw.Connection) -> tuple[PullCursor, list[str] | None, list[str] | None]:
             with connection:  # one snapshot: cursor and keys were written in one transaction
-                cursor, keys = team_sync.read_pull_cursor(connection), team_sync.read_pull_keys(connection)
-                wanted = None if share_projects is None else team_sync.pull_keys(connection, share_projects, approved)
+                cursor, keys = team_rows.read_pull_cursor(connection), team_rows.read_pull_keys(connection)
+                wanted = None if share_projects is None else team_rows.pull_keys(connection, share_projects, approved)
             return cursor, keys, wanted
 
         return await self._readers.run(read)
@@ -381,42 +385,42 @@ class SQLiteStore:
     async def team_outbox(self, *, cursor: OutboxCursor, shared: Shared, limit: int, project: str | None = None,
                           kinds: Sequence[Kind] = ("session", "prompt", "observation", "summary"),
                           upto: OutboxCursor | None = None) -> OutboxBatch:
-        return await self._readers.run(partial(team_sync.read_outbox, cursor=cursor, shared=shared, limit=limit,
+        return await self._readers.run(partial(team_rows.read_outbox, cursor=cursor, shared=shared, limit=limit,
                                                project=project, kinds=kinds, upto=upto))
 
     async def team_advance(self, values: dict[str, str]) -> None:
         """Set team cursors (name -> encoded value) in one transaction."""
-        await self.write(team_sync.advance, values, background=True)
+        await self.write(team_rows.advance, values, background=True)
 
     async def team_import(self, rows: Sequence[SharedRow], cursor: tuple[str, str] | None, *,
-                          keys: Sequence[str] | None) -> team_sync.PulledImport:
+                          keys: Sequence[str] | None) -> team_rows.PulledImport:
         """Import pulled rows, each only into a project of ``keys`` (those the pull asked for; ``None``: any),
         and set the cursor ``(name, encoded value)``, if given, in the same transaction."""
         rows = await boundary.cleaned_off_thread(boundary.clean_rows, rows)  # no secret from another machine
-        return await self.write(partial(team_sync.import_pulled, rows=rows, cursor=cursor, now=time.time(),
+        return await self.write(partial(team_rows.import_pulled, rows=rows, cursor=cursor, now=time.time(),
                                         keys=keys),
                                 on_commit=lambda _: self._file_recall.clear(), background=True,
                                 weight=max(1, len(rows)), stores=SHAREABLE if rows else Stored.NOTHING)
 
     async def team_backlog(self, *, cursor: OutboxCursor, shared: Shared) -> int:
-        return await self._readers.run(partial(team_sync.backlog, cursor=cursor, shared=shared))
+        return await self._readers.run(partial(team_rows.backlog, cursor=cursor, shared=shared))
 
     async def team_rows_above(self, *, project: str, cursor: OutboxCursor) -> int:
-        return await self._readers.run(partial(team_sync.rows_above, project=project, cursor=cursor))
+        return await self._readers.run(partial(team_rows.rows_above, project=project, cursor=cursor))
 
     async def team_project_keys(self, project: str) -> list[str]:
         """The keys the sessions of ``project`` here know it by (``""``: no remote); none: no such project."""
-        return await self._readers.run(partial(team_sync.project_keys, project=project))
+        return await self._readers.run(partial(team_rows.project_keys, project=project))
 
     async def team_share_requests(self) -> list[tuple[str, str]]:
         """``(project_key, project)`` of the sessions whose repository asks to share (its share file)."""
-        return await self._readers.run(team_sync.share_requests)
+        return await self._readers.run(team_rows.share_requests)
 
-    # -- search (storage/fulltext.py, project_rows.py, cards.py, file_memories.py) ----------------
+    # -- search (storage/sqlite/fulltext.py, project_rows.py, cards.py, file_memories.py) ----------------
 
     async def search_text(self, query: str, filters: SearchFilters, limit: int, *,
                           every_word_first: bool = False) -> list[RankedKey]:
-        terms = fulltext.query_terms(query)
+        terms = query_terms(query)
         if not terms:
             return []
         return await self._readers.run(partial(self._search_text, terms=terms, filters=filters, limit=limit,
@@ -433,7 +437,7 @@ class SQLiteStore:
 
     async def search_text_held(self, query: str, filters: SearchFilters, limit: int, *,
                                held_of_first: int) -> tuple[list[RankedKey], dict[tuple[str, int], float]]:
-        terms = fulltext.query_terms(query)
+        terms = query_terms(query)
         if not terms:
             return [], {}
 

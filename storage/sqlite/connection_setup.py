@@ -3,7 +3,7 @@ way every job of the store binds values.
 
 Error handling:
     SQL and file-system errors propagate as ``apsw`` exceptions (or ``OSError`` for the
-    data directory); :class:`~sessionmem.storage.sqlite.SQLiteStore` turns those a full
+    data directory); :class:`~sessionmem.storage.sqlite.store.SQLiteStore` turns those a full
     or read-only disk raises into :class:`~sessionmem.storage.base.StorageUnavailable`.
 """
 
@@ -15,11 +15,11 @@ from pathlib import Path
 import apsw
 import apsw.bestpractice
 
-from sessionmem.storage import retention
-from sessionmem.storage.schema import migrate
+from sessionmem.storage.sqlite import retention
+from sessionmem.storage.sqlite.schema import migrate
 
 # The writer's journal_size_limit: a WAL a burst left larger is cut back to this when it
-# starts over (storage/checkpointer.py).
+# starts over (storage/sqlite/checkpointer.py).
 WAL_LIMIT_BYTES = 64 << 20
 
 _bestpractice_applied = False
@@ -50,7 +50,7 @@ def open_writer(path: Path) -> apsw.Connection:
     # A WAL that grew during a burst is cut back to this when it restarts (checkpoints
     # beside the writer truncate it whenever the database is idle).
     connection.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
-    # Checkpoints run beside the writer (storage/checkpointer.py), not inside a commit.
+    # Checkpoints run beside the writer (storage/sqlite/checkpointer.py), not inside a commit.
     connection.execute("PRAGMA wal_autocheckpoint = 0")
     connection.set_busy_timeout(5000)
     migrate(connection)

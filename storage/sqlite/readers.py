@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import apsw
-import msgspec
 import trio
+
+from sessionmem.storage.base import GatheredReadStatistics
 
 T = TypeVar("T")
 GATHERED_BATCH = 32  # reads of one trip at most: ~4 ms of file recall, the wait of the last one
@@ -83,13 +84,6 @@ def _run_reads(connection: apsw.Connection, batch: list[_Read[Any]]) -> None:
             read.result = read.fn(connection)
         except Exception as exc:  # its caller's alone
             read.error = exc
-
-
-class GatheredReadStatistics(msgspec.Struct, frozen=True):
-    reads: int
-    trips: int  # to a worker thread and back, one per batch
-    largest_batch: int
-    queued: int
 
 
 class ReadGatherer:

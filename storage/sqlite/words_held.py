@@ -11,7 +11,7 @@ table itself), cut into tokens by the tokenizer the tables are made with
 when every token of it is (``pane_list_live`` is three tokens).
 
 Each function takes a read connection and runs on a reader thread
-(:class:`~sessionmem.storage.readers.ReaderPool`); the SQLite store's async methods wrap them.
+(:class:`~sessionmem.storage.sqlite.readers.ReaderPool`); the SQLite store's async methods wrap them.
 
 Error handling:
     A key whose row does not exist is left out of the answer; SQL errors propagate.
@@ -24,16 +24,16 @@ from collections.abc import Sequence
 import apsw
 
 from sessionmem.records import DOCUMENT_KINDS
-from sessionmem.storage.fulltext import TABLES
-from sessionmem.storage.sqlite_values import all_rows, integer, text, to_json
+from sessionmem.storage.sqlite.fulltext import TABLES
+from sessionmem.storage.sqlite.values import all_rows, integer, text, to_json
 
-# The full-text tables' tokenizer (storage/schema.py, tokenize=...): tests/test_search.py checks they agree.
+# The full-text tables' tokenizer (storage/sqlite/schema.py, tokenize=...): tests/test_search.py checks they agree.
 TOKENIZER = ("porter", ("unicode61", "remove_diacritics", "2"))
 
 
 def words_held(connection: apsw.Connection, terms: Sequence[str],
                keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], float]:
-    """The share (0 to 1) of ``terms`` (a query's words, as ``fulltext.query_terms`` makes them) each of
+    """The share (0 to 1) of ``terms`` (a query's words, as ``search_terms.query_terms`` makes them) each of
     ``keys`` holds, by key."""
     name, arguments = TOKENIZER
     tokenizer = connection.fts5_tokenizer(name, list(arguments))

@@ -1,7 +1,7 @@
 """Search of the team database: full text (tsvector, GIN), nearest vectors (pgvector, HNSW), and cards.
 
-Each function takes a read connection of :class:`~sessionmem.storage.pg_connections.TeamConnections`
-and runs in a worker thread; :class:`~sessionmem.storage.pg_store.TeamStore` wraps them.
+Each function takes a read connection of :class:`~sessionmem.storage.pg.connections.TeamConnections`
+and runs in a worker thread; :class:`~sessionmem.storage.pg.store.TeamStore` wraps them.
 Answers are shaped as the SQLite store's: :class:`~sessionmem.records.RankedKey`
 (kind, row id, score; higher is better), honouring the same
 :class:`~sessionmem.records.SearchFilters` (project, kinds, types, since/until, file,
@@ -11,7 +11,7 @@ concept, Claude session, and origin where the filters have one), plus ``keys``: 
 Full text: a query is parsed by ``websearch_to_tsquery('english', ...)`` (any text a
 user types is a valid query: quotes make phrases, ``-`` excludes, ``or`` alternates).
 Documents matching it (every word) come first, ranked by ``ts_rank`` over the weighted
-``search`` column (pg_schema version 2), at most the newest :data:`CANDIDATES` matches
+``search`` column (schema version 2 of :mod:`~sessionmem.storage.pg.schema`), at most the newest :data:`CANDIDATES` matches
 of each kind; when they are fewer than ``limit``, documents
 holding only some of the query's words follow (each word a ``plainto_tsquery``,
 never parsed as syntax), as the SQLite store ranks a typed search -- unless the query
@@ -52,11 +52,11 @@ from sessionmem.records import (
     origin_label,
 )
 from sessionmem.storage.boundary import clean_text
-from sessionmem.storage.cards import card_of_row
-from sessionmem.storage.fulltext import file_name, file_params, query_terms
-from sessionmem.storage.pg_connections import Connection
-from sessionmem.storage.pg_schema import VECTOR_DIMENSIONS
+from sessionmem.storage.pg.connections import Connection
+from sessionmem.storage.pg.schema import VECTOR_DIMENSIONS
 from sessionmem.storage.record_rules import MAX_ITEM_CHARS, MAX_ITEMS, MAX_TITLE_CHARS, latest_moment
+from sessionmem.storage.search_terms import file_name, file_params, query_terms
+from sessionmem.storage.sqlite.cards import card_of_row
 from sessionmem.storage.team_records import Origin
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ VECTOR_KINDS = (OBSERVATION, SUMMARY)
 # Ranking costs what the rows it scores cost (ts_rank reads each one's tsvector), and a
 # query of common words matches a good part of a large store: each kind ranks at most its
 # newest CANDIDATES matches (the rows holding a rarer word are fewer: all of them, then).
-# SQLite keeps a query's rarer words instead (storage/fulltext.py MATCH_BUDGET); here recent
+# SQLite keeps a query's rarer words instead (storage/sqlite/fulltext.py MATCH_BUDGET); here recent
 # memories win, which is what a memory search of common words wants most. ts_rank's
 # normalization 1 divides by 1 + the log of the document's length, as bm25 favours the
 # shorter of two documents holding a word as often.
@@ -241,7 +241,7 @@ def team_card(kind: str, values: tuple[Any, ...], origin: str, *, now: float | N
     no secret (:func:`~sessionmem.storage.boundary.clean_text`, the default rules), a title within the
     import's cap and a body within :data:`CARD_TEXT_CHARS`, an observation type the pages know, a time clamped to now plus the skew
     (:mod:`~sessionmem.storage.record_rules`) -- and checked for instruction-like text
-    (:func:`~sessionmem.storage.cards.card_of_row`), which is never shown as its title
+    (:func:`~sessionmem.storage.sqlite.cards.card_of_row`), which is never shown as its title
     (:func:`~sessionmem.protocol.instructions.withhold`). A row whose lists are not lists of strings has no card.
     """
     try:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import apsw
 
 from sessionmem.protocol.instructions import instruction_like
-from sessionmem.storage.sqlite_values import all_rows, integer, one_row, text
+from sessionmem.storage.sqlite.values import all_rows, integer, one_row, text
 
 _V1 = """
 CREATE TABLE sessions (
@@ -287,7 +287,7 @@ CREATE INDEX sessions_share_file ON sessions (project_key, project) WHERE share_
 """
 
 # The sessions this machine changed, in the order it changed them, for the team push
-# (storage/team_sync.py): a session's row is re-pushed when its status, times, first prompt or
+# (storage/sqlite/team_rows.py): a session's row is re-pushed when its status, times, first prompt or
 # project key change. Its ``updated_at`` cannot serve as the cursor: it is the time of the
 # event, not of the write, and an actor may store a session's completion after another
 # session's later prompt. One row a session (replaced: a new ``seq``, always the largest),

@@ -2,7 +2,7 @@
 observation, a summary or a prompt; the text each document's vector is made from; and timelines.
 
 Each function takes a read connection and runs on a reader thread
-(:class:`~sessionmem.storage.readers.ReaderPool`); the SQLite store's async methods wrap them.
+(:class:`~sessionmem.storage.sqlite.readers.ReaderPool`); the SQLite store's async methods wrap them.
 
 Error handling:
     A key whose row does not exist is left out of the answer; SQL errors propagate.
@@ -18,9 +18,9 @@ import apsw
 
 from sessionmem.protocol.instructions import instruction_like
 from sessionmem.records import DOCUMENT_KINDS, OBSERVATION, PROMPT, SUMMARY, Document, DocumentCard, Provenance
-from sessionmem.storage.fulltext import ALIASES, PROJECT_COLUMNS, TABLES
-from sessionmem.storage.origins import label_sql, origin_condition
-from sessionmem.storage.sqlite_values import all_rows, flag, integer, optional_row, real, text, text_list, to_json
+from sessionmem.storage.sqlite.fulltext import ALIASES, PROJECT_COLUMNS, TABLES
+from sessionmem.storage.sqlite.origins import label_sql, origin_condition
+from sessionmem.storage.sqlite.values import all_rows, flag, integer, optional_row, real, text, text_list, to_json
 
 if TYPE_CHECKING:
     from apsw import SQLiteValues

@@ -1,9 +1,9 @@
 """File memories of the SQLite store: what the memory holds about a file a session is using, answered
 on PostToolUse of that file, and :func:`recalled_as`, the same rule in Python for the rows kept in
-memory (:mod:`sessionmem.storage.file_memory_cache`).
+memory (:mod:`sessionmem.storage.sqlite.file_memory_cache`).
 
 Each reading function takes a read connection and runs on a reader thread (file recall's
-are gathered: :class:`~sessionmem.storage.readers.ReadGatherer`); the SQLite store's async
+are gathered: :class:`~sessionmem.storage.sqlite.readers.ReadGatherer`); the SQLite store's async
 methods wrap them.
 
 Error handling:
@@ -19,9 +19,11 @@ import apsw
 import msgspec
 
 from sessionmem.records import CompressedObservation, FileMemory
-from sessionmem.storage.fulltext import basename_collation, file_matches, file_params
-from sessionmem.storage.origins import label_sql
-from sessionmem.storage.sqlite_values import one_row, text
+from sessionmem.settings import Backend
+from sessionmem.storage.search_terms import file_params
+from sessionmem.storage.sqlite.fulltext import basename_collation, file_matches
+from sessionmem.storage.sqlite.origins import label_sql
+from sessionmem.storage.sqlite.values import one_row, text
 
 # How many of a file's newest uses (by whole path, and again by path end) file recall
 # looks at: its cost is bounded by this, not by how much the project has stored.
@@ -31,7 +33,7 @@ FILE_LOOKBACK = 200
 def recallable_files(observation: CompressedObservation) -> tuple[str, ...]:
     """The files whose :func:`file_memories` can answer with ``observation`` (the rule of its ``HAVING``):
     an offline compressor's mere read of a file is never recalled for that file."""
-    if observation.type == "discovery" and observation.compressor == "offline":
+    if observation.type == "discovery" and observation.compressor == Backend.OFFLINE:
         return observation.files_modified
     return (*observation.files_read, *observation.files_modified)
 
@@ -55,7 +57,7 @@ def file_memories(connection: apsw.Connection, project: str, path: str, *, exclu
 
     :func:`file_memory_rows` reads, :func:`choose_file_memories` chooses; the worker keeps
     the rows of every session and chooses for each asking session
-    (:class:`~sessionmem.storage.file_memory_cache.FileRecallCache`).
+    (:class:`~sessionmem.storage.sqlite.file_memory_cache.FileRecallCache`).
     """
     rows = file_memory_rows(connection, project, path, exclude_session=exclude_session, most=limit * 4,
                             lookback=lookback, fold_case=fold_case)
@@ -80,7 +82,7 @@ def file_memory_rows(connection: apsw.Connection, project: str, path: str, *, ex
     ``fold_case`` (a disk that ignores case): the file's name matches in any ASCII case too, so
     ``/users/me/proj/readme.md`` finds what was stored of ``/Users/me/Proj/README.md``, whichever
     spelling each was stored under, through the store's ``NOCASE`` index of names
-    (:data:`~sessionmem.storage.fulltext.BASENAME_NOCASE_INDEX`).
+    (:data:`~sessionmem.storage.sqlite.fulltext.BASENAME_NOCASE_INDEX`).
     """
     params: dict[str, Any] = {**file_params(path), "project": project, "session": exclude_session,
                               "most": most, "lookback": lookback}

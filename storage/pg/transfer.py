@@ -1,9 +1,9 @@
 """Shared rows into the team database and out of it: the upserts of a push and the reads of a pull.
 
-Each function runs on a connection of :class:`~sessionmem.storage.pg_connections.TeamConnections`
+Each function runs on a connection of :class:`~sessionmem.storage.pg.connections.TeamConnections`
 (the writer for :func:`push_rows`, a reader for :func:`pull_rows`) in a worker thread,
 and makes its own transactions. The conflict rule the upserts follow and the pull order
-are stated in :mod:`sessionmem.storage.pg_store`.
+are stated in :mod:`sessionmem.storage.pg.store`.
 
 A pull reads in two steps: where the next rows are and how many bytes of text each holds,
 then the rows a batch can hold (:data:`PULL_BATCH_BYTES`); each is decoded as an import
@@ -22,10 +22,10 @@ import msgspec
 import numpy as np
 from psycopg.types.json import Jsonb
 
-from sessionmem.storage.pg_connections import Connection
-from sessionmem.storage.pg_schema import VECTOR_DIMENSIONS
+from sessionmem.storage.export_records import ObservationRecord, PromptRecord, Record, SessionRecord, SummaryRecord
+from sessionmem.storage.pg.connections import Connection
+from sessionmem.storage.pg.schema import VECTOR_DIMENSIONS
 from sessionmem.storage.team_records import NAME_KEY_PREFIX, PullCursor, SharedRow
-from sessionmem.storage.transfer import ObservationRecord, PromptRecord, Record, SessionRecord, SummaryRecord
 
 
 class PushCounts(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,7 +48,7 @@ def display_name(project_key: str) -> str:
 
 _ORIGIN_COLUMNS = "project_key, project, origin_machine_id, origin_machine, origin_user"
 
-# The session merge (pg_store's conflict rule), each column from the stored row ``s`` and the
+# The session merge (the conflict rule of :mod:`~sessionmem.storage.pg.store`), each column from the stored row ``s`` and the
 # pushed one, EXCLUDED.
 _MERGED = {
     "status": ("CASE WHEN 'completed' IN (s.status, EXCLUDED.status) THEN 'completed'"
@@ -146,7 +146,7 @@ def _identity(row: SharedRow) -> tuple[Any, ...]:
 
 def push_rows(connection: Connection, rows: Sequence[SharedRow]) -> PushCounts:
     """Upsert ``rows`` in one transaction, sessions first, then prompts, observations and summaries (each
-    kind in the order of its identity); see pg_store's conflict rule."""
+    kind in the order of its identity); see the conflict rule of :mod:`~sessionmem.storage.pg.store`."""
     by_statement: dict[str, list[tuple[Any, ...]]] = {statement: [] for statement in _PUSH_ORDER}
     # Each kind in the order of its identity: concurrent pushes of the same rows (one session
     # resumed on two machines) take their row locks in one order, and never deadlock.
@@ -258,7 +258,7 @@ def _shared_row(table: str, found: Sequence[Any]) -> SharedRow:
 def pull_rows(connection: Connection, cursor: PullCursor, *, keys: Collection[str] | None, exclude_machine_id: str,
               limit: int) -> PullBatch:
     """The next rows after ``cursor`` in pull order (at most ``limit``, and :data:`PULL_BATCH_BYTES` of
-    text), each decoded as an import decodes a record; see pg_store.
+    text), each decoded as an import decodes a record; see :mod:`~sessionmem.storage.pg.store`.
 
     A row that does not decode, or is larger than a batch (not read, then), is in ``refused``; the
     cursor moves past it all the same.

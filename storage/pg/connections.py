@@ -4,7 +4,7 @@
   ``CapacityLimiter(1)`` (:meth:`TeamConnections.write`): a transaction begins and ends
   inside one synchronous function, never across an ``await``. It is opened lazily, at the
   first write (or the first read), which also applies the schema migrations
-  (:mod:`sessionmem.storage.pg_schema`); a connection found lost is dropped and the next
+  (:mod:`sessionmem.storage.pg.schema`); a connection found lost is dropped and the next
   call opens another.
 - The readers: at most ``readers`` connections, each lent to one worker thread at a
   time (:meth:`TeamConnections.read`), made when a read finds none idle and kept idle
@@ -29,7 +29,7 @@ Error handling:
     A database that cannot be reached (within ``connect_timeout_s``), a connection lost
     or refused, a database of a newer schema, and one whose schema cannot be made (the
     user may not create the vector extension) all raise :class:`TeamUnavailable`. Its message never holds the password, nor the URL
-    (:func:`sanitized`), and it is raised ``from None`` so that no chained psycopg error
+    (:func:`~sessionmem.protocol.credentials.sanitized`), and it is raised ``from None`` so that no chained psycopg error
     carries them into a log. A write that finds its (older) connection lost is tried once
     more on a new one before giving up (every write of the team store is idempotent), and
     so is a read that finds its idle connection lost; a write the server rolled back (a
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -54,7 +53,8 @@ from pgvector.psycopg import register_vector
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 
-from sessionmem.storage.pg_schema import TeamSchemaTooNew, migrate
+from sessionmem.protocol.credentials import sanitized
+from sessionmem.storage.pg.schema import TeamSchemaTooNew, migrate
 
 T = TypeVar("T")
 Connection = psycopg.Connection[tuple[Any, ...]]
@@ -66,8 +66,6 @@ CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 # says otherwise); libpq counts connect_timeout in whole seconds, at least 2.
 _KEEPALIVES = {"keepalives": "1", "keepalives_idle": "10", "keepalives_interval": "5", "keepalives_count": "3"}
 _ROLLBACK_ATTEMPTS = 5  # a write the server rolls back (deadlock, serialization) is tried this often
-_URL_PASSWORD = re.compile(r"(postgres(?:ql)?://[^:/@\s]*):[^@\s]*@")
-_PASSWORD_PARAMETER = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
 
 class TeamUnavailable(Exception):
@@ -81,21 +79,6 @@ class ConnectionStatistics(msgspec.Struct, frozen=True, kw_only=True):
     connects: int  # writer connections opened
     failures: int  # calls that ended in TeamUnavailable
     last_error: str | None  # sanitized
-
-
-def sanitized(message: str, url: str) -> str:
-    """``message`` without the password or the URL of ``url`` in any spelling psycopg or libpq use."""
-    secrets = [url]
-    try:
-        password = conninfo_to_dict(url).get("password")
-    except psycopg.ProgrammingError:
-        password = None
-    if password:
-        secrets.append(str(password))
-    for secret in sorted(filter(None, secrets), key=len, reverse=True):
-        message = message.replace(secret, "***")
-    message = _URL_PASSWORD.sub(r"\1:***@", message)
-    return _PASSWORD_PARAMETER.sub(r"\1***", message)
 
 
 class Transport(msgspec.Struct, frozen=True, kw_only=True):

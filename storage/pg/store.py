@@ -4,11 +4,11 @@ Each machine keeps its whole memory in its local SQLite store; the team database
 the shared projects' rows of every machine. A machine pushes its own rows
 (:meth:`TeamStore.push`) and pulls the others' (:meth:`TeamStore.pull`); PostgreSQL is
 never on a hook's or a local read's path. The schema and its migrations are in
-:mod:`sessionmem.storage.pg_schema`, the statements in :mod:`sessionmem.storage.pg_transfer`
-and :mod:`sessionmem.storage.pg_search`, the connections in
-:mod:`sessionmem.storage.pg_connections`.
+:mod:`sessionmem.storage.pg.schema`, the statements in :mod:`sessionmem.storage.pg.transfer`
+and :mod:`sessionmem.storage.pg.search`, the connections in
+:mod:`sessionmem.storage.pg.connections`.
 
-Identity between machines (the export format's, :mod:`sessionmem.storage.transfer`): a
+Identity between machines (the export format's, :mod:`sessionmem.storage.export_records`): a
 session is its Claude session id; a prompt its session and number; an observation its
 session and tool use id; a summary its session, prompt number and creation time. A
 project is its :func:`~sessionmem.storage.team_records.shared_key`.
@@ -36,12 +36,12 @@ rows, so a transaction that commits after a later one's rows were pulled is stil
 (``exclude_machine_id``; for sessions, those it changed last) and, with ``keys``, the
 projects it does not share. Pulled rows come without their vectors: the puller's local
 index embeds what it imports. Each row is decoded by the rules of an import (the record
-types of :mod:`~sessionmem.storage.transfer`, the caps of
+types of :mod:`~sessionmem.storage.export_records`, the caps of
 :mod:`~sessionmem.storage.record_rules`); a row that breaks them, or is larger than a
 batch, is refused (which row and why, never its content), and the cursor moves past it.
 
 Resource handling:
-    :func:`open_team_store` owns the connections (:class:`~sessionmem.storage.pg_connections.TeamConnections`):
+    :func:`open_team_store` owns the connections (:class:`~sessionmem.storage.pg.connections.TeamConnections`):
     none is opened before a call needs one, and leaving the block closes them (a write in
     progress finishes first).
 
@@ -64,12 +64,13 @@ import numpy as np
 import trio
 
 from sessionmem.records import RankedKey, SearchFilters
-from sessionmem.storage import boundary, pg_search, pg_transfer
-from sessionmem.storage.pg_connections import Connection, TeamConnections, TeamUnavailable
-from sessionmem.storage.pg_schema import schema_version
-from sessionmem.storage.pg_search import TeamCard
-from sessionmem.storage.pg_text import text_without_nul, without_nul
-from sessionmem.storage.pg_transfer import PullBatch, PushCounts, RefusedRow
+from sessionmem.storage import boundary
+from sessionmem.storage.pg import search, transfer
+from sessionmem.storage.pg.connections import Connection, TeamConnections, TeamUnavailable
+from sessionmem.storage.pg.schema import schema_version
+from sessionmem.storage.pg.search import TeamCard
+from sessionmem.storage.pg.text import text_without_nul, without_nul
+from sessionmem.storage.pg.transfer import PullBatch, PushCounts, RefusedRow
 from sessionmem.storage.team_records import PullCursor, SharedRow
 
 __all__ = ["PullBatch", "PushCounts", "RefusedRow", "TeamCard", "TeamCheck", "TeamStore", "TeamStoreStatistics", "TeamUnavailable",
@@ -140,7 +141,7 @@ class TeamStore:
         rows = await boundary.cleaned_off_thread(boundary.clean_rows, rows)  # whatever redact_secrets says here
         rows = [msgspec.structs.replace(row, record=without_nul(row.record), origin=without_nul(row.origin),
                                         project_key=text_without_nul(row.project_key)) for row in rows]
-        counts = await self._connections.write(partial(pg_transfer.push_rows, rows=rows))
+        counts = await self._connections.write(partial(transfer.push_rows, rows=rows))
         self._pushes += 1
         self._rows_pushed += len(rows)
         return counts
@@ -148,11 +149,11 @@ class TeamStore:
     async def pull(self, cursor: PullCursor, *, keys: Collection[str] | None, exclude_machine_id: str,
                    limit: int) -> PullBatch:
         """The next rows of other machines after ``cursor`` (of the projects ``keys``; ``None``: all), in pull
-        order, at most ``limit`` and :data:`~sessionmem.storage.pg_transfer.PULL_BATCH_BYTES` of them; the
+        order, at most ``limit`` and :data:`~sessionmem.storage.pg.transfer.PULL_BATCH_BYTES` of them; the
         rows that broke the rules of an import (refused, with why); and the cursor to pull from next time,
         past both (``cursor`` itself when there is none)."""
         batch = await self._connections.read(partial(
-            pg_transfer.pull_rows, cursor=cursor, keys=_keys(keys), exclude_machine_id=exclude_machine_id, limit=limit))
+            transfer.pull_rows, cursor=cursor, keys=_keys(keys), exclude_machine_id=exclude_machine_id, limit=limit))
         self._pulls += 1
         self._rows_pulled += len(batch.rows)
         self._rows_refused += len(batch.refused)
@@ -164,11 +165,11 @@ class TeamStore:
 
     async def search_text(self, query: str, filters: SearchFilters, limit: int, *,
                           keys: Collection[str] | None = None) -> list[RankedKey]:
-        """Full-text search, as the SQLite store's (see :func:`pg_search.search_text`); ``keys``: only
+        """Full-text search, as the SQLite store's (see :func:`search.search_text`); ``keys``: only
         those projects."""
         if limit <= 0 or not query.strip():
             return []
-        return await self._connections.read(partial(pg_search.search_text, query=text_without_nul(query),
+        return await self._connections.read(partial(search.search_text, query=text_without_nul(query),
                                                     filters=without_nul(filters), limit=limit, keys=_keys(keys)))
 
     async def nearest(self, vector: np.ndarray, k: int, filters: SearchFilters, *, model: str,
@@ -177,7 +178,7 @@ class TeamStore:
         score: cosine similarity."""
         if k <= 0:
             return []
-        return await self._connections.read(partial(pg_search.nearest, vector=vector, k=k,
+        return await self._connections.read(partial(search.nearest, vector=vector, k=k,
                                                     filters=without_nul(filters), model=text_without_nul(model),
                                                     keys=_keys(keys)))
 
@@ -185,7 +186,7 @@ class TeamStore:
         """The cards of the rows ``keys`` (their ids in the team database) that exist, with their origin."""
         if not keys:
             return {}
-        return await self._connections.read(partial(pg_search.cards, keys=keys))
+        return await self._connections.read(partial(search.cards, keys=keys))
 
 
 def _keys(keys: Collection[str] | None) -> list[str] | None:

@@ -1,6 +1,6 @@
 """Text as PostgreSQL can hold it: without NUL characters (its ``text`` cannot hold one; SQLite's can).
 
-Every text :class:`~sessionmem.storage.pg_store.TeamStore` sends -- a pushed row, a query,
+Every text :class:`~sessionmem.storage.pg.store.TeamStore` sends -- a pushed row, a query,
 a filter -- goes through here, so a NUL becomes U+FFFD on the way in whichever way it came,
 and a filter names a row the way the row was stored.
 """

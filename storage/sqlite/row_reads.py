@@ -2,7 +2,7 @@
 and parked events, as the worker's routes, actors and the context at SessionStart read them.
 
 Each function takes a read connection and runs on a reader thread with a pooled read
-connection (:class:`~sessionmem.storage.readers.ReaderPool`); some run several reads in one
+connection (:class:`~sessionmem.storage.sqlite.readers.ReaderPool`); some run several reads in one
 job, inside one :func:`snapshot`, since every thread hop costs a trip through the GIL.
 
 Error handling:
@@ -35,9 +35,10 @@ from sessionmem.records import (
     SummaryInputs,
     SummaryRow,
 )
-from sessionmem.storage.fulltext import keep_matching, query_terms
-from sessionmem.storage.origins import label_sql, origin_condition
-from sessionmem.storage.sqlite_values import (
+from sessionmem.storage.search_terms import query_terms
+from sessionmem.storage.sqlite.fulltext import keep_matching
+from sessionmem.storage.sqlite.origins import label_sql, origin_condition
+from sessionmem.storage.sqlite.values import (
     all_rows,
     blob,
     flag,

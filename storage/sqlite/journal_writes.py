@@ -30,8 +30,8 @@ from sessionmem.events import (
     event_kind,
 )
 from sessionmem.storage.base import Accepted, InitAccepted, KeyReused
-from sessionmem.storage.row_reads import journal_envelope
-from sessionmem.storage.sqlite_values import all_rows, integer, one_row, optional_row, placeholders, text, to_json
+from sessionmem.storage.sqlite.row_reads import journal_envelope
+from sessionmem.storage.sqlite.values import all_rows, integer, one_row, optional_row, placeholders, text, to_json
 
 
 def _load_session(connection: apsw.Connection, claude_session_id: str) -> tuple[int, int, str] | None:

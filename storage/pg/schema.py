@@ -8,7 +8,7 @@ database of a newer version than this code is refused (:class:`TeamSchemaTooNew`
 never changed.
 
 Tables: ``sessions``, ``prompts``, ``observations``, ``summaries``, one row per record of
-the export format (:mod:`sessionmem.storage.transfer`) and keyed by its identity rules
+the export format (:mod:`sessionmem.storage.export_records`) and keyed by its identity rules
 between machines: a session by its Claude session id; a prompt by (session, number); an
 observation by (session, tool use id); a summary by (session, prompt number, created
 at). No foreign keys: a row may arrive before its session's. Every row carries its
@@ -23,10 +23,10 @@ carry the embedder's ``vector`` (384 dimensions, NULL until a vector is pushed) 
 directory, a path of one machine, is not a column: it never leaves the machine.
 
 Indexes on ``created_at`` (alone, and after the project's name or key) serve the newest
-rows first: lists, and full-text search's newest candidates (:mod:`sessionmem.storage.pg_search`).
+rows first: lists, and full-text search's newest candidates (:mod:`sessionmem.storage.pg.search`).
 
 Version 2 adds search: a generated, stored ``search`` tsvector per searchable table over
-the fields SQLite's FTS5 tables index (:mod:`sessionmem.storage.schema`), weighted as
+the fields SQLite's FTS5 tables index (:mod:`sessionmem.storage.sqlite.schema`), weighted as
 their bm25 weights rank them (titles and requests first), with a GIN index; and an
 HNSW index (cosine) on each ``vector`` column.
 
@@ -140,7 +140,7 @@ CREATE TABLE summaries (
 {_row_indexes("summaries")}"""
 
 # Search. The weights follow the bm25 column weights of SQLite's full-text tables
-# (storage/fulltext.py TABLES): A > B > C > D. ``to_tsvector`` of a jsonb array indexes
+# (storage/sqlite/fulltext.py TABLES): A > B > C > D. ``to_tsvector`` of a jsonb array indexes
 # its strings (facts, concepts), as FTS5 indexed their JSON text. 'english': stems as
 # FTS5's porter tokenizer does, and drops English stopwords.
 _V2 = """

@@ -1,13 +1,13 @@
 """File recall's rows, kept for every session and kept up to date as observations are stored.
 
 Every PostToolUse of a file asks for the file's past
-(:func:`~sessionmem.storage.file_memories.file_memories`), and a session reads and edits the
+(:func:`~sessionmem.storage.sqlite.file_memories.file_memories`), and a session reads and edits the
 same files again and again. Sessions of a project work on the same files too, so what is
 kept is not one session's answer but the rows every session's answer is chosen from
-(:func:`~sessionmem.storage.file_memories.file_memory_rows` of every session,
+(:func:`~sessionmem.storage.sqlite.file_memories.file_memory_rows` of every session,
 :data:`ROWS_KEPT` at most): a session asking for a file another session asked for reads
 nothing. When observations are stored, each joins the front of the rows kept for the files
-a lookup would find it for (:func:`~sessionmem.storage.file_memories.recalled_as`, the
+a lookup would find it for (:func:`~sessionmem.storage.sqlite.file_memories.recalled_as`, the
 lookup's SQL rule in Python, tested against it): the rows stay what a fresh read would
 give, and nobody reads again. A store by one session therefore never drops the rows
 another session reads. (Kept rows may still hold an observation that a fresh lookup would
@@ -35,11 +35,11 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import msgspec
-
 from sessionmem.records import CompressedObservation, FileMemory
-from sessionmem.storage.file_memories import recallable_files, recalled_as
-from sessionmem.storage.fulltext import ascii_folded, file_name
+from sessionmem.storage.base import FileRecallCacheStatistics
+from sessionmem.storage.search_terms import file_name
+from sessionmem.storage.sqlite.file_memories import recallable_files, recalled_as
+from sessionmem.storage.sqlite.fulltext import ascii_folded
 
 CAPACITY = 4096
 # Stores remembered for rows read while they committed: a read takes milliseconds, and under the
@@ -50,13 +50,6 @@ STORES_KNOWN = 256
 ROWS_KEPT = 64
 
 Key = tuple[str, str]  # project, path as asked (in lower case where names match in any case)
-
-
-class FileRecallCacheStatistics(msgspec.Struct, frozen=True):
-    entries: int
-    hits: int
-    misses: int
-    dropped: int  # rows dropped: memories were imported
 
 
 def _names_of_stored(path: str, fold_case: bool) -> set[str]:
@@ -137,7 +130,7 @@ class FileRecallCache:
                observations: Sequence[tuple[int, float, CompressedObservation]]) -> None:
         """Observations of ``claude_session_id`` in ``project`` were committed, with their ids and
         times: each joins the front of the rows kept for every file a lookup of which would find it
-        (:func:`~sessionmem.storage.file_memories.recalled_as`), as a fresh read would have it there."""
+        (:func:`~sessionmem.storage.sqlite.file_memories.recalled_as`), as a fresh read would have it there."""
         names = frozenset(name for _, _, observation in observations for path in recallable_files(observation)
                           for name in _names_of_stored(path, self.fold_case))
         if not names:

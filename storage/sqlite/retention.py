@@ -21,21 +21,11 @@ import os
 from pathlib import Path
 
 import apsw
-import msgspec
 
-from sessionmem.storage.sqlite_values import all_rows, integer, one_row
+from sessionmem.storage.base import StorageReport
+from sessionmem.storage.sqlite.values import all_rows, integer, one_row
 
 PRUNE_BATCH = 500  # journal entries rewritten per transaction: other writers wait at most this long
-
-
-class StorageReport(msgspec.Struct, frozen=True, kw_only=True):
-    database_bytes: int
-    wal_bytes: int
-    observations: int
-    raw_payload_bytes: int  # journal payloads still holding raw tool data
-    raw_payloads: int
-    auto_vacuum: str  # incremental | none (pruning frees pages for reuse; `prune --vacuum` gives them back)
-    free_pages: int
 
 
 def prune_payloads(connection: apsw.Connection, before: float, *, after_id: int = 0,

@@ -7,7 +7,7 @@ and summaries are read by row id (ids only grow, and the one writer commits them
 order: a reader that sees an id sees every smaller one); sessions by the order this
 machine changed them (``team_session_changes``, schema version 8). A batch holds the
 session record of each of its rows' sessions, ahead of them, so the team database always
-knows a row's session. Rows are turned into :mod:`~sessionmem.storage.transfer` records,
+knows a row's session. Rows are turned into :mod:`~sessionmem.storage.export_records` records,
 and :class:`~sessionmem.storage.team_records.SharedRow` s by the caller: a session's
 ``cwd`` (a path of this machine) never leaves it, and the paths of this machine in the
 records' texts are rewritten (:mod:`~sessionmem.storage.local_paths`). Whether a project is shared is the
@@ -23,7 +23,7 @@ before is copied by ``sessionmem share push`` (a cursor per project, ``share:<pr
 not pushed behind the user's back.
 
 **Pulled rows** are imported (:func:`import_pulled`) with their origin and their
-project's key, idempotently (the identity rules of :mod:`~sessionmem.storage.transfer`),
+project's key, idempotently (the identity rules of :mod:`~sessionmem.storage.export_records`),
 and the pull cursor moves in the same transaction: a crash either keeps both or neither.
 A pulled row goes only into a project the pull asked for (:func:`lands_where_asked`).
 
@@ -43,11 +43,12 @@ from typing import Literal
 import apsw
 import msgspec
 
-from sessionmem.storage import transfer
+from sessionmem.storage.export_records import ImportCounts, PromptRecord, Record
 from sessionmem.storage.local_paths import without_local_paths
-from sessionmem.storage.sqlite_values import all_rows, flag, integer, one_row, optional_row, real, text
+from sessionmem.storage.sqlite import export_import
+from sessionmem.storage.sqlite.export_import import PulledFrom
+from sessionmem.storage.sqlite.values import all_rows, flag, integer, one_row, optional_row, real, text
 from sessionmem.storage.team_records import NAME_KEY_PREFIX, PullCursor, SharedRow, shared_key
-from sessionmem.storage.transfer import ImportCounts, PulledFrom, Record
 
 MACHINE_ID = "machine_id"  # this data dir's identity in the team database, made once
 OUTBOX = "push"  # the outbox's cursor (an OutboxCursor)
@@ -198,7 +199,7 @@ def _read_sessions(connection: apsw.Connection, _kind: Kind, bindings: _Bindings
                          f" {_SESSION_COLUMNS} FROM sessions s WHERE s.id > ?1 AND s.id <= ?4 AND s.project = ?3"
                          " ORDER BY s.id LIMIT ?2", bindings)
     for row in found:
-        session = transfer.session_record(row[5:])
+        session = export_import.session_record(row[5:])
         # A session some other machine began (pulled: its cwd stays unknown here) goes along
         # with this machine's rows of it only.
         if row[2] is not None and shared(session.project, text(row[4])) and integer(row[1]) not in sessions:
@@ -210,8 +211,8 @@ def _read_sessions(connection: apsw.Connection, _kind: Kind, bindings: _Bindings
 
 _ROWS = {  # kind: (table, its columns as its record reads them)
     "prompt": ("user_prompts", "o.prompt_number, o.text, o.created_at"),
-    "observation": ("observations", ", ".join(f"o.{c.strip()}" for c in transfer.OBSERVATION_COLUMNS.split(","))),
-    "summary": ("session_summaries", ", ".join(f"o.{c.strip()}" for c in transfer.SUMMARY_COLUMNS.split(","))),
+    "observation": ("observations", ", ".join(f"o.{c.strip()}" for c in export_import.OBSERVATION_COLUMNS.split(","))),
+    "summary": ("session_summaries", ", ".join(f"o.{c.strip()}" for c in export_import.SUMMARY_COLUMNS.split(","))),
 }
 
 
@@ -234,13 +235,13 @@ def _read_rows(connection: apsw.Connection, kind: Kind, bindings: _Bindings, sha
         key = shared_key(text(row[6]), project)
         cwd = text(row[7]) if row[7] is not None else None  # this machine's paths are rewritten out of the texts
         if kind == "prompt":
-            prompt = transfer.PromptRecord(claude_id, integer(row[8]), text(row[9]), real(row[10]))
+            prompt = PromptRecord(claude_id, integer(row[8]), text(row[9]), real(row[10]))
             rows.append(OutboxRow(without_local_paths(prompt, cwd=cwd), key))
         elif kind == "observation":
-            record = without_local_paths(transfer.observation_record(claude_id, row[8:]), cwd=cwd)
+            record = without_local_paths(export_import.observation_record(claude_id, row[8:]), cwd=cwd)
             rows.append(OutboxRow(record, key, ("observation", row_id)))
         else:
-            record = without_local_paths(transfer.summary_record(claude_id, row[8:]), cwd=cwd)
+            record = without_local_paths(export_import.summary_record(claude_id, row[8:]), cwd=cwd)
             rows.append(OutboxRow(record, key, ("summary", row_id)))
     return len(found), integer(found[-1][0]) if found else 0
 
@@ -250,7 +251,7 @@ def _sessions(connection: apsw.Connection, session_db_ids: list[int]) -> list[Ou
     found = all_rows(connection, f"SELECT s.project_key, s.cwd, {_SESSION_COLUMNS} FROM sessions s"
                      " WHERE s.id IN (SELECT value FROM json_each(?)) ORDER BY s.id",
                      (msgspec.json.encode(session_db_ids).decode(),))
-    return [OutboxRow(without_local_paths(record := transfer.session_record(row[2:]),
+    return [OutboxRow(without_local_paths(record := export_import.session_record(row[2:]),
                                           cwd=text(row[1]) if row[1] is not None else None),
                       shared_key(text(row[0]), record.project))
             for row in found]
@@ -347,7 +348,7 @@ def import_pulled(connection: apsw.Connection, rows: Sequence[SharedRow], *, cur
         kept.append(row)
         pulled_from.append(PulledFrom(machine=row.origin.machine_shown(),
                                       user=row.origin.user, project_key=key, project=project))
-    counts = transfer.import_records(connection, [row.record for row in kept], now, pulled_from)
+    counts = export_import.import_records(connection, [row.record for row in kept], now, pulled_from)
     if cursor is not None:
         _write(connection, *cursor)
     return PulledImport(counts, misplaced)

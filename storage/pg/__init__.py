@@ -1,0 +1,1 @@
+"""The team database on PostgreSQL (pgvector): its store, schema, connections, statements and search."""

@@ -1,0 +1,1 @@
+"""The local store on SQLite (APSW): the facade, each of its jobs, its connections and schema."""
