@@ -13,7 +13,7 @@ Two sources:
   replayed into two sessions stores it twice).
 
 **No shared words**: a query belongs to that subset when the search's own words of it
-(``storage.sqlite.fulltext.query_terms``) match none of its relevant observations in
+(``storage.search_terms.query_terms``) match none of its relevant observations in
 ``observations_fts``: the tokenizer and Porter stemming of the search, so ``fixing``
 and ``fixed`` count as shared. Full-text search cannot find any answer of these.
 
@@ -45,7 +45,7 @@ import apsw
 import msgspec
 
 from sessionmem.protocol.limits import MAX_QUERY_CHARS
-from sessionmem.storage.sqlite import fulltext
+from sessionmem.storage.search_terms import query_terms
 
 WRITTEN_CATEGORIES = ("paraphrase", "decision", "failure", "file", "lookup")
 PROMPT_CATEGORY = "prompt"
@@ -249,7 +249,7 @@ def prompt_queries(connection: apsw.Connection, scope: str, *, recent: int) -> l
 
 def shares_words(connection: apsw.Connection, text: str, relevant: Iterable[int]) -> bool:
     """Whether any of the search's words of ``text`` is in one of the ``relevant`` observations."""
-    terms = fulltext.query_terms(text)
+    terms = query_terms(text)
     if not terms:
         return False
     expression = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)

@@ -82,6 +82,7 @@ from sessionmem.protocol import client as hook_client  # noqa: E402
 from sessionmem.protocol import oskit, routes  # noqa: E402
 from sessionmem.records import OBSERVATION, PROMPT, SUMMARY, SearchFilters  # noqa: E402
 from sessionmem.replay.convert import ConversionStats  # noqa: E402
+from sessionmem.storage.search_terms import query_terms  # noqa: E402
 from sessionmem.storage.sqlite import cards, fulltext  # noqa: E402
 from sessionmem.storage.sqlite.connection_setup import open_writer  # noqa: E402
 from sessionmem.testing.harness import open_worker  # noqa: E402
@@ -335,7 +336,7 @@ def queries_from(pool: Pool) -> list[str]:
     """Short queries (the first few words of real prompts that have them), as a search tool is asked."""
     found = []
     for prompt in pool.prompts:
-        terms = fulltext.query_terms(prompt)
+        terms = query_terms(prompt)
         if len(terms) >= QUERY_WORDS and all(len(term) < 30 for term in terms[:QUERY_WORDS]):
             found.append(" ".join(terms[:QUERY_WORDS]))
     return list(dict.fromkeys(found))
@@ -343,7 +344,7 @@ def queries_from(pool: Pool) -> list[str]:
 
 def prompt_queries_from(pool: Pool) -> list[str]:
     """Whole real prompts (cut at 500 characters), as SessionStart and prompt injection would use them."""
-    return list(dict.fromkeys(p[:500] for p in pool.prompts if len(fulltext.query_terms(p)) >= 3))
+    return list(dict.fromkeys(p[:500] for p in pool.prompts if len(query_terms(p)) >= 3))
 
 
 def _search_path(query: str, mode: str, limit: int = 20, kind: str = "", project: str = PROJECT) -> str:
@@ -578,7 +579,7 @@ async def _measure_fts(worker: WorkerProcess, queries: list[str], runs: int) -> 
             counts["claude_mem"].append(len(rows))
             started = time.perf_counter()
             # What the worker's fts mode runs in SQL for one page of 20 (and one more, as SearchService asks).
-            keys = fulltext.search_text(database, fulltext.query_terms(query), filters, 21, every_word_first=True)
+            keys = fulltext.search_text(database, query_terms(query), filters, 21, every_word_first=True)
             cards.cards(database, [(key.kind, key.row_id) for key in keys[:20]])
             timer.add("ours_sql_observations", time.perf_counter() - started)
             await client.get(routes.HEALTH, timer, "health_http")
