@@ -14,9 +14,12 @@ within the token budget.
 - **Above the floor.** Ranked by meaning, a memory less similar to the focus than the
   relevance floor (``recall_min_similarity``, as prompt recall's) is not handed over; when
   none clears it, the plan is the most recent work.
-- **No raw activity.** What the offline compressor made of a mere look (a read, a
-  search, a routine command such as ``git status``: where Claude looked, not what it
-  learned) is left out (:func:`is_bare`): the handover says what was done and learned.
+- **No raw activity.** What the offline compressor made of a routine look (a search, a
+  status or listing command such as ``git status``, ``ls`` or ``cat``: where Claude looked,
+  not what it learned) is left out (:func:`is_routine`). A file read stays, after
+  everything else: it names a file the work was about (measured: leaving reads out too
+  cost a quarter of the files the next session needed and gained no precision,
+  bench/README.md).
 - **Told once.** A memory the session was already told (:class:`~sessionmem.search.told.ToldLedger`:
   a resumed session, by its earlier context or recall) is not in the plan again.
 - **Collapsed.** The same action on the same file (``Read src/app.py`` five times, or
@@ -72,7 +75,7 @@ WORD_CANDIDATES = 50  # observations asked of full-text search when there are no
 # recency adds up to this much (the newest of the recent candidates most): among
 # memories about as relevant, the newer first, but never a newer one that is unrelated.
 RECENCY_WEIGHT = 0.1
-# Rows read for each one the plan holds: bare activity (is_bare) is left out after the read.
+# Rows read for each one the plan holds: raw activity (is_routine) is left out after the read.
 READ_AHEAD = 3
 EARLIER_SESSIONS = 5
 # Summaries read to find them: one a turn, so a few turns of each session.
@@ -114,14 +117,21 @@ class ContextPlan(msgspec.Struct, frozen=True):
 
 
 # What the offline compressor makes of a look (a read, a search, a routine command such
-# as `git status` or `ls`) says where Claude looked, not what it learned: such rows are
-# not handed over.
-_LOOKS = ("Read", "Grep", "Glob", "LS")
+# as `git status` or `ls`) says where Claude looked, not what it learned.
+_SEARCHES = ("Grep", "Glob", "LS")
+_LOOKS = ("Read", *_SEARCHES)
 
 
 def is_bare(row: ObservationRow) -> bool:
+    """A look: a read, a search or a routine command, as the offline compressor describes it."""
     return row.compressor == "offline" and row.type == "discovery" and (
         row.tool_name in _LOOKS or ROUTINE_CONCEPT in row.concepts)
+
+
+def is_routine(row: ObservationRow) -> bool:
+    """Raw activity, never handed over: a search, or a routine command (``compress/commands.py``)."""
+    return row.compressor == "offline" and row.type == "discovery" and (
+        row.tool_name in _SEARCHES or ROUTINE_CONCEPT in row.concepts)
 
 
 def collapse_key(row: ObservationRow) -> tuple[str, str]:
@@ -187,8 +197,9 @@ class ContextPlanner:
             chosen, _, relevant = await self._choose(candidates, recent, filters, None)
         if not relevant:
             ranking = "recency"
-        rows = [row for row in chosen.observations if row.created_at <= not_after and not is_bare(row)]
+        rows = [row for row in chosen.observations if row.created_at <= not_after and not is_routine(row)]
         rows = rows[: self._observations]
+        rows = [row for row in rows if not is_bare(row)] + [row for row in rows if is_bare(row)]  # telling first
         sessions = {row.claude_session_id: row for row in chosen.sessions}
         latest, earlier = earlier_sessions(start.summaries, not_after=not_after)
         return ContextPlan(project, latest, focus if ranking != "recency" else "", ranking, group(rows, sessions),

@@ -21,7 +21,8 @@ Precision first: a wrong memory costs more than none.
   an earlier prompt or a file, is not told again.
 - **No raw activity**: an offline compressor's bare look (a read, a search, a routine
   command such as ``git status``: :func:`~sessionmem.search.context.is_bare`) says where
-  Claude looked, not what it learned, and is never recalled.
+  Claude looked, not what it learned, and is never recalled (a read named in the
+  SessionStart context is there for the file it names).
 
 Everything printed is neutralized like the SessionStart context and framed the same way
 (:mod:`sessionmem.protocol.framing`): inside the same tag, which the worker strips from
