@@ -310,6 +310,24 @@ def test_hook_timeout_bounds_a_hanging_worker(tmp_path: Path, payloads: list[dic
     assert elapsed < 4.0
 
 
+def test_the_prompt_hook_fails_open_within_its_deadline(tmp_path: Path, payloads: list[dict[str, Any]]) -> None:
+    """Prompt recall is on by default: the UserPromptSubmit hook waits for the worker's answer, and no longer
+    than its budget (the worker's own recall budget, 0.5 s, is well inside the hook's default 2 s)."""
+    import socket
+
+    with socket.socket() as listener:  # accepts connections, never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        port = listener.getsockname()[1]
+        started = time.monotonic()
+        result = run_hook("UserPromptSubmit", by_event(payloads, "UserPromptSubmit"), tmp_path,
+                          SESSIONMEM_PORT=str(port), SESSIONMEM_HOOK_TIMEOUT="0.5")
+        elapsed = time.monotonic() - started
+    assert_silent_success(result)  # no recall, no error: Claude Code goes on
+    assert "timed out" in (tmp_path / "hooks.log").read_text()
+    assert elapsed < 4.0
+
+
 def test_unit_project_identity(tmp_path: Path) -> None:
     from sessionmem.protocol.project import project_of
 
