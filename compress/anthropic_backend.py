@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from sessionmem.compress.llm import HTTPCompressor
 from sessionmem.compress.transport import http_transport
-from sessionmem.settings import Settings
+from sessionmem.settings import AUTO, Backend, Settings
 
 if TYPE_CHECKING:
     import anthropic
@@ -63,7 +63,7 @@ def default_client(settings: Settings) -> anthropic.AsyncAnthropic:
 
 
 class AnthropicCompressor(HTTPCompressor["anthropic.AsyncAnthropic"]):
-    name = "anthropic"
+    name = Backend.ANTHROPIC
 
     def __init__(self, settings: Settings, *,
                  client: Callable[[Settings], anthropic.AsyncAnthropic] = default_client, reason: str = "",
@@ -73,9 +73,9 @@ class AnthropicCompressor(HTTPCompressor["anthropic.AsyncAnthropic"]):
 
     async def warm_up(self) -> None:
         await super().warm_up()
-        if self._settings.compressor == "auto":
+        if self._settings.compressor == AUTO:
             budget = self._settings.llm_daily_token_budget
-            await self.notice.offer("anthropic", f"sessionmem: memory is now compressed by {self._settings.model} "
+            await self.notice.offer(Backend.ANTHROPIC, f"sessionmem: memory is now compressed by {self._settings.model} "
                                                  f"with the API key in anthropic_api_key, billed to it"
                                                  f"{f', up to {budget:,} tokens a day' if budget else ''}; set "
                                                  "compressor to offline in settings.json to stop it")

@@ -17,6 +17,7 @@ from sessionmem.compress.breaker import BreakerStatistics
 from sessionmem.compress.budget import BudgetStatistics
 from sessionmem.events import ObservationEvent, SummarizeEvent
 from sessionmem.records import CompressedObservation, CompressedSummary, SummaryInputs
+from sessionmem.settings import Backend
 
 
 class SessionContext(msgspec.Struct, frozen=True):
@@ -63,7 +64,7 @@ class CompressorStatistics(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Compressor(Protocol):
-    name: str
+    name: Backend  # which backend it is (compress/choice.py builds the one chosen at start)
 
     async def compress(
         self, context: SessionContext, events: Sequence[ObservationEvent]

@@ -97,7 +97,7 @@ from sessionmem.compress.transport import cli_proxy_environment
 from sessionmem.protocol import oskit
 from sessionmem.protocol.client_settings import SETTINGS_FILE
 from sessionmem.protocol.environment import describes_user
-from sessionmem.settings import Settings, find_claude_cli
+from sessionmem.settings import AUTO, Backend, Settings, find_claude_cli
 
 log = logging.getLogger(__name__)
 
@@ -272,19 +272,20 @@ def refused_login(status: LoginStatus) -> LoginStatus:
 
 
 class ClaudeCodeCompressor(LLMCompressor):
-    name = "claude-code"
+    name = Backend.CLAUDE_CODE
 
-    def __init__(self, settings: Settings, *, executable: str = "", reason: str = "",
+    def __init__(self, settings: Settings, *, executable: str | None = None, reason: str = "",
                  environ: dict[str, str] | None = None, run_timeout_s: float | None = None,
                  platform: str = sys.platform, clock: Callable[[], float] = time.monotonic) -> None:
-        """``environ``: the runs' environment before ours (default: the worker's); ``run_timeout_s``: how long one
+        """``executable``: the Claude Code CLI to run, as the worker's start found it (``compress/choice.py``;
+        "": none; default: found now, from ``claude_path`` or ``PATH``); ``environ``: the runs' environment before ours (default: the worker's); ``run_timeout_s``: how long one
         run may take before its group is killed (default: ``llm_timeout_s`` plus :data:`STARTUP_ALLOWANCE_S`);
         ``platform``: the OS whose advice "not logged in" gives (:func:`headless_login_advice`); ``clock``: the
         circuit breaker's (a test gives a clock it moves by hand)."""
         super().__init__(settings, reason=reason, clock=clock)
         self._platform = platform
         self._run_timeout_s = run_timeout_s or settings.llm_timeout_s + STARTUP_ALLOWANCE_S
-        self._executable = executable or find_claude_cli(settings.claude_path)
+        self._executable = find_claude_cli(settings.claude_path) if executable is None else executable
         self._env = cli_environment(settings, environ)
         self._workdir = settings.data_dir / CHILD_DIR
         self._limiter = trio.CapacityLimiter(settings.claude_code_concurrency)
@@ -326,7 +327,7 @@ class ClaudeCodeCompressor(LLMCompressor):
                 self._login_checked = trio.current_time()
                 if status.detail != before:  # not every LOGIN_RECHECK_S (a refusal is warned of once: llm.py)
                     log.info("claude-code compressor: %s", self.reason())
-                if status.logged_in and self._settings.compressor == "auto":
+                if status.logged_in and self._settings.compressor == AUTO:
                     await self.notice.offer(f"claude-code {status.detail}", switch_message(self._settings, status))
             return self._login
 

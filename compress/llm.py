@@ -41,7 +41,7 @@ from sessionmem.compress.provider import provider_of
 from sessionmem.compress.xml_reply import parse_observations, parse_summary
 from sessionmem.events import ObservationEvent, SummarizeEvent
 from sessionmem.records import CompressedObservation, CompressedSummary, Provenance, SummaryInputs
-from sessionmem.settings import Settings
+from sessionmem.settings import Backend, Settings
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class Counters:
 class LLMCompressor:
     """The shared part of an LLM backend; a subclass sets ``name`` and implements :meth:`_request`."""
 
-    name = "llm"
+    name: Backend  # set by each backend
 
     def __init__(self, settings: Settings, *, reason: str = "",
                  clock: Callable[[], float] = time.monotonic) -> None:

@@ -29,6 +29,7 @@ from sessionmem.records import (
     Provenance,
     SummaryInputs,
 )
+from sessionmem.settings import Backend
 
 # Facts that only repeat the command or give a count: not what a narrative or a summary should say.
 _PLAIN_FACT = re.compile(r"^(?:command: |exit status \d+$|command failed$|done by |\S+ has \d+ lines$|\d+ lines read$"
@@ -38,7 +39,7 @@ _PLAIN_FACT = re.compile(r"^(?:command: |exit status \d+$|command failed$|done b
 class OfflineCompressor:
     """See the module docstring. Stateless apart from counters."""
 
-    name = "offline"
+    name = Backend.OFFLINE
 
     def __init__(self, *, reason: str = "") -> None:
         self._reason = reason  # why the worker runs offline (``/debug``)
@@ -68,7 +69,7 @@ class OfflineCompressor:
 
 
 def build_offline_observation(
-    context: SessionContext, event: ObservationEvent, *, compressor: str = "offline", compressed: bool = True
+    context: SessionContext, event: ObservationEvent, *, compressor: str = Backend.OFFLINE, compressed: bool = True
 ) -> CompressedObservation:
     """Also used as the fallback when LLM output cannot be used (``compressed=False``). Guarded: no
     instruction-like text in its title or subtitle (:mod:`.promotion`)."""
@@ -98,7 +99,7 @@ def build_offline_summary(
     request: SummarizeEvent,
     inputs: SummaryInputs,
     *,
-    compressor: str = "offline",
+    compressor: str = Backend.OFFLINE,
     compressed: bool = True,
 ) -> CompressedSummary:
     """What the turn was about: the request, the files changed and how the checks ended (tests, builds),

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from sessionmem.compress.llm import GaveUp, HTTPCompressor
 from sessionmem.compress.transport import http_transport
-from sessionmem.settings import Settings
+from sessionmem.settings import Backend, Settings
 
 if TYPE_CHECKING:
     import httpx2
@@ -74,7 +74,7 @@ class OpenAICompatibleCompressor(HTTPCompressor["httpx2.AsyncClient"]):
     """The LLM backend whose calls go to ``openai_base_url``'s chat completions, for ``openai_model``;
     ``http_client`` builds the HTTP client from the settings."""
 
-    name = "openai-compatible"
+    name = Backend.OPENAI_COMPATIBLE
 
     def __init__(self, settings: Settings, *,
                  http_client: Callable[[Settings], httpx2.AsyncClient] = default_client, reason: str = "") -> None:

@@ -11,33 +11,38 @@ user and password included).
 
 from __future__ import annotations
 
+from typing import assert_never
+
 from sessionmem.compress.base import ProviderStatistics
-from sessionmem.settings import Settings, url_host
+from sessionmem.settings import Backend, Settings, url_host
 
 ANTHROPIC_HOST = "api.anthropic.com"
 
 
-def provider_of(settings: Settings, backend: str) -> ProviderStatistics | None:
+def provider_of(settings: Settings, backend: Backend) -> ProviderStatistics | None:
     """Where ``backend``'s requests go under ``settings`` (None for the offline compressor)."""
     anthropic_host = url_host(settings.anthropic_base_url) if settings.anthropic_base_url else ANTHROPIC_HOST
-    if backend == "anthropic":
-        host, credential = anthropic_host, "API key: anthropic_api_key (sessionmem setting)"
-    elif backend == "claude-code":
-        host = anthropic_host
-        if settings.claude_code_oauth_token:
-            credential = "Claude Code login: claude_code_oauth_token (sessionmem setting)"
-        else:
-            credential = f"Claude Code login in {settings.claude_config_dir or '~/.claude'} (the user's own)"
-    elif backend == "openai-compatible":
-        host = url_host(settings.openai_base_url)
-        credential = "API key: openai_api_key (sessionmem setting)" if settings.openai_api_key else "none"
-    else:
-        return None
+    match backend:
+        case Backend.ANTHROPIC:
+            host, credential = anthropic_host, "API key: anthropic_api_key (sessionmem setting)"
+        case Backend.CLAUDE_CODE:
+            host = anthropic_host
+            if settings.claude_code_oauth_token:
+                credential = "Claude Code login: claude_code_oauth_token (sessionmem setting)"
+            else:
+                credential = f"Claude Code login in {settings.claude_config_dir or '~/.claude'} (the user's own)"
+        case Backend.OPENAI_COMPATIBLE:
+            host = url_host(settings.openai_base_url)
+            credential = "API key: openai_api_key (sessionmem setting)" if settings.openai_api_key else "none"
+        case Backend.OFFLINE:
+            return None
+        case unknown:
+            assert_never(unknown)
     return ProviderStatistics(host=host, credential=credential, proxy=url_host(settings.llm_proxy),
                               ca_bundle=bool(settings.llm_ca_bundle))
 
 
-def describe(settings: Settings, backend: str) -> str:
+def describe(settings: Settings, backend: Backend) -> str:
     """One line for ``doctor``: ``requests to HOST[ through the proxy PROXY], credential: …[, trusting …]``
     ("" offline)."""
     provider = provider_of(settings, backend)

@@ -9,13 +9,16 @@ What it does, in its own nursery (:meth:`VectorIndex.run`):
   are embedded again, nothing lost, the old files removed by the first save.
 - **Reconcile, then follow.** It compares the index's labels with the documents in
   SQLite: vectors of rows that are gone are removed, rows without a vector are queued.
-  From then on, whatever the worker stores (prompts, observations, summaries) wakes it
-  (:meth:`notify`, wired to the broadcaster by the worker); it reads the rows above the
-  newest it knows, *after* their commit, and queues them ahead of any older backlog, so
-  fresh memory is searchable first. Queued documents are embedded a chunk at a time
-  (:class:`~sessionmem.embed.service.EmbedderService`, its background lane) and added.
-- **Yield to accepting.** A chunk starts only once the database has taken no write for
-  ``quiet_s`` (and at least every ``max_yield_s``): while hooks arrive, the model does
+  From then on, each commit that stored documents (prompts, observations, summaries) wakes it:
+  the store's commit signal (:mod:`~sessionmem.storage.commits`, :data:`DOCUMENTS`), where
+  several commits while it was busy wake it once and a journal accept does not wake it at all.
+  It reads the rows above the newest it knows, *after* their commit, and queues them
+  ahead of any older backlog, so fresh memory is searchable first. Queued documents are
+  embedded a chunk at a time (:class:`~sessionmem.embed.service.EmbedderService`, its
+  background lane) and added.
+- **Yield to accepting.** A chunk starts only once a window of ``quiet_s`` saw no commit of
+  any kind, journal accepts included (the same signal's number, looked at once a window), and at
+  least every ``max_yield_s``: while hooks arrive, the model does
   not compete with their accepts for the CPU -- or for the GIL, which a low-priority
   thread may hold while it waits for a core. Between bursts, and once a backfill is
   done, it catches up at full speed. (Run beside the accept path, catching up took a
@@ -68,6 +71,7 @@ from sessionmem.index.hnsw import HnswIndex, key_of, label_of
 from sessionmem.records import DOCUMENT_KINDS
 from sessionmem.runtime.logs import log_exception
 from sessionmem.storage.base import Store
+from sessionmem.storage.commits import DOCUMENTS
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +86,9 @@ QUIET_S = 0.25  # a chunk waits until the database has taken no write for this l
 # backfill or a bench writes without pause.
 MAX_YIELD_S = 30.0
 QUERY_WAIT_S = 0.25
+# While a chunk waits for quiet, what is stored is read (and counts as pending) at most this often: under
+# ingest, documents commit many times a second, and a read for each is a reader trip the accepts pay for.
+NEW_READ_GAP_S = 0.05
 # Two texts at once (two threads) once the worker has taken no write and answered no search for
 # this long: both cores, while no hook wants one.
 IDLE_S = 2.0
@@ -134,11 +141,11 @@ class VectorIndex:
         self._store = store
         self._idle_s = idle_s
         self._idle_threads = idle_threads
-        self._activity: tuple[int, int] = (-1, -1)  # (writes, queries) when a chunk last started
+        self._activity: tuple[int, int] = (-1, -1)  # (commit number, queries) when a chunk last started
         self._active_at = 0.0  # when a chunk start last saw them change
         self._quiet_s = quiet_s
         self._max_yield_s = max_yield_s
-        self._writes_seen = -1  # the store's committed writes when a chunk last started
+        self._quiet_seen = -1  # the store's commit number when a chunk last started
         self._embedder = embedder
         self._directory = directory
         self._save_interval_s = save_interval_s
@@ -147,7 +154,7 @@ class VectorIndex:
         self.close_timeout_s = 10.0  # the owner lowers it to its share of a shutdown budget
         self._index: HnswIndex | None = None
         self._lane = trio.Lock()
-        self._wake = trio.Event()
+        self._commit_seen = 0  # the store's latest commit of documents when the index last read what is new
         self._backlog: deque[tuple[str, int]] = deque()
         self._newest: dict[str, int] = {}
         self._state = IndexState.OFF if embedder.dimensions == 0 else IndexState.LOADING
@@ -183,15 +190,9 @@ class VectorIndex:
             return "failed" if self._state is IndexState.FAILED else "loading"
         return "busy"
 
-    def notify(self, *_: object) -> None:
-        """Something was stored: look for new documents (never blocks, never fails)."""
-        self._wake.set()
-        if self._state is IndexState.READY:
-            self._state = IndexState.CATCHING_UP  # until the new rows are read and embedded
-
     async def caught_up(self, *, poll_s: float = 0.02) -> None:
         """Wait until every document stored so far has its vector (tests, the bench)."""
-        while self.enabled and (self._backlog or self._wake.is_set() or self._state is not IndexState.READY):
+        while self.enabled and (self._backlog or self._woken() or self._state is not IndexState.READY):
             await trio.sleep(poll_s)
 
     async def nearest(self, vector: np.ndarray, k: int, *, of_kind: str | None = None
@@ -344,7 +345,7 @@ class VectorIndex:
                 await self._queue_new_if_woken()
                 if not self._backlog:
                     self._state = IndexState.READY
-                    await self._wake.wait()
+                    await self._store.commits.wait_committed(self._commit_seen, DOCUMENTS)
                     continue
                 self._state = IndexState.CATCHING_UP
                 await self._wait_quiet()
@@ -361,26 +362,33 @@ class VectorIndex:
                 await trio.sleep(pause)
                 pause = min(pause * 2, ERROR_PAUSE_MAX_S)
 
-    def _writes(self) -> int:
-        return self._store.statistics().writer.operations
+    def _woken(self) -> bool:
+        """Whether a commit that stored documents came after the index last read what is new."""
+        return self._store.commits.committed(DOCUMENTS) > self._commit_seen
 
     async def _wait_quiet(self) -> None:
-        """Return once the store has committed nothing for ``quiet_s`` -- at once if nothing was written since
-        the last chunk started -- or after ``max_yield_s`` in any case."""
-        writes = self._writes()
-        if writes != self._writes_seen:
+        """Return once a window of ``quiet_s`` saw no commit of any kind -- at once if nothing was committed
+        since the last chunk started -- or after ``max_yield_s`` in any case. Documents stored meanwhile are
+        queued as their commits come, read at most every :data:`NEW_READ_GAP_S` (a journal accept wakes
+        nothing): they count as pending at once, and go first."""
+        commits = self._store.commits
+        if commits.committed() != self._quiet_seen:
             self._yields += 1
             with trio.move_on_after(self._max_yield_s):
                 while True:
-                    await trio.sleep(self._quiet_s)
-                    writes, before = self._writes(), writes
-                    if writes == before:
+                    before = commits.committed()
+                    with trio.move_on_after(self._quiet_s):
+                        while True:
+                            await commits.wait_committed(self._commit_seen, DOCUMENTS)
+                            await self._queue_new_if_woken()
+                            await trio.sleep(NEW_READ_GAP_S)  # what commits meanwhile: one read
+                    if commits.committed() == before:
                         break
-        self._writes_seen = writes
+        self._quiet_seen = commits.committed()
 
     async def _reconcile(self) -> None:
         """Queue every stored document without a vector; remove vectors of rows that are gone."""
-        self._wake = trio.Event()
+        self._commit_seen = self._store.commits.committed(DOCUMENTS)  # before reading: a later one wakes us
         stored = await self._store.document_ids()
         live = await self._call(lambda index: index.labels())
         wanted = {label_of(kind, row_id) for kind, ids in stored.items() for row_id in ids}
@@ -401,9 +409,12 @@ class VectorIndex:
             log.info("vector index: %d stored document(s) to embed", len(missing))
 
     async def _queue_new_if_woken(self) -> None:
-        if self._wake.is_set():
-            self._wake = trio.Event()  # before reading: a later commit wakes us again
+        if self._woken():
+            commit = self._store.commits.committed(DOCUMENTS)  # taken before reading: a later one wakes us
+            if self._state is IndexState.READY:
+                self._state = IndexState.CATCHING_UP  # until the new rows are read and embedded
             await self._queue_new()
+            self._commit_seen = commit  # only once read: a read cancelled (by a deadline) is done again
 
     async def _queue_new(self) -> None:
         new = await self._store.document_ids(after=self._newest)
@@ -416,7 +427,7 @@ class VectorIndex:
 
     def _threads_now(self) -> int:
         """``idle_threads`` if nothing was written or searched since the last chunk started, nor for ``idle_s``."""
-        activity, now = (self._writes(), self._queries), trio.current_time()
+        activity, now = (self._store.commits.committed(), self._queries), trio.current_time()
         if activity != self._activity:
             self._activity, self._active_at = activity, now
         return self._idle_threads if now - self._active_at >= self._idle_s else 1

@@ -66,6 +66,7 @@ from sessionmem.records import (
     SummaryRow,
 )
 from sessionmem.search.told import ToldLedger
+from sessionmem.settings import Backend
 from sessionmem.storage.base import Store
 from sessionmem.storage.record_rules import latest_moment
 
@@ -124,13 +125,13 @@ _LOOKS = ("Read", *_SEARCHES)
 
 def is_bare(row: ObservationRow) -> bool:
     """A look: a read, a search or a routine command, as the offline compressor describes it."""
-    return row.compressor == "offline" and row.type == "discovery" and (
+    return row.compressor == Backend.OFFLINE and row.type == "discovery" and (
         row.tool_name in _LOOKS or ROUTINE_CONCEPT in row.concepts)
 
 
 def is_routine(row: ObservationRow) -> bool:
     """Raw activity, never handed over: a search, or a routine command (``compress/commands.py``)."""
-    return row.compressor == "offline" and row.type == "discovery" and (
+    return row.compressor == Backend.OFFLINE and row.type == "discovery" and (
         row.tool_name in _SEARCHES or ROUTINE_CONCEPT in row.concepts)
 
 

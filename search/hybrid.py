@@ -48,7 +48,7 @@ from sessionmem.records import DocumentCard, RankedKey, SearchFilters
 from sessionmem.runtime.logs import log_exception
 from sessionmem.search.snippets import snippet
 from sessionmem.storage.base import Store
-from sessionmem.storage.sqlite.fulltext import query_terms
+from sessionmem.storage.search_terms import query_terms
 
 log = logging.getLogger(__name__)
 

@@ -66,7 +66,7 @@ from sessionmem.server.routing import (
 from sessionmem.server.search_api import add_search_routes
 from sessionmem.server.services import Services
 from sessionmem.server.team_api import add_team_routes
-from sessionmem.storage.base import StorageUnavailable
+from sessionmem.storage.base import StorageUnavailable, Store
 from sessionmem.web.assets import PageAssets
 
 log = logging.getLogger(__name__)
@@ -116,10 +116,29 @@ def create_app(services: Services) -> AccessGuard:
 
 
 def create_quart_app(services: Services) -> QuartTrio:
-    settings, status, store = services.settings, services.status, services.store
+    """The Quart app behind the fast ingest path: its error handlers, then each group of routes."""
     app = QuartTrio("sessionmem")
-    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.config["MAX_CONTENT_LENGTH"] = services.settings.max_body_bytes
     app.config["BODY_TIMEOUT"] = 30
+    add_error_handlers(app, services)
+    add_worker_routes(app, services)
+    add_session_routes(app, services)
+    add_context_route(app, services)
+    add_read_routes(app, services.store)
+    add_live_routes(app, services)
+    pages = PageAssets()
+    add_page_routes(app, pages)
+    add_debug_routes(app, services, pages)
+    add_search_routes(app, services)
+    add_maintenance_routes(app, services)
+    add_team_routes(app, services)
+    return app
+
+
+def add_error_handlers(app: QuartTrio, services: Services) -> None:
+    """What a request that fails becomes: the module docstring's "Error handling", and a query string that
+    is not UTF-8 refused before any route reads it."""
+    settings, status = services.settings, services.status
 
     @app.errorhandler(BadRequest)
     async def bad_request(exc: BadRequest) -> Response:
@@ -158,10 +177,10 @@ def create_quart_app(services: Services) -> QuartTrio:
         status.count_error(exc)
         return error_response(500, f"internal error: {type(exc).__name__}")
 
-    async def body(kind: type) -> Any:
-        return decode(await request.get_data(cache=False, as_text=False, parse_form_data=False), kind)
 
-    # -- health --------------------------------------------------------------------------
+def add_worker_routes(app: QuartTrio, services: Services) -> None:
+    """The worker itself: its health (less without the token), its readiness, a one-time login code."""
+    settings, status = services.settings, services.status
 
     @app.get(routes.HEALTH)
     async def health() -> Response:
@@ -176,11 +195,27 @@ def create_quart_app(services: Services) -> QuartTrio:
             return json_response({"status": READY})
         return error_response(503, f"{STARTING}: replaying the journal", retry_after=RETRY_AFTER_S)
 
-    # -- ingest (the four hot routes are in fast_ingest) -----------------------------------
+    @app.post(routes.LOGIN_CODE)
+    async def login_code() -> Response:
+        code = services.guard.login_codes.issue()
+        target = request.args.get("next") or "/"
+        query = urlencode({"code": code, "next": target})
+        return json_response(LoginCode(code, f"{status.base_url}{routes.LOGIN}?{query}", LOGIN_CODE_TTL_S))
+
+
+async def _body(kind: type) -> Any:
+    """The request's body decoded as ``kind`` (a 400 naming the JSON path at fault)."""
+    return decode(await request.get_data(cache=False, as_text=False, parse_form_data=False), kind)
+
+
+def add_session_routes(app: QuartTrio, services: Services) -> None:
+    """Sessions' ingest besides the four hot routes (:mod:`.fast_ingest`): the legacy init, what is still
+    processing, the replay of a parked session."""
+    store = services.store
 
     @app.post(rule(routes.LEGACY_INIT, session_db_id=ROW_ID))
     async def legacy_session_init(session_db_id: int) -> Response:
-        payload = await body(LegacyInitRequest)
+        payload = await _body(LegacyInitRequest)
         row = await store.session_by_db_id(session_db_id)
         if row is None:
             return error_response(404, f"no session with sessionDbId {session_db_id}")
@@ -206,14 +241,10 @@ def create_quart_app(services: Services) -> QuartTrio:
             claude_session_id, lambda unparked: router.unparked(claude_session_id, unparked))
         return json_response(Replayed(claude_session_id, len(envelopes)))
 
-    @app.post(routes.LOGIN_CODE)
-    async def login_code() -> Response:
-        code = services.guard.login_codes.issue()
-        target = request.args.get("next") or "/"
-        query = urlencode({"code": code, "next": target})
-        return json_response(LoginCode(code, f"{status.base_url}{routes.LOGIN}?{query}", LOGIN_CODE_TTL_S))
 
-    # -- reads ---------------------------------------------------------------------------
+def add_context_route(app: QuartTrio, services: Services) -> None:
+    """The memories injected at SessionStart, as markdown, with what the hook tells the user in headers."""
+    settings = services.settings
 
     @app.get(routes.CONTEXT)
     async def context_inject() -> Response:
@@ -252,14 +283,19 @@ def create_quart_app(services: Services) -> QuartTrio:
             headers[NOTICE_HEADER] = quote(said)
         return Response(text, content_type="text/markdown; charset=utf-8", headers=headers)
 
-    def page() -> dict[str, Any]:
-        """``project``, ``limit`` and ``offset`` from the query string, validated."""
-        return {"project": project_arg(),
-                "limit": int_arg("limit", 50, low=1), "offset": int_arg("offset", 0, high=10**9)}
+
+def _page() -> dict[str, Any]:
+    """``project``, ``limit`` and ``offset`` from the query string, validated."""
+    return {"project": project_arg(),
+            "limit": int_arg("limit", 50, low=1), "offset": int_arg("offset", 0, high=10**9)}
+
+
+def add_read_routes(app: QuartTrio, store: Store) -> None:
+    """Pages of what is stored: sessions, projects, observations (one, or a list), summaries."""
 
     @app.get(routes.SESSIONS)
     async def sessions() -> Response:
-        return json_response({"sessions": await store.list_sessions(**page())})
+        return json_response({"sessions": await store.list_sessions(**_page())})
 
     @app.get(routes.PROJECTS)
     async def projects() -> Response:
@@ -270,7 +306,7 @@ def create_quart_app(services: Services) -> QuartTrio:
 
     @app.get(routes.OBSERVATION_LIST)
     async def list_observations() -> Response:
-        return json_response({"observations": await store.list_observations(**page(), origin=origin_arg(),
+        return json_response({"observations": await store.list_observations(**_page(), origin=origin_arg(),
                                                                             flagged=flag_arg("flagged"))})
 
     @app.get(rule(routes.OBSERVATION, observation_id=ROW_ID))
@@ -282,10 +318,12 @@ def create_quart_app(services: Services) -> QuartTrio:
 
     @app.get(routes.SUMMARIES)
     async def summaries() -> Response:
-        return json_response({"summaries": await store.list_summaries(**page(), origin=origin_arg(),
+        return json_response({"summaries": await store.list_summaries(**_page(), origin=origin_arg(),
                                                                       flagged=flag_arg("flagged"))})
 
-    # -- live ----------------------------------------------------------------------------
+
+def add_live_routes(app: QuartTrio, services: Services) -> None:
+    """The live event stream the web pages follow (server-sent events)."""
 
     @app.get(routes.STREAM)
     async def stream() -> Response:
@@ -306,12 +344,3 @@ def create_quart_app(services: Services) -> QuartTrio:
                     yield sse_message(live_event_name(item), encode(item))
 
         return sse_response(events())
-
-    pages = PageAssets()
-    add_page_routes(app, pages)
-    add_debug_routes(app, services, pages)
-    add_search_routes(app, services)
-    add_maintenance_routes(app, services)
-    add_team_routes(app, services)
-
-    return app

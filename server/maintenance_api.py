@@ -85,6 +85,5 @@ def add_maintenance_routes(app: QuartTrio, services: Services) -> None:
         clean = services.ingestor.clean_text
         records = await trio.to_thread.run_sync(
             lambda: [record_texts_with(record, clean) for record in wanted.records])
-        counts = await store.import_records(records)
-        services.index.notify()
+        counts = await store.import_records(records)  # its commit wakes the vector index (the commit signal)
         return json_response(counts)

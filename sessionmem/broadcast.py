@@ -2,15 +2,16 @@
 
 Publishing never blocks and never fails: each subscriber has a bounded channel, and
 a subscriber too slow to keep up is disconnected (its channel closed) rather than
-allowed to hold memory or slow the actors down. Components inside the worker that must
-not miss anything (the vector index: "something was stored") :meth:`~Broadcaster.watch`
-instead: their callback runs at every publish, and must return at once. Live events are typed records; their
-tag is the SSE event name (``event: observation``).
+allowed to hold memory or slow the actors down. What is published is what was stored: the
+session actors and the team pull publish after the store's commit returned. Components inside
+the worker that must not miss anything (the vector index, the team push) do not listen here:
+they wait on the store's commit signal (:mod:`sessionmem.storage.commits`). Live events are
+typed records; their tag is the SSE event name (``event: observation``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import msgspec
@@ -63,18 +64,11 @@ class BroadcasterStatistics(msgspec.Struct, frozen=True):
 class Broadcaster:
     def __init__(self) -> None:
         self._subscribers: set[trio.MemorySendChannel[LiveEvent]] = set()
-        self._watchers: list[Callable[[LiveEvent], None]] = []
         self._published = 0
         self._dropped_subscribers = 0
 
-    def watch(self, callback: Callable[[LiveEvent], None]) -> None:
-        """Call ``callback(event)`` at every publish, from now on (it must not block or raise)."""
-        self._watchers.append(callback)
-
     def publish(self, event: LiveEvent) -> None:
         self._published += 1
-        for callback in self._watchers:
-            callback(event)
         for channel in list(self._subscribers):
             try:
                 channel.send_nowait(event)

@@ -9,11 +9,13 @@ Error handling:
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
 from sessionmem.protocol import client_settings, oskit
 from sessionmem.protocol.limits import MAX_BODY_BYTES
@@ -28,18 +30,42 @@ DEFAULT_SKIP_TOOLS = ("TodoWrite", "AskUserQuestion", "ListMcpResourcesTool", "S
 
 DATABASE_FILE = "sessionmem.db"
 
+
+class Backend(enum.StrEnum):
+    """A compressor backend: what the ``compressor`` setting names (or ``auto`` chooses at start:
+    :func:`sessionmem.compress.choice.choose_backend`), what ``/debug`` and ``doctor`` show, and what a
+    stored row's ``compressor`` says made it. A ``StrEnum``: each member is its own spelling in
+    settings files, environment variables, JSON and the docs."""
+
+    ANTHROPIC = "anthropic"
+    CLAUDE_CODE = "claude-code"
+    OPENAI_COMPATIBLE = "openai-compatible"
+    OFFLINE = "offline"
+
+
+AUTO: Final = "auto"  # the compressor setting that lets the worker choose a backend, once, at start
+COMPRESSORS: Final = (AUTO, *Backend)  # what the compressor setting may be
+
+
 class SettingsError(ValueError):
     """A setting could not be read; the message names the key and the source."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
+    """What the worker and its commands are configured with (:func:`load_settings`): a plain value.
+
+    Nothing here reads the environment or ``PATH``: what ``compressor = "auto"`` becomes is chosen
+    once, when the worker starts (:func:`sessionmem.compress.choice.choose_backend`), and carried
+    from there as a value; the properties below are paths in the data dir.
+    """
+
     data_dir: Path = Path(client_settings.DEFAULT_DATA_DIR).expanduser()
     host: str = SHARED["host"]
     port: int = DEFAULT_PORT
 
     # Compression
-    compressor: str = "auto"  # auto | anthropic | claude-code | openai-compatible | offline
+    compressor: Backend | Literal["auto"] = AUTO  # a Backend, or auto: chosen once at start (compress/choice.py)
     model: str = "claude-haiku-4-5"
     # The provider, from these settings only: never from the environment of whichever session started the
     # worker (sessionmem.protocol.environment). The secrets are kept out of repr(), never logged or shown.
@@ -132,20 +158,9 @@ class Settings:
     start_timeout_s: float = SHARED["start_timeout_s"]
     system_message: bool = SHARED["system_message"]
 
-    def model_of(self, backend: str) -> str:
+    def model_of(self, backend: Backend) -> str:
         """The model a compressor backend asks for: ``openai_model`` of a local server, else ``model``."""
-        return self.openai_model if backend == "openai-compatible" else self.model
-
-    @property
-    def resolved_compressor(self) -> str:
-        """The backend the worker builds: ``auto`` means ``anthropic`` when ``anthropic_api_key`` is set, else
-        ``claude-code`` when a Claude Code CLI is found (its login is checked when it is first needed,
-        off the Trio thread: ``sessionmem.compress.claude_code_backend``), else ``offline``."""
-        if self.compressor == "auto":
-            if self.anthropic_api_key:  # never ANTHROPIC_API_KEY: it may be one project's (protocol/environment.py)
-                return "anthropic"
-            return "claude-code" if find_claude_cli(self.claude_path) else "offline"
-        return self.compressor
+        return self.openai_model if backend == Backend.OPENAI_COMPATIBLE else self.model
 
     @property
     def db_path(self) -> Path:
@@ -155,18 +170,6 @@ class Settings:
     def index_dir(self) -> Path:
         """Where the vector index is saved."""
         return self.data_dir / "index"
-
-    @property
-    def origin(self) -> tuple[str, str]:
-        """(machine, user) that this machine's rows carry in the team database."""
-        import getpass
-        import socket
-
-        try:
-            user = self.user_name or getpass.getuser()
-        except (KeyError, OSError):  # no login name (a container's numeric uid)
-            user = str(oskit.user_id())
-        return (self.machine_name or socket.gethostname(), user)
 
     @property
     def log_path(self) -> Path:
@@ -240,12 +243,13 @@ ENV = {
     "SESSIONMEM_TEAM_PULL_INTERVAL": "team_pull_interval_s",
     "SESSIONMEM_TEAM_PUSH_BATCH": "team_push_batch",
 }
-_COMPRESSORS = ("auto", "anthropic", "claude-code", "openai-compatible", "offline")
 EMBEDDERS = ("minilm", "none")  # what sessionmem.embed.choice builds
 
 
 def _coerce(name: str, raw: Any, source: str) -> Any:
     field_type = {f.name: f.type for f in dataclasses.fields(Settings)}[name]
+    if name == "compressor":  # read as text; load_settings checks it is one of COMPRESSORS
+        field_type = "str"
     try:
         if field_type == "Path":
             return Path(str(raw)).expanduser()
@@ -317,12 +321,14 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
             values[key] = _coerce(key, raw, "command line")
     values["data_dir"] = data_dir
 
+    compressor = values.get("compressor", AUTO)
+    if compressor not in COMPRESSORS:
+        raise SettingsError(f"compressor must be one of {', '.join(COMPRESSORS)}, got {compressor!r}")
+    values["compressor"] = AUTO if compressor == AUTO else Backend(compressor)
     settings = Settings(**values)
-    if settings.compressor not in _COMPRESSORS:
-        raise SettingsError(f"compressor must be one of {', '.join(_COMPRESSORS)}, got {settings.compressor!r}")
     if not 1 <= settings.claude_code_concurrency <= 8:
         raise SettingsError(f"claude_code_concurrency must be 1..8, got {settings.claude_code_concurrency}")
-    if settings.compressor == "openai-compatible":
+    if settings.compressor == Backend.OPENAI_COMPATIBLE:
         if not settings.openai_model:
             raise SettingsError("compressor openai-compatible needs openai_model (SESSIONMEM_OPENAI_MODEL): "
                                 "the server's name of the model, such as qwen2.5-coder:7b for Ollama")
@@ -431,20 +437,19 @@ def _check_model_url(name: str, url: str, *, credential: bool, allowed: bool) ->
                             f"(SESSIONMEM_LLM_ALLOW_PLAIN_HTTP=1) if that network is yours")
 
 
-def plain_http_warnings(settings: Settings) -> list[str]:
-    """What the worker's log and ``doctor`` say about a model reached in clear over the network."""
+def plain_http_warnings(settings: Settings, backend: Backend) -> list[str]:
+    """What the worker's log and ``doctor`` say about ``backend``'s model reached in clear over the network."""
     warnings = []
-    backend = settings.resolved_compressor
-    if backend == "openai-compatible" and (host := plain_http_host(settings.openai_base_url)):
+    if backend == Backend.OPENAI_COMPATIBLE and (host := plain_http_host(settings.openai_base_url)):
         carried = "the API key" if settings.openai_api_key else "no key, but every tool use"
         warnings.append(f"openai_base_url is plain http:// to {host}: {carried} crosses the network in clear")
-    if backend in ("anthropic", "claude-code") and (host := plain_http_host(settings.anthropic_base_url)):
+    if backend in (Backend.ANTHROPIC, Backend.CLAUDE_CODE) and (host := plain_http_host(settings.anthropic_base_url)):
         warnings.append(f"anthropic_base_url is plain http:// to {host}: the key or login and every tool use cross "
                         f"the network in clear (llm_allow_plain_http is set)")
     return warnings
 
 
-def find_claude_cli(claude_path: str = "", environ: dict[str, str] | None = None) -> str:
+def find_claude_cli(claude_path: str = "", environ: Mapping[str, str] | None = None) -> str:
     """The Claude Code CLI's executable: ``claude_path`` if it is one, else ``claude`` on ``PATH``; "" if none.
 
     Cheap (a few ``stat`` calls): it says whether the CLI is there, not whether it is logged in.
@@ -456,3 +461,16 @@ def find_claude_cli(claude_path: str = "", environ: dict[str, str] | None = None
         return path if os.path.isfile(path) and os.access(path, os.X_OK) else ""
     env = os.environ if environ is None else environ
     return shutil.which("claude", path=env.get("PATH")) or ""
+
+
+def machine_origin(settings: Settings) -> tuple[str, str]:
+    """(machine, user) that this machine's rows carry in the team database: ``machine_name`` and ``user_name``,
+    else the host and login names, read now (the team sync reads them once, when it starts)."""
+    import getpass
+    import socket
+
+    try:
+        user = settings.user_name or getpass.getuser()
+    except (KeyError, OSError):  # no login name (a container's numeric uid)
+        user = str(oskit.user_id())
+    return (settings.machine_name or socket.gethostname(), user)

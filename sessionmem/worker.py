@@ -33,6 +33,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
+from typing import Any
 
 import msgspec
 import trio
@@ -79,7 +80,7 @@ from sessionmem.server.spool import SpoolImporter
 from sessionmem.settings import Settings
 from sessionmem.storage.base import StorageUnavailable, Store
 from sessionmem.storage.pruner import Pruner
-from sessionmem.storage.sqlite.store import open_sqlite_store
+from sessionmem.storage.sqlite.store import SQLiteStore, open_sqlite_store
 from sessionmem.team.sync import TeamSync
 
 log = logging.getLogger("sessionmem")
@@ -255,22 +256,23 @@ async def open_services(settings: Settings, *, budget: ShutdownBudget | None = N
                         freeze_when_warm: bool = False) -> AsyncIterator[Services]:
     """The worker's components, started and ready, for the duration of the block (HTTP is the caller's).
 
-    The start-up ladder and the shut-down stages of the module docstring, but for
-    serving: :func:`run_worker` serves these services over HTTP, the in-process test
-    harness (``sessionmem.testing.harness``) drives the same app directly. ``clock``
-    is the supervisor's, for its restart window. ``freeze_when_warm``: once everything
-    is loaded, leave it out of later garbage collections (the worker process does; a
-    test process, starting many workers, does not).
+    The start-up ladder and the shut-down stages of the module docstring, one part a stage
+    (:func:`_index_and_team`, :func:`_actors_serving`): :func:`run_worker` serves these services
+    over HTTP, the in-process test harness (``sessionmem.testing.harness``) drives the same app
+    directly. ``compressor``: by default the one the settings choose, now (``auto`` resolved once);
+    ``clock``: the supervisor's, for its restart window; ``freeze_when_warm``: once everything is
+    loaded, leave it out of later garbage collections (a worker process does; a test process,
+    starting many workers, does not).
 
     Resource handling:
-        Leaving the block shuts everything down within ``budget`` (begun on the way
-        out if the caller has not begun it); ``worker.json`` is removed.
+        Leaving the block shuts everything down within ``budget`` (begun on the way out if the
+        caller has not begun it), each part stopping what it started, in the reverse order of
+        the start; ``worker.json`` is removed. A failed or cancelled start still closes the models.
     """
     gcwatch.WATCH.install()
-    for problem in make_private(str(settings.data_dir)):
-        log.warning("data dir: could not make private: %s", problem)
-    token = ensure_token(str(settings.data_dir))
+    token = _private_data_dir(settings)
     budget = budget or ShutdownBudget(settings.shutdown_timeout_s)
+    # `auto` resolved here, once for the worker's life: the choice travels with the compressor (/debug, health).
     compressor = compressor or choose_compressor(settings)
     status = WorkerStatus(settings)
     compressor_closed = False
@@ -280,95 +282,141 @@ async def open_services(settings: Settings, *, budget: ShutdownBudget | None = N
     embedder = EmbedderService(model, background=background_embedder(model))
     try:
         async with open_sqlite_store(settings.db_path) as store:
-            async with trio.open_nursery() as outer:
-                broadcaster = Broadcaster()
-                index = VectorIndex(store, embedder, settings.index_dir, save_interval_s=settings.index_save_interval_s)
-                broadcaster.watch(index.notify)
-                indexing = trio.CancelScope()
-
-                async def run_index(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-                    with indexing:
-                        await index.run(task_status=task_status)
-
-                # Loads (or rebuilds) in the background: searches use words alone meanwhile.
-                await outer.start(run_index)
-                team = TeamSync(settings, store, index, broadcaster) if settings.database_url else None
-                syncing = trio.CancelScope()
-
-                async def run_team(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-                    assert team is not None
-                    with syncing:
-                        await team.run(task_status=task_status)
-
-                if team is not None:
-                    # Started once this data dir's machine id is stored (one local write), before any
-                    # event is replayed: the outbox begins above what was stored before. PostgreSQL is
-                    # connected to later, in the background; down at start is fine.
-                    await outer.start(run_team)
+            async with _index_and_team(settings, store, embedder, budget) as (broadcaster, index, team):
                 services = _services(settings, status, store, compressor, broadcaster, embedder, index,
                                      token=token, clock=clock, team=team)
-                supervisor, router = services.supervisor, services.router
-                async with trio.open_nursery() as nursery:
-                    await nursery.start(supervisor.run)
-                    pending = await store.pending_events()
-                    router.replay(pending)
-                    if pending:
-                        log.info("replaying %d pending journal event(s)", len(pending))
-                    importing = trio.CancelScope()
-
-                    async def import_spool(*, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-                        with importing:
-                            await services.spool.run(task_status=task_status)
-
-                    # Events clients spooled while the worker was down are older than anything
-                    # they send from now on: import them before reporting ready.
-                    if await nursery.start(import_spool):
-                        log.info("imported events that clients spooled while the worker was down")
-                    status.ready.set()
-                    # What the first requests would otherwise wait for, loaded once the worker is ready.
-                    compressor.seed_usage(await store.llm_tokens_since(utc_day(time.time()) * SECONDS_PER_DAY))
-                    nursery.start_soon(partial(_warm_up, compressor, services.ingestor.redactor, embedder,
-                                               freeze=freeze_when_warm))
-                    maintenance = trio.CancelScope()
-
-                    async def watch_and_prune() -> None:
-                        with maintenance:
-                            async with trio.open_nursery() as tasks:
-                                tasks.start_soon(services.loop.run)
-                                tasks.start_soon(services.pruner.run)
-
-                    nursery.start_soon(watch_and_prune)
-                    try:
-                        yield services
-                    finally:
-                        if not budget.begun:
-                            budget.begin()
-                        importing.cancel(reason="shutting down")
-                        maintenance.cancel(reason="shutting down")
-                        supervisor.shutdown(drain_s=budget.share(DRAIN_SHARE))
+                async with _actors_serving(services, budget, freeze_when_warm=freeze_when_warm):
+                    yield services
                 budget.done("actors")
-                # What the team database has not taken yet waits in the local store for the next start.
-                syncing.cancel(reason="shutting down")
-                # The index saves what it added (what it could not embed in time is
-                # embedded again at the next start).
-                index.close_timeout_s = budget.share(INDEX_SHARE)
-                indexing.cancel(reason="shutting down")
             budget.done("index")
-            with trio.move_on_after(budget.share(COMPRESSOR_SHARE), shield=True):
-                compressor_closed = True
-                await compressor.aclose()
-                await embedder.aclose()
+            compressor_closed = True
+            await _close_models(compressor, embedder, timeout_s=budget.share(COMPRESSOR_SHARE))
             budget.done("compressor")
-            with trio.move_on_after(budget.remaining(), shield=True):
-                status.pending_at_exit = (await store.journal_counts()).pending
-            store.close_timeout_s = budget.remaining()
+            await _before_closing_store(store, status, budget)
         budget.done("store")
     finally:
         if not compressor_closed:  # the start failed, or was cancelled
-            with trio.move_on_after(1.0, shield=True):
-                await compressor.aclose()
-                await embedder.aclose()
+            await _close_models(compressor, embedder, timeout_s=1.0)
         remove_state(str(settings.data_dir), os.getpid())
+
+
+def _private_data_dir(settings: Settings) -> str:
+    """The data dir made private to its user (what cannot be is logged), and the token clients present
+    (made at the first start); returns the token."""
+    for problem in make_private(str(settings.data_dir)):
+        log.warning("data dir: could not make private: %s", problem)
+    return ensure_token(str(settings.data_dir))
+
+
+async def _close_models(compressor: Compressor, embedder: EmbedderService, *, timeout_s: float) -> None:
+    """Close the LLM client and the embedding model, shielded, within ``timeout_s``."""
+    with trio.move_on_after(timeout_s, shield=True):
+        await compressor.aclose()
+        await embedder.aclose()
+
+
+async def _before_closing_store(store: SQLiteStore, status: WorkerStatus, budget: ShutdownBudget) -> None:
+    """Count the journal events left pending (for the shut-down report), and give the store's close, which
+    commits what is queued, the rest of ``budget``."""
+    with trio.move_on_after(budget.remaining(), shield=True):
+        status.pending_at_exit = (await store.journal_counts()).pending
+    store.close_timeout_s = budget.remaining()
+
+
+async def _start_stoppable(nursery: trio.Nursery,
+                           run: Callable[..., Awaitable[object]]) -> tuple[trio.CancelScope, Any]:
+    """Start ``run`` in ``nursery`` as :meth:`trio.Nursery.start` does, inside a cancel scope that stops it
+    alone; returns that scope, and what ``run`` reported when it started.
+
+    Error handling:
+        Cancelling the scope ends ``run`` and nothing else: a cancel scope absorbs only its own
+        cancellation, so one from outside, and any error of ``run``'s, propagate into ``nursery``.
+    """
+    scope = trio.CancelScope()
+
+    async def stoppable(*, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        with scope:
+            await run(task_status=task_status)
+
+    return scope, await nursery.start(stoppable)
+
+
+@asynccontextmanager
+async def _index_and_team(settings: Settings, store: SQLiteStore, embedder: EmbedderService,
+                          budget: ShutdownBudget) -> AsyncIterator[tuple[Broadcaster, VectorIndex, TeamSync | None]]:
+    """The live-event fan-out, the vector index it wakes, and with ``database_url`` the team sync, running
+    for the block.
+
+    Resource handling:
+        The index and the team sync run in a nursery of their own. Leaving the block stops the team sync
+        (what it has not pushed waits in the local store for the next start) and lets the index save what
+        it added within its share of ``budget`` (what it could not embed in time is embedded again at the
+        next start), and waits for both. An error or a cancellation leaving the block cancels them with
+        the nursery.
+    """
+    async with trio.open_nursery() as outer:
+        broadcaster = Broadcaster()
+        index = VectorIndex(store, embedder, settings.index_dir, save_interval_s=settings.index_save_interval_s)
+        # Loads (or rebuilds) in the background: searches use words alone meanwhile.
+        indexing, _ = await _start_stoppable(outer, index.run)
+        team = TeamSync(settings, store, index, broadcaster) if settings.database_url else None
+        syncing = trio.CancelScope()
+        if team is not None:
+            # Started once this data dir's machine id is stored (one local write), before any
+            # event is replayed: the outbox begins above what was stored before. PostgreSQL is
+            # connected to later, in the background; down at start is fine.
+            syncing, _ = await _start_stoppable(outer, team.run)
+        yield broadcaster, index, team
+        syncing.cancel(reason="shutting down")
+        index.close_timeout_s = budget.share(INDEX_SHARE)
+        indexing.cancel(reason="shutting down")
+
+
+@asynccontextmanager
+async def _actors_serving(services: Services, budget: ShutdownBudget, *, freeze_when_warm: bool) -> AsyncIterator[None]:
+    """The supervisor with every pending journal event queued for its actor, then the spool imported: ready
+    (``status.ready``) for the block; then the warm-up and the maintenance tasks in the background.
+
+    Resource handling:
+        Leaving the block (normally, on an error or cancelled) begins ``budget`` if the caller has not,
+        stops the spool import and the maintenance tasks, and closes the mailboxes so that the actors
+        drain within :data:`DRAIN_SHARE`; it returns once every task of its nursery has ended.
+    """
+    supervisor, router, store, compressor = services.supervisor, services.router, services.store, services.compressor
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        pending = await store.pending_events()
+        router.replay(pending)
+        if pending:
+            log.info("replaying %d pending journal event(s)", len(pending))
+        # Events clients spooled while the worker was down are older than anything
+        # they send from now on: import them before reporting ready.
+        importing, imported = await _start_stoppable(nursery, services.spool.run)
+        if imported:
+            log.info("imported events that clients spooled while the worker was down")
+        services.status.ready.set()
+        # What the first requests would otherwise wait for, loaded once the worker is ready.
+        compressor.seed_usage(await store.llm_tokens_since(utc_day(time.time()) * SECONDS_PER_DAY))
+        nursery.start_soon(partial(_warm_up, compressor, services.ingestor.redactor, services.embedder,
+                                   freeze=freeze_when_warm))
+        maintenance = trio.CancelScope()
+        nursery.start_soon(_maintain, services, maintenance)
+        try:
+            yield
+        finally:
+            if not budget.begun:
+                budget.begin()
+            importing.cancel(reason="shutting down")
+            maintenance.cancel(reason="shutting down")
+            supervisor.shutdown(drain_s=budget.share(DRAIN_SHARE))
+
+
+async def _maintain(services: Services, scope: trio.CancelScope) -> None:
+    """The event-loop watch and the raw-data pruner, until ``scope`` is cancelled."""
+    with scope:
+        async with trio.open_nursery() as tasks:
+            tasks.start_soon(services.loop.run)
+            tasks.start_soon(services.pruner.run)
 
 
 def _services(settings: Settings, status: WorkerStatus, store: Store, compressor: Compressor,

@@ -43,6 +43,7 @@ from sessionmem.records import (
     SummaryInputs,
     SummaryRow,
 )
+from sessionmem.storage.commits import CommitSignal
 from sessionmem.storage.export_records import ImportCounts, Record
 from sessionmem.storage.writer import WriterStatistics
 
@@ -132,6 +133,10 @@ class Store(Protocol):
     # Backends are opened by an async context manager of their own
     # (e.g. ``open_sqlite_store``) that owns their background tasks.
     def statistics(self) -> StoreStatistics: ...
+
+    # -- the commit signal (storage/commits.py): "something was stored", and what
+    @property
+    def commits(self) -> CommitSignal: ...
 
     # -- journal (write side, used by routes)
     async def accept_init(self, event: InitEvent, on_commit: OnCommit) -> InitAccepted: ...

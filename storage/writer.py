@@ -37,6 +37,10 @@ Error handling:
     commit itself fails (disk full, I/O error), every caller of that batch gets the
     exception: none of their writes happened. ``on_commit`` callbacks run on the Trio
     thread, in submission order, only after a successful commit; they must not block.
+    Then, if the transaction changed rows, the writer publishes it on its
+    :class:`~sessionmem.storage.commits.CommitSignal` (the store's "something was stored"),
+    with the kinds of rows its writes that succeeded declared (``stores``): once per
+    transaction, on the Trio thread, never for a failed commit.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ from typing import Any, Generic, TypeVar
 import apsw
 import msgspec
 import trio
+
+from sessionmem.storage.commits import CommitSignal, Stored
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -64,15 +70,17 @@ Together = Callable[[apsw.Connection, list[A]], list[T]]
 
 
 class _Operation(Generic[T]):
-    __slots__ = ("fn", "on_commit", "weight", "together", "argument", "done", "result", "error")
+    __slots__ = ("fn", "on_commit", "weight", "stores", "together", "argument", "done", "result", "error")
     # Set when ``fn`` (or its ``together`` run) returns, and read only then: once ``done``, if ``error`` is None.
     result: T
 
     def __init__(self, fn: Callable[[apsw.Connection], T], on_commit: Callable[[T], None] | None,
-                 weight: int = 1, together: Together[Any, T] | None = None, argument: Any = None) -> None:
+                 weight: int = 1, stores: int = 0, together: Together[Any, T] | None = None,
+                 argument: Any = None) -> None:
         self.fn = fn
         self.on_commit = on_commit
         self.weight = weight
+        self.stores = stores  # the kinds of rows it may store (Stored bits), for the commit signal
         self.together = together
         self.argument = argument
         self.done = trio.Event()
@@ -115,8 +123,10 @@ class WriterStatistics(msgspec.Struct, frozen=True):
 class GroupCommitWriter:
     def __init__(self, connection: apsw.Connection, *, max_batch: int = MAX_BATCH,
                  background_weight: int = BACKGROUND_WEIGHT,
-                 request_background_weight: int = REQUEST_BACKGROUND_WEIGHT) -> None:
+                 request_background_weight: int = REQUEST_BACKGROUND_WEIGHT,
+                 commits: CommitSignal | None = None) -> None:
         self._connection = connection
+        self.commits = commits or CommitSignal()  # published after each commit that changed rows
         self._max_batch = max_batch
         self._background_weight = background_weight
         self._request_background_weight = min(request_background_weight, background_weight)
@@ -152,20 +162,21 @@ class GroupCommitWriter:
         return 0.0
 
     async def submit(self, fn: Callable[[apsw.Connection], T], *, on_commit: Callable[[T], None] | None = None,
-                     background: bool = False, weight: int = 1) -> T:
+                     background: bool = False, weight: int = 1, stores: Stored = Stored.NOTHING) -> T:
         """Run ``fn(connection)`` in the next group commit and return its result once durable.
 
         ``background``: nobody waits on a request for it (module docstring); ``weight``:
-        its size in observation rows or the like (background work only).
+        its size in observation rows or the like (background work only); ``stores``: the
+        kinds of rows it may store, which its commit publishes.
 
         A caller cancelled while waiting does not withdraw its operation: once sent it
         will be committed, so an accepted event is never half-written.
         """
-        return await self._submit(_Operation(fn, on_commit, max(1, weight)), background)
+        return await self._submit(_Operation(fn, on_commit, max(1, weight), int(stores)), background)
 
     async def submit_together(self, together: Together[A, T], argument: A, *,
                               on_commit: Callable[[T], None] | None = None, background: bool = False,
-                              weight: int = 1) -> T:
+                              weight: int = 1, stores: Stored = Stored.NOTHING) -> T:
         """Run ``together(connection, [argument])[0]`` in the next group commit, as :meth:`submit`,
         and in one call of ``together`` with the arguments of every submission beside it (in
         the same transaction, one after the other) that names the same function.
@@ -174,8 +185,8 @@ class GroupCommitWriter:
         when a transaction must be run again one operation at a time (one of them failed),
         each is.
         """
-        operation = _Operation(partial(_alone, together, argument=argument), on_commit, max(1, weight), together,
-                               argument)
+        operation = _Operation(partial(_alone, together, argument=argument), on_commit, max(1, weight), int(stores),
+                               together, argument)
         return await self._submit(operation, background)
 
     async def _submit(self, operation: _Operation[T], background: bool) -> T:
@@ -254,7 +265,7 @@ class GroupCommitWriter:
             # Shielded: a commit that started must be reported to its callers (and its
             # on_commit run) even during shutdown, or an accepted event could go undelivered.
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self._commit_batch, batch, limiter=self._limiter)
+                changed = await trio.to_thread.run_sync(self._commit_batch, batch, limiter=self._limiter)
         except Exception as exc:  # the commit failed: nothing in this batch happened
             self._failed_commits += 1
             for operation in batch:
@@ -266,22 +277,30 @@ class GroupCommitWriter:
             self._batches += 1
             self._operations += len(batch)
             self._largest_batch = max(self._largest_batch, len(batch))
+            stored = 0
             for operation in batch:
-                if operation.error is None and operation.on_commit is not None:
-                    try:
-                        operation.on_commit(operation.result)
-                    except Exception as exc:  # a broken callback must not strand other callers
-                        operation.error = exc
+                if operation.error is None:
+                    stored |= operation.stores
+                    if operation.on_commit is not None:
+                        try:
+                            operation.on_commit(operation.result)
+                        except Exception as exc:  # a broken callback must not strand other callers
+                            operation.error = exc
+            if changed:
+                self.commits.publish(stored)
         finally:
             for operation in batch:
                 operation.done.set()
 
-    def _commit_batch(self, batch: list[_Operation[Any]]) -> None:
+    def _commit_batch(self, batch: list[_Operation[Any]]) -> bool:
+        """Commit ``batch`` (module docstring); whether rows changed. The count includes the changes of a
+        first try rolled back: at worst a waiter on the commit signal reads and finds nothing new."""
+        changes = self._connection.total_changes()
         try:
             # Fast path: one transaction, no per-operation savepoints (they cost two
             # statements each, on every request).
             self._transaction(batch, isolate=False)
-            return
+            return self._connection.total_changes() != changes
         except Exception:
             pass  # rolled back: redo the batch isolating each operation
         for operation in batch:
@@ -290,6 +309,7 @@ class GroupCommitWriter:
             self._transaction(batch, isolate=True)
         except _TransactionLost as lost:
             raise lost.cause from None  # every caller of the batch gets what failed: nothing was written
+        return self._connection.total_changes() != changes
 
     def _transaction(self, batch: list[_Operation[Any]], *, isolate: bool) -> None:
         connection = self._connection

@@ -6,7 +6,8 @@ cursor, leaving out this machine's own and any transaction still in flight
 cursor moved in one local transaction
 (:func:`~sessionmem.storage.sqlite.team_rows.import_pulled`): a crash keeps both or neither,
 and importing is idempotent anyway. Imported rows are searchable by words at once; the
-local index is told and embeds them itself; the viewer's live stream hears of them.
+import's commit wakes the local index (the store's commit signal), which embeds them itself; the viewer's
+live stream hears of them.
 
 Which projects: those this machine shares (``share_projects`` by name, and by the key its
 sessions know them by; those the user approved on this machine, asked again at each pull:
@@ -35,7 +36,6 @@ from collections.abc import Callable, Collection, Sequence
 import msgspec
 
 from sessionmem.broadcast import Broadcaster, LiveObservation, LiveSummary
-from sessionmem.index.actor import VectorIndex
 from sessionmem.protocol.limits import printable_line
 from sessionmem.storage.export_records import ObservationRecord, SummaryRecord
 from sessionmem.storage.pg.store import RefusedRow, TeamStore
@@ -59,12 +59,11 @@ class PullOutcome(msgspec.Struct, frozen=True):
 class Puller:
     """Pull steps for one machine; see the module docstring."""
 
-    def __init__(self, store: SQLiteStore, team: TeamStore, index: VectorIndex, broadcaster: Broadcaster, *,
+    def __init__(self, store: SQLiteStore, team: TeamStore, broadcaster: Broadcaster, *,
                  machine_id: str, share_projects: Collection[str], batch: int,
                  approved: Callable[[], Collection[str]] = frozenset) -> None:
         self._store = store
         self._team = team
-        self._index = index
         self._broadcaster = broadcaster
         self._machine_id = machine_id
         self._share_projects = tuple(share_projects)
@@ -128,8 +127,7 @@ class Puller:
                                  f"({_cut(row.project_key)}) is not one this machine pulls")
             log.warning("team pull: passed over the %s", self.last_refused)
         self.refused += len(result.misplaced)
-        if stored:
-            self._index.notify()
+        if stored:  # the index follows the store's commit signal; the viewer is told here
             # The store imports a cleaned copy of each row (secrets out): a row passed over is known by its identity.
             passed_over = {_identity(row) for row in result.misplaced}
             self._tell_the_viewer([row for row in rows if _identity(row) not in passed_over])

@@ -3,8 +3,9 @@ project's past memory on request; with a status for ``/debug``, ``GET /api/team`
 
 Three loops in :meth:`TeamSync.run`, each on its own:
 
-- **push**: whenever something is stored (the broadcaster's "something was stored", the
-  signal the vector index follows) and every :data:`PUSH_INTERVAL_S` in any case, batches
+- **push**: whenever rows it shares are stored (sessions, prompts, observations, summaries: the
+  store's commit signal, :data:`~sessionmem.storage.commits.SHAREABLE`; a journal accept does not
+  wake it, and several commits during a pass wake it once) and every :data:`PUSH_INTERVAL_S` in any case, batches
   until the outbox is empty (:mod:`sessionmem.team.push`), then vectors sent late;
 - **pull**: every ``team_pull_interval_s`` (:mod:`sessionmem.team.pull`);
 - **share push**: ``sessionmem share push --project NAME`` (:meth:`TeamSync.start_share_push`),
@@ -50,12 +51,13 @@ from typing import TypeVar
 import msgspec
 import trio
 
-from sessionmem.broadcast import Broadcaster, LiveEvent
+from sessionmem.broadcast import Broadcaster
 from sessionmem.index.actor import VectorIndex
 from sessionmem.protocol.credentials import sanitized
 from sessionmem.protocol.oskit import kill_process
 from sessionmem.runtime.logs import log_exception
-from sessionmem.settings import Settings
+from sessionmem.settings import Settings, machine_origin
+from sessionmem.storage.commits import SHAREABLE
 from sessionmem.storage.pg.connections import Transport, transport
 from sessionmem.storage.pg.store import TeamStore, TeamUnavailable, open_team_store
 from sessionmem.storage.sqlite.store import SQLiteStore
@@ -171,9 +173,8 @@ class TeamSync:
             self._transport: Transport | None = transport(self._url)
         except TeamUnavailable:  # not a URL: every call says so
             self._transport = None
-        self._machine, self._user = settings.origin
+        self._machine, self._user = machine_origin(settings)
         self._machine_id = ""
-        self._stored = trio.Event()
         self._share_requests, self._share_receive = trio.open_memory_channel[str](1)
         self._share: SharePushStatus | None = None
         self._share_starting = trio.Lock()  # two requests at once start one push
@@ -194,7 +195,6 @@ class TeamSync:
         self._consent_stamp: Stamp | None = _UNREAD  # the consent file's when it was last read whole
         self._consent_files = trio.CapacityLimiter(1)
         self._sharing: list[ProjectSharing] = []
-        broadcaster.watch(self._something_stored)
 
     # -- what others call -------------------------------------------------------------------
 
@@ -345,7 +345,7 @@ class TeamSync:
         batch = self._settings.team_push_batch
         after_push = self._kill_if_asked if self._settings.fault_injection else None
         pusher = Pusher(self._store, team, self._index, origin=origin, batch=batch, after_push=after_push)
-        puller = Puller(self._store, team, self._index, self._broadcaster, machine_id=self._machine_id,
+        puller = Puller(self._store, team, self._broadcaster, machine_id=self._machine_id,
                         share_projects=self._settings.share_projects, batch=batch, approved=self.approved)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._push_forever, pusher)
@@ -361,17 +361,15 @@ class TeamSync:
             marker.unlink()
             kill_process(os.getpid())
 
-    def _something_stored(self, _event: LiveEvent) -> None:
-        self._stored.set()
-
     async def _push_forever(self, pusher: Pusher) -> None:
         backoff = Backoff()
         while True:
-            self._stored = trio.Event()  # before reading: what is stored from now on wakes the next pass
+            # Before reading: what is stored from now on wakes the next pass.
+            seen = self._store.commits.committed(SHAREABLE)
             if await self._attempt(self._push_all, pusher):
                 backoff.reset()
                 with trio.move_on_after(PUSH_INTERVAL_S):
-                    await self._stored.wait()
+                    await self._store.commits.wait_committed(seen, SHAREABLE)
                     await trio.sleep(PUSH_GATHER_S)
             else:
                 await self._refresh_backlog_quietly()

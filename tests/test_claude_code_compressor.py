@@ -23,7 +23,7 @@ import psutil
 import pytest
 import trio
 
-from sessionmem.compress.choice import describe, reason
+from sessionmem.compress.choice import choose_backend, describe
 from sessionmem.compress.claude_code_backend import (
     ClaudeCodeCompressor,
     RunFailed,
@@ -142,15 +142,16 @@ def test_auto_chooses_by_api_key_then_cli_then_offline(tmp_path: Path, monkeypat
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-inherited")  # one session's: never read (test_compressor_sandbox)
     monkeypatch.setenv("PATH", str(CLAUDE.parent))
     settings = load_settings({}, data_dir=str(tmp_path))
-    assert settings.compressor == "auto" and settings.resolved_compressor == "claude-code"
-    assert reason(settings) == "auto: no Anthropic API key, a Claude Code CLI is installed"
+    assert settings.compressor == "auto" and choose_backend(settings).backend == "claude-code"
+    assert choose_backend(settings).reason == "auto: no Anthropic API key, a Claude Code CLI is installed"
 
     keyed = load_settings({"SESSIONMEM_ANTHROPIC_API_KEY": "sk-test"}, data_dir=str(tmp_path))
-    assert keyed.resolved_compressor == "anthropic"
+    assert choose_backend(keyed).backend == "anthropic"
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no claude there
-    assert settings.resolved_compressor == "offline"
-    assert load_settings({}, data_dir=str(tmp_path), claude_path=str(CLAUDE)).resolved_compressor == "claude-code"
+    assert choose_backend(settings).backend == "offline"
+    claude_path = load_settings({}, data_dir=str(tmp_path), claude_path=str(CLAUDE))
+    assert choose_backend(claude_path).backend == "claude-code"
     assert load_settings({"SESSIONMEM_COMPRESSOR": "claude-code"}, data_dir=str(tmp_path)).compressor == "claude-code"
 
 
@@ -221,7 +222,7 @@ def test_doctor_and_debug_say_what_to_do_when_the_worker_is_not_logged_in_on_mac
     monkeypatch.setenv("HOME", str(home))
     settings = load_settings({}, data_dir=str(tmp_path / "data"), compressor="claude-code", claude_path=str(CLAUDE))
     expected = headless_login_advice("darwin", own_token=False, settings_file=str(tmp_path / "data" / "settings.json"))
-    _, why = describe(settings, platform=platform)
+    _, why = describe(settings, choose_backend(settings), platform=platform)
     assert "not logged in (run `claude auth login`)" in why
     assert (expected in why) == (platform == "darwin"), why
 
@@ -442,4 +443,4 @@ def test_describe_without_a_cli_says_offline(tmp_path: Path, monkeypatch: pytest
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     settings = load_settings({}, data_dir=str(tmp_path))
-    assert describe(settings) == ("offline", "auto: no Anthropic API key, and no Claude Code CLI (not on PATH)")
+    assert describe(settings, choose_backend(settings)) == ("offline", "auto: no Anthropic API key, and no Claude Code CLI (not on PATH)")

@@ -28,6 +28,7 @@ import trio
 
 from sessionmem.compress import prompts
 from sessionmem.compress.base import SessionContext
+from sessionmem.compress.choice import choose_backend
 from sessionmem.compress.claude_code_backend import (
     CHILD_SETTINGS,
     ClaudeCodeCompressor,
@@ -98,9 +99,9 @@ def test_the_cli_child_gets_its_provider_from_settings_never_from_the_worker_env
 def test_auto_never_bills_an_inherited_api_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", HOSTILE_KEY)
     monkeypatch.setenv("PATH", str(tmp_path))  # no CLI: auto falls to offline, not to the inherited key
-    assert load_settings({}, data_dir=str(tmp_path)).resolved_compressor == "offline"
+    assert choose_backend(load_settings({}, data_dir=str(tmp_path))).backend == "offline"
     chosen = load_settings({"SESSIONMEM_ANTHROPIC_API_KEY": "sk-ant-mine"}, data_dir=str(tmp_path))
-    assert chosen.resolved_compressor == "anthropic" and "sk-ant-mine" not in repr(chosen)
+    assert choose_backend(chosen).backend == "anthropic" and "sk-ant-mine" not in repr(chosen)
 
 
 def test_every_run_has_one_turn_no_tools_and_no_auto_memory() -> None:

@@ -619,7 +619,6 @@ async def test_catching_up_waits_while_the_database_takes_writes(tmp_path: Path)
             writes.start(nursery)
             for n in range(8):
                 await store.accept_init(InitEvent(f"later{n}", "proj", prompt=f"later {n}"), lambda e: None)
-            index.notify()
             began = trio.current_time()
             with trio.fail_after(30):
                 await index.caught_up()
@@ -643,7 +642,6 @@ async def test_what_is_stored_while_catching_up_waits_goes_first_and_counts_as_p
         async def prompts(label: str) -> None:
             for n in range(4):
                 await store.accept_init(InitEvent(f"{label}{n}", "proj", prompt=f"{label} {n}"), lambda e: None)
-            index.notify()
             await trio.sleep(0.3)
 
         async with trio.open_nursery() as nursery:
@@ -688,7 +686,6 @@ async def test_catching_up_takes_two_threads_only_while_the_worker_is_idle(tmp_p
             writes.start(nursery)  # hooks arriving: one thread for every chunk
             for n in range(4):
                 await store.accept_init(InitEvent(f"later{n}", "proj", prompt=f"later {n}"), lambda e: None)
-            index.notify()
             with trio.fail_after(30):
                 await index.caught_up()
             writes.stop()

@@ -21,7 +21,7 @@ import pytest
 import trio
 
 from sessionmem.compress.base import Compressor
-from sessionmem.compress.choice import choose_compressor
+from sessionmem.compress.choice import choose_backend, choose_compressor
 from sessionmem.settings import Settings, SettingsError, load_settings, plain_http_warnings
 from sessionmem.testing.chat_completions_api import ScriptedChatCompletionsAPI
 from sessionmem.testing.harness import InProcessWorker, open_worker
@@ -295,7 +295,7 @@ def test_the_settings_choose_it_and_say_what_is_missing(tmp_path: Path) -> None:
     env = {"SESSIONMEM_COMPRESSOR": "openai-compatible", "SESSIONMEM_OPENAI_MODEL": MODEL,
            "SESSIONMEM_OPENAI_BASE_URL": "http://127.0.0.1:1234/v1", "SESSIONMEM_OPENAI_API_KEY": KEY}
     settings = load_settings(env, data_dir=str(tmp_path))
-    assert settings.resolved_compressor == "openai-compatible"
+    assert choose_backend(settings).backend == "openai-compatible"
     assert (settings.openai_model, settings.openai_base_url, settings.openai_api_key) == (
         MODEL, "http://127.0.0.1:1234/v1", KEY)
     assert choose_compressor(settings).statistics().model == MODEL
@@ -365,17 +365,17 @@ def test_a_key_sent_in_clear_to_another_host_is_refused_at_start(tmp_path: Path)
     # The user's explicit choice starts, and is warned about; so is no key over the same network.
     allowed = load_settings({**env, "SESSIONMEM_OPENAI_API_KEY": KEY, "SESSIONMEM_LLM_ALLOW_PLAIN_HTTP": "1"},
                             data_dir=str(tmp_path))
-    assert plain_http_warnings(allowed) == ["openai_base_url is plain http:// to 192.168.1.20: the API key crosses "
+    assert plain_http_warnings(allowed, choose_backend(allowed).backend) == ["openai_base_url is plain http:// to 192.168.1.20: the API key crosses "
                                             "the network in clear"]
     keyless = load_settings(env, data_dir=str(tmp_path))
-    assert plain_http_warnings(keyless) == ["openai_base_url is plain http:// to 192.168.1.20: no key, but every "
+    assert plain_http_warnings(keyless, choose_backend(keyless).backend) == ["openai_base_url is plain http:// to 192.168.1.20: no key, but every "
                                             "tool use crosses the network in clear"]
     # This machine, and TLS, are fine with a key.
     for url in ("http://127.0.0.1:11434/v1", "http://localhost:1234/v1", "http://[::1]:8000/v1",
                 "https://models.example/v1"):
         fine = load_settings({**env, "SESSIONMEM_OPENAI_BASE_URL": url, "SESSIONMEM_OPENAI_API_KEY": KEY},
                              data_dir=str(tmp_path))
-        assert plain_http_warnings(fine) == []
+        assert plain_http_warnings(fine, choose_backend(fine).backend) == []
 
 
 @pytest.mark.slow

@@ -332,12 +332,12 @@ def test_a_typed_search_ranks_documents_with_every_word_first(tmp_path: Path) ->
 
 def test_words_held_counts_the_query_words_each_document_holds_as_its_index_has_them(tmp_path: Path) -> None:
     from sessionmem.records import OBSERVATION, PROMPT
-    from sessionmem.storage.sqlite import fulltext
+    from sessionmem.storage.search_terms import query_terms
     from sessionmem.storage.sqlite.words_held import words_held
 
     titles = ["Fixed the websocket reconnect in pane_list_live.ex", "websocket timeouts", "nothing alike"]
     connection = _observations_db(tmp_path / "db", titles)
-    terms = fulltext.query_terms("fixing the websocket timeout in pane_list_live")
+    terms = query_terms("fixing the websocket timeout in pane_list_live")
     keys = [(OBSERVATION, 1), (OBSERVATION, 2), (OBSERVATION, 3), (OBSERVATION, 99), (PROMPT, 1)]
     # Four words (less "the" and "in"): Porter stemming holds "fixing" in "Fixed" and "timeout" in
     # "timeouts"; a word of several tokens is held when all of them are. Rows that do not exist: left out.

@@ -66,13 +66,14 @@ def _doctor_settings(args: argparse.Namespace, report: Report) -> Settings | Non
     except SettingsError as exc:
         report(False, f"{exc} (the worker will not start until it is fixed)")
         return None
-    from sessionmem.compress.choice import describe, not_inherited
-    from sessionmem.settings import plain_http_warnings
+    from sessionmem.compress.choice import choose_backend, describe, not_inherited
+    from sessionmem.settings import Backend, plain_http_warnings
 
-    backend, why = describe(settings)
-    model = f", model {settings.model_of(backend)}" if backend != "offline" else ""
+    choice = choose_backend(settings)  # as a worker starting now would choose
+    backend, why = describe(settings, choice)
+    model = f", model {settings.model_of(backend)}" if backend != Backend.OFFLINE else ""
     report(True, f"compressor: {backend} ({why}{model})")
-    for warning in plain_http_warnings(settings):
+    for warning in plain_http_warnings(settings, backend):
         report(False, f"compressor: {warning}")
     for line in not_inherited(os.environ):
         report(True, f"compressor: {line}")

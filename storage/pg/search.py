@@ -55,8 +55,8 @@ from sessionmem.storage.boundary import clean_text
 from sessionmem.storage.pg.connections import Connection
 from sessionmem.storage.pg.schema import VECTOR_DIMENSIONS
 from sessionmem.storage.record_rules import MAX_ITEM_CHARS, MAX_ITEMS, MAX_TITLE_CHARS, latest_moment
+from sessionmem.storage.search_terms import file_name, file_params, query_terms
 from sessionmem.storage.sqlite.cards import card_of_row
-from sessionmem.storage.sqlite.fulltext import file_name, file_params, query_terms
 from sessionmem.storage.team_records import Origin
 
 log = logging.getLogger(__name__)

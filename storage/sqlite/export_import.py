@@ -189,38 +189,8 @@ def _import_record(connection: apsw.Connection, record: Record, now: float, coun
                    projects: dict[str, str], source: PulledFrom | None, summary_event_id: int) -> None:
     """Store ``record`` (its times clamped: storage/record_rules.py). ``summary_event_id``: of the record as it
     came, before the clamp, so that a summary from the future imported twice is stored once."""
-    def stored(kind: str) -> None:
-        counts[kind if connection.changes() else "already_there"] += 1
-
-    machine, user = (source.machine, source.user) if source else ("", "")
     if isinstance(record, SessionRecord):
-        project = source.project if source else record.project
-        connection.execute(
-            "INSERT OR IGNORE INTO sessions (claude_session_id, project, project_key, cwd, first_prompt, status,"
-            " created_at, updated_at, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (record.claude_session_id, project, source.project_key if source else "", record.cwd,
-             record.first_prompt, record.status if record.status != "failed" else "completed", record.created_at,
-             record.updated_at, record.completed_at))
-        stored("sessions")
-        projects[record.claude_session_id] = project
-        connection.execute(
-            "UPDATE sessions SET created_at = min(created_at, ?1), updated_at = max(updated_at, ?2)"
-            " WHERE claude_session_id = ?3", (record.created_at, record.updated_at, record.claude_session_id))
-        if source is not None:
-            # The team's merge (docs/team.md): status the furthest (a session that failed here stays
-            # failed: its events wait here for a replay), completed_at the latest, the first prompt
-            # kept, the project key learnt. Only what changes is written (the push follows changes).
-            status = record.status if record.status != "failed" else "completed"
-            connection.execute(
-                "UPDATE sessions SET"
-                f" status = CASE WHEN status != 'failed' AND {_STATUS_RANK.format('?1')} >"
-                f" {_STATUS_RANK.format('status')} THEN ?1 ELSE status END,"
-                " completed_at = CASE WHEN ?2 IS NOT NULL AND (completed_at IS NULL OR completed_at < ?2)"
-                " THEN ?2 ELSE completed_at END,"
-                " first_prompt = coalesce(first_prompt, ?3),"
-                " project_key = CASE project_key WHEN '' THEN ?4 ELSE project_key END"
-                " WHERE claude_session_id = ?5",
-                (status, record.completed_at, record.first_prompt, source.project_key, record.claude_session_id))
+        _import_session(connection, record, counts, projects, source)
         return
     if source is not None:
         project = source.project
@@ -229,49 +199,100 @@ def _import_record(connection: apsw.Connection, record: Record, now: float, coun
     session, made = _session(connection, record.claude_session_id, project, record.created_at,
                              source.project_key if source else "")
     counts["sessions"] += made
+    origin = (source.machine, source.user) if source else ("", "")
     if isinstance(record, PromptRecord):
-        connection.execute(
-            "INSERT OR IGNORE INTO user_prompts (session_db_id, project, prompt_number, text, created_at,"
-            " origin_machine, origin_user, provenance, flagged)"
-            " VALUES (?1, (SELECT project FROM sessions WHERE id = ?1), ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            (session, record.prompt_number, record.text, record.created_at, machine, user, record.provenance,
-             int(record.flagged)))
-        stored("prompts")
-        connection.execute(
-            "UPDATE sessions SET prompt_counter = max(prompt_counter, ?1), first_prompt = coalesce(first_prompt, ?2)"
-            " WHERE id = ?3", (record.prompt_number, record.text, session))
+        kind, stored = "prompts", _import_prompt(connection, record, session, origin)
     elif isinstance(record, ObservationRecord):
-        connection.execute(
-            "INSERT OR IGNORE INTO observations (session_db_id, project, prompt_number, event_id, tool_name,"
-            " tool_use_id, agent_id, agent_type, failed, type, title, subtitle, facts, narrative, concepts,"
-            " files_read, files_modified, compressed, compressor, model, created_at, stored_at, origin_machine,"
-            " origin_user, provenance, flagged)"
-            " VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (session, project, record.prompt_number, record.tool_name, record.tool_use_id,
-             record.agent_id, record.agent_type, int(record.failed), record.type, record.title, record.subtitle,
-             to_json(record.facts), record.narrative, to_json(record.concepts), to_json(record.files_read),
-             to_json(record.files_modified), int(record.compressed), record.compressor, record.model,
-             record.created_at, now, machine, user, record.provenance, int(record.flagged)))
-        stored("observations")
+        kind, stored = "observations", _import_observation(connection, record, session, project, now, origin)
     else:
-        # The same summary by what it is, not by its event id: one the worker made itself has
-        # its journal event's (an import of a store into itself made every summary twice).
-        if optional_row(
-                connection,
-                "SELECT 1 FROM session_summaries WHERE session_db_id = ? AND prompt_number = ? AND created_at = ?",
-                (session, record.prompt_number, record.created_at)) is not None:
-            counts["already_there"] += 1
-            return
+        kind, stored = "summaries", _import_summary(connection, record, session, project, now, origin,
+                                                    summary_event_id)
+    counts[kind if stored else "already_there"] += 1
+
+
+def _import_session(connection: apsw.Connection, record: SessionRecord, counts: dict[str, int],
+                    projects: dict[str, str], source: PulledFrom | None) -> None:
+    """A session, new or merged into the one already here (its times widened; a pulled one by the team's rule)."""
+    project = source.project if source else record.project
+    connection.execute(
+        "INSERT OR IGNORE INTO sessions (claude_session_id, project, project_key, cwd, first_prompt, status,"
+        " created_at, updated_at, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (record.claude_session_id, project, source.project_key if source else "", record.cwd,
+         record.first_prompt, record.status if record.status != "failed" else "completed", record.created_at,
+         record.updated_at, record.completed_at))
+    counts["sessions" if connection.changes() else "already_there"] += 1
+    projects[record.claude_session_id] = project
+    connection.execute(
+        "UPDATE sessions SET created_at = min(created_at, ?1), updated_at = max(updated_at, ?2)"
+        " WHERE claude_session_id = ?3", (record.created_at, record.updated_at, record.claude_session_id))
+    if source is not None:
+        # The team's merge (docs/team.md): status the furthest (a session that failed here stays
+        # failed: its events wait here for a replay), completed_at the latest, the first prompt
+        # kept, the project key learnt. Only what changes is written (the push follows changes).
+        status = record.status if record.status != "failed" else "completed"
         connection.execute(
-            "INSERT OR IGNORE INTO session_summaries (session_db_id, project, prompt_number, event_id, request,"
-            " investigated, learned, completed, next_steps, notes, compressed, compressor, model, created_at,"
-            " stored_at, origin_machine, origin_user, provenance, flagged)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (session, project, record.prompt_number, summary_event_id, record.request,
-             record.investigated, record.learned, record.completed, record.next_steps, record.notes,
-             int(record.compressed), record.compressor, record.model, record.created_at, now, machine, user,
-             record.provenance, int(record.flagged)))
-        stored("summaries")
+            "UPDATE sessions SET"
+            f" status = CASE WHEN status != 'failed' AND {_STATUS_RANK.format('?1')} >"
+            f" {_STATUS_RANK.format('status')} THEN ?1 ELSE status END,"
+            " completed_at = CASE WHEN ?2 IS NOT NULL AND (completed_at IS NULL OR completed_at < ?2)"
+            " THEN ?2 ELSE completed_at END,"
+            " first_prompt = coalesce(first_prompt, ?3),"
+            " project_key = CASE project_key WHEN '' THEN ?4 ELSE project_key END"
+            " WHERE claude_session_id = ?5",
+            (status, record.completed_at, record.first_prompt, source.project_key, record.claude_session_id))
+
+
+def _import_prompt(connection: apsw.Connection, record: PromptRecord, session: int, origin: tuple[str, str]) -> bool:
+    """Whether the prompt was new here; the session's prompt counter and first prompt follow it."""
+    connection.execute(
+        "INSERT OR IGNORE INTO user_prompts (session_db_id, project, prompt_number, text, created_at,"
+        " origin_machine, origin_user, provenance, flagged)"
+        " VALUES (?1, (SELECT project FROM sessions WHERE id = ?1), ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        (session, record.prompt_number, record.text, record.created_at, *origin, record.provenance,
+         int(record.flagged)))
+    stored = connection.changes() > 0
+    connection.execute(
+        "UPDATE sessions SET prompt_counter = max(prompt_counter, ?1), first_prompt = coalesce(first_prompt, ?2)"
+        " WHERE id = ?3", (record.prompt_number, record.text, session))
+    return stored
+
+
+def _import_observation(connection: apsw.Connection, record: ObservationRecord, session: int, project: str,
+                        now: float, origin: tuple[str, str]) -> bool:
+    """Whether the observation was new here."""
+    connection.execute(
+        "INSERT OR IGNORE INTO observations (session_db_id, project, prompt_number, event_id, tool_name,"
+        " tool_use_id, agent_id, agent_type, failed, type, title, subtitle, facts, narrative, concepts,"
+        " files_read, files_modified, compressed, compressor, model, created_at, stored_at, origin_machine,"
+        " origin_user, provenance, flagged)"
+        " VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (session, project, record.prompt_number, record.tool_name, record.tool_use_id,
+         record.agent_id, record.agent_type, int(record.failed), record.type, record.title, record.subtitle,
+         to_json(record.facts), record.narrative, to_json(record.concepts), to_json(record.files_read),
+         to_json(record.files_modified), int(record.compressed), record.compressor, record.model,
+         record.created_at, now, *origin, record.provenance, int(record.flagged)))
+    return connection.changes() > 0
+
+
+def _import_summary(connection: apsw.Connection, record: SummaryRecord, session: int, project: str, now: float,
+                    origin: tuple[str, str], summary_event_id: int) -> bool:
+    """Whether the summary was new here: the same summary is known by what it is, not by its event id (one
+    the worker made itself has its journal event's: an import of a store into itself made every summary twice)."""
+    if optional_row(
+            connection,
+            "SELECT 1 FROM session_summaries WHERE session_db_id = ? AND prompt_number = ? AND created_at = ?",
+            (session, record.prompt_number, record.created_at)) is not None:
+        return False
+    connection.execute(
+        "INSERT OR IGNORE INTO session_summaries (session_db_id, project, prompt_number, event_id, request,"
+        " investigated, learned, completed, next_steps, notes, compressed, compressor, model, created_at,"
+        " stored_at, origin_machine, origin_user, provenance, flagged)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (session, project, record.prompt_number, summary_event_id, record.request,
+         record.investigated, record.learned, record.completed, record.next_steps, record.notes,
+         int(record.compressed), record.compressor, record.model, record.created_at, now, *origin,
+         record.provenance, int(record.flagged)))
+    return connection.changes() > 0
 
 
 # -- checked on arrival ---------------------------------------------------------------------

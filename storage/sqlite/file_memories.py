@@ -19,7 +19,9 @@ import apsw
 import msgspec
 
 from sessionmem.records import CompressedObservation, FileMemory
-from sessionmem.storage.sqlite.fulltext import basename_collation, file_matches, file_params
+from sessionmem.settings import Backend
+from sessionmem.storage.search_terms import file_params
+from sessionmem.storage.sqlite.fulltext import basename_collation, file_matches
 from sessionmem.storage.sqlite.origins import label_sql
 from sessionmem.storage.sqlite.values import one_row, text
 
@@ -31,7 +33,7 @@ FILE_LOOKBACK = 200
 def recallable_files(observation: CompressedObservation) -> tuple[str, ...]:
     """The files whose :func:`file_memories` can answer with ``observation`` (the rule of its ``HAVING``):
     an offline compressor's mere read of a file is never recalled for that file."""
-    if observation.type == "discovery" and observation.compressor == "offline":
+    if observation.type == "discovery" and observation.compressor == Backend.OFFLINE:
         return observation.files_modified
     return (*observation.files_read, *observation.files_modified)
 

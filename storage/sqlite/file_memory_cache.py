@@ -37,8 +37,9 @@ from dataclasses import dataclass
 
 from sessionmem.records import CompressedObservation, FileMemory
 from sessionmem.storage.base import FileRecallCacheStatistics
+from sessionmem.storage.search_terms import file_name
 from sessionmem.storage.sqlite.file_memories import recallable_files, recalled_as
-from sessionmem.storage.sqlite.fulltext import ascii_folded, file_name
+from sessionmem.storage.sqlite.fulltext import ascii_folded
 
 CAPACITY = 4096
 # Stores remembered for rows read while they committed: a read takes milliseconds, and under the

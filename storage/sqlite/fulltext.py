@@ -6,7 +6,7 @@ Each function takes a read connection and runs on a reader thread
 wrap them. Three kinds of document are searchable (``sessionmem.records.DOCUMENT_KINDS``),
 each from its own table and full-text table (:data:`TABLES`).
 
-User text never reaches FTS5's query language: :func:`query_terms` keeps the words
+User text never reaches FTS5's query language: :func:`~sessionmem.storage.search_terms.query_terms` keeps the words
 of a query (letters and digits, any script) and drops the rest (quotes, ``*``,
 ``NEAR(``, ``AND``/``OR``, ``col:``), each as a quoted string. A search someone typed
 asks first for documents holding all of them; any search asks for documents holding
@@ -20,7 +20,6 @@ Error handling:
 
 from __future__ import annotations
 
-import re
 import string
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -36,16 +35,10 @@ from sessionmem.records import (
     SearchFilters,
 )
 from sessionmem.storage.base import RowIds
+from sessionmem.storage.search_terms import file_name, file_params
 from sessionmem.storage.sqlite.origins import origin_condition
 from sessionmem.storage.sqlite.values import all_rows, integer, one_row, real, to_json
 
-MAX_QUERY_TERMS = 32
-# Words that almost every document holds: asking for them costs a scan of their long
-# posting lists and ranks nothing. Kept when a query has nothing else.
-_STOPWORDS = frozenset(
-    "a an and are as at be but by do does for from has have how i in is it its me my of on or so that the "
-    "then there this to was we what when where which who why will with you your".split())
-_WORD = re.compile(r"\w+")
 # Full-text search costs what the rows its terms match cost: FTS5 scores and sorts every
 # one, and in a large store a query of common words matches a good part of it.
 # A query keeps its rarer terms while their rows together stay within this budget
@@ -76,17 +69,6 @@ TABLES = {
 }
 ALIASES = {OBSERVATION: "o", SUMMARY: "m", PROMPT: "p"}
 PROJECT_COLUMNS = {OBSERVATION: "o.project", SUMMARY: "m.project", PROMPT: "p.project"}
-
-
-def query_terms(query: str) -> list[str]:
-    """The words of ``query`` that a search looks for (lowercase, unique, stopwords dropped if others remain)."""
-    words = list(dict.fromkeys(word.lower() for word in _WORD.findall(query)))
-    meaningful = [word for word in words if word not in _STOPWORDS]
-    return (meaningful or words)[:MAX_QUERY_TERMS]
-
-
-def _like_escaped(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def _filter_sql(kind: str, filters: SearchFilters, params: dict[str, Any]) -> tuple[str, str]:
@@ -148,16 +130,6 @@ BASENAME_NOCASE_INDEX = ("CREATE INDEX IF NOT EXISTS observation_files_basename_
 def basename_collation(fold_case: bool) -> str:
     """What follows ``basename = :file_base`` in SQL: nothing, or ``COLLATE NOCASE`` to match in any ASCII case."""
     return " COLLATE NOCASE" if fold_case else ""
-
-
-def file_name(path: str) -> str:
-    """The name a lookup of ``path`` goes by: the ``basename`` it is matched on."""
-    return path.strip().rstrip("/").rsplit("/", 1)[-1]
-
-
-def file_params(path: str) -> dict[str, str]:
-    path = path.strip()
-    return {"file": path, "file_base": file_name(path), "file_suffix": "%/" + _like_escaped(path.lstrip("/"))}
 
 
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)  # what LIKE and NOCASE fold, no more

@@ -35,7 +35,8 @@ from sessionmem.records import (
     SummaryInputs,
     SummaryRow,
 )
-from sessionmem.storage.sqlite.fulltext import keep_matching, query_terms
+from sessionmem.storage.search_terms import query_terms
+from sessionmem.storage.sqlite.fulltext import keep_matching
 from sessionmem.storage.sqlite.origins import label_sql, origin_condition
 from sessionmem.storage.sqlite.values import (
     all_rows,

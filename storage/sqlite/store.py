@@ -74,7 +74,9 @@ from sessionmem.storage.base import (
     StorageUnavailable,
     StoreStatistics,
 )
+from sessionmem.storage.commits import SHAREABLE, CommitSignal, Stored
 from sessionmem.storage.export_records import ImportCounts, Record
+from sessionmem.storage.search_terms import query_terms
 from sessionmem.storage.sqlite import (
     cards,
     export_import,
@@ -106,6 +108,13 @@ Args = TypeVarTuple("Args")
 UNAVAILABLE = (apsw.FullError, apsw.IOError, apsw.ReadOnlyError, apsw.CantOpenError)
 # A batch of pruning takes a transaction's share of background writes alone (storage/writer.py).
 PRUNE_WEIGHT = BACKGROUND_WEIGHT
+# What each write may store, for the commit signal (storage/commits.py): the kinds of rows whose
+# consumers it must wake, and no others.
+_ACCEPT_INIT = Stored.JOURNAL | Stored.SESSIONS | Stored.PROMPTS
+_ACCEPT_INIT_EMPTY = Stored.JOURNAL | Stored.SESSIONS
+_SESSION_STATE = Stored.JOURNAL | Stored.SESSIONS  # parked, unparked, completed
+_OBSERVATIONS = Stored.OBSERVATIONS | Stored.SESSIONS | Stored.JOURNAL  # their tokens, their events done
+_SUMMARY = Stored.SUMMARIES | Stored.SESSIONS | Stored.JOURNAL
 
 
 @asynccontextmanager
@@ -162,6 +171,7 @@ class SQLiteStore:
         self._checkpointer = Checkpointer(path, idle_s=checkpoint_idle_s)
         self._connection: apsw.Connection | None = None
         self._writer: GroupCommitWriter | None = None
+        self._commits = CommitSignal()  # the writer publishes each commit that changed rows
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -169,7 +179,7 @@ class SQLiteStore:
         self._connection = await trio.to_thread.run_sync(open_writer, self.path)
         if self._file_recall.fold_case:  # file recall looks names up in any case: an index for it (once)
             await trio.to_thread.run_sync(self._connection.execute, BASENAME_NOCASE_INDEX)
-        self._writer = GroupCommitWriter(self._connection)
+        self._writer = GroupCommitWriter(self._connection, commits=self._commits)
         await self._readers.open()
 
     async def _close(self) -> None:
@@ -184,24 +194,31 @@ class SQLiteStore:
         return StoreStatistics(str(self.path), self._writer.statistics(), self._checkpointer.statistics(),
                                self._gathered.statistics(), self._file_recall.statistics())
 
+    @property
+    def commits(self) -> CommitSignal:
+        """The commit signal ("something was stored", and what): what the vector index, the team push
+        and the live pages wait on (:mod:`~sessionmem.storage.commits`)."""
+        return self._commits
+
     async def write(self, fn: Callable[[apsw.Connection, *Args], T], *args: *Args,
-                    on_commit: Callable[[T], None] | None = None, background: bool = False, weight: int = 1) -> T:
-        """``fn(connection, *args)`` in a group commit; ``background`` and ``weight`` as
-        :meth:`GroupCommitWriter.submit` has them (what actors store is background work).
-        Every write of the store goes through here; a database that cannot take writes
-        raises :class:`StorageUnavailable`."""
+                    on_commit: Callable[[T], None] | None = None, background: bool = False, weight: int = 1,
+                    stores: Stored = Stored.NOTHING) -> T:
+        """``fn(connection, *args)`` in a group commit; ``background``, ``weight`` and ``stores`` (the kinds
+        of rows it may store, for the commit signal) as :meth:`GroupCommitWriter.submit` has them (what
+        actors store is background work). Every write of the store goes through here; a database that
+        cannot take writes raises :class:`StorageUnavailable`."""
         with self._taking_writes() as writer:
             return await writer.submit(lambda connection: fn(connection, *args), on_commit=on_commit,
-                                       background=background, weight=weight)
+                                       background=background, weight=weight, stores=stores)
 
     async def _write_together(self, together: Together[A, T], argument: A, *,
                               on_commit: Callable[[T], None] | None = None, background: bool = False,
-                              weight: int = 1) -> T:
+                              weight: int = 1, stores: Stored = Stored.NOTHING) -> T:
         """``together(connection, [argument])[0]`` in a group commit, in one call with the writes of
         its kind beside it (:meth:`GroupCommitWriter.submit_together`)."""
         with self._taking_writes() as writer:
             return await writer.submit_together(together, argument, on_commit=on_commit, background=background,
-                                                weight=weight)
+                                                weight=weight, stores=stores)
 
     @contextmanager
     def _taking_writes(self) -> Iterator[GroupCommitWriter]:
@@ -220,7 +237,9 @@ class SQLiteStore:
             if not accepted.duplicate:
                 on_commit(accepted.envelope)
 
-        return await self.write(journal_writes.accept_init, event, on_commit=deliver)
+        # The prompt is stored with the accept (a document); without one, only the session is touched.
+        stores = _ACCEPT_INIT if event.prompt else _ACCEPT_INIT_EMPTY
+        return await self.write(journal_writes.accept_init, event, on_commit=deliver, stores=stores)
 
     async def accept_event(
         self, event: ObservationEvent | SummarizeEvent | CompleteEvent, on_commit: OnCommit
@@ -229,18 +248,22 @@ class SQLiteStore:
             if not accepted.parked and not accepted.duplicate:
                 on_commit(accepted.envelope)
 
-        return await self._write_together(journal_writes.accept_events, event, on_commit=deliver)
+        # The journal only (the hot path: it wakes neither the index nor the push). A session made here for an
+        # event that came before its init travels with the first result stored for it.
+        return await self._write_together(journal_writes.accept_events, event, on_commit=deliver,
+                                          stores=Stored.JOURNAL)
 
     async def pending_events(self) -> list[Envelope]:
         return await self._readers.run(row_reads.pending_events)
 
     async def park_session(self, claude_session_id: str, error: str) -> int:
-        return await self.write(journal_writes.park_session, claude_session_id, error)
+        return await self.write(journal_writes.park_session, claude_session_id, error, stores=_SESSION_STATE)
 
     async def unpark_session(
         self, claude_session_id: str, on_commit: Callable[[list[Envelope]], None]
     ) -> list[Envelope]:
-        return await self.write(journal_writes.unpark_session, claude_session_id, on_commit=on_commit)
+        return await self.write(journal_writes.unpark_session, claude_session_id, on_commit=on_commit,
+                                stores=_SESSION_STATE)
 
     # -- results (storage/sqlite/result_writes.py) -------------------------------------------
 
@@ -259,16 +282,16 @@ class SQLiteStore:
             self._file_recall.stored(session.claude_session_id, session.project, result.recalled)
 
         result = await self._write_together(result_writes.store_observations, (session, items), on_commit=stored,
-                                            background=True, weight=len(items))
+                                            background=True, weight=len(items), stores=_OBSERVATIONS)
         return result.inserted
 
     async def store_summary(self, session: SessionInfo, envelope: Envelope, summary: CompressedSummary) -> bool:
         assert isinstance(envelope.event, SummarizeEvent)
         return await self.write(result_writes.store_summary, session, envelope, summary, background=True,
-                                weight=result_writes.SUMMARY_WEIGHT)
+                                weight=result_writes.SUMMARY_WEIGHT, stores=_SUMMARY)
 
     async def complete_session(self, session: SessionInfo, envelope: Envelope) -> None:
-        await self.write(result_writes.complete_session, session, envelope, background=True)
+        await self.write(result_writes.complete_session, session, envelope, background=True, stores=_SESSION_STATE)
 
     async def summary_inputs(self, session: SessionInfo) -> SummaryInputs:
         return await self._readers.run(partial(row_reads.summary_inputs, session=session))
@@ -312,7 +335,7 @@ class SQLiteStore:
         pruned, after = 0, 0
         while True:
             count, after = await self.write(partial(retention.prune_payloads, before=before, after_id=after),
-                                            background=True, weight=PRUNE_WEIGHT)
+                                            background=True, weight=PRUNE_WEIGHT, stores=Stored.JOURNAL)
             pruned += count
             if after == 0:
                 return pruned
@@ -335,7 +358,7 @@ class SQLiteStore:
     async def import_records(self, records: Sequence[Record]) -> ImportCounts:
         records = await boundary.cleaned_off_thread(boundary.clean_records, records)  # no secret from a file
         return await self.write(partial(export_import.import_records, records=records, now=time.time()),
-                                on_commit=lambda _: self._file_recall.clear())
+                                on_commit=lambda _: self._file_recall.clear(), stores=SHAREABLE)
 
     # -- team memory (storage/sqlite/team_rows.py): the outbox, the cursors, pulled rows ---------------------
 
@@ -377,7 +400,7 @@ class SQLiteStore:
         return await self.write(partial(team_rows.import_pulled, rows=rows, cursor=cursor, now=time.time(),
                                         keys=keys),
                                 on_commit=lambda _: self._file_recall.clear(), background=True,
-                                weight=max(1, len(rows)))
+                                weight=max(1, len(rows)), stores=SHAREABLE if rows else Stored.NOTHING)
 
     async def team_backlog(self, *, cursor: OutboxCursor, shared: Shared) -> int:
         return await self._readers.run(partial(team_rows.backlog, cursor=cursor, shared=shared))
@@ -397,7 +420,7 @@ class SQLiteStore:
 
     async def search_text(self, query: str, filters: SearchFilters, limit: int, *,
                           every_word_first: bool = False) -> list[RankedKey]:
-        terms = fulltext.query_terms(query)
+        terms = query_terms(query)
         if not terms:
             return []
         return await self._readers.run(partial(self._search_text, terms=terms, filters=filters, limit=limit,
@@ -414,7 +437,7 @@ class SQLiteStore:
 
     async def search_text_held(self, query: str, filters: SearchFilters, limit: int, *,
                                held_of_first: int) -> tuple[list[RankedKey], dict[tuple[str, int], float]]:
-        terms = fulltext.query_terms(query)
+        terms = query_terms(query)
         if not terms:
             return [], {}
 

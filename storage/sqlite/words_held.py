@@ -33,7 +33,7 @@ TOKENIZER = ("porter", ("unicode61", "remove_diacritics", "2"))
 
 def words_held(connection: apsw.Connection, terms: Sequence[str],
                keys: Sequence[tuple[str, int]]) -> dict[tuple[str, int], float]:
-    """The share (0 to 1) of ``terms`` (a query's words, as ``fulltext.query_terms`` makes them) each of
+    """The share (0 to 1) of ``terms`` (a query's words, as ``search_terms.query_terms`` makes them) each of
     ``keys`` holds, by key."""
     name, arguments = TOKENIZER
     tokenizer = connection.fts5_tokenizer(name, list(arguments))
