@@ -801,7 +801,10 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(1.0)
             rss_without = _rss(bare.pid)
         print("search_latency: the worker on the large store", file=sys.stderr)
-        with start_worker(work / "scale", env={"SESSIONMEM_COMPRESSOR": "offline"}, timeout=120) as worker:
+        # No relevance floor: the SessionStart measured hands over what meaning ranked, whatever the
+        # synthetic prompts' similarity to the synthetic memories (the floor filters only what is read).
+        with start_worker(work / "scale", env={"SESSIONMEM_COMPRESSOR": "offline",
+                                               "SESSIONMEM_RECALL_MIN_SIMILARITY": "0"}, timeout=120) as worker:
             rss_ready = _rss(worker.pid)
             debug, waited = _timed(lambda: _wait_index_ready(worker))
             rss_loaded = _rss(worker.pid)

@@ -13,8 +13,8 @@ One entry for every stage (the stage is the first argument, else the payload's
 - PostToolUse / PostToolUseFailure: the tool use (failures marked), private spans
   removed, long strings cut to head + tail so the request stays under the body limit.
   When the worker's answer recalls past work on the file the tool touched, it is
-  printed as ``additionalContext`` for Claude (UserPromptSubmit likewise, when
-  prompt recall is on).
+  printed as ``additionalContext`` for Claude (UserPromptSubmit likewise: prompt
+  recall).
 - Stop: ``last_assistant_message`` from the payload (Claude Code >= 2.1.72), else the
   last turn read from the end of ``transcript_path``.
 - SubagentStop: the subagent's final report, as an observation (for a background

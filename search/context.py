@@ -11,9 +11,17 @@ within the token budget.
   ms), else full-text search when vectors are off. A small recency bonus
   (:data:`RECENCY_WEIGHT`) orders memories about as relevant, newer first. Without a
   focus: the most recent.
-- **Telling first.** What the offline compressor made of a mere look (a read, a
-  search, a routine command: where Claude looked, not what it learned) comes after
-  everything else.
+- **Above the floor.** Ranked by meaning, a memory less similar to the focus than the
+  relevance floor (``recall_min_similarity``, as prompt recall's) is not handed over; when
+  none clears it, the plan is the most recent work.
+- **No raw activity.** What the offline compressor made of a routine look (a search, a
+  status or listing command such as ``git status``, ``ls`` or ``cat``: where Claude looked,
+  not what it learned) is left out (:func:`is_routine`). A file read stays, after
+  everything else: it names a file the work was about (measured: leaving reads out too
+  cost a quarter of the files the next session needed and gained no precision,
+  bench/README.md).
+- **Told once.** A memory the session was already told (:class:`~sessionmem.search.told.ToldLedger`:
+  a resumed session, by its earlier context or recall) is not in the plan again.
 - **Collapsed.** The same action on the same file (``Read src/app.py`` five times, or
   three edits of it) is one line with its ids and a count.
 - **Grouped** by session, each under its first prompt, the sessions holding the best
@@ -57,6 +65,7 @@ from sessionmem.records import (
     SessionHead,
     SummaryRow,
 )
+from sessionmem.search.told import ToldLedger
 from sessionmem.settings import Backend
 from sessionmem.storage.base import Store
 from sessionmem.storage.record_rules import latest_moment
@@ -67,6 +76,8 @@ WORD_CANDIDATES = 50  # observations asked of full-text search when there are no
 # recency adds up to this much (the newest of the recent candidates most): among
 # memories about as relevant, the newer first, but never a newer one that is unrelated.
 RECENCY_WEIGHT = 0.1
+# Rows read for each one the plan holds: raw activity (is_routine) is left out after the read.
+READ_AHEAD = 3
 EARLIER_SESSIONS = 5
 # Summaries read to find them: one a turn, so a few turns of each session.
 SUMMARIES_READ = (EARLIER_SESSIONS + 1) * 4
@@ -107,14 +118,21 @@ class ContextPlan(msgspec.Struct, frozen=True):
 
 
 # What the offline compressor makes of a look (a read, a search, a routine command such
-# as `git status` or `ls`) says where Claude looked, not what it learned: such lines go
-# after the others.
-_LOOKS = ("Read", "Grep", "Glob", "LS")
+# as `git status` or `ls`) says where Claude looked, not what it learned.
+_SEARCHES = ("Grep", "Glob", "LS")
+_LOOKS = ("Read", *_SEARCHES)
 
 
 def is_bare(row: ObservationRow) -> bool:
+    """A look: a read, a search or a routine command, as the offline compressor describes it."""
     return row.compressor == Backend.OFFLINE and row.type == "discovery" and (
         row.tool_name in _LOOKS or ROUTINE_CONCEPT in row.concepts)
+
+
+def is_routine(row: ObservationRow) -> bool:
+    """Raw activity, never handed over: a search, or a routine command (``compress/commands.py``)."""
+    return row.compressor == Backend.OFFLINE and row.type == "discovery" and (
+        row.tool_name in _SEARCHES or ROUTINE_CONCEPT in row.concepts)
 
 
 def collapse_key(row: ObservationRow) -> tuple[str, str]:
@@ -131,12 +149,15 @@ def telling_fact(row: ObservationRow | FileMemory) -> str:
 
 class ContextPlanner:
     def __init__(self, store: Store, index: VectorIndex, embedder: EmbedderService, *,
-                 observations: int = 50, other_machines: bool = True) -> None:
+                 observations: int = 50, other_machines: bool = True, min_similarity: float = 0.0,
+                 told: ToldLedger | None = None) -> None:
         self._store = store
         self._index = index
         self._embedder = embedder
         self._observations = observations
         self._other_machines = other_machines
+        self._min_similarity = min_similarity
+        self.told = told if told is not None else ToldLedger()
 
     async def plan(self, project: str, *, focus: str = "", focus_latest_prompt: bool = False,
                    session: str = "", origin: str | None = None) -> ContextPlan:
@@ -162,18 +183,24 @@ class ContextPlanner:
         filters = SearchFilters(project=project, kinds=(OBSERVATION,), origin=origin)
         candidates: list[RankedKey] = []
         ranking = "recency"
+        told = {row_id for kind, row_id in self.told.told(session) if kind == OBSERVATION} if session else set()
+        recent = [row_id for row_id in recent if row_id not in told]
         if focus and recent:
             # Fewer than CANDIDATES: these are all the project's observations, compared one by one.
             among = [(OBSERVATION, row_id) for row_id in recent] if len(recent) < CANDIDATES else None
             candidates, ranking = await self._relevant(focus, focus_prompt_id, filters, among)
-        chosen, relevant = await self._choose(candidates, recent, filters)
-        if not relevant and ranking == "meaning":  # nothing near was of this project: its words, then
+            candidates = [key for key in candidates if key.row_id not in told]
+        floor = self._min_similarity if ranking == "meaning" else None  # similarities: the floor holds
+        chosen, of_project, relevant = await self._choose(candidates, recent, filters, floor)
+        if not of_project and ranking == "meaning":  # nothing near was of this project: its words, then
             candidates, ranking = await self._store.search_text(focus, filters, WORD_CANDIDATES), "words"
-            chosen, relevant = await self._choose(candidates, recent, filters)
+            candidates = [key for key in candidates if key.row_id not in told]
+            chosen, _, relevant = await self._choose(candidates, recent, filters, None)
         if not relevant:
             ranking = "recency"
-        rows = [row for row in chosen.observations if row.created_at <= not_after]
-        rows = [row for row in rows if not is_bare(row)] + [row for row in rows if is_bare(row)]
+        rows = [row for row in chosen.observations if row.created_at <= not_after and not is_routine(row)]
+        rows = rows[: self._observations]
+        rows = [row for row in rows if not is_bare(row)] + [row for row in rows if is_bare(row)]  # telling first
         sessions = {row.claude_session_id: row for row in chosen.sessions}
         latest, earlier = earlier_sessions(start.summaries, not_after=not_after)
         return ContextPlan(project, latest, focus if ranking != "recency" else "", ranking, group(rows, sessions),
@@ -203,19 +230,26 @@ class ContextPlanner:
                 return found, "meaning"
         return await self._store.search_text(focus, filters, WORD_CANDIDATES), "words"
 
-    async def _choose(self, candidates: list[RankedKey], recent: list[int],
-                      filters: SearchFilters) -> tuple[ContextRows, bool]:
-        """The best observations and their sessions, in one read; whether relevance chose them (else recency)."""
-        relevant_found = False
+    async def _choose(self, candidates: list[RankedKey], recent: list[int], filters: SearchFilters,
+                      floor: float | None) -> tuple[ContextRows, bool, bool]:
+        """The best observations and their sessions, in one read; whether some candidates were of the project,
+        and whether relevance chose (some cleared ``floor``, if given), else recency did."""
+        of_project = relevant_found = False
 
         def choose(kept: set[int]) -> list[int]:  # on the reader's thread
-            nonlocal relevant_found
+            nonlocal of_project, relevant_found
             relevant = [key for key in candidates if key.row_id in kept]
+            of_project = bool(relevant)
+            if floor is not None:
+                relevant = [key for key in relevant if key.score >= floor]
             relevant_found = bool(relevant)
-            return (ranked(relevant, recent) if relevant else recent)[: self._observations]
+            # Relevance chose: what it found alone, best first; else the most recent.
+            found = {key.row_id for key in relevant}
+            best = [row_id for row_id in ranked(relevant, recent) if row_id in found]
+            return (best if relevant else recent)[: self._observations * READ_AHEAD]
 
         chosen = await self._store.context_rows([(key.kind, key.row_id) for key in candidates], filters, choose)
-        return chosen, relevant_found
+        return chosen, of_project, relevant_found
 
 
 def earlier_sessions(summaries: list[SummaryRow], *,

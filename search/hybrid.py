@@ -110,6 +110,9 @@ class SearchResult(msgspec.Struct, frozen=True, kw_only=True):
     source: SearchSource = SearchSource.LOCAL  # whose id `id` is
     provenance: str = "tool"  # where its text came from (a records.Provenance value)
     flagged: bool = False  # it holds (quoted) instruction-like text, or was made from some
+    # Its cosine similarity to the query, when meaning found it (None: words alone did): an absolute
+    # measure of relevance where `score` is relative to the other results (the recall's floor reads it).
+    similarity: float | None = None
 
 
 class SearchResults(msgspec.Struct, frozen=True):
@@ -245,20 +248,22 @@ def page_results(page: Sequence[tuple[str, int, float]], cards: Mapping[tuple[st
     (deleted between the two reads) is left out."""
     terms = query_terms(query)
     found_by_words = {(key.kind, key.row_id) for key in words}
-    found_by_meaning = {(key.kind, key.row_id) for key in meaning}
+    similarity = {(key.kind, key.row_id): key.score for key in meaning}
     results = []
     for kind, row_id, score in page:
         card = cards.get((kind, row_id))
         if card is None:
             continue
-        matched_by = [name for name, found in (("words", found_by_words), ("meaning", found_by_meaning))
+        matched_by = [name for name, found in (("words", found_by_words), ("meaning", similarity.keys()))
                       if (kind, row_id) in found]
+        cosine = similarity.get((kind, row_id))
         results.append(SearchResult(
             kind=kind, id=row_id, score=round(score, 6), matched_by=matched_by,
             claude_session_id=card.claude_session_id, project=card.project, prompt_number=card.prompt_number,
             created_at=card.created_at, type=card.type, title=card.title,
             snippet=snippet(card.text if kind != "prompt" else card.title, terms), files=card.files,
-            origin=card.origin, source=source, provenance=card.provenance, flagged=card.flagged))
+            origin=card.origin, source=source, provenance=card.provenance, flagged=card.flagged,
+            similarity=None if cosine is None else round(cosine, 6)))
     return results
 
 

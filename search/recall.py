@@ -6,12 +6,23 @@
   compressor's bare "Read x" says nothing and is left out). The answer to the hook's
   own request carries them, and the hook hands them to Claude as ``additionalContext``
   -- no request of its own, so it costs the hook nothing when there is nothing to say.
-- **Prompt recall** (:meth:`Recall.for_prompt`, opt-in: ``prompt_recall``): the few
+- **Prompt recall** (:meth:`Recall.for_prompt`, on by default: ``prompt_recall``): the few
   past observations and summaries most relevant to a new prompt (hybrid search),
   within :data:`PROMPT_RECALL_BUDGET_S`, else nothing.
 
-Within a session each memory is recalled once: what Claude was already told is not
-told again (bounded: the newest :data:`SESSIONS_TRACKED` sessions are remembered).
+Precision first: a wrong memory costs more than none.
+
+- **A relevance floor** (``recall_min_similarity``): a prompt's memory is handed over only
+  when its meaning is at least that close to the prompt (cosine similarity of their
+  vectors); a prompt about something no earlier session worked on gets nothing. With
+  vectors off (or not ready) a memory must share the prompt's words instead.
+- **Told once a session** (:class:`~sessionmem.search.told.ToldLedger`, shared with the
+  SessionStart context): what Claude was already told in this session, by SessionStart,
+  an earlier prompt or a file, is not told again.
+- **No raw activity**: an offline compressor's bare look (a read, a search, a routine
+  command such as ``git status``: :func:`~sessionmem.search.context.is_bare`) says where
+  Claude looked, not what it learned, and is never recalled (a read named in the
+  SessionStart context is there for the file it names).
 
 Everything printed is neutralized like the SessionStart context and framed the same way
 (:mod:`sessionmem.protocol.framing`): inside the same tag, which the worker strips from
@@ -30,7 +41,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 
 import trio
 
@@ -38,8 +48,9 @@ from sessionmem.protocol.framing import framed_recall, marks
 from sessionmem.protocol.safe_text import local_time, one_line
 from sessionmem.records import LOCAL_ORIGIN, OBSERVATION, SUMMARY, SearchFilters
 from sessionmem.runtime.logs import log_exception
-from sessionmem.search.context import telling_fact
-from sessionmem.search.hybrid import SearchService
+from sessionmem.search.context import is_bare, telling_fact
+from sessionmem.search.hybrid import SearchResult, SearchService
+from sessionmem.search.told import ToldLedger
 from sessionmem.storage.base import Store
 from sessionmem.storage.record_rules import latest_moment
 
@@ -48,8 +59,6 @@ log = logging.getLogger(__name__)
 # Tools whose input names the one file they touched, and the field that names it.
 FILE_TOOLS = {"Read": "file_path", "Edit": "file_path", "MultiEdit": "file_path", "Write": "file_path",
               "NotebookEdit": "notebook_path"}
-SESSIONS_TRACKED = 1000
-RECALLED_PER_SESSION = 500
 PROMPT_RECALL_BUDGET_S = 0.5
 
 
@@ -64,26 +73,20 @@ def _when(timestamp: float) -> str:
 
 
 class Recall:
+    """File and prompt recall. ``min_similarity``: the relevance floor (the worker's ``recall_min_similarity``)."""
+
     def __init__(self, store: Store, search: SearchService, *, file_max: int = 3, prompt_max: int = 3,
-                 other_machines: bool = True) -> None:
+                 other_machines: bool = True, min_similarity: float = 0.0,
+                 told: ToldLedger | None = None) -> None:
         self._store = store
         self._search = search
         self._file_max = file_max
         self._prompt_max = prompt_max
         self._other_machines = other_machines
-        self._recalled: OrderedDict[str, set[int]] = OrderedDict()
+        self._min_similarity = min_similarity
+        self.told = told if told is not None else ToldLedger()
         self.file_recalls = 0
         self.prompt_recalls = 0
-
-    def _unseen(self, claude_session_id: str, ids: list[int]) -> list[int]:
-        seen = self._recalled.setdefault(claude_session_id, set())
-        self._recalled.move_to_end(claude_session_id)
-        while len(self._recalled) > SESSIONS_TRACKED:
-            self._recalled.popitem(last=False)
-        fresh = [i for i in ids if i not in seen]
-        if len(seen) + len(fresh) <= RECALLED_PER_SESSION:
-            seen.update(fresh)
-        return fresh
 
     async def for_file(self, project: str, claude_session_id: str, tool_name: str, tool_input: object) -> str:
         """The ``additionalContext`` for a tool use of a file, or ``""``."""
@@ -100,8 +103,9 @@ class Recall:
         not_after = latest_moment(time.time())  # nothing dated in the future, as at SessionStart
         memories = [memory for memory in memories
                     if memory.created_at <= not_after and (self._other_machines or not memory.origin)]
-        fresh = set(self._unseen(claude_session_id, [memory.id for memory in memories]))
-        chosen = [memory for memory in memories if memory.id in fresh][: self._file_max]
+        already = self.told.told(claude_session_id)
+        chosen = [memory for memory in memories if (OBSERVATION, memory.id) not in already][: self._file_max]
+        self.told.tell(claude_session_id, [(OBSERVATION, memory.id) for memory in chosen])
         if not chosen:
             return ""
         self.file_recalls += 1
@@ -117,22 +121,16 @@ class Recall:
         """The ``additionalContext`` for a new prompt, or ``""`` (nothing relevant, or not in time)."""
         if not prompt.strip():
             return ""
-        results = None
+        found: list[SearchResult] | None = None
         try:
             with trio.move_on_after(PROMPT_RECALL_BUDGET_S):
-                results = await self._search.search(
-                    prompt, SearchFilters(project=project, kinds=(OBSERVATION, SUMMARY),
-                                          origin=None if self._other_machines else LOCAL_ORIGIN),
-                    limit=self._prompt_max * 3)
+                found = await self._relevant(project, claude_session_id, prompt)
         except Exception as exc:
             log_exception(log, "prompt recall failed", exc)
-        if results is None:
+        if not found:
             return ""
-        not_after = latest_moment(time.time())
-        others = [result for result in results.results
-                  if result.claude_session_id != claude_session_id and result.created_at <= not_after]
-        fresh = set(self._unseen(claude_session_id, [result.id for result in others if result.kind == OBSERVATION]))
-        chosen = [result for result in others if result.kind != OBSERVATION or result.id in fresh][: self._prompt_max]
+        fresh = set(self.told.tell(claude_session_id, [(result.kind, result.id) for result in found]))
+        chosen = [result for result in found if (result.kind, result.id) in fresh]
         if not chosen:
             return ""
         self.prompt_recalls += 1
@@ -143,3 +141,23 @@ class Recall:
             lines.append(f"- {label} ({_when(result.created_at)}{_marked(result.origin, result.flagged)}) {result.type}: "
                          f"{one_line(result.title, 120)}{detail}")
         return framed_recall("Past work that may be relevant to this prompt,", lines)
+
+    async def _relevant(self, project: str, claude_session_id: str, prompt: str) -> list[SearchResult]:
+        """The best memories of other sessions for ``prompt`` (up to ``prompt_max``) that clear the floor, are not
+        bare activity and were not told in this session yet."""
+        results = await self._search.search(
+            prompt, SearchFilters(project=project, kinds=(OBSERVATION, SUMMARY),
+                                  origin=None if self._other_machines else LOCAL_ORIGIN),
+            limit=self._prompt_max * 3)
+        by_meaning = results.vectors == "used"
+        not_after = latest_moment(time.time())
+        already = self.told.told(claude_session_id)
+        kept = [result for result in results.results
+                if result.claude_session_id != claude_session_id and result.created_at <= not_after
+                and (result.kind, result.id) not in already
+                and (result.similarity is not None and result.similarity >= self._min_similarity if by_meaning
+                     else "words" in result.matched_by)]
+        observations = [result.id for result in kept if result.kind == OBSERVATION]
+        bare = {row.id for row in await self._store.observations_by_ids(observations) if is_bare(row)} \
+            if observations else set()
+        return [result for result in kept if result.kind != OBSERVATION or result.id not in bare][: self._prompt_max]

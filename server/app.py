@@ -30,10 +30,10 @@ from sessionmem.actors.child import MailboxFull
 from sessionmem.broadcast import live_event_name
 from sessionmem.protocol import routes
 from sessionmem.protocol.git_remote import MAX_KEY, checked_key
-from sessionmem.protocol.limits import MAX_QUERY_CHARS, MAX_SESSION_ID
+from sessionmem.protocol.limits import HOOK_CONTEXT_MAX_CHARS, MAX_QUERY_CHARS, MAX_SESSION_ID
 from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, NOTICE_HEADER, READY, SHARE_REQUEST_HEADER, STARTING
 from sessionmem.runtime.logs import log_exception
-from sessionmem.server.context_markdown import render_context
+from sessionmem.server.context_markdown import CHARS_PER_TOKEN, render_handover
 from sessionmem.server.debug import processing_status
 from sessionmem.server.debug_routes import add_debug_routes
 from sessionmem.server.fast_ingest import (
@@ -253,12 +253,21 @@ def add_context_route(app: QuartTrio, services: Services) -> None:
             raise BadRequest("query parameter 'project' is required", "?project")
         budget = int_arg("tokens", settings.context_token_budget, low=100, high=100_000)
         focus = text_arg("q", limit=MAX_QUERY_CHARS) or ""
-        plan = await services.context.plan(
-            project, focus=focus, focus_latest_prompt=(request.args.get("source") or "") in FOCUSED_SOURCES,
-            session=text_arg("session", limit=MAX_SESSION_ID) or "", origin=origin_arg())
-        text, named = render_context(plan, token_budget=budget)
+        source = request.args.get("source") or ""
+        session = text_arg("session", limit=MAX_SESSION_ID) or ""
+        told = services.context.told
+        if session and source == "compact":  # Claude's context was compacted: what it was told may be told again
+            told.forget(session)
+        plan = await services.context.plan(project, focus=focus, focus_latest_prompt=source in FOCUSED_SOURCES,
+                                           session=session, origin=origin_arg())
+        if session:  # a hook's: what it prints stays below Claude Code's limit on a hook's output
+            budget = min(budget, HOOK_CONTEXT_MAX_CHARS // CHARS_PER_TOKEN)
+        rendered = render_handover(plan, token_budget=budget)
+        if session:  # each memory told once a session: the recalls of this session will not repeat these
+            told.tell(session, rendered.told)
+        text = rendered.text
         headers = {
-            CONTEXT_COUNT_HEADER: str(named),
+            CONTEXT_COUNT_HEADER: str(rendered.observations),
             "X-Sessionmem-Summary": "1" if plan.summary is not None else "0",
             "X-Sessionmem-Ranking": plan.ranking,
         }

@@ -21,9 +21,11 @@ Stored text is untrusted: every field printed here is neutralized and on one lin
 
 from __future__ import annotations
 
+import msgspec
+
 from sessionmem.protocol.framing import FRAME_CLOSE, UNVERIFIED, context_head, from_origin, marks, origin_label
 from sessionmem.protocol.safe_text import local_time, one_line
-from sessionmem.records import SummaryRow
+from sessionmem.records import OBSERVATION, SUMMARY, SummaryRow
 from sessionmem.search.context import ContextLine, ContextPlan, SessionGroup
 
 CHARS_PER_TOKEN = 4
@@ -91,10 +93,23 @@ class _Budget:
         return True
 
 
+class RenderedContext(msgspec.Struct, frozen=True):
+    text: str  # "" when there is no memory
+    told: list[tuple[str, int]]  # the memories it names, (kind, row id): observations and summaries
+    observations: int  # observations it names
+
+
 def render_context(plan: ContextPlan, *, token_budget: int) -> tuple[str, int]:
     """The injected text (``""`` when there is no memory) and how many observations it names."""
+    rendered = render_handover(plan, token_budget=token_budget)
+    return rendered.text, rendered.observations
+
+
+def render_handover(plan: ContextPlan, *, token_budget: int) -> RenderedContext:
+    """The injected text and the memories it tells (:class:`~sessionmem.search.told.ToldLedger` records them)."""
     if plan.summary is None and not plan.groups and not plan.earlier:
-        return "", 0
+        return RenderedContext("", [], 0)
+    told: list[tuple[str, int]] = []
     head = context_head(plan.project)
     tail = ["", FOOTER, FRAME_CLOSE]
     budget = _Budget(token_budget)
@@ -102,6 +117,8 @@ def render_context(plan: ContextPlan, *, token_budget: int) -> tuple[str, int]:
     summary = _summary_lines(plan.summary) if plan.summary is not None else []
     while summary and not budget.take(summary):
         summary = summary[:-2] + [""] if len(summary) > 2 else []  # drop the least important field
+    if summary and plan.summary is not None:
+        told.append((SUMMARY, plan.summary.id))
     earlier = ["## Earlier sessions", *map(_earlier_line, plan.earlier)] if plan.earlier else []
     reserve = min(int(token_budget * EARLIER_SHARE), sum(estimate_tokens(line) + 1 for line in earlier))
     budget.left -= reserve
@@ -119,11 +136,13 @@ def render_context(plan: ContextPlan, *, token_budget: int) -> tuple[str, int]:
                     break
                 body += [header, lines[0]]
                 named += len(group.lines[0].ids)
+                told += [(OBSERVATION, row_id) for row_id in group.lines[0].ids]
                 for line, text in zip(group.lines[1:], lines[1:]):
                     if not budget.take([text]):
                         break
                     body.append(text)
                     named += len(line.ids)
+                    told += [(OBSERVATION, row_id) for row_id in line.ids]
     budget.left += reserve
     kept_earlier = ["", *earlier[:1]] if earlier and budget.take(earlier[:1]) else []
     for earlier_line in earlier[1:] if kept_earlier else []:
@@ -132,4 +151,5 @@ def render_context(plan: ContextPlan, *, token_budget: int) -> tuple[str, int]:
         kept_earlier.append(earlier_line)
     if len(kept_earlier) <= 2:  # a heading alone says nothing
         kept_earlier = []
-    return "\n".join(head + summary + body + kept_earlier + tail), named
+    told += [(SUMMARY, summary_row.id) for summary_row in plan.earlier[: max(0, len(kept_earlier) - 2)]]
+    return RenderedContext("\n".join(head + summary + body + kept_earlier + tail), told, named)

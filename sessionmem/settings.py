@@ -128,8 +128,12 @@ class Settings:
     context_other_machines: bool = True
     file_recall: bool = True  # PostToolUse on a file: past observations about it, as additionalContext
     file_recall_max: int = 3  # observations a tool use may recall
-    prompt_recall: bool = False  # UserPromptSubmit: the most relevant past observations (opt-in)
+    prompt_recall: bool = True  # UserPromptSubmit: the most relevant past observations, within 0.5 s
     prompt_recall_max: int = 3
+    # The relevance floor: a memory less similar in meaning to the prompt (or to a resumed or compacted
+    # session's focus) is not handed over (cosine similarity of MiniLM vectors, 0 to 1; 0: no floor).
+    # Chosen on the tune half of bench/handover_eval.py: the best F0.5 of prompt recall (bench/README.md).
+    recall_min_similarity: float = 0.5
 
     # Retention
     raw_retention_days: float = 30.0  # raw tool input/output of stored observations kept this long (0: always)
@@ -228,6 +232,7 @@ ENV = {
     "SESSIONMEM_FILE_RECALL_MAX": "file_recall_max",
     "SESSIONMEM_PROMPT_RECALL": "prompt_recall",
     "SESSIONMEM_PROMPT_RECALL_MAX": "prompt_recall_max",
+    "SESSIONMEM_RECALL_MIN_SIMILARITY": "recall_min_similarity",
     "SESSIONMEM_RAW_RETENTION_DAYS": "raw_retention_days",
     "SESSIONMEM_EMBEDDER": "embedder",
     "SESSIONMEM_INDEX_SAVE_INTERVAL": "index_save_interval_s",
@@ -342,6 +347,8 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
         raise SettingsError("max_restarts must be >= 0 and restart_window_s > 0")
     if not settings.code_watch_s >= 0:  # NaN too
         raise SettingsError(f"code_watch_s must be >= 0 (0: never), got {settings.code_watch_s}")
+    if not 0 <= settings.recall_min_similarity <= 1:  # NaN too
+        raise SettingsError(f"recall_min_similarity must be 0..1 (0: no floor), got {settings.recall_min_similarity}")
     for pattern in settings.redact_patterns:
         try:
             re.compile(pattern)

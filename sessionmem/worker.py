@@ -69,6 +69,7 @@ from sessionmem.runtime.loopwatch import LoopWatch
 from sessionmem.search.context import ContextPlanner
 from sessionmem.search.hybrid import SearchService
 from sessionmem.search.recall import Recall
+from sessionmem.search.told import ToldLedger
 from sessionmem.server.app import create_app
 from sessionmem.server.guard import AccessGuard, is_loopback
 from sessionmem.server.http_server import ConnectionPool, connection_limit
@@ -430,8 +431,10 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
     router = SessionRouter(supervisor, mailbox_size=settings.mailbox_size, restart_policy=policy)
     redactor = Redactor(enabled=settings.redact_secrets, extra_patterns=settings.redact_patterns)
     search = SearchService(store, index, embedder)
+    told = ToldLedger()  # shared: a memory told at SessionStart is not recalled again in the session
     recall = Recall(store, search, file_max=settings.file_recall_max, prompt_max=settings.prompt_recall_max,
-                    other_machines=settings.context_other_machines)
+                    other_machines=settings.context_other_machines, min_similarity=settings.recall_min_similarity,
+                    told=told)
     ingestor = Ingestor(settings, store, router, redactor, recall=recall)
     guard = AccessGuard(token=token, port=settings.port,
                         extra_host="" if is_loopback(settings.host) else settings.host)
@@ -445,7 +448,8 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
                             still_ours=home.still_ours),
         guard=guard, connections=pool, embedder=embedder, index=index, search=search,
         context=ContextPlanner(store, index, embedder, observations=settings.context_observations,
-                               other_machines=settings.context_other_machines),
+                               other_machines=settings.context_other_machines,
+                               min_similarity=settings.recall_min_similarity, told=told),
         pruner=Pruner(store, retention_days=settings.raw_retention_days), loop=LoopWatch(), home=home, team=team)
 
 

@@ -407,3 +407,14 @@ def set_next_steps(db: Path, summary_id: int, next_steps: str) -> None:
     with connection:
         connection.execute("UPDATE session_summaries SET next_steps = ? WHERE id = ?", (next_steps, summary_id))
     connection.close()
+
+
+def test_a_recall_is_cut_to_the_hook_output_limit() -> None:
+    from sessionmem.protocol.framing import framed_recall
+    from sessionmem.protocol.limits import HOOK_CONTEXT_MAX_CHARS
+
+    lines = [f"- #{number} (2026-12-01) change: " + "x" * 300 for number in range(100)]
+    text = framed_recall("Memory of src/app.py", lines)
+    assert len(text) <= HOOK_CONTEXT_MAX_CHARS and text.endswith("</sessionmem-context>")
+    assert len(text) + len(lines[-1]) + 1 > HOOK_CONTEXT_MAX_CHARS  # whole lines, as many as fit
+    assert all(line in text.splitlines() for line in lines[: text.count("\n- #")])

@@ -68,13 +68,15 @@ def test_session_start_injects_context(worker: WorkerClient, payloads: list[dict
     context = output["hookSpecificOutput"]["additionalContext"]
     assert output["hookSpecificOutput"]["hookEventName"] == "SessionStart"
     assert context.startswith("<sessionmem-context>") and "Edited calc.py" in context
-    assert output["systemMessage"].startswith("sessionmem: 4 memories of calcproj loaded")
+    # one of the first ten events' four observations is a routine look (`grep` of a file), not handed over
+    assert output["systemMessage"].startswith("sessionmem: 3 memories of calcproj loaded")
     # The command that logs a browser in, as this install has it (the pages answer 401 to a bare link).
     opener = f"`{Path(sys.executable).parent / 'sessionmem'} open --data-dir {worker.data_dir}` to browse them"
     assert opener in output["systemMessage"]  # this data dir is not the default: the command names it
 
-    quiet = run_hook("SessionStart", by_event(payloads, "SessionStart"), worker.data_dir,
-                     SESSIONMEM_SYSTEM_MESSAGE="0")
+    # (another session: the first was already told these memories, and is told each once)
+    quiet = run_hook("SessionStart", {**by_event(payloads, "SessionStart"), "session_id": "another"},
+                     worker.data_dir, SESSIONMEM_SYSTEM_MESSAGE="0")
     assert "systemMessage" not in json.loads(quiet.stdout)
     # A project named by a directory with an escape sequence, a line break and a bidi override in its
     # name: the message Claude Code prints in the terminal stays one plain line.
@@ -304,6 +306,24 @@ def test_hook_timeout_bounds_a_hanging_worker(tmp_path: Path, payloads: list[dic
     assert_silent_success(result)
     # Its own 0.5 s timeout fired (the hard timer, 1 s later, would have ended it without a word); the
     # bound adds the start on a busy machine. Unbounded, the hook would hang until run_hook gives up.
+    assert "timed out" in (tmp_path / "hooks.log").read_text()
+    assert elapsed < 4.0
+
+
+def test_the_prompt_hook_fails_open_within_its_deadline(tmp_path: Path, payloads: list[dict[str, Any]]) -> None:
+    """Prompt recall is on by default: the UserPromptSubmit hook waits for the worker's answer, and no longer
+    than its budget (the worker's own recall budget, 0.5 s, is well inside the hook's default 2 s)."""
+    import socket
+
+    with socket.socket() as listener:  # accepts connections, never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        port = listener.getsockname()[1]
+        started = time.monotonic()
+        result = run_hook("UserPromptSubmit", by_event(payloads, "UserPromptSubmit"), tmp_path,
+                          SESSIONMEM_PORT=str(port), SESSIONMEM_HOOK_TIMEOUT="0.5")
+        elapsed = time.monotonic() - started
+    assert_silent_success(result)  # no recall, no error: Claude Code goes on
     assert "timed out" in (tmp_path / "hooks.log").read_text()
     assert elapsed < 4.0
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from sessionmem.protocol.limits import HOOK_CONTEXT_MAX_CHARS
 from sessionmem.protocol.privacy import CONTEXT_TAG
 from sessionmem.protocol.safe_text import neutral, one_line
 
@@ -106,5 +107,13 @@ def context_head(project: str) -> list[str]:
 
 def framed_recall(subject: str, lines: list[str]) -> str:
     """A recall (``lines`` already neutral) inside the wrapper, its first line ``subject`` and the
-    :data:`RECALL_NOTE`."""
-    return "\n".join([FRAME_OPEN, f"{subject} {RECALL_NOTE}", *lines, FRAME_CLOSE])
+    :data:`RECALL_NOTE`; the lines that would take it past :data:`~.limits.HOOK_CONTEXT_MAX_CHARS` are
+    left out (a ``subject`` is at most a few hundred characters)."""
+    kept = [FRAME_OPEN, f"{subject} {RECALL_NOTE}"]
+    size = sum(len(line) + 1 for line in kept) + len(FRAME_CLOSE)
+    for line in lines:
+        if size + len(line) + 1 > HOOK_CONTEXT_MAX_CHARS:
+            break
+        kept.append(line)
+        size += len(line) + 1
+    return "\n".join([*kept, FRAME_CLOSE])

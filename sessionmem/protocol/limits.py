@@ -35,6 +35,12 @@ MAX_TIMELINE_SIDE = 50  # entries before, and after, a timeline's anchor
 MAX_BATCH_IDS = 100  # observations fetched by id at once
 MAX_PAGE = 500  # rows of one page of a list route (``limit``: sessions, projects, observations)
 
+# -- what a hook hands Claude (``additionalContext``) ------------------------------------
+# Claude Code writes a hook's output over 10,000 characters to a file and shows the model a
+# ~2 KB preview: the SessionStart context and every recall stay below this, with room left
+# for the JSON around them and the one-line system message.
+HOOK_CONTEXT_MAX_CHARS = 9000
+
 ELISION = "\n…[sessionmem: {n} characters elided]…\n"
 
 
