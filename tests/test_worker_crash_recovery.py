@@ -130,7 +130,9 @@ def replay_events() -> list[tuple[str, str, str, bytes]]:
 
 def send_until_killed(worker: WorkerProcess, pending: list[tuple[str, str, str, bytes]], accepted: set[str],
                       kill_after: float) -> None:
-    """Send ``pending`` from 4 threads (each session's events in order) and ``kill -9`` after ``kill_after`` s."""
+    """Send ``pending`` from 4 threads (each session's events in order) and ``kill -9`` ``kill_after`` s after the
+    first event of the round is accepted: the kill lands mid-replay however slowly a loaded machine gets going
+    (a timer from the start alone killed five workers that had accepted nothing on a machine running three suites)."""
     by_session: dict[bytes, list[tuple[str, str, str, bytes]]] = {}
     for event in pending:
         by_session.setdefault(json.loads(event[3])["claudeSessionId"].encode(), []).append(event)
@@ -160,8 +162,12 @@ def send_until_killed(worker: WorkerProcess, pending: list[tuple[str, str, str, 
                     break  # busy: the rest of this session goes again next round, in order
 
     threads = [threading.Thread(target=sender) for _ in range(4)]
+    before = len(accepted)
     for thread in threads:
         thread.start()
+    deadline = time.monotonic() + 120
+    while len(accepted) == before and any(thread.is_alive() for thread in threads) and time.monotonic() < deadline:
+        time.sleep(0.01)
     time.sleep(kill_after)
     worker.kill()
     for thread in threads:
