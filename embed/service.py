@@ -30,7 +30,11 @@ Error handling:
     ``aclose`` the service stays usable, and the next call tries a failed load again. Cancellation takes effect between
     chunks: a chunk already on a thread runs to its end (the thread is never abandoned,
     which would let the next chunk start beside a model still running), the chunks not
-    yet started do not run.
+    yet started do not run. One exception: an urgent call made before the urgent lane has
+    embedded anything is abandoned when cancelled. It may be the one loading the model
+    (seconds, more on a busy machine), and a search asks within a budget (prompt recall's
+    0.5 s): it goes on by words while the load finishes on its thread, and an embedder
+    loads under its own lock, so a next call waits for that load, never runs beside it.
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ class EmbedderService:
         self._urgent = trio.CapacityLimiter(1)
         self._closed = False
         self._requests = 0
+        self._urgent_ready = False  # the urgent lane has embedded once: its model is loaded
 
     @property
     def embedder(self) -> Embedder:
@@ -102,9 +107,12 @@ class EmbedderService:
             async with limiter:
                 if self._closed:
                     raise EmbedderClosedError("the embedder is closed")
-                # Not abandoned on cancel: a cancelled caller waits for its chunk (aclose relies on it).
-                rows = await trio.to_thread.run_sync(partial(embedder.embed, chunk, threads=threads))
+                # Not abandoned on cancel: a cancelled caller waits for its chunk (aclose relies on it);
+                # but for the urgent lane's first, which may be loading the model (module docstring).
+                rows = await trio.to_thread.run_sync(partial(embedder.embed, chunk, threads=threads),
+                                                     abandon_on_cancel=urgent and not self._urgent_ready)
             vectors[start : start + len(chunk)] = rows
+            self._urgent_ready = self._urgent_ready or urgent
         return vectors
 
     async def warm_up(self) -> None:
@@ -125,7 +133,8 @@ class EmbedderService:
         """Close the embedder, after the chunks running on threads (if any) have finished."""
         async with self._limiter, self._urgent:
             self._closed = True
-            self._embedder.close()
+            # On a worker thread: an urgent first call abandoned mid-load holds the model's load lock.
+            await trio.to_thread.run_sync(self._embedder.close)
             if self._background_embedder is not None:
                 # On a worker thread: stopping the child waits for it to exit.
                 await trio.to_thread.run_sync(self._background_embedder.close)

@@ -253,6 +253,35 @@ async def test_the_service_embeds_in_chunks_on_a_worker_thread() -> None:
     assert fake.closed
 
 
+class SlowFirstEmbedder(RecordingEmbedder):
+    """Its first call takes ``first_seconds`` (a model loading), the rest are quick."""
+
+    def __init__(self, first_seconds: float) -> None:
+        super().__init__()
+        self.first_seconds = first_seconds
+
+    def embed(self, texts: Sequence[str], *, threads: int | None = None) -> np.ndarray:
+        if not self.calls:
+            time.sleep(self.first_seconds)
+        return super().embed(texts, threads=threads)
+
+
+async def test_a_search_within_a_budget_does_not_wait_for_the_model_to_load() -> None:
+    """Prompt recall asks within 0.5 s: a query that finds the model loading gives up in its budget (the load
+    goes on on its thread), and once the model is in, queries are answered and never abandoned."""
+    slow = SlowFirstEmbedder(first_seconds=3.0)
+    service = EmbedderService(slow)
+    started = trio.current_time()
+    with trio.move_on_after(0.2):
+        await service.embed(["the first query"], urgent=True)
+    assert trio.current_time() - started < 2.0  # not the 3 s load
+    with trio.fail_after(30):  # the next one waits for the load to end, then is answered
+        vectors = await service.embed(["a query"], urgent=True)
+    assert vectors[0, 0] == len("a query")
+    await service.aclose()
+    assert slow.closed
+
+
 async def test_catching_up_runs_on_the_background_embedder_and_a_search_does_not() -> None:
     fake, background = RecordingEmbedder(), RecordingEmbedder()
     service = EmbedderService(fake, background=background, batch_size=2)
