@@ -14,9 +14,8 @@ Each platform keeps its own cache (``build/mypy-cache``, then ``-darwin``, ``-wi
 each run after the first checks only what changed. What a platform reports is prefixed
 with its name.
 
-The platforms are checked at once, one mypy process each (a cold check is CPU-bound: on two
-cores the three take about two thirds of the time one after another did); their reports are
-printed in :data:`PLATFORMS` order.
+The platforms are checked at once, one mypy process each (a cold check is CPU-bound, and a
+fresh clone's checks are cold); their reports are printed in :data:`PLATFORMS` order.
 
 Extra arguments go to every mypy run. Exits with the worst status of the runs.
 
