@@ -243,9 +243,9 @@ def find_instruction(text: str, needles_in: Callable[[str], Container[str]] | No
     if not text:
         return None
     lowered = _scanned(str(text))
-    held = needles_in(lowered) if needles_in is not None else None
+    held: Container[str] = needles_in(lowered) if needles_in is not None else lowered
     for group_needles, shapes in groups():
-        if not any(needle in (lowered if held is None else held) for needle in group_needles):
+        if not any(needle in held for needle in group_needles):
             continue
         for rule, pattern, before, reach in shapes:
             for match in pattern.finditer(lowered) if before is not None else (pattern.search(lowered),):
