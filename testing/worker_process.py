@@ -64,8 +64,8 @@ class WorkerClient:
             raise AssertionError(f"POST {path} -> {status}: {answer}")
         return answer
 
-    def get(self, path: str) -> Any:
-        status, body = self.request("GET", path)
+    def get(self, path: str, *, timeout: float = 10.0) -> Any:
+        status, body = self.request("GET", path, timeout=timeout)
         if status != 200:
             raise AssertionError(f"GET {path} -> {status}: {body}")
         return body
@@ -80,18 +80,27 @@ class WorkerClient:
                 raise TimeoutError(f"condition not met within {timeout}s")
             time.sleep(interval)
 
+    def _debug_within(self, deadline: float) -> dict[str, Any]:
+        """``/debug``, given the rest of a wait's budget: on a busy machine a worker that is loading its model
+        may take longer than one request's usual timeout to answer, and the wait promises only its own end."""
+        return self.get(routes.DEBUG, timeout=max(10.0, deadline - time.monotonic()))
+
     def wait_indexed(self, *, timeout: float = 60.0) -> dict[str, Any]:
         """Wait until every stored document has its vector (or vectors are off); returns ``/debug``."""
+        deadline = time.monotonic() + timeout
+
         def indexed() -> dict[str, Any] | None:
-            debug = self.get(routes.DEBUG)
+            debug = self._debug_within(deadline)
             index = debug["index"]
             return debug if index["state"] in ("ready", "off") and index["pending"] == 0 else None
         return self.wait_until(indexed, timeout=timeout)
 
     def wait_idle(self, *, timeout: float = 30.0) -> dict[str, Any]:
         """Wait until the journal has nothing pending and no actor holds work."""
+        deadline = time.monotonic() + timeout
+
         def idle() -> dict[str, Any] | None:
-            debug = self.get(routes.DEBUG)
+            debug = self._debug_within(deadline)
             busy = debug["sessions"]["queued"] or any(a["state"] in WORKING_STATES for a in debug["actors"])
             return debug if debug["journal"]["pending"] == 0 and not busy else None
         return self.wait_until(idle, timeout=timeout)

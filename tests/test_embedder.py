@@ -393,7 +393,9 @@ def test_the_child_exits_when_the_worker_is_killed(tmp_path: Path) -> None:
         assert running(child)
         parent.kill()  # no clean-up runs in the parent
         parent.wait(10)
-        deadline = time.monotonic() + 10
+        # The child runs at the lowest priority (CHILD_NICE): on a busy machine its exit waits its turn for a
+        # core. The promise is that it leaves by itself, not how soon the scheduler lets it.
+        deadline = time.monotonic() + 60
         while running(child) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not running(child), "the embedding process outlived the worker"
