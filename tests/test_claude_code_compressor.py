@@ -291,7 +291,9 @@ def test_auto_compresses_with_the_cli_and_its_runs_are_bare(tmp_path: Path, api:
     finally:
         worker.stop()
 
-    assert sorted(r["title"] for r in rows) == ["Scripted: Bash #3", "Scripted: Edit #2", "Scripted: Read #1"]
+    # Each tool use compressed by the CLI (the scripted titles number a use within its batch: how the three
+    # were batched depends on timing).
+    assert sorted(r["title"].rsplit(" #", 1)[0] for r in rows) == ["Scripted: Bash", "Scripted: Edit", "Scripted: Read"]
     assert all(r["compressed"] and r["compressor"] == "claude-code" for r in rows)
     (summary,) = summaries
     assert summary["request"] == "scripted request" and summary["compressor"] == "claude-code"
