@@ -160,6 +160,13 @@ class IsolatedEmbedder:
                                            f"{len(texts)} texts of {self.dimensions} dimensions")
             return vectors.reshape(len(texts), self.dimensions).copy()
 
+    def interrupt(self) -> None:
+        """Kill the child mid-request, from any thread: the request under way raises
+        :class:`EmbedderProcessError` at once (its caller has gone), the next starts another child."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.kill()
+
     def statistics(self) -> EmbedderStatistics:
         child = self._child_statistics
         return msgspec.structs.replace(self._counted(), loaded=child.loaded and self.pid is not None,

@@ -35,6 +35,11 @@ Error handling:
     (seconds, more on a busy machine), and a search asks within a budget (prompt recall's
     0.5 s): it goes on by words while the load finishes on its thread, and an embedder
     loads under its own lock, so a next call waits for that load, never runs beside it.
+    And the background lane's chunk is abandoned when its embedder can be interrupted
+    (the niced child process of :mod:`.isolated`): the child is killed, so the thread
+    returns at once and the next chunk starts another child. A child at the lowest
+    priority on a busy machine may take many seconds on a chunk: the index, cancelled
+    at shut-down, would otherwise spend the worker's whole stop budget waiting for it.
 """
 
 from __future__ import annotations
@@ -108,9 +113,17 @@ class EmbedderService:
                 if self._closed:
                     raise EmbedderClosedError("the embedder is closed")
                 # Not abandoned on cancel: a cancelled caller waits for its chunk (aclose relies on it);
-                # but for the urgent lane's first, which may be loading the model (module docstring).
-                rows = await trio.to_thread.run_sync(partial(embedder.embed, chunk, threads=threads),
-                                                     abandon_on_cancel=urgent and not self._urgent_ready)
+                # but for the urgent lane's first, which may be loading the model, and for a child process
+                # that can be interrupted (module docstring).
+                interrupt = getattr(embedder, "interrupt", None) if not urgent else None
+                try:
+                    rows = await trio.to_thread.run_sync(
+                        partial(embedder.embed, chunk, threads=threads),
+                        abandon_on_cancel=(urgent and not self._urgent_ready) or interrupt is not None)
+                except trio.Cancelled:
+                    if interrupt is not None:
+                        interrupt()  # the abandoned thread's request ends now, and nothing runs beside the next
+                    raise
             vectors[start : start + len(chunk)] = rows
             self._urgent_ready = self._urgent_ready or urgent
         return vectors

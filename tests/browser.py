@@ -134,6 +134,11 @@ class Browser:
         """The rendered text of every match (read in one script: nothing goes stale between find and read)."""
         return self.js("return [...document.querySelectorAll(arguments[0])].map(e => e.innerText).join(' ')", selector)
 
+    def attribute(self, selector: str, name: str) -> str:
+        """Attribute ``name`` of the first match ("" if none), read in one script as :meth:`text` reads."""
+        return str(self.js("const e = document.querySelector(arguments[0]);"
+                           " return e === null ? '' : (e.getAttribute(arguments[1]) ?? '')", selector, name))
+
     def content(self, selector: str) -> str:
         """The text content of every match, shown or not (a closed <details>, say)."""
         return self.js("return [...document.querySelectorAll(arguments[0])].map(e => e.textContent).join(' ')",

@@ -404,6 +404,33 @@ def test_the_child_exits_when_the_worker_is_killed(tmp_path: Path) -> None:
         parent.wait(10)
 
 
+async def test_a_cancelled_background_chunk_kills_the_child_at_once_and_the_next_starts_another() -> None:
+    """The index cancelled at shut-down does not wait for a niced child's chunk (it may take many seconds on a
+    busy machine): the child is killed, the call ends, and the next call is answered by a new child."""
+    isolated = IsolatedEmbedder(MiniLMEmbedder())
+    service = EmbedderService(MiniLMEmbedder(), background=isolated)
+    try:
+        texts = [f"text number {n} " * 40 for n in range(16)]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(service.embed, texts)
+            while isolated.pid is None:  # the child is starting: its model takes a while to load
+                await trio.sleep(0.01)
+            child = isolated.pid
+            cancelled = time.monotonic()
+            nursery.cancel_scope.cancel()
+        assert time.monotonic() - cancelled < 5.0
+        # Killed, not left to finish its chunk and wait for the next: it ends without its input being closed.
+        deadline = time.monotonic() + 30
+        while running(child) and time.monotonic() < deadline:
+            await trio.sleep(0.05)
+        assert not running(child)
+        vectors = await service.embed(["hello"])
+        assert vectors.shape == (1, DIMENSIONS) and abs(float(np.linalg.norm(vectors[0])) - 1.0) < 1e-3
+        assert isolated.starts == 2 and isolated.pid not in (None, child)
+    finally:
+        await service.aclose()
+
+
 async def test_cancelling_waits_for_the_chunk_on_the_thread_and_runs_no_more() -> None:
     fake = RecordingEmbedder(seconds_per_call=0.3)
     service = EmbedderService(fake, batch_size=2)

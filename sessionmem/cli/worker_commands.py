@@ -238,8 +238,10 @@ def _shutdown_summary(report_path: Any) -> str:
         report = json.loads(report_path.read_text(encoding="utf-8"))
         stages = ", ".join(f"{s['name']} {s['seconds']:.2f} s" for s in report["stages"])
         left = report["pending_events"]
+        pending = (f"{left} event(s) left pending" if left >= 0  # -1: its budget was spent before they were counted
+                   else "the events left pending were not counted (out of time)")
         return (f"stopped in {report['took_seconds']:.2f} s of its {report['budget_seconds']:.0f} s budget "
-                f"({stages}); {left} event(s) left pending" + (", replayed at the next start" if left else ""))
+                f"({stages}); {pending}" + (", replayed at the next start" if left else ""))
     except (OSError, ValueError, KeyError, TypeError):
         return "stopped (it left no shutdown report: see its log)"
 
