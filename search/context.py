@@ -79,6 +79,11 @@ RECENCY_WEIGHT = 0.1
 # Rows read for each one the plan holds: raw activity (is_routine) is left out after the read.
 READ_AHEAD = 3
 EARLIER_SESSIONS = 5
+# Files that matter (files_that_matter): a change counts this many reads; each session back counts this much less.
+CHANGED_WEIGHT = 2.0
+SESSION_DECAY = 0.5
+COMMANDS = 3  # commands run in several recent sessions (commands_that_matter)
+IN_FLIGHT = 3  # the last session's open failures and decisions handed over before the files (in_flight)
 # Summaries read to find them: one a turn, so a few turns of each session.
 SUMMARIES_READ = (EARLIER_SESSIONS + 1) * 4
 _COUNTS = re.compile(r"\s*\((?:-\d+ \+\d+|\d+) lines?\)$")
@@ -104,11 +109,14 @@ class SessionGroup(msgspec.Struct, frozen=True):
     origin: str = ""  # the origin all its lines share ("" : this machine's, or not one for all)
 
 
+RANKED = ("meaning", "words")  # the rankings against a focus
+
+
 class ContextPlan(msgspec.Struct, frozen=True):
     project: str
     summary: SummaryRow | None  # the latest
-    focus: str  # the text memories were ranked against ("" : by recency)
-    ranking: str  # meaning | words | recency
+    focus: str  # the text memories were ranked against ("" : not ranked against one)
+    ranking: str  # meaning | words (RANKED), files (files_that_matter) | recency
     groups: list[SessionGroup]  # best first
     earlier: list[SummaryRow]  # summaries of earlier sessions, newest first
 
@@ -149,12 +157,13 @@ def telling_fact(row: ObservationRow | FileMemory) -> str:
 
 class ContextPlanner:
     def __init__(self, store: Store, index: VectorIndex, embedder: EmbedderService, *,
-                 observations: int = 50, other_machines: bool = True, min_similarity: float = 0.0,
+                 observations: int = 50, files: int = 0, other_machines: bool = True, min_similarity: float = 0.0,
                  told: ToldLedger | None = None) -> None:
         self._store = store
         self._index = index
         self._embedder = embedder
         self._observations = observations
+        self._files = files
         self._other_machines = other_machines
         self._min_similarity = min_similarity
         self.told = told if told is not None else ToldLedger()
@@ -199,11 +208,13 @@ class ContextPlanner:
         if not relevant:
             ranking = "recency"
         rows = [row for row in chosen.observations if row.created_at <= not_after and not is_routine(row)]
+        if ranking == "recency" and self._files:  # nothing to rank by: where the work stands
+            rows, ranking = where_the_work_stands(rows, files=self._files), "files"
         rows = rows[: self._observations]
         rows = [row for row in rows if not is_bare(row)] + [row for row in rows if is_bare(row)]  # telling first
         sessions = {row.claude_session_id: row for row in chosen.sessions}
         latest, earlier = earlier_sessions(start.summaries, not_after=not_after)
-        return ContextPlan(project, latest, focus if ranking != "recency" else "", ranking, group(rows, sessions),
+        return ContextPlan(project, latest, focus if ranking in RANKED else "", ranking, group(rows, sessions),
                            earlier)
 
     async def _relevant(self, focus: str, prompt_id: int | None, filters: SearchFilters,
@@ -250,6 +261,89 @@ class ContextPlanner:
 
         chosen = await self._store.context_rows([(key.kind, key.row_id) for key in candidates], filters, choose)
         return chosen, of_project, relevant_found
+
+
+def where_the_work_stands(rows: list[ObservationRow], *, files: int) -> list[ObservationRow]:
+    """What a new session is handed before it has said what it is about (``rows``: the recent observations,
+    newest first): the last session's open failures and its decisions (:func:`in_flight`), then the files
+    that matter (:func:`files_that_matter`) and the commands the recent sessions ran again and again
+    (:func:`commands_that_matter`)."""
+    chosen = [*in_flight(rows), *files_that_matter(rows, files=files), *commands_that_matter(rows)]
+    return list({row.id: row for row in chosen}.values())
+
+
+def commands_that_matter(rows: list[ObservationRow], *, commands: int = COMMANDS) -> list[ObservationRow]:
+    """Of the shell commands in ``rows`` (newest first; routine looks are not among them), the ``commands``
+    run in the most sessions, newer sessions counting more as for files (:data:`SESSION_DECAY`), and run in
+    more than one: each as its newest run that did not fail."""
+    sessions: dict[str, int] = {}
+    scores: dict[str, float] = {}
+    runs: dict[str, set[str]] = {}
+    line: dict[str, ObservationRow] = {}
+    for row in rows:
+        rank = sessions.setdefault(row.claude_session_id, len(sessions))
+        command = attempt_key(row)[1] if row.tool_name == "Bash" and not row.failed else ""
+        if not command.startswith("command: "):
+            continue
+        if row.claude_session_id not in runs.setdefault(command, set()):
+            runs[command].add(row.claude_session_id)
+            scores[command] = scores.get(command, 0.0) + SESSION_DECAY ** rank
+        line.setdefault(command, row)
+    again = [command for command in scores if len(runs[command]) > 1]
+    return [line[command] for command in sorted(again, key=lambda command: scores[command], reverse=True)[:commands]]
+
+
+def in_flight(rows: list[ObservationRow]) -> list[ObservationRow]:
+    """Of the newest session in ``rows`` (newest first), up to :data:`IN_FLIGHT` of its failures that no later
+    use of the same tool on the same thing succeeded (:func:`attempt_key`), and its decisions, newest first."""
+    if not rows:
+        return []
+    newest = rows[0].claude_session_id
+    succeeded: set[tuple[str, str]] = set()
+    found: list[ObservationRow] = []
+    for row in rows:
+        if row.claude_session_id != newest:
+            continue
+        if not row.failed and row.type != "failure":
+            succeeded.add(attempt_key(row))
+            if row.type == "decision":
+                found.append(row)
+        elif attempt_key(row) not in succeeded:
+            found.append(row)
+    return found[:IN_FLIGHT]
+
+
+def attempt_key(row: ObservationRow) -> tuple[str, str]:
+    """What a failed tool use and a later success have in common: the tool and its command, else its title
+    without the failure's mark (the offline compressor's ``Failed: …``)."""
+    command = next((fact for fact in row.facts if fact.startswith("command: ")), "")
+    return row.tool_name, command or row.title.removeprefix("Failed: ")
+
+
+def files_that_matter(rows: list[ObservationRow], *, files: int) -> list[ObservationRow]:
+    """For the ``files`` files the recent sessions worked on most, the newest observation of each, best file first.
+
+    ``rows``: the recent observations, newest first. A file scores for each session that touched it, a
+    change :data:`CHANGED_WEIGHT` times a read, a session counting :data:`SESSION_DECAY` times the one
+    after it: the files of the last session first, then those several sessions came back to. A file's
+    line is its newest change, else its newest read. Observations that name no file are not in it.
+    """
+    sessions: dict[str, int] = {}  # in order, newest first
+    scores: dict[str, float] = {}
+    line: dict[str, ObservationRow] = {}
+    counted: set[tuple[str, str]] = set()
+    for row in rows:
+        weight = SESSION_DECAY ** sessions.setdefault(row.claude_session_id, len(sessions))
+        for path, changed in [*((path, True) for path in row.files_modified),
+                              *((path, False) for path in row.files_read)]:
+            if (path, row.claude_session_id) not in counted:
+                counted.add((path, row.claude_session_id))
+                scores[path] = scores.get(path, 0.0) + weight * (CHANGED_WEIGHT if changed else 1.0)
+            kept = line.get(path)
+            if kept is None or (changed and path not in kept.files_modified):
+                line[path] = row
+    best = sorted(scores, key=lambda path: scores[path], reverse=True)[:files]
+    return list({row.id: row for row in (line[path] for path in best)}.values())
 
 
 def earlier_sessions(summaries: list[SummaryRow], *,

@@ -126,7 +126,8 @@ def render_handover(plan: ContextPlan, *, token_budget: int) -> RenderedContext:
     body: list[str] = []
     named = 0
     if plan.groups:
-        title = (f'## Relevant to "{one_line(plan.focus, 80)}"' if plan.focus else "## Recent work")
+        title = (f'## Relevant to "{one_line(plan.focus, 80)}"' if plan.focus
+                 else "## Where the work stands" if plan.ranking == "files" else "## Recent work")
         if budget.take([title]):
             body.append(title)
             for group in plan.groups:

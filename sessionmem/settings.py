@@ -123,6 +123,9 @@ class Settings:
     # Context injection
     context_token_budget: int = 2000
     context_observations: int = 50
+    # With nothing to rank by (a new session, before its first prompt): the files the recent sessions worked
+    # on most, one line each (search/context.py files_that_matter); 0: the most recent observations instead.
+    context_files: int = 8
     # Other machines' memories in what is injected unasked (SessionStart, file and prompt recall), marked
     # "unverified"; off: this machine's own only there, the others through search and the MCP tools.
     context_other_machines: bool = True
@@ -227,6 +230,7 @@ ENV = {
     "SESSIONMEM_CODE_WATCH": "code_watch_s",
     "SESSIONMEM_CONTEXT_TOKENS": "context_token_budget",
     "SESSIONMEM_CONTEXT_OBSERVATIONS": "context_observations",
+    "SESSIONMEM_CONTEXT_FILES": "context_files",
     "SESSIONMEM_CONTEXT_OTHER_MACHINES": "context_other_machines",
     "SESSIONMEM_FILE_RECALL": "file_recall",
     "SESSIONMEM_FILE_RECALL_MAX": "file_recall_max",
@@ -349,6 +353,9 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
         raise SettingsError(f"code_watch_s must be >= 0 (0: never), got {settings.code_watch_s}")
     if not 0 <= settings.recall_min_similarity <= 1:  # NaN too
         raise SettingsError(f"recall_min_similarity must be 0..1 (0: no floor), got {settings.recall_min_similarity}")
+    if not 0 <= settings.context_files <= settings.context_observations:
+        raise SettingsError(f"context_files must be 0..context_observations ({settings.context_observations}; "
+                            f"0: the most recent observations), got {settings.context_files}")
     for pattern in settings.redact_patterns:
         try:
             re.compile(pattern)

@@ -448,6 +448,7 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
                             still_ours=home.still_ours),
         guard=guard, connections=pool, embedder=embedder, index=index, search=search,
         context=ContextPlanner(store, index, embedder, observations=settings.context_observations,
+                               files=settings.context_files,
                                other_machines=settings.context_other_machines,
                                min_similarity=settings.recall_min_similarity, told=told),
         pruner=Pruner(store, retention_days=settings.raw_retention_days), loop=LoopWatch(), home=home, team=team)

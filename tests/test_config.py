@@ -37,6 +37,8 @@ def test_file_then_environment_then_overrides(tmp_path: Path) -> None:
         ({"SESSIONMEM_FAULT_INJECTION": "maybe"}, "fault_injection must be bool"),
         ({"SESSIONMEM_CODE_WATCH": "-1"}, "code_watch_s must be >= 0"),
         ({"SESSIONMEM_CODE_WATCH": "nan"}, "code_watch_s must be >= 0"),
+        ({"SESSIONMEM_CONTEXT_FILES": "-1"}, "context_files must be 0..context_observations"),
+        ({"SESSIONMEM_CONTEXT_FILES": "60"}, "context_files must be 0..context_observations"),
     ],
 )
 def test_bad_values_name_the_key(tmp_path: Path, env: dict[str, str], message: str) -> None:

@@ -103,7 +103,7 @@ def memory_lines(lines: list[str]) -> list[str]:
 
 
 def frame_heading(line: str) -> bool:
-    return line.startswith(("## Last session (", "## Recent work", "## Relevant to ", "## Earlier sessions", "### "))
+    return line.startswith(("## Last session (", "## Recent work", "## Where the work stands", "## Relevant to ", "## Earlier sessions", "### "))
 
 
 @pytest.fixture(scope="module")

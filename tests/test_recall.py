@@ -122,7 +122,7 @@ async def test_session_start_ranks_memories_by_the_prompt_it_continues(tmp_path:
         await worker.services.index.caught_up()
 
         recent, headers = await context(worker, "source=startup")
-        assert headers["x-sessionmem-ranking"] == "recency" and "## Recent work" in recent
+        assert headers["x-sessionmem-ranking"] == "files" and "## Where the work stands" in recent
         focused, headers = await context(worker, "source=compact")
         assert headers["x-sessionmem-ranking"] == "meaning"
         assert '## Relevant to "the session cookie expires too early, users get logged out"' in focused
@@ -202,7 +202,7 @@ async def test_session_start_ranks_by_words_with_vectors_off(tmp_path: Path) -> 
         await store_session(worker, "now", SHOP, "the banner is wrong again", [])
         focused, headers = await context(worker, "source=compact")
         recent, recent_headers = await context(worker, "source=startup")
-    assert headers["x-sessionmem-ranking"] == "words" and recent_headers["x-sessionmem-ranking"] == "recency"
+    assert headers["x-sessionmem-ranking"] == "words" and recent_headers["x-sessionmem-ranking"] == "files"
     relevant = focused.split("## Relevant to", 1)[1]
     # the older one about the banner, and not the newer work that shares no word with the focus
     assert "banner.css" in relevant and "mod2.py" not in relevant
