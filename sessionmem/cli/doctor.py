@@ -4,7 +4,8 @@ It checks, each on a line that says what to fix: the platform, the data dir (it 
 made, takes a write, has room, is private), the settings and the compressor they choose, the worker
 (running, or why the hooks cannot start one: a damaged database, a port another program holds), the
 embedder, the team database (:mod:`sessionmem.cli.team_doctor`), the hooks and the MCP server wired
-into Claude Code. It talks to the worker as every command does (:func:`sessionmem.cli.client.call`).
+into Claude Code, and whether Claude Code's own auto memory is on for the project here
+(:mod:`sessionmem.cli.auto_memory`). It talks to the worker as every command does (:func:`sessionmem.cli.client.call`).
 
 Error handling:
     A problem found is a line marked ``[!!]`` and exit status 1, never an exception: a settings file
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sessionmem.cli import team_doctor
+from sessionmem.cli.auto_memory import auto_memory
 from sessionmem.cli.client import PROBE, CommandFailed, call, client_config
 from sessionmem.protocol import routes
 from sessionmem.protocol.client_settings import ClientConfig
@@ -55,6 +57,7 @@ def cmd_doctor(args: argparse.Namespace, *, platform: str = sys.platform) -> int
         team_doctor.check_team(settings, report, lambda: _debug_snapshot(config))
     _doctor_hooks(report)
     _doctor_mcp_server(report)
+    report(True, auto_memory(Path.cwd()).line())  # what else a session here starts with: not a problem either way
     print("sessionmem: all good" if not problems else f"sessionmem: {problems} problem(s)")
     return 0 if not problems else 1
 

@@ -1,0 +1,118 @@
+"""Claude Code's own auto memory for a project: on or off, why, and where its ``MEMORY.md`` is.
+
+Claude Code keeps two memories of its own beside sessionmem's handover: CLAUDE.md, which people
+write, and **auto memory**, notes Claude writes for itself (``MEMORY.md`` and topic files, the
+first 200 lines of ``MEMORY.md`` loaded into every session). ``sessionmem doctor`` says whether
+auto memory is on for the project in the working directory, so a user knows what else their
+sessions start with. How Claude Code decides, as the pinned CLI does:
+
+- ``CLAUDE_CODE_DISABLE_AUTO_MEMORY`` set to a true value turns it off, to a false one on, over
+  any setting;
+- else ``autoMemoryEnabled`` of the first settings file that sets it: the managed (policy)
+  settings, the project's ``.claude/settings.local.json``, its ``.claude/settings.json``, the
+  user's ``settings.json``; unset everywhere: on;
+- its folder is ``autoMemoryDirectory`` (``~/`` expanded) from the same files, else
+  ``<Claude's config dir>/projects/<project path, every character but letters and digits made
+  a dash>/memory``. The project path is the repository's top folder, or the working directory
+  outside a repository; the report names the one whose folder exists.
+
+Error handling:
+    A settings file that is missing or does not parse is passed over (Claude Code reports its own
+    settings errors); nothing here raises for a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS = frozenset({"0", "false", "no", "off"})
+MANAGED_SETTINGS = {"darwin": Path("/Library/Application Support/ClaudeCode/managed-settings.json"),
+                    "win32": Path("C:/Program Files/ClaudeCode/managed-settings.json")}
+LINUX_MANAGED_SETTINGS = Path("/etc/claude-code/managed-settings.json")
+ENV = "CLAUDE_CODE_DISABLE_AUTO_MEMORY"
+
+
+@dataclass(frozen=True)
+class AutoMemory:
+    enabled: bool
+    why: str  # what decided it: the environment variable, a settings file, or the default
+    folder: Path
+    memory_lines: int | None  # lines of MEMORY.md; None: there is none yet
+
+    def line(self) -> str:
+        """The doctor's line."""
+        state = "on" if self.enabled else "off"
+        where = (f"MEMORY.md {self.memory_lines} line(s) in {self.folder}" if self.memory_lines is not None
+                 else f"no MEMORY.md yet in {self.folder}")
+        return f"Claude Code's auto memory: {state} for this project ({self.why}); {where}"
+
+
+def config_dir(env: Mapping[str, str]) -> Path:
+    """Claude Code's config dir: ``CLAUDE_CONFIG_DIR``, else ``~/.claude``."""
+    configured = env.get("CLAUDE_CONFIG_DIR")
+    return Path(configured) if configured else Path.home() / ".claude"
+
+
+def settings_files(project: Path, env: Mapping[str, str], platform: str = sys.platform) -> list[Path]:
+    """The settings files that may set auto memory, the one that wins first."""
+    return [MANAGED_SETTINGS.get(platform, LINUX_MANAGED_SETTINGS), project / ".claude" / "settings.local.json",
+            project / ".claude" / "settings.json", config_dir(env) / "settings.json"]
+
+
+def _read(path: Path) -> dict[str, object]:
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def project_folder_name(project: Path) -> str:
+    """The name Claude Code gives a project's folder under ``projects/``: every other character a dash."""
+    return re.sub(r"[^A-Za-z0-9]", "-", str(project))
+
+
+def repository_top(cwd: Path) -> Path | None:
+    """The top folder of the git repository holding ``cwd``, if any (and git runs)."""
+    try:
+        found = subprocess.run(["git", "-C", str(cwd), "rev-parse", "--show-toplevel"], capture_output=True,
+                               text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    top = found.stdout.strip()
+    return Path(top) if found.returncode == 0 and top else None
+
+
+def auto_memory(cwd: Path, env: Mapping[str, str] = os.environ, platform: str = sys.platform) -> AutoMemory:
+    """Auto memory for the project at ``cwd``, as Claude Code started there would have it."""
+    top = repository_top(cwd) or cwd
+    files = [(path, _read(path)) for path in settings_files(top, env, platform)]
+    switch = env.get(ENV, "").strip().lower()
+    if switch in TRUE_WORDS or switch in FALSE_WORDS:
+        enabled, why = switch in FALSE_WORDS, f"{ENV}={env[ENV]}"
+    else:
+        setting = next(((path, values["autoMemoryEnabled"]) for path, values in files
+                        if isinstance(values.get("autoMemoryEnabled"), bool)), None)
+        enabled, why = (True, "the default") if setting is None else (
+            bool(setting[1]), f"autoMemoryEnabled {str(setting[1]).lower()} in {setting[0]}")
+    directory = next((values["autoMemoryDirectory"] for _, values in files
+                      if isinstance(values.get("autoMemoryDirectory"), str) and values["autoMemoryDirectory"]), None)
+    if isinstance(directory, str):
+        folder = Path(directory).expanduser()
+    else:
+        candidates = [config_dir(env) / "projects" / project_folder_name(path) / "memory" for path in (top, cwd)]
+        folder = next((candidate for candidate in candidates if candidate.is_dir()), candidates[0])
+    memory = folder / "MEMORY.md"
+    try:
+        lines: int | None = len(memory.read_text(encoding="utf-8", errors="replace").splitlines())
+    except OSError:
+        lines = None
+    return AutoMemory(enabled, why, folder, lines)
