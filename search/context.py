@@ -83,7 +83,7 @@ EARLIER_SESSIONS = 5
 CHANGED_WEIGHT = 2.0
 SESSION_DECAY = 0.5
 COMMANDS = 3  # commands run in several recent sessions (commands_that_matter)
-IN_FLIGHT = 3  # the last session's open failures and decisions handed over before the files (in_flight)
+IN_FLIGHT = 3  # the last session's open failures, decisions and file-less outcomes, before the files (in_flight)
 # Summaries read to find them: one a turn, so a few turns of each session.
 SUMMARIES_READ = (EARLIER_SESSIONS + 1) * 4
 _COUNTS = re.compile(r"\s*\((?:-\d+ \+\d+|\d+) lines?\)$")
@@ -294,8 +294,10 @@ def commands_that_matter(rows: list[ObservationRow], *, commands: int = COMMANDS
 
 
 def in_flight(rows: list[ObservationRow]) -> list[ObservationRow]:
-    """Of the newest session in ``rows`` (newest first), up to :data:`IN_FLIGHT` of its failures that no later
-    use of the same tool on the same thing succeeded (:func:`attempt_key`), and its decisions, newest first."""
+    """Of the newest session in ``rows`` (newest first), up to :data:`IN_FLIGHT` of, newest first: its failures
+    that no later use of the same tool on the same thing succeeded (:func:`attempt_key`), its decisions, and
+    what it did that names no file (a change made by a command, say: the files it worked on are the files
+    that matter's)."""
     if not rows:
         return []
     newest = rows[0].claude_session_id
@@ -306,7 +308,7 @@ def in_flight(rows: list[ObservationRow]) -> list[ObservationRow]:
             continue
         if not row.failed and row.type != "failure":
             succeeded.add(attempt_key(row))
-            if row.type == "decision":
+            if row.type == "decision" or (row.type != "discovery" and not row.files_read and not row.files_modified):
                 found.append(row)
         elif attempt_key(row) not in succeeded:
             found.append(row)

@@ -102,8 +102,9 @@ async def test_genuine_payload_sequence(tmp_path: Path, payloads: list[dict[str,
         # The injected context for the next session carries this memory.
         reply = await worker.request("GET", "/api/context/inject?project=calcproj")
         context = reply.body.decode()
-        # the nine less the routine look (`grep` of a file), which is not handed over
-        assert reply.status == 200 and reply.headers["x-sessionmem-observations"] == "8"
+        # Where the work stands, of the nine (a routine look, `grep` of a file, never handed over): the open
+        # failure, and the two files worked on, each as its newest change (calc.py's reads fold into its edit).
+        assert reply.status == 200 and reply.headers["x-sessionmem-observations"] == "3"
         assert context.startswith("<sessionmem-context>") and context.rstrip().endswith("</sessionmem-context>")
         assert "Edited calc.py" in context
     # The private password is nowhere in the data dir (database, WAL)...

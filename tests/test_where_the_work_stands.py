@@ -85,3 +85,10 @@ def test_commands_run_in_several_sessions_matter_each_as_its_newest_good_run() -
             run(3, "before", "make test"), run(2, "before", "npm ci"), run(1, "older", "npm ci")]
     assert [row.id for row in commands_that_matter(rows)] == [5, 2]  # make wheel: one session only
     assert commands_that_matter(rows, commands=1) == [rows[1]]
+
+
+def test_what_the_last_session_did_that_names_no_file_is_in_flight_too() -> None:
+    deployed = observation_row(3, claude_session_id="last", tool_name="Bash", type="change", title="Deployed")
+    looked = observation_row(2, claude_session_id="last", tool_name="Bash", title="Ran `make check`")  # a discovery
+    edited = edit(1, "last", "a.py")  # a file: the files that matter's
+    assert [row.id for row in in_flight([deployed, looked, edited])] == [3]
