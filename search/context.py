@@ -9,8 +9,11 @@ within the token budget.
   the project's observations are ranked by closeness to it: the prompt's own stored
   vector when it has one (no embedding at request time), else the text embedded (a few
   ms), else full-text search when vectors are off. A small recency bonus
-  (:data:`RECENCY_WEIGHT`) orders memories about as relevant, newer first. Without a
-  focus: the most recent.
+  (:data:`RECENCY_WEIGHT`) orders memories about as relevant, newer first.
+- **Where the work stands**, without a focus (a new session, before its first prompt), or when
+  nothing cleared the floor (:func:`where_the_work_stands`): the last session's open failures,
+  decisions and file-less outcomes, the files the recent sessions worked on most, the commands
+  they ran again; with ``files`` 0 (``context_files``), the most recent instead.
 - **Above the floor.** Ranked by meaning, a memory less similar to the focus than the
   relevance floor (``recall_min_similarity``, as prompt recall's) is not handed over; when
   none clears it, the plan is the most recent work.
