@@ -83,6 +83,8 @@ class EmbedderService:
         self._closed = False
         self._requests = 0
         self._urgent_ready = False  # the urgent lane has embedded once: its model is loaded
+        # A child process's (embed/isolated.py): a cancelled background chunk kills it rather than waiting.
+        self._interrupt_background = getattr(background, "interrupt", None)
 
     @property
     def embedder(self) -> Embedder:
@@ -115,7 +117,7 @@ class EmbedderService:
                 # Not abandoned on cancel: a cancelled caller waits for its chunk (aclose relies on it);
                 # but for the urgent lane's first, which may be loading the model, and for a child process
                 # that can be interrupted (module docstring).
-                interrupt = getattr(embedder, "interrupt", None) if not urgent else None
+                interrupt = None if urgent else self._interrupt_background
                 try:
                     rows = await trio.to_thread.run_sync(
                         partial(embedder.embed, chunk, threads=threads),

@@ -50,6 +50,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable
 
 import msgspec
 
@@ -82,9 +83,10 @@ RECENCY_WEIGHT = 0.1
 # Rows read for each one the plan holds: raw activity (is_routine) is left out after the read.
 READ_AHEAD = 3
 EARLIER_SESSIONS = 5
-# Files that matter (files_that_matter): a change counts this many reads; each session back counts this much less.
-CHANGED_WEIGHT = 2.0
+# What the sessions came back to (most_worked_on): each session back counts this much less; for files, a change
+# counts this many reads.
 SESSION_DECAY = 0.5
+CHANGED_WEIGHT = 2.0
 COMMANDS = 3  # commands run in several recent sessions (commands_that_matter)
 IN_FLIGHT = 3  # the last session's open failures, decisions and file-less outcomes, before the files (in_flight)
 # Summaries read to find them: one a turn, so a few turns of each session.
@@ -277,23 +279,13 @@ def where_the_work_stands(rows: list[ObservationRow], *, files: int) -> list[Obs
 
 def commands_that_matter(rows: list[ObservationRow], *, commands: int = COMMANDS) -> list[ObservationRow]:
     """Of the shell commands in ``rows`` (newest first; routine looks are not among them), the ``commands``
-    run in the most sessions, newer sessions counting more as for files (:data:`SESSION_DECAY`), and run in
-    more than one: each as its newest run that did not fail."""
-    sessions: dict[str, int] = {}
-    scores: dict[str, float] = {}
-    runs: dict[str, set[str]] = {}
-    line: dict[str, ObservationRow] = {}
-    for row in rows:
-        rank = sessions.setdefault(row.claude_session_id, len(sessions))
+    run in the most sessions (:func:`most_worked_on`), and in more than one: each as its newest run that
+    did not fail."""
+    def ran(row: ObservationRow) -> list[tuple[str, float, bool]]:
         command = attempt_key(row)[1] if row.tool_name == "Bash" and not row.failed else ""
-        if not command.startswith("command: "):
-            continue
-        if row.claude_session_id not in runs.setdefault(command, set()):
-            runs[command].add(row.claude_session_id)
-            scores[command] = scores.get(command, 0.0) + SESSION_DECAY ** rank
-        line.setdefault(command, row)
-    again = [command for command in scores if len(runs[command]) > 1]
-    return [line[command] for command in sorted(again, key=lambda command: scores[command], reverse=True)[:commands]]
+        return [(command, 1.0, True)] if command.startswith("command: ") else []
+
+    return most_worked_on(rows, ran, commands, sessions_at_least=2)
 
 
 def in_flight(rows: list[ObservationRow]) -> list[ObservationRow]:
@@ -326,29 +318,45 @@ def attempt_key(row: ObservationRow) -> tuple[str, str]:
 
 
 def files_that_matter(rows: list[ObservationRow], *, files: int) -> list[ObservationRow]:
-    """For the ``files`` files the recent sessions worked on most, the newest observation of each, best file first.
+    """For the ``files`` files the recent sessions worked on most (:func:`most_worked_on`, a change counting
+    :data:`CHANGED_WEIGHT` times a read), the newest observation of each, best file first: its newest
+    change, else its newest read. Observations that name no file are not in it."""
+    def touched(row: ObservationRow) -> list[tuple[str, float, bool]]:
+        return [*((path, CHANGED_WEIGHT, True) for path in row.files_modified),
+                *((path, 1.0, False) for path in row.files_read)]
 
-    ``rows``: the recent observations, newest first. A file scores for each session that touched it, a
-    change :data:`CHANGED_WEIGHT` times a read, a session counting :data:`SESSION_DECAY` times the one
-    after it: the files of the last session first, then those several sessions came back to. A file's
-    line is its newest change, else its newest read. Observations that name no file are not in it.
+    return most_worked_on(rows, touched, files)
+
+
+def most_worked_on(rows: list[ObservationRow], keys: Callable[[ObservationRow], list[tuple[str, float, bool]]],
+                   limit: int, *, sessions_at_least: int = 1) -> list[ObservationRow]:
+    """The ``limit`` keys (files, commands) the sessions of ``rows`` (newest first) came back to most, each as
+    one observation, best first; ``keys``: a row's keys, each with its weight and whether the row is the
+    key's preferred line (a change of a file, not a read of it).
+
+    A key scores its weight once for each session that has it, a session counting :data:`SESSION_DECAY`
+    times the one after it: the last session's first, then those several sessions came back to. Its line
+    is its newest preferred row, else its newest row. A key of fewer than ``sessions_at_least`` sessions
+    is left out.
     """
     sessions: dict[str, int] = {}  # in order, newest first
     scores: dict[str, float] = {}
+    seen_in: dict[str, set[str]] = {}
     line: dict[str, ObservationRow] = {}
-    counted: set[tuple[str, str]] = set()
+    preferred_line: set[str] = set()  # keys whose line is a preferred row: no older row replaces it
     for row in rows:
-        weight = SESSION_DECAY ** sessions.setdefault(row.claude_session_id, len(sessions))
-        for path, changed in [*((path, True) for path in row.files_modified),
-                              *((path, False) for path in row.files_read)]:
-            if (path, row.claude_session_id) not in counted:
-                counted.add((path, row.claude_session_id))
-                scores[path] = scores.get(path, 0.0) + weight * (CHANGED_WEIGHT if changed else 1.0)
-            kept = line.get(path)
-            if kept is None or (changed and path not in kept.files_modified):
-                line[path] = row
-    best = sorted(scores, key=lambda path: scores[path], reverse=True)[:files]
-    return list({row.id: row for row in (line[path] for path in best)}.values())
+        decay = SESSION_DECAY ** sessions.setdefault(row.claude_session_id, len(sessions))
+        for key, weight, preferred in keys(row):
+            if row.claude_session_id not in seen_in.setdefault(key, set()):
+                seen_in[key].add(row.claude_session_id)
+                scores[key] = scores.get(key, 0.0) + weight * decay
+            if key not in preferred_line and (preferred or key not in line):
+                line[key] = row
+                if preferred:
+                    preferred_line.add(key)
+    best = sorted((key for key in scores if len(seen_in[key]) >= sessions_at_least),
+                  key=lambda key: scores[key], reverse=True)[:limit]
+    return list({row.id: row for row in (line[key] for key in best)}.values())
 
 
 def earlier_sessions(summaries: list[SummaryRow], *,

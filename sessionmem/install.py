@@ -27,6 +27,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +54,14 @@ class InstallError(Exception):
     pass
 
 
+def claude_config_dir(env: Mapping[str, str] = os.environ) -> Path:
+    """Claude Code's config dir: ``$CLAUDE_CONFIG_DIR``, else ``~/.claude``."""
+    config_dir = env.get("CLAUDE_CONFIG_DIR")
+    return Path(config_dir) if config_dir else Path.home() / ".claude"
+
+
 def claude_settings_path() -> Path:
-    config_dir = os.environ.get("CLAUDE_CONFIG_DIR")
-    return Path(config_dir) / "settings.json" if config_dir else Path.home() / ".claude" / "settings.json"
+    return claude_config_dir() / "settings.json"
 
 
 def claude_user_config_path() -> Path:

@@ -32,8 +32,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
-FALSE_WORDS = frozenset({"0", "false", "no", "off"})
+from sessionmem.install import claude_config_dir
+from sessionmem.protocol.client_settings import FALSE_WORDS, TRUE_WORDS
+
 MANAGED_SETTINGS = {"darwin": Path("/Library/Application Support/ClaudeCode/managed-settings.json"),
                     "win32": Path("C:/Program Files/ClaudeCode/managed-settings.json")}
 LINUX_MANAGED_SETTINGS = Path("/etc/claude-code/managed-settings.json")
@@ -55,16 +56,10 @@ class AutoMemory:
         return f"Claude Code's auto memory: {state} for this project ({self.why}); {where}"
 
 
-def config_dir(env: Mapping[str, str]) -> Path:
-    """Claude Code's config dir: ``CLAUDE_CONFIG_DIR``, else ``~/.claude``."""
-    configured = env.get("CLAUDE_CONFIG_DIR")
-    return Path(configured) if configured else Path.home() / ".claude"
-
-
 def settings_files(project: Path, env: Mapping[str, str], platform: str = sys.platform) -> list[Path]:
     """The settings files that may set auto memory, the one that wins first."""
     return [MANAGED_SETTINGS.get(platform, LINUX_MANAGED_SETTINGS), project / ".claude" / "settings.local.json",
-            project / ".claude" / "settings.json", config_dir(env) / "settings.json"]
+            project / ".claude" / "settings.json", claude_config_dir(env) / "settings.json"]
 
 
 def _read(path: Path) -> dict[str, object]:
@@ -96,7 +91,7 @@ def auto_memory(cwd: Path, env: Mapping[str, str] = os.environ, platform: str = 
     top = repository_top(cwd) or cwd
     files = [(path, _read(path)) for path in settings_files(top, env, platform)]
     switch = env.get(ENV, "").strip().lower()
-    if switch in TRUE_WORDS or switch in FALSE_WORDS:
+    if switch and switch in TRUE_WORDS + FALSE_WORDS:
         enabled, why = switch in FALSE_WORDS, f"{ENV}={env[ENV]}"
     else:
         setting = next(((path, values["autoMemoryEnabled"]) for path, values in files
@@ -108,7 +103,7 @@ def auto_memory(cwd: Path, env: Mapping[str, str] = os.environ, platform: str = 
     if isinstance(directory, str):
         folder = Path(directory).expanduser()
     else:
-        candidates = [config_dir(env) / "projects" / project_folder_name(path) / "memory" for path in (top, cwd)]
+        candidates = [claude_config_dir(env) / "projects" / project_folder_name(path) / "memory" for path in (top, cwd)]
         folder = next((candidate for candidate in candidates if candidate.is_dir()), candidates[0])
     memory = folder / "MEMORY.md"
     try:
