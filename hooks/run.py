@@ -16,7 +16,10 @@ One entry for every stage (the stage is the first argument, else the payload's
   printed as ``additionalContext`` for Claude (UserPromptSubmit likewise: prompt
   recall).
 - Stop: ``last_assistant_message`` from the payload (Claude Code >= 2.1.72), else the
-  last turn read from the end of ``transcript_path``.
+  last turn read from the end of ``transcript_path``; a summary of the session so far.
+- PreCompact: the same, read from the transcript: the checkpoint of the session before Claude
+  Code compacts it, which the SessionStart after compaction (``source=compact``) hands back
+  first. It prints nothing (a PreCompact hook's text would become the compaction's instructions).
 - SubagentStop: the subagent's final report, as an observation (for a background
   subagent it is otherwise only seen as a ``<task-notification>``).
 - SessionEnd: completion. SubagentStart/PreToolUse: nothing to send (tool uses inside
@@ -46,7 +49,13 @@ from sessionmem.protocol.limits import printable_line
 from sessionmem.protocol.oskit import arm_exit_deadline
 from sessionmem.protocol.privacy import strip_private
 from sessionmem.protocol.project import project_of
-from sessionmem.protocol.requests import api_call, encoded_call, is_internal_prompt, text_field
+from sessionmem.protocol.requests import (
+    CHECKPOINT_STAGES,
+    api_call,
+    encoded_call,
+    is_internal_prompt,
+    text_field,
+)
 from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, NOTICE_HEADER, SHARE_REQUEST_HEADER
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
@@ -173,7 +182,7 @@ def handle(stage: str, payload: dict[str, Any], config: ClientConfig, log: _Log)
         if is_internal_prompt(prompt) or not visible:
             return None  # internal protocol, or nothing left to remember
         payload = {**payload, "prompt": visible}
-    elif stage == "Stop":
+    elif stage in CHECKPOINT_STAGES:
         payload = dict(payload)
         if not text_field(payload, "last_assistant_message") and text_field(payload, "transcript_path"):
             from sessionmem.hooks.transcript import last_turn

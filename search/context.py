@@ -23,6 +23,10 @@ within the token budget.
   everything else: it names a file the work was about (measured: leaving reads out too
   cost a quarter of the files the next session needed and gained no precision,
   bench/README.md).
+- **After a compaction** (``own``: SessionStart ``source=compact``), the session's own work so far
+  comes first (:func:`session_state`): its request, its newest summary (the checkpoint its
+  PreCompact stored), where it stands (its open failures, decisions, the files it worked on
+  most) and the other files it changed; the related memories after it are other sessions'.
 - **Told once.** A memory the session was already told (:class:`~sessionmem.search.told.ToldLedger`:
   a resumed session, by its earlier context or recall) is not in the plan again.
 - **Collapsed.** The same action on the same file (``Read src/app.py`` five times, or
@@ -67,6 +71,7 @@ from sessionmem.records import (
     RankedKey,
     SearchFilters,
     SessionHead,
+    SessionSoFar,
     SummaryRow,
 )
 from sessionmem.search.told import ToldLedger
@@ -89,6 +94,10 @@ SESSION_DECAY = 0.5
 CHANGED_WEIGHT = 2.0
 COMMANDS = 3  # commands run in several recent sessions (commands_that_matter)
 IN_FLIGHT = 3  # the last session's open failures, decisions and file-less outcomes, before the files (in_flight)
+# A compacted session's own work (session_state): the files it worked on most, when context_files is 0 (recency),
+# and how many of the files it changed are named.
+OWN_FILES = 8
+FILES_CHANGED = 12
 # Summaries read to find them: one a turn, so a few turns of each session.
 SUMMARIES_READ = (EARLIER_SESSIONS + 1) * 4
 _COUNTS = re.compile(r"\s*\((?:-\d+ \+\d+|\d+) lines?\)$")
@@ -114,6 +123,16 @@ class SessionGroup(msgspec.Struct, frozen=True):
     origin: str = ""  # the origin all its lines share ("" : this machine's, or not one for all)
 
 
+class SessionState(msgspec.Struct, frozen=True):
+    """A compacted session's own work so far (:func:`session_state`), handed back before anything else."""
+
+    request: str  # its first prompt
+    latest_request: str  # its newest prompt, when it is another
+    summary: SummaryRow | None  # its newest: the checkpoint its PreCompact stored, or its last turn's
+    files_changed: list[str]  # the others it changed, newest first, relative to its directory when under it
+    lines: list[ContextLine]  # where it stands: open failures, decisions, the files it worked on most
+
+
 RANKED = ("meaning", "words")  # the rankings against a focus
 
 
@@ -124,6 +143,7 @@ class ContextPlan(msgspec.Struct, frozen=True):
     ranking: str  # meaning | words (RANKED), files (files_that_matter) | recency
     groups: list[SessionGroup]  # best first
     earlier: list[SummaryRow]  # summaries of earlier sessions, newest first
+    own: SessionState | None = None  # after a compaction: the session's own work so far, handed back first
 
     @property
     def observations(self) -> int:
@@ -174,12 +194,14 @@ class ContextPlanner:
         self.told = told if told is not None else ToldLedger()
 
     async def plan(self, project: str, *, focus: str = "", focus_latest_prompt: bool = False,
-                   session: str = "", origin: str | None = None) -> ContextPlan:
+                   session: str = "", origin: str | None = None, own: bool = False) -> ContextPlan:
         """The plan for ``project``; ``focus`` ranks by relevance to that text, ``focus_latest_prompt``
         (without a ``focus``) by relevance to the newest prompt of ``session`` (resumed, cleared,
         compacted) or else of the project, through its stored vector. ``origin``: memories of that
         origin only (``SearchFilters.origin``); each row carries its own, read with it. Without one,
-        this machine's own only when other machines' are kept out (``other_machines``).
+        this machine's own only when other machines' are kept out (``other_machines``). ``own``
+        (``session`` was compacted): its own work so far first (:func:`session_state`), and the
+        memories and summaries after it of other sessions only.
 
         Three hops off the Trio thread, each 0.1-0.2 ms on a busy machine: a read of where to
         start, the index (or the embedder), a read of the chosen rows.
@@ -189,7 +211,7 @@ class ContextPlanner:
         not_after = latest_moment(time.time())
         start = await self._store.context_start(project, summaries=SUMMARIES_READ, recent=CANDIDATES,
                                                 latest_prompt=focus_latest_prompt and not focus, session=session,
-                                                origin=origin)
+                                                origin=origin, own=own)
         focus_prompt_id = None
         if start.latest_prompt is not None:
             focus_prompt_id, focus = start.latest_prompt
@@ -198,6 +220,10 @@ class ContextPlanner:
         candidates: list[RankedKey] = []
         ranking = "recency"
         told = {row_id for kind, row_id in self.told.told(session) if kind == OBSERVATION} if session else set()
+        state = None
+        if start.own is not None:  # its own work is in its own section, not among the memories
+            state = session_state(start.own, files=self._files or OWN_FILES)
+            told |= {row.id for row in start.own.observations}
         recent = [row_id for row_id in recent if row_id not in told]
         if focus and recent:
             # Fewer than CANDIDATES: these are all the project's observations, compared one by one.
@@ -212,15 +238,17 @@ class ContextPlanner:
             chosen, _, relevant = await self._choose(candidates, recent, filters, None)
         if not relevant:
             ranking = "recency"
-        rows = [row for row in chosen.observations if row.created_at <= not_after and not is_routine(row)]
+        rows = [row for row in chosen.observations if row.created_at <= not_after and not is_routine(row)
+                and not (own and row.claude_session_id == session)]
         if ranking == "recency" and self._files:  # nothing to rank by: where the work stands
             rows, ranking = where_the_work_stands(rows, files=self._files), "files"
         rows = rows[: self._observations]
         rows = [row for row in rows if not is_bare(row)] + [row for row in rows if is_bare(row)]  # telling first
         sessions = {row.claude_session_id: row for row in chosen.sessions}
-        latest, earlier = earlier_sessions(start.summaries, not_after=not_after)
+        summaries = [row for row in start.summaries if not (own and row.claude_session_id == session)]
+        latest, earlier = earlier_sessions(summaries, not_after=not_after)
         return ContextPlan(project, latest, focus if ranking in RANKED else "", ranking, group(rows, sessions),
-                           earlier)
+                           earlier, state)
 
     async def _relevant(self, focus: str, prompt_id: int | None, filters: SearchFilters,
                         among: list[tuple[str, int]] | None) -> tuple[list[RankedKey], str]:
@@ -266,6 +294,27 @@ class ContextPlanner:
 
         chosen = await self._store.context_rows([(key.kind, key.row_id) for key in candidates], filters, choose)
         return chosen, of_project, relevant_found
+
+
+def session_state(so_far: SessionSoFar, *, files: int) -> SessionState:
+    """What a compacted session is handed back of its own work: its request (and its newest, if another),
+    its newest summary, where it stands (:func:`where_the_work_stands` of its own observations: its open
+    failures, decisions and file-less outcomes, the ``files`` files it worked on most), and the other files
+    it changed."""
+    rows = [row for row in so_far.observations if not is_routine(row)]
+    chosen = where_the_work_stands(rows, files=files)
+    named = {path for row in chosen for path in row.files_modified}
+    changed = dict.fromkeys(shown_path(path, so_far.cwd) for row in rows for path in row.files_modified
+                            if path not in named)
+    latest = so_far.latest_request if so_far.latest_request != so_far.request else ""
+    return SessionState(so_far.request, latest, so_far.summary, list(changed)[:FILES_CHANGED],
+                        group(chosen, {})[0].lines if chosen else [])
+
+
+def shown_path(path: str, cwd: str) -> str:
+    """``path`` relative to ``cwd`` when it is under it, else as it is."""
+    prefix = cwd.rstrip("/") + "/"
+    return path[len(prefix):] if cwd and path.startswith(prefix) else path
 
 
 def where_the_work_stands(rows: list[ObservationRow], *, files: int) -> list[ObservationRow]:

@@ -75,6 +75,11 @@ log = logging.getLogger(__name__)
 # injected memories are ranked against (a fresh start has none: the most recent).
 FOCUSED_SOURCES = ("clear", "compact", "resume")
 KEEP_ALIVE_S = 15  # an SSE comment this often keeps idle streams (and their proxies) open
+# After a compaction, how long the context waits for the session's actor to store what it has in hand
+# (the checkpoint PreCompact sent a moment before): well within the hook's 2 s. An LLM compressor
+# can take longer; the session's own work is then handed back as stored so far.
+COMPACT_SETTLE_S = 1.0
+SETTLE_POLL_S = 0.05  # between commits, how often the actor's finished work is looked at again
 
 
 class PublicHealth(msgspec.Struct, frozen=True):
@@ -242,6 +247,19 @@ def add_session_routes(app: QuartTrio, services: Services) -> None:
         return json_response(Replayed(claude_session_id, len(envelopes)))
 
 
+async def settled(services: Services, claude_session_id: str, timeout: float) -> bool:
+    """Wait, at most ``timeout`` seconds, until ``claude_session_id``'s actor has nothing left in hand;
+    returns whether it has not. Each commit wakes the wait; an actor marks its message finished just
+    after the commit that stored it, so the wait looks again every :data:`SETTLE_POLL_S` too."""
+    router, commits = services.router, services.store.commits
+    with trio.move_on_after(timeout):
+        while router.queued(claude_session_id) or router.working(claude_session_id):
+            with trio.move_on_after(SETTLE_POLL_S):
+                await commits.wait_committed(commits.committed())
+        return True
+    return False
+
+
 def add_context_route(app: QuartTrio, services: Services) -> None:
     """The memories injected at SessionStart, as markdown, with what the hook tells the user in headers."""
     settings = services.settings
@@ -256,10 +274,12 @@ def add_context_route(app: QuartTrio, services: Services) -> None:
         source = request.args.get("source") or ""
         session = text_arg("session", limit=MAX_SESSION_ID) or ""
         told = services.context.told
-        if session and source == "compact":  # Claude's context was compacted: what it was told may be told again
+        compacted = bool(session) and source == "compact"
+        if compacted:  # Claude's context was compacted: what it was told may be told again
             told.forget(session)
+            await settled(services, session, COMPACT_SETTLE_S)  # its PreCompact checkpoint, stored first
         plan = await services.context.plan(project, focus=focus, focus_latest_prompt=source in FOCUSED_SOURCES,
-                                           session=session, origin=origin_arg())
+                                           session=session, origin=origin_arg(), own=compacted)
         if session:  # a hook's: what it prints stays below Claude Code's limit on a hook's output
             budget = min(budget, HOOK_CONTEXT_MAX_CHARS // CHARS_PER_TOKEN)
         rendered = render_handover(plan, token_budget=budget)

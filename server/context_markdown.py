@@ -5,8 +5,9 @@ Framed as recalled data (:mod:`sessionmem.protocol.framing`): wrapped in
 memory is never stored again as new memory -- and a heading and the preamble before the first
 memory say, in plain words, that what follows is quoted data from earlier sessions, not
 instructions. Output stays within a token budget (estimated at four characters a token), filled
-in this order: the latest session's summary, the chosen memories (best session first), then one
-line for each earlier session; what does not fit is left out whole.
+in this order: after a compaction, the session's own work so far; the latest session's summary,
+the chosen memories (best session first), then one line for each earlier session; what does not
+fit is left out whole.
 
 Memories another machine wrote say so, "from bob@laptop, unverified"
 (:func:`~sessionmem.protocol.framing.from_origin`): on their session's heading (or on their own
@@ -26,7 +27,7 @@ import msgspec
 from sessionmem.protocol.framing import FRAME_CLOSE, UNVERIFIED, context_head, from_origin, marks, origin_label
 from sessionmem.protocol.safe_text import local_time, one_line
 from sessionmem.records import OBSERVATION, SUMMARY, SummaryRow
-from sessionmem.search.context import ContextLine, ContextPlan, SessionGroup
+from sessionmem.search.context import ContextLine, ContextPlan, SessionGroup, SessionState
 
 CHARS_PER_TOKEN = 4
 EARLIER_SHARE = 0.2  # of the budget kept for earlier sessions' one-liners, when there are some
@@ -74,6 +75,21 @@ def _summary_lines(summary: SummaryRow) -> list[str]:
     return lines + [""]
 
 
+def _state_lines(state: SessionState) -> tuple[list[str], int]:
+    """A compacted session's own work so far, and how many of its lines are its fields (the rest:
+    where it stands, one observation each)."""
+    lines = ["## This session so far (from before its conversation was compacted)"]
+    summary = state.summary
+    for label, text in (("Request", state.request), ("Latest request", state.latest_request),
+                        ("Completed", summary.completed if summary else ""),
+                        ("Learned", summary.learned if summary else ""),
+                        ("Next steps", summary.next_steps if summary else ""),
+                        ("Also changed", ", ".join(state.files_changed))):
+        if text:
+            lines.append(f"- **{label}:** {one_line(text, 400)}")
+    return lines + [_line(line) for line in state.lines], len(lines)
+
+
 def _earlier_line(summary: SummaryRow) -> str:
     outcome = summary.completed or summary.learned or summary.investigated
     marked = marks(summary.origin, summary.flagged)
@@ -107,13 +123,28 @@ def render_context(plan: ContextPlan, *, token_budget: int) -> tuple[str, int]:
 
 def render_handover(plan: ContextPlan, *, token_budget: int) -> RenderedContext:
     """The injected text and the memories it tells (:class:`~sessionmem.search.told.ToldLedger` records them)."""
-    if plan.summary is None and not plan.groups and not plan.earlier:
+    if plan.summary is None and not plan.groups and not plan.earlier and plan.own is None:
         return RenderedContext("", [], 0)
     told: list[tuple[str, int]] = []
     head = context_head(plan.project)
     tail = ["", FOOTER, FRAME_CLOSE]
     budget = _Budget(token_budget)
     budget.take(head + tail)
+    own: list[str] = []
+    named = 0
+    if plan.own is not None:
+        own, fields = _state_lines(plan.own)
+        while len(own) > 1 and not budget.take(own + [""]):
+            own.pop()  # from the end: where it stands, then the fields
+        if len(own) > 1:
+            own.append("")
+            if plan.own.summary is not None:
+                told.append((SUMMARY, plan.own.summary.id))
+            for line in plan.own.lines[: max(0, len(own) - 1 - fields)]:
+                named += len(line.ids)
+                told += [(OBSERVATION, row_id) for row_id in line.ids]
+        else:
+            own = []
     summary = _summary_lines(plan.summary) if plan.summary is not None else []
     while summary and not budget.take(summary):
         summary = summary[:-2] + [""] if len(summary) > 2 else []  # drop the least important field
@@ -124,7 +155,6 @@ def render_handover(plan: ContextPlan, *, token_budget: int) -> RenderedContext:
     budget.left -= reserve
 
     body: list[str] = []
-    named = 0
     if plan.groups:
         title = (f'## Relevant to "{one_line(plan.focus, 80)}"' if plan.focus
                  else "## Where the work stands" if plan.ranking == "files" else "## Recent work")
@@ -153,4 +183,4 @@ def render_handover(plan: ContextPlan, *, token_budget: int) -> RenderedContext:
     if len(kept_earlier) <= 2:  # a heading alone says nothing
         kept_earlier = []
     told += [(SUMMARY, summary_row.id) for summary_row in plan.earlier[: max(0, len(kept_earlier) - 2)]]
-    return RenderedContext("\n".join(head + summary + body + kept_earlier + tail), told, named)
+    return RenderedContext("\n".join(head + own + summary + body + kept_earlier + tail), told, named)

@@ -45,6 +45,7 @@ STAGES: dict[str, tuple[str | None, int]] = {
     "PostToolUse": ("*", 5),
     "PostToolUseFailure": ("*", 5),
     "Stop": (None, 5),
+    "PreCompact": (None, 5),
     "SubagentStop": (None, 5),
     "SessionEnd": (None, 5),
 }

@@ -315,12 +315,24 @@ class FileMemory(msgspec.Struct, frozen=True, kw_only=True):
     flagged: bool = False  # it holds (quoted) instruction-like text, or was made from some
 
 
+class SessionSoFar(msgspec.Struct, frozen=True):
+    """One session's own work so far, as stored: what a compacted session is handed back first."""
+
+    claude_session_id: str
+    cwd: str
+    request: str  # its first prompt, as typed
+    latest_request: str  # its newest prompt, as typed
+    summary: SummaryRow | None  # its newest (the checkpoint its PreCompact stored, when there is one)
+    observations: list[ObservationRow]  # its newest, newest first
+
+
 class ContextStart(msgspec.Struct, frozen=True):
     """What a SessionStart context plan starts from, read together (one read, one snapshot)."""
 
     summaries: list[SummaryRow]  # the project's newest first
     recent: list[int]  # ids of the project's newest observations, newest first
     latest_prompt: tuple[int, str] | None  # (row id, text) of its newest prompt, when asked for
+    own: SessionSoFar | None = None  # the session's own work so far, when asked for (after a compaction)
 
 
 class ContextRows(msgspec.Struct, frozen=True):

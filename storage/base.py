@@ -236,11 +236,12 @@ class Store(Protocol):
                             limit: int) -> list[FileMemory]: ...
 
     # -- the SessionStart context, in two reads (each one snapshot, one thread hop)
-    async def context_start(self, project: str, *, summaries: int, recent: int,
-                            latest_prompt: bool, session: str = "", origin: str | None = None) -> ContextStart:
-        """The project's ``summaries`` newest summaries, ``recent`` newest observation ids, and if
+    async def context_start(self, project: str, *, summaries: int, recent: int, latest_prompt: bool,
+                            session: str = "", origin: str | None = None, own: bool = False) -> ContextStart:
+        """The project's ``summaries`` newest summaries, ``recent`` newest observation ids, if
         ``latest_prompt`` the latest prompt of ``session``, else of the project; ``origin``: of that
-        origin only (``SearchFilters.origin``)."""
+        origin only (``SearchFilters.origin``); if ``own``, ``session``'s own work so far (``recent``
+        of its newest observations)."""
 
     async def context_rows(self, candidates: Sequence[tuple[str, int]], filters: SearchFilters,
                            choose: Callable[[set[int]], list[int]]) -> ContextRows:

@@ -276,3 +276,31 @@ def test_hooks_fail_open_and_next_start_restarts_the_worker(harness: Harness, se
     worker.wait_idle()
     sessions = {s["claudeSessionId"]: s for s in worker.get("/api/sessions")["sessions"]}
     assert sessions[output["session_id"]]["status"] == "completed"
+
+
+def test_compaction_hands_the_session_its_own_work_back_first(harness: Harness, session_one: dict[str, Any]) -> None:
+    """`/compact` in a session: its PreCompact stores a checkpoint, and the SessionStart after the compaction hands
+    the session its own work first; the next turn's request to the model carries it."""
+    worker = session_one["worker"]
+    output, _ = harness.claude("Please add a test for add()")
+    session_id = output["session_id"]
+    worker.wait_idle()
+
+    def summaries() -> int:
+        return sum(1 for s in worker.get("/api/summaries")["summaries"] if s["claudeSessionId"] == session_id)
+
+    before = summaries()
+    compacted, _ = harness.claude("/compact", "--resume", session_id)
+    assert compacted["session_id"] == session_id
+    worker.wait_idle()
+    assert summaries() == before + 1  # the checkpoint PreCompact sent
+
+    first_request = len(harness.api.requests)
+    harness.claude("What is left to do?", "--resume", session_id)
+    model_requests = [r.body for r in harness.api.requests[first_request:] if r.body.get("tools")]
+    assert model_requests, "the CLI made no model request"
+    sent = json.dumps(model_requests[0]["messages"])
+    assert "## This session so far" in sent and "**Request:** Please add a test for add()" in sent
+    assert "Wrote test_calc.py" in sent or "Scripted: Write" in sent  # its own work, by the scripted compressor
+    log = harness.data_dir / "hooks.log"
+    assert not log.exists() or "PreCompact" not in log.read_text()  # the PreCompact hook had nothing to complain of

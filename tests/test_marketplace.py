@@ -23,8 +23,8 @@ from .test_e2e_claude_code import CLAUDE, REPO, Harness, claude_harness, observa
 pytestmark = pytest.mark.xdist_group("claude-code")
 
 HOOK_SH = REPO / "plugin" / "bootstrap" / "hook.sh"
-STAGES = ("SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUseFailure", "Stop", "SubagentStop",
-          "SessionEnd")
+STAGES = ("SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUseFailure", "Stop", "PreCompact",
+          "SubagentStop", "SessionEnd")
 
 
 def test_manifests_name_one_plugin_of_the_packages_version() -> None:

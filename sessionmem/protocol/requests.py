@@ -3,7 +3,8 @@
 One function, :func:`api_call`, maps the JSON Claude Code writes on a hook's stdin
 to the request the worker expects, or ``None`` for stages that carry nothing to
 store (PreToolUse, SubagentStart). SessionStart maps to a context request;
-SubagentStop to an observation of the subagent's final report. Unknown fields are
+SubagentStop to an observation of the subagent's final report; Stop and PreCompact to a
+summary of the session so far. Unknown fields are
 ignored and missing optional fields are fine. Hooks, backfill and the benchmark all
 build their requests with :func:`encoded_call`, so they send the same thing.
 """
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
 TASK_NOTIFICATION = "<task-notification>"
 TOOL_FIELDS = ("tool_input", "tool_response")
 TEXT_FIELDS = ("error", "last_user_message", "last_assistant_message", "reason")
+# Stages that summarize the session so far: the end of a turn, and the moment before Claude Code
+# compacts the conversation (the checkpoint SessionStart ``source=compact`` hands back first).
+CHECKPOINT_STAGES = ("Stop", "PreCompact")
 
 
 def is_internal_prompt(prompt: str) -> bool:
@@ -73,7 +77,7 @@ def api_call(payload: dict[str, Any], *, project: str | None = None,
         return _tool_use_call(payload, base, event)
     if event == "SubagentStop":
         return _subagent_stop_call(payload, base)
-    if event == "Stop":
+    if event in CHECKPOINT_STAGES:
         return "POST", SUMMARIZE, {
             **base,
             "last_user_message": text_field(payload, "last_user_message"),

@@ -24,6 +24,7 @@ from sessionmem.records import (
     OBSERVATION,
     ContextRows,
     ContextStart,
+    SessionSoFar,
     JournalCounts,
     ObservationDetail,
     ObservationRow,
@@ -96,6 +97,14 @@ def _observation_detail(row: SQLiteValues) -> ObservationDetail:
             tool_response = event.error if event.failed and event.tool_response is None else event.tool_response
     return ObservationDetail(**msgspec.structs.asdict(_observation_row(row)), session_db_id=integer(session_db_id),
                              event_id=integer(event_id), tool_input=tool_input, tool_response=tool_response)
+
+
+_SUMMARY_COLUMNS = (
+    "m.id, s.claude_session_id, m.project, m.prompt_number, m.request, m.investigated, m.learned, m.completed,"
+    f" m.next_steps, m.notes, m.compressed, m.compressor, m.model, m.input_tokens, m.output_tokens, m.created_at,"
+    f" {label_sql('m')}, m.provenance, m.flagged"
+)
+_SUMMARIES_FROM = "FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id"
 
 
 def _summary_row(row: SQLiteValues) -> SummaryRow:
@@ -174,10 +183,7 @@ def list_summaries(connection: apsw.Connection, *, project: str | None, limit: i
     params: dict[str, object] = {"project": project, "limit": limit, "offset": offset}
     found = all_rows(
         connection,
-        "SELECT m.id, s.claude_session_id, m.project, m.prompt_number, m.request, m.investigated,"
-        " m.learned, m.completed, m.next_steps, m.notes, m.compressed, m.compressor, m.model,"
-        f" m.input_tokens, m.output_tokens, m.created_at, {label_sql('m')}, m.provenance, m.flagged"
-        f" FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id WHERE {_of_project('m.project', project)}"
+        f"SELECT {_SUMMARY_COLUMNS} {_SUMMARIES_FROM} WHERE {_of_project('m.project', project)}"
         f" AND {origin_condition('m', origin, params)} AND {_only_flagged('m', flagged)}"
         " ORDER BY m.created_at DESC, m.id DESC LIMIT :limit OFFSET :offset",
         params,
@@ -231,10 +237,11 @@ def _latest_prompt(connection: apsw.Connection, *, project: str, session: str = 
 
 
 def read_context_start(connection: apsw.Connection, *, project: str, summaries: int, recent: int,
-                       latest_prompt: bool, session: str = "", origin: str | None = None) -> ContextStart:
+                       latest_prompt: bool, session: str = "", origin: str | None = None,
+                       own: bool = False) -> ContextStart:
     """Where SessionStart's context starts, in one snapshot: the project's newest ``summaries``
-    summaries, its ``recent`` newest observation ids, and (``latest_prompt``) its focus prompt,
-    ``session``'s own if it has one.
+    summaries, its ``recent`` newest observation ids, (``latest_prompt``) its focus prompt,
+    ``session``'s own if it has one, and (``own``) ``session``'s own work so far (:func:`session_so_far`).
 
     Each read walks the project's own index: its cost does not grow with what other
     projects hold, so a new project's SessionStart does not walk every summary and prompt
@@ -244,7 +251,38 @@ def read_context_start(connection: apsw.Connection, *, project: str, summaries: 
         return ContextStart(
             list_summaries(connection, project=project, limit=summaries, offset=0, origin=origin),
             _recent_observation_ids(connection, project=project, limit=recent, origin=origin),
-            _latest_prompt(connection, project=project, session=session, origin=origin) if latest_prompt else None)
+            _latest_prompt(connection, project=project, session=session, origin=origin) if latest_prompt else None,
+            session_so_far(connection, claude_session_id=session, project=project, limit=recent)
+            if own and session else None)
+
+
+def session_so_far(connection: apsw.Connection, *, claude_session_id: str, project: str,
+                   limit: int) -> SessionSoFar | None:
+    """``claude_session_id``'s own work so far, if it is a session of ``project`` on this machine: its first and
+    newest prompts, its newest summary, its ``limit`` newest observations (newest first).
+
+    This machine's rows only: a session id in another machine's pulled rows is not this session's.
+    Each read walks the session's own rows (its prompt, summary and observation indexes).
+    """
+    found = optional_row(connection, "SELECT id, coalesce(cwd, '') FROM sessions WHERE claude_session_id = ?"
+                         " AND project = ?", (claude_session_id, project))
+    if found is None:
+        return None
+    session_db_id, cwd = integer(found[0]), text(found[1])
+    prompts = [typed_prompt(text(prompt)) for (prompt,) in all_rows(
+        connection, "SELECT text FROM (SELECT text, prompt_number FROM user_prompts WHERE session_db_id = :id"
+        " ORDER BY prompt_number LIMIT 1) UNION ALL SELECT text FROM (SELECT text FROM user_prompts"
+        " WHERE session_db_id = :id ORDER BY prompt_number DESC LIMIT 1)", {"id": session_db_id})]
+    # On the project's (project, created_at) index, newest first: a session being compacted is among the newest.
+    summary = optional_row(connection, f"SELECT {_SUMMARY_COLUMNS} {_SUMMARIES_FROM} WHERE m.project = ?"
+                           " AND m.session_db_id = ? AND m.origin_machine = ''"
+                           " ORDER BY m.created_at DESC, m.id DESC LIMIT 1", (project, session_db_id))
+    observations = all_rows(
+        connection, f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM} WHERE o.session_db_id = ?"
+        " AND o.origin_machine = '' ORDER BY o.id DESC LIMIT ?", (session_db_id, limit))
+    return SessionSoFar(claude_session_id, cwd, prompts[0] if prompts else "", prompts[-1] if prompts else "",
+                        _summary_row(summary) if summary is not None else None,
+                        [_observation_row(row) for row in observations])
 
 def context_rows(connection: apsw.Connection, candidates: Sequence[tuple[str, int]], filters: SearchFilters,
                  choose: Callable[[set[int]], list[int]]) -> ContextRows:

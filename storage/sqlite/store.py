@@ -494,11 +494,11 @@ class SQLiteStore:
                                                      fold_case=fold_case))
         return file_memories.choose_file_memories(rows, exclude_session, limit)
 
-    async def context_start(self, project: str, *, summaries: int, recent: int,
-                            latest_prompt: bool, session: str = "", origin: str | None = None) -> ContextStart:
+    async def context_start(self, project: str, *, summaries: int, recent: int, latest_prompt: bool,
+                            session: str = "", origin: str | None = None, own: bool = False) -> ContextStart:
         return await self._readers.run(partial(row_reads.read_context_start, project=project, summaries=summaries,
                                                recent=recent, latest_prompt=latest_prompt, session=session,
-                                               origin=origin))
+                                               origin=origin, own=own))
 
     async def context_rows(self, candidates: Sequence[tuple[str, int]], filters: SearchFilters,
                            choose: Callable[[set[int]], list[int]]) -> ContextRows:

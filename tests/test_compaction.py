@@ -1,0 +1,119 @@
+"""Continuity across compaction: PreCompact stores a checkpoint of the session so far, and the SessionStart
+after the compaction (``source=compact``) hands the session its own work back first, then related memory.
+
+The hooks run as Claude Code runs them, against a real worker over HTTP; the real CLI compacting is in
+tests/test_e2e_claude_code.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessionmem.protocol.limits import HOOK_CONTEXT_MAX_CHARS
+from sessionmem.testing.worker_process import WorkerClient
+
+from .test_hooks import assert_silent_success, run_hook
+
+pytestmark = pytest.mark.slow
+
+CWD = "/home/dev/calcproj"  # the recorded payloads' project
+SESSION = "compacted-session"
+
+
+def event(stage: str, **fields: Any) -> dict[str, Any]:
+    return {"session_id": SESSION, "cwd": CWD, "hook_event_name": stage, **fields}
+
+
+def tool_use(name: str, tool_input: dict[str, Any], response: Any, *, failed: str = "") -> dict[str, Any]:
+    stage = "PostToolUseFailure" if failed else "PostToolUse"
+    fields = {"tool_name": name, "tool_input": tool_input, "tool_use_id": f"toolu_{name}_{len(json.dumps(tool_input))}"}
+    return event(stage, **fields, **({"error": failed} if failed else {"tool_response": response}))
+
+
+def hook(stage: str, payload: dict[str, Any], data_dir: Path) -> dict[str, Any] | None:
+    result = run_hook(stage, payload, data_dir)
+    assert result.returncode == 0 and result.stderr == b""
+    return json.loads(result.stdout) if result.stdout else None
+
+
+def earlier_session(worker: WorkerClient, payloads: list[dict[str, Any]]) -> None:
+    """The recorded session: the divide bug fixed in calc.py, summarized, ended."""
+    for payload in payloads:
+        if payload["hook_event_name"] != "SessionStart":
+            run_hook(payload["hook_event_name"], payload, worker.data_dir)
+    worker.wait_idle()
+
+
+def work_until_compaction(worker: WorkerClient) -> None:
+    """A session that changed two files and left a test failing, then PreCompact (no wait: the SessionStart
+    after it must find the checkpoint stored)."""
+    data_dir = worker.data_dir
+    hook("UserPromptSubmit", event("UserPromptSubmit", prompt="Add a power function to calc.py with tests"), data_dir)
+    hook("PostToolUse", tool_use("Edit", {"file_path": f"{CWD}/calc.py", "old_string": "x", "new_string": "y"},
+                                 {"filePath": f"{CWD}/calc.py"}), data_dir)
+    hook("PostToolUse", tool_use("Write", {"file_path": f"{CWD}/test_power.py", "content": "def test_power(): ..."},
+                                 {"type": "create", "filePath": f"{CWD}/test_power.py"}), data_dir)
+    hook("PostToolUseFailure", tool_use("Bash", {"command": "pytest -q test_power.py"}, None,
+                                        failed="Exit code 1\nFAILED test_power.py::test_power - AssertionError"),
+         data_dir)
+    assert hook("PreCompact", event("PreCompact", trigger="auto", custom_instructions=None), data_dir) is None
+
+
+def test_a_compacted_session_is_handed_its_own_work_first_then_related_memory(
+        worker: WorkerClient, payloads: list[dict[str, Any]]) -> None:
+    earlier_session(worker, payloads)
+    work_until_compaction(worker)
+    output = hook("SessionStart", event("SessionStart", source="compact"), worker.data_dir)
+    assert output is not None
+    context = output["hookSpecificOutput"]["additionalContext"]
+    sections = [line for line in context.splitlines() if line.startswith("## ")]
+    assert sections[0] == "## This session so far (from before its conversation was compacted)", context
+    own = context.split(sections[0])[1].split(sections[1] if len(sections) > 1 else "\n\nMore:")[0]
+    assert "**Request:** Add a power function to calc.py with tests" in own
+    assert "Wrote test_power.py" in own and "Edited calc.py" in own  # the files it changed
+    assert "pytest -q test_power.py" in own and "failure" in own  # the test left failing
+    assert "divide" not in own.lower()  # another session's work is not this one's
+    # Then related memory: the earlier session's, never this session's own again.
+    rest = context.split(own)[1]
+    assert "divide" in rest.lower() and "test_power" not in rest and "#12" not in rest
+    assert len(context) <= HOOK_CONTEXT_MAX_CHARS
+
+    # The checkpoint PreCompact sent is this session's summary, stored before the context was read.
+    summaries = [s for s in worker.get("/api/summaries")["summaries"] if s["claudeSessionId"] == SESSION]
+    assert len(summaries) == 1 and summaries[0]["request"].startswith("Add a power function")
+
+
+def test_a_fresh_start_of_the_same_project_is_not_handed_the_session_as_its_own(
+        worker: WorkerClient, payloads: list[dict[str, Any]]) -> None:
+    earlier_session(worker, payloads)
+    work_until_compaction(worker)
+    worker.wait_idle()
+    for source in ("startup", "resume", "clear"):
+        output = hook("SessionStart", event("SessionStart", source=source), worker.data_dir)
+        assert output is not None
+        assert "## This session so far" not in output["hookSpecificOutput"]["additionalContext"], source
+
+
+def test_the_handover_after_compaction_stays_under_the_hook_output_limit(worker: WorkerClient) -> None:
+    long = "very-long-directory-name-" * 8
+    worker.post("/api/sessions/init", {"claudeSessionId": SESSION, "project": "calcproj", "cwd": CWD,
+                                       "prompt": "Rename every module " + "and its tests " * 200})
+    for number in range(300):
+        path = f"{CWD}/{long}/module_{number}.py"
+        worker.post("/api/sessions/observations", {
+            "claudeSessionId": SESSION, "project": "calcproj", "cwd": CWD, "tool_name": "Edit",
+            "tool_use_id": f"toolu_{number}", "tool_input": {"file_path": path, "old_string": "a", "new_string": "b"},
+            "tool_response": {"filePath": path}})
+    worker.wait_idle()
+    hook("PreCompact", event("PreCompact", trigger="manual"), worker.data_dir)
+    output = hook("SessionStart", event("SessionStart", source="compact"), worker.data_dir)
+    assert output is not None
+    context = output["hookSpecificOutput"]["additionalContext"]
+    own = context.split("## This session so far")[1]
+    assert "**Request:** Rename every module" in own and "Edited very-long-directory-name" in own
+    assert "**Also changed:**" in own  # the files beyond those it worked on most, as many as fit one line
+    assert len(context) <= HOOK_CONTEXT_MAX_CHARS
