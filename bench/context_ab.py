@@ -11,8 +11,10 @@ while no worker runs, and this tree's worker opens the copy.
 Then, after one unmeasured block of each (this tree's migrates its copy, as an upgrade does, and
 checkpoints it when it stops), **blocks** alternate, ``--rounds`` times (this tree's first, then the
 other's first, and so on): each starts that tree's worker on its copy, asks the biggest project's SessionStart context as the hook asks it
-(``GET /api/context/inject?project=P&session=S&source=startup`` through the hook's own client, a
-connection each, a new session each time) ``--runs`` times after 20 unmeasured, and stops the worker.
+(``GET /api/context/inject?project=P&session=S&source=startup&cwd=D`` through the hook's own client, a
+connection each, a new session each time) ``--runs`` times after 20 unmeasured, and stops the worker. ``D``
+is a project folder holding a CLAUDE.md (:data:`CLAUDE_MD`), and the workers' Claude config dir one of
+their own: a tree that reads what Claude Code's own memory says (``search/already_said.py``) reads it.
 Figures: per tree, the median over its blocks of their p50 and p95, the ratio of the p50s (this tree
 ÷ the other), and the context's size in characters.
 
@@ -48,6 +50,13 @@ from sessionmem.testing.worker_process import start_worker  # noqa: E402
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "transcripts"  # beside the checkout
 WORKER_ENV = {"SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_EMBEDDER": "none"}
 WARM_UP = 20
+CLAUDE_MD = """# Project notes
+
+- Run the tests with `python3 -m pytest -q` before every commit.
+- Build the wheel with `make wheel`; the docs with `make docs`.
+- Use uv, not pip, to install packages into the project venv.
+- Migrations live in `migrations/`; never edit one that has shipped.
+"""
 
 
 def build_store(other_python: str, corpus: Path, transcripts: int, data_dir: Path) -> None:
@@ -76,14 +85,16 @@ def biggest_project(data_dir: Path) -> tuple[str, int]:
     return str(row[0]), int(row[1])
 
 
-def block(python: str, data_dir: Path, project: str, runs: int, label: str) -> dict[str, Any]:
-    """One worker of ``python`` on ``data_dir``: the context asked ``runs`` times as the hook asks it."""
+def block(python: str, data_dir: Path, project: str, runs: int, label: str, cwd: Path) -> dict[str, Any]:
+    """One worker of ``python`` on ``data_dir``: the context asked ``runs`` times as the hook asks it, from
+    ``cwd`` (beside which its Claude config dir is)."""
     times: list[float] = []
     size = 0
-    with start_worker(data_dir, env=WORKER_ENV, python=python, timeout=120) as worker:
+    env = {**WORKER_ENV, "CLAUDE_CONFIG_DIR": str(cwd.with_name("claude-config"))}
+    with start_worker(data_dir, env=env, python=python, timeout=120) as worker:
         for n in range(WARM_UP + runs):
             path = routes.CONTEXT + "?" + urllib.parse.urlencode(
-                {"project": project, "session": f"ab-{label}-{n}", "source": "startup"})
+                {"project": project, "session": f"ab-{label}-{n}", "source": "startup", "cwd": str(cwd)})
             started = time.perf_counter()
             reply = hook_client.request("127.0.0.1", worker.port, "GET", path, timeout=10, token=worker.token)
             elapsed = time.perf_counter() - started
@@ -114,15 +125,18 @@ def main(argv: list[str] | None = None) -> int:
             (other_dir / name).unlink(missing_ok=True)
         shutil.copytree(other_dir, this_dir)
         project, observations = biggest_project(other_dir)
+        cwd = work / "project"
+        cwd.mkdir()
+        (cwd / "CLAUDE.md").write_text(CLAUDE_MD)
         trees = {"this tree": (sys.executable, this_dir), "other tree": (args.other_python, other_dir)}
         for name, (python, data_dir) in trees.items():  # unmeasured: this tree's migrates its copy, as an upgrade
-            block(python, data_dir, project, 10, f"warm-{name[:5]}")
+            block(python, data_dir, project, 10, f"warm-{name[:5]}", cwd)
         blocks: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for round_number in range(args.rounds):
             order = list(trees) if round_number % 2 == 0 else list(reversed(trees))  # A B, B A: no side always first
             for name in order:
                 python, data_dir = trees[name]
-                blocks[name].append(block(python, data_dir, project, args.runs, f"{round_number}-{name[:5]}"))
+                blocks[name].append(block(python, data_dir, project, args.runs, f"{round_number}-{name[:5]}", cwd))
         figures = {name: {"p50_ms": round(statistics.median(b["p50"] for b in found), 2),
                           "p95_ms": round(statistics.median(b["p95"] for b in found), 2),
                           "blocks_p50_ms": [round(b["p50"], 2) for b in found], "chars": found[-1]["chars"]}

@@ -27,6 +27,9 @@ within the token budget.
   comes first (:func:`session_state`): its request, its newest summary (the checkpoint its
   PreCompact stored), where it stands (its open failures, decisions, the files it worked on
   most) and the other files it changed; the related memories after it are other sessions'.
+- **Not said twice.** What the session's CLAUDE.md files or auto memory already say (a command
+  they give, a line they hold: :mod:`~sessionmem.search.already_said`) is left out, when the
+  caller names the session's working directory (``cwd``).
 - **Told once.** A memory the session was already told (:class:`~sessionmem.search.told.ToldLedger`:
   a resumed session, by its earlier context or recall) is not in the plan again.
 - **Collapsed.** The same action on the same file (``Read src/app.py`` five times, or
@@ -74,6 +77,7 @@ from sessionmem.records import (
     SessionSoFar,
     SummaryRow,
 )
+from sessionmem.search.already_said import AlreadySaid
 from sessionmem.search.told import ToldLedger
 from sessionmem.settings import Backend
 from sessionmem.storage.base import Store
@@ -183,7 +187,7 @@ def telling_fact(row: ObservationRow | FileMemory) -> str:
 class ContextPlanner:
     def __init__(self, store: Store, index: VectorIndex, embedder: EmbedderService, *,
                  observations: int = 50, files: int = 0, other_machines: bool = True, min_similarity: float = 0.0,
-                 told: ToldLedger | None = None) -> None:
+                 told: ToldLedger | None = None, already_said: AlreadySaid | None = None) -> None:
         self._store = store
         self._index = index
         self._embedder = embedder
@@ -192,16 +196,18 @@ class ContextPlanner:
         self._other_machines = other_machines
         self._min_similarity = min_similarity
         self.told = told if told is not None else ToldLedger()
+        self._already_said = already_said if already_said is not None else AlreadySaid()
 
     async def plan(self, project: str, *, focus: str = "", focus_latest_prompt: bool = False,
-                   session: str = "", origin: str | None = None, own: bool = False) -> ContextPlan:
+                   session: str = "", origin: str | None = None, own: bool = False, cwd: str = "") -> ContextPlan:
         """The plan for ``project``; ``focus`` ranks by relevance to that text, ``focus_latest_prompt``
         (without a ``focus``) by relevance to the newest prompt of ``session`` (resumed, cleared,
         compacted) or else of the project, through its stored vector. ``origin``: memories of that
         origin only (``SearchFilters.origin``); each row carries its own, read with it. Without one,
         this machine's own only when other machines' are kept out (``other_machines``). ``own``
         (``session`` was compacted): its own work so far first (:func:`session_state`), and the
-        memories and summaries after it of other sessions only.
+        memories and summaries after it of other sessions only. ``cwd``: the session's working directory,
+        whose CLAUDE.md files and auto memory say what is left out (:class:`AlreadySaid`).
 
         Three hops off the Trio thread, each 0.1-0.2 ms on a busy machine: a read of where to
         start, the index (or the embedder), a read of the chosen rows.
@@ -238,8 +244,9 @@ class ContextPlanner:
             chosen, _, relevant = await self._choose(candidates, recent, filters, None)
         if not relevant:
             ranking = "recency"
+        known = await self._already_said.known(cwd) if cwd else None
         rows = [row for row in chosen.observations if row.created_at <= not_after and not is_routine(row)
-                and not (own and row.claude_session_id == session)]
+                and not (own and row.claude_session_id == session) and not (known is not None and known.says(row))]
         if ranking == "recency" and self._files:  # nothing to rank by: where the work stands
             rows, ranking = where_the_work_stands(rows, files=self._files), "files"
         rows = rows[: self._observations]

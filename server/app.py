@@ -30,7 +30,7 @@ from sessionmem.actors.child import MailboxFull
 from sessionmem.broadcast import live_event_name
 from sessionmem.protocol import routes
 from sessionmem.protocol.git_remote import MAX_KEY, checked_key
-from sessionmem.protocol.limits import HOOK_CONTEXT_MAX_CHARS, MAX_QUERY_CHARS, MAX_SESSION_ID
+from sessionmem.protocol.limits import HOOK_CONTEXT_MAX_CHARS, MAX_PATH, MAX_QUERY_CHARS, MAX_SESSION_ID
 from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, NOTICE_HEADER, READY, SHARE_REQUEST_HEADER, STARTING
 from sessionmem.runtime.logs import log_exception
 from sessionmem.server.context_markdown import CHARS_PER_TOKEN, render_handover
@@ -273,13 +273,17 @@ def add_context_route(app: QuartTrio, services: Services) -> None:
         focus = text_arg("q", limit=MAX_QUERY_CHARS) or ""
         source = request.args.get("source") or ""
         session = text_arg("session", limit=MAX_SESSION_ID) or ""
+        # The session's working directory: its CLAUDE.md and auto memory say what not to say again. One
+        # that cannot be a path is passed over, not refused: the handover goes on without it.
+        cwd = request.args.get("cwd", "").strip()
+        cwd = cwd if len(cwd) <= MAX_PATH else ""
         told = services.context.told
         compacted = bool(session) and source == "compact"
         if compacted:  # Claude's context was compacted: what it was told may be told again
             told.forget(session)
             await settled(services, session, COMPACT_SETTLE_S)  # its PreCompact checkpoint, stored first
         plan = await services.context.plan(project, focus=focus, focus_latest_prompt=source in FOCUSED_SOURCES,
-                                           session=session, origin=origin_arg(), own=compacted)
+                                           session=session, origin=origin_arg(), own=compacted, cwd=cwd)
         if session:  # a hook's: what it prints stays below Claude Code's limit on a hook's output
             budget = min(budget, HOOK_CONTEXT_MAX_CHARS // CHARS_PER_TOKEN)
         rendered = render_handover(plan, token_budget=budget)

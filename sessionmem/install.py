@@ -27,10 +27,10 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sessionmem.protocol.claude_memory import claude_config_dir
 from sessionmem.protocol.routes import MCP_SERVER_NAME
 
 MARKER = "# sessionmem-hook"
@@ -53,12 +53,6 @@ STAGES: dict[str, tuple[str | None, int]] = {
 
 class InstallError(Exception):
     pass
-
-
-def claude_config_dir(env: Mapping[str, str] = os.environ) -> Path:
-    """Claude Code's config dir: ``$CLAUDE_CONFIG_DIR``, else ``~/.claude``."""
-    config_dir = env.get("CLAUDE_CONFIG_DIR")
-    return Path(config_dir) if config_dir else Path.home() / ".claude"
 
 
 def claude_settings_path() -> Path:

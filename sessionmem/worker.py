@@ -66,6 +66,7 @@ from sessionmem.protocol.state import (
 from sessionmem.redaction import Redactor
 from sessionmem.runtime import codewatch, gcwatch, logs
 from sessionmem.runtime.loopwatch import LoopWatch
+from sessionmem.search.already_said import AlreadySaid
 from sessionmem.search.context import ContextPlanner
 from sessionmem.search.hybrid import SearchService
 from sessionmem.search.recall import Recall
@@ -450,7 +451,8 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
         context=ContextPlanner(store, index, embedder, observations=settings.context_observations,
                                files=settings.context_files,
                                other_machines=settings.context_other_machines,
-                               min_similarity=settings.recall_min_similarity, told=told),
+                               min_similarity=settings.recall_min_similarity, told=told,
+                               already_said=AlreadySaid(claude_config_dir=settings.claude_config_dir)),
         pruner=Pruner(store, retention_days=settings.raw_retention_days), loop=LoopWatch(), home=home, team=team)
 
 

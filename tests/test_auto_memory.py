@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sessionmem.cli.auto_memory import auto_memory, project_folder_name
+from sessionmem.protocol.claude_memory import auto_memory, project_folder_name
 
 
 def settings(path: Path, **values: object) -> None:

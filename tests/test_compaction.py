@@ -16,7 +16,7 @@ import pytest
 from sessionmem.protocol.limits import HOOK_CONTEXT_MAX_CHARS
 from sessionmem.testing.worker_process import WorkerClient
 
-from .test_hooks import assert_silent_success, run_hook
+from .test_hooks import run_hook
 
 pytestmark = pytest.mark.slow
 

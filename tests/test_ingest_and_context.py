@@ -69,10 +69,13 @@ def test_api_call_mapping(payloads: list[dict]) -> None:
     assert by_event["PreToolUse"] is None and by_event["SubagentStart"] is None
     method, path, _ = by_event["SessionStart"]
     assert method == "GET" and path.startswith("/api/context/inject?project=calcproj&session=")
-    assert path.endswith("&source=startup")
+    assert path.endswith("&source=startup&cwd=%2Fhome%2Fdev%2Fcalcproj")  # its CLAUDE.md and auto memory
     method, path, body = by_event["PostToolUseFailure"]
     assert (method, path, body["failed"], body["tool_use_id"]) == ("POST", "/api/sessions/observations", True, "toolu_c04")
     assert by_event["Stop"][2]["last_assistant_message"].startswith("Fixed: divide()")
+    stop = next(p for p in payloads if p["hook_event_name"] == "Stop")
+    precompact = {**stop, "hook_event_name": "PreCompact", "trigger": "auto"}
+    assert api_call(precompact)[:2] == ("POST", "/api/sessions/summarize")  # the checkpoint: a summary so far
     assert by_event["SessionEnd"][1] == "/api/sessions/complete"
 
 

@@ -5,7 +5,7 @@ made, takes a write, has room, is private), the settings and the compressor they
 (running, or why the hooks cannot start one: a damaged database, a port another program holds), the
 embedder, the team database (:mod:`sessionmem.cli.team_doctor`), the hooks and the MCP server wired
 into Claude Code, and whether Claude Code's own auto memory is on for the project here
-(:mod:`sessionmem.cli.auto_memory`). It talks to the worker as every command does (:func:`sessionmem.cli.client.call`).
+(:mod:`sessionmem.protocol.claude_memory`). It talks to the worker as every command does (:func:`sessionmem.cli.client.call`).
 
 Error handling:
     A problem found is a line marked ``[!!]`` and exit status 1, never an exception: a settings file
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from sessionmem.cli import team_doctor
-from sessionmem.cli.auto_memory import auto_memory
 from sessionmem.cli.client import PROBE, CommandFailed, call, client_config
 from sessionmem.protocol import routes
+from sessionmem.protocol.claude_memory import auto_memory
 from sessionmem.protocol.client_settings import ClientConfig
 from sessionmem.protocol.oskit import sync_file
 from sessionmem.protocol.platform_support import unsupported_platform

@@ -93,7 +93,9 @@ def _session_start_call(payload: dict[str, Any], base: dict[str, Any],
     """SessionStart asks for the context to inject (a GET: nothing is stored)."""
     import urllib.parse  # only this stage needs it
 
-    query = {"project": base["project"], "session": base["claudeSessionId"], "source": text_field(payload, "source")}
+    # The working directory: its CLAUDE.md files and auto memory say what the handover need not say again.
+    query = {"project": base["project"], "session": base["claudeSessionId"], "source": text_field(payload, "source"),
+             "cwd": base["cwd"]}
     # A repository that commits the share file asks to share: the worker says whether to tell the user.
     if identity is None:
         from sessionmem.protocol.git_remote import repository_identity

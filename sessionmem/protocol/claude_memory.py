@@ -1,24 +1,31 @@
-"""Claude Code's own auto memory for a project: on or off, why, and where its ``MEMORY.md`` is.
+"""Claude Code's own memory of a project: its CLAUDE.md files and its auto memory (``MEMORY.md``).
 
 Claude Code keeps two memories of its own beside sessionmem's handover: CLAUDE.md, which people
 write, and **auto memory**, notes Claude writes for itself (``MEMORY.md`` and topic files, the
 first 200 lines of ``MEMORY.md`` loaded into every session). ``sessionmem doctor`` says whether
-auto memory is on for the project in the working directory, so a user knows what else their
-sessions start with. How Claude Code decides, as the pinned CLI does:
+auto memory is on for the project (:func:`auto_memory`); the worker leaves out of the handover
+what these files already say (:func:`memory_text`, ``search/already_said.py``). How Claude Code
+decides, as the pinned CLI does:
 
-- ``CLAUDE_CODE_DISABLE_AUTO_MEMORY`` set to a true value turns it off, to a false one on, over
-  any setting;
+- ``CLAUDE_CODE_DISABLE_AUTO_MEMORY`` set to a true value turns auto memory off, to a false one
+  on, over any setting;
 - else ``autoMemoryEnabled`` of the first settings file that sets it: the managed (policy)
   settings, the project's ``.claude/settings.local.json``, its ``.claude/settings.json``, the
   user's ``settings.json``; unset everywhere: on;
 - its folder is ``autoMemoryDirectory`` (``~/`` expanded) from the same files, else
   ``<Claude's config dir>/projects/<project path, every character but letters and digits made
-  a dash>/memory``. The project path is the repository's top folder, or the working directory
-  outside a repository; the report names the one whose folder exists.
+  a dash>/memory``. The project path is the repository's top folder (the nearest folder up
+  that holds ``.git``), or the working directory outside a repository; the report names the
+  one whose folder exists;
+- the CLAUDE.md files loaded (:func:`instruction_files`): the managed one beside the managed
+  settings, the user's ``<config dir>/CLAUDE.md``, and in the working directory and every folder
+  above it, ``CLAUDE.md``, ``.claude/CLAUDE.md`` and ``CLAUDE.local.md``.
+
+Standard library only: the doctor and the worker both read it.
 
 Error handling:
     A settings file that is missing or does not parse is passed over (Claude Code reports its own
-    settings errors); nothing here raises for a file.
+    settings errors), as is a memory file that cannot be read; nothing here raises for a file.
 """
 
 from __future__ import annotations
@@ -26,19 +33,26 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sessionmem.install import claude_config_dir
 from sessionmem.protocol.client_settings import FALSE_WORDS, TRUE_WORDS
 
 MANAGED_SETTINGS = {"darwin": Path("/Library/Application Support/ClaudeCode/managed-settings.json"),
                     "win32": Path("C:/Program Files/ClaudeCode/managed-settings.json")}
 LINUX_MANAGED_SETTINGS = Path("/etc/claude-code/managed-settings.json")
 ENV = "CLAUDE_CODE_DISABLE_AUTO_MEMORY"
+MEMORY_LINES = 200  # of MEMORY.md, Claude Code loads the first 200 lines into a session
+FILE_LIMIT = 256 * 1024  # read of each memory file: a larger one is read this far
+PROJECT_FILES = ("CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md")
+
+
+def claude_config_dir(env: Mapping[str, str] = os.environ) -> Path:
+    """Claude Code's config dir: ``$CLAUDE_CONFIG_DIR``, else ``~/.claude``."""
+    config_dir = env.get("CLAUDE_CONFIG_DIR")
+    return Path(config_dir) if config_dir else Path.home() / ".claude"
 
 
 @dataclass(frozen=True)
@@ -56,9 +70,13 @@ class AutoMemory:
         return f"Claude Code's auto memory: {state} for this project ({self.why}); {where}"
 
 
+def managed_settings(platform: str = sys.platform) -> Path:
+    return MANAGED_SETTINGS.get(platform, LINUX_MANAGED_SETTINGS)
+
+
 def settings_files(project: Path, env: Mapping[str, str], platform: str = sys.platform) -> list[Path]:
     """The settings files that may set auto memory, the one that wins first."""
-    return [MANAGED_SETTINGS.get(platform, LINUX_MANAGED_SETTINGS), project / ".claude" / "settings.local.json",
+    return [managed_settings(platform), project / ".claude" / "settings.local.json",
             project / ".claude" / "settings.json", claude_config_dir(env) / "settings.json"]
 
 
@@ -76,14 +94,12 @@ def project_folder_name(project: Path) -> str:
 
 
 def repository_top(cwd: Path) -> Path | None:
-    """The top folder of the git repository holding ``cwd``, if any (and git runs)."""
-    try:
-        found = subprocess.run(["git", "-C", str(cwd), "rev-parse", "--show-toplevel"], capture_output=True,
-                               text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    top = found.stdout.strip()
-    return Path(top) if found.returncode == 0 and top else None
+    """The top folder of the git repository holding ``cwd``: the nearest folder up that holds ``.git`` (a
+    folder, or a worktree's file), if any."""
+    for folder in (cwd, *cwd.parents):
+        if (folder / ".git").exists():
+            return folder
+    return None
 
 
 def auto_memory(cwd: Path, env: Mapping[str, str] = os.environ, platform: str = sys.platform) -> AutoMemory:
@@ -111,3 +127,30 @@ def auto_memory(cwd: Path, env: Mapping[str, str] = os.environ, platform: str = 
     except OSError:
         lines = None
     return AutoMemory(enabled, why, folder, lines)
+
+
+def instruction_files(cwd: Path, env: Mapping[str, str] = os.environ, platform: str = sys.platform) -> list[Path]:
+    """The CLAUDE.md files a session started in ``cwd`` loads, whether they exist or not: the managed one, the
+    user's, then those of every folder from the top (``/`` excepted) down to ``cwd``."""
+    folders = [folder for folder in reversed((cwd, *cwd.parents)) if folder.parent != folder]
+    return [managed_settings(platform).with_name("CLAUDE.md"), claude_config_dir(env) / "CLAUDE.md",
+            *(folder / name for folder in folders for name in PROJECT_FILES)]
+
+
+def memory_files(cwd: Path, env: Mapping[str, str] = os.environ, platform: str = sys.platform) -> list[Path]:
+    """Every file of Claude Code's own memory a session started in ``cwd`` loads: its CLAUDE.md files, then
+    ``MEMORY.md`` when auto memory is on."""
+    memory = auto_memory(cwd, env, platform)
+    return [*instruction_files(cwd, env, platform), *([memory.folder / "MEMORY.md"] if memory.enabled else [])]
+
+
+def read_memory_file(path: Path) -> str:
+    """The text Claude Code loads of ``path`` (of ``MEMORY.md``, its first :data:`MEMORY_LINES` lines), at most
+    :data:`FILE_LIMIT` bytes of it; ``""`` if it cannot be read."""
+    try:
+        with path.open("rb") as file:
+            raw = file.read(FILE_LIMIT)
+    except OSError:
+        return ""
+    text = raw.decode("utf-8", "replace")
+    return "\n".join(text.splitlines()[:MEMORY_LINES]) if path.name == "MEMORY.md" else text
