@@ -24,7 +24,6 @@ from sessionmem.records import (
     OBSERVATION,
     ContextRows,
     ContextStart,
-    SessionSoFar,
     JournalCounts,
     ObservationDetail,
     ObservationRow,
@@ -33,6 +32,7 @@ from sessionmem.records import (
     SessionHead,
     SessionInfo,
     SessionRow,
+    SessionSoFar,
     SummaryInputs,
     SummaryRow,
 )
