@@ -17,7 +17,11 @@ How it is built (bench/README.md holds the method and the figures):
    prompt recall in the answer to the first prompt (``POST /api/sessions/init``, as the
    UserPromptSubmit hook reads it when ``prompt_recall`` is on), and the file recall in the
    answer to each file tool's ``POST /api/sessions/observations`` (as the PostToolUse hook
-   reads it). Each line Claude would read is an item (:mod:`handover_score`).
+   reads it). Each line Claude would read is an item (:mod:`handover_score`). At each
+   compaction of any session (PreCompact, then the SessionStart with ``source=compact``, where
+   the transcript has Claude Code's ``compact_boundary``), the context after it: the
+   ``compaction`` surface, scored against what the session needed after that point, given
+   what it and the earlier sessions had worked on before it.
 3. **Score.** Each item against what the session then needed (:mod:`handover_needs`): the
    files it read or changed, the commands and tests it ran, the errors it met that an
    earlier session had solved. Baselines of the same size: nothing, and plain recency (the
@@ -63,6 +67,17 @@ WORKER_ENV = {"SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_PROMPT_RECALL": "1
 RECENT_ROWS = 500
 WAIT_S = 1800.0  # for a session to be stored and embedded, on a loaded machine
 BASELINES = ("handover", "recency", "nothing")
+COMPACTION = "compaction"  # the context after a compaction: a surface of its own, scored on the rest of the session
+
+
+@dataclass
+class Compaction:
+    """The context a session was handed after a compaction, where it was (its index in the session's events), and
+    recency's pool then."""
+
+    index: int
+    text: str
+    recent: list[dict[str, Any]]
 
 
 @dataclass
@@ -71,6 +86,7 @@ class Handed:
 
     items: dict[str, list[Item]] = field(default_factory=lambda: {surface: [] for surface in SURFACES})
     characters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SURFACES, 0))
+    compactions: list[Compaction] = field(default_factory=list)
 
     def take(self, surface: str, text: str) -> None:
         found = context_items(text) if surface == "session_start" else recall_items(text, surface)
@@ -106,8 +122,13 @@ def replay_session(worker: WorkerProcess, project: str, session: ReplaySession, 
         assert call is not None
         handed.take("session_start", str(_send(worker, *call)))
     first_prompt = True
-    for event in session.events:
+    for index, event in enumerate(session.events):
         call = encoded_call(event.payload, project=project, key=event.key, occurred_at=event.at)
+        if call is not None and event.stage == "SessionStart" and event.payload.get("source") == "compact":
+            text = str(_send(worker, *call))  # right after PreCompact, as live: the worker waits for its checkpoint
+            worker.wait_idle(timeout=WAIT_S)
+            handed.compactions.append(Compaction(index, text, _recent(worker, project)))
+            continue
         if call is None or event.stage == "SessionStart":
             continue
         if event.stage == "UserPromptSubmit":
@@ -123,6 +144,12 @@ def replay_session(worker: WorkerProcess, project: str, session: ReplaySession, 
     return handed
 
 
+def _recent(worker: WorkerProcess, project: str) -> list[dict[str, Any]]:
+    """The project's newest observations, newest first: recency's pool."""
+    query = urlencode({"project": project, "limit": RECENT_ROWS})
+    return list(worker.get(f"{routes.OBSERVATION_LIST}?{query}")["observations"])
+
+
 def _rows(worker: WorkerProcess, ids: set[int]) -> dict[int, dict[str, Any]]:
     if not ids:
         return {}
@@ -131,7 +158,7 @@ def _rows(worker: WorkerProcess, ids: set[int]) -> dict[int, dict[str, Any]]:
 
 
 def _tallies() -> dict[str, dict[str, dict[str, Tally]]]:
-    return {half: {surface: {baseline: Tally() for baseline in BASELINES} for surface in (*SURFACES, ALL)}
+    return {half: {surface: {baseline: Tally() for baseline in BASELINES} for surface in (*SURFACES, ALL, COMPACTION)}
             for half in HALVES}
 
 
@@ -149,9 +176,10 @@ def evaluate_project(worker: WorkerProcess, project: Project, tallies: dict[str,
         if capture:
             worker.wait_idle(timeout=WAIT_S)
             worker.wait_indexed(timeout=WAIT_S)  # hours pass between sessions: the index has caught up
-            query = urlencode({"project": project.name, "limit": RECENT_ROWS})
-            recent = worker.get(f"{routes.OBSERVATION_LIST}?{query}")["observations"]
+            recent = _recent(worker, project.name)
         handed = replay_session(worker, project.name, session, capture=capture)
+        for compaction in handed.compactions:
+            _score_compaction(worker, tallies[half_of(session.session_id)][COMPACTION], session, compaction, history)
         if capture:
             needs = history.needs(session)
             shown = {row_id for items in handed.items.values() for item in items for row_id in item.ids}
@@ -162,6 +190,26 @@ def evaluate_project(worker: WorkerProcess, project: Project, tallies: dict[str,
             scored += 1
         history.add(session)
     return scored
+
+
+def _score_compaction(worker: WorkerProcess, tallies: dict[str, Tally], session: ReplaySession, compaction: Compaction,
+                      history: ProjectHistory) -> None:
+    """Score what ``session`` was handed after ``compaction`` against what it needed after it, given what it and the
+    earlier sessions (``history``) had worked on before; recency: the project's newest observations then."""
+    before = ReplaySession(session.session_id, session.cwd, session.events[: compaction.index])
+    after = ReplaySession(session.session_id, session.cwd, session.events[compaction.index:])
+    seen = ProjectHistory(set(history.files), set(history.commands), set(history.solved), dict(history.uses))
+    seen.add(before)
+    needs = seen.needs(after)
+    items = context_items(compaction.text)
+    shown = {row_id for item in items for row_id in item.ids}
+    rows = {row["id"]: row for row in compaction.recent}
+    rows |= _rows(worker, shown - set(rows))
+    size = sum(item.count for item in items)
+    newest = [Item(COMPACTION, row_line(row), [row["id"]]) for row in compaction.recent[:size]]
+    tallies["handover"].add(items, len(compaction.text), needs, rows, seen)
+    tallies["recency"].add(newest, sum(len(item.text) + 1 for item in newest), needs, rows, seen)
+    tallies["nothing"].add([], 0, needs, rows, seen)
 
 
 def _score(tallies: dict[str, dict[str, Tally]], handed: Handed, recent: list[dict[str, Any]], needs: Needs,
@@ -198,7 +246,7 @@ def print_table(figures: dict[str, Any]) -> None:
         print("| surface | handed over | obs./session | chars/session | precision files · commands · errors · any |"
               " recall files · commands · errors |")
         print("|---|---|---:|---:|---|---|")
-        for surface in (*SURFACES, ALL):
+        for surface in (*SURFACES, ALL, COMPACTION):
             for baseline in BASELINES:
                 row = figures[half][surface][baseline]
                 precision = " · ".join(_percent(row["precision"][c]) for c in (*CATEGORIES, "any"))

@@ -4,7 +4,8 @@ An **item** is one line Claude reads: an observation line of the SessionStart co
 collapsed line, ``- #4, …, #9, #10, #11 (×6) discovery: Read src/app.py``, counts as the
 observations it names, the files of those it shows standing for the rest: a line collapses the
 same action on the same file), a recalled observation (``- #12 (2025-06-01) change: …``), the
-last session's summary (one item) or an earlier session's line, or a recalled summary.
+last session's summary (one item; after a compaction, the session's own fields are one more) or an
+earlier session's line, or a recalled summary.
 
 An item is **relevant** to a category when it names, for
 
@@ -51,21 +52,19 @@ def context_items(text: str) -> list[Item]:
     """The items of a SessionStart context (``server/context_markdown.py``'s layout)."""
     items: list[Item] = []
     section = ""
-    summary: list[str] = []
+    summaries: dict[str, list[str]] = {}  # the last session's, a compacted session's own: one item each
     for line in text.splitlines():
         if line.startswith("## "):
             section = line
             continue
-        if section.startswith("## Last session") and line.startswith("- **"):
-            summary.append(line)
+        if section.startswith(("## Last session", "## This session so far")) and line.startswith("- **"):
+            summaries.setdefault(section, []).append(line)
         elif section.startswith("## Earlier sessions") and line.startswith("- "):
             items.append(Item("session_start", line))
         elif (match := _CONTEXT_LINE.match(line)) is not None:
             ids = [int(i) for i in _IDS.findall(match.group(1))]
             items.append(Item("session_start", line, ids, int(match.group(2) or len(ids))))
-    if summary:
-        items.insert(0, Item("session_start", "\n".join(summary)))
-    return items
+    return [Item("session_start", "\n".join(lines)) for lines in summaries.values()] + items
 
 
 def recall_items(text: str, surface: str) -> list[Item]:

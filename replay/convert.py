@@ -13,7 +13,9 @@ Claude Code's stdin:
 - PostToolUse for each ``tool_use`` paired with its ``tool_result`` (``toolUseResult``
   as ``tool_response`` where present), PostToolUseFailure when the result is an error;
   tool uses inside a subagent carry its ``agent_id``;
-- Stop at the end of each turn with the turn's last assistant text; SessionEnd.
+- Stop at the end of each turn with the turn's last assistant text; SessionEnd;
+- at a compaction (the ``compact_boundary`` entry Claude Code writes), PreCompact, then the
+  SessionStart with ``source=compact`` that follows it live.
 
 Error handling:
     Lines and files that cannot be parsed are counted in :class:`ConversionStats`,
@@ -62,6 +64,7 @@ class ConversionStats:
     subagent_tool_uses: int = 0
     unpaired_tool_uses: int = 0
     stops: int = 0
+    compactions: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -182,6 +185,12 @@ def _is_prompt(entry: dict[str, Any]) -> str:
     return typed
 
 
+def _is_compaction(entry: dict[str, Any]) -> bool:
+    """Whether ``entry`` marks where Claude Code compacted the main conversation (not a subagent's)."""
+    return (entry.get("type") == "system" and entry.get("subtype") == "compact_boundary"
+            and not entry.get("isSidechain") and not entry.get("agentId"))
+
+
 def _agent_fields(entry: dict[str, Any]) -> dict[str, str]:
     """Attribution for a subagent's entries; 1.0.x inline sidechains carry no agent id. An agent
     type the transcript does not name is left out (not invented): the subagent is known, not which."""
@@ -241,6 +250,14 @@ def _session_events(session_id: str, entries: list[dict[str, Any]], stats: Conve
         last_at = at
         message = entry.get("message")
         content = message.get("content") if isinstance(message, dict) else None
+        if _is_compaction(entry):
+            stats.compactions += 1
+            point = f"{session_id}:{entry.get('uuid') or len(session.events)}"
+            trigger = (entry.get("compactMetadata") or {}).get("trigger")
+            emit(at, "PreCompact", f"{point}:precompact", trigger=trigger if trigger in ("manual", "auto") else "auto",
+                 last_assistant_message=last_text)
+            emit(at, "SessionStart", f"{point}:compact", source="compact")
+            continue
         prompt = _is_prompt(entry)
         if prompt:
             if turn_open:

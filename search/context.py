@@ -60,6 +60,7 @@ import time
 from collections.abc import Callable
 
 import msgspec
+import trio
 
 from sessionmem.embed.service import EmbedderService
 from sessionmem.index.actor import VectorIndex
@@ -77,7 +78,7 @@ from sessionmem.records import (
     SessionSoFar,
     SummaryRow,
 )
-from sessionmem.search.already_said import AlreadySaid
+from sessionmem.search.already_said import AlreadySaid, Known
 from sessionmem.search.told import ToldLedger
 from sessionmem.settings import Backend
 from sessionmem.storage.base import Store
@@ -210,41 +211,46 @@ class ContextPlanner:
         whose CLAUDE.md files and auto memory say what is left out (:class:`AlreadySaid`).
 
         Three hops off the Trio thread, each 0.1-0.2 ms on a busy machine: a read of where to
-        start, the index (or the embedder), a read of the chosen rows.
+        start, the index (or the embedder), a read of the chosen rows; with a ``cwd``, the read of its
+        memory files runs beside them, on a thread of its own.
         """
         if origin is None and not self._other_machines:
             origin = LOCAL_ORIGIN
         not_after = latest_moment(time.time())
-        start = await self._store.context_start(project, summaries=SUMMARIES_READ, recent=CANDIDATES,
-                                                latest_prompt=focus_latest_prompt and not focus, session=session,
-                                                origin=origin, own=own)
-        focus_prompt_id = None
-        if start.latest_prompt is not None:
-            focus_prompt_id, focus = start.latest_prompt
-        recent = start.recent
-        filters = SearchFilters(project=project, kinds=(OBSERVATION,), origin=origin)
-        candidates: list[RankedKey] = []
-        ranking = "recency"
-        told = {row_id for kind, row_id in self.told.told(session) if kind == OBSERVATION} if session else set()
-        state = None
-        if start.own is not None:  # its own work is in its own section, not among the memories
-            state = session_state(start.own, files=self._files or OWN_FILES)
-            told |= {row.id for row in start.own.observations}
-        recent = [row_id for row_id in recent if row_id not in told]
-        if focus and recent:
-            # Fewer than CANDIDATES: these are all the project's observations, compared one by one.
-            among = [(OBSERVATION, row_id) for row_id in recent] if len(recent) < CANDIDATES else None
-            candidates, ranking = await self._relevant(focus, focus_prompt_id, filters, among)
-            candidates = [key for key in candidates if key.row_id not in told]
-        floor = self._min_similarity if ranking == "meaning" else None  # similarities: the floor holds
-        chosen, of_project, relevant = await self._choose(candidates, recent, filters, floor)
-        if not of_project and ranking == "meaning":  # nothing near was of this project: its words, then
-            candidates, ranking = await self._store.search_text(focus, filters, WORD_CANDIDATES), "words"
-            candidates = [key for key in candidates if key.row_id not in told]
-            chosen, _, relevant = await self._choose(candidates, recent, filters, None)
-        if not relevant:
+        said: list[Known] = []
+        async with trio.open_nursery() as nursery:
+            if cwd:  # read on a thread of its own, beside the store's reads
+                nursery.start_soon(self._read_already_said, cwd, said)
+            start = await self._store.context_start(project, summaries=SUMMARIES_READ, recent=CANDIDATES,
+                                                    latest_prompt=focus_latest_prompt and not focus, session=session,
+                                                    origin=origin, own=own)
+            focus_prompt_id = None
+            if start.latest_prompt is not None:
+                focus_prompt_id, focus = start.latest_prompt
+            recent = start.recent
+            filters = SearchFilters(project=project, kinds=(OBSERVATION,), origin=origin)
+            candidates: list[RankedKey] = []
             ranking = "recency"
-        known = await self._already_said.known(cwd) if cwd else None
+            told = {row_id for kind, row_id in self.told.told(session) if kind == OBSERVATION} if session else set()
+            state = None
+            if start.own is not None:  # its own work is in its own section, not among the memories
+                state = session_state(start.own, files=self._files or OWN_FILES)
+                told |= {row.id for row in start.own.observations}
+            recent = [row_id for row_id in recent if row_id not in told]
+            if focus and recent:
+                # Fewer than CANDIDATES: these are all the project's observations, compared one by one.
+                among = [(OBSERVATION, row_id) for row_id in recent] if len(recent) < CANDIDATES else None
+                candidates, ranking = await self._relevant(focus, focus_prompt_id, filters, among)
+                candidates = [key for key in candidates if key.row_id not in told]
+            floor = self._min_similarity if ranking == "meaning" else None  # similarities: the floor holds
+            chosen, of_project, relevant = await self._choose(candidates, recent, filters, floor)
+            if not of_project and ranking == "meaning":  # nothing near was of this project: its words, then
+                candidates, ranking = await self._store.search_text(focus, filters, WORD_CANDIDATES), "words"
+                candidates = [key for key in candidates if key.row_id not in told]
+                chosen, _, relevant = await self._choose(candidates, recent, filters, None)
+            if not relevant:
+                ranking = "recency"
+        known = said[0] if said else None
         rows = [row for row in chosen.observations if row.created_at <= not_after and not is_routine(row)
                 and not (own and row.claude_session_id == session) and not (known is not None and known.says(row))]
         if ranking == "recency" and self._files:  # nothing to rank by: where the work stands
@@ -256,6 +262,9 @@ class ContextPlanner:
         latest, earlier = earlier_sessions(summaries, not_after=not_after)
         return ContextPlan(project, latest, focus if ranking in RANKED else "", ranking, group(rows, sessions),
                            earlier, state)
+
+    async def _read_already_said(self, cwd: str, into: list[Known]) -> None:
+        into.append(await self._already_said.known(cwd))
 
     async def _relevant(self, focus: str, prompt_id: int | None, filters: SearchFilters,
                         among: list[tuple[str, int]] | None) -> tuple[list[RankedKey], str]:

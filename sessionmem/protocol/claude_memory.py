@@ -103,7 +103,19 @@ def repository_top(cwd: Path) -> Path | None:
 
 
 def auto_memory(cwd: Path, env: Mapping[str, str] = os.environ, platform: str = sys.platform) -> AutoMemory:
-    """Auto memory for the project at ``cwd``, as Claude Code started there would have it."""
+    """Auto memory for the project at ``cwd``, as Claude Code started there would have it, with the lines of
+    its ``MEMORY.md``."""
+    enabled, why, folder = auto_memory_setting(cwd, env, platform)
+    try:
+        lines: int | None = len((folder / "MEMORY.md").read_text(encoding="utf-8", errors="replace").splitlines())
+    except OSError:
+        lines = None
+    return AutoMemory(enabled, why, folder, lines)
+
+
+def auto_memory_setting(cwd: Path, env: Mapping[str, str] = os.environ,
+                        platform: str = sys.platform) -> tuple[bool, str, Path]:
+    """Whether auto memory is on for the project at ``cwd``, what decided it, and its folder."""
     top = repository_top(cwd) or cwd
     files = [(path, _read(path)) for path in settings_files(top, env, platform)]
     switch = env.get(ENV, "").strip().lower()
@@ -117,16 +129,9 @@ def auto_memory(cwd: Path, env: Mapping[str, str] = os.environ, platform: str = 
     directory = next((values["autoMemoryDirectory"] for _, values in files
                       if isinstance(values.get("autoMemoryDirectory"), str) and values["autoMemoryDirectory"]), None)
     if isinstance(directory, str):
-        folder = Path(directory).expanduser()
-    else:
-        candidates = [claude_config_dir(env) / "projects" / project_folder_name(path) / "memory" for path in (top, cwd)]
-        folder = next((candidate for candidate in candidates if candidate.is_dir()), candidates[0])
-    memory = folder / "MEMORY.md"
-    try:
-        lines: int | None = len(memory.read_text(encoding="utf-8", errors="replace").splitlines())
-    except OSError:
-        lines = None
-    return AutoMemory(enabled, why, folder, lines)
+        return enabled, why, Path(directory).expanduser()
+    candidates = [claude_config_dir(env) / "projects" / project_folder_name(path) / "memory" for path in (top, cwd)]
+    return enabled, why, next((candidate for candidate in candidates if candidate.is_dir()), candidates[0])
 
 
 def instruction_files(cwd: Path, env: Mapping[str, str] = os.environ, platform: str = sys.platform) -> list[Path]:
@@ -140,8 +145,8 @@ def instruction_files(cwd: Path, env: Mapping[str, str] = os.environ, platform: 
 def memory_files(cwd: Path, env: Mapping[str, str] = os.environ, platform: str = sys.platform) -> list[Path]:
     """Every file of Claude Code's own memory a session started in ``cwd`` loads: its CLAUDE.md files, then
     ``MEMORY.md`` when auto memory is on."""
-    memory = auto_memory(cwd, env, platform)
-    return [*instruction_files(cwd, env, platform), *([memory.folder / "MEMORY.md"] if memory.enabled else [])]
+    enabled, _, folder = auto_memory_setting(cwd, env, platform)
+    return [*instruction_files(cwd, env, platform), *([folder / "MEMORY.md"] if enabled else [])]
 
 
 def read_memory_file(path: Path) -> str:
