@@ -19,6 +19,8 @@ Precision first: a wrong memory costs more than none.
 - **Told once a session** (:class:`~sessionmem.search.told.ToldLedger`, shared with the
   SessionStart context): what Claude was already told in this session, by SessionStart,
   an earlier prompt or a file, is not told again.
+- **Not what Claude Code's own memory says**: a prompt's memory that the session's CLAUDE.md
+  files or auto memory already say (:mod:`~sessionmem.search.already_said`) is not recalled.
 - **No raw activity**: an offline compressor's bare look (a read, a search, a routine
   command such as ``git status``: :func:`~sessionmem.search.context.is_bare`) says where
   Claude looked, not what it learned, and is never recalled (a read named in the
@@ -48,6 +50,7 @@ from sessionmem.protocol.framing import framed_recall, marks
 from sessionmem.protocol.safe_text import local_time, one_line
 from sessionmem.records import LOCAL_ORIGIN, OBSERVATION, SUMMARY, SearchFilters
 from sessionmem.runtime.logs import log_exception
+from sessionmem.search.already_said import AlreadySaid
 from sessionmem.search.context import is_bare, telling_fact
 from sessionmem.search.hybrid import SearchResult, SearchService
 from sessionmem.search.told import ToldLedger
@@ -77,7 +80,7 @@ class Recall:
 
     def __init__(self, store: Store, search: SearchService, *, file_max: int = 3, prompt_max: int = 3,
                  other_machines: bool = True, min_similarity: float = 0.0,
-                 told: ToldLedger | None = None) -> None:
+                 told: ToldLedger | None = None, already_said: AlreadySaid | None = None) -> None:
         self._store = store
         self._search = search
         self._file_max = file_max
@@ -85,6 +88,7 @@ class Recall:
         self._other_machines = other_machines
         self._min_similarity = min_similarity
         self.told = told if told is not None else ToldLedger()
+        self._already_said = already_said if already_said is not None else AlreadySaid()
         self.file_recalls = 0
         self.prompt_recalls = 0
 
@@ -117,14 +121,15 @@ class Recall:
                          + (f" — {one_line(fact, 160)}" if fact else ""))
         return framed_recall(f"Memory of {one_line(path, 300)}", lines)
 
-    async def for_prompt(self, project: str, claude_session_id: str, prompt: str) -> str:
-        """The ``additionalContext`` for a new prompt, or ``""`` (nothing relevant, or not in time)."""
+    async def for_prompt(self, project: str, claude_session_id: str, prompt: str, *, cwd: str = "") -> str:
+        """The ``additionalContext`` for a new prompt, or ``""`` (nothing relevant, or not in time); ``cwd``: the
+        session's working directory, whose CLAUDE.md files and auto memory say what not to recall."""
         if not prompt.strip():
             return ""
         found: list[SearchResult] | None = None
         try:
             with trio.move_on_after(PROMPT_RECALL_BUDGET_S):
-                found = await self._relevant(project, claude_session_id, prompt)
+                found = await self._relevant(project, claude_session_id, prompt, cwd)
         except Exception as exc:
             log_exception(log, "prompt recall failed", exc)
         if not found:
@@ -142,9 +147,9 @@ class Recall:
                          f"{one_line(result.title, 120)}{detail}")
         return framed_recall("Past work that may be relevant to this prompt,", lines)
 
-    async def _relevant(self, project: str, claude_session_id: str, prompt: str) -> list[SearchResult]:
+    async def _relevant(self, project: str, claude_session_id: str, prompt: str, cwd: str) -> list[SearchResult]:
         """The best memories of other sessions for ``prompt`` (up to ``prompt_max``) that clear the floor, are not
-        bare activity and were not told in this session yet."""
+        bare activity, were not told in this session yet, and are not what ``cwd``'s memory files say."""
         results = await self._search.search(
             prompt, SearchFilters(project=project, kinds=(OBSERVATION, SUMMARY),
                                   origin=None if self._other_machines else LOCAL_ORIGIN),
@@ -158,6 +163,7 @@ class Recall:
                 and (result.similarity is not None and result.similarity >= self._min_similarity if by_meaning
                      else "words" in result.matched_by)]
         observations = [result.id for result in kept if result.kind == OBSERVATION]
-        bare = {row.id for row in await self._store.observations_by_ids(observations) if is_bare(row)} \
-            if observations else set()
+        known = await self._already_said.known(cwd) if cwd and observations else None
+        bare = {row.id for row in await self._store.observations_by_ids(observations)
+                if is_bare(row) or (known is not None and known.says(row))} if observations else set()
         return [result for result in kept if result.kind != OBSERVATION or result.id not in bare][: self._prompt_max]

@@ -176,7 +176,8 @@ class Ingestor:
         recalled = ""
         if recall and self._recall is not None and self._settings.prompt_recall and not accepted.skipped \
                 and not accepted.duplicate:
-            recalled = await self._recall.for_prompt(event.project, event.claude_session_id, event.prompt)
+            recalled = await self._recall.for_prompt(event.project, event.claude_session_id, event.prompt,
+                                                     cwd=event.cwd)
         return 200, PromptAccepted(accepted.session_db_id, accepted.prompt_number, accepted.skipped,
                                    accepted.reason or None, accepted.duplicate, recalled)
 

@@ -433,9 +433,10 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
     redactor = Redactor(enabled=settings.redact_secrets, extra_patterns=settings.redact_patterns)
     search = SearchService(store, index, embedder)
     told = ToldLedger()  # shared: a memory told at SessionStart is not recalled again in the session
+    already_said = AlreadySaid(claude_config_dir=settings.claude_config_dir)  # shared: one cache of the files
     recall = Recall(store, search, file_max=settings.file_recall_max, prompt_max=settings.prompt_recall_max,
                     other_machines=settings.context_other_machines, min_similarity=settings.recall_min_similarity,
-                    told=told)
+                    told=told, already_said=already_said)
     ingestor = Ingestor(settings, store, router, redactor, recall=recall)
     guard = AccessGuard(token=token, port=settings.port,
                         extra_host="" if is_loopback(settings.host) else settings.host)
@@ -452,7 +453,7 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
                                files=settings.context_files,
                                other_machines=settings.context_other_machines,
                                min_similarity=settings.recall_min_similarity, told=told,
-                               already_said=AlreadySaid(claude_config_dir=settings.claude_config_dir)),
+                               already_said=already_said),
         pruner=Pruner(store, retention_days=settings.raw_retention_days), loop=LoopWatch(), home=home, team=team)
 
 

@@ -103,6 +103,11 @@ def session(worker: WorkerClient, cwd: Path, name: str) -> None:
     worker.wait_idle()
 
 
+def memories(context: str) -> list[str]:
+    """The observations' lines of a handover (a summary may name the command it ran: it is handed over whole)."""
+    return [line for line in context.splitlines() if line.startswith("- #")]
+
+
 def handover(worker: WorkerClient, cwd: Path, session_id: str) -> str:
     result = run_hook("SessionStart", {"session_id": session_id, "cwd": str(cwd), "hook_event_name": "SessionStart",
                                        "source": "startup"}, worker.data_dir)
@@ -122,11 +127,27 @@ def test_the_handover_leaves_out_a_command_claude_md_gives(worker: WorkerClient,
     cwd.mkdir()
     session(worker, cwd, "one")
     session(worker, cwd, "two")
-    def memories(context: str) -> list[str]:  # the observations' lines (a summary may name the command it ran)
-        return [line for line in context.splitlines() if line.startswith("- #")]
-
     assert any(TESTS in line for line in memories(handover(worker, cwd, "before")))  # two sessions ran it
     (cwd / "CLAUDE.md").write_text(f"# parser\n\nRun the tests with `{TESTS}` before every commit.\n")
     context = handover(worker, cwd, "after")
     assert not any(TESTS in line for line in memories(context))  # CLAUDE.md says it
     assert any("Edited parser.py" in line for line in memories(context))  # the rest is still handed over
+
+
+def recalled(worker: WorkerClient, cwd: Path, session_id: str) -> str:
+    """What prompt recall hands a new session's first prompt about the tests, through the real hook."""
+    result = run_hook("UserPromptSubmit", {"session_id": session_id, "cwd": str(cwd), "hook_event_name":
+                                           "UserPromptSubmit", "prompt": "pytest tests"},
+                      worker.data_dir)
+    return json.loads(result.stdout)["hookSpecificOutput"]["additionalContext"] if result.stdout else ""
+
+
+@pytest.mark.slow
+def test_prompt_recall_leaves_out_a_command_claude_md_gives(worker: WorkerClient, tmp_path: Path) -> None:
+    cwd = tmp_path / "parser"
+    cwd.mkdir()
+    session(worker, cwd, "one")
+    worker.wait_indexed()  # recalled by meaning, above the relevance floor
+    assert any(TESTS in line for line in memories(recalled(worker, cwd, "before")))
+    (cwd / "CLAUDE.local.md").write_text(f"Tests: `{TESTS}`\n")
+    assert not any(TESTS in line for line in memories(recalled(worker, cwd, "after")))

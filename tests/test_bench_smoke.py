@@ -112,7 +112,7 @@ def test_handover_eval_smoke_scores_every_surface_against_its_baselines(tmp_path
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
-    surfaces = ("session_start", "prompt_recall", "file_recall", "all")
+    surfaces = ("session_start", "prompt_recall", "file_recall", "all", "compaction")
     for half in ("tune", "held_out"):
         assert report[half]["all"]["handover"]["sessions"] > 0, half
         for surface in surfaces:
@@ -126,6 +126,9 @@ def test_handover_eval_smoke_scores_every_surface_against_its_baselines(tmp_path
             assert report[half][surface]["nothing"]["observations"] == 0
             assert report[half][surface]["nothing"]["characters"] == 0
         assert report[half]["session_start"]["handover"]["characters"] > 0
+    # The fixtures' v2.0 session compacts once: the context after it is scored, the session's own work first.
+    assert sum(report[half]["compaction"]["handover"]["sessions"] for half in ("tune", "held_out")) == 1
+    assert sum(report[half]["compaction"]["handover"]["characters"] for half in ("tune", "held_out")) > 0
     assert len(report["per_session"]) == sum(project["scored"] for project in report["meta"]["projects"]) > 0
     # The seeded project's second session reads the file the first one changed: the handover names it.
     assert sum(report[half]["all"]["handover"]["found"]["files"] for half in ("tune", "held_out")) >= 1

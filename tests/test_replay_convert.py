@@ -54,6 +54,11 @@ def test_v2_agent_files_beside_the_session() -> None:
     assert not prompts[0].startswith("<")
     # Its compaction summary (isCompactSummary) is Claude Code's own text: no hook would have sent it.
     assert not any(prompt.startswith("This session is being continued") for prompt in prompts)
+    # The compaction itself is what the hooks saw live: PreCompact, then the SessionStart after it.
+    order = [e.stage for e in session.events]
+    at = order.index("PreCompact")
+    assert stats.compactions == 1 and order[at + 1] == "SessionStart"
+    assert session.events[at].payload["trigger"] == "manual" and session.events[at + 1].payload["source"] == "compact"
 
 
 def test_v21_subagents_directory() -> None:
