@@ -8,13 +8,17 @@ tests/test_e2e_claude_code.py.
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sessionmem.protocol.limits import HOOK_CONTEXT_MAX_CHARS
-from sessionmem.testing.worker_process import WorkerClient
+from sessionmem.server.app import COMPACT_SETTLE_S
+from sessionmem.testing.messages_api import ScriptedMessagesAPI
+from sessionmem.testing.worker_process import WorkerClient, WorkerProcess
 
 from .test_hooks import run_hook
 
@@ -117,3 +121,23 @@ def test_the_handover_after_compaction_stays_under_the_hook_output_limit(worker:
     assert "**Request:** Rename every module" in own and "Edited very-long-directory-name" in own
     assert "**Also changed:**" in own  # the files beyond those it worked on most, as many as fit one line
     assert len(context) <= HOOK_CONTEXT_MAX_CHARS
+
+
+def test_the_context_after_a_compaction_waits_for_the_checkpoint_a_model_is_writing(
+        worker_factory: Callable[..., WorkerProcess]) -> None:
+    """With a model compressing (each call 0.2 s), the tool uses wait in their batch until PreCompact's summarize
+    flushes them: the SessionStart after it waits (up to COMPACT_SETTLE_S) for them and the checkpoint."""
+    with ScriptedMessagesAPI(delay=0.2) as api:
+        worker = worker_factory(SESSIONMEM_COMPRESSOR="anthropic", SESSIONMEM_ANTHROPIC_API_KEY="sk-test-dummy",
+                                SESSIONMEM_ANTHROPIC_BASE_URL=api.url, SESSIONMEM_BATCH_QUIET=30)
+        work_until_compaction(worker)  # the three tool uses sit in the batch: 30 s of quiet before a flush
+        started = time.monotonic()
+        output = hook("SessionStart", event("SessionStart", source="compact"), worker.data_dir)
+        waited = time.monotonic() - started
+        assert output is not None
+        own = output["hookSpecificOutput"]["additionalContext"].split("## This session so far")[1]
+        # The promise: it waited for the session's actor, up to its bound; a loaded machine may need all of it.
+        stored = "**Completed:** scripted completion" in own and "- #" in own  # the checkpoint, its tool uses
+        assert stored or waited >= COMPACT_SETTLE_S, (waited, own)
+        worker.wait_idle()  # the checkpoint, once
+        assert [s["claudeSessionId"] for s in worker.get("/api/summaries")["summaries"]].count(SESSION) == 1
