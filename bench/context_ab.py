@@ -1,12 +1,15 @@
 """SessionStart's context side by side: this tree's worker against another tree's, on copies of one store.
 
     .venv/bin/python bench/context_ab.py OTHER_PYTHON [--corpus DIR] [--transcripts 40] [--rounds 3] [--runs 200]
+    .venv/bin/python bench/context_ab.py OTHER_PYTHON --store DATA_DIR [--rounds 3] [--runs 200]
 
 ``OTHER_PYTHON`` is the interpreter of another tree's install: a virtualenv with that tree installed
 (``git worktree add ../base e133b3d && python3 -m venv ../base-venv && ../base-venv/bin/pip install -e
 ../base``). The other tree's worker (offline compressor, vectors off) builds the store: the first
-``--transcripts`` transcripts of the corpus through its own ``sessionmem backfill``. The data dir is copied
-while no worker runs, and this tree's worker opens the copy.
+``--transcripts`` transcripts of the corpus through its own ``sessionmem backfill``; or ``--store`` names a
+data dir built before (``bench/search_latency.py --work DIR`` leaves its 100,000 observations in
+``DIR/scale``), copied for each tree. The data dir is copied while no worker runs, and this tree's worker
+opens the copy.
 
 Then, after one unmeasured block of each (this tree's migrates its copy, as an upgrade does, and
 checkpoints it when it stops), **blocks** alternate, ``--rounds`` times (this tree's first, then the
@@ -116,11 +119,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--keep", action="store_true", help="keep the data dirs")
+    parser.add_argument("--store", type=Path, help="a data dir to copy for each tree, instead of building one")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="context-ab-"))
     try:
         other_dir, this_dir = work / "other", work / "this"
-        build_store(args.other_python, args.corpus, args.transcripts, other_dir)
+        if args.store:
+            shutil.copytree(args.store, other_dir, ignore=shutil.ignore_patterns("*.log", "spool", "worker.*"))
+        else:
+            build_store(args.other_python, args.corpus, args.transcripts, other_dir)
         for name in ("worker.json", "worker.instance.lock"):
             (other_dir / name).unlink(missing_ok=True)
         shutil.copytree(other_dir, this_dir)

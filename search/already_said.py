@@ -17,7 +17,8 @@ The files are only read, never handed over or stored: what they say stays Claude
 
 Resource handling:
     The files are found and read on a worker thread (:func:`trio.to_thread.run_sync`), and read
-    again only when one of them changes (its size or modification time); the parsed text of the
+    again only when one of them changes (its size or modification time, looked at every time);
+    which files they are is found again once a minute (:data:`FILES_FOR_S`); the parsed text of the
     newest :data:`CACHED` working directories is kept, behind a lock (two SessionStarts at once read on
     two threads).
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
@@ -45,6 +47,9 @@ MIN_COMMAND_CHARS = 6  # shorter ("ls", "make") says too little to be the file's
 MIN_WORDS = 4
 LINE_SHARE = 0.8
 CACHED = 64
+# Which files a directory's memory is (its CLAUDE.md files, auto memory's folder: they depend on its settings and
+# its repository) is found again after this long; whether one of them changed is looked at every time.
+FILES_FOR_S = 60.0
 _WORD = re.compile(r"[a-z0-9][a-z0-9_.-]*[a-z0-9]|[a-z0-9]")
 _COMMAND_FACT = "command: "
 # Words that say nothing of what a line is about.
@@ -88,6 +93,15 @@ class Known(msgspec.Struct, frozen=True):
 NOTHING_KNOWN = Known("", [])
 
 
+class _Read(msgspec.Struct, frozen=True):
+    """A working directory's memory files: which they are (found at ``found_at``), as last seen, and what they say."""
+
+    found_at: float  # time.monotonic()
+    paths: tuple[str, ...]
+    stamps: tuple[tuple[str, int, int], ...]  # those that exist: path, modification time (ns), size
+    known: Known
+
+
 class AlreadySaid:
     """What Claude Code's own memory says, by working directory (one owner: the context planner).
 
@@ -100,7 +114,7 @@ class AlreadySaid:
         self._env = dict(os.environ if env is None else env)
         if claude_config_dir:
             self._env["CLAUDE_CONFIG_DIR"] = os.path.expanduser(claude_config_dir)
-        self._cache: OrderedDict[str, tuple[tuple[tuple[str, int, int], ...], Known]] = OrderedDict()
+        self._cache: OrderedDict[str, _Read] = OrderedDict()
         self._lock = threading.Lock()  # two SessionStarts at once read on two threads
 
     async def known(self, cwd: str) -> Known:
@@ -110,25 +124,30 @@ class AlreadySaid:
         return await trio.to_thread.run_sync(self._known, cwd)
 
     def _known(self, cwd: str) -> Known:  # on a worker thread
-        folder = Path(cwd)
-        if not folder.is_dir():
-            return NOTHING_KNOWN
+        now = time.monotonic()
+        with self._lock:
+            read = self._cache.get(cwd)
+        if read is None or now - read.found_at > FILES_FOR_S:
+            if not os.path.isdir(cwd):
+                return NOTHING_KNOWN
+            found_at, paths = now, tuple(map(str, memory_files(Path(cwd), self._env)))
+        else:
+            found_at, paths = read.found_at, read.paths
         stamps = []
-        for path in memory_files(folder, self._env):
+        for path in paths:  # ~1 µs a path: os.stat of a string, not pathlib
             try:
-                stat = path.stat()
+                stat = os.stat(path)
             except OSError:
                 continue
-            stamps.append((str(path), stat.st_mtime_ns, stat.st_size))
-        key = tuple(stamps)
+            stamps.append((path, stat.st_mtime_ns, stat.st_size))
+        stamped = tuple(stamps)
+        if read is not None and read.stamps == stamped:
+            known = read.known
+        else:
+            known = Known.of("\n".join(read_memory_file(Path(path)) for path, _, _ in stamped)) if stamped \
+                else NOTHING_KNOWN
         with self._lock:
-            cached = self._cache.get(cwd)
-            if cached is not None and cached[0] == key:
-                self._cache.move_to_end(cwd)
-                return cached[1]
-        known = Known.of("\n".join(read_memory_file(Path(path)) for path, _, _ in stamps)) if stamps else NOTHING_KNOWN
-        with self._lock:
-            self._cache[cwd] = (key, known)
+            self._cache[cwd] = _Read(found_at, paths, stamped, known)
             self._cache.move_to_end(cwd)
             while len(self._cache) > CACHED:
                 self._cache.popitem(last=False)

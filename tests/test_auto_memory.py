@@ -72,3 +72,8 @@ def test_doctor_reports_it(tmp_path: Path) -> None:
                             env=run_env, cwd=project, timeout=120)
     assert (f"[ok] Claude Code's auto memory: off for this project (autoMemoryEnabled false in "
             f"{project / '.claude' / 'settings.json'}); no MEMORY.md yet in ") in doctor.stdout, doctor.stdout
+    assert "[ok] CLAUDE.md: none for this project" in doctor.stdout
+    (project / "CLAUDE.md").write_text("# calc\n")
+    doctor = subprocess.run([sys.executable, "-m", "sessionmem", "doctor"], capture_output=True, text=True,
+                            env=run_env, cwd=project, timeout=120)
+    assert f"[ok] CLAUDE.md: {project / 'CLAUDE.md'} (the handover leaves out what they" in doctor.stdout, doctor.stdout

@@ -23,7 +23,7 @@ from typing import Any
 from sessionmem.cli import team_doctor
 from sessionmem.cli.client import PROBE, CommandFailed, call, client_config
 from sessionmem.protocol import routes
-from sessionmem.protocol.claude_memory import auto_memory
+from sessionmem.protocol.claude_memory import auto_memory, instruction_files_line
 from sessionmem.protocol.client_settings import ClientConfig
 from sessionmem.protocol.oskit import sync_file
 from sessionmem.protocol.platform_support import unsupported_platform
@@ -58,6 +58,7 @@ def cmd_doctor(args: argparse.Namespace, *, platform: str = sys.platform) -> int
     _doctor_hooks(report)
     _doctor_mcp_server(report)
     report(True, auto_memory(Path.cwd()).line())  # what else a session here starts with: not a problem either way
+    report(True, instruction_files_line(Path.cwd()))
     print("sessionmem: all good" if not problems else f"sessionmem: {problems} problem(s)")
     return 0 if not problems else 1
 

@@ -142,6 +142,15 @@ def instruction_files(cwd: Path, env: Mapping[str, str] = os.environ, platform: 
             *(folder / name for folder in folders for name in PROJECT_FILES)]
 
 
+def instruction_files_line(cwd: Path, env: Mapping[str, str] = os.environ, platform: str = sys.platform) -> str:
+    """The doctor's line: the CLAUDE.md files a session started in ``cwd`` loads, which the handover does not
+    repeat."""
+    found = [str(path) for path in instruction_files(cwd, env, platform) if path.is_file()]
+    if not found:
+        return "CLAUDE.md: none for this project"
+    return f"CLAUDE.md: {', '.join(found)} (the handover leaves out what they, and MEMORY.md, already say)"
+
+
 def memory_files(cwd: Path, env: Mapping[str, str] = os.environ, platform: str = sys.platform) -> list[Path]:
     """Every file of Claude Code's own memory a session started in ``cwd`` loads: its CLAUDE.md files, then
     ``MEMORY.md`` when auto memory is on."""
