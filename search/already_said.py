@@ -7,8 +7,8 @@ for the session's working directory and :meth:`Known.says` tells which observati
 
 - **a shell command they hold**, whole (a CLAUDE.md that says "run the tests with
   `python -m pytest -q`" needs no memory of the tests being run that way): the command of a
-  shell observation, at least :data:`MIN_COMMAND_CHARS` long, found in their text (whitespace
-  and case aside);
+  shell observation, at least :data:`MIN_COMMAND_CHARS` long, found whole in their text
+  (whitespace and case aside);
 - **a line they hold**: an observation whose title has at least :data:`MIN_WORDS` words that
   mean something, :data:`LINE_SHARE` of them on one line of theirs ("Use uv, not pip, to
   install" beside a MEMORY.md line "- use uv, not pip, to install packages").
@@ -82,7 +82,8 @@ class Known(msgspec.Struct, frozen=True):
             return False
         command = next((fact[len(_COMMAND_FACT):] for fact in row.facts if fact.startswith(_COMMAND_FACT)), "")
         command = _flat(command)
-        if len(command) >= MIN_COMMAND_CHARS and command in self.text:
+        if len(command) >= MIN_COMMAND_CHARS and command in self.text and re.search(
+                r"(?<![\w-])" + re.escape(command) + r"(?![\w-])", self.text):  # whole: not `pytest` in `pytest-cov`
             return True
         words = _words(row.title)
         if len(words) < MIN_WORDS:

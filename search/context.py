@@ -26,7 +26,8 @@ within the token budget.
 - **After a compaction** (``own``: SessionStart ``source=compact``), the session's own work so far
   comes first (:func:`session_state`): its request, its newest summary (the checkpoint its
   PreCompact stored), where it stands (its open failures, decisions, the files it worked on
-  most) and the other files it changed; the related memories after it are other sessions'.
+  most) and the other files it changed; the related memories after it are other sessions', those
+  that clear the relevance floor only (none rather than the project's recent work).
 - **Not said twice.** What the session's CLAUDE.md files or auto memory already say (a command
   they give, a line they hold: :mod:`~sessionmem.search.already_said`) is left out, when the
   caller names the session's working directory (``cwd``).
@@ -252,6 +253,8 @@ class ContextPlanner:
                 ranking = "recency"
         rows = [row for row in chosen.observations if row.created_at <= not_after and not is_routine(row)
                 and not (own and row.claude_session_id == session)]
+        if own and ranking == "recency":  # after its own work, only memories related to it: none cleared the floor
+            rows = []
         if ranking == "recency" and self._files:  # nothing to rank by: where the work stands
             rows, ranking = where_the_work_stands(rows, files=self._files), "files"
         rows = rows[: self._observations]

@@ -31,6 +31,7 @@ def test_a_command_the_files_hold_whole_is_already_said() -> None:
     assert known.says(ran("make wheel"))  # whitespace aside
     assert not known.says(ran("python3 -m pytest -q tests/test_api.py"))  # another command
     assert not known.says(ran("tox"))  # too short to be the file's own command
+    assert not Known.of("Coverage: `pytest-cov` is installed\n").says(ran("pytest"))  # not whole there
     assert not Known.of("").says(ran("python3 -m pytest -q tests"))
 
 
