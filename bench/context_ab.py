@@ -1,7 +1,7 @@
 """SessionStart's context side by side: this tree's worker against another tree's, on copies of one store.
 
     .venv/bin/python bench/context_ab.py OTHER_PYTHON [--corpus DIR] [--transcripts 40] [--rounds 3] [--runs 200]
-    .venv/bin/python bench/context_ab.py OTHER_PYTHON --store DATA_DIR [--rounds 3] [--runs 200]
+    .venv/bin/python bench/context_ab.py OTHER_PYTHON --store DATA_DIR [--by-meaning] [--rounds 3] [--runs 200]
 
 ``OTHER_PYTHON`` is the interpreter of another tree's install: a virtualenv with that tree installed
 (``git worktree add ../base e133b3d && python3 -m venv ../base-venv && ../base-venv/bin/pip install -e
@@ -18,6 +18,9 @@ other's first, and so on): each starts that tree's worker on its copy, asks the 
 connection each, a new session each time) ``--runs`` times after 20 unmeasured, and stops the worker. ``D``
 is a project folder holding a CLAUDE.md (:data:`CLAUDE_MD`), and the workers' Claude config dir one of
 their own: a tree that reads what Claude Code's own memory says (``search/already_said.py``) reads it.
+``--by-meaning`` asks ``GET /api/context/inject?project=P&source=compact`` instead, ranked by the meaning of
+the project's latest prompt, as ``bench/search_latency.py`` does: the embedder on, each block waiting for
+the index to load first.
 Figures: per tree, the median over its blocks of their p50 and p95, the ratio of the p50s (this tree
 ÷ the other), and the context's size in characters.
 
@@ -88,16 +91,24 @@ def biggest_project(data_dir: Path) -> tuple[str, int]:
     return str(row[0]), int(row[1])
 
 
-def block(python: str, data_dir: Path, project: str, runs: int, label: str, cwd: Path) -> dict[str, Any]:
+def block(python: str, data_dir: Path, project: str, runs: int, label: str, cwd: Path, *,
+          by_meaning: bool = False) -> dict[str, Any]:
     """One worker of ``python`` on ``data_dir``: the context asked ``runs`` times as the hook asks it, from
-    ``cwd`` (beside which its Claude config dir is)."""
+    ``cwd`` (beside which its Claude config dir is); ``by_meaning``: ranked by the meaning of the project's
+    latest prompt instead (``source=compact``, the embedder on and the index loaded first)."""
     times: list[float] = []
     size = 0
     env = {**WORKER_ENV, "CLAUDE_CONFIG_DIR": str(cwd.with_name("claude-config"))}
+    if by_meaning:
+        del env["SESSIONMEM_EMBEDDER"]
     with start_worker(data_dir, env=env, python=python, timeout=120) as worker:
+        if by_meaning:
+            worker.wait_until(lambda: (d := worker.get(routes.DEBUG))["index"]["state"] == "ready"
+                              and not d["index"]["pending"] and d["embedder"]["embedder"]["loaded"], timeout=600)
         for n in range(WARM_UP + runs):
-            path = routes.CONTEXT + "?" + urllib.parse.urlencode(
-                {"project": project, "session": f"ab-{label}-{n}", "source": "startup", "cwd": str(cwd)})
+            query = ({"project": project, "source": "compact"} if by_meaning else
+                     {"project": project, "session": f"ab-{label}-{n}", "source": "startup", "cwd": str(cwd)})
+            path = routes.CONTEXT + "?" + urllib.parse.urlencode(query)
             started = time.perf_counter()
             reply = hook_client.request("127.0.0.1", worker.port, "GET", path, timeout=10, token=worker.token)
             elapsed = time.perf_counter() - started
@@ -120,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--keep", action="store_true", help="keep the data dirs")
     parser.add_argument("--store", type=Path, help="a data dir to copy for each tree, instead of building one")
+    parser.add_argument("--by-meaning", action="store_true",
+                        help="ranked by the meaning of the project's latest prompt (source=compact, vectors on)")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="context-ab-"))
     try:
@@ -137,13 +150,14 @@ def main(argv: list[str] | None = None) -> int:
         (cwd / "CLAUDE.md").write_text(CLAUDE_MD)
         trees = {"this tree": (sys.executable, this_dir), "other tree": (args.other_python, other_dir)}
         for name, (python, data_dir) in trees.items():  # unmeasured: this tree's migrates its copy, as an upgrade
-            block(python, data_dir, project, 10, f"warm-{name[:5]}", cwd)
+            block(python, data_dir, project, 10, f"warm-{name[:5]}", cwd, by_meaning=args.by_meaning)
         blocks: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for round_number in range(args.rounds):
             order = list(trees) if round_number % 2 == 0 else list(reversed(trees))  # A B, B A: no side always first
             for name in order:
                 python, data_dir = trees[name]
-                blocks[name].append(block(python, data_dir, project, args.runs, f"{round_number}-{name[:5]}", cwd))
+                blocks[name].append(block(python, data_dir, project, args.runs, f"{round_number}-{name[:5]}", cwd,
+                                          by_meaning=args.by_meaning))
         figures = {name: {"p50_ms": round(statistics.median(b["p50"] for b in found), 2),
                           "p95_ms": round(statistics.median(b["p95"] for b in found), 2),
                           "blocks_p50_ms": [round(b["p50"], 2) for b in found], "chars": found[-1]["chars"]}
