@@ -81,8 +81,8 @@ DEFAULT_PROJECT = "Durban-Designer__vsla"
 DEFAULT_TOOL_USES = 300
 BACKENDS = ("anthropic", "claude-code", "openai-compatible")
 SCENARIOS = ("calc", "corpus")
-HOOK_STAGES = ("SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUseFailure", "Stop", "SubagentStop",
-               "SessionEnd")  # those the plugin registers (plugin/hooks/hooks.json)
+HOOK_STAGES = ("SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUseFailure", "Stop", "PreCompact",
+               "SubagentStop", "SessionEnd")  # those the plugin registers (plugin/hooks/hooks.json)
 TOOL_STAGES = ("PostToolUse", "PostToolUseFailure")
 SUBAGENT_STOP = "SubagentStop"  # stored as an observation too: the subagent's report
 TARGET_CLAUDE_CODE_CALC = 2_500  # characters per stored observation on calc, whatever the CLI adds

@@ -52,12 +52,12 @@ def test_backfill_is_complete_idempotent_and_private(worker: ThreadedWorker) -> 
     assert {o["toolUseId"] for o in stored} == expected_ids
     assert len(stored) == len(expected_ids)
     summaries = len(worker.get("/api/summaries?limit=500")["summaries"])
-    assert summaries == stats.stops
+    assert summaries == stats.stops + stats.compactions  # a summary a turn, and a checkpoint a compaction
     # Everything keeps the time the transcript gives it, not the time of the import.
     at = {e.payload["tool_use_id"]: e.at for s in sessions for e in s.events if "tool_use_id" in e.payload}
     assert all(o["createdAt"] == at[o["toolUseId"]] for o in stored if o["toolUseId"] in at)
     assert [o["createdAt"] for o in stored] == sorted((o["createdAt"] for o in stored), reverse=True)  # newest first
-    stops = sorted(e.at for s in sessions for e in s.events if e.stage == "Stop")
+    stops = sorted(e.at for s in sessions for e in s.events if e.stage in ("Stop", "PreCompact"))
     assert sorted(m["createdAt"] for m in worker.get("/api/summaries?limit=500")["summaries"]) == stops
     span = {s.session_id: [e.at for e in s.events if e.stage != "SessionStart"] for s in sessions}
     for session in worker.get("/api/sessions?limit=500")["sessions"]:
