@@ -20,7 +20,8 @@ is a project folder holding a CLAUDE.md (:data:`CLAUDE_MD`), and the workers' Cl
 their own: a tree that reads what Claude Code's own memory says (``search/already_said.py``) reads it.
 ``--by-meaning`` asks ``GET /api/context/inject?project=P&source=compact`` instead, ranked by the meaning of
 the project's latest prompt, as ``bench/search_latency.py`` does: the embedder on, each block waiting for
-the index to load first.
+the index to load first (both trees must open the store and its index as they are: a tree older than the
+store's schema refuses it).
 Figures: per tree, the median over its blocks of their p50 and p95, the ratio of the p50s (this tree
 ÷ the other), and the context's size in characters.
 
