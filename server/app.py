@@ -76,9 +76,11 @@ log = logging.getLogger(__name__)
 FOCUSED_SOURCES = ("clear", "compact", "resume")
 KEEP_ALIVE_S = 15  # an SSE comment this often keeps idle streams (and their proxies) open
 # After a compaction, how long the context waits for the session's actor to store what it has in hand
-# (the checkpoint PreCompact sent a moment before): well within the hook's 2 s. An LLM compressor
-# can take longer; the session's own work is then handed back as stored so far.
-COMPACT_SETTLE_S = 1.0
+# (the checkpoint PreCompact sent a moment before): the offline compressor's flush and summary take
+# milliseconds; a quarter of the hook's 2 s leaves a loaded machine the rest for the answer (a hook
+# out of time prints nothing). An LLM compressor takes longer: the session's own work is then handed
+# back as stored so far.
+COMPACT_SETTLE_S = 0.5
 SETTLE_POLL_S = 0.05  # between commits, how often the actor's finished work is looked at again
 
 

@@ -281,9 +281,9 @@ def test_hooks_fail_open_and_next_start_restarts_the_worker(harness: Harness, se
 def test_compaction_hands_the_session_its_own_work_back_first(harness: Harness, session_one: dict[str, Any]) -> None:
     """`/compact` in a session: its PreCompact stores a checkpoint, and the SessionStart after the compaction hands
     the session its own work first; the next turn's request to the model carries it."""
-    worker = session_one["worker"]
     output, _ = harness.claude("Please add a test for add()")
     session_id = output["session_id"]
+    worker = harness.started_worker()  # whichever the hooks run now: an earlier test restarts it
     worker.wait_idle()
 
     def summaries() -> int:
