@@ -84,6 +84,9 @@ def test_memory_md_counts_its_first_200_lines_and_a_change_is_read_again(tmp_pat
 
 
 TESTS = "python3 -m pytest -q tests"
+# What is handed over is under test, not the hooks' budget (2 s, which a loaded machine can spend while the
+# worker is busy: the event is then spooled for later, the answer empty).
+PATIENT = {"SESSIONMEM_HOOK_TIMEOUT": "30"}
 
 
 def session(worker: WorkerClient, cwd: Path, name: str) -> None:
@@ -100,7 +103,7 @@ def session(worker: WorkerClient, cwd: Path, name: str) -> None:
         {**base, "hook_event_name": "SessionEnd", "reason": "exit"},
     ]
     for payload in stages:
-        assert run_hook(payload["hook_event_name"], payload, worker.data_dir).returncode == 0
+        assert run_hook(payload["hook_event_name"], payload, worker.data_dir, **PATIENT).returncode == 0
     worker.wait_idle()
 
 
@@ -111,7 +114,7 @@ def memories(context: str) -> list[str]:
 
 def handover(worker: WorkerClient, cwd: Path, session_id: str) -> str:
     result = run_hook("SessionStart", {"session_id": session_id, "cwd": str(cwd), "hook_event_name": "SessionStart",
-                                       "source": "startup"}, worker.data_dir)
+                                       "source": "startup"}, worker.data_dir, **PATIENT)
     return json.loads(result.stdout)["hookSpecificOutput"]["additionalContext"]
 
 
@@ -139,7 +142,7 @@ def recalled(worker: WorkerClient, cwd: Path, session_id: str) -> str:
     """What prompt recall hands a new session's first prompt about the tests, through the real hook."""
     result = run_hook("UserPromptSubmit", {"session_id": session_id, "cwd": str(cwd), "hook_event_name":
                                            "UserPromptSubmit", "prompt": "pytest tests"},
-                      worker.data_dir)
+                      worker.data_dir, **PATIENT)
     return json.loads(result.stdout)["hookSpecificOutput"]["additionalContext"] if result.stdout else ""
 
 
