@@ -23,7 +23,8 @@ Resource handling:
     two threads).
 
 Error handling:
-    A file that cannot be read counts as empty; a working directory that is not an absolute path
+    A file that cannot be read, or is not a regular file (a repository's CLAUDE.md may link to a FIFO
+    or a device, whose read would never end), counts as empty; a working directory that is not an absolute path
     of an existing folder has nothing known.
 """
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import threading
 import time
 from collections import OrderedDict
@@ -137,10 +139,11 @@ class AlreadySaid:
         stamps = []
         for path in paths:  # ~1 µs a path: os.stat of a string, not pathlib
             try:
-                stat = os.stat(path)
+                found = os.stat(path)
             except OSError:
                 continue
-            stamps.append((path, stat.st_mtime_ns, stat.st_size))
+            if stat.S_ISREG(found.st_mode):  # a FIFO or a device a repository links to is not read
+                stamps.append((path, found.st_mtime_ns, found.st_size))
         stamped = tuple(stamps)
         if read is not None and read.stamps == stamped:
             known = read.known

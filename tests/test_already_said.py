@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,17 @@ def test_memory_md_counts_its_first_200_lines_and_a_change_is_read_again(tmp_pat
     assert trio.run(says, "npm run build:docs")
     assert not trio.run(says, "npm run lint")
     assert trio.run(AlreadySaid({}).known, "relative/path") == Known("", [])
+    # A repository can commit a CLAUDE.md that links to a FIFO: nothing would ever come from it, so it is not read.
+    os.mkfifo(tmp_path / "fifo")
+    (cwd / "CLAUDE.md").symlink_to(tmp_path / "fifo")
+    (cwd / ".claude").mkdir()
+    (cwd / ".claude" / "settings.json").symlink_to(tmp_path / "fifo")
+
+    async def within_a_moment() -> bool:
+        with trio.fail_after(10):
+            return await says("npm run build:docs")
+
+    assert trio.run(within_a_moment)  # CLAUDE.local.md still says it
     assert trio.run(AlreadySaid({}).known, str(tmp_path / "missing")) == Known("", [])
 
 

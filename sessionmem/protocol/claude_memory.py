@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -80,10 +81,33 @@ def settings_files(project: Path, env: Mapping[str, str], platform: str = sys.pl
             project / ".claude" / "settings.json", claude_config_dir(env) / "settings.json"]
 
 
-def _read(path: Path) -> dict[str, object]:
+def regular_file_text(path: Path, limit: int = FILE_LIMIT) -> str | None:
+    """The first ``limit`` bytes of ``path`` as text, if it is a regular file (``None`` if not, or unreadable).
+
+    A cloned repository chooses its CLAUDE.md and ``.claude/settings.json``: one that is a link to a FIFO or
+    a terminal would block the read for good, so only a regular file is opened, and without waiting for a
+    writer (``O_NONBLOCK``, should it have been swapped for a FIFO since).
+    """
     try:
-        loaded = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+        with os.fdopen(descriptor, "rb", closefd=False) as file:
+            return file.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+
+
+def _read(path: Path) -> dict[str, object]:
+    text = regular_file_text(path)
+    try:
+        loaded = json.loads(text) if text is not None else None
+    except ValueError:
         return {}
     return loaded if isinstance(loaded, dict) else {}
 
@@ -106,11 +130,8 @@ def auto_memory(cwd: Path, env: Mapping[str, str] = os.environ, platform: str = 
     """Auto memory for the project at ``cwd``, as Claude Code started there would have it, with the lines of
     its ``MEMORY.md``."""
     enabled, why, folder = auto_memory_setting(cwd, env, platform)
-    try:
-        lines: int | None = len((folder / "MEMORY.md").read_text(encoding="utf-8", errors="replace").splitlines())
-    except OSError:
-        lines = None
-    return AutoMemory(enabled, why, folder, lines)
+    text = regular_file_text(folder / "MEMORY.md", limit=1 << 30)
+    return AutoMemory(enabled, why, folder, None if text is None else len(text.splitlines()))
 
 
 def auto_memory_setting(cwd: Path, env: Mapping[str, str] = os.environ,
@@ -160,11 +181,6 @@ def memory_files(cwd: Path, env: Mapping[str, str] = os.environ, platform: str =
 
 def read_memory_file(path: Path) -> str:
     """The text Claude Code loads of ``path`` (of ``MEMORY.md``, its first :data:`MEMORY_LINES` lines), at most
-    :data:`FILE_LIMIT` bytes of it; ``""`` if it cannot be read."""
-    try:
-        with path.open("rb") as file:
-            raw = file.read(FILE_LIMIT)
-    except OSError:
-        return ""
-    text = raw.decode("utf-8", "replace")
+    :data:`FILE_LIMIT` bytes of it; ``""`` if it is not a regular file or cannot be read."""
+    text = regular_file_text(path) or ""
     return "\n".join(text.splitlines()[:MEMORY_LINES]) if path.name == "MEMORY.md" else text
