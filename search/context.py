@@ -63,6 +63,7 @@ from collections.abc import Callable
 import msgspec
 import trio
 
+from sessionmem.compress.offline_text import relative
 from sessionmem.embed.service import EmbedderService
 from sessionmem.index.actor import VectorIndex
 from sessionmem.records import (
@@ -324,17 +325,11 @@ def session_state(so_far: SessionSoFar, *, files: int) -> SessionState:
     rows = [row for row in so_far.observations if not is_routine(row)]
     chosen = where_the_work_stands(rows, files=files)
     named = {path for row in chosen for path in row.files_modified}
-    changed = dict.fromkeys(shown_path(path, so_far.cwd) for row in rows for path in row.files_modified
+    changed = dict.fromkeys(relative(path, so_far.cwd) for row in rows for path in row.files_modified
                             if path not in named)
     latest = so_far.latest_request if so_far.latest_request != so_far.request else ""
     return SessionState(so_far.request, latest, so_far.summary, list(changed)[:FILES_CHANGED],
                         group(chosen, {})[0].lines if chosen else [])
-
-
-def shown_path(path: str, cwd: str) -> str:
-    """``path`` relative to ``cwd`` when it is under it, else as it is."""
-    prefix = cwd.rstrip("/") + "/"
-    return path[len(prefix):] if cwd and path.startswith(prefix) else path
 
 
 def where_the_work_stands(rows: list[ObservationRow], *, files: int) -> list[ObservationRow]:

@@ -249,17 +249,15 @@ def add_session_routes(app: QuartTrio, services: Services) -> None:
         return json_response(Replayed(claude_session_id, len(envelopes)))
 
 
-async def settled(services: Services, claude_session_id: str, timeout: float) -> bool:
-    """Wait, at most ``timeout`` seconds, until ``claude_session_id``'s actor has nothing left in hand;
-    returns whether it has not. Each commit wakes the wait; an actor marks its message finished just
-    after the commit that stored it, so the wait looks again every :data:`SETTLE_POLL_S` too."""
+async def settled(services: Services, claude_session_id: str, timeout: float) -> None:
+    """Wait, at most ``timeout`` seconds, until ``claude_session_id``'s actor has nothing left in hand. Each
+    commit wakes the wait; an actor marks its message finished just after the commit that stored it, so the
+    wait looks again every :data:`SETTLE_POLL_S` too."""
     router, commits = services.router, services.store.commits
     with trio.move_on_after(timeout):
         while router.queued(claude_session_id) or router.working(claude_session_id):
             with trio.move_on_after(SETTLE_POLL_S):
                 await commits.wait_committed(commits.committed())
-        return True
-    return False
 
 
 def add_context_route(app: QuartTrio, services: Services) -> None:

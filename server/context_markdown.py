@@ -75,9 +75,9 @@ def _summary_lines(summary: SummaryRow) -> list[str]:
     return lines + [""]
 
 
-def _state_lines(state: SessionState) -> tuple[list[str], int]:
-    """A compacted session's own work so far, and how many of its lines are its fields (the rest:
-    where it stands, one observation each)."""
+def _state_fields(state: SessionState) -> list[str]:
+    """A compacted session's own work so far: its heading and its fields (where it stands follows, a line
+    an observation)."""
     lines = ["## This session so far (from before its conversation was compacted)"]
     summary = state.summary
     for label, text in (("Request", state.request), ("Latest request", state.latest_request),
@@ -87,7 +87,7 @@ def _state_lines(state: SessionState) -> tuple[list[str], int]:
                         ("Also changed", ", ".join(state.files_changed))):
         if text:
             lines.append(f"- **{label}:** {one_line(text, 400)}")
-    return lines + [_line(line) for line in state.lines], len(lines)
+    return lines
 
 
 def _earlier_line(summary: SummaryRow) -> str:
@@ -133,18 +133,18 @@ def render_handover(plan: ContextPlan, *, token_budget: int) -> RenderedContext:
     own: list[str] = []
     named = 0
     if plan.own is not None:
-        own, fields = _state_lines(plan.own)
-        while len(own) > 1 and not budget.take(own + [""]):
-            own.pop()  # from the end: where it stands, then the fields
-        if len(own) > 1:
-            own.append("")
+        fields, lines = _state_fields(plan.own), [_line(line) for line in plan.own.lines]
+        while lines and not budget.take(fields + lines + [""]):
+            lines.pop()  # from the end: where it stands, then the fields
+        while not lines and len(fields) > 1 and not budget.take(fields + [""]):
+            fields.pop()
+        if lines or len(fields) > 1:
+            own = fields + lines + [""]
             if plan.own.summary is not None:
                 told.append((SUMMARY, plan.own.summary.id))
-            for line in plan.own.lines[: max(0, len(own) - 1 - fields)]:
+            for line in plan.own.lines[: len(lines)]:
                 named += len(line.ids)
                 told += [(OBSERVATION, row_id) for row_id in line.ids]
-        else:
-            own = []
     summary = _summary_lines(plan.summary) if plan.summary is not None else []
     while summary and not budget.take(summary):
         summary = summary[:-2] + [""] if len(summary) > 2 else []  # drop the least important field

@@ -318,7 +318,6 @@ class FileMemory(msgspec.Struct, frozen=True, kw_only=True):
 class SessionSoFar(msgspec.Struct, frozen=True):
     """One session's own work so far, as stored: what a compacted session is handed back first."""
 
-    claude_session_id: str
     cwd: str
     request: str  # its first prompt, as typed
     latest_request: str  # its newest prompt, as typed

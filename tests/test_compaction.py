@@ -8,6 +8,7 @@ tests/test_e2e_claude_code.py.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,10 +17,14 @@ from typing import Any
 import pytest
 
 from sessionmem.protocol.limits import HOOK_CONTEXT_MAX_CHARS
+from sessionmem.records import SessionSoFar
+from sessionmem.search.context import ContextPlan, session_state
 from sessionmem.server.app import COMPACT_SETTLE_S
+from sessionmem.server.context_markdown import CHARS_PER_TOKEN, render_handover
 from sessionmem.testing.messages_api import ScriptedMessagesAPI
 from sessionmem.testing.worker_process import WorkerClient, WorkerProcess
 
+from .conftest import observation_row, summary_row
 from .test_hooks import run_hook
 
 pytestmark = pytest.mark.slow
@@ -145,3 +150,19 @@ def test_the_context_after_a_compaction_waits_for_the_checkpoint_a_model_is_writ
         assert stored or waited >= COMPACT_SETTLE_S, (waited, own)
         worker.wait_idle()  # the checkpoint, once
         assert [s["claudeSessionId"] for s in worker.get("/api/summaries")["summaries"]].count(SESSION) == 1
+
+
+def test_a_small_budget_keeps_the_sessions_fields_and_tells_only_the_lines_it_shows() -> None:
+    """Rendering alone: where the session stands is cut from its end to fit, the fields stay, and what was cut
+    is not recorded as told (a later recall may still say it)."""
+    rows = [observation_row(n, type="change", title=f"Edited src/module_{n}.py with a long description " + "x" * 80,
+                            files_modified=[f"{CWD}/src/module_{n}.py"]) for n in range(1, 31)]
+    summary = summary_row(99, claude_session_id=SESSION, completed="Renamed the modules")
+    state = session_state(SessionSoFar(CWD, "Rename the modules", "", summary, list(reversed(rows))), files=30)
+    plan = ContextPlan("calcproj", None, "", "recency", [], [], state)
+    small, large = render_handover(plan, token_budget=600), render_handover(plan, token_budget=20_000)
+    assert "**Request:** Rename the modules" in small.text and "**Completed:** Renamed the modules" in small.text
+    shown = {int(match) for match in re.findall(r"^- #(\d+)", small.text, re.MULTILINE)}
+    assert 0 < len(shown) < len(state.lines) == large.observations
+    assert set(small.told) == {("summary", 99)} | {("observation", row_id) for row_id in shown}
+    assert small.observations == len(shown) and len(small.text) <= 600 * CHARS_PER_TOKEN

@@ -264,15 +264,14 @@ def session_so_far(connection: apsw.Connection, *, claude_session_id: str, proje
     This machine's rows only: a session id in another machine's pulled rows is not this session's.
     Each read walks the session's own rows (its prompt, summary and observation indexes).
     """
-    found = optional_row(connection, "SELECT id, coalesce(cwd, '') FROM sessions WHERE claude_session_id = ?"
-                         " AND project = ?", (claude_session_id, project))
+    found = optional_row(
+        connection, "SELECT s.id, coalesce(s.cwd, ''), coalesce(s.first_prompt, ''), coalesce((SELECT text"
+        " FROM user_prompts p WHERE p.session_db_id = s.id ORDER BY prompt_number DESC LIMIT 1), '')"
+        " FROM sessions s WHERE s.claude_session_id = ? AND s.project = ?", (claude_session_id, project))
     if found is None:
         return None
     session_db_id, cwd = integer(found[0]), text(found[1])
-    prompts = [typed_prompt(text(prompt)) for (prompt,) in all_rows(
-        connection, "SELECT text FROM (SELECT text, prompt_number FROM user_prompts WHERE session_db_id = :id"
-        " ORDER BY prompt_number LIMIT 1) UNION ALL SELECT text FROM (SELECT text FROM user_prompts"
-        " WHERE session_db_id = :id ORDER BY prompt_number DESC LIMIT 1)", {"id": session_db_id})]
+    first, latest = typed_prompt(text(found[2])), typed_prompt(text(found[3]))
     # On the project's (project, created_at) index, newest first: a session being compacted is among the newest.
     summary = optional_row(connection, f"SELECT {_SUMMARY_COLUMNS} {_SUMMARIES_FROM} WHERE m.project = ?"
                            " AND m.session_db_id = ? AND m.origin_machine = ''"
@@ -280,8 +279,7 @@ def session_so_far(connection: apsw.Connection, *, claude_session_id: str, proje
     observations = all_rows(
         connection, f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM} WHERE o.session_db_id = ?"
         " AND o.origin_machine = '' ORDER BY o.id DESC LIMIT ?", (session_db_id, limit))
-    return SessionSoFar(claude_session_id, cwd, prompts[0] if prompts else "", prompts[-1] if prompts else "",
-                        _summary_row(summary) if summary is not None else None,
+    return SessionSoFar(cwd, first, latest, _summary_row(summary) if summary is not None else None,
                         [_observation_row(row) for row in observations])
 
 def context_rows(connection: apsw.Connection, candidates: Sequence[tuple[str, int]], filters: SearchFilters,
