@@ -198,18 +198,27 @@ def _score_compaction(worker: WorkerProcess, tallies: dict[str, Tally], session:
     earlier sessions (``history``) had worked on before; recency: the project's newest observations then."""
     before = ReplaySession(session.session_id, session.cwd, session.events[: compaction.index])
     after = ReplaySession(session.session_id, session.cwd, session.events[compaction.index:])
-    seen = ProjectHistory(set(history.files), set(history.commands), set(history.solved), dict(history.uses))
-    seen.add(before)
+    seen = history.and_then(before)
     needs = seen.needs(after)
     items = context_items(compaction.text)
     shown = {row_id for item in items for row_id in item.ids}
     rows = {row["id"]: row for row in compaction.recent}
     rows |= _rows(worker, shown - set(rows))
+    against_baselines(tallies, COMPACTION, items, len(compaction.text), compaction.recent, needs, rows, seen)
+
+
+def against_baselines(tallies: dict[str, Tally], surface: str, items: list[Item], characters: int,
+                      recent: list[dict[str, Any]], needs: Needs, rows: dict[int, dict[str, Any]],
+                      history: ProjectHistory) -> dict[str, Any]:
+    """``items`` (``characters`` of them) scored into ``tallies``, beside recency at the same size (the newest of
+    ``recent``) and nothing; returns the session's own counts, handover and recency."""
     size = sum(item.count for item in items)
-    newest = [Item(COMPACTION, row_line(row), [row["id"]]) for row in compaction.recent[:size]]
-    tallies["handover"].add(items, len(compaction.text), needs, rows, seen)
-    tallies["recency"].add(newest, sum(len(item.text) + 1 for item in newest), needs, rows, seen)
-    tallies["nothing"].add([], 0, needs, rows, seen)
+    newest = [Item(surface, row_line(row), [row["id"]]) for row in recent[:size]]
+    counts = {"handover": tallies["handover"].add(items, characters, needs, rows, history),
+              "recency": tallies["recency"].add(newest, sum(len(item.text) + 1 for item in newest), needs, rows,
+                                                history)}
+    tallies["nothing"].add([], 0, needs, rows, history)
+    return counts
 
 
 def _score(tallies: dict[str, dict[str, Tally]], handed: Handed, recent: list[dict[str, Any]], needs: Needs,
@@ -219,13 +228,7 @@ def _score(tallies: dict[str, dict[str, Tally]], handed: Handed, recent: list[di
     surfaces[ALL] = ([item for surface in SURFACES for item in handed.items[surface]], sum(handed.characters.values()))
     own: dict[str, Any] = {}
     for surface, (items, characters) in surfaces.items():
-        size = sum(item.count for item in items)
-        newest = [Item(surface, row_line(row), [row["id"]]) for row in recent[:size]]
-        own[surface] = {
-            "handover": tallies[surface]["handover"].add(items, characters, needs, rows, history),
-            "recency": tallies[surface]["recency"].add(newest, sum(len(item.text) + 1 for item in newest), needs,
-                                                       rows, history)}
-        tallies[surface]["nothing"].add([], 0, needs, rows, history)
+        own[surface] = against_baselines(tallies[surface], surface, items, characters, recent, needs, rows, history)
     return own
 
 

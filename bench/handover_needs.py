@@ -139,6 +139,12 @@ class ProjectHistory:
         return Needs(session.session_id, session.cwd, files, commands, {key for key in errors if key is not None},
                      files & self.files, commands & self.commands)
 
+    def and_then(self, session: ReplaySession) -> ProjectHistory:
+        """A copy of this history with ``session`` (a session's part before some point) added."""
+        later = ProjectHistory(set(self.files), set(self.commands), set(self.solved), dict(self.uses))
+        later.add(session)
+        return later
+
     def add(self, session: ReplaySession) -> None:
         uses = tool_uses(session)
         self.files |= {use.file for use in uses if use.file}
