@@ -78,8 +78,10 @@ def _summary_lines(summary: SummaryRow) -> list[str]:
 def _state_fields(state: SessionState) -> list[str]:
     """A compacted session's own work so far: its heading and its fields (where it stands follows, a line
     an observation)."""
-    lines = ["## This session so far (from before its conversation was compacted)"]
     summary = state.summary
+    # A checkpoint written from instruction-like text says so, as the last session's summary does.
+    marked = marks("", summary.flagged) if summary is not None else ""
+    lines = [f"## This session so far (from before its conversation was compacted{f'; {marked}' if marked else ''})"]
     for label, text in (("Request", state.request), ("Latest request", state.latest_request),
                         ("Completed", summary.completed if summary else ""),
                         ("Learned", summary.learned if summary else ""),

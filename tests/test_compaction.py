@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from sessionmem.protocol.limits import HOOK_CONTEXT_MAX_CHARS
@@ -166,3 +167,7 @@ def test_a_small_budget_keeps_the_sessions_fields_and_tells_only_the_lines_it_sh
     assert 0 < len(shown) < len(state.lines) == large.observations
     assert set(small.told) == {("summary", 99)} | {("observation", row_id) for row_id in shown}
     assert small.observations == len(shown) and len(small.text) <= 600 * CHARS_PER_TOKEN
+    assert "compacted)" in small.text  # not flagged: no mark
+    flagged = msgspec.structs.replace(state, summary=msgspec.structs.replace(summary, flagged=True))
+    heading = render_handover(msgspec.structs.replace(plan, own=flagged), token_budget=600).text
+    assert "## This session so far (from before its conversation was compacted; flagged" in heading
