@@ -176,6 +176,7 @@ def evaluate_project(worker: WorkerProcess, project: Project, tallies: dict[str,
         if capture:
             worker.wait_idle(timeout=WAIT_S)
             worker.wait_indexed(timeout=WAIT_S)  # hours pass between sessions: the index has caught up
+            worker.wait_consolidated(timeout=WAIT_S)  # ...and the consolidation pass (at once when it is off)
             recent = _recent(worker, project.name)
         handed = replay_session(worker, project.name, session, capture=capture)
         for compaction in handed.compactions:
@@ -267,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=0, help="only the first N sessions of each project (0: all)")
     parser.add_argument("--out", type=Path, help="write the figures here as JSON")
     parser.add_argument("--data-dir", type=Path, help="keep the worker's data here (default: a temporary dir)")
+    parser.add_argument("--no-consolidation", action="store_true",
+                        help="the worker without its consolidation pass (the before of a before/after)")
     parser.add_argument("--smoke", action="store_true",
                         help="seconds: the test fixtures' transcripts and the seeded project, not the corpus")
     args = parser.parse_args(argv)
@@ -285,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     per_session: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="sessionmem-handover-") as temporary:
         data_dir = args.data_dir or Path(temporary) / "data"
-        with start_worker(data_dir, env=WORKER_ENV, timeout=120) as worker:
+        env = {**WORKER_ENV, "SESSIONMEM_CONSOLIDATION": "0" if args.no_consolidation else "1"}
+        with start_worker(data_dir, env=env, timeout=120) as worker:
             for project in projects:
                 scored[project.name] = evaluate_project(worker, project, tallies, per_session, limit=args.limit)
                 print(f"handover_eval: {project.name}: {scored[project.name]} sessions scored, "
@@ -297,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                             cwd=Path(__file__).resolve().parent).stdout.strip() or "unknown"
     figures["meta"] = {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": commit,
                        "command": shlex.join([sys.executable, *sys.argv]), "seconds": round(time.monotonic() - started),
-                       "worker_env": WORKER_ENV, "split": "eval_queries.half_of(session id)",
+                       "worker_env": env, "split": "eval_queries.half_of(session id)",
                        "projects": [{"name": p.name, "sessions": len(p.sessions), "scored": scored[p.name]}
                                     for p in projects]}
     figures["per_session"] = per_session

@@ -46,6 +46,7 @@ class Item:
     text: str
     ids: list[int] = field(default_factory=list)  # observation ids shown (none: a summary)
     count: int = 1  # observations it stands for (a summary: 1)
+    kind: str = ""  # what sort of line: "summary", "earlier" (a session's line), else the observation's type
 
 
 def context_items(text: str) -> list[Item]:
@@ -60,11 +61,12 @@ def context_items(text: str) -> list[Item]:
         if section.startswith(("## Last session", "## This session so far")) and line.startswith("- **"):
             summaries.setdefault(section, []).append(line)
         elif section.startswith("## Earlier sessions") and line.startswith("- "):
-            items.append(Item("session_start", line))
+            items.append(Item("session_start", line, kind="earlier"))
         elif (match := _CONTEXT_LINE.match(line)) is not None:
             ids = [int(i) for i in _IDS.findall(match.group(1))]
-            items.append(Item("session_start", line, ids, int(match.group(2) or len(ids))))
-    return [Item("session_start", "\n".join(lines)) for lines in summaries.values()] + items
+            kind = line[match.end():].split(":", 1)[0]
+            items.append(Item("session_start", line, ids, int(match.group(2) or len(ids)), kind))
+    return [Item("session_start", "\n".join(lines), kind="summary") for lines in summaries.values()] + items
 
 
 def recall_items(text: str, surface: str) -> list[Item]:
@@ -146,8 +148,11 @@ class Tally:
         relevant = dict.fromkeys(CATEGORIES + ("any",), 0)
         observations = 0
         union = Named(set(), set(), set())
+        lines = []  # each item: its kind, the observations it stands for, whether relevant (any, files)
         for item in items:
             found = named(item, needs, rows, history)
+            lines.append([item.kind, item.count, any(found.relevant(category) for category in CATEGORIES),
+                          found.relevant("files")])
             observations += item.count
             for category in CATEGORIES:
                 relevant[category] += item.count * found.relevant(category)
@@ -169,7 +174,7 @@ class Tally:
             self.needed[category] += needed[category]
             self.found[category] += got[category]
         return {"observations": observations, "characters": characters, "relevant": relevant, "needed": needed,
-                "found": got}
+                "found": got, "lines": lines}
 
     def figures(self) -> dict[str, Any]:
         def ratio(part: int, whole: int) -> float | None:

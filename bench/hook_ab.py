@@ -2,6 +2,7 @@
 
     python bench/hook_ab.py OTHER_TREE [--runs N]
     python bench/hook_ab.py --recall [--runs N]
+    python bench/hook_ab.py --consolidating [--observations N] [--runs N]
 
 Hooks run with ``python -S``, as Claude Code runs them, on a genuine payload,
 alternating, so a noisy machine slows both alike. Prints the median and p95 wall time
@@ -11,6 +12,12 @@ of each and of a bare ``python -S -c pass``.
 touched has a past in another session and every run is a new session, so the worker
 looks it up *and* the hook prints it every time (file-aware recall's worst case); one
 with ``file_recall`` off.
+
+``--consolidating`` builds a store of N observations (a project's sessions reading, running and editing
+the same few things, so a third of them are near-duplicates) that the consolidation pass has not seen,
+copies it, and runs this tree's hook against two workers on the copies: one whose consolidation pass
+works through the store meanwhile (it starts with the whole store behind), one with the pass off. It
+checks that the pass was still working at the last run (else the runs did not all overlap it).
 """
 
 from __future__ import annotations
@@ -90,12 +97,88 @@ def recall_ab(runs: int) -> None:
     print(f"a recalling hook prints {printed} bytes of additionalContext")
 
 
+def _seeded_store(path: Path, observations: int) -> None:
+    """A store of ``observations`` observations in sessions of 40, none consolidated yet (imported: the
+    pass starts on a worker's start)."""
+    import trio
+
+    from sessionmem.storage.export_records import ObservationRecord, SessionRecord
+    from sessionmem.storage.sqlite.store import open_sqlite_store
+
+    def records(session: int) -> list[object]:
+        name, at = f"seed-{session}", 1_700_000_000.0 + session * 3600
+        rows: list[object] = [SessionRecord(claude_session_id=name, project="/repo", created_at=at)]
+        for n in range(40):
+            file = f"/repo/src/module_{(session + n) % 25}.py"
+            kind = n % 3
+            rows.append(ObservationRecord(
+                claude_session_id=name, project="/repo", prompt_number=1, tool_use_id=f"{name}-{n}",
+                created_at=at + n, tool_name=("Read", "Bash", "Edit")[kind],
+                type=("discovery", "discovery", "change")[kind],
+                title=(f"Read {file}", "Ran `make test`", f"Edited {file} (-1 +2 lines)")[kind],
+                facts=([f"{file} has {100 + n} lines"], ["command: make test", "exit status 0", "output: 40 passed"],
+                       [f"changed line {session * 40 + n}"])[kind],
+                files_read=[file] if kind == 0 else [], files_modified=[file] if kind == 2 else []))
+        return rows
+
+    async def build() -> None:
+        async with open_sqlite_store(path / "sessionmem.db") as store:
+            for session in range(observations // 40):
+                await store.import_records(records(session))
+
+    path.mkdir(parents=True)
+    trio.run(build)
+
+
+def consolidating_ab(observations: int, runs: int) -> None:
+    import shutil
+
+    event = json.loads(payload(0))
+    with tempfile.TemporaryDirectory() as temporary:
+        seeded = Path(temporary) / "seeded"
+        _seeded_store(seeded, observations)
+        dirs = {"consolidating": Path(temporary) / "on", "consolidation off": Path(temporary) / "off"}
+        for target in dirs.values():
+            shutil.copytree(seeded, target)
+        base_env = {"SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_EMBEDDER": "none"}
+        workers = {"consolidating": start_worker(dirs["consolidating"], env=base_env),
+                   "consolidation off": start_worker(dirs["consolidation off"],
+                                                     env={**base_env, "SESSIONMEM_CONSOLIDATION": "0"})}
+        try:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONMEM_")}
+            entry = [sys.executable, "-S", str(REPO / "hooks" / "entry.py"), "PostToolUse"]
+            times: dict[str, list[float]] = {name: [] for name in [*workers, "python -S -c pass"]}
+            before = workers["consolidating"].get("/debug")["consolidation"]
+            for n in range(runs):
+                stdin = json.dumps({**event, "session_id": f"ab-{n}", "tool_use_id": f"toolu_ab_{n}"}).encode()
+                for name, worker in workers.items():
+                    times[name].append(run(entry, stdin, {**env, "SESSIONMEM_DATA_DIR": str(worker.data_dir)}))
+                times["python -S -c pass"].append(run([sys.executable, "-S", "-c", "pass"], b"", env))
+            after = workers["consolidating"].get("/debug")["consolidation"]
+        finally:
+            for worker in workers.values():
+                worker.stop()
+    for name, values in times.items():
+        print(f"{name}: {summary(values)} ({len(values)} runs)")
+    print(f"the pass during the runs: {after['consolidated'] - before['consolidated']} observations consolidated in "
+          f"{after['batches'] - before['batches']} batches, {after['behind']} still behind at the last run, "
+          f"{after['hidden']} merged or superseded in all")
+    if after["behind"] == 0:
+        print("the pass caught up before the last run: give --observations more")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("other", type=Path, nargs="?", help="another source tree (a git worktree of another commit)")
     parser.add_argument("--recall", action="store_true", help="file recall on against off, this tree")
+    parser.add_argument("--consolidating", action="store_true",
+                        help="a worker whose consolidation pass is working, against one with it off, this tree")
+    parser.add_argument("--observations", type=int, default=100_000, help="--consolidating: the store's size")
     parser.add_argument("--runs", type=int, default=150)
     args = parser.parse_args()
+    if args.consolidating:
+        consolidating_ab(args.observations, args.runs)
+        return
     if args.recall:
         recall_ab(args.runs)
         return

@@ -146,7 +146,27 @@ def observation_record(row: dict[str, Any]) -> str:
         lines.append("Concepts: " + ", ".join(row["concepts"]))
     if not row["compressed"]:
         lines.append("(stored from the raw tool use: the compressor could not summarize it)")
+    lines += _consolidation(row.get("consolidation") or {})
     return "\n".join(lines)
+
+
+def _consolidation(marks: dict[str, Any]) -> list[str]:
+    """What the worker's consolidation pass says of an observation (docs/search.md, "Consolidation"): ids and
+    counts, shown only when they are integers."""
+    def number(key: str) -> int:
+        value = marks.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+    said = []
+    if superseded_by := number("supersededBy"):
+        said.append(f"superseded by #{superseded_by}, a later decision about the same thing")
+    if duplicate_of := number("duplicateOf"):
+        said.append(f"a near-duplicate of #{duplicate_of}, which is newer")
+    if merged := number("merged"):
+        said.append(f"{merged} older near-duplicate(s) merged into it")
+    if supersedes := number("supersedes"):
+        said.append(f"supersedes {supersedes} earlier decision(s)")
+    return [f"Consolidation: {'; '.join(said)}."] if said else []
 
 
 def observation_records(reply: dict[str, Any]) -> str:

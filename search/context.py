@@ -31,6 +31,9 @@ within the token budget.
 - **Not said twice.** What the session's CLAUDE.md files or auto memory already say (a command
   they give, a line they hold: :mod:`~sessionmem.search.already_said`) is left out, when the
   caller names the session's working directory (``cwd``).
+- **Consolidated** (:mod:`~sessionmem.storage.consolidation_rules`). A memory merged into a newer
+  near-duplicate, or a decision a later one superseded, is not in the plan; ranked against a
+  focus, a memory used before moves up a little, one handed over and never used down.
 - **Told once.** A memory the session was already told (:class:`~sessionmem.search.told.ToldLedger`:
   a resumed session, by its earlier context or recall) is not in the plan again.
 - **Collapsed.** The same action on the same file (``Read src/app.py`` five times, or
@@ -84,6 +87,7 @@ from sessionmem.search.already_said import AlreadySaid, Known
 from sessionmem.search.told import ToldLedger
 from sessionmem.settings import Backend
 from sessionmem.storage.base import Store
+from sessionmem.storage.consolidation_rules import LINE_COUNTS, NOT_CONSOLIDATED, Consolidated, standing
 from sessionmem.storage.record_rules import latest_moment
 
 CANDIDATES = 200  # recent observations considered, and nearest vectors asked for
@@ -107,7 +111,6 @@ OWN_FILES = 8
 FILES_CHANGED = 12
 # Summaries read to find them: one a turn, so a few turns of each session.
 SUMMARIES_READ = (EARLIER_SESSIONS + 1) * 4
-_COUNTS = re.compile(r"\s*\((?:-\d+ \+\d+|\d+) lines?\)$")
 _DULL_FACT = re.compile(r"^(command: |exit status \d+$|command failed$|\S+ has \d+ lines$|\d+ lines read$|\d+ match)")
 
 
@@ -176,7 +179,7 @@ def is_routine(row: ObservationRow) -> bool:
 
 
 def collapse_key(row: ObservationRow) -> tuple[str, str]:
-    return row.type if row.type != "failure" else f"failure-{row.id}", _COUNTS.sub("", row.title)
+    return row.type if row.type != "failure" else f"failure-{row.id}", LINE_COUNTS.sub("", row.title)
 
 
 def telling_fact(row: ObservationRow | FileMemory) -> str:
@@ -190,7 +193,8 @@ def telling_fact(row: ObservationRow | FileMemory) -> str:
 class ContextPlanner:
     def __init__(self, store: Store, index: VectorIndex, embedder: EmbedderService, *,
                  observations: int = 50, files: int = 0, other_machines: bool = True, min_similarity: float = 0.0,
-                 told: ToldLedger | None = None, already_said: AlreadySaid | None = None) -> None:
+                 told: ToldLedger | None = None, already_said: AlreadySaid | None = None,
+                 consolidated: Consolidated | None = None) -> None:
         self._store = store
         self._index = index
         self._embedder = embedder
@@ -200,6 +204,7 @@ class ContextPlanner:
         self._min_similarity = min_similarity
         self.told = told if told is not None else ToldLedger()
         self._already_said = already_said if already_said is not None else AlreadySaid()
+        self._consolidated = consolidated if consolidated is not None else NOT_CONSOLIDATED
 
     async def plan(self, project: str, *, focus: str = "", focus_latest_prompt: bool = False,
                    session: str = "", origin: str | None = None, own: bool = False, cwd: str = "") -> ContextPlan:
@@ -238,17 +243,20 @@ class ContextPlanner:
             if start.own is not None:  # its own work is in its own section, not among the memories
                 state = session_state(start.own, files=self._files or OWN_FILES)
                 told |= {row.id for row in start.own.observations}
+            # Merged into another, or superseded: not handed over, yet read among the recent work (a command
+            # run in two sessions was run again, though one run is merged into the other).
+            hidden = self._consolidated.is_hidden
             recent = [row_id for row_id in recent if row_id not in told]
             if focus and recent:
                 # Fewer than CANDIDATES: these are all the project's observations, compared one by one.
                 among = [(OBSERVATION, row_id) for row_id in recent] if len(recent) < CANDIDATES else None
                 candidates, ranking = await self._relevant(focus, focus_prompt_id, filters, among)
-                candidates = [key for key in candidates if key.row_id not in told]
+                candidates = [key for key in candidates if key.row_id not in told and not hidden(key.row_id)]
             floor = self._min_similarity if ranking == "meaning" else None  # similarities: the floor holds
             chosen, of_project, relevant = await self._choose(candidates, recent, filters, floor)
             if not of_project and ranking == "meaning":  # nothing near was of this project: its words, then
                 candidates, ranking = await self._store.search_text(focus, filters, WORD_CANDIDATES), "words"
-                candidates = [key for key in candidates if key.row_id not in told]
+                candidates = [key for key in candidates if key.row_id not in told and not hidden(key.row_id)]
                 chosen, _, relevant = await self._choose(candidates, recent, filters, None)
             if not relevant:
                 ranking = "recency"
@@ -258,6 +266,7 @@ class ContextPlanner:
             rows = []
         if ranking == "recency" and self._files:  # nothing to rank by: where the work stands
             rows, ranking = where_the_work_stands(rows, files=self._files), "files"
+        rows = [row for row in rows if not hidden(row.id)]
         rows = rows[: self._observations]
         if said and said[0].text:  # asked of what would be handed over only: ~3 µs a row
             rows = [row for row in rows if not said[0].says(row)]
@@ -300,6 +309,8 @@ class ContextPlanner:
         """The best observations and their sessions, in one read; whether some candidates were of the project,
         and whether relevance chose (some cleared ``floor``, if given), else recency did."""
         of_project = relevant_found = False
+        use = self._consolidated.use
+        standings = {key.row_id: standing(use(key.row_id)) for key in candidates}  # on the Trio thread
 
         def choose(kept: set[int]) -> list[int]:  # on the reader's thread
             nonlocal of_project, relevant_found
@@ -310,7 +321,7 @@ class ContextPlanner:
             relevant_found = bool(relevant)
             # Relevance chose: what it found alone, best first; else the most recent.
             found = {key.row_id for key in relevant}
-            best = [row_id for row_id in ranked(relevant, recent) if row_id in found]
+            best = [row_id for row_id in ranked(relevant, recent, standings) if row_id in found]
             return (best if relevant else recent)[: self._observations * READ_AHEAD]
 
         chosen = await self._store.context_rows([(key.kind, key.row_id) for key in candidates], filters, choose)
@@ -443,13 +454,15 @@ def earlier_sessions(summaries: list[SummaryRow], *,
     return summaries[0], earlier
 
 
-def ranked(relevant: list[RankedKey], recent: list[int]) -> list[int]:
-    """Observation ids, best first: relevance (normalized to [0, 1]) plus a small recency bonus."""
+def ranked(relevant: list[RankedKey], recent: list[int], standings: dict[int, float] | None = None) -> list[int]:
+    """Observation ids, best first: relevance (normalized to [0, 1]) plus a small recency bonus, plus or minus
+    what use says of each (``standings``: :func:`~sessionmem.storage.consolidation_rules.standing`)."""
     top = max((key.score for key in relevant), default=0.0)
     relevance = {key.row_id: key.score / top for key in relevant} if top > 0 else {}
     recency = {row_id: 1.0 - rank / len(recent) for rank, row_id in enumerate(recent)}
+    standings = standings or {}
     scores = {row_id: relevance.get(row_id, 0.0) + RECENCY_WEIGHT * recency.get(row_id, 0.0)
-              for row_id in relevance.keys() | recency.keys()}
+              + standings.get(row_id, 0.0) for row_id in relevance.keys() | recency.keys()}
     return sorted(scores, key=lambda row_id: scores[row_id], reverse=True)
 
 

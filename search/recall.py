@@ -19,6 +19,10 @@ Precision first: a wrong memory costs more than none.
 - **Told once a session** (:class:`~sessionmem.search.told.ToldLedger`, shared with the
   SessionStart context): what Claude was already told in this session, by SessionStart,
   an earlier prompt or a file, is not told again.
+- **Consolidated** (:mod:`~sessionmem.storage.consolidation_rules`): a memory merged into a newer
+  near-duplicate, or a decision a later one superseded, is not recalled; among a prompt's
+  memories, one used before moves up a little, one handed over again and again and never used
+  down.
 - **Not what Claude Code's own memory says**: a prompt's memory that the session's CLAUDE.md
   files or auto memory already say (:mod:`~sessionmem.search.already_said`) is not recalled.
 - **No raw activity**: an offline compressor's bare look (a read, a search, a routine
@@ -55,6 +59,7 @@ from sessionmem.search.context import is_bare, telling_fact
 from sessionmem.search.hybrid import SearchResult, SearchService
 from sessionmem.search.told import ToldLedger
 from sessionmem.storage.base import Store
+from sessionmem.storage.consolidation_rules import NOT_CONSOLIDATED, Consolidated, standing
 from sessionmem.storage.record_rules import latest_moment
 
 log = logging.getLogger(__name__)
@@ -80,7 +85,8 @@ class Recall:
 
     def __init__(self, store: Store, search: SearchService, *, file_max: int = 3, prompt_max: int = 3,
                  other_machines: bool = True, min_similarity: float = 0.0,
-                 told: ToldLedger | None = None, already_said: AlreadySaid | None = None) -> None:
+                 told: ToldLedger | None = None, already_said: AlreadySaid | None = None,
+                 consolidated: Consolidated | None = None) -> None:
         self._store = store
         self._search = search
         self._file_max = file_max
@@ -89,6 +95,7 @@ class Recall:
         self._min_similarity = min_similarity
         self.told = told if told is not None else ToldLedger()
         self._already_said = already_said if already_said is not None else AlreadySaid()
+        self._consolidated = consolidated if consolidated is not None else NOT_CONSOLIDATED
         self.file_recalls = 0
         self.prompt_recalls = 0
 
@@ -105,8 +112,9 @@ class Recall:
             log_exception(log, "file recall failed", exc)
             return ""
         not_after = latest_moment(time.time())  # nothing dated in the future, as at SessionStart
-        memories = [memory for memory in memories
-                    if memory.created_at <= not_after and (self._other_machines or not memory.origin)]
+        hidden = self._consolidated.is_hidden
+        memories = [memory for memory in memories if memory.created_at <= not_after
+                    and (self._other_machines or not memory.origin) and not hidden(memory.id)]
         already = self.told.told(claude_session_id)
         chosen = [memory for memory in memories if (OBSERVATION, memory.id) not in already][: self._file_max]
         self.told.tell(claude_session_id, [(OBSERVATION, memory.id) for memory in chosen])
@@ -157,11 +165,16 @@ class Recall:
         by_meaning = results.vectors == "used"
         not_after = latest_moment(time.time())
         already = self.told.told(claude_session_id)
+        hidden, use = self._consolidated.is_hidden, self._consolidated.use
         kept = [result for result in results.results
                 if result.claude_session_id != claude_session_id and result.created_at <= not_after
                 and (result.kind, result.id) not in already
+                and not (result.kind == OBSERVATION and hidden(result.id))
                 and (result.similarity is not None and result.similarity >= self._min_similarity if by_meaning
                      else "words" in result.matched_by)]
+        if by_meaning:  # what use says of each moves it a little (search.consolidation.standing)
+            kept.sort(key=lambda result: -((result.similarity or 0.0) + (
+                standing(use(result.id)) if result.kind == OBSERVATION else 0.0)))
         observations = [result.id for result in kept if result.kind == OBSERVATION]
         known = await self._already_said.known(cwd) if cwd and observations else None
         bare = {row.id for row in await self._store.observations_by_ids(observations)

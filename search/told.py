@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 
+from sessionmem.records import OBSERVATION
+
 SESSIONS_TRACKED = 1000
 TOLD_PER_SESSION = 500
 
@@ -40,6 +42,10 @@ class ToldLedger:
     def told(self, claude_session_id: str) -> frozenset[Told]:
         """What ``claude_session_id`` was already told (empty for a session not known)."""
         return frozenset(self._told.get(claude_session_id, ()))
+
+    def observations(self, claude_session_id: str) -> list[int]:
+        """The observations ``claude_session_id`` was already told (what consolidation counts as handed over)."""
+        return [row_id for kind, row_id in self._told.get(claude_session_id, ()) if kind == OBSERVATION]
 
     def tell(self, claude_session_id: str, memories: Iterable[Told]) -> list[Told]:
         """Of ``memories``, those not yet told in ``claude_session_id`` (in their order), now counted as told."""

@@ -63,10 +63,10 @@ from sessionmem.server.routing import (
     sse_response,
     text_arg,
 )
-from sessionmem.server.search_api import add_search_routes
+from sessionmem.server.search_api import add_search_routes, marked
 from sessionmem.server.services import Services
 from sessionmem.server.team_api import add_team_routes
-from sessionmem.storage.base import StorageUnavailable, Store
+from sessionmem.storage.base import StorageUnavailable
 from sessionmem.web.assets import PageAssets
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ def create_quart_app(services: Services) -> QuartTrio:
     add_worker_routes(app, services)
     add_session_routes(app, services)
     add_context_route(app, services)
-    add_read_routes(app, services.store)
+    add_read_routes(app, services)
     add_live_routes(app, services)
     pages = PageAssets()
     add_page_routes(app, pages)
@@ -314,8 +314,9 @@ def _page() -> dict[str, Any]:
             "limit": int_arg("limit", 50, low=1), "offset": int_arg("offset", 0, high=10**9)}
 
 
-def add_read_routes(app: QuartTrio, store: Store) -> None:
+def add_read_routes(app: QuartTrio, services: Services) -> None:
     """Pages of what is stored: sessions, projects, observations (one, or a list), summaries."""
+    store = services.store
 
     @app.get(routes.SESSIONS)
     async def sessions() -> Response:
@@ -330,15 +331,15 @@ def add_read_routes(app: QuartTrio, store: Store) -> None:
 
     @app.get(routes.OBSERVATION_LIST)
     async def list_observations() -> Response:
-        return json_response({"observations": await store.list_observations(**_page(), origin=origin_arg(),
-                                                                            flagged=flag_arg("flagged"))})
+        rows = await store.list_observations(**_page(), origin=origin_arg(), flagged=flag_arg("flagged"))
+        return json_response({"observations": await marked(services, rows)})
 
     @app.get(rule(routes.OBSERVATION, observation_id=ROW_ID))
     async def get_observation(observation_id: int) -> Response:
         row = await store.get_observation(observation_id)
         if row is None:
             return error_response(404, f"no observation with id {observation_id}")
-        return json_response(row)
+        return json_response((await marked(services, [row]))[0])
 
     @app.get(routes.SUMMARIES)
     async def summaries() -> Response:

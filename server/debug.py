@@ -24,6 +24,7 @@ from sessionmem.server.http_server import ConnectionStatistics
 from sessionmem.server.services import Services, WorkerStatistics
 from sessionmem.server.spool import SpoolStatistics
 from sessionmem.storage.base import StoreStatistics
+from sessionmem.storage.consolidator import ConsolidatorStatistics
 from sessionmem.storage.pruner import PrunerStatistics
 from sessionmem.team.sync import TeamStatistics
 
@@ -43,6 +44,7 @@ class DebugSnapshot(msgspec.Struct, frozen=True, omit_defaults=True):  # `team` 
     index: IndexStatistics
     embedder: EmbedderServiceStatistics
     retention: PrunerStatistics
+    consolidation: ConsolidatorStatistics
     gc: GcStatistics
     loop: LoopStatistics
     team: TeamStatistics | None = None  # team memory's sync; absent while database_url is not set
@@ -71,6 +73,7 @@ async def debug_snapshot(services: Services) -> DebugSnapshot:
         index=services.index.statistics(),
         embedder=services.embedder.statistics(),
         retention=services.pruner.statistics(),
+        consolidation=services.consolidator.statistics(),
         gc=WATCH.statistics(),
         loop=services.loop.statistics(),
         team=services.team.statistics() if services.team is not None else None,

@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 from quart import Response, request
@@ -42,6 +43,7 @@ from sessionmem.records import (
 from sessionmem.search.hybrid import SearchMode, SearchSource
 from sessionmem.search.snippets import snippet
 from sessionmem.search.team_search import TeamSearch
+from sessionmem.server.jsonapi import to_api
 from sessionmem.server.payloads import BadRequest, decode
 from sessionmem.server.routing import (
     error_response,
@@ -64,8 +66,16 @@ class BatchRequest(msgspec.Struct, frozen=True):
     ids: Annotated[list[Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]], msgspec.Meta(max_length=MAX_BATCH_IDS)]
 
 
+async def marked(services: Services, rows: Sequence[ObservationRow]) -> list[Any]:
+    """``rows`` as the API writes them, each that consolidation says something of with its ``consolidation``
+    (:class:`~sessionmem.storage.sqlite.consolidation.Marks`: merged into or superseded by, what it merged or
+    superseded, how often it was handed over and used)."""
+    marks = await services.consolidator.marks(rows)
+    return [{**to_api(row), "consolidation": to_api(marks[row.id])} if row.id in marks else row for row in rows]
+
+
 class BatchReply(msgspec.Struct, frozen=True):
-    observations: list[ObservationRow]  # in the order asked
+    observations: list[Any]  # ObservationRow, in the order asked (marked)
     missing: list[int]
 
 
@@ -243,4 +253,6 @@ def add_search_routes(app: QuartTrio, services: Services) -> None:
         wanted = decode(await request.get_data(cache=False, as_text=False, parse_form_data=False), BatchRequest).ids
         found = await services.store.observations_by_ids(wanted)
         present = {row.id for row in found}
-        return json_response(BatchReply(found, [i for i in dict.fromkeys(wanted) if i not in present]))
+        services.consolidator.fetched(list(present))  # fetched whole (MCP, the CLI): used
+        return json_response(BatchReply(await marked(services, found),
+                                        [i for i in dict.fromkeys(wanted) if i not in present]))

@@ -31,6 +31,7 @@ from sessionmem.server.ingest import Ingestor
 from sessionmem.server.spool import SpoolImporter
 from sessionmem.settings import Settings
 from sessionmem.storage.base import Store
+from sessionmem.storage.consolidator import Consolidator
 from sessionmem.storage.pruner import Pruner
 from sessionmem.team.sync import TeamSync
 
@@ -91,6 +92,7 @@ class Services:
     search: SearchService
     context: ContextPlanner
     pruner: Pruner
+    consolidator: Consolidator
     loop: LoopWatch
     home: DataDirIdentity  # the data dir and database opened: the spool importer and the worker's watch ask it
     team: TeamSync | None = None  # team memory's sync, when database_url is set

@@ -137,6 +137,9 @@ class Settings:
     # session's focus) is not handed over (cosine similarity of MiniLM vectors, 0 to 1; 0: no floor).
     # Chosen on the tune half of bench/handover_eval.py: the best F0.5 of prompt recall (bench/README.md).
     recall_min_similarity: float = 0.5
+    # The background pass that merges near-duplicate memories, marks a decision a later one replaced as
+    # superseded, and counts which memories handed over were then used (docs/search.md#consolidation).
+    consolidation: bool = True
 
     # Retention
     raw_retention_days: float = 30.0  # raw tool input/output of stored observations kept this long (0: always)
@@ -237,6 +240,7 @@ ENV = {
     "SESSIONMEM_PROMPT_RECALL": "prompt_recall",
     "SESSIONMEM_PROMPT_RECALL_MAX": "prompt_recall_max",
     "SESSIONMEM_RECALL_MIN_SIMILARITY": "recall_min_similarity",
+    "SESSIONMEM_CONSOLIDATION": "consolidation",
     "SESSIONMEM_RAW_RETENTION_DAYS": "raw_retention_days",
     "SESSIONMEM_EMBEDDER": "embedder",
     "SESSIONMEM_INDEX_SAVE_INTERVAL": "index_save_interval_s",

@@ -80,6 +80,7 @@ from sessionmem.server.services import Services, WorkerStatus
 from sessionmem.server.spool import SpoolImporter
 from sessionmem.settings import Settings
 from sessionmem.storage.base import StorageUnavailable, Store
+from sessionmem.storage.consolidator import Consolidator
 from sessionmem.storage.pruner import Pruner
 from sessionmem.storage.sqlite.store import SQLiteStore, open_sqlite_store
 from sessionmem.team.sync import TeamSync
@@ -413,11 +414,12 @@ async def _actors_serving(services: Services, budget: ShutdownBudget, *, freeze_
 
 
 async def _maintain(services: Services, scope: trio.CancelScope) -> None:
-    """The event-loop watch and the raw-data pruner, until ``scope`` is cancelled."""
+    """The event-loop watch, the raw-data pruner and the consolidation pass, until ``scope`` is cancelled."""
     with scope:
         async with trio.open_nursery() as tasks:
             tasks.start_soon(services.loop.run)
             tasks.start_soon(services.pruner.run)
+            tasks.start_soon(services.consolidator.run)
 
 
 def _services(settings: Settings, status: WorkerStatus, store: Store, compressor: Compressor,
@@ -433,10 +435,11 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
     redactor = Redactor(enabled=settings.redact_secrets, extra_patterns=settings.redact_patterns)
     search = SearchService(store, index, embedder)
     told = ToldLedger()  # shared: a memory told at SessionStart is not recalled again in the session
+    consolidator = Consolidator(store, told.observations, enabled=settings.consolidation)  # what is merged, superseded, used
     already_said = AlreadySaid(claude_config_dir=settings.claude_config_dir)  # shared: one cache of the files
     recall = Recall(store, search, file_max=settings.file_recall_max, prompt_max=settings.prompt_recall_max,
                     other_machines=settings.context_other_machines, min_similarity=settings.recall_min_similarity,
-                    told=told, already_said=already_said)
+                    told=told, already_said=already_said, consolidated=consolidator)
     ingestor = Ingestor(settings, store, router, redactor, recall=recall)
     guard = AccessGuard(token=token, port=settings.port,
                         extra_host="" if is_loopback(settings.host) else settings.host)
@@ -453,8 +456,9 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
                                files=settings.context_files,
                                other_machines=settings.context_other_machines,
                                min_similarity=settings.recall_min_similarity, told=told,
-                               already_said=already_said),
-        pruner=Pruner(store, retention_days=settings.raw_retention_days), loop=LoopWatch(), home=home, team=team)
+                               already_said=already_said, consolidated=consolidator),
+        pruner=Pruner(store, retention_days=settings.raw_retention_days), consolidator=consolidator,
+        loop=LoopWatch(), home=home, team=team)
 
 
 async def _warm_up(compressor: Compressor, redactor: Redactor, embedder: EmbedderService, *, freeze: bool) -> None:

@@ -16,7 +16,7 @@ Contract every backend keeps:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 import msgspec
@@ -44,6 +44,7 @@ from sessionmem.records import (
     SummaryRow,
 )
 from sessionmem.storage.commits import CommitSignal
+from sessionmem.storage.consolidation_rules import ConsolidationStep, Marks, Use
 from sessionmem.storage.export_records import ImportCounts, Record
 from sessionmem.storage.writer import WriterStatistics
 
@@ -184,6 +185,19 @@ class Store(Protocol):
         """Strip raw tool data from stored observations that happened before ``before``; returns how many."""
 
     async def reclaim_space(self, *, full: bool = False) -> None: ...
+
+    # -- consolidation (storage/sqlite/consolidation.py; the rules: search/consolidation.py)
+    async def consolidation_behind(self, *, limit: int) -> tuple[int, list[str]]:
+        """Observations waiting to be consolidated, and the sessions of the next batch of them."""
+
+    async def consolidate(self, told: Mapping[str, Collection[int]], *, limit: int) -> ConsolidationStep:
+        """Consolidate the next ``limit`` observations; ``told``: what their sessions were handed over."""
+
+    async def mark_fetched(self, ids: Sequence[int], *, key: str) -> dict[int, Use]:
+        """Memories fetched whole were used (once each ``key``); their new counts."""
+
+    async def consolidation_state(self) -> tuple[set[int], dict[int, Use]]: ...
+    async def consolidation_marks(self, ids: Sequence[int]) -> dict[int, Marks]: ...
     async def storage_report(self) -> StorageReport: ...
 
     # -- export and import (records of storage/export_records.py, which documents their identity rules)

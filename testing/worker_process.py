@@ -95,6 +95,15 @@ class WorkerClient:
             return debug if index["state"] in ("ready", "off") and index["pending"] == 0 else None
         return self.wait_until(indexed, timeout=timeout)
 
+    def wait_consolidated(self, *, timeout: float = 60.0) -> dict[str, Any]:
+        """Wait until the consolidation pass has gone through every stored observation; returns ``/debug``."""
+        deadline = time.monotonic() + timeout
+
+        def consolidated() -> dict[str, Any] | None:
+            debug = self._debug_within(deadline)
+            return debug if debug["consolidation"]["caughtUp"] else None
+        return self.wait_until(consolidated, timeout=timeout)
+
     def wait_idle(self, *, timeout: float = 30.0) -> dict[str, Any]:
         """Wait until the journal has nothing pending and no actor holds work."""
         deadline = time.monotonic() + timeout

@@ -291,7 +291,8 @@ async def test_debug_document_shape(app: InProcessWorker) -> None:
     await app.wait_idle()
     debug = await app.get("/debug")
     assert set(debug) == {"worker", "sessions", "supervisor", "actors", "journal", "store", "compressor", "stream",
-                          "spool", "access", "connections", "index", "embedder", "retention", "gc", "loop"}
+                          "spool", "access", "connections", "index", "embedder", "retention", "consolidation", "gc",
+                          "loop"}
     (actor,) = debug["actors"]
     assert actor["state"] in ("idle", "stopped") and actor["mailboxCapacity"] == 256
     assert set(debug["store"]) == {"path", "writer", "checkpointer", "gatheredReads", "fileRecallCache"}

@@ -331,8 +331,9 @@ async def test_the_team_push_is_woken_by_rows_it_shares_not_by_journal_accepts(
     from .test_team_sync import team_settings, wait_for
 
     monkeypatch.setattr(sync, "PUSH_INTERVAL_S", 3600.0)  # no timed pass: only the commit signal wakes it
-    async with open_worker(tmp_path / "a", **team_settings(team_database_url, "laptop", share_projects="shop")
-                           ) as worker:
+    # The consolidation pass waits on the signal too (for observations): off, so the push is its one waiter.
+    async with open_worker(tmp_path / "a", consolidation=False,
+                           **team_settings(team_database_url, "laptop", share_projects="shop")) as worker:
         commits = worker.services.store.commits
 
         async def push_waiting() -> bool:  # after its first pass, the push is the signal's one waiter (no index)

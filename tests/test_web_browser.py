@@ -459,3 +459,29 @@ def test_the_viewer_marks_flagged_memories_and_filters_them(browser: Browser, th
     browser.click("#clear")
     browser.wait(lambda: {flagged, clean} <= set(feed_keys(browser)), "every memory again")
     assert_only_this_worker(browser, threaded)
+
+
+def test_the_viewer_marks_merged_memories(browser: Browser, threaded: ThreadedWorker) -> None:
+    """A command run the same way in two sessions: the older run's card says "merged into #newer", the newer's
+    "merged ×2" (the consolidation pass, docs/search.md), in the feed and on its record."""
+    for session in ("first", "second"):
+        base = {"session_id": session, "cwd": "/w/calcproj"}
+        send(threaded, {**base, "hook_event_name": "UserPromptSubmit", "prompt": "Run the tests"})
+        send(threaded, {**base, "hook_event_name": "PostToolUse", "tool_name": "Bash", "tool_use_id": f"{session}-t",
+                        "tool_input": {"command": "python -m pytest -q"},
+                        "tool_response": {"stdout": "12 passed", "stderr": "", "interrupted": False}})
+        threaded.wait_idle()
+    threaded.wait_consolidated()
+    rows = {row["toolUseId"]: row for row in threaded.get("/api/observations")["observations"]}
+    older, newer = rows["first-t"], rows["second-t"]
+    browser.login(threaded, "/")
+    key = f"observation:{older['id']}"
+    browser.wait(lambda: key in feed_keys(browser), "the older run")
+    badge = f"#list .item[data-key=\"{key}\"] .badge[data-kind=merged]"
+    browser.wait(lambda: browser.js(f"return document.querySelector('{badge}')?.textContent") ==
+                 f"merged into #{newer['id']}", "the merged badge")
+    newer_badge = f"#list .item[data-key=\"observation:{newer['id']}\"] .badge[data-kind=merges]"
+    assert browser.js(f"return document.querySelector('{newer_badge}')?.textContent") == "merged ×2"
+    browser.click(f'#list .item[data-key="{key}"]')
+    browser.wait(lambda: f"merged into #{newer['id']}" in browser.text("#detail .line"), "the record's badge")
+    assert_only_this_worker(browser, threaded)

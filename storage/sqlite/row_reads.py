@@ -86,6 +86,13 @@ def _observation_row(row: SQLiteValues) -> ObservationRow:
         flagged=flag(row[25]))
 
 
+def observation_rows(connection: apsw.Connection, condition: str, params: dict[str, object]) -> list[ObservationRow]:
+    """The observations that satisfy ``condition`` (SQL over ``o``, the observation, and ``s``, its session),
+    in the order and number it says (``ORDER BY``, ``LIMIT`` may follow the condition)."""
+    return [_observation_row(row) for row in all_rows(
+        connection, f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM} WHERE {condition}", params)]
+
+
 def _observation_detail(row: SQLiteValues) -> ObservationDetail:
     """An ``_OBSERVATION_COLUMNS`` row followed by the session's row id, the event's id and its payload."""
     session_db_id, event_id, payload = row[_OBSERVATION_WIDTH:]

@@ -352,7 +352,54 @@ CREATE INDEX observations_flagged ON observations (project, created_at) WHERE fl
 CREATE INDEX summaries_flagged ON session_summaries (project, created_at) WHERE flagged = 1;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
+# Consolidation (storage/sqlite/consolidation.py, docs/search.md): what the background pass learned of the
+# memories, never a change of their text.
+# - observation_links: a memory merged into a near-duplicate of it (``duplicate``), or a decision a later
+#   one about the same thing replaced (``superseded``); ``by_id`` is the memory handed over instead. A
+#   memory has at most one link: the merged ones point at the newest of their group.
+# - consolidation_heads: per project and rule key, the memory a new one is compared with (the newest of
+#   a group of near-duplicates), so the pass reads one row for each it consolidates.
+# - memory_told, memory_used: which sessions were handed a memory, and which of them then read or
+#   changed one of its files (or fetched it through MCP); observation_use counts them for the ranking.
+# - consolidation_cursor: the last observation the pass consolidated; the pass resumes after it.
+_V10 = """
+CREATE TABLE observation_links (
+    observation_id INTEGER PRIMARY KEY REFERENCES observations (id),
+    kind           TEXT NOT NULL CHECK (kind IN ('duplicate', 'superseded')),
+    by_id          INTEGER NOT NULL REFERENCES observations (id),
+    linked_at      REAL NOT NULL
+);
+CREATE INDEX observation_links_by ON observation_links (by_id, kind);
+CREATE TABLE consolidation_heads (
+    project        TEXT NOT NULL,
+    rule_key       TEXT NOT NULL,
+    observation_id INTEGER NOT NULL,
+    PRIMARY KEY (project, rule_key)
+) WITHOUT ROWID;
+CREATE TABLE memory_told (
+    claude_session_id TEXT NOT NULL,
+    observation_id    INTEGER NOT NULL,
+    PRIMARY KEY (claude_session_id, observation_id)
+) WITHOUT ROWID;
+CREATE TABLE memory_used (
+    claude_session_id TEXT NOT NULL,
+    observation_id    INTEGER NOT NULL,
+    PRIMARY KEY (claude_session_id, observation_id)
+) WITHOUT ROWID;
+CREATE TABLE observation_use (
+    observation_id INTEGER PRIMARY KEY REFERENCES observations (id),
+    told           INTEGER NOT NULL DEFAULT 0,
+    used           INTEGER NOT NULL DEFAULT 0
+);
+-- A new decision is compared with its project's newest ones.
+CREATE INDEX observations_decisions ON observations (project, id) WHERE type = 'decision';
+CREATE TABLE consolidation_cursor (
+    name  TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
 
 
 class SchemaTooNew(RuntimeError):

@@ -28,7 +28,7 @@ Error handling:
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
@@ -75,10 +75,12 @@ from sessionmem.storage.base import (
     StoreStatistics,
 )
 from sessionmem.storage.commits import SHAREABLE, CommitSignal, Stored
+from sessionmem.storage.consolidation_rules import ConsolidationStep, Marks, Use
 from sessionmem.storage.export_records import ImportCounts, Record
 from sessionmem.storage.search_terms import query_terms
 from sessionmem.storage.sqlite import (
     cards,
+    consolidation,
     export_import,
     file_memories,
     fulltext,
@@ -339,6 +341,28 @@ class SQLiteStore:
             pruned += count
             if after == 0:
                 return pruned
+
+    # -- consolidation (storage/sqlite/consolidation.py) ---------------------------------------------
+
+    async def consolidation_behind(self, *, limit: int) -> tuple[int, list[str]]:
+        return await self._readers.run(partial(consolidation.behind, limit=limit))
+
+    async def consolidate(self, told: Mapping[str, Collection[int]], *, limit: int) -> ConsolidationStep:
+        """The next ``limit`` observations consolidated, in one background transaction (links and counts
+        only: nothing a consumer of the commit signal follows)."""
+        return await self.write(partial(consolidation.consolidate, told=told, now=time.time(), limit=limit),
+                                background=True, weight=max(1, limit // 8))
+
+    async def mark_fetched(self, ids: Sequence[int], *, key: str) -> dict[int, Use]:
+        return await self.write(partial(consolidation.mark_fetched, ids=ids, key=key), background=True)
+
+    async def consolidation_state(self) -> tuple[set[int], dict[int, Use]]:
+        """Every observation not handed over (merged or superseded), and the use counts."""
+        return await self._readers.run(lambda connection: (consolidation.hidden_ids(connection),
+                                                           consolidation.all_uses(connection)))
+
+    async def consolidation_marks(self, ids: Sequence[int]) -> dict[int, Marks]:
+        return await self._readers.run(partial(consolidation.marks, ids=ids))
 
     async def reclaim_space(self, *, full: bool = False) -> None:
         """Give freed pages back to the file system: incrementally, or by a full VACUUM (``full``)."""

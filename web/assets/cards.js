@@ -24,6 +24,29 @@ export function flaggedBadge(row) {
     title: "holds instruction-like text, kept quoted: never promoted into a title or next steps"}, "flagged") : null;
 }
 
+/**
+ * What the consolidation pass says of an observation (docs/search.md, "Consolidation"): merged into a newer
+ * near-duplicate or superseded by a later decision (neither handed over again), what it took in, how often it
+ * was used after being handed over.
+ */
+export function consolidationBadges(row) {
+  const marks = row.consolidation;
+  if (!marks) return [];
+  const badges = [];
+  if (marks.duplicateOf) badges.push(h("span", {class: "badge", dataset: {kind: "merged"},
+    title: "a near-duplicate of a newer memory: handed over as that one"}, `merged into #${marks.duplicateOf}`));
+  if (marks.supersededBy) badges.push(h("span", {class: "badge", dataset: {kind: "superseded"},
+    title: "a later decision about the same thing replaced it: not handed over"}, `superseded by #${marks.supersededBy}`));
+  if (marks.merged) badges.push(h("span", {class: "badge", dataset: {kind: "merges"},
+    title: "older near-duplicates merged into it"}, `merged ×${marks.merged + 1}`));
+  if (marks.supersedes) badges.push(h("span", {class: "badge", dataset: {kind: "supersedes"},
+    title: "earlier decisions about the same thing it replaced"}, `supersedes ${marks.supersedes}`));
+  if (marks.used) badges.push(h("span", {class: "badge", dataset: {kind: "used"},
+    title: `handed over ${marks.told ?? 0}×; then acted upon (its files read or changed) or fetched ${marks.used}×`},
+    `used ${marks.used}×`));
+  return badges;
+}
+
 export function fileChips(files) {
   const shown = files.slice(0, MAX_FILE_CHIPS).map((file) => h("span", {class: "chip", title: file}, shortPath(file)));
   const more = files.length > MAX_FILE_CHIPS ? h("span", {class: "chip more"}, `+${files.length - MAX_FILE_CHIPS}`) : null;
@@ -59,7 +82,7 @@ export function feedItem(entry, options) {
   }
   return item(`observation:${row.id}`, options,
     h("div", {class: "line"}, badge(row.type), h("span", {class: "title"}, row.title || "(untitled)"),
-      row.failed ? badge("failed") : null, flaggedBadge(row), originBadge(row.origin)),
+      row.failed ? badge("failed") : null, flaggedBadge(row), originBadge(row.origin), ...consolidationBadges(row)),
     h("div", {class: "meta"}, row.toolName, " · ", time(row.createdAt)),
     fileChips(observationFiles(row)));
 }

@@ -2,7 +2,7 @@
 // input and output it was made from), a summary, a search card, and a timeline.
 // Text only: see dom.js.
 
-import {badge, fileChips, flaggedBadge, originBadge, time, timelineItem} from "./cards.js";
+import {badge, consolidationBadges, fileChips, flaggedBadge, originBadge, time, timelineItem} from "./cards.js";
 import {h} from "./dom.js";
 import {number, when} from "./format.js";
 
@@ -41,7 +41,8 @@ function timelineButton(onTimeline) {
 export function observationView(row, {onTimeline}) {
   return h("article", {class: "record", dataset: {key: `observation:${row.id}`}},
     h("div", {class: "line"}, badge(row.type), badge(row.toolName, "tool"), row.failed ? badge("failed") : null,
-      row.compressed ? null : badge("raw", "raw"), flaggedBadge(row), originBadge(row.origin)),
+      row.compressed ? null : badge("raw", "raw"), flaggedBadge(row), originBadge(row.origin),
+      ...consolidationBadges(row)),
     h("h2", {class: "record-title"}, row.title || "(untitled)"),
     row.subtitle ? h("p", {class: "subtitle"}, row.subtitle) : null,
     timelineButton(onTimeline),
