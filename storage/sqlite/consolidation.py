@@ -29,7 +29,7 @@ from sessionmem.storage.consolidation_rules import (
     same_subject,
 )
 from sessionmem.storage.sqlite.row_reads import observation_rows
-from sessionmem.storage.sqlite.values import all_rows, integer, one_row, optional_row, to_json
+from sessionmem.storage.sqlite.values import all_rows, integer, one_row, optional_integer, optional_row, to_json
 
 CURSOR = "observations"
 BATCH = 200  # observations a transaction: about 10-20 ms of the writer (a near-duplicate's head read for each)
@@ -96,14 +96,19 @@ def marks(connection: apsw.Connection, ids: Sequence[int]) -> dict[int, Marks]:
     wanted = to_json(list(ids))
     found: dict[int, dict[str, int]] = {}
     for row_id, kind, by_id in all_rows(
-            connection, "SELECT observation_id, kind, by_id FROM observation_links"
-            " WHERE observation_id IN (SELECT value FROM json_each(?))", (wanted,)):
+            connection, "SELECT l.observation_id, l.kind, coalesce(g.survivor, l.by_id) FROM observation_links l"
+            " LEFT JOIN duplicate_groups g ON g.id = l.group_id"
+            " WHERE l.observation_id IN (SELECT value FROM json_each(?))", (wanted,)):
         found.setdefault(integer(row_id), {})["duplicate_of" if kind == "duplicate" else "superseded_by"] = \
             integer(by_id)
-    for by_id, kind, count in all_rows(
-            connection, "SELECT by_id, kind, count(*) FROM observation_links"
-            " WHERE by_id IN (SELECT value FROM json_each(?)) GROUP BY by_id, kind", (wanted,)):
-        found.setdefault(integer(by_id), {})["merged" if kind == "duplicate" else "supersedes"] = integer(count)
+    for survivor, merged in all_rows(
+            connection, "SELECT survivor, sum(merged) FROM duplicate_groups"
+            " WHERE survivor IN (SELECT value FROM json_each(?)) GROUP BY survivor", (wanted,)):
+        found.setdefault(integer(survivor), {})["merged"] = integer(merged)
+    for by_id, count in all_rows(
+            connection, "SELECT by_id, count(*) FROM observation_links"
+            " WHERE by_id IN (SELECT value FROM json_each(?)) GROUP BY by_id", (wanted,)):
+        found.setdefault(integer(by_id), {})["supersedes"] = integer(count)
     for row_id, told, used in all_rows(
             connection, "SELECT observation_id, told, used FROM observation_use"
             " WHERE observation_id IN (SELECT value FROM json_each(?))", (wanted,)):
@@ -112,27 +117,33 @@ def marks(connection: apsw.Connection, ids: Sequence[int]) -> dict[int, Marks]:
 
 
 def _merge_duplicate(connection: apsw.Connection, row: ObservationRow, now: float) -> list[int]:
-    """``row`` becomes the head of its near-duplicate group: the head before it (and what was merged into
-    that) is merged into it when they are near-duplicates."""
+    """``row`` becomes the head of its key: when it is a near-duplicate of the head before it, that head is
+    merged into their group, of which ``row`` is now the survivor (one row's update, however large the
+    group); otherwise ``row`` starts afresh (the earlier group keeps its survivor)."""
     key = duplicate_key(row)
     if key is None:
         return []
-    found = optional_row(connection, "SELECT observation_id FROM consolidation_heads WHERE project = ? AND rule_key = ?",
-                         (row.project, key))
-    connection.execute("INSERT OR REPLACE INTO consolidation_heads (project, rule_key, observation_id) VALUES (?, ?, ?)",
-                       (row.project, key, row.id))
-    if found is None or integer(found[0]) == row.id:
-        return []
-    head = observation_rows(connection, "o.id = :id", {"id": integer(found[0])})
-    if not head or not near_duplicate(row, head[0]):
-        return []
-    connection.execute("INSERT OR IGNORE INTO observation_links (observation_id, kind, by_id, linked_at)"
-                       " VALUES (?, 'duplicate', ?, ?)", (head[0].id, row.id, now))
-    if not connection.changes():  # the head was superseded meanwhile: it stays so
-        return []
-    connection.execute("UPDATE observation_links SET by_id = ? WHERE by_id = ? AND kind = 'duplicate'",
-                       (row.id, head[0].id))
-    return [head[0].id]
+    found = optional_row(connection, "SELECT observation_id, group_id FROM consolidation_heads"
+                         " WHERE project = ? AND rule_key = ?", (row.project, key))
+    head = observation_rows(connection, "o.id = :id", {"id": integer(found[0])}) if found is not None else []
+    group_id: int | None = None
+    merged: list[int] = []
+    # (a head superseded meanwhile stays so, and row starts afresh)
+    if head and head[0].id != row.id and near_duplicate(row, head[0]) and optional_row(
+            connection, "SELECT 1 FROM observation_links WHERE observation_id = ?", (head[0].id,)) is None:
+        group_id = optional_integer(found[1]) if found is not None else None
+        if group_id is None:
+            connection.execute("INSERT INTO duplicate_groups (survivor, merged) VALUES (?, 1)", (row.id,))
+            group_id = connection.last_insert_rowid()
+        else:
+            connection.execute("UPDATE duplicate_groups SET survivor = ?, merged = merged + 1 WHERE id = ?",
+                               (row.id, group_id))
+        connection.execute("INSERT INTO observation_links (observation_id, kind, group_id, linked_at)"
+                           " VALUES (?, 'duplicate', ?, ?)", (head[0].id, group_id, now))
+        merged = [head[0].id]
+    connection.execute("INSERT OR REPLACE INTO consolidation_heads (project, rule_key, observation_id, group_id)"
+                       " VALUES (?, ?, ?, ?)", (row.project, key, row.id, group_id))
+    return merged
 
 
 def _supersede_decisions(connection: apsw.Connection, row: ObservationRow, now: float) -> list[int]:

@@ -354,11 +354,12 @@ CREATE INDEX summaries_flagged ON session_summaries (project, created_at) WHERE 
 
 # Consolidation (storage/sqlite/consolidation.py, docs/search.md): what the background pass learned of the
 # memories, never a change of their text.
-# - observation_links: a memory merged into a near-duplicate of it (``duplicate``), or a decision a later
-#   one about the same thing replaced (``superseded``); ``by_id`` is the memory handed over instead. A
-#   memory has at most one link: the merged ones point at the newest of their group.
-# - consolidation_heads: per project and rule key, the memory a new one is compared with (the newest of
-#   a group of near-duplicates), so the pass reads one row for each it consolidates.
+# - observation_links: a memory merged into a group of near-duplicates (``duplicate``: ``group_id``), or a
+#   decision a later one about the same thing replaced (``superseded``: ``by_id``, the later one).
+# - duplicate_groups: a group of near-duplicates, handed over as its ``survivor`` (the newest); ``merged``:
+#   the older ones merged into it. A new near-duplicate becomes the survivor by one row's update.
+# - consolidation_heads: per project and rule key, the newest observation a new one is compared with, and
+#   its group if it has one, so the pass reads one row for each it consolidates.
 # - memory_told, memory_used: which sessions were handed a memory, and which of them then read or
 #   changed one of its files (or fetched it through MCP); observation_use counts them for the ranking.
 # - consolidation_cursor: the last observation the pass consolidated; the pass resumes after it.
@@ -366,14 +367,23 @@ _V10 = """
 CREATE TABLE observation_links (
     observation_id INTEGER PRIMARY KEY REFERENCES observations (id),
     kind           TEXT NOT NULL CHECK (kind IN ('duplicate', 'superseded')),
-    by_id          INTEGER NOT NULL REFERENCES observations (id),
-    linked_at      REAL NOT NULL
+    group_id       INTEGER REFERENCES duplicate_groups (id),
+    by_id          INTEGER REFERENCES observations (id),
+    linked_at      REAL NOT NULL,
+    CHECK ((kind = 'duplicate') = (group_id IS NOT NULL) AND (kind = 'superseded') = (by_id IS NOT NULL))
 );
-CREATE INDEX observation_links_by ON observation_links (by_id, kind);
+CREATE INDEX observation_links_by ON observation_links (by_id) WHERE by_id IS NOT NULL;
+CREATE TABLE duplicate_groups (
+    id       INTEGER PRIMARY KEY,
+    survivor INTEGER NOT NULL REFERENCES observations (id),
+    merged   INTEGER NOT NULL
+);
+CREATE INDEX duplicate_groups_survivor ON duplicate_groups (survivor);
 CREATE TABLE consolidation_heads (
     project        TEXT NOT NULL,
     rule_key       TEXT NOT NULL,
     observation_id INTEGER NOT NULL,
+    group_id       INTEGER,
     PRIMARY KEY (project, rule_key)
 ) WITHOUT ROWID;
 CREATE TABLE memory_told (

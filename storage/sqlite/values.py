@@ -89,6 +89,10 @@ def real(value: SQLiteValue) -> float:
     raise _unexpected("a number", value)
 
 
+def optional_integer(value: SQLiteValue) -> int | None:
+    return None if value is None else integer(value)
+
+
 def optional_real(value: SQLiteValue) -> float | None:
     return None if value is None else real(value)
 
