@@ -245,6 +245,9 @@ def _percent(value: float | None) -> str:
 
 
 def print_table(figures: dict[str, Any]) -> None:
+    consolidation = figures["meta"]["consolidation"]
+    print(f"consolidation {'on' if consolidation['enabled'] else 'off'}: {consolidation['consolidated']} observations"
+          f" consolidated, {consolidation['hidden']} merged or superseded")
     for half in HALVES:
         print(f"\n### {HALF_TITLES[half]}: {figures[half][ALL]['handover']['sessions']} sessions\n")
         print("| surface | handed over | obs./session | chars/session | precision files · commands · errors · any |"
@@ -294,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
                 scored[project.name] = evaluate_project(worker, project, tallies, per_session, limit=args.limit)
                 print(f"handover_eval: {project.name}: {scored[project.name]} sessions scored, "
                       f"{time.monotonic() - started:.0f} s", file=sys.stderr)
+            consolidation = worker.wait_consolidated(timeout=WAIT_S)["consolidation"]
     figures: dict[str, Any] = {half: {surface: {baseline: tally.figures() for baseline, tally in by_baseline.items()}
                                       for surface, by_baseline in by_surface.items()}
                                for half, by_surface in tallies.items()}
@@ -301,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                             cwd=Path(__file__).resolve().parent).stdout.strip() or "unknown"
     figures["meta"] = {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": commit,
                        "command": shlex.join([sys.executable, *sys.argv]), "seconds": round(time.monotonic() - started),
-                       "worker_env": env, "split": "eval_queries.half_of(session id)",
+                       "worker_env": env, "consolidation": consolidation, "split": "eval_queries.half_of(session id)",
                        "projects": [{"name": p.name, "sessions": len(p.sessions), "scored": scored[p.name]}
                                     for p in projects]}
     figures["per_session"] = per_session

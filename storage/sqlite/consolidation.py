@@ -47,9 +47,11 @@ def behind(connection: apsw.Connection, *, limit: int = BATCH) -> tuple[int, lis
     after the cursor are the ids up to the largest."""
     after = cursor(connection)
     (newest,) = one_row(connection, "SELECT coalesce(max(id), 0) FROM observations")
+    # CROSS JOIN: the next rows first, each one's session by its key (left to itself, SQLite may walk the
+    # sessions and index the rows on the way).
     sessions = all_rows(
         connection, "SELECT DISTINCT s.claude_session_id FROM (SELECT session_db_id FROM observations WHERE id > ?"
-        " ORDER BY id LIMIT ?) o JOIN sessions s ON s.id = o.session_db_id", (after, limit))
+        " ORDER BY id LIMIT ?) o CROSS JOIN sessions s ON s.id = o.session_db_id", (after, limit))
     return max(0, integer(newest) - after), [str(session) for (session,) in sessions]
 
 
