@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/context_ab.py OTHER_PYTHON [--corpus DIR] [--transcripts 40] [--rounds 3] [--runs 200]
     .venv/bin/python bench/context_ab.py OTHER_PYTHON --store DATA_DIR [--by-meaning] [--rounds 3] [--runs 200]
+    .venv/bin/python bench/context_ab.py OTHER_PYTHON --store DATA_DIR --while-consolidating
 
 ``OTHER_PYTHON`` is the interpreter of another tree's install: a virtualenv with that tree installed
 (``git worktree add ../base e133b3d && python3 -m venv ../base-venv && ../base-venv/bin/pip install -e
@@ -22,6 +23,10 @@ their own: a tree that reads what Claude Code's own memory says (``search/alread
 the project's latest prompt, as ``bench/search_latency.py`` does: the embedder on, each block waiting for
 the index to load first (both trees must open the store and its index as they are: a tree older than the
 store's schema refuses it).
+A tree with a consolidation pass (``storage/consolidator.py``) is measured once its pass has gone through
+the store (each block waits for it); ``--while-consolidating`` measures it working instead: before each of
+this tree's blocks its pass's work is forgotten (:func:`unconsolidate`), so it starts over from the first
+observation as on an upgrade, and each block says how far it still was from done at its end.
 Figures: per tree, the median over its blocks of their p50 and p95, the ratio of the p50s (this tree
 ÷ the other), and the context's size in characters.
 
@@ -92,13 +97,33 @@ def biggest_project(data_dir: Path) -> tuple[str, int]:
     return str(row[0]), int(row[1])
 
 
+CONSOLIDATION_TABLES = ("observation_links", "duplicate_groups", "consolidation_heads", "memory_told", "memory_used",
+                        "observation_use", "consolidation_cursor")
+
+
+def unconsolidate(data_dir: Path) -> None:
+    """Forget what a consolidation pass did in ``data_dir`` (a tree that has one): it starts again from the first
+    observation when a worker next opens the store."""
+    connection = apsw.Connection(str(data_dir / "sessionmem.db"))
+    try:
+        present = {str(name) for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        with connection:
+            for table in CONSOLIDATION_TABLES:
+                if table in present:
+                    connection.execute(f"DELETE FROM {table}")
+    finally:
+        connection.close()
+
+
 def block(python: str, data_dir: Path, project: str, runs: int, label: str, cwd: Path, *,
-          by_meaning: bool = False) -> dict[str, Any]:
+          by_meaning: bool = False, settled: bool = True) -> dict[str, Any]:
     """One worker of ``python`` on ``data_dir``: the context asked ``runs`` times as the hook asks it, from
     ``cwd`` (beside which its Claude config dir is); ``by_meaning``: ranked by the meaning of the project's
-    latest prompt instead (``source=compact``, the embedder on and the index loaded first)."""
+    latest prompt instead (``source=compact``, the embedder on and the index loaded first). ``settled``: a
+    worker with a consolidation pass first waits for it to go through the store (else it works meanwhile)."""
     times: list[float] = []
     size = 0
+    behind = 0
     env = {**WORKER_ENV, "CLAUDE_CONFIG_DIR": str(cwd.with_name("claude-config"))}
     if by_meaning:
         del env["SESSIONMEM_EMBEDDER"]
@@ -106,6 +131,8 @@ def block(python: str, data_dir: Path, project: str, runs: int, label: str, cwd:
         if by_meaning:
             worker.wait_until(lambda: (d := worker.get(routes.DEBUG))["index"]["state"] == "ready"
                               and not d["index"]["pending"] and d["embedder"]["embedder"]["loaded"], timeout=600)
+        if settled and "consolidation" in worker.get(routes.DEBUG):
+            worker.wait_consolidated(timeout=900)
         for n in range(WARM_UP + runs):
             query = ({"project": project, "source": "compact"} if by_meaning else
                      {"project": project, "session": f"ab-{label}-{n}", "source": "startup", "cwd": str(cwd)})
@@ -118,8 +145,9 @@ def block(python: str, data_dir: Path, project: str, runs: int, label: str, cwd:
             if n >= WARM_UP:
                 times.append(elapsed * 1000)
             size = len(reply.body)
+        behind = worker.get(routes.DEBUG).get("consolidation", {}).get("behind", 0)
     times.sort()
-    return {"p50": statistics.median(times), "p95": times[int(0.95 * len(times))], "chars": size}
+    return {"p50": statistics.median(times), "p95": times[int(0.95 * len(times))], "chars": size, "behind": behind}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", type=Path, help="a data dir to copy for each tree, instead of building one")
     parser.add_argument("--by-meaning", action="store_true",
                         help="ranked by the meaning of the project's latest prompt (source=compact, vectors on)")
+    parser.add_argument("--while-consolidating", action="store_true",
+                        help="this tree's consolidation pass starts over before each of its blocks and works "
+                             "meanwhile (else each block waits for it first)")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="context-ab-"))
     try:
@@ -157,16 +188,20 @@ def main(argv: list[str] | None = None) -> int:
             order = list(trees) if round_number % 2 == 0 else list(reversed(trees))  # A B, B A: no side always first
             for name in order:
                 python, data_dir = trees[name]
+                if args.while_consolidating and name == "this tree":
+                    unconsolidate(data_dir)
                 blocks[name].append(block(python, data_dir, project, args.runs, f"{round_number}-{name[:5]}", cwd,
-                                          by_meaning=args.by_meaning))
+                                          by_meaning=args.by_meaning, settled=not args.while_consolidating))
         figures = {name: {"p50_ms": round(statistics.median(b["p50"] for b in found), 2),
                           "p95_ms": round(statistics.median(b["p95"] for b in found), 2),
-                          "blocks_p50_ms": [round(b["p50"], 2) for b in found], "chars": found[-1]["chars"]}
+                          "blocks_p50_ms": [round(b["p50"], 2) for b in found], "chars": found[-1]["chars"],
+                          "consolidation_behind_at_end": [b["behind"] for b in found]}
                    for name, found in blocks.items()}
         ratio = figures["this tree"]["p50_ms"] / figures["other tree"]["p50_ms"]
         for name, figure in figures.items():
             print(f"{name}: p50 {figure['p50_ms']} ms, p95 {figure['p95_ms']} ms (blocks {figure['blocks_p50_ms']}),"
-                  f" {figure['chars']:,} characters of context")
+                  f" {figure['chars']:,} characters of context; observations its consolidation pass had not reached"
+                  f" at each block's end: {figure['consolidation_behind_at_end']}")
         print(f"this tree ÷ other tree, p50: {ratio:.3f}; project {project} of {observations:,} observations, "
               f"{args.rounds} rounds of {args.runs}")
         write_json({"project": project, "observations": observations, "figures": figures,

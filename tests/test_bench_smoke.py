@@ -133,6 +133,12 @@ def test_handover_eval_smoke_scores_every_surface_against_its_baselines(tmp_path
     # The seeded project's second session reads the file the first one changed: the handover names it.
     assert sum(report[half]["all"]["handover"]["found"]["files"] for half in ("tune", "held_out")) >= 1
     assert "### Held-out half" in result.stdout and "| session_start | recency |" in result.stdout
+    assert report["meta"]["consolidation"]["enabled"] and report["meta"]["consolidation"]["caughtUp"]
+    # What if SessionStart handed over less: read from the same file's lines.
+    trimmed = subprocess.run([sys.executable, str(REPO / "bench" / "handover_trim.py"), str(out)],
+                             capture_output=True, text=True, timeout=60)
+    assert trimmed.returncode == 0, trimmed.stderr[-3000:]
+    assert "| no SessionStart at all |" in trimmed.stdout and "### held_out" in trimmed.stdout
 
 
 def test_catch_up_smoke_times_the_index_catching_up_after_a_backfill(tmp_path: Path) -> None:

@@ -55,6 +55,17 @@ def test_decisions_about_the_same_thing_and_what_use_adds() -> None:
     assert standing(Use(told=8, used=0)) == standing(Use(told=4, used=0))  # bounded
 
 
+def test_use_reorders_memories_about_as_relevant_never_an_unrelated_one_first() -> None:
+    from sessionmem.records import OBSERVATION, RankedKey
+    from sessionmem.search.context import ranked
+
+    relevant = [RankedKey(OBSERVATION, 1, 0.80), RankedKey(OBSERVATION, 2, 0.79), RankedKey(OBSERVATION, 3, 0.40)]
+    used, ignored = standing(Use(told=3, used=3)), standing(Use(told=4, used=0))
+    assert ranked(relevant, [1, 2, 3]) == [1, 2, 3]
+    assert ranked(relevant, [1, 2, 3], {2: used, 1: ignored}) == [2, 1, 3]  # about as relevant: use decides
+    assert ranked(relevant, [1, 2, 3], {3: used, 1: ignored})[-1] == 3  # half as relevant: use does not lift it
+
+
 def _records(project: str) -> list[Any]:
     """Three sessions of one project: the same file read and the same command run in each, a failure in
     each, three decisions about the index (the last one flagged)."""

@@ -32,7 +32,6 @@ from sessionmem.storage.sqlite.row_reads import observation_rows
 from sessionmem.storage.sqlite.values import all_rows, integer, one_row, optional_integer, optional_row, to_json
 
 CURSOR = "observations"
-BATCH = 200  # observations a transaction: about 10-20 ms of the writer (a near-duplicate's head read for each)
 DECISIONS_COMPARED = 20  # a new decision is compared with its project's newest this many
 
 
@@ -41,7 +40,7 @@ def cursor(connection: apsw.Connection) -> int:
     return integer(found[0]) if found is not None else 0
 
 
-def behind(connection: apsw.Connection, *, limit: int = BATCH) -> tuple[int, list[str]]:
+def behind(connection: apsw.Connection, *, limit: int) -> tuple[int, list[str]]:
     """How many observations wait to be consolidated, and the sessions of the next ``limit`` of them
     (whose handed-over memories :func:`consolidate` is given). Observations are never deleted, so those
     after the cursor are the ids up to the largest."""
@@ -56,7 +55,7 @@ def behind(connection: apsw.Connection, *, limit: int = BATCH) -> tuple[int, lis
 
 
 def consolidate(connection: apsw.Connection, *, told: Mapping[str, Collection[int]], now: float,
-                limit: int = BATCH) -> ConsolidationStep:
+                limit: int) -> ConsolidationStep:
     """Consolidate the next ``limit`` observations after the cursor; ``told``: for their sessions, the
     memories (observation ids) each was handed over in this worker's life."""
     after = cursor(connection)
