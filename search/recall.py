@@ -172,9 +172,13 @@ class Recall:
                 and not (result.kind == OBSERVATION and hidden(result.id))
                 and (result.similarity is not None and result.similarity >= self._min_similarity if by_meaning
                      else "words" in result.matched_by)]
-        if by_meaning:  # what use says of each moves it a little (search.consolidation.standing)
-            kept.sort(key=lambda result: -((result.similarity or 0.0) + (
-                standing(use(result.id)) if result.kind == OBSERVATION else 0.0)))
+        standings = {result.id: standing(use(result.id)) for result in kept if result.kind == OBSERVATION}
+
+        def score(result: SearchResult) -> float:  # its similarity, moved a little by use
+            return (result.similarity or 0.0) + (standings[result.id] if result.kind == OBSERVATION else 0.0)
+
+        if by_meaning and any(standings.values()):  # else search's own order, as before any use was counted
+            kept.sort(key=score, reverse=True)
         observations = [result.id for result in kept if result.kind == OBSERVATION]
         known = await self._already_said.known(cwd) if cwd and observations else None
         bare = {row.id for row in await self._store.observations_by_ids(observations)
