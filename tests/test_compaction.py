@@ -46,9 +46,9 @@ def tool_use(name: str, tool_input: dict[str, Any], response: Any, *, failed: st
 
 def hook(stage: str, payload: dict[str, Any], data_dir: Path) -> dict[str, Any] | None:
     """The hook, as Claude Code runs it, with time to wait for the worker: what it is handed is under test here,
-    not the hooks' budget (2 s, which a loaded machine can spend while a worker starts, spooling the event for
-    later and leaving the session without a row yet)."""
-    result = run_hook(stage, payload, data_dir, SESSIONMEM_HOOK_TIMEOUT="30")
+    not the hooks' budget (2 s, which a loaded machine can spend while a worker starts or answers its readiness,
+    spooling the event for later and leaving the session without a row yet)."""
+    result = run_hook(stage, payload, data_dir, SESSIONMEM_HOOK_TIMEOUT="30", SESSIONMEM_START_TIMEOUT="30")
     assert result.returncode == 0 and result.stderr == b""
     return json.loads(result.stdout) if result.stdout else None
 

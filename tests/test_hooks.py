@@ -436,6 +436,46 @@ def test_session_start_with_a_foreign_program_on_the_port(tmp_path: Path, payloa
     assert not (tmp_path / "worker.json").exists()  # no worker was started against a taken port
 
 
+def test_session_start_waits_for_a_worker_too_busy_to_answer_at_once(tmp_path: Path,
+                                                                    payloads: list[dict[str, Any]]) -> None:
+    """A worker that answers its readiness late (a loaded machine) is not taken for another program: the hook
+    asks again within its start timeout, and then asks for the context."""
+    import socket
+
+    asked: list[bytes] = []
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        port = listener.getsockname()[1]
+
+        def answer() -> None:
+            for number in range(3):
+                try:
+                    connection, _ = listener.accept()
+                except OSError:
+                    return
+                with connection:
+                    asked.append(connection.recv(65536).split(b"\r\n", 1)[0])
+                    if number == 0:  # the first readiness probe: no answer before the hook stops waiting for it
+                        time.sleep(1.0)
+                        continue
+                    body = b'{"status": "ready"}' if number == 1 else b'{"error": "busy"}'
+                    status = b"200 OK" if number == 1 else b"503 Service Unavailable"
+                    connection.sendall(b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\nContent-Length: "
+                                       + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+
+        thread = threading.Thread(target=answer, daemon=True)
+        thread.start()
+        result = run_hook("SessionStart", by_event(payloads, "SessionStart"), tmp_path, SESSIONMEM_PORT=str(port),
+                          SESSIONMEM_START_TIMEOUT="10")
+        thread.join(timeout=15)
+    assert_silent_success(result)
+    assert asked[:2] == [b"GET /api/readiness HTTP/1.1"] * 2  # asked again, not given up on
+    assert len(asked) == 3 and asked[2].startswith(b"GET /api/context/inject?")
+    assert "not a ready sessionmem worker" not in (tmp_path / "hooks.log").read_text()
+    assert not (tmp_path / "worker.json").exists()  # no second worker started beside a busy one
+
+
 def test_worker_refuses_a_port_in_use(tmp_path: Path) -> None:
     import socket
 

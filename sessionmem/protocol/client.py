@@ -26,12 +26,14 @@ MAX_RESPONSE = 8 * 1024 * 1024
 class WorkerUnavailable(Exception):
     """The worker could not be reached or did not answer properly in time.
 
-    ``refused`` is true when nothing listens on the port at all.
+    ``refused`` is true when nothing listens on the port at all; ``timed_out`` when something does and
+    its reply did not come (complete) in time: a busy worker, as often as another program.
     """
 
-    def __init__(self, message: str, *, refused: bool = False) -> None:
+    def __init__(self, message: str, *, refused: bool = False, timed_out: bool = False) -> None:
         super().__init__(message)
         self.refused = refused
+        self.timed_out = timed_out
 
 
 class Reply:
@@ -67,7 +69,7 @@ def request(host: str, port: int, method: str, path: str, body: bytes | None = N
             while not _complete(raw):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise WorkerUnavailable(f"{host}:{port}: no complete reply within {timeout}s")
+                    raise WorkerUnavailable(f"{host}:{port}: no complete reply within {timeout}s", timed_out=True)
                 sock.settimeout(remaining)
                 chunk = sock.recv(65536)
                 if not chunk:
@@ -78,7 +80,8 @@ def request(host: str, port: int, method: str, path: str, body: bytes | None = N
         finally:
             sock.close()
     except OSError as exc:  # refused, timed out, reset
-        raise WorkerUnavailable(f"{host}:{port}: {exc}", refused=isinstance(exc, ConnectionRefusedError)) from None
+        raise WorkerUnavailable(f"{host}:{port}: {exc}", refused=isinstance(exc, ConnectionRefusedError),
+                                timed_out=isinstance(exc, TimeoutError)) from None
     return _parse(bytes(raw))
 
 

@@ -13,8 +13,8 @@ Resource handling:
 
 Error handling:
     Returns the port of a ready worker, or ``None`` (never raises for an expected
-    failure: port taken by another program, start too slow, spawn failed); the
-    reason goes to the hook log.
+    failure: port taken by another program, start too slow, a worker too busy to answer
+    within the wait, spawn failed); the reason goes to the hook log.
 """
 
 from __future__ import annotations
@@ -39,11 +39,12 @@ POLL_S = 0.025
 
 
 def probe(config: ClientConfig, port: int, timeout: float) -> str:
-    """``ready``, ``starting``, ``down`` (nothing listening) or ``foreign`` (not sessionmem)."""
+    """``ready``, ``starting``, ``down`` (nothing listening), ``busy`` (something listens and did not answer
+    in time: a loaded machine's worker, most likely) or ``foreign`` (an answer, not sessionmem's)."""
     try:
         reply = request(config.host, port, "GET", READINESS, timeout=timeout, token=config.token())
     except WorkerUnavailable as exc:
-        return "down" if exc.refused else "foreign"
+        return "down" if exc.refused else "busy" if exc.timed_out else "foreign"
     if reply.status == 200 and f'"{READY}"'.encode() in reply.body:
         return "ready"
     if reply.status == 503 and STARTING.encode() in reply.body:
@@ -61,7 +62,8 @@ def ensure_worker(config: ClientConfig, log: Callable[[str], None]) -> int | Non
     if state == "foreign":
         log(f"port {port} is in use by something that is not a ready sessionmem worker")
         return None
-    # Held until the worker is ready, so a second hook waits instead of starting another.
+    # Busy or starting: wait for it, within the same deadline. Down: start it; the lock is held until the
+    # worker is ready, so a second hook waits instead of starting another.
     lock_fd, process = _start_once(config, log) if state == "down" else (None, None)
     try:
         while time.monotonic() < deadline:
@@ -76,7 +78,8 @@ def ensure_worker(config: ClientConfig, log: Callable[[str], None]) -> int | Non
     finally:
         if lock_fd is not None:
             os.close(lock_fd)
-    log(f"worker not ready within {config.start_timeout_s}s; continuing without memory")
+    log(f"worker not ready within {config.start_timeout_s}s{' (it did not answer)' if state == 'busy' else ''};"
+        " continuing without memory")
     return None
 
 
