@@ -322,6 +322,7 @@ def test_debug_shows_an_actors_mailbox_and_counts_change_live(
     assert "longest" in browser.text('[data-section="gc"] dd[data-field="fullCollections"]')
     assert int(browser.attribute('[data-section="loop"] dd[data-field="samples"]', "data-value")) > 0
     assert browser.text('[data-section="loop"] dd[data-field="lagP99Ms"]').endswith(" ms")
+    assert browser.text('[data-section="consolidation"] dd[data-field="enabled"]') == "yes"
     browser.screenshot("debug")
     assert_only_this_worker(browser, worker)
 

@@ -26,6 +26,7 @@ const SECTIONS = [
   ["access", "Access", (d) => d.access],
   ["connections", "Connections", (d) => d.connections],
   ["retention", "Retention", (d) => d.retention],
+  ["consolidation", "Consolidation (merged, superseded, used)", (d) => d.consolidation],
   ["loop", "Event loop (how late the Trio thread ran)", (d) => d.loop],
   ["gc", "Garbage collector", (d) => d.gc && {
     frozenObjects: d.gc.frozenObjects,
