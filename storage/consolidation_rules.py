@@ -1,5 +1,5 @@
-"""The rules of consolidation, and the records the store answers with: which memories are near-duplicates, which decision replaces another, and how
-use moves a memory in the ranking.
+"""The rules of consolidation -- which memories are near-duplicates, which decision replaces another, how use
+moves a memory in the ranking -- and the records the store answers the pass with.
 
 The background pass (:mod:`~sessionmem.storage.consolidator`, writing through
 :mod:`sessionmem.storage.sqlite.consolidation`) applies them, by rules alone, to every
@@ -7,8 +7,8 @@ observation once, whatever compressor wrote it:
 
 - **Near-duplicates are merged.** Two observations are near-duplicates when they did the same thing
   (:func:`duplicate_key`: the same kind, tool, title without its line counts, files and command) and say
-  about the same (:func:`near_duplicate`: 4 in 5 of their words, numbers aside, shared). The older is
-  merged into the newer: the handover names the newer once, the viewer shows it "merged ×N".
+  about the same (:func:`near_duplicate`: 4 in 5 of their words, numbers aside, shared). The older joins
+  the newer's group: the handover names the group's newest once, the viewer shows it "merged ×N".
   Failures are never merged: a failure repeated is news.
 - **A later decision supersedes an earlier one about the same thing** (:func:`same_subject`: a file they
   both name, or most of the meaningful words of the shorter title). The handover shows the later; the
@@ -67,7 +67,7 @@ class Marks(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     merged: int = 0  # near-duplicates merged into it
     supersedes: int = 0  # earlier decisions it replaced
-    duplicate_of: int | None = None  # it was merged into this one
+    duplicate_of: int | None = None  # it was merged into the group handed over as this one (its newest)
     superseded_by: int | None = None  # a later decision about the same thing
     told: int = 0
     used: int = 0
