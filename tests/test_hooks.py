@@ -8,7 +8,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -406,26 +407,45 @@ def test_unit_install_is_idempotent_and_reversible(tmp_path: Path, monkeypatch: 
         assert json.loads(settings.read_text()) == {"hooks": hooks}
 
 
-def test_session_start_with_a_foreign_program_on_the_port(tmp_path: Path, payloads: list[dict[str, Any]]) -> None:
+@contextmanager
+def program_on_a_port(answer: Callable[[int], bytes | None], connections: int) -> Iterator[tuple[int, list[bytes]]]:
+    """Something listening on a free port, as it would on the worker's: of each of the first ``connections`` it
+    accepts, the request's first line is kept, then ``answer(number)`` written back (``None``: nothing, the
+    connection held a second first). Yields the port and the lines."""
     import socket
 
-    with socket.socket() as listener:  # something else answers HTTP on the worker's port
+    asked: list[bytes] = []
+    with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(16)
-        port = listener.getsockname()[1]
 
-        def answer() -> None:
-            for _ in range(4):
+        def serve() -> None:
+            for number in range(connections):
                 try:
                     connection, _ = listener.accept()
                 except OSError:
                     return
                 with connection:
-                    connection.recv(65536)
-                    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello")
+                    asked.append(connection.recv(65536).split(b"\r\n", 1)[0])
+                    reply = answer(number)
+                    if reply is None:
+                        time.sleep(1.0)
+                    else:
+                        connection.sendall(reply)
 
-        thread = threading.Thread(target=answer, daemon=True)
+        thread = threading.Thread(target=serve, daemon=True)
         thread.start()
+        yield listener.getsockname()[1], asked
+
+
+def http_reply(status: bytes, body: bytes) -> bytes:
+    return (b"HTTP/1.1 " + status + b"\r\nContent-Length: " + str(len(body)).encode()
+            + b"\r\nConnection: close\r\n\r\n" + body)
+
+
+def test_session_start_with_a_foreign_program_on_the_port(tmp_path: Path, payloads: list[dict[str, Any]]) -> None:
+    # Something else answers HTTP on the worker's port.
+    with program_on_a_port(lambda number: http_reply(b"200 OK", b"hello"), connections=4) as (port, _):
         started = time.monotonic()
         result = run_hook("SessionStart", by_event(payloads, "SessionStart"), tmp_path, SESSIONMEM_PORT=str(port),
                           SESSIONMEM_START_TIMEOUT="10")
@@ -440,35 +460,16 @@ def test_session_start_waits_for_a_worker_too_busy_to_answer_at_once(tmp_path: P
                                                                     payloads: list[dict[str, Any]]) -> None:
     """A worker that answers its readiness late (a loaded machine) is not taken for another program: the hook
     asks again within its start timeout, and then asks for the context."""
-    import socket
+    def answer(number: int) -> bytes | None:  # the first probe: no answer before the hook stops waiting for it
+        return (None if number == 0 else http_reply(b"200 OK", b'{"status": "ready"}') if number == 1
+                else http_reply(b"503 Service Unavailable", b'{"error": "busy"}'))
 
-    asked: list[bytes] = []
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(16)
-        port = listener.getsockname()[1]
-
-        def answer() -> None:
-            for number in range(3):
-                try:
-                    connection, _ = listener.accept()
-                except OSError:
-                    return
-                with connection:
-                    asked.append(connection.recv(65536).split(b"\r\n", 1)[0])
-                    if number == 0:  # the first readiness probe: no answer before the hook stops waiting for it
-                        time.sleep(1.0)
-                        continue
-                    body = b'{"status": "ready"}' if number == 1 else b'{"error": "busy"}'
-                    status = b"200 OK" if number == 1 else b"503 Service Unavailable"
-                    connection.sendall(b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\nContent-Length: "
-                                       + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
-
-        thread = threading.Thread(target=answer, daemon=True)
-        thread.start()
+    with program_on_a_port(answer, connections=3) as (port, asked):
         result = run_hook("SessionStart", by_event(payloads, "SessionStart"), tmp_path, SESSIONMEM_PORT=str(port),
                           SESSIONMEM_START_TIMEOUT="10")
-        thread.join(timeout=15)
+        deadline = time.monotonic() + 15
+        while len(asked) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
     assert_silent_success(result)
     assert asked[:2] == [b"GET /api/readiness HTTP/1.1"] * 2  # asked again, not given up on
     assert len(asked) == 3 and asked[2].startswith(b"GET /api/context/inject?")
