@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,6 +36,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import trio  # noqa: E402
+
+from sessionmem.storage.export_records import ObservationRecord, SessionRecord  # noqa: E402
+from sessionmem.storage.sqlite.store import open_sqlite_store  # noqa: E402
 from sessionmem.testing.worker_process import start_worker  # noqa: E402
 
 
@@ -100,11 +105,6 @@ def recall_ab(runs: int) -> None:
 def _seeded_store(path: Path, observations: int) -> None:
     """A store of ``observations`` observations in sessions of 40, none consolidated yet (imported: the
     pass starts on a worker's start)."""
-    import trio
-
-    from sessionmem.storage.export_records import ObservationRecord, SessionRecord
-    from sessionmem.storage.sqlite.store import open_sqlite_store
-
     def records(session: int) -> list[object]:
         name, at = f"seed-{session}", 1_700_000_000.0 + session * 3600
         rows: list[object] = [SessionRecord(claude_session_id=name, project="/repo", created_at=at)]
@@ -131,8 +131,6 @@ def _seeded_store(path: Path, observations: int) -> None:
 
 
 def consolidating_ab(observations: int, runs: int) -> None:
-    import shutil
-
     event = json.loads(payload(0))
     with tempfile.TemporaryDirectory() as temporary:
         seeded = Path(temporary) / "seeded"

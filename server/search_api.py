@@ -68,7 +68,7 @@ class BatchRequest(msgspec.Struct, frozen=True):
 
 async def marked(services: Services, rows: Sequence[ObservationRow]) -> list[Any]:
     """``rows`` as the API writes them, each that consolidation says something of with its ``consolidation``
-    (:class:`~sessionmem.storage.sqlite.consolidation.Marks`: merged into or superseded by, what it merged or
+    (:class:`~sessionmem.storage.consolidation_rules.Marks`: merged into or superseded by, what it merged or
     superseded, how often it was handed over and used)."""
     marks = await services.consolidator.marks(rows)
     return [{**to_api(row), "consolidation": to_api(marks[row.id])} if row.id in marks else row for row in rows]

@@ -186,7 +186,9 @@ class Store(Protocol):
 
     async def reclaim_space(self, *, full: bool = False) -> None: ...
 
-    # -- consolidation (storage/sqlite/consolidation.py; the rules: search/consolidation.py)
+    async def storage_report(self) -> StorageReport: ...
+
+    # -- consolidation (storage/sqlite/consolidation.py; the rules: storage/consolidation_rules.py)
     async def consolidation_behind(self, *, limit: int) -> tuple[int, list[str]]:
         """Observations waiting to be consolidated, and the sessions of the next batch of them."""
 
@@ -198,7 +200,6 @@ class Store(Protocol):
 
     async def consolidation_state(self) -> tuple[set[int], dict[int, Use]]: ...
     async def consolidation_marks(self, ids: Sequence[int]) -> dict[int, Marks]: ...
-    async def storage_report(self) -> StorageReport: ...
 
     # -- export and import (records of storage/export_records.py, which documents their identity rules)
     async def export_page(self, *, project: str | None, since: float | None,

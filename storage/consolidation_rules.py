@@ -17,9 +17,9 @@ observation once, whatever compressor wrote it:
   its files (or fetched it through MCP) was used and ranks a little higher; one handed over again and again
   and never used decays.
 
-Trust: a memory is only ever merged into, or superseded by, one of the same origin (this machine's, or
-the same teammate's) that is not flagged (instruction-like text): another machine's row, or a
-poisoned one, cannot hide a memory from the handover.
+Trust: a memory is only ever merged into, or superseded by, one of the same source (:func:`_source`: this
+machine's own, the same teammate's, or imported from a file) that is not flagged (instruction-like text):
+another machine's row, an imported one or a poisoned one cannot hide a memory from the handover.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Protocol
 
 import msgspec
 
-from sessionmem.records import ObservationRow
+from sessionmem.records import ObservationRow, Provenance
 from sessionmem.storage.search_terms import query_terms
 
 NEAR_DUPLICATE = 0.8  # the share of their words (Jaccard) two observations of one key have in common
@@ -55,7 +55,6 @@ class Use(msgspec.Struct, frozen=True):
 
 
 class ConsolidationStep(msgspec.Struct, frozen=True):
-    cursor: int  # the last observation consolidated (0: none yet)
     consolidated: int  # observations consolidated in this step
     hidden: list[int]  # observations newly merged into another or superseded: no longer handed over
     uses: dict[int, Use]  # the new counts of the memories whose use changed
@@ -100,7 +99,7 @@ def duplicate_key(row: ObservationRow) -> str | None:
     if row.failed or row.type == "failure" or row.flagged:
         return None
     command = next((fact for fact in row.facts if fact.startswith("command: ")), "")
-    return _digest("duplicate", row.origin, row.type, row.tool_name, LINE_COUNTS.sub("", row.title).casefold(),
+    return _digest("duplicate", _source(row), row.type, row.tool_name, LINE_COUNTS.sub("", row.title).casefold(),
                    *sorted(row.files_read), "|", *sorted(row.files_modified), "|", command)
 
 
@@ -121,7 +120,7 @@ def near_duplicate(newer: ObservationRow, older: ObservationRow) -> bool:
 def same_subject(later: ObservationRow, earlier: ObservationRow) -> bool:
     """Whether two decisions are about the same thing: a file both name, or :data:`SAME_SUBJECT` of the
     shorter title's meaningful words (at least :data:`SUBJECT_WORDS`) in the other's."""
-    if later.origin != earlier.origin:
+    if _source(later) != _source(earlier):
         return False
     if set(later.files_read + later.files_modified) & set(earlier.files_read + earlier.files_modified):
         return True
@@ -138,6 +137,13 @@ def standing(use: Use | None) -> float:
     if use.used:
         return USED_WEIGHT * min(use.used, USED_FULL) / USED_FULL
     return -UNUSED_WEIGHT * min(use.told, UNUSED_FULL) / UNUSED_FULL
+
+
+def _source(row: ObservationRow) -> str:
+    """Whose a memory is, for consolidation: its origin (this machine's, or one teammate's), and whether it was
+    imported from a file. Only memories of one source merge or supersede: an import (whatever it claims) or
+    another machine's row cannot hide what this machine's sessions learned."""
+    return f"{row.origin}\x1f{'import' if row.provenance == Provenance.IMPORT else ''}"
 
 
 def _words(row: ObservationRow) -> set[str]:

@@ -1,5 +1,5 @@
 """Consolidation: near-duplicates merged, earlier decisions superseded, use counted; by a background pass that
-resumes where it stopped (search/consolidation.py, storage/sqlite/consolidation.py, storage/consolidator.py)."""
+resumes where it stopped (storage/consolidation_rules.py, storage/sqlite/consolidation.py, storage/consolidator.py)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ def test_near_duplicates_share_a_key_and_most_words() -> None:
     assert duplicate_key(failed) is None  # a failure repeated is news
     assert duplicate_key(read(7, flagged=True)) is None  # a poisoned memory hides nothing
     assert duplicate_key(read(8, origin="bob@laptop")) != duplicate_key(read(1))  # one origin's only
+    assert duplicate_key(read(9, provenance="import")) != duplicate_key(read(1))  # an import hides nothing of ours
 
 
 def test_decisions_about_the_same_thing_and_what_use_adds() -> None:
@@ -50,6 +51,7 @@ def test_decisions_about_the_same_thing_and_what_use_adds() -> None:
     by_file = observation_row(4, type="decision", title="Keep it small", files_modified=["/repo/index.py"])
     assert same_subject(by_file, observation_row(5, type="decision", title="Split it", files_read=["/repo/index.py"]))
     assert not same_subject(observation_row(6, type="decision", title=later.title, origin="bob@laptop"), earlier)
+    assert not same_subject(observation_row(7, type="decision", title=later.title, provenance="import"), earlier)
     assert standing(None) == 0.0
     assert standing(Use(told=1, used=1)) > 0 > standing(Use(told=4, used=0))
     assert standing(Use(told=8, used=0)) == standing(Use(told=4, used=0))  # bounded

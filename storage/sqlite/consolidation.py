@@ -73,13 +73,13 @@ def consolidate(connection: apsw.Connection, *, told: Mapping[str, Collection[in
                            (CURSOR, rows[-1].id))
     more = bool(rows) and optional_row(connection, "SELECT 1 FROM observations WHERE id > ? LIMIT 1",
                                        (rows[-1].id,)) is not None
-    return ConsolidationStep(rows[-1].id if rows else after, len(rows), hidden, _uses(connection, changed), more)
+    return ConsolidationStep(len(rows), hidden, uses(connection, changed), more)
 
 
 def mark_fetched(connection: apsw.Connection, *, ids: Sequence[int], key: str) -> dict[int, Use]:
     """Memories fetched whole (MCP's ``get_observations``) were used: once each a ``key`` (a day)."""
     changed = [row_id for row_id in dict.fromkeys(ids) if _note(connection, "memory_used", key, row_id, "used")]
-    return _uses(connection, set(changed))
+    return uses(connection, set(changed))
 
 
 def hidden_ids(connection: apsw.Connection) -> set[int]:
@@ -87,9 +87,16 @@ def hidden_ids(connection: apsw.Connection) -> set[int]:
     return {integer(row_id) for (row_id,) in all_rows(connection, "SELECT observation_id FROM observation_links")}
 
 
-def all_uses(connection: apsw.Connection) -> dict[int, Use]:
-    return {integer(row_id): Use(integer(told), integer(used))
-            for row_id, told, used in all_rows(connection, "SELECT observation_id, told, used FROM observation_use")}
+def uses(connection: apsw.Connection, ids: Collection[int] | None = None) -> dict[int, Use]:
+    """The use counts of ``ids`` that have some (of every memory that has some: ``None``)."""
+    if ids is None:
+        found = all_rows(connection, "SELECT observation_id, told, used FROM observation_use")
+    elif not ids:
+        return {}
+    else:
+        found = all_rows(connection, "SELECT observation_id, told, used FROM observation_use"
+                         " WHERE observation_id IN (SELECT value FROM json_each(?))", (to_json(sorted(ids)),))
+    return {integer(row_id): Use(integer(told), integer(used)) for row_id, told, used in found}
 
 
 def marks(connection: apsw.Connection, ids: Sequence[int]) -> dict[int, Marks]:
@@ -126,13 +133,13 @@ def _merge_duplicate(connection: apsw.Connection, row: ObservationRow, now: floa
         return []
     found = optional_row(connection, "SELECT observation_id, group_id FROM consolidation_heads"
                          " WHERE project = ? AND rule_key = ?", (row.project, key))
-    head = observation_rows(connection, "o.id = :id", {"id": integer(found[0])}) if found is not None else []
     group_id: int | None = None
     merged: list[int] = []
+    head = observation_rows(connection, "o.id = :id", {"id": integer(found[0])}) if found is not None else []
     # (a head superseded meanwhile stays so, and row starts afresh)
-    if head and head[0].id != row.id and near_duplicate(row, head[0]) and optional_row(
+    if found is not None and head and head[0].id != row.id and near_duplicate(row, head[0]) and optional_row(
             connection, "SELECT 1 FROM observation_links WHERE observation_id = ?", (head[0].id,)) is None:
-        group_id = optional_integer(found[1]) if found is not None else None
+        group_id = optional_integer(found[1])
         if group_id is None:
             connection.execute("INSERT INTO duplicate_groups (survivor, merged) VALUES (?, 1)", (row.id,))
             group_id = connection.last_insert_rowid()
@@ -192,11 +199,3 @@ def _note(connection: apsw.Connection, table: str, key: str, row_id: int, column
     connection.execute(f"INSERT INTO observation_use (observation_id, {column}) VALUES (?, 1)"
                        f" ON CONFLICT (observation_id) DO UPDATE SET {column} = {column} + 1", (row_id,))
     return True
-
-
-def _uses(connection: apsw.Connection, ids: set[int]) -> dict[int, Use]:
-    if not ids:
-        return {}
-    return {integer(row_id): Use(integer(told), integer(used)) for row_id, told, used in all_rows(
-        connection, "SELECT observation_id, told, used FROM observation_use"
-        " WHERE observation_id IN (SELECT value FROM json_each(?))", (to_json(sorted(ids)),))}

@@ -359,7 +359,7 @@ class SQLiteStore:
     async def consolidation_state(self) -> tuple[set[int], dict[int, Use]]:
         """Every observation not handed over (merged or superseded), and the use counts."""
         return await self._readers.run(lambda connection: (consolidation.hidden_ids(connection),
-                                                           consolidation.all_uses(connection)))
+                                                           consolidation.uses(connection)))
 
     async def consolidation_marks(self, ids: Sequence[int]) -> dict[int, Marks]:
         return await self._readers.run(partial(consolidation.marks, ids=ids))
