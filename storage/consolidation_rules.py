@@ -58,7 +58,8 @@ class ConsolidationStep(msgspec.Struct, frozen=True):
     consolidated: int  # observations consolidated in this step
     hidden: list[int]  # observations newly merged into another or superseded: no longer handed over
     uses: dict[int, Use]  # the new counts of the memories whose use changed
-    more: bool  # observations are waiting after these
+    behind: int  # observations waiting after these
+    next_sessions: list[str]  # the sessions of the next batch (of as many observations as this one asked)
 
 
 class Marks(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

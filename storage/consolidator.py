@@ -137,10 +137,11 @@ class Consolidator:
             await commits.wait_committed(seen, Stored.OBSERVATIONS)
 
     async def _catch_up(self) -> None:
-        while True:
-            self._behind, sessions = await self._store.consolidation_behind(limit=self._batch)
-            if not self._behind:
-                return
+        """Consolidate every observation stored so far, a batch at a time; each batch says how many wait after
+        it and whose they are, so only the first costs a read of its own. What those sessions were told is
+        taken here, on the Trio thread (the ledger's one owner)."""
+        self._behind, sessions = await self._store.consolidation_behind(limit=self._batch)
+        while self._behind:
             told = {session: list(self._told(session)) for session in sessions}
             step = await self._store.consolidate({session: ids for session, ids in told.items() if ids},
                                                  limit=min(self._batch, self._behind))
@@ -148,10 +149,9 @@ class Consolidator:
             self._uses.update(step.uses)
             self._consolidated += step.consolidated
             self._batches += 1
-            if not step.more:
-                self._behind = 0
-                return
-            await trio.sleep(self._pause_s)
+            self._behind, sessions = step.behind, step.next_sessions
+            if self._behind:
+                await trio.sleep(self._pause_s)
 
     async def _count_fetched(self) -> None:
         while True:

@@ -71,9 +71,8 @@ def consolidate(connection: apsw.Connection, *, told: Mapping[str, Collection[in
     if rows:
         connection.execute("INSERT OR REPLACE INTO consolidation_cursor (name, value) VALUES (?, ?)",
                            (CURSOR, rows[-1].id))
-    more = bool(rows) and optional_row(connection, "SELECT 1 FROM observations WHERE id > ? LIMIT 1",
-                                       (rows[-1].id,)) is not None
-    return ConsolidationStep(len(rows), hidden, uses(connection, changed), more)
+    waiting, next_sessions = behind(connection, limit=limit)  # what the next batch's caller snapshots: no read of its own
+    return ConsolidationStep(len(rows), hidden, uses(connection, changed), waiting, next_sessions)
 
 
 def mark_fetched(connection: apsw.Connection, *, ids: Sequence[int], key: str) -> dict[int, Use]:
