@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sessionmem.protocol.agents import DEFAULT_AGENT
 from sessionmem.protocol.claude_memory import claude_config_dir
 from sessionmem.protocol.routes import MCP_SERVER_NAME
 
@@ -39,7 +40,8 @@ MARKER = "# sessionmem-hook"
 MCP_ARGS = ("-P", "-m", "sessionmem", "mcp")
 
 # stage -> (matcher or None, timeout in seconds)
-STAGES: dict[str, tuple[str | None, int]] = {
+Stages = dict[str, tuple[str | None, int]]
+STAGES: Stages = {
     "SessionStart": ("startup|resume|clear|compact", 10),
     "UserPromptSubmit": (None, 5),
     "PostToolUse": ("*", 5),
@@ -81,9 +83,12 @@ def hook_entry() -> Path:
     return Path(hooks.__path__[0]) / "entry.py"
 
 
-def hook_command(stage: str, *, python: str | None = None, entry: Path | None = None) -> str:
-    # The interpreter itself, never a shim; -S skips site (see hooks/entry.py).
-    return f'"{python or sys.executable}" -S "{entry or hook_entry()}" {stage} {MARKER}'
+def hook_command(stage: str, *, python: str | None = None, entry: Path | None = None,
+                 agent: str = DEFAULT_AGENT) -> str:
+    """The command a hook stage runs: the interpreter itself, never a shim; -S skips site (see hooks/entry.py).
+    An agent other than Claude Code is named after the stage, so the hook knows whose payload it reads."""
+    named = "" if agent == DEFAULT_AGENT else f" {agent}"
+    return f'"{python or sys.executable}" -S "{entry or hook_entry()}" {stage}{named} {MARKER}'
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -148,20 +153,25 @@ def _write(path: Path, settings: dict[str, Any]) -> Path | None:
     return backup
 
 
-def install(path: Path | None = None) -> tuple[Path, Path | None]:
-    """Add (or refresh) sessionmem's hooks; returns (settings path, backup path)."""
+def install(path: Path | None = None, *, stages: Stages = STAGES,
+            agent: str = DEFAULT_AGENT) -> tuple[Path, Path | None]:
+    """Add (or refresh) sessionmem's hooks; returns (settings path, backup path).
+
+    ``path`` is Claude Code's settings file by default; another agent whose hook file has the same
+    shape (Codex's ``hooks.json``) passes its own, its ``stages`` and its name."""
     path = path or claude_settings_path()
     before = _load(path)
     hooks = before.get("hooks", {})
     if not isinstance(hooks, dict):
         raise InstallError(f"{path}: \"hooks\" is not a JSON object; fix or move it first")
-    for stage in STAGES:
+    for stage in stages:
         if not isinstance(hooks.get(stage, []), list):
             raise InstallError(f"{path}: \"hooks\".{stage} is not a JSON list; fix or move it first")
     settings, _ = _without_ours(before)
     hooks = settings.setdefault("hooks", {})
-    for stage, (matcher, timeout) in STAGES.items():
-        group: dict[str, Any] = {"hooks": [{"type": "command", "command": hook_command(stage), "timeout": timeout}]}
+    for stage, (matcher, timeout) in stages.items():
+        command = hook_command(stage, agent=agent)
+        group: dict[str, Any] = {"hooks": [{"type": "command", "command": command, "timeout": timeout}]}
         if matcher is not None:
             group = {"matcher": matcher, **group}
         hooks.setdefault(stage, []).append(group)

@@ -1,7 +1,8 @@
 """The ``sessionmem`` command line: its parser and :func:`main`, the console script.
 
 The commands live by what they do: :mod:`~sessionmem.cli.worker_commands` (serve, status,
-stop, replay, backfill, install, uninstall, open, mcp), :mod:`~sessionmem.cli.doctor` (doctor),
+stop, replay, backfill, open, mcp), :mod:`~sessionmem.cli.agent_commands` (install, uninstall: per
+agent), :mod:`~sessionmem.cli.doctor` (doctor),
 :mod:`~sessionmem.cli.search_commands` (search, show) and
 :mod:`~sessionmem.cli.data_commands` (prune, export, import) and :mod:`~sessionmem.cli.team_commands`
 (share push). Every command that asks the
@@ -16,7 +17,7 @@ import argparse
 import os
 import sys
 
-from sessionmem.cli import data_commands, doctor, search_commands, team_commands, worker_commands
+from sessionmem.cli import agent_commands, data_commands, doctor, search_commands, team_commands, worker_commands
 from sessionmem.cli.client import CommandFailed, client_config, whole_number
 from sessionmem.protocol.datadir import private_umask
 from sessionmem.settings import SettingsError
@@ -46,13 +47,17 @@ def build_parser() -> argparse.ArgumentParser:
     common(replay)
     replay.add_argument("claude_session_id", help="the Claude session id")
     replay.set_defaults(fn=worker_commands.cmd_replay)
-    install = sub.add_parser("install", help="wire the hooks into ~/.claude/settings.json and register the MCP "
-                                             "server in ~/.claude.json (idempotent, with backups)")
+    install = sub.add_parser("install", help="wire the hooks into ~/.claude/settings.json (Codex: ~/.codex/hooks.json) "
+                                             "and register the MCP server (idempotent, with backups)")
     install.add_argument("--no-mcp", dest="mcp", action="store_false",
                          help="hooks only: do not register the MCP server (the plugin has its own)")
-    install.set_defaults(fn=worker_commands.cmd_install)
+    install.add_argument("--no-trust", dest="trust", action="store_false",
+                         help="Codex: do not have Codex trust sessionmem's hooks (trust them yourself in its /hooks)")
+    agent_commands.add_agent_argument(install)
+    install.set_defaults(fn=agent_commands.cmd_install)
     uninstall = sub.add_parser("uninstall", help="remove exactly the hooks and the MCP server `install` added")
-    uninstall.set_defaults(fn=worker_commands.cmd_uninstall)
+    agent_commands.add_agent_argument(uninstall)
+    uninstall.set_defaults(fn=agent_commands.cmd_uninstall)
     backfill = sub.add_parser("backfill", help="import past sessions from Claude Code transcripts (idempotent)")
     backfill.add_argument("path", nargs="?", default="~/.claude/projects", help="a transcript or a directory of them")
     common(backfill)

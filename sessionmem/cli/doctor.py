@@ -57,6 +57,7 @@ def cmd_doctor(args: argparse.Namespace, *, platform: str = sys.platform) -> int
         team_doctor.check_team(settings, report, lambda: _debug_snapshot(config))
     _doctor_hooks(report)
     _doctor_mcp_server(report)
+    _doctor_codex(report)
     report(True, auto_memory(Path.cwd()).line())  # what else a session here starts with: not a problem either way
     report(True, instruction_files_line(Path.cwd()))
     print("sessionmem: all good" if not problems else f"sessionmem: {problems} problem(s)")
@@ -119,6 +120,42 @@ def _doctor_mcp_server(report: Report) -> None:
         else:
             report(os.path.exists(server["command"]), f"MCP server `{routes.MCP_SERVER_NAME}` in "
                                                       f"{claude_user_config_path()}: {server['command']}")
+
+
+def _doctor_codex(report: Report) -> None:
+    """Codex's wiring, as Codex itself sees it (its app server): the hooks, whether it trusts them (it runs no
+    untrusted hook, silently), the MCP server. Nothing when Codex is neither installed nor wired."""
+    from sessionmem.agents.codex import find_codex, wiring
+    from sessionmem.install import InstallError
+
+    codex = find_codex()
+    try:
+        found = wiring(codex)
+    except InstallError as exc:
+        report(False, f"Codex: {exc}")
+        return
+    if not found.stages:
+        if codex is not None:
+            report(True, f"Codex CLI at {codex}: sessionmem is not wired into it (`sessionmem install --agent codex`)")
+        return
+    missing = found.missing
+    report(not missing, f"Codex hooks in {found.hooks_file}: "
+                        + ("all stages wired" if not missing else f"missing {', '.join(missing)} "
+                                                                   "(run `sessionmem install --agent codex`)"))
+    if found.problem:
+        report(False, f"Codex: cannot ask it whether it trusts sessionmem's hooks ({found.problem})")
+        return
+    if found.untrusted or len(found.trusted) < len(found.stages):
+        unseen = sorted(set(found.stages) - found.trusted - found.untrusted)
+        report(False, f"Codex does not run sessionmem's {', '.join(sorted(found.untrusted) + unseen)} hook(s): "
+                      "not trusted (run `sessionmem install --agent codex`, or trust them in codex's /hooks)")
+    else:
+        report(True, f"Codex trusts sessionmem's {len(found.trusted)} hooks")
+    if found.foreign_mcp:
+        report(False, f"Codex has an MCP server named `{routes.MCP_SERVER_NAME}` that is not sessionmem's")
+    else:
+        report(True, f"Codex MCP server `{routes.MCP_SERVER_NAME}`: "
+                     + (found.mcp["command"] if found.mcp else "not registered (`sessionmem install --agent codex`)"))
 
 
 LOW_DISK_BYTES = 100 * 1024 * 1024

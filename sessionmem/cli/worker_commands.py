@@ -1,5 +1,5 @@
-"""``sessionmem`` commands that run the worker and wire it into Claude Code: serve, status, stop,
-replay, backfill, install, uninstall, open, mcp (doctor's checks: :mod:`sessionmem.cli.doctor`).
+"""``sessionmem`` commands that run the worker: serve, status, stop, replay, backfill, open, mcp (wiring it
+into the agents: :mod:`sessionmem.cli.agent_commands`; doctor's checks: :mod:`sessionmem.cli.doctor`).
 
 The client commands (status, stop, replay, open) talk to the worker the way every
 client does (:mod:`sessionmem.protocol`: its state file, its HTTP client, its one
@@ -28,7 +28,6 @@ from sessionmem.protocol.delivery import Patience
 from sessionmem.protocol.environment import confine_process
 from sessionmem.protocol.limits import printable_line
 from sessionmem.protocol.oskit import process_alive, terminate_process, try_lock_file
-from sessionmem.protocol.platform_support import unsupported_platform
 from sessionmem.protocol.state import (
     INSTANCE_LOCK_FILE,
     SHUTDOWN_REPORT_FILE,
@@ -255,49 +254,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
     body = call(config, "POST", routes.path(routes.REPLAY, claude_session_id=args.claude_session_id), {},
                 patience=Patience.patient(60.0))
     print(f"sessionmem: {body['replayed']} parked event(s) of {args.claude_session_id} queued again")
-    return 0
-
-
-def cmd_install(args: argparse.Namespace, *, platform: str = sys.platform) -> int:
-    unsupported = unsupported_platform(platform)
-    if unsupported:
-        print(f"sessionmem: not installed: {unsupported}", file=sys.stderr)
-        return 1
-    from sessionmem.install import InstallError, install, install_mcp
-
-    try:
-        path, backup = install()
-        print(f"sessionmem: hooks installed in {path}" + (f" (backup: {backup})" if backup else ""))
-        if args.mcp:
-            path, backup, registered = install_mcp()
-            if registered:
-                print(f"sessionmem: MCP server `{routes.MCP_SERVER_NAME}` (search, timeline, get_observations) "
-                      f"registered in {path}" + (f" (backup: {backup})" if backup else ""))
-            else:
-                print(f"sessionmem: {path} already has an MCP server named `{routes.MCP_SERVER_NAME}` that is not "
-                      f"sessionmem's; left as it is", file=sys.stderr)
-    except InstallError as exc:
-        print(f"sessionmem: {exc}", file=sys.stderr)
-        return 1
-    print("sessionmem: the next Claude Code session starts the worker and records its work")
-    return 0
-
-
-def cmd_uninstall(args: argparse.Namespace) -> int:
-    from sessionmem.install import InstallError, uninstall, uninstall_mcp
-
-    try:
-        path, removed, backup = uninstall()
-        if not removed:
-            print(f"sessionmem: no sessionmem hooks in {path}")
-        else:
-            print(f"sessionmem: removed {removed} hook(s) from {path} (backup: {backup})")
-        path, removed_server, backup = uninstall_mcp()
-        if removed_server:
-            print(f"sessionmem: removed the MCP server `{routes.MCP_SERVER_NAME}` from {path} (backup: {backup})")
-    except InstallError as exc:
-        print(f"sessionmem: {exc}", file=sys.stderr)
-        return 1
     return 0
 
 

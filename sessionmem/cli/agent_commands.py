@@ -1,0 +1,125 @@
+"""``sessionmem install`` and ``uninstall``: wiring the hooks and the MCP server into a coding agent, and out again.
+
+Claude Code (the default) is wired by :mod:`sessionmem.install`; ``--agent codex`` by
+:mod:`sessionmem.agents.codex`. Each says what it changed, where the backups are, and, when
+something is left to the user (a hook Codex does not trust yet), exactly what to do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from sessionmem.protocol import routes
+from sessionmem.protocol.agents import CLAUDE_CODE, CODEX
+from sessionmem.protocol.platform_support import unsupported_platform
+
+INSTALLABLE = (CLAUDE_CODE, CODEX)
+
+
+def add_agent_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--agent", choices=INSTALLABLE, default=CLAUDE_CODE,
+                        help="the coding agent to wire (default: claude-code)")
+    parser.add_argument("--codex", metavar="PATH", help="the Codex CLI to ask (default: `codex` on PATH)")
+
+
+def cmd_install(args: argparse.Namespace, *, platform: str = sys.platform) -> int:
+    unsupported = unsupported_platform(platform)
+    if unsupported:
+        print(f"sessionmem: not installed: {unsupported}", file=sys.stderr)
+        return 1
+    from sessionmem.install import InstallError
+
+    try:
+        if getattr(args, "agent", CLAUDE_CODE) == CODEX:
+            return _install_codex(args)
+        _install_claude_code(args)
+    except InstallError as exc:
+        print(f"sessionmem: {exc}", file=sys.stderr)
+        return 1
+    print("sessionmem: the next Claude Code session starts the worker and records its work")
+    return 0
+
+
+def _install_claude_code(args: argparse.Namespace) -> None:
+    from sessionmem.install import install, install_mcp
+
+    path, backup = install()
+    print(f"sessionmem: hooks installed in {path}" + (f" (backup: {backup})" if backup else ""))
+    if args.mcp:
+        path, backup, registered = install_mcp()
+        if registered:
+            print(f"sessionmem: MCP server `{routes.MCP_SERVER_NAME}` (search, timeline, get_observations) "
+                  f"registered in {path}" + (f" (backup: {backup})" if backup else ""))
+        else:
+            print(f"sessionmem: {path} already has an MCP server named `{routes.MCP_SERVER_NAME}` that is not "
+                  f"sessionmem's; left as it is", file=sys.stderr)
+
+
+def _install_codex(args: argparse.Namespace) -> int:
+    from sessionmem.agents.codex import find_codex, install_codex
+
+    codex = find_codex(getattr(args, "codex", None))
+    found = install_codex(codex, trust=getattr(args, "trust", True), mcp=args.mcp)
+    print(f"sessionmem: Codex hooks installed in {found.hooks_file}"
+          + (f" (backup: {found.backup})" if found.backup else ""))
+    if found.problem:
+        print(f"sessionmem: could not ask Codex ({found.problem}). Codex skips a hook until you trust it: start "
+              f"`codex`, type /hooks and trust the {len(found.stages)} sessionmem hooks"
+              + (", and run `sessionmem install --agent codex` again to register the MCP server" if args.mcp else ""),
+              file=sys.stderr)
+        return 1
+    if found.untrusted:
+        print(f"sessionmem: Codex does not trust sessionmem's {', '.join(sorted(found.untrusted))} hook(s) yet: "
+              f"start `codex`, type /hooks and trust them (Codex runs no untrusted hook)", file=sys.stderr)
+    else:
+        print(f"sessionmem: Codex trusts the {len(found.trusted)} sessionmem hooks (their definitions as written; "
+              f"a changed one needs trusting again: run this command again)")
+    if args.mcp:
+        if found.foreign_mcp:
+            print(f"sessionmem: Codex already has an MCP server named `{routes.MCP_SERVER_NAME}` that is not "
+                  f"sessionmem's; left as it is", file=sys.stderr)
+        elif found.mcp is not None:
+            print(f"sessionmem: MCP server `{routes.MCP_SERVER_NAME}` registered in Codex's config.toml")
+    if found.untrusted or found.foreign_mcp:
+        return 1
+    print("sessionmem: the next Codex session starts the worker and records its work")
+    return 0
+
+
+def cmd_uninstall(args: argparse.Namespace) -> int:
+    from sessionmem.install import InstallError
+
+    try:
+        if getattr(args, "agent", CLAUDE_CODE) == CODEX:
+            return _uninstall_codex(args)
+        _uninstall_claude_code()
+    except InstallError as exc:
+        print(f"sessionmem: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _uninstall_claude_code() -> None:
+    from sessionmem.install import uninstall, uninstall_mcp
+
+    path, removed, backup = uninstall()
+    if not removed:
+        print(f"sessionmem: no sessionmem hooks in {path}")
+    else:
+        print(f"sessionmem: removed {removed} hook(s) from {path} (backup: {backup})")
+    path, removed_server, backup = uninstall_mcp()
+    if removed_server:
+        print(f"sessionmem: removed the MCP server `{routes.MCP_SERVER_NAME}` from {path} (backup: {backup})")
+
+
+def _uninstall_codex(args: argparse.Namespace) -> int:
+    from sessionmem.agents.codex import find_codex, uninstall_codex
+
+    path, removed, backup, problem = uninstall_codex(find_codex(getattr(args, "codex", None)))
+    print(f"sessionmem: removed {removed} hook(s) from {path} (backup: {backup})" if removed
+          else f"sessionmem: no sessionmem hooks in {path}")
+    if problem:
+        print(f"sessionmem: {problem}", file=sys.stderr)
+        return 1
+    return 0
