@@ -41,6 +41,8 @@ import sys
 import time
 
 from sessionmem.protocol import fastjson
+from sessionmem.protocol.agent_payloads import agent_output, contract_payloads
+from sessionmem.protocol.agents import DEFAULT_AGENT, known_agent
 from sessionmem.protocol.client import WorkerUnavailable, request
 from sessionmem.protocol.client_settings import ClientConfig, data_dir_from
 from sessionmem.protocol.datadir import private_umask, write_private
@@ -99,8 +101,8 @@ def _send(config: ClientConfig, method: str, path: str, encoded: bytes | None, l
 RECALL_STAGES = ("PostToolUse", "UserPromptSubmit")
 
 
-def recalled(stage: str, outcome: Outcome) -> dict[str, Any] | None:
-    """The hook output handing the worker's recalled memory to Claude, if its answer has any."""
+def recalled(stage: str, outcome: Outcome, agent: str = DEFAULT_AGENT) -> dict[str, Any] | None:
+    """The hook output handing the worker's recalled memory to the agent's model, if its answer has any."""
     reply = outcome.reply
     if not outcome.delivered or reply is None or b'"additionalContext"' not in reply.body:
         return None  # the usual case, decided without parsing
@@ -110,17 +112,18 @@ def recalled(stage: str, outcome: Outcome) -> dict[str, Any] | None:
         return None
     if not isinstance(context, str) or not context:
         return None
-    return {"hookSpecificOutput": {"hookEventName": stage, "additionalContext": context}}
+    return agent_output(agent, stage, context)
 
 
-def session_start(payload: dict[str, Any], project: str, config: ClientConfig, log: _Log) -> dict[str, Any] | None:
+def session_start(payload: dict[str, Any], project: str, config: ClientConfig, log: _Log,
+                  agent: str = DEFAULT_AGENT) -> dict[str, Any] | None:
     # Imported here: the other stages must not pay for subprocess.
     from sessionmem.protocol.launch import ensure_worker
 
     port = ensure_worker(config, log)
     if port is None:
         return None
-    call = api_call({**payload, "hook_event_name": "SessionStart"}, project=project)
+    call = api_call({**payload, "hook_event_name": "SessionStart"}, project=project, agent=agent)
     assert call is not None
     _, path, _ = call
     try:
@@ -132,9 +135,6 @@ def session_start(payload: dict[str, Any], project: str, config: ClientConfig, l
         log(f"no context: {reply.status}")
         return None
     context = reply.body.decode("utf-8", "replace")
-    output: dict[str, Any] = {}
-    if context.strip():
-        output["hookSpecificOutput"] = {"hookEventName": "SessionStart", "additionalContext": context}
     name = printable_line(project)  # Claude Code shows it in a terminal: no escape sequence, one line
     lines = []
     database = reply.headers.get(SHARE_REQUEST_HEADER, "")
@@ -156,9 +156,7 @@ def session_start(payload: dict[str, Any], project: str, config: ClientConfig, l
         import urllib.parse
 
         lines.append(printable_line(urllib.parse.unquote(notice)))
-    if lines:
-        output["systemMessage"] = "\n".join(lines)
-    return output or None
+    return agent_output(agent, "SessionStart", context if context.strip() else "", "\n".join(lines))
 
 
 def command(config: ClientConfig, verb: str) -> str:
@@ -171,11 +169,23 @@ def command(config: ClientConfig, verb: str) -> str:
     return f"`{line}`"
 
 
-def handle(stage: str, payload: dict[str, Any], config: ClientConfig, log: _Log) -> dict[str, Any] | None:
-    """Do one stage's work; returns what to print on stdout, if anything."""
+def handle(stage: str, payload: dict[str, Any], config: ClientConfig, log: _Log,
+           agent: str = DEFAULT_AGENT) -> dict[str, Any] | None:
+    """Do one stage's work for ``agent``'s hook; returns what to print on stdout, if anything."""
     project = project_of(text_field(payload, "cwd"))
+    events = contract_payloads(agent, stage, payload)  # usually one; one a file for a patch
+    stage = text_field(events[0], "hook_event_name")
     if stage == "SessionStart":
-        return session_start(payload, project, config, log)
+        return session_start(events[0], project, config, log, agent)
+    output = None
+    for event in events:
+        output = _handle_event(stage, event, project, config, log, agent) or output
+    return output
+
+
+def _handle_event(stage: str, payload: dict[str, Any], project: str, config: ClientConfig, log: _Log,
+                  agent: str) -> dict[str, Any] | None:
+    """One contract event sent to the worker; returns the memory its answer recalls, as the agent reads it."""
     if stage == "UserPromptSubmit":
         prompt = text_field(payload, "prompt")
         visible = strip_private(prompt)
@@ -198,16 +208,17 @@ def handle(stage: str, payload: dict[str, Any], config: ClientConfig, log: _Log)
     # A key of its own per event: if it reaches a slow worker *and* is spooled, the
     # worker stores it once.
     call = encoded_call({**payload, "hook_event_name": stage}, project=project,
-                        key=f"hook-{os.urandom(12).hex()}", cap=config.tool_response_cap)
+                        key=f"hook-{os.urandom(12).hex()}", cap=config.tool_response_cap, agent=agent)
     if call is None:
         return None
     outcome = _send(config, *call, log)
-    return recalled(stage, outcome) if stage in RECALL_STAGES else None
+    return recalled(stage, outcome, agent) if stage in RECALL_STAGES else None
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv if argv is None else argv
     stage = argv[1] if len(argv) > 1 else ""
+    agent = argv[2] if len(argv) > 2 else DEFAULT_AGENT  # the agent whose hook this is (install writes it)
     private_umask()  # the spool, the log and the worker this hook may start: its owner's only
     config = ClientConfig()
     log = _Log(config, stage or "hook")
@@ -218,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for problem in config.problems:
             log(problem)
+        if not known_agent(agent):
+            log(f"unknown agent {agent!r}: nothing sent (re-run `sessionmem install --agent NAME`)")
+            return 0
         raw = sys.stdin.buffer.read()
         if not raw.strip():
             log("empty stdin")
@@ -231,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             log("stdin is not a JSON object")
             return 0
         stage = stage or text_field(payload, "hook_event_name")
-        output = handle(stage, payload, config, log)
+        output = handle(stage, payload, config, log, agent)
         if output is not None:
             sys.stdout.write(fastjson.dumps(output))
             sys.stdout.flush()

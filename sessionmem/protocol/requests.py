@@ -12,6 +12,7 @@ build their requests with :func:`encoded_call`, so they send the same thing.
 from __future__ import annotations
 
 from sessionmem.protocol import fastjson
+from sessionmem.protocol.agents import AGENT_FIELD, DEFAULT_AGENT
 from sessionmem.protocol.fields import clean_text, clean_value
 from sessionmem.protocol.limits import FIELD_CAP
 from sessionmem.protocol.project import project_of
@@ -54,8 +55,8 @@ def text_field(payload: dict[str, Any], key: str) -> str:
     return "" if value is None else fastjson.dumps(value)
 
 
-def api_call(payload: dict[str, Any], *, project: str | None = None,
-             identity: RepositoryIdentity | None = None) -> tuple[str, str, dict[str, Any] | None] | None:
+def api_call(payload: dict[str, Any], *, project: str | None = None, identity: RepositoryIdentity | None = None,
+             agent: str = DEFAULT_AGENT) -> tuple[str, str, dict[str, Any] | None] | None:
     """``(method, path, body)`` for a hook payload, or ``None`` when nothing is sent.
 
     Claude Code's fields are taken as they come; a text field of another type (from
@@ -68,6 +69,8 @@ def api_call(payload: dict[str, Any], *, project: str | None = None,
     cwd = text_field(payload, "cwd")
     project = project or project_of(cwd)
     base = {"claudeSessionId": session_id, "cwd": cwd, "project": project}
+    if agent != DEFAULT_AGENT:  # the agent whose hook sent it; none is Claude Code's (hooks from before agents)
+        base[AGENT_FIELD] = agent
 
     if event == "SessionStart":
         return _session_start_call(payload, base, identity)
@@ -95,7 +98,7 @@ def _session_start_call(payload: dict[str, Any], base: dict[str, Any],
 
     # The working directory: its CLAUDE.md files and auto memory say what the handover need not say again.
     query = {"project": base["project"], "session": base["claudeSessionId"], "source": text_field(payload, "source"),
-             "cwd": base["cwd"]}
+             "cwd": base["cwd"], AGENT_FIELD: base.get(AGENT_FIELD, "")}
     # A repository that commits the share file asks to share: the worker says whether to tell the user.
     if identity is None:
         from sessionmem.protocol.git_remote import repository_identity
@@ -187,11 +190,11 @@ def clean_body(body: dict[str, Any], cap: int = FIELD_CAP) -> dict[str, Any]:
 
 
 def encoded_call(payload: dict[str, Any], *, project: str, key: str = "", cap: int = FIELD_CAP,
-                 occurred_at: float = 0.0,
-                 identity: RepositoryIdentity | None = None) -> tuple[str, str, bytes | None] | None:
+                 occurred_at: float = 0.0, identity: RepositoryIdentity | None = None,
+                 agent: str = DEFAULT_AGENT) -> tuple[str, str, bytes | None] | None:
     """:func:`api_call` ready to send: fields cleaned and bounded, an idempotency key and the time the
     event happened if given (backfill knows it from the transcript), JSON bytes."""
-    call = api_call(payload, project=project, identity=identity)
+    call = api_call(payload, project=project, identity=identity, agent=agent)
     if call is None:
         return None
     method, path, body = call
