@@ -41,7 +41,7 @@ import sys
 import time
 
 from sessionmem.protocol import fastjson
-from sessionmem.protocol.agent_payloads import agent_output, contract_payloads
+from sessionmem.protocol.agent_payloads import agent_output, contract_payloads, runs_another_agents_hook
 from sessionmem.protocol.agents import DEFAULT_AGENT, known_agent
 from sessionmem.protocol.client import WorkerUnavailable, request
 from sessionmem.protocol.client_settings import ClientConfig, data_dir_from
@@ -245,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
             log("stdin is not a JSON object")
             return 0
         stage = stage or text_field(payload, "hook_event_name")
+        if runs_another_agents_hook(agent, payload):  # that agent's own hooks capture it, once
+            log(f"run by another agent than {agent} (its own sessionmem hooks record it): nothing sent")
+            return 0
         output = handle(stage, payload, config, log, agent)
         if output is not None:
             sys.stdout.write(fastjson.dumps(output))

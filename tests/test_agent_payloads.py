@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionmem.protocol.agent_payloads import agent_output, contract_payloads, patch_edits
+from sessionmem.protocol.agent_payloads import agent_output, contract_payloads, patch_edits, runs_another_agents_hook
 from sessionmem.protocol.agents import CLAUDE_CODE, CODEX
 
 PATCH = """*** Begin Patch
@@ -75,3 +75,10 @@ def test_the_output_carries_the_event_name_codex_checks() -> None:
         "hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": "memory"},
         "systemMessage": "line"}
     assert agent_output(CODEX, "PostToolUse", "") is None
+
+
+def test_a_claude_code_hook_that_codex_runs_is_known_for_codex_s() -> None:
+    codex_turn = {"session_id": "s", "turn_id": "t1", "cwd": "/p", "model": "gpt", "tool_name": "Bash"}
+    assert runs_another_agents_hook(CLAUDE_CODE, codex_turn)
+    assert not runs_another_agents_hook(CODEX, codex_turn)
+    assert not runs_another_agents_hook(CLAUDE_CODE, {"session_id": "s", "cwd": "/p", "tool_name": "Bash"})

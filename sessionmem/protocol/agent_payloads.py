@@ -12,6 +12,9 @@ needs beyond it:
   its ``apply_patch`` tool with the raw patch: each file the patch adds, changes, moves or
   deletes becomes its own ``Write`` or ``Edit`` of that file (:func:`patch_edits`), so what a
   Codex session changed is remembered, and recalled, by file as Claude Code's edits are.
+- :func:`runs_another_agents_hook`: whether a hook installed for one agent was run by another
+  (Codex can import Claude Code's hooks): such a run sends nothing, so no session is captured
+  twice, or under the wrong agent.
 - :func:`agent_output`: the worker's answer (memory for the model, a line for the user) in the
   output fields the agent reads.
 
@@ -22,7 +25,7 @@ Error handling:
 
 from __future__ import annotations
 
-from sessionmem.protocol.agents import CODEX
+from sessionmem.protocol.agents import CLAUDE_CODE, CODEX
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -31,6 +34,12 @@ if TYPE_CHECKING:
 APPLY_PATCH = "apply_patch"
 _ADD, _UPDATE, _DELETE, _MOVE = "*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: "
 _END = ("*** End Patch", "*** End of File")
+
+
+def runs_another_agents_hook(agent: str, payload: dict[str, Any]) -> bool:
+    """Whether ``payload`` comes from another agent than ``agent``, whose hook this is. Codex marks every event of
+    a turn with ``turn_id``, which Claude Code's payloads never carry; a Codex hook, then, is Codex's."""
+    return agent == CLAUDE_CODE and isinstance(payload.get("turn_id"), str)
 
 
 def contract_stage(agent: str, stage: str) -> str:
