@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sessionmem.cli.doctor import cmd_doctor
 from sessionmem.cli.agent_commands import cmd_install
+from sessionmem.cli.doctor import cmd_doctor
 from sessionmem.protocol.oskit import NATIVE_WINDOWS
 from sessionmem.protocol.platform_support import unsupported_platform
 

@@ -37,16 +37,17 @@ from sessionmem.install import MCP_ARGS, Stages, hook_command, install, installe
 from sessionmem.protocol.agents import CODEX
 from sessionmem.protocol.routes import MCP_SERVER_NAME
 
-# Codex's events sessionmem listens to; timeouts are seconds, as Codex reads them. Codex has no
-# PostToolUseFailure (a failed command is a PostToolUse with its exit code) and reports a subagent
-# in its own session, so neither has a stage here.
+# Codex's events sessionmem listens to; timeouts are seconds, as Codex reads them, and SessionEnd's at
+# most 3 (Codex clamps a longer one, and says so as an error). Codex has no PostToolUseFailure (a failed
+# command is a PostToolUse with its output; a failed patch fires none) and reports a subagent in its own
+# session, so neither has a stage here.
 STAGES: Stages = {
     "SessionStart": ("startup|resume|clear|compact", 10),
     "UserPromptSubmit": (None, 5),
     "PostToolUse": (None, 5),
     "Stop": (None, 5),
     "PreCompact": (None, 5),
-    "SessionEnd": (None, 5),
+    "SessionEnd": (None, 3),
 }
 TRUSTED = "trusted"
 MCP_KEY = f"mcp_servers.{MCP_SERVER_NAME}"
