@@ -6,17 +6,21 @@ The worker, the backfill and the tests speak one contract: Claude Code's hook pa
 needs beyond it:
 
 - :func:`contract_stage`: the agent's event name as the contract's stage (Codex uses Claude
-  Code's names).
+  Code's names; the Gemini CLI's are :data:`GEMINI_STAGES`).
 - :func:`contract_payloads`: the agent's payload as contract payloads, usually one. Codex
   sends a shell command as Claude Code's ``Bash`` (``tool_input.command``), but a file edit as
   its ``apply_patch`` tool with the raw patch: each file the patch adds, changes, moves or
   deletes becomes its own ``Write`` or ``Edit`` of that file (:func:`patch_edits`), so what a
   Codex session changed is remembered, and recalled, by file as Claude Code's edits are.
+  The Gemini CLI's tools become Claude Code's (:func:`gemini_tool_use`): ``run_shell_command`` a
+  ``Bash``, ``write_file`` a ``Write``, ``replace`` an ``Edit``, ``read_file`` a ``Read``, each with
+  Claude Code's input fields and the text the model saw as the response; a tool that reports an
+  ``error``, or a command that exits non-zero, is a ``PostToolUseFailure``.
 - :func:`runs_another_agents_hook`: whether a hook installed for one agent was run by another
-  (Codex can import Claude Code's hooks): such a run sends nothing, so no session is captured
-  twice, or under the wrong agent.
+  (Codex can import Claude Code's hooks, the Gemini CLI migrate them): such a run sends nothing,
+  so no session is captured twice, or under the wrong agent.
 - :func:`agent_output`: the worker's answer (memory for the model, a line for the user) in the
-  output fields the agent reads.
+  output fields the agent reads (the Gemini CLI reads Claude Code's, under its own event names).
 
 Error handling:
     Whatever the payload holds, these return contract payloads or nothing, never raise: a
@@ -25,7 +29,7 @@ Error handling:
 
 from __future__ import annotations
 
-from sessionmem.protocol.agents import CLAUDE_CODE, CODEX
+from sessionmem.protocol.agents import CLAUDE_CODE, CODEX, GEMINI_CLI
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -36,14 +40,58 @@ _ADD, _UPDATE, _DELETE, _MOVE = "*** Add File: ", "*** Update File: ", "*** Dele
 _END = ("*** End Patch", "*** End of File")
 
 
+# The Gemini CLI's hook events -> the contract's stages. Its other events (BeforeTool, BeforeModel,
+# AfterModel, BeforeToolSelection, Notification) carry nothing to store.
+GEMINI_STAGES = {
+    "SessionStart": "SessionStart",
+    "BeforeAgent": "UserPromptSubmit",
+    "AfterTool": "PostToolUse",
+    "AfterAgent": "Stop",
+    "PreCompress": "PreCompact",
+    "SessionEnd": "SessionEnd",
+}
+_GEMINI_EVENTS = {stage: event for event, stage in GEMINI_STAGES.items()} | {"PostToolUseFailure": "AfterTool"}
+# Event names only the Gemini CLI sends (SessionStart and SessionEnd are everyone's).
+_GEMINI_ONLY = frozenset(GEMINI_STAGES) - {"SessionStart", "SessionEnd"} | {
+    "BeforeTool", "BeforeModel", "AfterModel", "BeforeToolSelection", "Notification"}
+# The Gemini CLI's tools -> Claude Code's, with the input fields each keeps under Claude Code's names.
+_GEMINI_TOOLS: dict[str, tuple[str, dict[str, str]]] = {
+    "run_shell_command": ("Bash", {"command": "command", "description": "description", "dir_path": "dir_path",
+                                   "is_background": "run_in_background"}),
+    "write_file": ("Write", {"file_path": "file_path", "content": "content"}),
+    "replace": ("Edit", {"file_path": "file_path", "old_string": "old_string", "new_string": "new_string",
+                         "allow_multiple": "replace_all", "instruction": "instruction"}),
+    "read_file": ("Read", {"file_path": "file_path", "start_line": "offset", "end_line": "end_line"}),
+}
+_UNTRUSTED_OPEN, _UNTRUSTED_CLOSE = "<untrusted_context>", "</untrusted_context>"
+_HOOK_CONTEXT_OPEN, _HOOK_CONTEXT_CLOSE = "<hook_context>", "</hook_context>"
+
+
 def runs_another_agents_hook(agent: str, payload: dict[str, Any]) -> bool:
     """Whether ``payload`` comes from another agent than ``agent``, whose hook this is. Codex marks every event of
-    a turn with ``turn_id``, which Claude Code's payloads never carry; a Codex hook, then, is Codex's."""
-    return agent == CLAUDE_CODE and isinstance(payload.get("turn_id"), str)
+    a turn with ``turn_id``, which Claude Code's payloads never carry; a Codex hook, then, is Codex's. The Gemini
+    CLI names its events its own way (``AfterTool``...), and stamps each (``timestamp``) with a transcript of its
+    own (``~/.gemini/tmp/...``): a Claude Code hook it runs (``gemini hooks migrate``) is the Gemini CLI's."""
+    if agent == GEMINI_CLI:
+        return False
+    if agent == CLAUDE_CODE and isinstance(payload.get("turn_id"), str):
+        return True
+    return _is_gemini_payload(payload)
+
+
+def _is_gemini_payload(payload: dict[str, Any]) -> bool:
+    event = payload.get("hook_event_name")
+    if event in _GEMINI_ONLY:
+        return True
+    transcript = payload.get("transcript_path")
+    return (isinstance(payload.get("timestamp"), str) and isinstance(transcript, str)
+            and "/.gemini/" in transcript.replace("\\", "/"))
 
 
 def contract_stage(agent: str, stage: str) -> str:
     """The contract's name for the agent's hook event ``stage`` (Codex's are Claude Code's)."""
+    if agent == GEMINI_CLI:
+        return GEMINI_STAGES.get(stage, stage)
     return stage
 
 
@@ -118,10 +166,104 @@ def _patch_text(tool_input: Any) -> str:
     return ""
 
 
+def _response_text(value: Any) -> str:
+    """The text of a Gemini tool's ``llmContent`` (a string, a part, or a list of parts), without the
+    ``<untrusted_context>`` wrapper the CLI puts around a command's output."""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, dict):
+        text = value.get("text") if isinstance(value.get("text"), str) else ""
+    elif isinstance(value, list):
+        text = "\n".join(_response_text(part) for part in value)
+    else:
+        text = ""
+    stripped = text.strip()
+    if stripped.startswith(_UNTRUSTED_OPEN) and stripped.endswith(_UNTRUSTED_CLOSE):
+        return stripped[len(_UNTRUSTED_OPEN):-len(_UNTRUSTED_CLOSE)].strip("\n")
+    return text
+
+
+def _exit_code(text: str) -> int:
+    """The ``Exit Code: N`` line a failed ``run_shell_command`` ends its output with (0 when none)."""
+    at = text.rfind("\nExit Code: ")
+    if at < 0:
+        return 0
+    digits = text[at + len("\nExit Code: "):].split("\n", 1)[0].strip()
+    return int(digits) if digits.lstrip("-").isdigit() else 0
+
+
+def gemini_tool_use(payload: dict[str, Any]) -> dict[str, Any]:
+    """An ``AfterTool`` payload as the contract's tool use: Claude Code's tool name and input fields (a relative
+    ``file_path`` made absolute with ``cwd``), the text the model saw as ``tool_response``, and, when the tool
+    reports an ``error`` or a command exits non-zero, ``PostToolUseFailure`` with that ``error``."""
+    name = payload.get("tool_name")
+    tool_input = payload.get("tool_input")
+    response = payload.get("tool_response")
+    cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else ""
+    event: dict[str, Any] = {**payload, "hook_event_name": "PostToolUse"}
+    if isinstance(name, str) and name in _GEMINI_TOOLS and isinstance(tool_input, dict):
+        claude_name, fields = _GEMINI_TOOLS[name]
+        converted = {fields.get(key, key): value for key, value in tool_input.items()}
+        if isinstance(converted.get("file_path"), str):
+            converted["file_path"] = _absolute(converted["file_path"], cwd or "")
+        event["tool_name"], event["tool_input"] = claude_name, converted
+    elif isinstance(name, str) and name.startswith("mcp_"):
+        server, _, tool = name[len("mcp_"):].partition("_")
+        if tool and server == "sessionmem":  # Claude Code's name for our own tools: their use is not recorded
+            event["tool_name"] = f"mcp__{server}__{tool}"
+    if not isinstance(response, dict):
+        return event
+    text = _response_text(response.get("llmContent"))
+    event["tool_response"] = text
+    error = response.get("error")
+    if isinstance(error, dict) and error:
+        message = error.get("message") if isinstance(error.get("message"), str) else ""
+        kind = error.get("type") if isinstance(error.get("type"), str) else ""
+        event["hook_event_name"], event["error"] = "PostToolUseFailure", message or kind or text
+    elif isinstance(error, str) and error:
+        event["hook_event_name"], event["error"] = "PostToolUseFailure", error
+    elif event.get("tool_name") == "Bash" and _exit_code(text):
+        event["hook_event_name"], event["error"] = "PostToolUseFailure", f"Exit code {_exit_code(text)}\n{text}"
+    return event
+
+
+def user_prompt(prompt: Any) -> str:
+    """What the user typed, from a Gemini CLI ``prompt``: headless, the CLI puts a SessionStart hook's context
+    before it (``<hook_context>...</hook_context>``, its ``<`` and ``>`` escaped, then a blank line), which is
+    memory handed over, not the user's words."""
+    text = prompt if isinstance(prompt, str) else ""
+    while text.startswith(_HOOK_CONTEXT_OPEN):
+        end = text.find(_HOOK_CONTEXT_CLOSE)
+        if end < 0:
+            return ""  # unterminated: nothing of it is the user's
+        text = text[end + len(_HOOK_CONTEXT_CLOSE):].lstrip("\n")
+    return text
+
+
+def _gemini_payload(stage: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """A Gemini CLI payload (``stage``, the contract's) in the contract's fields."""
+    if stage == "PostToolUse":
+        return gemini_tool_use(payload)
+    event = {**payload, "hook_event_name": stage}
+    if "prompt" in payload:
+        event["prompt"] = user_prompt(payload["prompt"])
+    if stage in ("Stop", "PreCompact"):
+        # The turn is in the payload (AfterAgent's prompt and prompt_response); the transcript is the Gemini
+        # CLI's own format, not Claude Code's, so the hook must not read it for one.
+        event.pop("transcript_path", None)
+        if stage == "Stop":
+            event["last_user_message"] = event.get("prompt", "")
+            response = payload.get("prompt_response")
+            event["last_assistant_message"] = response if isinstance(response, str) else ""
+    return event
+
+
 def contract_payloads(agent: str, stage: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
     """``payload`` of ``agent``'s hook ``stage`` as the contract's payloads (one, or one a file a patch
     changed; each with ``hook_event_name`` set to the contract's stage)."""
     stage = contract_stage(agent, stage)
+    if agent == GEMINI_CLI:
+        return [_gemini_payload(stage, payload)]
     payload = {**payload, "hook_event_name": stage}
     if agent != CODEX or stage != "PostToolUse" or payload.get("tool_name") != APPLY_PATCH:
         return [payload]
@@ -136,12 +278,14 @@ def contract_payloads(agent: str, stage: str, payload: dict[str, Any]) -> list[d
 
 
 def agent_output(agent: str, stage: str, context: str, message: str = "") -> dict[str, Any] | None:
-    """What the hook prints for ``agent``'s ``stage``: ``context`` for the model, ``message`` for the user.
-    Claude Code and Codex read the same fields (Codex checks a SessionStart's strictly: a ``hookEventName``
-    always with ``hookSpecificOutput``)."""
+    """What the hook prints for ``agent``'s ``stage`` (the contract's): ``context`` for the model, ``message`` for
+    the user. Claude Code and Codex read the same fields (Codex checks a SessionStart's strictly: a
+    ``hookEventName`` always with ``hookSpecificOutput``); the Gemini CLI reads them too, under its own event
+    name (it escapes ``<`` and ``>`` in the context and wraps it in ``<hook_context>``)."""
     output: dict[str, Any] = {}
     if context:
-        output["hookSpecificOutput"] = {"hookEventName": stage, "additionalContext": context}
+        event = _GEMINI_EVENTS.get(stage, stage) if agent == GEMINI_CLI else stage
+        output["hookSpecificOutput"] = {"hookEventName": event, "additionalContext": context}
     if message:
         output["systemMessage"] = message
     return output or None
