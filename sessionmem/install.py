@@ -91,7 +91,8 @@ def hook_command(stage: str, *, python: str | None = None, entry: Path | None = 
     return f'"{python or sys.executable}" -S "{entry or hook_entry()}" {stage}{named} {MARKER}'
 
 
-def _load(path: Path) -> dict[str, Any]:
+def load_json_object(path: Path) -> dict[str, Any]:
+    """A settings file's JSON object (empty when the file does not exist)."""
     if not path.exists():
         return {}
     try:
@@ -160,7 +161,7 @@ def install(path: Path | None = None, *, stages: Stages = STAGES,
     ``path`` is Claude Code's settings file by default; another agent whose hook file has the same
     shape (Codex's ``hooks.json``) passes its own, its ``stages`` and its name."""
     path = path or claude_settings_path()
-    before = _load(path)
+    before = load_json_object(path)
     hooks = before.get("hooks", {})
     if not isinstance(hooks, dict):
         raise InstallError(f"{path}: \"hooks\" is not a JSON object; fix or move it first")
@@ -185,7 +186,7 @@ def uninstall(path: Path | None = None) -> tuple[Path, int, Path | None]:
     path = path or claude_settings_path()
     if not path.exists():
         return path, 0, None
-    settings, removed = _without_ours(_load(path))
+    settings, removed = _without_ours(load_json_object(path))
     if not removed:
         return path, 0, None
     return path, removed, _write(path, settings)
@@ -194,7 +195,7 @@ def uninstall(path: Path | None = None) -> tuple[Path, int, Path | None]:
 def installed_stages(path: Path | None = None) -> dict[str, str]:
     """stage -> our command, as found in the settings file."""
     found: dict[str, str] = {}
-    hooks = _load(path or claude_settings_path()).get("hooks")
+    hooks = load_json_object(path or claude_settings_path()).get("hooks")
     if not isinstance(hooks, dict):
         return found
     for stage, groups in hooks.items():
@@ -205,20 +206,22 @@ def installed_stages(path: Path | None = None) -> dict[str, str]:
     return found
 
 
-def install_mcp(path: Path | None = None) -> tuple[Path, Path | None, bool]:
+def install_mcp(path: Path | None = None, *, entry: dict[str, Any] | None = None) -> tuple[Path, Path | None, bool]:
     """Register (or refresh) the MCP server at user scope; returns (config path, backup, registered).
 
-    ``registered`` is false when an entry of our name that is not ours is there: it is kept.
+    ``registered`` is false when an entry of our name that is not ours is there: it is kept. Another agent
+    whose configuration has an ``mcpServers`` object of the same shape (the Gemini CLI's ``settings.json``)
+    passes its file and the ``entry`` it reads.
     """
     path = path or claude_user_config_path()
-    config = _load(path)
+    config = load_json_object(path)
     servers = config.get("mcpServers")
     if servers is not None and not isinstance(servers, dict):
         raise InstallError(f"{path}: mcpServers is not a JSON object")
     present = (servers or {}).get(MCP_SERVER_NAME)
     if present is not None and not _is_our_server(present):
         return path, None, False
-    entry = mcp_server_entry()
+    entry = entry or mcp_server_entry()
     if present == entry:
         return path, None, True  # nothing to change: no write, no backup
     config["mcpServers"] = {**(servers or {}), MCP_SERVER_NAME: entry}
@@ -230,7 +233,7 @@ def uninstall_mcp(path: Path | None = None) -> tuple[Path, bool, Path | None]:
     path = path or claude_user_config_path()
     if not path.exists():
         return path, False, None
-    config = _load(path)
+    config = load_json_object(path)
     servers = config.get("mcpServers")
     if not isinstance(servers, dict) or not _is_our_server(servers.get(MCP_SERVER_NAME)):
         return path, False, None
@@ -243,6 +246,6 @@ def uninstall_mcp(path: Path | None = None) -> tuple[Path, bool, Path | None]:
 
 def installed_mcp(path: Path | None = None) -> dict[str, Any] | None:
     """Our MCP server entry in the user-scope configuration, if it is there."""
-    servers = _load(path or claude_user_config_path()).get("mcpServers")
+    servers = load_json_object(path or claude_user_config_path()).get("mcpServers")
     entry = servers.get(MCP_SERVER_NAME) if isinstance(servers, dict) else None
     return entry if _is_our_server(entry) else None

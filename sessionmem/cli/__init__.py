@@ -47,8 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(replay)
     replay.add_argument("claude_session_id", help="the Claude session id")
     replay.set_defaults(fn=worker_commands.cmd_replay)
-    install = sub.add_parser("install", help="wire the hooks into ~/.claude/settings.json (Codex: ~/.codex/hooks.json) "
-                                             "and register the MCP server (idempotent, with backups)")
+    install = sub.add_parser("install", help="wire the hooks into ~/.claude/settings.json (Codex: ~/.codex/hooks.json, "
+                                             "Gemini CLI: ~/.gemini/settings.json) and register the MCP server "
+                                             "(idempotent, with backups)")
     install.add_argument("--no-mcp", dest="mcp", action="store_false",
                          help="hooks only: do not register the MCP server (the plugin has its own)")
     install.add_argument("--no-trust", dest="trust", action="store_false",

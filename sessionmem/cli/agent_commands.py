@@ -1,7 +1,7 @@
 """``sessionmem install`` and ``uninstall``: wiring the hooks and the MCP server into a coding agent, and out again.
 
 Claude Code (the default) is wired by :mod:`sessionmem.install`; ``--agent codex`` by
-:mod:`sessionmem.agents.codex`. Each says what it changed, where the backups are, and, when
+:mod:`sessionmem.agents.codex`; ``--agent gemini-cli`` by :mod:`sessionmem.agents.gemini`. Each says what it changed, where the backups are, and, when
 something is left to the user (a hook Codex does not trust yet), exactly what to do.
 """
 
@@ -11,10 +11,10 @@ import argparse
 import sys
 
 from sessionmem.protocol import routes
-from sessionmem.protocol.agents import CLAUDE_CODE, CODEX
+from sessionmem.protocol.agents import CLAUDE_CODE, CODEX, GEMINI_CLI
 from sessionmem.protocol.platform_support import unsupported_platform
 
-INSTALLABLE = (CLAUDE_CODE, CODEX)
+INSTALLABLE = (CLAUDE_CODE, CODEX, GEMINI_CLI)
 
 
 def add_agent_argument(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +33,8 @@ def cmd_install(args: argparse.Namespace, *, platform: str = sys.platform) -> in
     try:
         if getattr(args, "agent", CLAUDE_CODE) == CODEX:
             return _install_codex(args)
+        if getattr(args, "agent", CLAUDE_CODE) == GEMINI_CLI:
+            return _install_gemini(args)
         _install_claude_code(args)
     except InstallError as exc:
         print(f"sessionmem: {exc}", file=sys.stderr)
@@ -87,12 +89,39 @@ def _install_codex(args: argparse.Namespace) -> int:
     return 0
 
 
+def _install_gemini(args: argparse.Namespace) -> int:
+    from sessionmem.agents.gemini import install_gemini, trusted_folders_path
+
+    found = install_gemini(mcp=args.mcp)
+    print(f"sessionmem: Gemini CLI hooks installed in {found.settings_file}"
+          + (f" (backup: {found.backup})" if found.backup else ""))
+    if args.mcp:
+        if found.foreign_mcp:
+            print(f"sessionmem: {found.settings_file} already has an MCP server named `{routes.MCP_SERVER_NAME}` "
+                  f"that is not sessionmem's; left as it is", file=sys.stderr)
+        elif found.mcp is not None:
+            print(f"sessionmem: MCP server `{routes.MCP_SERVER_NAME}` (search, timeline, get_observations) "
+                  f"registered in {found.settings_file}")
+    if found.hooks_disabled:
+        print(f"sessionmem: the Gemini CLI runs no hook while hooksConfig.enabled is false in "
+              f"{found.settings_file}: set it to true", file=sys.stderr)
+        return 1
+    print("sessionmem: the Gemini CLI runs hooks only in folders you trust (it asks the first time; "
+          f"{trusted_folders_path()} keeps your answers)")
+    if found.foreign_mcp:
+        return 1
+    print("sessionmem: the next Gemini CLI session starts the worker and records its work")
+    return 0
+
+
 def cmd_uninstall(args: argparse.Namespace) -> int:
     from sessionmem.install import InstallError
 
     try:
         if getattr(args, "agent", CLAUDE_CODE) == CODEX:
             return _uninstall_codex(args)
+        if getattr(args, "agent", CLAUDE_CODE) == GEMINI_CLI:
+            return _uninstall_gemini()
         _uninstall_claude_code()
     except InstallError as exc:
         print(f"sessionmem: {exc}", file=sys.stderr)
@@ -122,4 +151,15 @@ def _uninstall_codex(args: argparse.Namespace) -> int:
     if problem:
         print(f"sessionmem: {problem}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _uninstall_gemini() -> int:
+    from sessionmem.agents.gemini import uninstall_gemini
+
+    path, removed, removed_server, backup = uninstall_gemini()
+    print(f"sessionmem: removed {removed} hook(s) from {path} (backup: {backup})" if removed
+          else f"sessionmem: no sessionmem hooks in {path}")
+    if removed_server:
+        print(f"sessionmem: removed the MCP server `{routes.MCP_SERVER_NAME}` from {path}")
     return 0

@@ -58,6 +58,7 @@ def cmd_doctor(args: argparse.Namespace, *, platform: str = sys.platform) -> int
     _doctor_hooks(report)
     _doctor_mcp_server(report)
     _doctor_codex(report)
+    _doctor_gemini(report)
     report(True, auto_memory(Path.cwd()).line())  # what else a session here starts with: not a problem either way
     report(True, instruction_files_line(Path.cwd()))
     print("sessionmem: all good" if not problems else f"sessionmem: {problems} problem(s)")
@@ -156,6 +157,47 @@ def _doctor_codex(report: Report) -> None:
     else:
         report(True, f"Codex MCP server `{routes.MCP_SERVER_NAME}`: "
                      + (found.mcp["command"] if found.mcp else "not registered (`sessionmem install --agent codex`)"))
+
+
+def _doctor_gemini(report: Report) -> None:
+    """The Gemini CLI's wiring, read from its user settings: the hooks (through an interpreter that exists),
+    whether it runs them (hooks on, none disabled by name, this folder trusted) and the MCP server. Nothing when
+    sessionmem is not wired into it."""
+    from sessionmem.agents.gemini import wiring
+    from sessionmem.install import InstallError
+
+    try:
+        found = wiring()
+    except InstallError as exc:
+        report(False, f"Gemini CLI: {exc}")
+        return
+    if not found.stages:
+        return
+    missing = found.missing
+    report(not missing, f"Gemini CLI hooks in {found.settings_file}: "
+                        + ("all events wired" if not missing else f"missing {', '.join(missing)} "
+                                                                   "(run `sessionmem install --agent gemini-cli`)"))
+    for stage, command in sorted(found.stages.items()):
+        interpreter = command.split('"')[1] if command.startswith('"') else command.split()[0]
+        if not os.path.exists(interpreter):
+            report(False, f"Gemini CLI {stage}: interpreter {interpreter} does not exist "
+                          "(re-run `sessionmem install --agent gemini-cli`)")
+    if found.hooks_disabled:
+        report(False, f"the Gemini CLI runs no hook: hooksConfig.enabled is false in {found.settings_file}")
+    if found.disabled_stages:
+        report(False, f"the Gemini CLI skips sessionmem's {', '.join(sorted(found.disabled_stages))} hook(s): "
+                      f"disabled in hooksConfig.disabled (`/hooks enable` in gemini)")
+    if found.folder_trust_enforced and found.folder_trusted is False:
+        report(False, f"the Gemini CLI runs no hook here: you did not trust {Path.cwd()} (`/permissions` in gemini)")
+    elif found.folder_trust_enforced and found.folder_trusted is None:
+        report(True, f"Gemini CLI: {Path.cwd()} is not trusted yet: it asks on its first start here, and runs "
+                     "hooks only once you trust it")
+    if found.foreign_mcp:
+        report(False, f"Gemini CLI has an MCP server named `{routes.MCP_SERVER_NAME}` that is not sessionmem's")
+    else:
+        report(found.mcp is None or os.path.exists(found.mcp["command"]),
+               f"Gemini CLI MCP server `{routes.MCP_SERVER_NAME}`: "
+               + (found.mcp["command"] if found.mcp else "not registered (`sessionmem install --agent gemini-cli`)"))
 
 
 LOW_DISK_BYTES = 100 * 1024 * 1024
