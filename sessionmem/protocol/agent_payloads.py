@@ -183,13 +183,20 @@ def _response_text(value: Any) -> str:
     return text
 
 
-def _exit_code(text: str) -> int:
-    """The ``Exit Code: N`` line a failed ``run_shell_command`` ends its output with (0 when none)."""
-    at = text.rfind("\nExit Code: ")
+_EXIT_CODE = "\nExit Code: "
+
+
+def _shell_failure(text: str) -> str:
+    """Claude Code's error text for a failed ``run_shell_command`` (``Exit code N`` and the command's output), from
+    the text the Gemini CLI gives the model (``Output: ...``, then ``Exit Code: N``); empty when it exited 0."""
+    at = text.rfind(_EXIT_CODE)
     if at < 0:
-        return 0
-    digits = text[at + len("\nExit Code: "):].split("\n", 1)[0].strip()
-    return int(digits) if digits.lstrip("-").isdigit() else 0
+        return ""
+    digits = text[at + len(_EXIT_CODE):].split("\n", 1)[0].strip()
+    if not digits.lstrip("-").isdigit() or int(digits) == 0:
+        return ""
+    output = text[:at]
+    return f"Exit code {int(digits)}\n{output[len('Output: '):] if output.startswith('Output: ') else output}"
 
 
 def gemini_tool_use(payload: dict[str, Any]) -> dict[str, Any]:
@@ -222,8 +229,8 @@ def gemini_tool_use(payload: dict[str, Any]) -> dict[str, Any]:
         event["hook_event_name"], event["error"] = "PostToolUseFailure", message or kind or text
     elif isinstance(error, str) and error:
         event["hook_event_name"], event["error"] = "PostToolUseFailure", error
-    elif event.get("tool_name") == "Bash" and _exit_code(text):
-        event["hook_event_name"], event["error"] = "PostToolUseFailure", f"Exit code {_exit_code(text)}\n{text}"
+    elif event.get("tool_name") == "Bash" and _shell_failure(text):
+        event["hook_event_name"], event["error"] = "PostToolUseFailure", _shell_failure(text)
     return event
 
 
