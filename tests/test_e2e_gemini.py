@@ -58,8 +58,8 @@ class Conversation:
                                                                  "content": "divide() now rejects b == 0\n"}}},
             ]
         if "search the memory" in prompt:
-            search = next((name for name in tools if "sessionmem" in name and name.endswith("search")), "")
-            return [{"functionCall": {"name": search, "args": {"query": "divide"}}}] if search else []
+            search = "mcp_sessionmem_search"
+            return [{"functionCall": {"name": search, "args": {"query": "divide"}}}] if search in tools else []
         return []
 
     def __call__(self, body: dict[str, Any]) -> list[Part]:
@@ -177,6 +177,15 @@ def test_a_gemini_session_is_captured_prompt_tools_and_end(harness: GeminiHarnes
     assert not log.exists() or "unexpected" not in log.read_text()
 
 
+def test_resume_continues_the_same_session(harness: GeminiHarness, session_one: dict[str, Any]) -> None:
+    worker, session_id = session_one["worker"], session_one["session_id"]
+    before = _session(worker, session_id)
+    output, _ = harness.gemini("Now add a test file", "--resume", session_id)
+    assert output["session_id"] == session_id
+    worker.wait_until(lambda: _session(worker, session_id)["promptCounter"] == 2, timeout=30)
+    after = _session(worker, session_id)
+    assert after["sessionDbId"] == before["sessionDbId"] and after["firstPrompt"] == before["firstPrompt"]
+
 def test_a_new_session_receives_the_memory_of_the_first(harness: GeminiHarness, session_one: dict[str, Any]) -> None:
     first_request = len(harness.gemini_api.requests)
     output, stderr = harness.gemini("What did we change last time?")
@@ -197,7 +206,7 @@ def test_the_mcp_server_answers_a_search_through_the_cli(harness: GeminiHarness,
     output, _ = harness.gemini("Please search the memory for the divide fix")
     turns = [r.body for r in harness.gemini_api.requests[first_request:] if r.body.get("tools")]
     tools = [d.get("name", "") for t in turns[0]["tools"] for d in t.get("functionDeclarations") or []]
-    assert any("sessionmem" in name and name.endswith("search") for name in tools), tools
+    assert "mcp_sessionmem_search" in tools, tools  # the Gemini CLI's name for an MCP tool: mcp_<server>_<tool>
     results = [p["functionResponse"] for body in turns for c in body.get("contents") or []
                for p in c.get("parts") or [] if "functionResponse" in p]
     assert results, "the model's search call got no answer"
