@@ -121,6 +121,11 @@ def folder_trust(folder: Path, rules: dict[str, Any]) -> bool | None:
     return verdict in TRUSTED_LEVELS
 
 
+def _object(settings: dict[str, Any], key: str) -> dict[str, Any]:
+    value = settings.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def wiring(folder: Path | None = None) -> GeminiWiring:
     """What the Gemini CLI's user settings hold of sessionmem, and whether its hooks run in ``folder`` (default:
     here)."""
@@ -130,13 +135,12 @@ def wiring(folder: Path | None = None) -> GeminiWiring:
     servers = settings.get("mcpServers")
     found.mcp = installed_mcp(path)
     found.foreign_mcp = found.mcp is None and isinstance(servers, dict) and MCP_SERVER_NAME in servers
-    hooks_config = settings.get("hooksConfig") if isinstance(settings.get("hooksConfig"), dict) else {}
+    hooks_config = _object(settings, "hooksConfig")
     found.hooks_disabled = hooks_config.get("enabled") is False
-    disabled = hooks_config.get("disabled") if isinstance(hooks_config.get("disabled"), list) else []
-    found.disabled_stages = [stage for stage, command in found.stages.items() if command in disabled]
-    security = settings.get("security") if isinstance(settings.get("security"), dict) else {}
-    trust = security.get("folderTrust") if isinstance(security.get("folderTrust"), dict) else {}
-    found.folder_trust_enforced = trust.get("enabled") is not False
+    disabled = hooks_config.get("disabled")
+    found.disabled_stages = [stage for stage, command in found.stages.items()
+                             if isinstance(disabled, list) and command in disabled]
+    found.folder_trust_enforced = _object(_object(settings, "security"), "folderTrust").get("enabled") is not False
     try:
         rules = load_json_object(trusted_folders_path())
     except InstallError:

@@ -171,8 +171,8 @@ def _response_text(value: Any) -> str:
     ``<untrusted_context>`` wrapper the CLI puts around a command's output."""
     if isinstance(value, str):
         text = value
-    elif isinstance(value, dict):
-        text = value.get("text") if isinstance(value.get("text"), str) else ""
+    elif isinstance(value, dict) and isinstance(value.get("text"), str):
+        text = value["text"]
     elif isinstance(value, list):
         text = "\n".join(_response_text(part) for part in value)
     else:
