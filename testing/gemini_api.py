@@ -120,37 +120,26 @@ class _GeminiHandler(ScriptedHandler):
     def do_POST(self) -> None:  # noqa: N802 (stdlib name)
         raw = self.read_body()
         route = _ROUTE.match(self.path)
-        if route is None:
-            self.send_json(404, _error(404, f"no route {self.path}", "NOT_FOUND"))
+        body = _json_object(raw)
+        if route is None or body is None:
+            problem = (404, f"no route {self.path}", "NOT_FOUND") if route is None else (400, "bad json",
+                                                                                        "INVALID_ARGUMENT")
+            self.send_json(problem[0], _error(*problem))
             return
-        if route["method"] == "countTokens":
+        if route["method"] == "countTokens":  # a side request: not a turn, not recorded as one
             self.api.side_requests.append(("POST", self.path, len(raw.decode("utf-8", "replace"))))
             self.send_json(200, {"totalTokens": max(1, len(raw) // 4)})
             return
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            self.send_json(400, _error(400, "bad json", "INVALID_ARGUMENT"))
-            return
         action = self.api._next_action(body, raw, {name.lower(): value for name, value in self.headers.items()})
         self.api.paths.append(self.path)
-        if action.status != 200:
-            headers = {"retry-after": str(action.retry_after)} if action.retry_after is not None else {}
-            status = "RESOURCE_EXHAUSTED" if action.status == 429 else "INTERNAL"
-            self.send_json(action.status, _error(action.status, "scripted", status), headers)
+        status = "RESOURCE_EXHAUSTED" if action.status == 429 else "INTERNAL"
+        if self.send_scripted(action, _error(action.status, "scripted", status)):
             return
-        if action.body is not None:
-            self.send_json(200, action.body, content_type=action.content_type)
-            return
-        if action.echo:
-            parts: list[Part] = [{"text": request_text(body)}]
-        elif action.text is not None:
-            parts = [{"text": action.text}]
-        else:
-            parts = self.api.responder(body)
-        response = self.api._response(body, raw, parts)
-        for key in action.drop:
-            response.pop(key, None)
+        parts = ([{"text": request_text(body)}] if action.echo
+                 else [{"text": action.text}] if action.text is not None
+                 else self.api.responder(body))
+        response = {key: value for key, value in self.api._response(body, raw, parts).items()
+                    if key not in action.drop}
         if action.cut:
             self.send_cut(response)
         elif route["method"] == "streamGenerateContent":
@@ -158,6 +147,14 @@ class _GeminiHandler(ScriptedHandler):
             self.send_json(200, data, content_type="text/event-stream")
         else:
             self.send_json(200, response)
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
 
 
 def _error(code: int, message: str, status: str) -> dict[str, Any]:

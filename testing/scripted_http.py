@@ -72,6 +72,18 @@ class ScriptedHandler(QuietHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client timed out and went away: that is the point of a delay
 
+    def send_scripted(self, action: Action, error: dict[str, Any]) -> bool:
+        """Send what ``action`` decides by itself, if anything: its error status (``error`` as the body, with
+        its ``Retry-After``) or its raw body; returns whether it did (else the API's own reply is wanted)."""
+        if action.status != 200:
+            headers = {"retry-after": str(action.retry_after)} if action.retry_after is not None else {}
+            self.send_json(action.status, error, headers)
+            return True
+        if action.body is not None:
+            self.send_json(200, action.body, content_type=action.content_type)
+            return True
+        return False
+
     def send_cut(self, payload: dict[str, Any]) -> None:
         """Announce the whole reply, send half of it, and close the connection."""
         data = json.dumps(payload).encode()
