@@ -20,8 +20,8 @@ endif
 endif
 endif
 STAMP := $(VENV)/.installed
-# The pinned Claude Code CLI for the end-to-end tests (its native binary is an
-# optional dependency from the npm registry; no other download).
+# The pinned Claude Code and Codex CLIs for the end-to-end tests (their native binaries are
+# optional dependencies from the npm registry; no other download).
 E2E_STAMP := e2e/node_modules/.installed
 
 .PHONY: run test lint clean bytecode browser fat-tools
