@@ -1,0 +1,235 @@
+"""The real Codex CLI (npm ``@openai/codex``, pinned in ``e2e/``) run headless against the scripted Responses API.
+
+:class:`CodexHome` is one user's Codex: a temporary ``HOME`` with ``$CODEX_HOME`` = ``HOME/.codex``
+and a ``config.toml`` that names the scripted server (:class:`~sessionmem.testing.responses_api.ScriptedResponsesAPI`)
+as the model provider, approvals off and no sandbox (the scripted model's shell commands and patches
+really run in the project), analytics and plugins off (the run reaches no host but the scripted
+server; proxies point nowhere besides). :meth:`CodexHome.exec` runs ``codex exec --json`` in a
+project directory and returns a :class:`CodexRun`; :meth:`CodexHome.resume` continues a session
+(``codex exec resume``). Hooks go in ``$CODEX_HOME/hooks.json`` (:meth:`CodexHome.write_hooks`,
+the shape of Claude Code's settings hooks); Codex runs none that is not trusted unless the run
+passes ``--dangerously-bypass-hook-trust`` (``bypass_hook_trust=True``). :func:`recording_hooks`
+wires a hook for every event that saves its stdin, for reading the payloads Codex sends.
+
+Compaction: with ``auto_compact_token_limit`` set, Codex compacts the conversation once a reply's
+token usage passes it (the scripted server reports about a quarter of a request's bytes, so a low
+limit -- 1,000 -- makes every turn after the first compact first); it asks the same
+``/v1/responses`` for a summary (:func:`~sessionmem.testing.responses_api.is_compaction`).
+
+Hook trust through ``codex app-server`` (JSON-RPC over stdio): :func:`list_hooks` returns each hook
+Codex knows with its ``trustStatus`` and ``currentHash``; :func:`trust_hooks` records them as trusted
+(``config/batchWrite`` of ``hooks.state.<key>.trusted_hash``), after which a run without the bypass
+flag runs them.
+
+Resource handling:
+    Every Codex process is a child run to completion under a timeout (``subprocess.run``: killed
+    when it passes); nothing outlives a call. The homes live in the caller's directory (``tmp_path``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+CODEX = REPO / "e2e" / "node_modules" / ".bin" / "codex"
+# A model Codex 0.169.0 knows: its tools (exec_command, the freeform apply_patch) and instructions are
+# what a user's session gets; the scripted server answers whatever the name.
+DEFAULT_MODEL = "gpt-5.5"
+PROVIDER = "scripted"
+API_KEY_ENV = "SCRIPTED_RESPONSES_API_KEY"
+RUN_TIMEOUT_S = 120.0
+# Every hook event Codex 0.169.0 fires (codex-rs/hooks: one input and output schema each).
+HOOK_EVENTS = (
+    "SessionStart", "UserPromptSubmit", "PreToolUse", "PermissionRequest", "PostToolUse", "PreCompact",
+    "PostCompact", "Stop", "SubagentStart", "SubagentStop", "SessionEnd",
+)
+# Nothing may leave the machine: Codex's HTTP client honours these; loopback (the scripted server) is exempt.
+_NO_NETWORK = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
+               "ALL_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost"}
+_KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
+
+
+def toml_string(value: str) -> str:
+    """``value`` as a TOML basic string (JSON's escaping is valid TOML)."""
+    return json.dumps(value)
+
+
+@dataclass(frozen=True)
+class CodexRun:
+    """One finished ``codex exec --json``: its process result and what its JSONL event stream says."""
+
+    process: subprocess.CompletedProcess[str]
+
+    @property
+    def returncode(self) -> int:
+        return self.process.returncode
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """The JSONL events on stdout (``thread.started``, ``item.completed``, ``turn.completed``...)."""
+        found = []
+        for line in self.process.stdout.splitlines():
+            if line.startswith("{"):
+                try:
+                    found.append(json.loads(line))
+                except ValueError:
+                    continue
+        return found
+
+    @property
+    def session_id(self) -> str | None:
+        """The session (thread) id: what hooks get as ``session_id`` and ``resume`` takes."""
+        return next((e["thread_id"] for e in self.events if e.get("type") == "thread.started"), None)
+
+    @property
+    def last_message(self) -> str | None:
+        """The text of the last assistant message of the run."""
+        texts = [e["item"].get("text") for e in self.events
+                 if e.get("type") == "item.completed" and e.get("item", {}).get("type") == "agent_message"]
+        return texts[-1] if texts else None
+
+    def check(self) -> CodexRun:
+        """This run, if Codex exited 0; else AssertionError with the tail of its output."""
+        assert self.returncode == 0, (f"codex exited {self.returncode}: "
+                                      f"{self.process.stdout[-3000:]}\n{self.process.stderr[-3000:]}")
+        return self
+
+
+@dataclass(frozen=True)
+class CodexHome:
+    """A temporary user of the Codex CLI: ``home`` is its ``HOME``, ``codex_home`` its ``$CODEX_HOME``."""
+
+    home: Path
+    api_url: str
+    model: str = DEFAULT_MODEL
+
+    @property
+    def codex_home(self) -> Path:
+        return self.home / ".codex"
+
+    @property
+    def config_path(self) -> Path:
+        return self.codex_home / "config.toml"
+
+    @property
+    def hooks_path(self) -> Path:
+        return self.codex_home / "hooks.json"
+
+    @classmethod
+    def create(cls, home: Path, api_url: str, *, model: str = DEFAULT_MODEL, extra_config: str = "",
+               hooks: dict[str, Any] | None = None, auto_compact_token_limit: int | None = None) -> CodexHome:
+        """A Codex home in ``home`` (created) whose model is the scripted server at ``api_url``.
+        ``extra_config`` is appended to ``config.toml`` as it is (an ``[mcp_servers.x]`` table);
+        ``hooks`` is written as ``hooks.json``; ``auto_compact_token_limit`` makes Codex compact
+        once a reply's usage passes it."""
+        codex = cls(home=home, api_url=api_url, model=model)
+        codex.codex_home.mkdir(parents=True, exist_ok=True)
+        top = [f"model = {toml_string(model)}", f"model_provider = {toml_string(PROVIDER)}",
+               'approval_policy = "never"', 'sandbox_mode = "danger-full-access"',
+               "check_for_update_on_startup = false"]
+        if auto_compact_token_limit is not None:
+            top.append(f"model_auto_compact_token_limit = {auto_compact_token_limit}")
+        config = "\n".join([
+            *top, "",
+            "[analytics]", "enabled = false", "",
+            "[features]", "plugins = false", "",
+            f"[model_providers.{PROVIDER}]",
+            'name = "Scripted Responses API"',
+            f"base_url = {toml_string(api_url)}",
+            'wire_api = "responses"',
+            f"env_key = {toml_string(API_KEY_ENV)}",
+            "request_max_retries = 0",
+            "stream_max_retries = 1",
+            "",
+        ])
+        codex.config_path.write_text(config + (extra_config.strip() + "\n" if extra_config.strip() else ""))
+        if hooks is not None:
+            codex.write_hooks(hooks)
+        return codex
+
+    def write_hooks(self, hooks: dict[str, Any]) -> None:
+        """``hooks`` as ``$CODEX_HOME/hooks.json``: ``{"hooks": {"Event": [{"matcher": ..., "hooks": [...]}]}}``."""
+        self.hooks_path.write_text(json.dumps(hooks, indent=2) + "\n")
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The environment of a Codex process: this home, the scripted provider's key, no network."""
+        env = {name: os.environ[name] for name in _KEPT_ENV if name in os.environ}
+        env.update(_NO_NETWORK)
+        env.update(HOME=str(self.home), CODEX_HOME=str(self.codex_home), **{API_KEY_ENV: "sk-scripted"})
+        env.update(extra)
+        return env
+
+    def _run(self, args: list[str], *, project: Path, env: dict[str, str] | None,
+             timeout: float) -> CodexRun:
+        process = subprocess.run([str(CODEX), *args], cwd=project, env=self.env(**(env or {})),
+                                 capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        return CodexRun(process)
+
+    def exec(self, prompt: str, *, project: Path, bypass_hook_trust: bool = False, args: tuple[str, ...] = (),
+             env: dict[str, str] | None = None, timeout: float = RUN_TIMEOUT_S) -> CodexRun:
+        """``codex exec --json PROMPT`` in ``project`` (its cwd and workspace root), to completion.
+        ``args`` go before the prompt (``-c key=value``, ``--enable FEATURE``); ``env`` adds to
+        :meth:`env`. A timeout raises ``subprocess.TimeoutExpired`` (the process is killed)."""
+        flags = ["exec", "--json", "--skip-git-repo-check", "--cd", str(project)]
+        if bypass_hook_trust:
+            flags.append("--dangerously-bypass-hook-trust")
+        return self._run([*flags, *args, prompt], project=project, env=env, timeout=timeout)
+
+    def resume(self, prompt: str, *, project: Path, session_id: str | None = None, bypass_hook_trust: bool = False,
+               args: tuple[str, ...] = (), env: dict[str, str] | None = None,
+               timeout: float = RUN_TIMEOUT_S) -> CodexRun:
+        """``codex exec resume`` of ``session_id`` (the newest session when None) with a new prompt."""
+        flags = ["exec", "--json", "--skip-git-repo-check", "--cd", str(project)]
+        if bypass_hook_trust:
+            flags.append("--dangerously-bypass-hook-trust")
+        target = [session_id] if session_id else ["--last"]
+        return self._run([*flags, *args, "resume", *target, prompt], project=project, env=env, timeout=timeout)
+
+    def rollouts(self) -> list[Path]:
+        """The session transcripts Codex wrote (``$CODEX_HOME/sessions/**/rollout-*.jsonl``), oldest first."""
+        return sorted(self.codex_home.glob("sessions/**/rollout-*.jsonl"), key=lambda p: p.stat().st_mtime)
+
+
+_RECORDER = """\
+import json, os, sys, time
+data = sys.stdin.read()
+try:
+    event = json.loads(data).get("hook_event_name") or "unknown"
+except ValueError:
+    event = "unparsable"
+folder = sys.argv[1]
+with open(os.path.join(folder, "%d-%s.json" % (time.time_ns(), event)), "w") as f:
+    f.write(data)
+reply = os.path.join(folder, event + ".reply")
+if os.path.exists(reply):
+    sys.stdout.write(open(reply).read())
+code = os.path.join(folder, event + ".exit")
+if os.path.exists(code):
+    sys.stderr.write("scripted failure of the " + event + " hook\\n")
+    sys.exit(int(open(code).read()))
+"""
+
+
+def recording_hooks(folder: Path, *, events: tuple[str, ...] = HOOK_EVENTS, timeout: int = 30) -> dict[str, Any]:
+    """A ``hooks.json`` document with one command hook for each of ``events`` that saves its stdin to
+    ``folder/<ns>-<hook_event_name>.json`` (:func:`recorded_payloads` reads them back). What the hook
+    answers is scripted by files in ``folder``: ``<Event>.reply`` is printed to stdout, ``<Event>.exit``
+    holds an exit status to end with (stderr then says so)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "record_hook.py"
+    script.write_text(_RECORDER)
+    command = f"{sys.executable} {script} {folder}"
+    return {"hooks": {event: [{"hooks": [{"type": "command", "command": command, "timeout": timeout}]}]
+                      for event in events}}
+
+
+def recorded_payloads(folder: Path) -> list[dict[str, Any]]:
+    """The payloads :func:`recording_hooks` saved, in the order they arrived."""
+    return [json.loads(path.read_text()) for path in sorted(folder.glob("*-*.json"),
+                                                             key=lambda p: int(p.name.split("-", 1)[0]))]
