@@ -11,10 +11,14 @@ the shape of Claude Code's settings hooks); Codex runs none that is not trusted 
 passes ``--dangerously-bypass-hook-trust`` (``bypass_hook_trust=True``). :func:`recording_hooks`
 wires a hook for every event that saves its stdin, for reading the payloads Codex sends.
 
-Compaction: with ``auto_compact_token_limit`` set, Codex compacts the conversation once a reply's
-token usage passes it (the scripted server reports about a quarter of a request's bytes, so a low
-limit -- 1,000 -- makes every turn after the first compact first); it asks the same
-``/v1/responses`` for a summary (:func:`~sessionmem.testing.responses_api.is_compaction`).
+Compaction: a run given ``auto_compact_token_limit`` (``-c model_auto_compact_token_limit=N``)
+compacts the conversation once the last reply's token usage passes N: before the turn of a resumed
+session (PreCompact, PostCompact, then SessionStart with ``source`` ``compact``), or in the middle of
+a turn after a tool call. The scripted server reports about a quarter of a request's bytes, and
+Codex's own instructions alone pass 1,000, so a limit of 1,000 compacts at every chance: give it to
+one ``resume`` of a session made without it, and script the model to end its turn once compacted
+(the compacted input no longer holds the earlier tool outputs). Codex asks the same
+``/v1/responses`` for the summary (:func:`~sessionmem.testing.responses_api.is_compaction`).
 
 Hook trust through ``codex app-server`` (JSON-RPC over stdio): :func:`list_hooks` returns each hook
 Codex knows with its ``trustStatus`` and ``currentHash``; :func:`trust_hooks` records them as trusted
@@ -30,8 +34,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,18 +130,15 @@ class CodexHome:
 
     @classmethod
     def create(cls, home: Path, api_url: str, *, model: str = DEFAULT_MODEL, extra_config: str = "",
-               hooks: dict[str, Any] | None = None, auto_compact_token_limit: int | None = None) -> CodexHome:
+               hooks: dict[str, Any] | None = None) -> CodexHome:
         """A Codex home in ``home`` (created) whose model is the scripted server at ``api_url``.
         ``extra_config`` is appended to ``config.toml`` as it is (an ``[mcp_servers.x]`` table);
-        ``hooks`` is written as ``hooks.json``; ``auto_compact_token_limit`` makes Codex compact
-        once a reply's usage passes it."""
+        ``hooks`` is written as ``hooks.json``."""
         codex = cls(home=home, api_url=api_url, model=model)
         codex.codex_home.mkdir(parents=True, exist_ok=True)
         top = [f"model = {toml_string(model)}", f"model_provider = {toml_string(PROVIDER)}",
                'approval_policy = "never"', 'sandbox_mode = "danger-full-access"',
                "check_for_update_on_startup = false"]
-        if auto_compact_token_limit is not None:
-            top.append(f"model_auto_compact_token_limit = {auto_compact_token_limit}")
         config = "\n".join([
             *top, "",
             "[analytics]", "enabled = false", "",
@@ -171,25 +175,97 @@ class CodexHome:
                                  capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         return CodexRun(process)
 
-    def exec(self, prompt: str, *, project: Path, bypass_hook_trust: bool = False, args: tuple[str, ...] = (),
+    def exec(self, prompt: str, *, project: Path, bypass_hook_trust: bool = False,
+             auto_compact_token_limit: int | None = None, args: tuple[str, ...] = (),
              env: dict[str, str] | None = None, timeout: float = RUN_TIMEOUT_S) -> CodexRun:
         """``codex exec --json PROMPT`` in ``project`` (its cwd and workspace root), to completion.
-        ``args`` go before the prompt (``-c key=value``, ``--enable FEATURE``); ``env`` adds to
-        :meth:`env`. A timeout raises ``subprocess.TimeoutExpired`` (the process is killed)."""
-        flags = ["exec", "--json", "--skip-git-repo-check", "--cd", str(project)]
-        if bypass_hook_trust:
-            flags.append("--dangerously-bypass-hook-trust")
+        ``auto_compact_token_limit``: see the module docstring; ``args`` go before the prompt
+        (``-c key=value``, ``--enable FEATURE``); ``env`` adds to :meth:`env`. A timeout raises
+        ``subprocess.TimeoutExpired`` (the process is killed)."""
+        flags = self._flags(bypass_hook_trust, auto_compact_token_limit)
         return self._run([*flags, *args, prompt], project=project, env=env, timeout=timeout)
 
     def resume(self, prompt: str, *, project: Path, session_id: str | None = None, bypass_hook_trust: bool = False,
-               args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-               timeout: float = RUN_TIMEOUT_S) -> CodexRun:
-        """``codex exec resume`` of ``session_id`` (the newest session when None) with a new prompt."""
-        flags = ["exec", "--json", "--skip-git-repo-check", "--cd", str(project)]
-        if bypass_hook_trust:
-            flags.append("--dangerously-bypass-hook-trust")
+               auto_compact_token_limit: int | None = None, args: tuple[str, ...] = (),
+               env: dict[str, str] | None = None, timeout: float = RUN_TIMEOUT_S) -> CodexRun:
+        """``codex exec resume`` of ``session_id`` (the newest session when None) with a new prompt:
+        SessionStart fires with ``source`` ``resume``; the options are :meth:`exec`'s."""
+        flags = self._flags(bypass_hook_trust, auto_compact_token_limit)
         target = [session_id] if session_id else ["--last"]
         return self._run([*flags, *args, "resume", *target, prompt], project=project, env=env, timeout=timeout)
+
+    @staticmethod
+    def _flags(bypass_hook_trust: bool, auto_compact_token_limit: int | None) -> list[str]:
+        flags = ["exec", "--json", "--skip-git-repo-check"]
+        if bypass_hook_trust:
+            flags.append("--dangerously-bypass-hook-trust")
+        if auto_compact_token_limit is not None:
+            flags += ["-c", f"model_auto_compact_token_limit={auto_compact_token_limit}"]
+        return flags
+
+    def app_server(self, *requests: tuple[str, dict[str, Any]], project: Path,
+                   timeout: float = RUN_TIMEOUT_S) -> list[dict[str, Any]]:
+        """The answers of ``codex app-server`` (JSON-RPC over stdio, one JSON object a line) to
+        ``requests`` ((method, params) pairs), sent one at a time after the ``initialize`` /
+        ``initialized`` handshake: each answer is the response's ``result``; an error response, or
+        none within ``timeout`` seconds of the start, raises AssertionError. The server runs in
+        ``project``; it stops when its stdin closes (it drops requests still unanswered then, so
+        each answer is awaited before the next request is sent)."""
+        deadline = time.monotonic() + timeout
+        with subprocess.Popen([str(CODEX), "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, cwd=project, env=self.env(), text=True) as process:
+            assert process.stdin is not None and process.stdout is not None
+            lines: queue.Queue[str] = queue.Queue()
+            stdout = process.stdout
+            threading.Thread(target=lambda: [lines.put(line) for line in stdout], name="codex-app-server-reader",
+                             daemon=True).start()
+
+            def ask(number: int | None, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+                assert process.stdin is not None
+                message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+                if number is not None:
+                    message["id"] = number
+                if params is not None:
+                    message["params"] = params
+                process.stdin.write(json.dumps(message) + "\n")
+                process.stdin.flush()
+                while number is not None:
+                    try:
+                        line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                    except queue.Empty:
+                        raise AssertionError(f"app-server: no answer to {method} in {timeout} s") from None
+                    answer = json.loads(line) if line.startswith("{") else {}
+                    if answer.get("id") == number:
+                        assert "result" in answer, f"app-server {method}: {answer}"
+                        return dict(answer["result"])
+                return {}
+
+            try:
+                ask(0, "initialize", {"clientInfo": {"name": "sessionmem-tests", "version": "0"}})
+                ask(None, "initialized", None)
+                return [ask(number, method, params) for number, (method, params) in enumerate(requests, start=1)]
+            finally:
+                process.stdin.close()
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+
+    def list_hooks(self, project: Path) -> list[dict[str, Any]]:
+        """Every hook Codex finds for ``project`` (``hooks/list``), each with its ``key``, ``eventName``
+        (camelCase: ``sessionStart``), ``command``, ``sourcePath``, ``currentHash`` and ``trustStatus``
+        (``untrusted``, ``trusted``, ``modified`` or ``managed``)."""
+        [listing] = self.app_server(("hooks/list", {"cwds": [str(project)]}), project=project)
+        return [hook for entry in listing["data"] for hook in entry["hooks"]]
+
+    def trust_hooks(self, project: Path, hooks: list[dict[str, Any]] | None = None) -> None:
+        """Record ``hooks`` (entries of :meth:`list_hooks`; all of them when None) as trusted, as Codex's
+        own ``/hooks`` does: ``config/batchWrite`` of ``hooks.state."<key>".trusted_hash = <currentHash>``
+        into the user's ``config.toml``. The hash is Codex's, never computed here."""
+        chosen = self.list_hooks(project) if hooks is None else hooks
+        edits = [{"keyPath": f"hooks.state.{toml_string(hook['key'])}.trusted_hash", "value": hook["currentHash"],
+                  "mergeStrategy": "upsert"} for hook in chosen]
+        self.app_server(("config/batchWrite", {"edits": edits}), project=project)
 
     def rollouts(self) -> list[Path]:
         """The session transcripts Codex wrote (``$CODEX_HOME/sessions/**/rollout-*.jsonl``), oldest first."""
@@ -204,6 +280,9 @@ try:
 except ValueError:
     event = "unparsable"
 folder = sys.argv[1]
+pause = os.path.join(folder, event + ".sleep")
+if os.path.exists(pause):
+    time.sleep(float(open(pause).read()))
 with open(os.path.join(folder, "%d-%s.json" % (time.time_ns(), event)), "w") as f:
     f.write(data)
 reply = os.path.join(folder, event + ".reply")
@@ -219,8 +298,9 @@ if os.path.exists(code):
 def recording_hooks(folder: Path, *, events: tuple[str, ...] = HOOK_EVENTS, timeout: int = 30) -> dict[str, Any]:
     """A ``hooks.json`` document with one command hook for each of ``events`` that saves its stdin to
     ``folder/<ns>-<hook_event_name>.json`` (:func:`recorded_payloads` reads them back). What the hook
-    answers is scripted by files in ``folder``: ``<Event>.reply`` is printed to stdout, ``<Event>.exit``
-    holds an exit status to end with (stderr then says so)."""
+    answers is scripted by files in ``folder``: ``<Event>.sleep`` holds seconds to wait first (the
+    payload is saved after it), ``<Event>.reply`` is printed to stdout, ``<Event>.exit`` holds an exit
+    status to end with (stderr then says so)."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "record_hook.py"
     script.write_text(_RECORDER)
