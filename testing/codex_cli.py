@@ -59,7 +59,7 @@ HOOK_EVENTS = (
 # Nothing may leave the machine: Codex's HTTP client honours these; loopback (the scripted server) is exempt.
 _NO_NETWORK = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
                "ALL_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost"}
-_KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
+_KEPT_ENV = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT")
 
 
 def toml_string(value: str) -> str:
@@ -165,7 +165,10 @@ class CodexHome:
         """The environment of a Codex process: this home, the scripted provider's key, no network."""
         env = {name: os.environ[name] for name in _KEPT_ENV if name in os.environ}
         env.update(_NO_NETWORK)
-        env.update(HOME=str(self.home), CODEX_HOME=str(self.codex_home), **{API_KEY_ENV: "sk-scripted"})
+        # TMPDIR inside the home: Codex saves a hook's whole additionalContext there when it truncates it.
+        (self.home / "tmp").mkdir(exist_ok=True)
+        env.update(HOME=str(self.home), CODEX_HOME=str(self.codex_home), TMPDIR=str(self.home / "tmp"),
+                   **{API_KEY_ENV: "sk-scripted"})
         env.update(extra)
         return env
 
