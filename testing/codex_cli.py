@@ -39,9 +39,9 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 REPO = Path(__file__).resolve().parent.parent
 CODEX = REPO / "e2e" / "node_modules" / ".bin" / "codex"
@@ -108,25 +108,21 @@ class CodexRun:
         return self
 
 
-@dataclass(frozen=True)
+@dataclass
 class CodexHome:
-    """A temporary user of the Codex CLI: ``home`` is its ``HOME``, ``codex_home`` its ``$CODEX_HOME``."""
+    """A temporary user of the Codex CLI: ``home`` is its ``HOME``, :attr:`codex_home` its ``$CODEX_HOME``."""
 
     home: Path
     api_url: str
     model: str = DEFAULT_MODEL
+    codex_home: Path = field(init=False)  # $CODEX_HOME: configuration, hooks, sessions, databases
+    config_path: Path = field(init=False)  # the user's config.toml: the provider; the hooks' trust once given
+    hooks_path: Path = field(init=False)  # the user's hooks.json
 
-    @property
-    def codex_home(self) -> Path:
-        return self.home / ".codex"
-
-    @property
-    def config_path(self) -> Path:
-        return self.codex_home / "config.toml"
-
-    @property
-    def hooks_path(self) -> Path:
-        return self.codex_home / "hooks.json"
+    def __post_init__(self) -> None:
+        self.codex_home = self.home / ".codex"
+        self.config_path = self.codex_home / "config.toml"
+        self.hooks_path = self.codex_home / "hooks.json"
 
     @classmethod
     def create(cls, home: Path, api_url: str, *, model: str = DEFAULT_MODEL, extra_config: str = "",
@@ -220,8 +216,7 @@ class CodexHome:
             assert process.stdin is not None and process.stdout is not None
             lines: queue.Queue[str] = queue.Queue()
             stdout = process.stdout
-            threading.Thread(target=lambda: [lines.put(line) for line in stdout], name="codex-app-server-reader",
-                             daemon=True).start()
+            threading.Thread(target=_pump, args=(stdout, lines), name="codex-app-server-reader", daemon=True).start()
 
             def ask(number: int | None, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
                 assert process.stdin is not None
@@ -273,6 +268,12 @@ class CodexHome:
     def rollouts(self) -> list[Path]:
         """The session transcripts Codex wrote (``$CODEX_HOME/sessions/**/rollout-*.jsonl``), oldest first."""
         return sorted(self.codex_home.glob("sessions/**/rollout-*.jsonl"), key=lambda p: p.stat().st_mtime)
+
+
+def _pump(stream: IO[str], lines: queue.Queue[str]) -> None:
+    """Every line of ``stream`` into ``lines``, until it ends (the reader thread of :meth:`CodexHome.app_server`)."""
+    for line in stream:
+        lines.put(line)
 
 
 _RECORDER = """\

@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from sessionmem.testing.scripted_http import Action, RecordedRequest, ScriptedHandler, ScriptedServer
+from sessionmem.testing.scripted_http import Action, RecordedRequest, ScriptedHandler, ScriptedServer, openai_error
 
 __all__ = [
     "DEFAULT_REPLY", "DEFAULT_SUMMARY", "Action", "Item", "RecordedRequest", "ScriptedResponsesAPI", "apply_patch",
@@ -181,7 +181,7 @@ class _ResponsesHandler(ScriptedHandler):
         if self.path.split("?")[0].rstrip("/").endswith("/models"):
             self.send_json(200, {"models": []})
         else:
-            self.send_json(404, _error(f"no route {self.path}", "not_found"))
+            self.send_json(404, openai_error(f"no route {self.path}", "not_found"))
 
     def do_HEAD(self) -> None:  # noqa: N802 (stdlib name)
         self.api.side_requests.append(("HEAD", self.path, 0))
@@ -192,23 +192,15 @@ class _ResponsesHandler(ScriptedHandler):
         path = self.path.split("?")[0].rstrip("/")
         if not path.endswith(("/responses", "/responses/compact")):
             self.api.side_requests.append(("POST", self.path, len(raw.decode("utf-8", "replace"))))
-            self.send_json(404, _error(f"no route {self.path}", "not_found"))
+            self.send_json(404, openai_error(f"no route {self.path}", "not_found"))
             return
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            self.send_json(400, _error("bad json", "invalid_request_error"))
+        body = self.openai_json(raw)
+        if body is None:
             return
         with self.api._lock:
             self.api.paths.append(path)
         action = self.api._next_action(body, raw, {name.lower(): value for name, value in self.headers.items()})
-        if action.body is not None:  # as it is, with the action's status
-            self.send_json(action.status, action.body, content_type=action.content_type)
-            return
-        if action.status != 200:
-            headers = {"retry-after": str(action.retry_after)} if action.retry_after is not None else {}
-            kind = "rate_limit_exceeded" if action.status == 429 else "server_error"
-            self.send_json(action.status, _error("scripted", kind), headers)
+        if self.send_openai_failure(action):
             return
         if path.endswith("/compact"):
             items = [{"type": "compaction", "encrypted_content": action.text or DEFAULT_SUMMARY}]
@@ -240,17 +232,5 @@ class _ResponsesHandler(ScriptedHandler):
         if not cut:
             events.append({"type": "response.completed", "response": {
                 "id": response_id, "status": "completed", "output": items, "usage": usage}})
-        data = b"".join(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode() for event in events)
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-
-def _error(message: str, kind: str) -> dict[str, Any]:
-    """An error body as the OpenAI API writes it."""
-    return {"error": {"message": message, "type": kind, "code": kind}}
+        self.send_event_stream(b"".join(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+                                        for event in events))
