@@ -67,6 +67,16 @@ def toml_string(value: str) -> str:
     return json.dumps(value)
 
 
+def mcp_server_table(name: str, command: str, *args: str, env: dict[str, str] | None = None) -> str:
+    """A ``config.toml`` table that starts an MCP server over stdio (for ``extra_config``): Codex
+    starts it with the session and offers its tools as the namespace ``mcp__<name>``."""
+    lines = [f"[mcp_servers.{name}]", f"command = {toml_string(command)}",
+             f"args = [{', '.join(toml_string(arg) for arg in args)}]"]
+    if env:
+        lines.append("env = { " + ", ".join(f"{key} = {toml_string(value)}" for key, value in env.items()) + " }")
+    return "\n".join(lines) + "\n"
+
+
 @dataclass(frozen=True)
 class CodexRun:
     """One finished ``codex exec --json``: its process result and what its JSONL event stream says."""
@@ -128,7 +138,7 @@ class CodexHome:
     def create(cls, home: Path, api_url: str, *, model: str = DEFAULT_MODEL, extra_config: str = "",
                hooks: dict[str, Any] | None = None) -> CodexHome:
         """A Codex home in ``home`` (created) whose model is the scripted server at ``api_url``.
-        ``extra_config`` is appended to ``config.toml`` as it is (an ``[mcp_servers.x]`` table);
+        ``extra_config`` is appended to ``config.toml`` as it is (:func:`mcp_server_table`);
         ``hooks`` is written as ``hooks.json``."""
         codex = cls(home=home, api_url=api_url, model=model)
         codex.codex_home.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,8 @@
 The real Codex CLI is pointed at it through a custom model provider (``wire_api = "responses"``,
 ``base_url`` = :attr:`ScriptedResponsesAPI.url`; :mod:`.codex_cli` writes that configuration).
 Each request is answered by ``responder(body)``: the list of output items of the model's turn
-(:func:`message`, :func:`shell_command`, :func:`apply_patch`, :func:`function_call`), streamed as
+(:func:`message`, :func:`shell_command`, :func:`apply_patch`, :func:`mcp_tool_call`,
+:func:`tool_search`, :func:`function_call`), streamed as
 Server-Sent Events the way Codex parses them -- ``response.created``, per item
 ``response.output_item.added``, ``response.output_text.delta`` (messages),
 ``response.output_item.done``, then ``response.completed`` with the response's id and its usage.
@@ -36,7 +37,8 @@ from sessionmem.testing.scripted_http import Action, RecordedRequest, ScriptedHa
 
 __all__ = [
     "DEFAULT_REPLY", "DEFAULT_SUMMARY", "Action", "Item", "RecordedRequest", "ScriptedResponsesAPI", "apply_patch",
-    "function_call", "input_text", "is_compaction", "message", "shell_command", "tool_outputs", "turn_prompt",
+    "function_call", "input_text", "is_compaction", "mcp_tool_call", "message", "shell_command", "tool_outputs",
+    "tool_search", "turn_prompt",
 ]
 
 Item = dict[str, Any]  # one Responses API item: a message, a function_call, a custom_tool_call, ...
@@ -62,6 +64,24 @@ def function_call(name: str, arguments: dict[str, Any]) -> Item:
     call_id = f"call_{next(_call_numbers)}_{uuid.uuid4().hex[:8]}"
     return {"type": "function_call", "id": f"fc_{uuid.uuid4().hex}", "name": name,
             "arguments": json.dumps(arguments), "call_id": call_id}
+
+
+def mcp_tool_call(server: str, tool: str, arguments: dict[str, Any]) -> Item:
+    """A call of ``tool`` of the MCP server named ``server`` in Codex's ``config.toml``
+    (``[mcp_servers.<server>]``): a ``function_call`` in the namespace ``mcp__<server>``. Codex
+    offers MCP tools deferred (found through :func:`tool_search`) but runs such a call without a
+    search; hooks see it as tool ``mcp__<server>__<tool>``."""
+    item = function_call(tool, arguments)
+    item["namespace"] = f"mcp__{server}"
+    return item
+
+
+def tool_search(query: str, *, limit: int = 8) -> Item:
+    """A search of Codex's deferred tools (MCP servers' among them), run by Codex: the next request
+    holds a ``tool_search_output`` whose ``tools`` are namespaces (``mcp__<server>``) of functions."""
+    call_id = f"call_{next(_call_numbers)}_{uuid.uuid4().hex[:8]}"
+    return {"type": "tool_search_call", "id": f"tsc_{uuid.uuid4().hex}", "call_id": call_id, "status": "completed",
+            "execution": "client", "arguments": {"query": query, "limit": limit}}
 
 
 def shell_command(cmd: str, *, workdir: str | None = None) -> Item:
@@ -109,12 +129,12 @@ def turn_prompt(body: dict[str, Any]) -> str:
 
 
 def tool_outputs(body: dict[str, Any]) -> list[Item]:
-    """The outputs of the tool calls made since the turn's prompt (``function_call_output`` and
-    ``custom_tool_call_output`` items), in order: how far the turn has gone."""
+    """The outputs of the tool calls made since the turn's prompt (``function_call_output``,
+    ``custom_tool_call_output`` and ``tool_search_output`` items), in order: how far the turn has gone."""
     users = _user_messages(body)
     start = users[-1][0] if users else 0
     return [item for item in (body.get("input") or [])[start:]
-            if item.get("type") in ("function_call_output", "custom_tool_call_output")]
+            if item.get("type") in ("function_call_output", "custom_tool_call_output", "tool_search_output")]
 
 
 def input_text(body: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ states about Codex's hooks to the CLI itself.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from sessionmem.testing.codex_cli import CODEX, CodexHome, recorded_payloads, recording_hooks
+from sessionmem.testing.codex_cli import CODEX, CodexHome, mcp_server_table, recorded_payloads, recording_hooks
 from sessionmem.testing.codex_recording import record
 from sessionmem.testing.responses_api import (
     Item,
@@ -25,9 +26,11 @@ from sessionmem.testing.responses_api import (
     apply_patch,
     input_text,
     is_compaction,
+    mcp_tool_call,
     message,
     shell_command,
     tool_outputs,
+    tool_search,
     turn_prompt,
 )
 
@@ -36,6 +39,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("codex")]
 
 FIXTURES = Path(__file__).parent / "fixtures" / "codex"
 ADD_NOTES = "*** Begin Patch\n*** Add File: NOTES.md\n+first note\n*** End Patch\n"
+NOTES_SERVER = """\
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("notes")
+
+
+@server.tool()
+def lookup(query: str) -> str:
+    \"\"\"Look up a remembered note.\"\"\"
+    return "remembered: " + query
+
+
+server.run()
+"""
 EDIT_CALC = ("*** Begin Patch\n*** Update File: calc.py\n@@\n def add(a, b):\n-    return a + b\n"
              "+    return b + a\n*** End Patch\n")
 
@@ -307,3 +324,24 @@ def test_compaction_fires_its_hooks_and_session_start_context_reaches_the_compac
     assert "Scripted summary of the session." in input_text(compacted)
     assert developer_texts(compacted).count("memory for the new context") == 2  # resume and compact
     assert "from PreCompact" not in input_text(compacted) and "from PostCompact" not in input_text(compacted)
+
+
+def test_an_mcp_server_in_config_toml_is_found_called_and_seen_by_the_hooks(
+        api: ScriptedResponsesAPI, tmp_path: Path, project: Path, hooks: Path) -> None:
+    server = tmp_path / "notes_server.py"
+    server.write_text(NOTES_SERVER)
+    codex = CodexHome.create(tmp_path / "home", api.url, hooks=recording_hooks(hooks),
+                             extra_config=mcp_server_table("notes", sys.executable, str(server)))
+    api.responder = turn_of(tool_search("Look up a remembered note"), mcp_tool_call("notes", "lookup", {"query": "x"}))
+    run = codex.exec("Look it up", project=project, bypass_hook_trust=True).check()
+
+    first, found, called = api.bodies()
+    assert "mcp__notes" not in json.dumps(first["tools"])  # deferred: found by a search, not offered
+    [search] = tool_outputs(found)
+    assert [(n["name"], [t["name"] for t in n["tools"]]) for n in search["tools"]] == [("mcp__notes", ["lookup"])]
+    assert "remembered: x" in tool_outputs(called)[-1]["output"]
+    assert [e["item"]["server"] for e in run.events if e.get("item", {}).get("type") == "mcp_tool_call"] == ["notes"] * 2
+    post = next(p for p in recorded_payloads(hooks) if p["hook_event_name"] == "PostToolUse")
+    assert post["tool_name"] == "mcp__notes__lookup" and post["tool_input"] == {"query": "x"}
+    assert post["tool_response"]["content"] == [{"type": "text", "text": "remembered: x"}]
+    assert post["tool_response"]["isError"] is False
