@@ -345,3 +345,19 @@ def test_an_mcp_server_in_config_toml_is_found_called_and_seen_by_the_hooks(
     assert post["tool_name"] == "mcp__notes__lookup" and post["tool_input"] == {"query": "x"}
     assert post["tool_response"]["content"] == [{"type": "text", "text": "remembered: x"}]
     assert post["tool_response"]["isError"] is False
+
+
+def test_claude_code_matchers_edit_and_write_match_apply_patch(
+        api: ScriptedResponsesAPI, tmp_path: Path, project: Path) -> None:
+    matchers = {"bash": "Bash", "edit-write": "Edit|Write", "write": "Write", "apply-patch": "apply_patch", "any": "*"}
+    groups = []
+    for folder, matcher in matchers.items():
+        [[handler]] = [group["hooks"] for group in recording_hooks(tmp_path / folder)["hooks"]["PostToolUse"]]
+        groups.append({"matcher": matcher, "hooks": [handler]})
+    codex = CodexHome.create(tmp_path / "home", api.url, hooks={"hooks": {"PostToolUse": groups}})
+    api.responder = turn_of(shell_command("echo hi"), apply_patch(ADD_NOTES))
+    codex.exec("Take a note", project=project, bypass_hook_trust=True).check()
+
+    seen = {folder: [p["tool_name"] for p in recorded_payloads(tmp_path / folder)] for folder in matchers}
+    assert seen == {"bash": ["Bash"], "edit-write": ["apply_patch"], "write": ["apply_patch"],
+                    "apply-patch": ["apply_patch"], "any": ["Bash", "apply_patch"]}
