@@ -163,6 +163,13 @@ class CodexHome:
             codex.write_hooks(hooks)
         return codex
 
+    def trust_project(self, project: Path) -> None:
+        """Mark ``project`` trusted in ``config.toml`` (``[projects."<path>"] trust_level = "trusted"``,
+        what ``codex exec --trust`` saves): only then does Codex load its ``.codex/`` layer, its
+        ``.codex/hooks.json`` among it (whose hooks still need their own trust)."""
+        with self.config_path.open("a") as config:
+            config.write(f'\n[projects.{toml_string(str(project))}]\ntrust_level = "trusted"\n')
+
     def write_hooks(self, hooks: dict[str, Any]) -> None:
         """``hooks`` as ``$CODEX_HOME/hooks.json``: ``{"hooks": {"Event": [{"matcher": ..., "hooks": [...]}]}}``."""
         self.hooks_path.write_text(json.dumps(hooks, indent=2) + "\n")

@@ -361,3 +361,23 @@ def test_claude_code_matchers_edit_and_write_match_apply_patch(
     seen = {folder: [p["tool_name"] for p in recorded_payloads(tmp_path / folder)] for folder in matchers}
     assert seen == {"bash": ["Bash"], "edit-write": ["apply_patch"], "write": ["apply_patch"],
                     "apply-patch": ["apply_patch"], "any": ["Bash", "apply_patch"]}
+
+
+def test_project_hooks_load_only_in_a_trusted_project_and_need_their_own_trust(
+        api: ScriptedResponsesAPI, tmp_path: Path, project: Path, hooks: Path) -> None:
+    codex = CodexHome.create(tmp_path / "home", api.url)
+    (project / ".codex").mkdir()
+    (project / ".codex" / "hooks.json").write_text(json.dumps(recording_hooks(hooks, events=("SessionStart",))))
+    assert codex.list_hooks(project) == []
+    codex.exec("Say hi", project=project, bypass_hook_trust=True).check()
+    assert events(hooks) == []
+
+    codex.trust_project(project)
+    [hook] = codex.list_hooks(project)
+    assert (hook["source"], hook["trustStatus"]) == ("project", "untrusted")
+    assert hook["key"] == f"{project / '.codex' / 'hooks.json'}:session_start:0:0"
+    codex.exec("Say hi", project=project).check()
+    assert events(hooks) == []
+    codex.trust_hooks(project)
+    codex.exec("Say hi", project=project).check()
+    assert events(hooks) == ["SessionStart"]
