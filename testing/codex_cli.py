@@ -20,14 +20,16 @@ one ``resume`` of a session made without it, and script the model to end its tur
 (the compacted input no longer holds the earlier tool outputs). Codex asks the same
 ``/v1/responses`` for the summary (:func:`~sessionmem.testing.responses_api.is_compaction`).
 
-Hook trust through ``codex app-server`` (JSON-RPC over stdio): :func:`list_hooks` returns each hook
-Codex knows with its ``trustStatus`` and ``currentHash``; :func:`trust_hooks` records them as trusted
-(``config/batchWrite`` of ``hooks.state.<key>.trusted_hash``), after which a run without the bypass
-flag runs them.
+Hook trust through ``codex app-server`` (JSON-RPC over stdio): :meth:`CodexHome.list_hooks` returns
+each hook Codex knows with its ``trustStatus`` and ``currentHash``; :meth:`CodexHome.trust_hooks`
+records them as trusted (``config/batchWrite`` of ``hooks.state."<key>".trusted_hash``), after which a
+run without the bypass flag runs them. tests/fixtures/codex/README.md says what each was found to do.
 
 Resource handling:
-    Every Codex process is a child run to completion under a timeout (``subprocess.run``: killed
-    when it passes); nothing outlives a call. The homes live in the caller's directory (``tmp_path``).
+    Every Codex process runs to completion under a timeout in its own session; when the timeout
+    passes, the whole session is killed (npm's wrapper would leave the native CLI running) and
+    ``subprocess.TimeoutExpired`` raised. Nothing outlives a call. The homes live in the caller's
+    directory (``tmp_path``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -51,7 +55,7 @@ DEFAULT_MODEL = "gpt-5.5"
 PROVIDER = "scripted"
 API_KEY_ENV = "SCRIPTED_RESPONSES_API_KEY"
 RUN_TIMEOUT_S = 120.0
-# Every hook event Codex 0.169.0 fires (codex-rs/hooks: one input and output schema each).
+# The hook events of Codex 0.169.0's hooks.json (each with its own input and output schema in codex-rs/hooks).
 HOOK_EVENTS = (
     "SessionStart", "UserPromptSubmit", "PreToolUse", "PermissionRequest", "PostToolUse", "PreCompact",
     "PostCompact", "Stop", "SubagentStart", "SubagentStop", "SessionEnd",
@@ -187,9 +191,16 @@ class CodexHome:
 
     def _run(self, args: list[str], *, project: Path, env: dict[str, str] | None,
              timeout: float) -> CodexRun:
-        process = subprocess.run([str(CODEX), *args], cwd=project, env=self.env(**(env or {})),
-                                 capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        return CodexRun(process)
+        command = [str(CODEX), *args]
+        with subprocess.Popen(command, cwd=project, env=self.env(**(env or {})), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True) as process:
+            try:
+                stdout, stderr = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _stop(process)
+                raise
+        return CodexRun(subprocess.CompletedProcess(command, process.returncode, stdout, stderr))
 
     def exec(self, prompt: str, *, project: Path, bypass_hook_trust: bool = False,
              auto_compact_token_limit: int | None = None, args: tuple[str, ...] = (),
@@ -229,7 +240,8 @@ class CodexHome:
         each answer is awaited before the next request is sent)."""
         deadline = time.monotonic() + timeout
         with subprocess.Popen([str(CODEX), "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, cwd=project, env=self.env(), text=True) as process:
+                              stderr=subprocess.DEVNULL, cwd=project, env=self.env(), text=True,
+                              start_new_session=True) as process:
             assert process.stdin is not None and process.stdout is not None
             lines: queue.Queue[str] = queue.Queue()
             stdout = process.stdout
@@ -264,7 +276,7 @@ class CodexHome:
                 try:
                     process.wait(timeout=10)
                 except subprocess.TimeoutExpired:
-                    process.kill()
+                    _stop(process)
 
     def list_hooks(self, project: Path) -> list[dict[str, Any]]:
         """Every hook Codex finds for ``project`` (``hooks/list``), each with its ``key``, ``eventName``
@@ -285,6 +297,16 @@ class CodexHome:
     def rollouts(self) -> list[Path]:
         """The session transcripts Codex wrote (``$CODEX_HOME/sessions/**/rollout-*.jsonl``), oldest first."""
         return sorted(self.codex_home.glob("sessions/**/rollout-*.jsonl"), key=lambda p: p.stat().st_mtime)
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """Kill ``process`` and what it started: ``e2e/node_modules/.bin/codex`` is npm's node wrapper,
+    and a killed wrapper leaves the native CLI running; each Codex process leads its own session."""
+    if sys.platform == "win32":
+        process.kill()
+    else:
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def _pump(stream: IO[str], lines: queue.Queue[str]) -> None:
@@ -325,7 +347,7 @@ def recording_hooks(folder: Path, *, events: tuple[str, ...] = HOOK_EVENTS, time
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "record_hook.py"
     script.write_text(_RECORDER)
-    command = f"{sys.executable} {script} {folder}"
+    command = shlex.join([sys.executable, str(script), str(folder)])
     return {"hooks": {event: [{"hooks": [{"type": "command", "command": command, "timeout": timeout}]}]
                       for event in events}}
 
