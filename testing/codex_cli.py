@@ -71,11 +71,14 @@ def toml_string(value: str) -> str:
     return json.dumps(value)
 
 
-def mcp_server_table(name: str, command: str, *args: str, env: dict[str, str] | None = None) -> str:
+def mcp_server_table(name: str, command: str, *args: str, env: dict[str, str] | None = None,
+                     required: bool = False) -> str:
     """A ``config.toml`` table that starts an MCP server over stdio (for ``extra_config``): Codex
-    starts it with the session and offers its tools as the namespace ``mcp__<name>``."""
+    starts it with the session and offers its tools as the namespace ``mcp__<name>``. Codex waits
+    for a ``required`` server before the first model request (and fails the run when it does not
+    start); for any other it does not wait, and a call made before the server is up fails."""
     lines = [f"[mcp_servers.{name}]", f"command = {toml_string(command)}",
-             f"args = [{', '.join(toml_string(arg) for arg in args)}]"]
+             f"args = [{', '.join(toml_string(arg) for arg in args)}]", f"required = {str(required).lower()}"]
     if env:
         lines.append("env = { " + ", ".join(f"{key} = {toml_string(value)}" for key, value in env.items()) + " }")
     return "\n".join(lines) + "\n"

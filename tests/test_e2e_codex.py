@@ -331,7 +331,7 @@ def test_an_mcp_server_in_config_toml_is_found_called_and_seen_by_the_hooks(
     server = tmp_path / "notes_server.py"
     server.write_text(NOTES_SERVER)
     codex = CodexHome.create(tmp_path / "home", api.url, hooks=recording_hooks(hooks),
-                             extra_config=mcp_server_table("notes", sys.executable, str(server)))
+                             extra_config=mcp_server_table("notes", sys.executable, str(server), required=True))
     api.responder = turn_of(tool_search("Look up a remembered note"), mcp_tool_call("notes", "lookup", {"query": "x"}))
     run = codex.exec("Look it up", project=project, bypass_hook_trust=True).check()
 
@@ -381,3 +381,20 @@ def test_project_hooks_load_only_in_a_trusted_project_and_need_their_own_trust(
     codex.trust_hooks(project)
     codex.exec("Say hi", project=project).check()
     assert events(hooks) == ["SessionStart"]
+
+
+@pytest.mark.parametrize("required", [False, True])
+def test_codex_waits_only_for_a_required_mcp_server(
+        api: ScriptedResponsesAPI, tmp_path: Path, project: Path, required: bool) -> None:
+    broken = tmp_path / "broken_server.py"
+    broken.write_text("raise SystemExit(1)\n")
+    codex = CodexHome.create(tmp_path / "home", api.url,
+                             extra_config=mcp_server_table("notes", sys.executable, str(broken), required=required))
+    api.responder = turn_of(mcp_tool_call("notes", "lookup", {"query": "x"}))
+    run = codex.exec("Look it up", project=project)
+
+    if required:  # the run waits for the server, and fails without asking the model anything
+        assert run.returncode != 0 and api.requests == []
+    else:  # the run goes on without it: the call finds no such tool
+        run.check()
+        assert "unsupported call" in tool_outputs(api.bodies()[-1])[0]["output"]
