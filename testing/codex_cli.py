@@ -20,7 +20,7 @@ one ``resume`` of a session made without it, and script the model to end its tur
 (the compacted input no longer holds the earlier tool outputs). Codex asks the same
 ``/v1/responses`` for the summary (:func:`~sessionmem.testing.responses_api.is_compaction`).
 
-Hook trust through ``codex app-server`` (JSON-RPC over stdio): :meth:`CodexHome.list_hooks` returns
+Hook trust through ``codex app-server`` (JSON-RPC over stdio, :class:`AppServer`): :meth:`CodexHome.list_hooks` returns
 each hook Codex knows with its ``trustStatus`` and ``currentHash``; :meth:`CodexHome.trust_hooks`
 records them as trusted (``config/batchWrite`` of ``hooks.state."<key>".trusted_hash``), after which a
 run without the bypass flag runs them. tests/fixtures/codex/README.md says what each was found to do.
@@ -34,6 +34,7 @@ Resource handling:
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import queue
@@ -233,59 +234,16 @@ class CodexHome:
             flags += ["-c", f"model_auto_compact_token_limit={auto_compact_token_limit}"]
         return flags
 
-    def app_server(self, *requests: tuple[str, dict[str, Any]], project: Path,
-                   timeout: float = RUN_TIMEOUT_S) -> list[dict[str, Any]]:
-        """The answers of ``codex app-server`` (JSON-RPC over stdio, one JSON object a line) to
-        ``requests`` ((method, params) pairs), sent one at a time after the ``initialize`` /
-        ``initialized`` handshake: each answer is the response's ``result``; an error response, or
-        none within ``timeout`` seconds of the start, raises AssertionError. The server runs in
-        ``project``; it stops when its stdin closes (it drops requests still unanswered then, so
-        each answer is awaited before the next request is sent)."""
-        deadline = time.monotonic() + timeout
-        with subprocess.Popen([str(CODEX), "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, cwd=project, env=self.env(), text=True,
-                              start_new_session=True) as process:
-            assert process.stdin is not None and process.stdout is not None
-            lines: queue.Queue[str] = queue.Queue()
-            stdout = process.stdout
-            threading.Thread(target=_pump, args=(stdout, lines), name="codex-app-server-reader", daemon=True).start()
-
-            def ask(number: int | None, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-                assert process.stdin is not None
-                message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-                if number is not None:
-                    message["id"] = number
-                if params is not None:
-                    message["params"] = params
-                process.stdin.write(json.dumps(message) + "\n")
-                process.stdin.flush()
-                while number is not None:
-                    try:
-                        line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-                    except queue.Empty:
-                        raise AssertionError(f"app-server: no answer to {method} in {timeout} s") from None
-                    answer = json.loads(line) if line.startswith("{") else {}
-                    if answer.get("id") == number:
-                        assert "result" in answer, f"app-server {method}: {answer}"
-                        return dict(answer["result"])
-                return {}
-
-            try:
-                ask(0, "initialize", {"clientInfo": {"name": "sessionmem-tests", "version": "0"}})
-                ask(None, "initialized", None)
-                return [ask(number, method, params) for number, (method, params) in enumerate(requests, start=1)]
-            finally:
-                process.stdin.close()
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    _stop(process)
+    def app_server(self, project: Path, *, timeout: float = RUN_TIMEOUT_S) -> AppServer:
+        """A ``codex app-server`` of this home, started in ``project`` when its ``with`` block begins."""
+        return AppServer(self, project, timeout=timeout)
 
     def list_hooks(self, project: Path) -> list[dict[str, Any]]:
         """Every hook Codex finds for ``project`` (``hooks/list``), each with its ``key``, ``eventName``
         (camelCase: ``sessionStart``), ``command``, ``sourcePath``, ``currentHash`` and ``trustStatus``
         (``untrusted``, ``trusted``, ``modified`` or ``managed``)."""
-        [listing] = self.app_server(("hooks/list", {"cwds": [str(project)]}), project=project)
+        with self.app_server(project) as server:
+            listing = server.request("hooks/list", {"cwds": [str(project)]})
         return [hook for entry in listing["data"] for hook in entry["hooks"]]
 
     def trust_hooks(self, project: Path, hooks: list[dict[str, Any]] | None = None) -> None:
@@ -295,11 +253,95 @@ class CodexHome:
         chosen = self.list_hooks(project) if hooks is None else hooks
         edits = [{"keyPath": f"hooks.state.{toml_string(hook['key'])}.trusted_hash", "value": hook["currentHash"],
                   "mergeStrategy": "upsert"} for hook in chosen]
-        self.app_server(("config/batchWrite", {"edits": edits}), project=project)
+        with self.app_server(project) as server:
+            server.request("config/batchWrite", {"edits": edits})
 
     def rollouts(self) -> list[Path]:
         """The session transcripts Codex wrote (``$CODEX_HOME/sessions/**/rollout-*.jsonl``), oldest first."""
         return sorted(self.codex_home.glob("sessions/**/rollout-*.jsonl"), key=lambda p: p.stat().st_mtime)
+
+
+class AppServer:
+    """``codex app-server`` over stdio (JSON-RPC 2.0, one JSON object a line) for one ``with`` block:
+    :meth:`request` sends a request and returns its answer's ``result``; the notifications that
+    arrive meanwhile are kept, in order, and :meth:`wait_for` waits for one. The block begins with
+    the ``initialize`` / ``initialized`` handshake.
+
+    Resource handling:
+        The server leads its own process session; leaving the block closes its stdin (it exits,
+        dropping any request not yet answered: each is awaited before the next is sent) and kills
+        the session if it has not exited 10 s later.
+
+    Error handling:
+        An error answer, or none by the deadline (``timeout`` seconds after the block began),
+        raises AssertionError naming the method.
+    """
+
+    def __init__(self, codex: CodexHome, project: Path, *, timeout: float = RUN_TIMEOUT_S) -> None:
+        self.codex = codex
+        self.project = project
+        self.timeout = timeout
+        self.notifications: list[dict[str, Any]] = []
+        self._lines: queue.Queue[str] = queue.Queue()
+        self._numbers = itertools.count()
+        self._waited: dict[str, int] = {}  # per method: where the next wait_for looks from
+
+    def __enter__(self) -> AppServer:
+        self._deadline = time.monotonic() + self.timeout
+        self._process = subprocess.Popen([str(CODEX), "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, cwd=self.project, env=self.codex.env(),
+                                         text=True, start_new_session=True)
+        assert self._process.stdout is not None
+        threading.Thread(target=_pump, args=(self._process.stdout, self._lines), name="codex-app-server-reader",
+                         daemon=True).start()
+        self.request("initialize", {"clientInfo": {"name": "sessionmem-tests", "version": "0"}})
+        self._send({"method": "initialized"})
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.close()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            _stop(self._process)
+
+    def _send(self, message: dict[str, Any]) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+        self._process.stdin.flush()
+
+    def _next(self, waiting_for: str) -> dict[str, Any]:
+        try:
+            line = self._lines.get(timeout=max(0.0, self._deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"app-server: no {waiting_for} in {self.timeout} s") from None
+        message = json.loads(line) if line.startswith("{") else {}
+        return message if isinstance(message, dict) else {}
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The ``result`` of ``method`` called with ``params``."""
+        number = next(self._numbers)
+        self._send({"id": number, "method": method, "params": params})
+        while True:
+            message = self._next(f"answer to {method}")
+            if message.get("id") == number:
+                assert "result" in message, f"app-server {method}: {message}"
+                return dict(message["result"])
+            if "method" in message and "id" not in message:
+                self.notifications.append(message)
+
+    def wait_for(self, method: str) -> dict[str, Any]:
+        """The ``params`` of the next notification ``method`` (``turn/completed``, ``hook/completed``...)
+        not yet waited for: one already kept, else the next to arrive."""
+        while True:
+            for position in range(self._waited.get(method, 0), len(self.notifications)):
+                if self.notifications[position].get("method") == method:
+                    self._waited[method] = position + 1
+                    return dict(self.notifications[position].get("params") or {})
+            message = self._next(f"notification {method}")
+            if "method" in message and "id" not in message:
+                self.notifications.append(message)
 
 
 def _stop(process: subprocess.Popen[str]) -> None:

@@ -399,3 +399,24 @@ def test_codex_waits_only_for_a_required_mcp_server(
     else:  # the run goes on without it: the call finds no such tool
         run.check()
         assert "unsupported call" in tool_outputs(api.bodies()[-1])[0]["output"]
+
+
+def test_a_system_message_is_a_warning_of_the_hook_run_for_app_server_clients_and_exec_prints_none(
+        api: ScriptedResponsesAPI, codex: CodexHome, project: Path, hooks: Path) -> None:
+    (hooks / "SessionStart.reply").write_text(json.dumps({
+        "systemMessage": "sessionmem: 3 memories loaded",
+        "hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": "the memory"}}))
+    run = codex.exec("Say hi", project=project, bypass_hook_trust=True).check()
+    assert "3 memories loaded" not in run.process.stdout + run.process.stderr
+    assert "the memory" in developer_texts(api.bodies()[0])
+
+    codex.trust_hooks(project, [h for h in codex.list_hooks(project) if h["eventName"] == "sessionStart"])
+    with codex.app_server(project) as server:  # what the TUI and the IDE extensions are told
+        thread = server.request("thread/start", {"cwd": str(project)})["thread"]
+        server.request("turn/start", {"threadId": thread["id"], "input": [{"type": "text", "text": "Say hi"}]})
+        server.wait_for("turn/completed")
+    [run_summary] = [n["params"]["run"] for n in server.notifications
+                     if n["method"] == "hook/completed" and n["params"]["run"]["eventName"] == "sessionStart"]
+    assert run_summary["status"] == "completed"
+    assert run_summary["entries"] == [{"kind": "warning", "text": "sessionmem: 3 memories loaded"},
+                                      {"kind": "context", "text": "the memory"}]
