@@ -145,8 +145,7 @@ def input_text(body: dict[str, Any]) -> str:
 
 def is_compaction(body: dict[str, Any]) -> bool:
     """Whether the request asks for a summary of the conversation (Codex's local compaction)."""
-    return turn_prompt(body).startswith(COMPACTION_PROMPT_START) or any(
-        text.startswith(COMPACTION_PROMPT_START) for _, text in _user_messages(body))
+    return any(text.startswith(COMPACTION_PROMPT_START) for _, text in _user_messages(body))
 
 
 def default_responder(body: dict[str, Any]) -> list[Item]:
