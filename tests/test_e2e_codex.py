@@ -420,3 +420,12 @@ def test_a_system_message_is_a_warning_of_the_hook_run_for_app_server_clients_an
     assert run_summary["status"] == "completed"
     assert run_summary["entries"] == [{"kind": "warning", "text": "sessionmem: 3 memories loaded"},
                                       {"kind": "context", "text": "the memory"}]
+
+
+def test_a_hook_without_a_timeout_gets_600_seconds_and_session_end_1(
+        api: ScriptedResponsesAPI, tmp_path: Path, project: Path) -> None:
+    plain = [{"hooks": [{"type": "command", "command": "true"}]}]
+    codex = CodexHome.create(tmp_path / "home", api.url,
+                             hooks={"hooks": {event: plain for event in ("SessionStart", "PostToolUse", "SessionEnd")}})
+    timeouts = {h["eventName"]: h["timeoutSec"] for h in codex.list_hooks(project)}
+    assert timeouts == {"sessionStart": 600, "postToolUse": 600, "sessionEnd": 1}
