@@ -20,8 +20,8 @@ endif
 endif
 endif
 STAMP := $(VENV)/.installed
-# The pinned Claude Code CLI for the end-to-end tests (its native binary is an
-# optional dependency from the npm registry; no other download).
+# The pinned Claude Code and Codex CLIs for the end-to-end tests (their native binaries are
+# optional dependencies from the npm registry; no other download).
 E2E_STAMP := e2e/node_modules/.installed
 
 .PHONY: run test lint clean bytecode browser fat-tools
@@ -103,7 +103,7 @@ lint: $(STAMP) $(PLATFORMS_STAMP)
 # The suite runs in PYTEST_WORKERS processes (pytest-xdist): most tests wait for worker processes,
 # hooks and timers rather than compute, so even two cores finish it in about half the time. Tests
 # that must not overlap, or share an expensive module fixture, carry one `xdist_group` mark and run
-# in order on one process (`--dist loadgroup`): the Claude Code CLI tests, the browser tests.
+# in order on one process (`--dist loadgroup`): the Claude Code CLI tests, the Codex CLI tests, the browser tests.
 # `make test PYTEST_ARGS="-n 0"` runs it in this one process; later options win.
 PYTEST_WORKERS ?= 4
 

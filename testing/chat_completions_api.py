@@ -25,7 +25,7 @@ import uuid
 from typing import Any
 
 from sessionmem.testing.messages_api import default_reply
-from sessionmem.testing.scripted_http import ScriptedHandler, ScriptedServer
+from sessionmem.testing.scripted_http import ScriptedHandler, ScriptedServer, openai_error
 
 COMPLETIONS_PATH = "/v1/chat/completions"
 
@@ -50,26 +50,18 @@ class ScriptedChatCompletionsAPI(ScriptedServer):
                 if self.path.rstrip("/") == "/v1/models":
                     self.send_json(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
                 else:
-                    self.send_json(404, _error("not found", "not_found_error"))
+                    self.send_json(404, openai_error("not found", "not_found_error"))
 
             def do_POST(self) -> None:  # noqa: N802 (stdlib name)
                 raw = self.read_body()
                 if self.path != COMPLETIONS_PATH:
-                    self.send_json(404, _error(f"no route {self.path}", "not_found_error"))
+                    self.send_json(404, openai_error(f"no route {self.path}", "not_found_error"))
                     return
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    self.send_json(400, _error("bad json", "invalid_request_error"))
+                body = self.openai_json(raw)
+                if body is None:
                     return
                 action = api._next_action(body, raw, {name.lower(): value for name, value in self.headers.items()})
-                if action.body is not None:  # as it is, with the action's status
-                    self.send_json(action.status, action.body, content_type=action.content_type)
-                    return
-                if action.status != 200:
-                    extra = {"retry-after": str(action.retry_after)} if action.retry_after is not None else {}
-                    kind = "rate_limit_exceeded" if action.status == 429 else "server_error"
-                    self.send_json(action.status, _error("scripted", kind), extra)
+                if self.send_openai_failure(action):
                     return
                 if action.echo:
                     text = json.dumps(body["messages"])
@@ -103,8 +95,3 @@ class ScriptedChatCompletionsAPI(ScriptedServer):
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
-
-
-def _error(message: str, kind: str) -> dict[str, Any]:
-    """An error body as OpenAI-compatible servers write it."""
-    return {"error": {"message": message, "type": kind, "code": None}}

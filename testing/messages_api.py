@@ -162,12 +162,5 @@ class _MessagesHandler(ScriptedHandler):
                                          "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
                                          "usage": {"output_tokens": message["usage"]["output_tokens"]}}))
         events.append(("message_stop", {"type": "message_stop"}))
-        data = b"".join(f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode() for name, payload in events)
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        self.send_event_stream(b"".join(f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode()
+                                        for name, payload in events))

@@ -73,16 +73,44 @@ class ScriptedHandler(QuietHandler):
             pass  # the client timed out and went away: that is the point of a delay
 
     def send_scripted(self, action: Action, error: dict[str, Any]) -> bool:
-        """Send what ``action`` decides by itself, if anything: its error status (``error`` as the body, with
-        its ``Retry-After``) or its raw body; returns whether it did (else the API's own reply is wanted)."""
+        """Send what ``action`` scripts instead of the API's own reply, if anything: its raw body as it is (with
+        its status), or its error status with ``error`` as the body (and its ``Retry-After``); returns whether
+        it did (else the caller replies)."""
+        if action.body is not None:
+            self.send_json(action.status, action.body, content_type=action.content_type)
+            return True
         if action.status != 200:
             headers = {"retry-after": str(action.retry_after)} if action.retry_after is not None else {}
             self.send_json(action.status, error, headers)
             return True
-        if action.body is not None:
-            self.send_json(200, action.body, content_type=action.content_type)
-            return True
         return False
+
+    def send_event_stream(self, data: bytes) -> None:
+        """``data`` (Server-Sent Events, whole) as a streamed reply."""
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def openai_json(self, raw: bytes) -> dict[str, Any] | None:
+        """``raw`` decoded as a JSON object, or None once a 400 has answered it (OpenAI's error body)."""
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            self.send_json(400, openai_error("bad json", "invalid_request_error"))
+            return None
+        return body
+
+    def send_openai_failure(self, action: Action) -> bool:
+        """:meth:`send_scripted` with the error body an OpenAI-compatible server answers."""
+        kind = "rate_limit_exceeded" if action.status == 429 else "server_error"
+        return self.send_scripted(action, openai_error("scripted", kind))
 
     def send_cut(self, payload: dict[str, Any]) -> None:
         """Announce the whole reply, send half of it, and close the connection."""
@@ -98,6 +126,11 @@ class ScriptedHandler(QuietHandler):
             pass
         self.close_connection = True
         self.connection.shutdown(2)  # the reply ends mid-way
+
+
+def openai_error(message: str, kind: str) -> dict[str, Any]:
+    """An error body as OpenAI-compatible servers write it."""
+    return {"error": {"message": message, "type": kind, "code": None}}
 
 
 class ScriptedServer(LoopbackServer):
