@@ -35,6 +35,7 @@ from typing import Any
 from sessionmem.agents.codex_app_server import CodexAppServer, CodexUnavailable
 from sessionmem.install import MCP_ARGS, Stages, hook_command, install, installed_stages, uninstall
 from sessionmem.protocol.agents import CODEX
+from sessionmem.protocol.client_settings import DATA_DIR_ENV, ENV
 from sessionmem.protocol.routes import MCP_SERVER_NAME
 
 # Codex's events sessionmem listens to; timeouts are seconds, as Codex reads them, and SessionEnd's at
@@ -51,6 +52,9 @@ STAGES: Stages = {
 }
 TRUSTED = "trusted"
 MCP_KEY = f"mcp_servers.{MCP_SERVER_NAME}"
+# Codex starts an MCP server with a few variables of its own environment only: these it passes on, so the
+# server asks the worker of the data dir (and port) the hooks use when the user's environment sets them.
+MCP_ENV_VARS = [DATA_DIR_ENV, *ENV]
 
 
 def codex_home(environ: dict[str, str] | None = None) -> Path:
@@ -101,6 +105,11 @@ def _ours(hooks: list[dict[str, Any]], hooks_file: Path) -> list[dict[str, Any]]
 def _stage_of(hook: dict[str, Any]) -> str:
     event = str(hook.get("eventName", ""))
     return event[:1].upper() + event[1:]
+
+
+def mcp_server_entry() -> dict[str, Any]:
+    """Codex's ``[mcp_servers.sessionmem]`` table: ``sessionmem mcp`` with this interpreter, the settings passed on."""
+    return {"command": sys.executable, "args": list(MCP_ARGS), "env_vars": list(MCP_ENV_VARS)}
 
 
 def _our_mcp(server: Any) -> bool:
@@ -154,9 +163,9 @@ def install_codex(codex: str | None, *, trust: bool = True, mcp: bool = True) ->
                                                 for hook in pending}})
                 if mcp:
                     present = _mcp_servers(app).get(MCP_SERVER_NAME)
-                    entry = {"command": sys.executable, "args": list(MCP_ARGS)}
-                    if present is None or (_our_mcp(present) and (present.get("command"), present.get("args"))
-                                           != (entry["command"], entry["args"])):
+                    entry = mcp_server_entry()
+                    if present is None or (_our_mcp(present) and any(present.get(key) != value
+                                                                     for key, value in entry.items())):
                         edits.append({"keyPath": MCP_KEY, "mergeStrategy": "replace", "value": entry})
                 if edits:
                     app.write_config(edits)
