@@ -2,7 +2,7 @@
 
 The three layers of progressive disclosure, cheapest first:
 
-1. :func:`search_index` -- one line a hit: its reference, date, type, title, the files
+1. :func:`search_index` -- one line a hit: its reference, date, the agent that made it, type, title, the files
    it touched and a few words of snippet. About 30 tokens a hit, so twenty hits cost
    less than one full observation.
 2. :func:`timeline_text` -- the same lines for what happened around one hit, in order,
@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from sessionmem.protocol.agents import AGENT_TITLES, DEFAULT_AGENT
 from sessionmem.protocol.framing import ANSWER_NOTE, marks, quoted
 from sessionmem.protocol.safe_text import local_time, neutral_deep
 from sessionmem.records import OBSERVATION
@@ -63,10 +64,16 @@ def from_origin(entry: dict[str, Any]) -> str:
     return f" | {marked}" if marked else ""
 
 
+def by_agent(entry: dict[str, Any]) -> str:
+    """`` | Codex CLI``: the title of the agent whose session made a memory (a worker before agents: Claude Code)."""
+    agent = entry.get("agent") or DEFAULT_AGENT
+    return f" | {AGENT_TITLES.get(agent, agent)}"
+
+
 def index_line(entry: dict[str, Any]) -> str:
-    """One search hit or timeline entry: ``42 | 2026-11-20 14:03 | bugfix | Title [calc.py] — snippet``,
-    with `` | from bob@laptop, unverified`` after the date for one another machine wrote."""
-    line = (f"{reference(entry['kind'], entry['id'])} | {when(entry['createdAt'])}{from_origin(entry)} | "
+    """One search hit or timeline entry: ``42 | 2026-11-20 14:03 | Codex CLI | bugfix | Title [calc.py] — snippet``,
+    with `` | from bob@laptop, unverified`` after the agent for one another machine wrote."""
+    line = (f"{reference(entry['kind'], entry['id'])} | {when(entry['createdAt'])}{by_agent(entry)}{from_origin(entry)} | "
             f"{entry['type']} | {_cut(entry['title'], TITLE_CHARS) or '(untitled)'}{_files(entry.get('files') or [])}")
     snippet = _cut(entry.get("snippet") or "", SNIPPET_CHARS)
     return f"{line} — {snippet}" if snippet else line
@@ -133,7 +140,7 @@ def observation_record(row: dict[str, Any]) -> str:
     lines = [
         f"## {row['id']} | {row['type']} | {row['title']}",
         f"project {row['project']} | session {row['claudeSessionId']}, prompt {row['promptNumber']} | "
-        f"{when(row['createdAt'])}{from_origin(row)} | tool {tool}{agent}",
+        f"{when(row['createdAt'])}{by_agent(row)}{from_origin(row)} | tool {tool}{agent}",
     ]
     if row["subtitle"]:
         lines += quoted(row["subtitle"])

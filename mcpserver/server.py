@@ -54,7 +54,7 @@ from sessionmem.protocol.limits import (
 )
 from sessionmem.protocol.project import ALL_PROJECTS
 from sessionmem.protocol.routes import MCP_SERVER_NAME, SEARCH_MODES, SEARCH_SOURCES
-from sessionmem.records import DOCUMENT_KINDS, OBSERVATION_TYPES, ObservationType
+from sessionmem.records import DOCUMENT_KINDS, OBSERVATION_TYPES, AgentName, ObservationType
 
 P = TypeVar("P")
 # An integer argument must be a JSON number: pydantic's lax mode takes `true` as 1 and "5" as 5, so
@@ -188,6 +188,9 @@ def _search_tool(client: MemoryClient, default_project: str) -> Callable[..., Aw
             max_length=300, description="Only memories from this origin: 'local' (this machine's own), a "
                                         "machine or user name, or user@machine as hits show it "
                                         "('from bob@laptop').")] = None,
+        agent: Annotated[AgentName | None, Field(
+            description="Only memories one coding agent made (its sessions'): claude-code, codex, gemini-cli or "
+                        "opencode. Default: every agent's.")] = None,
         since: Moment = None,
         until: Moment = None,
         mode: Annotated[Mode, Field(description="hybrid: words and meaning (best); fts: exact words only; "
@@ -202,7 +205,8 @@ def _search_tool(client: MemoryClient, default_project: str) -> Callable[..., Aw
         params: dict[str, str | int] = {"q": query, "mode": mode, "limit": limit, "offset": offset,
                                         **_project_param(project, default_project)}
         optional = {"kind": ",".join(kinds or ()), "type": ",".join(types or ()), "file": file,
-                    "concept": concept, "session": session, "origin": origin, "since": since, "until": until,
+                    "concept": concept, "session": session, "origin": origin, "agent": agent, "since": since,
+                    "until": until,
                     "source": source if source != SEARCH_SOURCES[0] else None}
         params.update({name: value for name, value in optional.items() if value})
         return render.search_index(await _ask(client.search, params), scope=_scope(params))

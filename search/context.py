@@ -69,6 +69,7 @@ import trio
 from sessionmem.compress.offline_text import relative
 from sessionmem.embed.service import EmbedderService
 from sessionmem.index.actor import VectorIndex
+from sessionmem.protocol.agents import DEFAULT_AGENT
 from sessionmem.records import (
     LOCAL_ORIGIN,
     OBSERVATION,
@@ -131,6 +132,7 @@ class SessionGroup(msgspec.Struct, frozen=True):
     request: str  # its first prompt
     lines: list[ContextLine]
     origin: str = ""  # the origin all its lines share ("" : this machine's, or not one for all)
+    agent: str = DEFAULT_AGENT  # the agent whose session it is (protocol/agents.py)
 
 
 class SessionState(msgspec.Struct, frozen=True):
@@ -485,5 +487,5 @@ def group(rows: list[ObservationRow], sessions: dict[str, SessionHead]) -> list[
                 (fact for fact in map(telling_fact, reversed(same)) if fact), ""), same[-1].created_at,
                 same[-1].origin, same[-1].provenance, any(row.flagged for row in same))
              for (_, title), same in lines.items()],
-            origins.pop() if len(origins) == 1 else ""))
+            origins.pop() if len(origins) == 1 else "", members[0].agent))
     return groups

@@ -44,6 +44,7 @@ import trio
 from sessionmem.embed.base import EmbedderUnavailableError
 from sessionmem.embed.service import EmbedderService
 from sessionmem.index.actor import VectorIndex
+from sessionmem.protocol.agents import DEFAULT_AGENT
 from sessionmem.records import DocumentCard, RankedKey, SearchFilters
 from sessionmem.runtime.logs import log_exception
 from sessionmem.search.snippets import snippet
@@ -110,6 +111,7 @@ class SearchResult(msgspec.Struct, frozen=True, kw_only=True):
     source: SearchSource = SearchSource.LOCAL  # whose id `id` is
     provenance: str = "tool"  # where its text came from (a records.Provenance value)
     flagged: bool = False  # it holds (quoted) instruction-like text, or was made from some
+    agent: str = DEFAULT_AGENT  # the agent whose session made it (protocol/agents.py)
     # Its cosine similarity to the query, when meaning found it (None: words alone did): an absolute
     # measure of relevance where `score` is relative to the other results (the recall's floor reads it).
     similarity: float | None = None
@@ -185,7 +187,7 @@ class SearchService:
             return [], "failed"
         narrowing = bool(filters.types or filters.file or filters.concept or filters.claude_session_id
                          or filters.origin is not None or filters.since is not None or filters.until is not None
-                         or filters.flagged
+                         or filters.flagged or filters.agent is not None
                          or filters.kinds != SearchFilters().kinds)
         # The project's own documents are asked for exactly: only other filters call for more.
         k = depth * (4 if narrowing else 1 if rows is not None else 2)
@@ -262,7 +264,7 @@ def page_results(page: Sequence[tuple[str, int, float]], cards: Mapping[tuple[st
             claude_session_id=card.claude_session_id, project=card.project, prompt_number=card.prompt_number,
             created_at=card.created_at, type=card.type, title=card.title,
             snippet=snippet(card.text if kind != "prompt" else card.title, terms), files=card.files,
-            origin=card.origin, source=source, provenance=card.provenance, flagged=card.flagged,
+            origin=card.origin, source=source, provenance=card.provenance, flagged=card.flagged, agent=card.agent,
             similarity=None if cosine is None else round(cosine, 6)))
     return results
 

@@ -29,6 +29,7 @@ from werkzeug.exceptions import HTTPException
 from sessionmem.actors.child import MailboxFull
 from sessionmem.broadcast import live_event_name
 from sessionmem.protocol import routes
+from sessionmem.protocol.agents import DEFAULT_AGENT
 from sessionmem.protocol.git_remote import MAX_KEY, checked_key
 from sessionmem.protocol.limits import HOOK_CONTEXT_MAX_CHARS, MAX_PATH, MAX_QUERY_CHARS, MAX_SESSION_ID
 from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, NOTICE_HEADER, READY, SHARE_REQUEST_HEADER, STARTING
@@ -52,6 +53,7 @@ from sessionmem.server.pages import add_page_routes
 from sessionmem.server.payloads import BadRequest, InitRequest, LegacyInitRequest, ProcessingRequest, decode
 from sessionmem.server.routing import (
     ROW_ID,
+    agent_arg,
     error_response,
     flag_arg,
     int_arg,
@@ -273,6 +275,7 @@ def add_context_route(app: QuartTrio, services: Services) -> None:
         focus = text_arg("q", limit=MAX_QUERY_CHARS) or ""
         source = request.args.get("source") or ""
         session = text_arg("session", limit=MAX_SESSION_ID) or ""
+        asking_agent = agent_arg() or DEFAULT_AGENT
         # The session's working directory: its CLAUDE.md and auto memory say what not to say again. One
         # that cannot be a path is passed over, not refused: the handover goes on without it.
         cwd = request.args.get("cwd", "").strip()
@@ -286,7 +289,8 @@ def add_context_route(app: QuartTrio, services: Services) -> None:
                                            session=session, origin=origin_arg(), own=compacted, cwd=cwd)
         if session:  # a hook's: what it prints stays below Claude Code's limit on a hook's output
             budget = min(budget, HOOK_CONTEXT_MAX_CHARS // CHARS_PER_TOKEN)
-        rendered = render_handover(plan, token_budget=budget)
+        # The asking session's agent: what another agent made says which (a missing one: Claude Code's hook).
+        rendered = render_handover(plan, token_budget=budget, agent=asking_agent)
         if session:  # each memory told once a session: the recalls of this session will not repeat these
             told.tell(session, rendered.told)
         text = rendered.text
@@ -320,7 +324,7 @@ def add_read_routes(app: QuartTrio, services: Services) -> None:
 
     @app.get(routes.SESSIONS)
     async def sessions() -> Response:
-        return json_response({"sessions": await store.list_sessions(**_page())})
+        return json_response({"sessions": await store.list_sessions(**_page(), agent=agent_arg())})
 
     @app.get(routes.PROJECTS)
     async def projects() -> Response:
@@ -331,7 +335,8 @@ def add_read_routes(app: QuartTrio, services: Services) -> None:
 
     @app.get(routes.OBSERVATION_LIST)
     async def list_observations() -> Response:
-        rows = await store.list_observations(**_page(), origin=origin_arg(), flagged=flag_arg("flagged"))
+        rows = await store.list_observations(**_page(), origin=origin_arg(), flagged=flag_arg("flagged"),
+                                             agent=agent_arg())
         return json_response({"observations": await marked(services, rows)})
 
     @app.get(rule(routes.OBSERVATION, observation_id=ROW_ID))
@@ -344,7 +349,8 @@ def add_read_routes(app: QuartTrio, services: Services) -> None:
     @app.get(routes.SUMMARIES)
     async def summaries() -> Response:
         return json_response({"summaries": await store.list_summaries(**_page(), origin=origin_arg(),
-                                                                      flagged=flag_arg("flagged"))})
+                                                                      flagged=flag_arg("flagged"),
+                                                                      agent=agent_arg())})
 
 
 def add_live_routes(app: QuartTrio, services: Services) -> None:

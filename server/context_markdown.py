@@ -16,6 +16,11 @@ earlier session's line. This machine's own say nothing. When the last session is
 machine's, its next steps are labelled as that machine's, never as this user's. A flagged memory
 is marked on its line.
 
+Memories another coding agent made than the one asking (``agent``: the SessionStart's, Claude
+Code when it names none) say which, "(Codex CLI)" (:func:`~sessionmem.protocol.framing.by_agent`):
+on their session's heading, on the last session's heading and on an earlier session's line (a
+session is one agent's, so its lines need no mark of their own). The asking agent's own say nothing.
+
 Stored text is untrusted: every field printed here is neutralized and on one line
 (:func:`sessionmem.protocol.safe_text.one_line`), so none of it starts a line of its own.
 """
@@ -24,7 +29,16 @@ from __future__ import annotations
 
 import msgspec
 
-from sessionmem.protocol.framing import FRAME_CLOSE, UNVERIFIED, context_head, from_origin, marks, origin_label
+from sessionmem.protocol.agents import DEFAULT_AGENT
+from sessionmem.protocol.framing import (
+    FRAME_CLOSE,
+    UNVERIFIED,
+    by_agent,
+    context_head,
+    from_origin,
+    marks,
+    origin_label,
+)
 from sessionmem.protocol.safe_text import local_time, one_line
 from sessionmem.records import OBSERVATION, SUMMARY, SummaryRow
 from sessionmem.search.context import ContextLine, ContextPlan, SessionGroup, SessionState
@@ -55,15 +69,22 @@ def _line(line: ContextLine, group_origin: str = "") -> str:
     return f"- {_ids(line.ids)} {line.type}: {one_line(line.title, 120)}{f' ({marked})' if marked else ''}{detail}"
 
 
-def _group_header(group: SessionGroup) -> str:
+def _agent_mark(agent: str, asking: str) -> str:
+    """`` (Codex CLI)`` after a session's time when another agent than ``asking`` made it, else nothing."""
+    mark = by_agent(agent, asking)
+    return f" ({mark})" if mark else ""
+
+
+def _group_header(group: SessionGroup, asking: str) -> str:
     about = f" · {one_line(group.request, 100)}" if group.request else ""
     origin = f" · {from_origin(group.origin)}" if group.origin else ""
-    return f"### {_when(group.started_at)}{about}{origin}"
+    return f"### {_when(group.started_at)}{_agent_mark(group.agent, asking)}{about}{origin}"
 
 
-def _summary_lines(summary: SummaryRow) -> list[str]:
+def _summary_lines(summary: SummaryRow, asking: str) -> list[str]:
     """The last session's summary; another machine's says whose its next steps are."""
-    marked = marks(summary.origin, summary.flagged)
+    marked = "; ".join(mark for mark in (by_agent(summary.agent, asking), marks(summary.origin, summary.flagged))
+                       if mark)
     lines = [f"## Last session ({_when(summary.created_at)}{f', {marked}' if marked else ''})"]
     # Another machine's next steps are its user's (or anyone's who wrote the row), not this user's.
     next_steps = f"Next steps noted on {origin_label(summary.origin)} ({UNVERIFIED})" if summary.origin else "Next steps"
@@ -92,10 +113,10 @@ def _state_fields(state: SessionState) -> list[str]:
     return lines
 
 
-def _earlier_line(summary: SummaryRow) -> str:
+def _earlier_line(summary: SummaryRow, asking: str) -> str:
     outcome = summary.completed or summary.learned or summary.investigated
     marked = marks(summary.origin, summary.flagged)
-    return (f"- {_when(summary.created_at)}{f' · {marked}' if marked else ''} · "
+    return (f"- {_when(summary.created_at)}{_agent_mark(summary.agent, asking)}{f' · {marked}' if marked else ''} · "
             f"{one_line(summary.request or '(no request)', 100)}" + (f" → {one_line(outcome, 160)}" if outcome else ""))
 
 
@@ -117,14 +138,15 @@ class RenderedContext(msgspec.Struct, frozen=True):
     observations: int  # observations it names
 
 
-def render_context(plan: ContextPlan, *, token_budget: int) -> tuple[str, int]:
+def render_context(plan: ContextPlan, *, token_budget: int, agent: str = DEFAULT_AGENT) -> tuple[str, int]:
     """The injected text (``""`` when there is no memory) and how many observations it names."""
-    rendered = render_handover(plan, token_budget=token_budget)
+    rendered = render_handover(plan, token_budget=token_budget, agent=agent)
     return rendered.text, rendered.observations
 
 
-def render_handover(plan: ContextPlan, *, token_budget: int) -> RenderedContext:
-    """The injected text and the memories it tells (:class:`~sessionmem.search.told.ToldLedger` records them)."""
+def render_handover(plan: ContextPlan, *, token_budget: int, agent: str = DEFAULT_AGENT) -> RenderedContext:
+    """The injected text and the memories it tells (:class:`~sessionmem.search.told.ToldLedger` records them),
+    for a session of ``agent``: what another agent made is marked as that agent's."""
     if plan.summary is None and not plan.groups and not plan.earlier and plan.own is None:
         return RenderedContext("", [], 0)
     told: list[tuple[str, int]] = []
@@ -147,12 +169,12 @@ def render_handover(plan: ContextPlan, *, token_budget: int) -> RenderedContext:
             for line in plan.own.lines[: len(lines)]:
                 named += len(line.ids)
                 told += [(OBSERVATION, row_id) for row_id in line.ids]
-    summary = _summary_lines(plan.summary) if plan.summary is not None else []
+    summary = _summary_lines(plan.summary, agent) if plan.summary is not None else []
     while summary and not budget.take(summary):
         summary = summary[:-2] + [""] if len(summary) > 2 else []  # drop the least important field
     if summary and plan.summary is not None:
         told.append((SUMMARY, plan.summary.id))
-    earlier = ["## Earlier sessions", *map(_earlier_line, plan.earlier)] if plan.earlier else []
+    earlier = ["## Earlier sessions", *(_earlier_line(row, agent) for row in plan.earlier)] if plan.earlier else []
     reserve = min(int(token_budget * EARLIER_SHARE), sum(estimate_tokens(line) + 1 for line in earlier))
     budget.left -= reserve
 
@@ -163,7 +185,7 @@ def render_handover(plan: ContextPlan, *, token_budget: int) -> RenderedContext:
         if budget.take([title]):
             body.append(title)
             for group in plan.groups:
-                header, first = _group_header(group), _line(group.lines[0], group.origin)
+                header, first = _group_header(group, agent), _line(group.lines[0], group.origin)
                 if not budget.take([header, first]):
                     break
                 body += [header, first]

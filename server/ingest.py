@@ -95,6 +95,7 @@ def init_event(request: InitRequest, clean: EdgeCleaner) -> InitEvent:
         occurred_at=occurred_at(request),
         project_key=checked_key(request.projectKey) if request.projectKey else "",
         share_file=request.shareFile,
+        agent=request.agent,
     )
 
 
@@ -114,6 +115,7 @@ def observation_event(request: ObservationRequest, clean: EdgeCleaner) -> Observ
         error=clean.text(request.error),
         key=request.idempotencyKey,
         occurred_at=occurred_at(request),
+        agent=request.agent,
     )
 
 
@@ -125,6 +127,7 @@ def summarize_event(request: SummarizeRequest, clean: EdgeCleaner) -> SummarizeE
         last_assistant_message=clean.text(request.last_assistant_message),
         key=request.idempotencyKey,
         occurred_at=occurred_at(request),
+        agent=request.agent,
     )
 
 
@@ -132,7 +135,7 @@ def complete_event(request: CompleteRequest, clean: EdgeCleaner) -> CompleteEven
     project = resolve_project(request.project, request.cwd) if (request.project or request.cwd) else ""
     return CompleteEvent(claude_session_id=request.claudeSessionId, project=project,
                          reason=clean.text(request.reason, MAX_REASON)[:MAX_REASON], key=request.idempotencyKey,
-                         occurred_at=occurred_at(request))
+                         occurred_at=occurred_at(request), agent=request.agent)
 
 
 class Ingestor:

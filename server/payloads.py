@@ -15,6 +15,7 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
+from sessionmem.protocol.agents import AGENTS, DEFAULT_AGENT, known_agent
 from sessionmem.protocol.limits import MAX_PATH, MAX_SESSION_ID
 from sessionmem.records import Identifier, PathText, SessionId, ToolName
 
@@ -27,6 +28,12 @@ class _SessionBody(msgspec.Struct, frozen=True, kw_only=True):
     project: PathText = ""
     idempotencyKey: Identifier = ""  # an event with a key seen before is not stored again
     occurredAt: Annotated[float, msgspec.Meta(ge=0, le=1e11)] = 0.0  # when it happened (Unix s); 0: on arrival
+    # The agent whose hook sent it (protocol/agents.py); absent: Claude Code. Its session keeps the first one named.
+    agent: Identifier = DEFAULT_AGENT
+
+    def __post_init__(self) -> None:
+        if not known_agent(self.agent):  # a label from outside: one of ours, or nothing is stored
+            raise ValueError(f"unknown agent {self.agent[:100]!r} in `agent`: expected one of {', '.join(AGENTS)}")
 
 
 class InitRequest(_SessionBody, frozen=True, kw_only=True):

@@ -12,6 +12,7 @@ from typing import Any
 
 from quart import Response, request
 
+from sessionmem.protocol.agents import AGENT_FIELD, AGENTS, known_agent
 from sessionmem.protocol.limits import MAX_PAGE
 from sessionmem.protocol.project import ALL_PROJECTS
 from sessionmem.server.jsonapi import encode
@@ -75,6 +76,17 @@ def origin_arg() -> str | None:
     """The ``origin`` filter (``SearchFilters.origin``): ``None`` (every origin) if absent, blank or ``*``."""
     origin = text_arg("origin", limit=MAX_ORIGIN)
     return None if origin == ALL_PROJECTS else origin
+
+
+def agent_arg() -> str | None:
+    """The ``agent`` filter (``SearchFilters.agent``): ``None`` (every agent) if absent, blank or ``*``; a name
+    not in :data:`~sessionmem.protocol.agents.AGENTS` is a 400 naming the known ones."""
+    agent = text_arg(AGENT_FIELD, limit=100)
+    if agent is None or agent == ALL_PROJECTS:
+        return None
+    if not known_agent(agent):
+        raise BadRequest(f"query parameter 'agent' must be one of {', '.join(AGENTS)}; got {agent!r}", "?agent")
+    return agent
 
 
 def flag_arg(name: str) -> bool:

@@ -25,6 +25,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from sessionmem.protocol import routes
+from sessionmem.protocol.agents import DEFAULT_AGENT
 from sessionmem.protocol.limits import (
     MAX_BATCH_IDS,
     MAX_QUERY_CHARS,
@@ -46,6 +47,7 @@ from sessionmem.search.team_search import TeamSearch
 from sessionmem.server.jsonapi import to_api
 from sessionmem.server.payloads import BadRequest, decode
 from sessionmem.server.routing import (
+    agent_arg,
     error_response,
     flag_arg,
     int_arg,
@@ -93,6 +95,7 @@ class TimelineEntry(msgspec.Struct, frozen=True, kw_only=True):
     origin: str  # "" this machine's own; else "user@machine"
     provenance: str = "tool"  # where its text came from (a records.Provenance value)
     flagged: bool = False  # it holds (quoted) instruction-like text, or was made from some
+    agent: str = DEFAULT_AGENT  # the agent whose session made it (protocol/agents.py)
 
 
 class Timeline(msgspec.Struct, frozen=True):
@@ -130,7 +133,7 @@ def parse_moment(raw: str, name: str, *, now: float | None = None) -> float:
 
 def filters_from_query() -> SearchFilters:
     """``project``, ``kind``, ``type``, ``since``, ``until``, ``file``, ``concept``, ``session``, ``origin``,
-    ``flagged``."""
+    ``flagged``, ``agent``."""
     since, until = request.args.get("since"), request.args.get("until")
     return SearchFilters(
         project=project_arg(),
@@ -143,6 +146,7 @@ def filters_from_query() -> SearchFilters:
         claude_session_id=text_arg("session", limit=256),
         origin=origin_arg(),
         flagged=flag_arg("flagged"),
+        agent=agent_arg(),
     )
 
 
@@ -160,7 +164,7 @@ def _entry(card: DocumentCard, anchor: tuple[str, int]) -> TimelineEntry:
                          claude_session_id=card.claude_session_id, prompt_number=card.prompt_number,
                          created_at=card.created_at, type=card.type, title=card.title,
                          snippet=snippet(card.text, []), files=card.files, origin=card.origin,
-                         provenance=card.provenance, flagged=card.flagged)
+                         provenance=card.provenance, flagged=card.flagged, agent=card.agent)
 
 
 def _anchor(raw: str) -> tuple[str, int]:
@@ -183,6 +187,8 @@ async def team_search_reply(services: Services, team_search: TeamSearch, query: 
                          "it (source=team)", "?source")
     if filters.flagged:  # its rows are checked as they are shown, not stored with a flag to filter on
         raise BadRequest("flagged filters this machine's memory, not the team database (source=team)", "?flagged")
+    if filters.agent is not None:  # the team database does not hold which agent made a row
+        raise BadRequest("agent filters this machine's memory, not the team database (source=team)", "?agent")
     team = services.team.store()
     if team is None:
         return error_response(503, "the team database is not open yet: the worker is starting or stopping")

@@ -7,6 +7,8 @@ stores exactly what the actor will later receive and a replay after a crash is
 indistinguishable from live delivery.
 
 New fields must always get defaults: journals written by older versions must decode.
+``agent`` is the agent whose hook sent it (``sessionmem.protocol.agents``; absent, as in
+journals written before it existed: Claude Code); the session keeps its first event's.
 ``occurred_at`` is when the event happened, when a client knows better than the
 arrival (backfill: the transcript's time); 0 means "when it arrived".
 Fields are never renamed on the wire: ``claude_session_id`` (Claude Code's session id,
@@ -20,6 +22,8 @@ from typing import Any
 
 import msgspec
 
+from sessionmem.protocol.agents import DEFAULT_AGENT
+
 
 class InitEvent(msgspec.Struct, frozen=True, tag="init", tag_field="kind", omit_defaults=True):
     claude_session_id: str = msgspec.field(name="session_id")
@@ -30,6 +34,7 @@ class InitEvent(msgspec.Struct, frozen=True, tag="init", tag_field="kind", omit_
     skip_reason: str = ""  # why ``prompt`` is empty although the hook sent one
     key: str = ""  # idempotency key: a second event with the same key is not journaled again
     occurred_at: float = 0.0
+    agent: str = DEFAULT_AGENT
     project_key: str = ""  # normalized git remote (protocol/git_remote.py): the project between machines
     share_file: bool = False  # the repository root holds the team opt-in file
 
@@ -49,6 +54,7 @@ class ObservationEvent(msgspec.Struct, frozen=True, tag="observation", tag_field
     prompt_number: int = 0
     key: str = ""
     occurred_at: float = 0.0
+    agent: str = DEFAULT_AGENT
 
 
 class SummarizeEvent(msgspec.Struct, frozen=True, tag="summarize", tag_field="kind", omit_defaults=True):
@@ -59,6 +65,7 @@ class SummarizeEvent(msgspec.Struct, frozen=True, tag="summarize", tag_field="ki
     prompt_number: int = 0
     key: str = ""
     occurred_at: float = 0.0
+    agent: str = DEFAULT_AGENT
 
 
 class CompleteEvent(msgspec.Struct, frozen=True, tag="complete", tag_field="kind", omit_defaults=True):
@@ -67,6 +74,7 @@ class CompleteEvent(msgspec.Struct, frozen=True, tag="complete", tag_field="kind
     reason: str = ""
     key: str = ""
     occurred_at: float = 0.0
+    agent: str = DEFAULT_AGENT
 
 
 Event = InitEvent | ObservationEvent | SummarizeEvent | CompleteEvent

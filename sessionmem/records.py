@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
+from sessionmem.protocol.agents import AGENTS, DEFAULT_AGENT
 from sessionmem.protocol.limits import MAX_IDENTIFIER, MAX_PATH, MAX_SESSION_ID, MAX_TOOL_NAME
 
 ObservationType = Literal["bugfix", "feature", "refactor", "change", "discovery", "decision", "failure"]
@@ -31,6 +32,12 @@ SessionId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_SESSION_ID)
 Identifier = Annotated[str, msgspec.Meta(max_length=MAX_IDENTIFIER)]
 PathText = Annotated[str, msgspec.Meta(max_length=MAX_PATH)]
 ToolName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TOOL_NAME)]
+
+# The agents a record may name (sessionmem.protocol.agents.AGENTS, which the hook path reads without typing):
+# what an import or a pull decodes a session's agent as, so an unknown name is a malformed record.
+AgentName = Literal["claude-code", "codex", "gemini-cli", "opencode"]
+if get_args(AgentName) != AGENTS:
+    raise ImportError("records.AgentName must name exactly protocol.agents.AGENTS")
 
 # -- provenance -------------------------------------------------------------------------
 
@@ -137,6 +144,7 @@ class SessionRow(msgspec.Struct, frozen=True, kw_only=True):
     observations: int
     project_key: str = ""  # the repository between machines: its normalized git remote ("" without one)
     share_file: bool = False  # its repository root held the team opt-in file when it began
+    agent: str = DEFAULT_AGENT  # the agent whose hooks recorded it (protocol/agents.py): its first event's
 
 
 class SessionHead(msgspec.Struct, frozen=True):
@@ -180,6 +188,7 @@ class ObservationRow(msgspec.Struct, frozen=True, kw_only=True):
     origin: str = ""  # "" this machine's own; else "user@machine" (origin_label)
     provenance: str = Provenance.TOOL.value  # a Provenance value: where its text came from
     flagged: bool = False  # it holds (quoted) instruction-like text, or was made from some
+    agent: str = DEFAULT_AGENT  # the agent whose session made it (protocol/agents.py)
 
 
 class ObservationDetail(ObservationRow, frozen=True, kw_only=True):
@@ -211,6 +220,7 @@ class SummaryRow(msgspec.Struct, frozen=True, kw_only=True):
     origin: str = ""  # "" this machine's own; else "user@machine" (origin_label)
     provenance: str = Provenance.TOOL.value  # a Provenance value: where its text came from
     flagged: bool = False  # it holds (quoted) instruction-like text, or was made from some
+    agent: str = DEFAULT_AGENT  # the agent whose session made it (protocol/agents.py)
 
 
 class SummaryInputs(msgspec.Struct, frozen=True):
@@ -252,7 +262,8 @@ class SearchFilters(msgspec.Struct, frozen=True, kw_only=True):
     those types, ``file`` and ``concept`` narrow them to those touching a file (a path,
     or its end: ``src/app.py`` matches ``/home/me/proj/src/app.py``) or naming a
     concept. Any filter that only observations have leaves only observations.
-    ``origin`` keeps the rows of one origin (:data:`LOCAL_ORIGIN`: this machine's own).
+    ``origin`` keeps the rows of one origin (:data:`LOCAL_ORIGIN`: this machine's own);
+    ``agent`` those whose session an agent recorded (``sessionmem.protocol.agents``).
     """
 
     project: str | None = None
@@ -266,6 +277,7 @@ class SearchFilters(msgspec.Struct, frozen=True, kw_only=True):
     # LOCAL_ORIGIN (this machine's own rows), "user@machine", or a machine or user name
     origin: str | None = None
     flagged: bool = False  # only memories holding (quoted) instruction-like text (this machine's memory)
+    agent: str | None = None  # only memories of sessions that agent recorded (protocol/agents.py AGENTS)
 
     def wanted_kinds(self) -> tuple[str, ...]:
         if self.types or self.file or self.concept:
@@ -297,6 +309,7 @@ class DocumentCard(msgspec.Struct, frozen=True, kw_only=True):
     origin: str = ""  # "" this machine's own; else "user@machine" (origin_label)
     provenance: str = Provenance.TOOL.value  # a Provenance value (a prompt's: "prompt", "team" or "import")
     flagged: bool = False  # it holds (quoted) instruction-like text, or was made from some
+    agent: str = DEFAULT_AGENT  # the agent whose session made it (protocol/agents.py)
 
 
 class FileMemory(msgspec.Struct, frozen=True, kw_only=True):

@@ -22,7 +22,7 @@ from typing import Annotated, Literal, get_args
 import msgspec
 
 from sessionmem.protocol import routes
-from sessionmem.records import Identifier, ObservationType, PathText, SessionId, ToolName
+from sessionmem.records import AgentName, Identifier, ObservationType, PathText, SessionId, ToolName
 from sessionmem.storage.record_rules import Items, LongText, Moment, TitleText
 
 FORMAT = routes.EXPORT_FORMAT
@@ -55,6 +55,7 @@ class SessionRecord(msgspec.Struct, frozen=True, kw_only=True, rename="camel", t
     created_at: Moment = 0.0
     updated_at: Moment = 0.0
     completed_at: Moment | None = None
+    agent: AgentName = "claude-code"  # whose hooks recorded it (protocol/agents.py); absent: Claude Code's
 
 
 # Every record of a memory says where its text came from and whether it was flagged (docs/search.md,

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from sessionmem.protocol.agents import AGENT_TITLES, CLAUDE_CODE, CODEX
 from sessionmem.protocol.requests import api_call
 from sessionmem.replay.convert import convert, transcript_files
 from sessionmem.settings import DATABASE_FILE
@@ -57,10 +58,10 @@ def threaded(tmp_path: Path) -> Iterator[ThreadedWorker]:
 SEND_TIMEOUT_S = 60.0
 
 
-def send(worker: WorkerClient, payload: dict[str, Any]) -> None:
-    """One hook payload as the hook would send it (SessionStart is a read: not sent). These tests are about the
-    pages: the request waits as long as a busy machine takes (the hooks' own budget is measured in bench/)."""
-    call = api_call(payload)
+def send(worker: WorkerClient, payload: dict[str, Any], agent: str = CLAUDE_CODE) -> None:
+    """One hook payload as ``agent``'s hook would send it (SessionStart is a read: not sent). These tests are about
+    the pages: the request waits as long as a busy machine takes (the hooks' own budget is measured in bench/)."""
+    call = api_call(payload, agent=agent)
     if call is not None and call[2] is not None:
         status, body = worker.request(call[0], call[1], call[2], timeout=SEND_TIMEOUT_S)
         assert status < 300, (status, body)
@@ -402,6 +403,43 @@ def test_the_viewer_marks_and_filters_other_machines_memories(browser: Browser, 
     browser.click(f'#list .item[data-key="observation:{bob["observation"]}"]')
     browser.wait(lambda: "from bob@laptop" in browser.text("#detail .line"), "the record's origin")
     assert "bob@laptop" in browser.text("#detail .facts")
+    assert_only_this_worker(browser, threaded)
+
+
+def test_the_viewer_marks_and_filters_each_agents_memories(browser: Browser, threaded: ThreadedWorker) -> None:
+    """A Claude Code session and a Codex CLI session of one project: each feed card, result and record carries
+    its agent's title in a badge, and the agent filter keeps one agent's memories in the feed and in search."""
+    for session, agent in (("claude", CLAUDE_CODE), ("codex", CODEX)):
+        base = {"session_id": session, "cwd": "/w/calcproj"}
+        send(threaded, {**base, "hook_event_name": "UserPromptSubmit", "prompt": f"Fix the divide bug in {session}"},
+             agent)
+        send(threaded, {**base, "hook_event_name": "PostToolUse", "tool_name": "Read", "tool_use_id": f"{session}-t1",
+                        "tool_input": {"file_path": f"/w/calcproj/{session}.py"},
+                        "tool_response": "def divide(a, b): ..."}, agent)
+    threaded.wait_idle()
+    rows = {row["claudeSessionId"]: row for row in threaded.get("/api/observations")["observations"]}
+    claude, codex = f"observation:{rows['claude']['id']}", f"observation:{rows['codex']['id']}"
+    browser.login(threaded, "/")
+    browser.wait(lambda: {claude, codex} <= set(feed_keys(browser)), "both agents' memories")
+    badges = browser.js("return Object.fromEntries([...document.querySelectorAll('#list .item')].map(li => "
+                        "[li.dataset.key, li.querySelector('.badge[data-kind=agent]')?.innerText ?? '']))")
+    assert (badges[claude], badges[codex]) == (AGENT_TITLES[CLAUDE_CODE], AGENT_TITLES[CODEX])
+    browser.screenshot("viewer-agents")
+
+    browser.js("document.getElementById('agent').value = 'codex'")
+    browser.click("#search button[type=submit]")
+    browser.wait(lambda: feed_keys(browser, "observation") == [codex], "Codex CLI's memory only")
+    assert "agent=codex" in browser.driver.current_url
+    browser.click(f'#list .item[data-key="{codex}"]')
+    browser.wait(lambda: AGENT_TITLES[CODEX] in browser.text("#detail .line"), "the record's badge")
+    assert AGENT_TITLES[CODEX] in browser.text("#detail .facts")
+    browser.one("#q").send_keys("divide")
+    browser.click("#search button[type=submit]")
+    browser.wait(lambda: browser.text("#list-title") == "Search results", "search results")
+    browser.wait(lambda: set(feed_keys(browser)) >= {codex}, "Codex CLI's results")
+    assert browser.js("return [...document.querySelectorAll('#list .item')].every(li => "
+                      f"li.querySelector('.badge[data-kind=agent]')?.innerText === '{AGENT_TITLES[CODEX]}')")
+    assert claude not in feed_keys(browser)
     assert_only_this_worker(browser, threaded)
 
 

@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 
 from sessionmem.cli.client import call, whole_number
 from sessionmem.protocol import routes
+from sessionmem.protocol.agents import AGENT_TITLES, AGENTS, DEFAULT_AGENT
 from sessionmem.protocol.client_settings import ClientConfig
 from sessionmem.protocol.framing import marks
 from sessionmem.protocol.limits import MAX_PAGE, MAX_SEARCH_OFFSET, MAX_SEARCH_RESULTS
@@ -34,6 +35,12 @@ def _marks(entry: dict[str, Any]) -> str:
     return f"  {marked}" if marked else ""
 
 
+def _agent(entry: dict[str, Any]) -> str:
+    """The title of the agent whose session made a memory (``Codex CLI``); a worker before agents: Claude Code."""
+    agent = entry.get("agent") or DEFAULT_AGENT
+    return AGENT_TITLES.get(agent, agent)
+
+
 def _date(timestamp: float) -> str:
     return local_time(timestamp)
 
@@ -49,7 +56,7 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
         query["source"] = "team"
     project = project_of(os.getcwd()) if args.project == "." else None if args.project == ALL_PROJECTS else args.project
     for name, value in (("project", project), ("type", args.type), ("since", args.since), ("until", args.until),
-                        ("file", args.file), ("kind", args.kind), ("origin", args.origin)):
+                        ("file", args.file), ("kind", args.kind), ("origin", args.origin), ("agent", args.agent)):
         if value:
             query[name] = value
     answer = call(config, "GET", f"{routes.SEARCH}?{urlencode(query)}")
@@ -69,7 +76,8 @@ def cmd_search(args: argparse.Namespace, config: ClientConfig) -> int:
         label = f"team {label}" if team else label
         found = "+".join(result["matchedBy"])
         origin = _marks(result)
-        print(f"\n{label:>10}  {_date(result['createdAt'])}  {result['project']}{origin}  {result['type']}  [{found}]")
+        print(f"\n{label:>10}  {_date(result['createdAt'])}  {result['project']}{origin}  {_agent(result)}"
+              f"  {result['type']}  [{found}]")
         print(f"{'':>10}  {_clip(result['title'], WIDTH)}")
         if result["snippet"] and result["snippet"] != result["title"]:
             print(f"{'':>10}  {_clip(result['snippet'], WIDTH)}")
@@ -120,7 +128,7 @@ def cmd_show(args: argparse.Namespace, config: ClientConfig) -> int:
     for row in answer["observations"]:
         origin = _marks(row)
         print(f"#{row['id']}  {_date(row['createdAt'])}  {row['project']}{origin}  session {row['claudeSessionId']}"
-              f"  prompt {row['promptNumber']}")
+              f"  prompt {row['promptNumber']}  {_agent(row)}")
         print(f"  {row['type']}: {row['title']}  ({row['toolName']}, {row['compressor']}"
               f"{', from ' + row['provenance'] if row.get('provenance') else ''})")
         for label, value in (("subtitle", row["subtitle"]), ("narrative", row["narrative"])):
@@ -153,6 +161,7 @@ def add_commands(sub: Any, common: Any, client: Any) -> None:
     search.add_argument("--file", help="observations that read or modified this file (a path or its end)")
     search.add_argument("--origin", help="where memories came from: local (this machine), a machine or user name, "
                                          "or user@machine")
+    search.add_argument("--agent", choices=AGENTS, help="memories one coding agent made (its sessions'); default all")
     search.add_argument("--limit", type=whole_number(1, MAX_SEARCH_RESULTS), default=10,
                         help=f"results (1-{MAX_SEARCH_RESULTS}, default 10)")
     search.add_argument("--offset", type=whole_number(0, MAX_SEARCH_OFFSET), default=0,

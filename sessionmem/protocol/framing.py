@@ -12,6 +12,9 @@ so each says the same thing the same way:
 - **Another machine's memory** is marked with its origin and ``unverified``
   (:func:`from_origin`): an origin is free text another machine chose, so it is shown as a
   label (:func:`origin_label`: one line, a few characters of a name, capped), never as it came.
+- **Another agent's memory** (a session of Codex CLI, handed to one of Claude Code, or the other
+  way round) is marked with the agent's title (:func:`by_agent`): a session learns which agent did
+  what it is told, and that agent's tools and conventions may differ from its own.
 - **A flagged memory** (text that reads like an instruction, flagged when it was stored) is
   marked :data:`FLAGGED_MARK`; :func:`marks` joins both marks for one memory.
 - **Memory text cannot close or forge the frame**: :func:`neutralise` (the wrapper tag in any
@@ -32,6 +35,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from sessionmem.protocol.agents import AGENT_TITLES
 from sessionmem.protocol.limits import HOOK_CONTEXT_MAX_CHARS
 from sessionmem.protocol.privacy import CONTEXT_TAG
 from sessionmem.protocol.safe_text import neutral, one_line
@@ -80,6 +84,12 @@ def from_origin(origin: str) -> str:
     """The mark of a memory another machine wrote (``from bob@laptop, unverified``); ``""`` for this
     machine's own (an empty origin)."""
     return f"from {origin_label(origin)}, {UNVERIFIED}" if origin else ""
+
+
+def by_agent(agent: str, asking: str) -> str:
+    """The mark of a memory another coding agent made, for a session of ``asking``: the agent's title
+    (``Codex CLI``); ``""`` when ``asking`` made it too. Both are names of :data:`~.agents.AGENTS`."""
+    return "" if agent == asking else AGENT_TITLES.get(agent, "another agent")
 
 
 def marks(origin: str, flagged: bool = False) -> str:

@@ -63,6 +63,8 @@ def api_call(payload: dict[str, Any], *, project: str | None = None, identity: R
     a broken or hostile payload) is sent as its JSON text, never an error. A prompt
     carries its repository's identity (:func:`~.git_remote.repository_identity` of
     ``cwd``, unless the caller knows it: ``identity``), which its session keeps.
+    ``agent``: the agent whose hook this is (:mod:`.agents`), named in every request
+    but Claude Code's (the default, which the worker assumes when none is named).
     """
     event = text_field(payload, "hook_event_name") or text_field(payload, "event")
     session_id = text_field(payload, "session_id")

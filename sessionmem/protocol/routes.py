@@ -35,7 +35,7 @@ SESSIONS = "/api/sessions"
 OBSERVATION_LIST = "/api/observations"
 OBSERVATION = "/api/observations/{observation_id}"
 SUMMARIES = "/api/summaries"
-SEARCH = "/api/search"  # GET ?q=&mode=&source=&project=&kind=&type=&since=&until=&file=&concept=&session=&limit=&offset=
+SEARCH = "/api/search"  # GET ?q=&mode=&source=&project=&kind=&type=&since=&until=&file=&concept=&session=&agent=&limit=&offset=
 SEARCH_MODES = ("hybrid", "fts", "vector")  # ?mode= of SEARCH; the first is the default
 # ?source= of SEARCH: this machine's memory (the default), or the team database itself (its own ids)
 SEARCH_SOURCES = ("local", "team")
@@ -65,7 +65,8 @@ LOGIN = "/login"  # GET ?code=...&next=/path: trades the code for a page login's
 LOGOUT = "/logout"  # POST: ends the page login of the cookie sent
 
 # -- ingest body fields ------------------------------------------------------------------
-SESSION_FIELDS = ("claudeSessionId", "cwd", "project", "idempotencyKey", "occurredAt")
+# "agent": the agent that sent the event (protocol/agents.py, AGENT_FIELD); absent: Claude Code.
+SESSION_FIELDS = ("claudeSessionId", "cwd", "project", "idempotencyKey", "occurredAt", "agent")
 BODY_FIELDS = {
     INIT: SESSION_FIELDS + ("prompt", "projectKey", "shareFile"),
     OBSERVATIONS: SESSION_FIELDS + ("tool_name", "tool_input", "tool_response", "tool_use_id", "agent_id",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import apsw
 
+from sessionmem.protocol.agents import DEFAULT_AGENT
 from sessionmem.protocol.instructions import instruction_like
 from sessionmem.records import DOCUMENT_KINDS, OBSERVATION, PROMPT, SUMMARY, Document, DocumentCard, Provenance
 from sessionmem.storage.sqlite.fulltext import ALIASES, PROJECT_COLUMNS, TABLES
@@ -31,22 +32,23 @@ def _ids_json(keys: Iterable[tuple[str, int]], kind: str) -> str:
 
 
 # Each card's columns: id, session, project, prompt number, time, then its kind's own, then its
-# origin, provenance and flag (last: a card's row without them, as the team database reads one, is
-# read the same way).
+# origin, provenance, flag and its session's agent (last: a card's row without them, as the team
+# database reads one, is read the same way).
 _CARD_SQL = {
     OBSERVATION: (
         "SELECT o.id, s.claude_session_id, o.project, o.prompt_number, o.created_at, o.type, o.title,"
-        f" o.subtitle, o.narrative, o.facts, o.files_read, o.files_modified, {label_sql('o')}, o.provenance, o.flagged"
+        f" o.subtitle, o.narrative, o.facts, o.files_read, o.files_modified, {label_sql('o')}, o.provenance, o.flagged,"
+        " s.agent"
         " FROM observations o JOIN sessions s ON s.id = o.session_db_id"
         " WHERE o.id IN (SELECT value FROM json_each(?))"),
     SUMMARY: (
         "SELECT m.id, s.claude_session_id, m.project, m.prompt_number, m.created_at, m.request, m.investigated,"
-        f" m.learned, m.completed, m.next_steps, {label_sql('m')}, m.provenance, m.flagged"
+        f" m.learned, m.completed, m.next_steps, {label_sql('m')}, m.provenance, m.flagged, s.agent"
         " FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id"
         " WHERE m.id IN (SELECT value FROM json_each(?))"),
     PROMPT: (
         f"SELECT p.id, s.claude_session_id, p.project, p.prompt_number, p.created_at, p.text, {label_sql('p')},"
-        " p.provenance, p.flagged"
+        " p.provenance, p.flagged, s.agent"
         " FROM user_prompts p JOIN sessions s ON s.id = p.session_db_id"
         " WHERE p.id IN (SELECT value FROM json_each(?))"),
 }
@@ -58,7 +60,8 @@ def card_of_row(kind: str, row: SQLiteValues, origin: str | None = None) -> Docu
 
     ``origin``: the card's, when the row does not end with it ("" : this machine's own). A row
     without its provenance and flag is another machine's, read from the team database: its
-    provenance is :attr:`Provenance.TEAM` and its text is checked here, whatever it claims.
+    provenance is :attr:`Provenance.TEAM` and its text is checked here, whatever it claims. A row
+    without its agent is Claude Code's (:data:`~sessionmem.protocol.agents.DEFAULT_AGENT`).
     """
     row_id, session, project, prompt_number, created_at = row[:5]
     width = 5 + _KIND_COLUMNS[kind]
@@ -70,9 +73,10 @@ def card_of_row(kind: str, row: SQLiteValues, origin: str | None = None) -> Docu
     else:
         provenance = Provenance.TEAM.value if origin else Provenance.TOOL.value
         flagged = instruction_like("\n".join(map(str, own)))
+    agent = text(row[width + 3]) if len(row) > width + 3 else DEFAULT_AGENT
     head = partial(DocumentCard, kind=kind, id=integer(row_id), claude_session_id=text(session),
                    project=text(project), prompt_number=integer(prompt_number), created_at=real(created_at),
-                   origin=origin, provenance=provenance, flagged=flagged)
+                   origin=origin, provenance=provenance, flagged=flagged, agent=agent)
     if kind == OBSERVATION:
         type_, title, subtitle, narrative = map(text, own[:4])
         facts, files_read, files_modified = map(text_list, own[4:])

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 import apsw
 import msgspec
 
 from sessionmem.protocol.instructions import guard_observation, guard_summary, instruction_like
-from sessionmem.records import OBSERVATION_TYPES, Provenance
+from sessionmem.records import OBSERVATION_TYPES, AgentName, Provenance
 from sessionmem.storage.export_records import (
     SESSION_STATUSES,
     ImportCounts,
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from apsw import SQLiteValues
 
 PAGE = 200  # sessions a page of an export
+AGENT_NAMES: tuple[AgentName, ...] = get_args(AgentName)
 
 
 # -- export -------------------------------------------------------------------------------
@@ -64,8 +65,8 @@ def export_page(connection: apsw.Connection, *, project: str | None, since: floa
     that have anything since ``since``; and the last session's row id (0: no more)."""
     sessions = all_rows(
         connection,
-        "SELECT id, claude_session_id, project, cwd, first_prompt, status, created_at, updated_at, completed_at"
-        " FROM sessions WHERE id > ?1 AND (?2 IS NULL OR project = ?2) AND (?3 IS NULL OR updated_at >= ?3)"
+        "SELECT id, claude_session_id, project, cwd, first_prompt, status, created_at, updated_at, completed_at,"
+        " agent FROM sessions WHERE id > ?1 AND (?2 IS NULL OR project = ?2) AND (?3 IS NULL OR updated_at >= ?3)"
         " ORDER BY id LIMIT ?4", (after_session, project, since, PAGE))
     records: list[Record] = []
     last = 0
@@ -91,11 +92,13 @@ def export_page(connection: apsw.Connection, *, project: str | None, since: floa
 
 
 def session_record(row: SQLiteValues) -> SessionRecord:
-    claude_id, project, cwd, first_prompt, status, created_at, updated_at, completed_at = row
+    """A session's record from its columns: those of :func:`export_page` after the row id."""
+    claude_id, project, cwd, first_prompt, status, created_at, updated_at, completed_at, agent = row
     return SessionRecord(
         claude_session_id=text(claude_id), project=text(project), cwd=optional_text(cwd),
         first_prompt=optional_text(first_prompt), status=one_of(status, SESSION_STATUSES),
-        created_at=real(created_at), updated_at=real(updated_at), completed_at=optional_real(completed_at))
+        created_at=real(created_at), updated_at=real(updated_at), completed_at=optional_real(completed_at),
+        agent=one_of(agent, AGENT_NAMES))
 
 
 # In the order observation_record reads them.
@@ -216,10 +219,10 @@ def _import_session(connection: apsw.Connection, record: SessionRecord, counts: 
     project = source.project if source else record.project
     connection.execute(
         "INSERT OR IGNORE INTO sessions (claude_session_id, project, project_key, cwd, first_prompt, status,"
-        " created_at, updated_at, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " created_at, updated_at, completed_at, agent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (record.claude_session_id, project, source.project_key if source else "", record.cwd,
          record.first_prompt, record.status if record.status != "failed" else "completed", record.created_at,
-         record.updated_at, record.completed_at))
+         record.updated_at, record.completed_at, record.agent))
     counts["sessions" if connection.changes() else "already_there"] += 1
     projects[record.claude_session_id] = project
     connection.execute(

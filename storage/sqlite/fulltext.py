@@ -1,5 +1,6 @@
 """Full-text search of the SQLite store: a query's terms, FTS5 matching and ranking, and the
-filters a search or a vector candidate must pass (project, time, session, origin, type, file, concept).
+filters a search or a vector candidate must pass (project, time, session, origin, agent, type, file,
+concept).
 
 Each function takes a read connection and runs on a reader thread
 (:class:`~sessionmem.storage.sqlite.readers.ReaderPool`); the SQLite store's async methods
@@ -36,6 +37,7 @@ from sessionmem.records import (
 )
 from sessionmem.storage.base import RowIds
 from sessionmem.storage.search_terms import file_name, file_params
+from sessionmem.storage.sqlite.agents import agent_condition
 from sessionmem.storage.sqlite.origins import origin_condition
 from sessionmem.storage.sqlite.values import all_rows, integer, one_row, real, to_json
 
@@ -95,6 +97,8 @@ def _filter_sql(kind: str, filters: SearchFilters, params: dict[str, Any]) -> tu
         conditions.append(origin_condition(alias, filters.origin, params))
     if filters.flagged:
         conditions.append(f"{alias}.flagged = 1")
+    if filters.agent is not None:
+        conditions.append(agent_condition(alias, filters.agent, params))
     if kind == OBSERVATION:
         if filters.types:
             names = []

@@ -44,11 +44,12 @@ def _load_session(connection: apsw.Connection, claude_session_id: str) -> tuple[
 
 
 def _create_session(connection: apsw.Connection, claude_session_id: str, project: str, cwd: str, now: float, *,
-                    project_key: str = "", share_file: bool = False) -> int:
+                    agent: str, project_key: str = "", share_file: bool = False) -> int:
+    """A new session, of the agent its first event names: a later event naming another never changes it."""
     connection.execute(
-        "INSERT INTO sessions (claude_session_id, project, cwd, created_at, updated_at, project_key, share_file)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (claude_session_id, project, cwd, now, now, project_key, share_file),
+        "INSERT INTO sessions (claude_session_id, project, cwd, created_at, updated_at, project_key, share_file, agent)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (claude_session_id, project, cwd, now, now, project_key, share_file, agent),
     )
     return connection.last_insert_rowid()
 
@@ -120,7 +121,7 @@ def accept_init(connection: apsw.Connection, event: InitEvent) -> InitAccepted:
     found = _load_session(connection, event.claude_session_id)
     if found is None:
         session_db_id, counter = _create_session(connection, event.claude_session_id, event.project, event.cwd,
-                                                 when, project_key=event.project_key,
+                                                 when, agent=event.agent, project_key=event.project_key,
                                                  share_file=event.share_file), 0
     else:
         session_db_id, counter, _status = found
@@ -167,7 +168,7 @@ def accept_event(connection: apsw.Connection, event: AcceptedEvent) -> Accepted:
         # keep it rather than lose it.
         project = event.project or "unknown"
         session_db_id = _create_session(connection, event.claude_session_id, project, getattr(event, "cwd", ""),
-                                        event.occurred_at or now)
+                                        event.occurred_at or now, agent=event.agent)
         counter, status = 0, "initialized"
     else:
         session_db_id, counter, status = found

@@ -37,6 +37,7 @@ from sessionmem.records import (
     SummaryRow,
 )
 from sessionmem.storage.search_terms import query_terms
+from sessionmem.storage.sqlite.agents import agent_condition
 from sessionmem.storage.sqlite.fulltext import keep_matching
 from sessionmem.storage.sqlite.origins import label_sql, origin_condition
 from sessionmem.storage.sqlite.values import (
@@ -60,17 +61,17 @@ if TYPE_CHECKING:
 _SESSION_COLUMNS = (
     "id, claude_session_id, project, cwd, first_prompt, prompt_counter, status, failure, input_tokens,"
     " output_tokens, created_at, updated_at, completed_at,"
-    " (SELECT count(*) FROM observations o WHERE o.session_db_id = s.id), project_key, share_file"
+    " (SELECT count(*) FROM observations o WHERE o.session_db_id = s.id), project_key, share_file, agent"
 )
 # In ObservationRow's field order.
 _OBSERVATION_COLUMNS = (
     "o.id, s.claude_session_id, o.project, o.prompt_number, o.tool_name, o.tool_use_id, o.agent_id, o.agent_type,"
     " o.failed, o.type, o.title, o.subtitle, o.facts, o.narrative, o.concepts, o.files_read, o.files_modified,"
     " o.compressed, o.compressor, o.model, o.input_tokens, o.output_tokens, o.created_at, " + label_sql("o")
-    + ", o.provenance, o.flagged"
+    + ", o.provenance, o.flagged, s.agent"
 )
 _OBSERVATIONS_FROM = "FROM observations o JOIN sessions s ON s.id = o.session_db_id"
-_OBSERVATION_WIDTH = 26
+_OBSERVATION_WIDTH = 27
 
 
 def _observation_row(row: SQLiteValues) -> ObservationRow:
@@ -83,7 +84,7 @@ def _observation_row(row: SQLiteValues) -> ObservationRow:
         files_read=text_list(row[15]), files_modified=text_list(row[16]), compressed=flag(row[17]),
         compressor=text(row[18]), model=optional_text(row[19]), input_tokens=integer(row[20]),
         output_tokens=integer(row[21]), created_at=real(row[22]), origin=text(row[23]), provenance=text(row[24]),
-        flagged=flag(row[25]))
+        flagged=flag(row[25]), agent=text(row[26]))
 
 
 def observation_rows(connection: apsw.Connection, condition: str, params: dict[str, object]) -> list[ObservationRow]:
@@ -109,7 +110,7 @@ def _observation_detail(row: SQLiteValues) -> ObservationDetail:
 _SUMMARY_COLUMNS = (
     "m.id, s.claude_session_id, m.project, m.prompt_number, m.request, m.investigated, m.learned, m.completed,"
     f" m.next_steps, m.notes, m.compressed, m.compressor, m.model, m.input_tokens, m.output_tokens, m.created_at,"
-    f" {label_sql('m')}, m.provenance, m.flagged"
+    f" {label_sql('m')}, m.provenance, m.flagged, s.agent"
 )
 _SUMMARIES_FROM = "FROM session_summaries m JOIN sessions s ON s.id = m.session_db_id"
 
@@ -120,7 +121,8 @@ def _summary_row(row: SQLiteValues) -> SummaryRow:
         request=text(row[4]), investigated=text(row[5]), learned=text(row[6]), completed=text(row[7]),
         next_steps=text(row[8]), notes=text(row[9]), compressed=flag(row[10]), compressor=text(row[11]),
         model=optional_text(row[12]), input_tokens=integer(row[13]), output_tokens=integer(row[14]),
-        created_at=real(row[15]), origin=text(row[16]), provenance=text(row[17]), flagged=flag(row[18]))
+        created_at=real(row[15]), origin=text(row[16]), provenance=text(row[17]), flagged=flag(row[18]),
+        agent=text(row[19]))
 
 
 def _session_row(row: SQLiteValues) -> SessionRow:
@@ -131,7 +133,7 @@ def _session_row(row: SQLiteValues) -> SessionRow:
         status=text(row[6]), failure=optional_text(row[7]), input_tokens=integer(row[8]),
         output_tokens=integer(row[9]), created_at=real(row[10]), updated_at=real(row[11]),
         completed_at=optional_real(row[12]), observations=integer(row[13]), project_key=text(row[14]),
-        share_file=flag(row[15]))
+        share_file=flag(row[15]), agent=text(row[16]))
 
 
 def journal_envelope(row: SQLiteValues) -> Envelope:
@@ -183,15 +185,16 @@ def _only_flagged(alias: str, flagged: bool) -> str:
     return f"{alias}.flagged = 1" if flagged else "1"
 
 
-def list_summaries(connection: apsw.Connection, *, project: str | None, limit: int,
-                    offset: int, origin: str | None = None, flagged: bool = False) -> list[SummaryRow]:
+def list_summaries(connection: apsw.Connection, *, project: str | None, limit: int, offset: int,
+                   origin: str | None = None, flagged: bool = False, agent: str | None = None) -> list[SummaryRow]:
     """The newest summaries of ``project`` (all: ``None``); ``origin``: of that origin only; ``flagged``:
-    only those flagged (holding instruction-like text)."""
+    only those flagged (holding instruction-like text); ``agent``: of that agent's sessions only."""
     params: dict[str, object] = {"project": project, "limit": limit, "offset": offset}
     found = all_rows(
         connection,
         f"SELECT {_SUMMARY_COLUMNS} {_SUMMARIES_FROM} WHERE {_of_project('m.project', project)}"
         f" AND {origin_condition('m', origin, params)} AND {_only_flagged('m', flagged)}"
+        f" AND {agent_condition('m', agent, params)}"
         " ORDER BY m.created_at DESC, m.id DESC LIMIT :limit OFFSET :offset",
         params,
     )
@@ -334,14 +337,18 @@ def summary_inputs(connection: apsw.Connection, session: SessionInfo) -> Summary
     return SummaryInputs(prompts, [_observation_row(row) for row in observations])
 
 
-def list_sessions(connection: apsw.Connection, *, project: str | None, limit: int, offset: int) -> list[SessionRow]:
+def list_sessions(connection: apsw.Connection, *, project: str | None, limit: int, offset: int,
+                  agent: str | None = None) -> list[SessionRow]:
+    """The sessions of ``project`` (all: ``None``) most recently active first; ``agent``: that agent's only."""
     # The page first, then its observation counts: counted for every session of the project
     # before the sort, they would cost a count per session of the project on every page.
+    of_agent = "agent = :agent" if agent is not None else "1"
     found = all_rows(
         connection,
         f"SELECT {_SESSION_COLUMNS} FROM (SELECT * FROM sessions WHERE {_of_project('project', project)}"
-        " ORDER BY updated_at DESC, id DESC LIMIT :limit OFFSET :offset) s ORDER BY updated_at DESC, id DESC",
-        {"project": project, "limit": limit, "offset": offset},
+        f" AND {of_agent} ORDER BY updated_at DESC, id DESC LIMIT :limit OFFSET :offset) s"
+        " ORDER BY updated_at DESC, id DESC",
+        {"project": project, "limit": limit, "offset": offset, "agent": agent},
     )
     return [_session_row(row) for row in found]
 
@@ -362,15 +369,18 @@ def session_by_db_id(connection: apsw.Connection, session_db_id: int) -> Session
     return _session_row(row) if row is not None else None
 
 
-def list_observations(connection: apsw.Connection, *, project: str | None, limit: int,
-                      offset: int, origin: str | None = None, flagged: bool = False) -> list[ObservationRow]:
-    """The newest observations of ``project`` (all: ``None``); ``origin``: of that origin only;
+def list_observations(connection: apsw.Connection, *, project: str | None, limit: int, offset: int,
+                      origin: str | None = None, flagged: bool = False,
+                      agent: str | None = None) -> list[ObservationRow]:
+    """The newest observations of ``project`` (all: ``None``); ``origin``: of that origin only; ``agent``: of
+    that agent's sessions only;
     ``flagged``: only those flagged (holding instruction-like text)."""
     params: dict[str, object] = {"project": project, "limit": limit, "offset": offset}
     found = all_rows(
         connection,
         f"SELECT {_OBSERVATION_COLUMNS} {_OBSERVATIONS_FROM} WHERE {_of_project('o.project', project)}"
         f" AND {origin_condition('o', origin, params)} AND {_only_flagged('o', flagged)}"
+        f" AND {agent_condition('o', agent, params)}"
         " ORDER BY o.created_at DESC, o.id DESC LIMIT :limit OFFSET :offset",
         params,
     )

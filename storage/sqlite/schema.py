@@ -409,7 +409,14 @@ CREATE TABLE consolidation_cursor (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
+# The agent whose hooks recorded each session (sessionmem/protocol/agents.py): every session before was
+# Claude Code's. A memory's agent is its session's, read through the join every read of a row makes
+# already; a filter by agent checks the row's session (docs/search.md, "Agents").
+_V11 = """
+ALTER TABLE sessions ADD COLUMN agent TEXT NOT NULL DEFAULT 'claude-code';
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
 
 
 class SchemaTooNew(RuntimeError):

@@ -300,8 +300,10 @@ class SQLiteStore:
 
     # -- reads (storage/sqlite/row_reads.py) ---------------------------------------------------
 
-    async def list_sessions(self, *, project: str | None, limit: int, offset: int) -> list[SessionRow]:
-        return await self._readers.run(partial(row_reads.list_sessions, project=project, limit=limit, offset=offset))
+    async def list_sessions(self, *, project: str | None, limit: int, offset: int,
+                            agent: str | None = None) -> list[SessionRow]:
+        return await self._readers.run(partial(row_reads.list_sessions, project=project, limit=limit, offset=offset,
+                                               agent=agent))
 
     async def list_projects(self, *, limit: int, offset: int = 0, containing: str | None = None) -> list[ProjectRow]:
         return await self._readers.run(partial(row_reads.list_projects, limit=limit, offset=offset,
@@ -310,18 +312,18 @@ class SQLiteStore:
     async def session_by_db_id(self, session_db_id: int) -> SessionRow | None:
         return await self._readers.run(partial(row_reads.session_by_db_id, session_db_id=session_db_id))
 
-    async def list_observations(self, *, project: str | None, limit: int, offset: int,
-                                origin: str | None = None, flagged: bool = False) -> list[ObservationRow]:
+    async def list_observations(self, *, project: str | None, limit: int, offset: int, origin: str | None = None,
+                                flagged: bool = False, agent: str | None = None) -> list[ObservationRow]:
         return await self._readers.run(partial(row_reads.list_observations, project=project, limit=limit,
-                                               offset=offset, origin=origin, flagged=flagged))
+                                               offset=offset, origin=origin, flagged=flagged, agent=agent))
 
     async def get_observation(self, observation_id: int) -> ObservationDetail | None:
         return await self._readers.run(partial(row_reads.get_observation, observation_id=observation_id))
 
-    async def list_summaries(self, *, project: str | None, limit: int, offset: int,
-                             origin: str | None = None, flagged: bool = False) -> list[SummaryRow]:
+    async def list_summaries(self, *, project: str | None, limit: int, offset: int, origin: str | None = None,
+                             flagged: bool = False, agent: str | None = None) -> list[SummaryRow]:
         return await self._readers.run(partial(row_reads.list_summaries, project=project, limit=limit, offset=offset,
-                                               origin=origin, flagged=flagged))
+                                               origin=origin, flagged=flagged, agent=agent))
 
     async def llm_tokens_since(self, timestamp: float) -> int:
         return await self._readers.run(partial(row_reads.llm_tokens_since, timestamp=timestamp))

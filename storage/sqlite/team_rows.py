@@ -150,7 +150,7 @@ def start_outbox(connection: apsw.Connection) -> str:
 # -- reading the outbox -----------------------------------------------------------------------
 
 _SESSION_COLUMNS = ("s.claude_session_id, s.project, NULL, s.first_prompt, s.status, s.created_at, s.updated_at,"
-                    " s.completed_at")
+                    " s.completed_at, s.agent")
 
 
 def read_outbox(connection: apsw.Connection, *, cursor: OutboxCursor, shared: Shared, limit: int,

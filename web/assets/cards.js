@@ -10,6 +10,18 @@ export function badge(text, kind = text) {
   return h("span", {class: "badge", dataset: {kind}}, text);
 }
 
+// The coding agents' titles by the name each memory records (sessionmem/protocol/agents.py AGENT_TITLES; a test
+// holds them equal, and the viewer's agent filter to the same names).
+export const AGENT_TITLES = {"claude-code": "Claude Code", "codex": "Codex CLI", "gemini-cli": "Gemini CLI",
+  "opencode": "OpenCode"};
+
+/** The agent whose session made a memory, by its title ("Codex CLI"); a worker before agents: Claude Code. */
+export function agentBadge(row) {
+  const agent = row.agent || "claude-code";
+  return h("span", {class: "badge", dataset: {kind: "agent", agent}, title: `made in a ${AGENT_TITLES[agent] ?? agent} session`},
+    AGENT_TITLES[agent] ?? agent);
+}
+
 /** The mark of a memory another machine wrote ("from bob@laptop"); nothing for this machine's own. */
 export function originBadge(origin) {
   return origin ? h("span", {class: "badge", dataset: {kind: "origin"}, title: `written on ${origin}`}, `from ${origin}`) : null;
@@ -76,13 +88,14 @@ export function feedItem(entry, options) {
   if (kind === "summary") {
     return item(`summary:${row.id}`, options,
       h("div", {class: "line"}, badge("summary"), h("span", {class: "title"}, row.request || "Session summary"),
-        flaggedBadge(row), originBadge(row.origin)),
+        agentBadge(row), flaggedBadge(row), originBadge(row.origin)),
       row.completed ? h("p", {class: "snippet"}, row.completed) : null,
       h("div", {class: "meta"}, time(row.createdAt), ` · prompt ${row.promptNumber}`));
   }
   return item(`observation:${row.id}`, options,
     h("div", {class: "line"}, badge(row.type), h("span", {class: "title"}, row.title || "(untitled)"),
-      row.failed ? badge("failed") : null, flaggedBadge(row), originBadge(row.origin), ...consolidationBadges(row)),
+      row.failed ? badge("failed") : null, agentBadge(row), flaggedBadge(row), originBadge(row.origin),
+      ...consolidationBadges(row)),
     h("div", {class: "meta"}, row.toolName, " · ", time(row.createdAt)),
     fileChips(observationFiles(row)));
 }
@@ -92,7 +105,7 @@ export function resultItem(result, options) {
   const label = result.kind === "observation" ? result.type : result.kind;
   return item(`${result.kind}:${result.id}`, options,
     h("div", {class: "line"}, badge(label), h("span", {class: "title"}, result.title || "(untitled)"),
-      flaggedBadge(result), originBadge(result.origin)),
+      agentBadge(result), flaggedBadge(result), originBadge(result.origin)),
     result.snippet ? h("p", {class: "snippet"}, result.snippet) : null,
     h("div", {class: "meta"}, result.project, " · ", time(result.createdAt),
       result.matchedBy?.length ? ` · matched by ${result.matchedBy.join(" and ")}` : ""),
@@ -104,7 +117,7 @@ export function timelineItem(entry, options) {
   const label = entry.kind === "observation" ? entry.type : entry.kind;
   const li = item(`${entry.kind}:${entry.id}`, {...options, selected: entry.anchor},
     h("div", {class: "line"}, badge(label), h("span", {class: "title"}, entry.title || "(untitled)"),
-      flaggedBadge(entry), originBadge(entry.origin)),
+      agentBadge(entry), flaggedBadge(entry), originBadge(entry.origin)),
     entry.snippet ? h("p", {class: "snippet"}, entry.snippet) : null,
     h("div", {class: "meta"}, `prompt ${entry.promptNumber} · `, time(entry.createdAt)),
     fileChips(entry.files ?? []));

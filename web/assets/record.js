@@ -2,7 +2,8 @@
 // input and output it was made from), a summary, a search card, and a timeline.
 // Text only: see dom.js.
 
-import {badge, consolidationBadges, fileChips, flaggedBadge, originBadge, time, timelineItem} from "./cards.js";
+import {AGENT_TITLES, agentBadge, badge, consolidationBadges, fileChips, flaggedBadge, originBadge, time, timelineItem}
+  from "./cards.js";
 import {h} from "./dom.js";
 import {number, when} from "./format.js";
 
@@ -17,6 +18,11 @@ const PROVENANCE = {prompt: "the user's prompt", tool: "a tool's output (built b
 
 function provenance(value) {
   return value ? PROVENANCE[value] ?? value : "";
+}
+
+function agentTitle(row) {
+  const agent = row.agent || "claude-code";
+  return AGENT_TITLES[agent] ?? agent;
 }
 
 function section(title, ...content) {
@@ -41,7 +47,7 @@ function timelineButton(onTimeline) {
 export function observationView(row, {onTimeline}) {
   return h("article", {class: "record", dataset: {key: `observation:${row.id}`}},
     h("div", {class: "line"}, badge(row.type), badge(row.toolName, "tool"), row.failed ? badge("failed") : null,
-      row.compressed ? null : badge("raw", "raw"), flaggedBadge(row), originBadge(row.origin),
+      row.compressed ? null : badge("raw", "raw"), agentBadge(row), flaggedBadge(row), originBadge(row.origin),
       ...consolidationBadges(row)),
     h("h2", {class: "record-title"}, row.title || "(untitled)"),
     row.subtitle ? h("p", {class: "subtitle"}, row.subtitle) : null,
@@ -53,7 +59,8 @@ export function observationView(row, {onTimeline}) {
     section("Concepts", row.concepts?.length ? h("div", {class: "files"}, row.concepts.map((c) => h("span", {class: "chip"}, c))) : null),
     facts([
       ["project", row.project], ["session", row.claudeSessionId], ["prompt", row.promptNumber],
-      ["created", when(row.createdAt)], ["origin", row.origin || "this machine"], ["tool use", row.toolUseId], ["agent", row.agentType || row.agentId],
+      ["created", when(row.createdAt)], ["origin", row.origin || "this machine"], ["coding agent", agentTitle(row)],
+      ["tool use", row.toolUseId], ["subagent", row.agentType || row.agentId],
       ["compressor", [row.compressor, row.model].filter(Boolean).join(" · ")], ["provenance", provenance(row.provenance)],
       ["tokens", row.inputTokens || row.outputTokens ? `${number(row.inputTokens)} in, ${number(row.outputTokens)} out` : ""],
       ["observation", row.id], ["journal event", row.eventId],
@@ -67,12 +74,12 @@ const SUMMARY_PARTS = [["request", "Request"], ["investigated", "Investigated"],
 
 export function summaryView(row, {onTimeline}) {
   return h("article", {class: "record", dataset: {key: `summary:${row.id}`}},
-    h("div", {class: "line"}, badge("summary"), flaggedBadge(row), originBadge(row.origin)),
+    h("div", {class: "line"}, badge("summary"), agentBadge(row), flaggedBadge(row), originBadge(row.origin)),
     h("h2", {class: "record-title"}, row.request || "Session summary"),
     timelineButton(onTimeline),
     SUMMARY_PARTS.slice(1).map(([field, title]) => section(title, row[field] ? h("p", {}, row[field]) : null)),
     facts([["project", row.project], ["session", row.claudeSessionId], ["prompt", row.promptNumber],
-      ["created", when(row.createdAt)], ["compressor", [row.compressor, row.model].filter(Boolean).join(" · ")],
+      ["created", when(row.createdAt)], ["coding agent", agentTitle(row)], ["compressor", [row.compressor, row.model].filter(Boolean).join(" · ")],
       ["provenance", provenance(row.provenance)]]));
 }
 
@@ -80,7 +87,7 @@ export function summaryView(row, {onTimeline}) {
 export function cardView(card, {onTimeline}) {
   const label = card.kind === "observation" ? card.type : card.kind;
   return h("article", {class: "record", dataset: {key: `${card.kind}:${card.id}`}},
-    h("div", {class: "line"}, badge(label), flaggedBadge(card), originBadge(card.origin)),
+    h("div", {class: "line"}, badge(label), agentBadge(card), flaggedBadge(card), originBadge(card.origin)),
     h("h2", {class: "record-title"}, card.title || "(untitled)"),
     timelineButton(onTimeline),
     card.snippet ? h("p", {class: "narrative"}, card.snippet) : null,

@@ -17,7 +17,7 @@ const FEED_SUMMARIES = 20;
 const SEARCH_LIMIT = 50;
 const TIMELINE_SIDE = 30;
 const REFRESH_DELAY_MS = 200; // a burst of live events is one refresh
-const FILTERS = ["q", "type", "since", "until", "file", "origin", "flagged"];
+const FILTERS = ["q", "type", "since", "until", "file", "origin", "agent", "flagged"];
 
 const page = {
   projects: [],
@@ -40,7 +40,7 @@ function state() {
   return {
     project: params.has("project") ? value("project") : null, // "" is every project; null: not chosen yet
     q: value("q"), type: value("type"), since: value("since"), until: value("until"), file: value("file"),
-    origin: value("origin"), flagged: value("flagged"), open: value("open"), view: value("view") || "record",
+    origin: value("origin"), agent: value("agent"), flagged: value("flagged"), open: value("open"), view: value("view") || "record",
   };
 }
 
@@ -133,10 +133,10 @@ function matchesFilters(entry, filters) {
 }
 
 async function loadFeed(current, sequence) {
-  // The origin and the flag are filtered by the worker: the newest rows of one origin (or flagged), not the
-  // newest rows cut down.
+  // The origin, the agent and the flag are filtered by the worker: the newest rows of one origin (one agent's,
+  // or flagged), not the newest rows cut down.
   const params = {project: current.project || undefined, origin: current.origin || undefined,
-    flagged: current.flagged || undefined};
+    agent: current.agent || undefined, flagged: current.flagged || undefined};
   const [observations, summaries] = await Promise.all([
     getJSON("/api/observations", {...params, limit: FEED_OBSERVATIONS}),
     getJSON("/api/summaries", {...params, limit: FEED_SUMMARIES}),
@@ -150,7 +150,8 @@ async function loadFeed(current, sequence) {
   const signature = JSON.stringify([current.open, entries.map((e) => [e.kind, e.row.id])]);
   if (signature === page.feedSignature) return; // nothing new: keep the elements (a click in progress stays)
   page.feedSignature = signature;
-  const filtered = current.type || current.file || current.since || current.until || current.origin || current.flagged;
+  const filtered = current.type || current.file || current.since || current.until || current.origin || current.agent
+    || current.flagged;
   replace(byId("list-title"), filtered ? "Recent memory (filtered)" : "Recent memory");
   replace(byId("list-note"), entries.length ? `${entries.length} newest` : "");
   const seen = page.seen;
@@ -168,7 +169,7 @@ async function loadFeed(current, sequence) {
 async function loadSearch(current, sequence) {
   const answer = await getJSON("/api/search", {
     q: current.q, project: current.project || undefined, type: current.type, file: current.file,
-    origin: current.origin, flagged: current.flagged,
+    origin: current.origin, agent: current.agent, flagged: current.flagged,
     since: current.since, until: current.until ? untilExclusive(current.until) : "", limit: SEARCH_LIMIT,
   });
   if (sequence !== page.sequence) return;
