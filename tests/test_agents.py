@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import apsw
+import psycopg
 import pytest
 
 from sessionmem.protocol import routes
@@ -23,11 +24,17 @@ from sessionmem.records import SummaryRow
 from sessionmem.search.context import ContextLine, ContextPlan, SessionGroup
 from sessionmem.server.context_markdown import render_context
 from sessionmem.settings import DATABASE_FILE
+from sessionmem.storage.export_records import SessionRecord
+from sessionmem.storage.pg.store import open_team_store
 from sessionmem.storage.sqlite.schema import MIGRATIONS
+from sessionmem.storage.team_records import PullCursor, SharedRow
 from sessionmem.testing.harness import ThreadedWorker, serve_in_thread
 
 from .test_mcp import answer, mcp_session
+from .test_pg_store import APP, LAPTOP
 from .test_search_cli import sessionmem
+from .test_team_pull_rules import insert
+from .test_team_sync import SYNC_WAIT_S, team_settings
 
 WEB_ASSETS = Path(__file__).resolve().parent.parent / "web"
 
@@ -279,3 +286,45 @@ def test_the_viewer_knows_every_agent_by_its_title() -> None:
     select = viewer.split('<select id="agent"', 1)[1].split("</select>", 1)[0]
     for agent in AGENTS:
         assert f'<option value="{agent}">{AGENT_TITLES[agent]}</option>' in select
+
+
+async def test_the_team_database_keeps_a_sessions_first_agent_and_a_pull_refuses_an_unknown_one(
+        team_database_url: str) -> None:
+    def pushed(agent: str, updated_at: float) -> SharedRow:
+        record = SessionRecord(claude_session_id="codex-team", project="app", created_at=100.0, updated_at=updated_at,
+                               agent=agent)  # type: ignore[arg-type]
+        return SharedRow(record=record, project_key=APP, origin=LAPTOP)
+
+    async with open_team_store(team_database_url) as store:
+        await store.push([pushed(CODEX, 100.0)])
+        await store.push([pushed(CLAUDE_CODE, 200.0)])  # a later change of the session: merged, its agent kept
+    with psycopg.connect(team_database_url, autocommit=True) as connection:
+        insert(connection, "sessions", claude_session_id="cursor-team", project="app", project_key=APP,
+               created_at=100.0, agent="cursor")
+    async with open_team_store(team_database_url) as store:
+        batch = await store.pull(PullCursor(), keys=None, exclude_machine_id="another", limit=100)
+    (pulled,) = [row.record for row in batch.rows]
+    assert isinstance(pulled, SessionRecord) and (pulled.agent, pulled.updated_at) == (CODEX, 200.0)
+    assert [(row.table, row.claude_session_id) for row in batch.refused] == [("sessions", "cursor-team")]
+    assert batch.refused[0].reason.endswith("`$.record.agent`") and "cursor" not in batch.refused[0].reason
+
+
+@pytest.mark.slow
+def test_a_teammates_codex_session_arrives_as_codexs(tmp_path: Path, team_database_url: str) -> None:
+    project = tmp_path / "calcproj"
+    project.mkdir()
+    with serve_in_thread(tmp_path / "a", **team_settings(team_database_url, "laptop", share_projects="calcproj")) as a:
+        one_session(a, project, "codex-shared", CODEX, words="shared from the laptop")
+        a.wait_idle()
+        with serve_in_thread(tmp_path / "b", **team_settings(team_database_url, "desktop",
+                                                             share_projects="calcproj")) as b:
+            arrived = b.wait_until(lambda: sessions_by_id(b).get("codex-shared"), timeout=SYNC_WAIT_S)
+            assert arrived["agent"] == CODEX
+            rows = b.wait_until(lambda: get(b, routes.OBSERVATION_LIST, agent=CODEX)["observations"],
+                                timeout=SYNC_WAIT_S)
+            assert {(row["agent"], row["origin"]) for row in rows} == {(CODEX, "laptop-user@laptop")}
+            # The team database searched itself names the agent of each hit's session; it is not filtered by one.
+            hits = get(b, routes.SEARCH, q="shared laptop", mode="fts", source="team")["results"]
+            assert hits and {hit["agent"] for hit in hits} == {CODEX}
+            status, reply = b.request("GET", f"{routes.SEARCH}?q=shared&source=team&agent=codex")
+            assert status == 400 and reply["path"] == "?agent"

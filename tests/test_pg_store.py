@@ -85,6 +85,22 @@ def identity(row: SharedRow) -> tuple[Any, ...]:
     return ("summary", record.claude_session_id, record.prompt_number, record.created_at)
 
 
+def push_before_version_4(connection: psycopg.Connection[Any], rows: Sequence[SharedRow]) -> None:
+    """``rows`` pushed into a database of an older schema, as the sessionmem of its time pushed them: a session
+    without its agent (version 4's column), the other rows as today."""
+    for row in rows:
+        record = row.record
+        if isinstance(record, SessionRecord):
+            connection.execute(
+                "INSERT INTO sessions (claude_session_id, first_prompt, status, created_at, updated_at, completed_at,"
+                " changed_by, project_key, project, origin_machine_id, origin_machine, origin_user)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (record.claude_session_id, record.first_prompt, record.status, record.created_at, record.updated_at,
+                 record.completed_at, row.origin.machine_id, row.project_key, record.project, row.origin.machine_id,
+                 row.origin.machine, row.origin.user))
+    push_rows(connection, [row for row in rows if not isinstance(row.record, SessionRecord)])
+
+
 def table_contents(url: str) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table, every column (xid and seq included)."""
     with psycopg.connect(url) as connection:
@@ -110,7 +126,7 @@ async def pull_all(store: TeamStore, cursor: PullCursor = PullCursor(), *, machi
 async def test_an_empty_database_is_migrated_on_first_use(team_database_url: str) -> None:
     async with open_team_store(team_database_url) as store:
         check = await store.check()
-    assert check.schema_version == pg_schema.LATEST == 3
+    assert check.schema_version == pg_schema.LATEST == 4
     assert check.server_version.startswith("18") and check.pgvector_version.startswith("0.8")
     with psycopg.connect(team_database_url) as connection:
         indexes = {name for (name,) in connection.execute("SELECT indexname FROM pg_indexes").fetchall()}
@@ -127,7 +143,7 @@ async def test_an_upgrade_from_version_1_keeps_the_rows_and_makes_them_searchabl
         indexes = {name for (name,) in connection.execute("SELECT indexname FROM pg_indexes").fetchall()}
         assert "observations_search" not in indexes and "observations_vector" not in indexes
         register_vector(connection)
-        push_rows(connection, rows)
+        push_before_version_4(connection, rows)
     before = table_contents(team_database_url)
     async with open_team_store(team_database_url) as store:
         assert (await store.check()).schema_version == pg_schema.LATEST
@@ -137,6 +153,8 @@ async def test_an_upgrade_from_version_1_keeps_the_rows_and_makes_them_searchabl
     assert [key.kind for key in found] == [OBSERVATION] and [key.kind for key in close] == [OBSERVATION]
     assert found[0].row_id == close[0].row_id
     assert sorted(map(identity, pulled)) == sorted(map(identity, rows))
+    # A session stored before version 4 is Claude Code's (the only agent then).
+    assert [row.record.agent for row in pulled if isinstance(row.record, SessionRecord)] == ["claude-code"]
     after = table_contents(team_database_url)
     # The same rows (the new search column aside), in the same pull order.
     assert {table: [row[:len(before_rows[0])] for row in after[table]] for table, before_rows in before.items()} \
@@ -149,12 +167,12 @@ async def test_an_upgrade_from_version_2_with_bad_rows_keeps_them_and_refuses_ne
     with psycopg.connect(team_database_url, autocommit=True) as connection:
         assert pg_schema.migrate(connection, to=2) == 2
         register_vector(connection)
-        push_rows(connection, a_session("s-old"))
+        push_before_version_4(connection, a_session("s-old"))
         connection.execute("UPDATE observations SET created_at = 'Infinity' WHERE tool_use_id = 't2'")
         connection.execute("UPDATE observations SET facts = '{\"a\": 1}' WHERE tool_use_id = 't1'")
         connection.execute("UPDATE summaries SET created_at = 'NaN'")
     async with open_team_store(team_database_url) as store:
-        assert (await store.check()).schema_version == pg_schema.LATEST == 3
+        assert (await store.check()).schema_version == pg_schema.LATEST == 4
         batch = await store.pull(PullCursor(), keys=None, exclude_machine_id="x", limit=100)
         assert [identity(row) for row in batch.rows] == [("session", "s-old"), ("prompt", "s-old", 1)]
         assert [(row.table, row.claude_session_id, row.reason.rsplit(" - at ", 1)[-1]) for row in batch.refused] == [
@@ -182,7 +200,9 @@ def text_bytes(row: SharedRow) -> int:
     provenance is no column of it: a pulled row's is set where it is stored)."""
     record = [value for name, value in zip(row.record.__struct_fields__, msgspec.structs.astuple(row.record))
               if name != "provenance"]
-    values = [*record, row.project_key, row.project, *msgspec.structs.astuple(row.origin)]
+    # A record's project is the row's project column: counted once (a prompt's record has none).
+    project = [] if "project" in row.record.__struct_fields__ else [row.project]
+    values = [*record, row.project_key, *project, *msgspec.structs.astuple(row.origin)]
     return sum(len(value.encode()) if isinstance(value, str) else len(msgspec.json.encode(value)) + value.count(",")
                if isinstance(value, list) else 0 for value in values)
 

@@ -72,6 +72,20 @@ def feed_keys(browser: Browser, kind: str = "") -> list[str]:
             if key.startswith(kind)]
 
 
+def badge_texts(browser: Browser, kind: str) -> dict[str, str]:
+    """Each list entry's key and the text of its badge of ``kind`` ("" without one)."""
+    return browser.js("return Object.fromEntries([...document.querySelectorAll('#list .item')].map(li => "  # type: ignore[no-any-return]
+                      f"[li.dataset.key, li.querySelector('.badge[data-kind={kind}]')?.innerText ?? '']))")
+
+
+def filter_feed(browser: Browser, control: str, value: str, keys: list[str], what: str) -> None:
+    """Choose ``value`` in the filter ``control``, search, and see the feed's observations become ``keys``."""
+    browser.js(f"document.getElementById('{control}').value = '{value}'")
+    browser.click("#search button[type=submit]")
+    browser.wait(lambda: feed_keys(browser, "observation") == keys, what)
+    assert f"{control}={value}" in browser.driver.current_url
+
+
 def assert_only_this_worker(browser: Browser, worker: WorkerClient) -> None:
     hosts = browser.requested_hosts(worker.url + "/")
     assert hosts == {worker.url}, f"the pages asked {hosts - {worker.url}} too"
@@ -382,9 +396,8 @@ def test_the_viewer_marks_and_filters_other_machines_memories(browser: Browser, 
     foreign = {f"observation:{bob['observation']}", f"summary:{bob['summary']}"}
     browser.login(threaded, "/")
     browser.wait(lambda: set(feed_keys(browser)) == foreign | {f"observation:{local['id']}"}, "both machines' memory")
-    badges = browser.js("return Object.fromEntries([...document.querySelectorAll('#list .item')].map(li => "
-                        "[li.dataset.key, li.querySelector('.badge[data-kind=origin]')?.innerText ?? '']))")
-    assert badges == {f"observation:{local['id']}": "", **{key: "from bob@laptop" for key in foreign}}
+    assert badge_texts(browser, "origin") == {f"observation:{local['id']}": "",
+                                              **{key: "from bob@laptop" for key in foreign}}
     browser.screenshot("viewer-origins")
 
     browser.one("#origin").send_keys("local")
@@ -417,19 +430,16 @@ def test_the_viewer_marks_and_filters_each_agents_memories(browser: Browser, thr
                         "tool_input": {"file_path": f"/w/calcproj/{session}.py"},
                         "tool_response": "def divide(a, b): ..."}, agent)
     threaded.wait_idle()
-    rows = {row["claudeSessionId"]: row for row in threaded.get("/api/observations")["observations"]}
-    claude, codex = f"observation:{rows['claude']['id']}", f"observation:{rows['codex']['id']}"
+    keys = {row["claudeSessionId"]: f"observation:{row['id']}" for row in threaded.get("/api/observations")
+            ["observations"]}
     browser.login(threaded, "/")
-    browser.wait(lambda: {claude, codex} <= set(feed_keys(browser)), "both agents' memories")
-    badges = browser.js("return Object.fromEntries([...document.querySelectorAll('#list .item')].map(li => "
-                        "[li.dataset.key, li.querySelector('.badge[data-kind=agent]')?.innerText ?? '']))")
-    assert (badges[claude], badges[codex]) == (AGENT_TITLES[CLAUDE_CODE], AGENT_TITLES[CODEX])
+    browser.wait(lambda: set(keys.values()) <= set(feed_keys(browser)), "both agents' memories")
+    assert {session: badge_texts(browser, "agent")[key] for session, key in keys.items()} == {
+        "claude": AGENT_TITLES[CLAUDE_CODE], "codex": AGENT_TITLES[CODEX]}
+    claude, codex = keys["claude"], keys["codex"]
     browser.screenshot("viewer-agents")
 
-    browser.js("document.getElementById('agent').value = 'codex'")
-    browser.click("#search button[type=submit]")
-    browser.wait(lambda: feed_keys(browser, "observation") == [codex], "Codex CLI's memory only")
-    assert "agent=codex" in browser.driver.current_url
+    filter_feed(browser, "agent", CODEX, [codex], "Codex CLI's memory only")
     browser.click(f'#list .item[data-key="{codex}"]')
     browser.wait(lambda: AGENT_TITLES[CODEX] in browser.text("#detail .line"), "the record's badge")
     assert AGENT_TITLES[CODEX] in browser.text("#detail .facts")
@@ -482,10 +492,7 @@ def test_the_viewer_marks_flagged_memories_and_filters_them(browser: Browser, th
     assert flagged in marked and clean not in marked
     browser.screenshot("viewer-flagged")
 
-    browser.js("document.getElementById('flagged').value = '1'")
-    browser.click("#search button[type=submit]")
-    browser.wait(lambda: feed_keys(browser, "observation") == [flagged], "flagged memories only")
-    assert "flagged=1" in browser.driver.current_url
+    filter_feed(browser, "flagged", "1", [flagged], "flagged memories only")
     browser.click(f'#list .item[data-key="{flagged}"]')
     browser.wait(lambda: "flagged" in browser.text("#detail .line"), "the record's badge")
     assert "a tool's output" in browser.text("#detail .facts")

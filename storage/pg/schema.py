@@ -34,6 +34,10 @@ Version 3 adds CHECK constraints, the rules of an import (:mod:`~sessionmem.stor
 in the database: finite times from 1970 to the year 3000, lists that are JSON arrays of
 strings, texts within their caps. They are ``NOT VALID``: rows written before stay (the
 pull passes over those that break the rules), new and changed rows are checked.
+
+Version 4 adds ``sessions.agent``, the coding agent whose hooks recorded the session
+(``claude-code`` for every session before). A session keeps the agent it was first pushed
+with; a pull decodes it as an import does, so a name sessionmem does not serve is refused.
 """
 
 from __future__ import annotations
@@ -220,7 +224,13 @@ _CHECKS: dict[str, dict[str, str]] = {
 _V3 = "".join(f"ALTER TABLE {table} ADD CONSTRAINT {table}_{name} CHECK ({check}) NOT VALID;\n"
               for table, checks in _CHECKS.items() for name, check in checks.items())
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+# The coding agent whose hooks recorded a session (sessionmem/protocol/agents.py): every session before was
+# Claude Code's. A constant default: PostgreSQL adds the column without rewriting the table.
+_V4 = """
+ALTER TABLE sessions ADD COLUMN agent text NOT NULL DEFAULT 'claude-code';
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 LATEST = len(MIGRATIONS)
 VECTOR_DIMENSIONS = 384  # vector(384): the default embedder's (all-MiniLM-L6-v2)
 # The advisory lock the migrations take (any constant of our own: "sessionmem" in ASCII, cut to 63 bits).

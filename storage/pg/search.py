@@ -40,6 +40,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from sessionmem.protocol.agents import DEFAULT_AGENT, known_agent
 from sessionmem.protocol.instructions import withhold
 from sessionmem.records import (
     OBSERVATION,
@@ -220,13 +221,17 @@ def cards(connection: Connection, *, keys: Sequence[tuple[str, int]]) -> dict[tu
         ids = [row_id for key_kind, row_id in keys if key_kind == kind]
         if not ids:
             continue
+        # The agent of the row's session (a row may arrive before its session: Claude Code's until it does).
         rows = connection.execute(
-            f"{_CARD_SQL[kind]}, project_key, origin_machine_id, origin_machine, origin_user FROM {table}"
-            " WHERE id = ANY(%s)", (ids,)).fetchall()
-        for *values, project_key, machine_id, machine, user in rows:
+            f"{_CARD_SQL[kind]}, project_key, origin_machine_id, origin_machine, origin_user,"
+            f" (SELECT s.agent FROM sessions s WHERE s.claude_session_id = {table}.claude_session_id)"
+            f" FROM {table} WHERE id = ANY(%s)", (ids,)).fetchall()
+        for *values, project_key, machine_id, machine, user, agent in rows:
             origin = Origin(str(machine_id), str(machine), str(user))
             card = team_card(kind, tuple(values), origin_label(origin.machine_shown(), origin.user))
             if card is not None:
+                # A name sessionmem does not serve (written around it) is shown as no agent's: Claude Code's.
+                card = msgspec.structs.replace(card, agent=agent if known_agent(str(agent)) else DEFAULT_AGENT)
                 found[(kind, card.id)] = TeamCard(card=card, project_key=str(project_key), origin=origin)
     return found
 

@@ -59,9 +59,10 @@ _MERGED = {
     "completed_at": "GREATEST(s.completed_at, EXCLUDED.completed_at)",  # GREATEST skips NULLs
     "first_prompt": "COALESCE(NULLIF(s.first_prompt, ''), NULLIF(EXCLUDED.first_prompt, ''), s.first_prompt)",
 }
+# A session's agent is the one it was first pushed with (as a session here keeps its first event's): not merged.
 _PUSH_SESSION = (
     "INSERT INTO sessions AS s (claude_session_id, first_prompt, status, created_at, updated_at, completed_at,"
-    f" changed_by, {_ORIGIN_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    f" changed_by, agent, {_ORIGIN_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
     " ON CONFLICT (claude_session_id) DO UPDATE SET "
     + ", ".join(f"{column} = {merged}" for column, merged in _MERGED.items())
     # A change is a new version of the row: pullers see it again, after it.
@@ -108,7 +109,7 @@ def _parameters(row: SharedRow, machine_id: str) -> tuple[str, tuple[Any, ...]]:
     if isinstance(record, SessionRecord):
         return _PUSH_SESSION, (
             record.claude_session_id, record.first_prompt, record.status, record.created_at, record.updated_at,
-            record.completed_at, machine_id, *_origin(row, record.project))
+            record.completed_at, machine_id, record.agent, *_origin(row, record.project))
     if isinstance(record, PromptRecord):
         return _PUSH_PROMPT, (
             record.claude_session_id, record.prompt_number, record.text, record.created_at, row.project_key,
@@ -185,7 +186,8 @@ _SHOWN = 200  # characters of a refused row's session id and machine name kept t
 # Each table's columns as (column, the record field it fills), in the record's own names.
 _FIELDS: dict[str, tuple[type[Record], tuple[tuple[str, str], ...]]] = {
     "sessions": (SessionRecord, tuple((c, c) for c in (
-        "claude_session_id", "project", "first_prompt", "status", "created_at", "updated_at", "completed_at"))),
+        "claude_session_id", "project", "first_prompt", "status", "created_at", "updated_at", "completed_at",
+        "agent"))),
     "prompts": (PromptRecord, tuple((c, c) for c in ("claude_session_id", "prompt_number", "text", "created_at"))),
     "observations": (ObservationRecord, (*((c, c) for c in (
         "claude_session_id", "project", "prompt_number", "tool_name", "tool_use_id", "type", "title", "created_at",
