@@ -50,7 +50,8 @@ import time
 
 import trio
 
-from sessionmem.protocol.framing import framed_recall, marks
+from sessionmem.protocol.agents import DEFAULT_AGENT
+from sessionmem.protocol.framing import by_agent, framed_recall, marks
 from sessionmem.protocol.safe_text import local_time, one_line
 from sessionmem.records import LOCAL_ORIGIN, OBSERVATION, SUMMARY, SearchFilters
 from sessionmem.runtime.logs import log_exception
@@ -70,9 +71,10 @@ FILE_TOOLS = {"Read": "file_path", "Edit": "file_path", "MultiEdit": "file_path"
 PROMPT_RECALL_BUDGET_S = 0.5
 
 
-def _marked(origin: str, flagged: bool = False) -> str:
-    """``, from bob@laptop, unverified`` for a memory another machine wrote (and a flagged one's mark)."""
-    marked = marks(origin, flagged)
+def _marked(origin: str, flagged: bool = False, agent: str = DEFAULT_AGENT, asking: str = DEFAULT_AGENT) -> str:
+    """``, Codex CLI`` for a memory another agent than ``asking`` made, ``, from bob@laptop, unverified`` for one
+    another machine wrote (and a flagged one's mark)."""
+    marked = "; ".join(mark for mark in (by_agent(agent, asking), marks(origin, flagged)) if mark)
     return f", {marked}" if marked else ""
 
 
@@ -99,8 +101,10 @@ class Recall:
         self.file_recalls = 0
         self.prompt_recalls = 0
 
-    async def for_file(self, project: str, claude_session_id: str, tool_name: str, tool_input: object) -> str:
-        """The ``additionalContext`` for a tool use of a file, or ``""``."""
+    async def for_file(self, project: str, claude_session_id: str, tool_name: str, tool_input: object, *,
+                       agent: str = DEFAULT_AGENT) -> str:
+        """The ``additionalContext`` for a tool use of a file, or ``""``; ``agent``: the session's, what another
+        agent made says which."""
         field = FILE_TOOLS.get(tool_name)
         path = tool_input.get(field) if field and isinstance(tool_input, dict) else None
         if not isinstance(path, str) or not path.strip():
@@ -124,14 +128,17 @@ class Recall:
         lines = []
         for memory in chosen:
             fact = telling_fact(memory)
-            lines.append(f"- #{memory.id} ({_when(memory.created_at)}{_marked(memory.origin, memory.flagged)}) {memory.type}: "
+            marked = _marked(memory.origin, memory.flagged, memory.agent, agent)
+            lines.append(f"- #{memory.id} ({_when(memory.created_at)}{marked}) {memory.type}: "
                          f"{one_line(memory.title, 120)}"
                          + (f" — {one_line(fact, 160)}" if fact else ""))
         return framed_recall(f"Memory of {one_line(path, 300)}", lines)
 
-    async def for_prompt(self, project: str, claude_session_id: str, prompt: str, *, cwd: str = "") -> str:
+    async def for_prompt(self, project: str, claude_session_id: str, prompt: str, *, cwd: str = "",
+                         agent: str = DEFAULT_AGENT) -> str:
         """The ``additionalContext`` for a new prompt, or ``""`` (nothing relevant, or not in time); ``cwd``: the
-        session's working directory, whose CLAUDE.md files and auto memory say what not to recall."""
+        session's working directory, whose CLAUDE.md files and auto memory say what not to recall; ``agent``:
+        the session's, what another agent made says which."""
         if not prompt.strip():
             return ""
         found: list[SearchResult] | None = None
@@ -151,7 +158,8 @@ class Recall:
         for result in chosen:
             label = f"#{result.id}" if result.kind == OBSERVATION else f"summary {result.id}"
             detail = f" — {one_line(result.snippet, 200)}" if result.snippet and result.snippet != result.title else ""
-            lines.append(f"- {label} ({_when(result.created_at)}{_marked(result.origin, result.flagged)}) {result.type}: "
+            marked = _marked(result.origin, result.flagged, result.agent, agent)
+            lines.append(f"- {label} ({_when(result.created_at)}{marked}) {result.type}: "
                          f"{one_line(result.title, 120)}{detail}")
         return framed_recall("Past work that may be relevant to this prompt,", lines)
 

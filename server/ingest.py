@@ -180,7 +180,7 @@ class Ingestor:
         if recall and self._recall is not None and self._settings.prompt_recall and not accepted.skipped \
                 and not accepted.duplicate:
             recalled = await self._recall.for_prompt(event.project, event.claude_session_id, event.prompt,
-                                                     cwd=event.cwd)
+                                                     cwd=event.cwd, agent=event.agent)
         return 200, PromptAccepted(accepted.session_db_id, accepted.prompt_number, accepted.skipped,
                                    accepted.reason or None, accepted.duplicate, recalled)
 
@@ -194,7 +194,7 @@ class Ingestor:
         if recall and self._recall is not None and self._settings.file_recall and reply.status == "accepted" \
                 and not event.failed:
             recalled = await self._recall.for_file(event.project, event.claude_session_id, event.tool_name,
-                                                   event.tool_input)
+                                                   event.tool_input, agent=event.agent)
             if recalled:
                 reply = msgspec.structs.replace(reply, additional_context=recalled)
         return status, reply

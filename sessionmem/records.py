@@ -125,6 +125,7 @@ class SessionInfo(msgspec.Struct, frozen=True):
     prompt_counter: int
     last_prompt: str
     tokens_used: int = 0  # LLM input + output tokens of its stored results
+    agent: str = DEFAULT_AGENT  # the agent whose hooks recorded it (protocol/agents.py)
 
 
 class SessionRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -326,6 +327,7 @@ class FileMemory(msgspec.Struct, frozen=True, kw_only=True):
     origin: str = ""  # "" this machine's own; else "user@machine"
     provenance: str = Provenance.TOOL.value  # a Provenance value
     flagged: bool = False  # it holds (quoted) instruction-like text, or was made from some
+    agent: str = DEFAULT_AGENT  # the agent whose session made it (protocol/agents.py)
 
 
 class SessionSoFar(msgspec.Struct, frozen=True):

@@ -171,6 +171,37 @@ def test_the_handover_names_the_agent_that_made_another_agents_memory(memory: di
     assert "zero check in claude" in codex and "zero check in codex" in claude  # each sees the other's work
 
 
+def test_file_recall_names_the_agent_that_made_another_agents_memory(memory: dict[str, Any]) -> None:
+    worker, project = memory["worker"], memory["project"]
+    sent(worker, {"hook_event_name": "PostToolUse", "session_id": "claude-1", "cwd": str(project), "tool_name": "Edit",
+                  "tool_use_id": "claude-1-notes", "tool_input": {"file_path": str(project / "notes.md"),
+                                                                  "old_string": "a", "new_string": "divide notes"},
+                  "tool_response": {"filePath": str(project / "notes.md")}})
+    worker.wait_idle()
+
+    def recalled(agent: str, session: str, name: str) -> str:
+        status, reply = hook(worker, {"hook_event_name": "PostToolUse", "session_id": session, "cwd": str(project),
+                                      "tool_name": "Read", "tool_use_id": f"{session}-{name}",
+                                      "tool_input": {"file_path": str(project / name)}, "tool_response": "..."}, agent)
+        assert status == 202, reply
+        return str(reply["additionalContext"])
+
+    claude_reads_calc, codex_reads_calc = recalled(CLAUDE_CODE, "claude-3", "calc.py"), recalled(CODEX, "codex-3",
+                                                                                                   "calc.py")
+    assert f", {AGENT_TITLES[CODEX]})" in claude_reads_calc  # Codex CLI's edit, recalled to Claude Code
+    assert "in codex" in codex_reads_calc and AGENT_TITLES[CODEX] not in codex_reads_calc  # its own: no mark
+    assert f", {AGENT_TITLES[CLAUDE_CODE]})" in recalled(CODEX, "codex-3", "notes.md")
+
+
+def test_prompt_recall_names_the_agent_that_made_another_agents_memory(memory: dict[str, Any]) -> None:
+    worker, project = memory["worker"], memory["project"]
+    status, reply = hook(worker, {"hook_event_name": "UserPromptSubmit", "session_id": "codex-4", "cwd": str(project),
+                                  "prompt": "what was the zero check in claude about"}, CODEX)
+    assert status == 200, reply
+    lines = [line for line in reply["additionalContext"].splitlines() if "in claude" in line]
+    assert lines and all(f", {AGENT_TITLES[CLAUDE_CODE]})" in line for line in lines)
+
+
 def test_the_marks_stay_within_the_contexts_budget() -> None:
     summary = SummaryRow(id=1, claude_session_id="c", project="p", prompt_number=1, request="Port it",
                          investigated="", learned="", completed="done", next_steps="", notes="", compressed=True,

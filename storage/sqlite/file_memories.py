@@ -64,7 +64,8 @@ def file_memories(connection: apsw.Connection, project: str, path: str, *, exclu
     return choose_file_memories(rows, exclude_session, limit)
 
 
-_file_rows = msgspec.json.Decoder(list[tuple[int, str, float, str, str, str, list[str] | None, int, str, str, int]])
+_file_rows = msgspec.json.Decoder(
+    list[tuple[int, str, float, str, str, str, list[str] | None, int, str, str, int, str]])
 
 
 def file_memory_rows(connection: apsw.Connection, project: str, path: str, *, exclude_session: str | None,
@@ -91,7 +92,7 @@ def file_memory_rows(connection: apsw.Connection, project: str, path: str, *, ex
     (found,) = one_row(
         connection,
         "SELECT json_group_array(json_array(id, session, created_at, type, title, subtitle, json(facts), modified,"
-        " origin, provenance, flagged))"
+        " origin, provenance, flagged, agent))"
         " FROM (WITH touches (observation_id, modified) AS ("
         "  SELECT * FROM (SELECT observation_id, modified FROM observation_files WHERE path = :file"
         "                 ORDER BY observation_id DESC LIMIT :lookback)"
@@ -101,7 +102,7 @@ def file_memory_rows(connection: apsw.Connection, project: str, path: str, *, ex
         "                 AND path LIKE :file_suffix ESCAPE '\\'"
         "                 ORDER BY observation_id DESC LIMIT :lookback))"
         " SELECT o.id, s.claude_session_id AS session, o.created_at, o.type, o.title, o.subtitle, o.facts,"
-        f"        max(t.modified) AS modified, {label_sql('o')} AS origin, o.provenance, o.flagged"
+        f"        max(t.modified) AS modified, {label_sql('o')} AS origin, o.provenance, o.flagged, s.agent"
         " FROM touches t CROSS JOIN observations o ON o.id = t.observation_id"
         " CROSS JOIN sessions s ON s.id = o.session_db_id"
         " WHERE o.project = :project AND (:session IS NULL OR s.claude_session_id != :session)"
@@ -110,8 +111,8 @@ def file_memory_rows(connection: apsw.Connection, project: str, path: str, *, ex
         " ORDER BY o.id DESC LIMIT :most)", params)
     memories = [FileMemory(id=row_id, claude_session_id=session, created_at=at, type=type_, title=title,
                            subtitle=subtitle, facts=facts or [], modified=bool(modified), origin=origin,
-                           provenance=provenance, flagged=bool(flagged))
-                for row_id, session, at, type_, title, subtitle, facts, modified, origin, provenance, flagged
+                           provenance=provenance, flagged=bool(flagged), agent=agent)
+                for row_id, session, at, type_, title, subtitle, facts, modified, origin, provenance, flagged, agent
                 in _file_rows.decode(text(found))]
     memories.sort(key=lambda memory: -memory.id)  # (an aggregate's order is SQLite's to choose)
     return memories

@@ -35,6 +35,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sessionmem.protocol.agents import DEFAULT_AGENT
 from sessionmem.records import CompressedObservation, FileMemory
 from sessionmem.storage.base import FileRecallCacheStatistics
 from sessionmem.storage.search_terms import file_name
@@ -69,6 +70,7 @@ class _Store:
     project: str
     observations: Sequence[tuple[int, float, CompressedObservation]]
     names: frozenset[str]
+    agent: str  # the session's (protocol/agents.py)
 
 
 class FileRecallCache:
@@ -118,7 +120,7 @@ class FileRecallCache:
             if store.sequence <= ticket:
                 break
             if store.project == key[0] and name in store.names:
-                rows = self._joined(key[1], store.claude_session_id, store.observations, rows)
+                rows = self._joined(key[1], store.claude_session_id, store.observations, rows, store.agent)
         self._rows[key] = rows
         self._rows.move_to_end(key)
         self._by_name.setdefault(name, set()).add(key)
@@ -127,33 +129,35 @@ class FileRecallCache:
             self._forget(oldest)
 
     def stored(self, claude_session_id: str, project: str,
-               observations: Sequence[tuple[int, float, CompressedObservation]]) -> None:
-        """Observations of ``claude_session_id`` in ``project`` were committed, with their ids and
-        times: each joins the front of the rows kept for every file a lookup of which would find it
+               observations: Sequence[tuple[int, float, CompressedObservation]], *,
+               agent: str = DEFAULT_AGENT) -> None:
+        """Observations of ``claude_session_id`` (a session of ``agent``) in ``project`` were committed, with
+        their ids and times: each joins the front of the rows kept for every file a lookup of which would find it
         (:func:`~sessionmem.storage.sqlite.file_memories.recalled_as`), as a fresh read would have it there."""
         names = frozenset(name for _, _, observation in observations for path in recallable_files(observation)
                           for name in _names_of_stored(path, self.fold_case))
         if not names:
             return
         self._sequence += 1
-        self._log.append(_Store(self._sequence, claude_session_id, project, observations, names))
+        self._log.append(_Store(self._sequence, claude_session_id, project, observations, names, agent))
         if len(self._log) > self._stores_known:
             self._floor = self._log.popleft().sequence
         for name in names:
             for key in self._by_name.get(name, ()):
                 if key[0] == project:
-                    self._rows[key] = self._joined(key[1], claude_session_id, observations, self._rows[key])
+                    self._rows[key] = self._joined(key[1], claude_session_id, observations, self._rows[key],
+                                                   agent)
 
     def _joined(self, asked: str, claude_session_id: str,
                 observations: Sequence[tuple[int, float, CompressedObservation]],
-                rows: list[FileMemory]) -> list[FileMemory]:
+                rows: list[FileMemory], agent: str) -> list[FileMemory]:
         """``rows`` with those of ``observations`` a lookup of ``asked`` finds in front, newest first, at
         most ``rows_kept``. (A row already there was read after its commit, before this call.)"""
         there = {row.id for row in rows}
         new = [FileMemory(id=row_id, claude_session_id=claude_session_id, created_at=created_at,
                           type=observation.type, title=observation.title, subtitle=observation.subtitle,
                           facts=list(observation.facts), modified=modified, provenance=str(observation.provenance),
-                          flagged=observation.flagged)
+                          flagged=observation.flagged, agent=agent)
                for row_id, created_at, observation in observations
                if row_id not in there
                and (modified := recalled_as(asked, observation, fold_case=self.fold_case)) is not None]

@@ -309,15 +309,15 @@ def session_info(connection: apsw.Connection, claude_session_id: str) -> Session
         connection,
         "SELECT s.id, s.claude_session_id, s.project, s.status, s.prompt_counter,"
         " coalesce((SELECT text FROM user_prompts p WHERE p.session_db_id = s.id"
-        "           ORDER BY prompt_number DESC LIMIT 1), ''), s.input_tokens + s.output_tokens"
+        "           ORDER BY prompt_number DESC LIMIT 1), ''), s.input_tokens + s.output_tokens, s.agent"
         " FROM sessions s WHERE s.claude_session_id = ?",
         (claude_session_id,),
     )
     if row is None:
         return None
-    session_db_id, session, project, status, prompt_counter, last_prompt, tokens_used = row
+    session_db_id, session, project, status, prompt_counter, last_prompt, tokens_used, agent = row
     return SessionInfo(integer(session_db_id), text(session), text(project), text(status), integer(prompt_counter),
-                       text(last_prompt), integer(tokens_used))
+                       text(last_prompt), integer(tokens_used), text(agent))
 
 
 def summary_inputs(connection: apsw.Connection, session: SessionInfo) -> SummaryInputs:

@@ -281,7 +281,8 @@ class SQLiteStore:
             return 0
 
         def stored(result: result_writes.Stored) -> None:
-            self._file_recall.stored(session.claude_session_id, session.project, result.recalled)
+            self._file_recall.stored(session.claude_session_id, session.project, result.recalled,
+                                     agent=session.agent)
 
         result = await self._write_together(result_writes.store_observations, (session, items), on_commit=stored,
                                             background=True, weight=len(items), stores=_OBSERVATIONS)
