@@ -39,7 +39,6 @@ import json
 import os
 import queue
 import shlex
-import signal
 import subprocess
 import sys
 import threading
@@ -47,6 +46,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from sessionmem.protocol.oskit import kill_process_group, new_group_options
 
 REPO = Path(__file__).resolve().parent.parent
 CODEX = REPO / "e2e" / "node_modules" / ".bin" / "codex"
@@ -198,7 +199,7 @@ class CodexHome:
         command = [str(CODEX), *args]
         with subprocess.Popen(command, cwd=project, env=self.env(**(env or {})), stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True) as process:
+                              **new_group_options()) as process:
             try:
                 stdout, stderr = process.communicate(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -290,7 +291,7 @@ class AppServer:
         self._deadline = time.monotonic() + self.timeout
         self._process = subprocess.Popen([str(CODEX), "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.DEVNULL, cwd=self.project, env=self.codex.env(),
-                                         text=True, start_new_session=True)
+                                         text=True, **new_group_options())
         assert self._process.stdout is not None
         threading.Thread(target=_pump, args=(self._process.stdout, self._lines), name="codex-app-server-reader",
                          daemon=True).start()
@@ -347,10 +348,10 @@ class AppServer:
 def _stop(process: subprocess.Popen[str]) -> None:
     """Kill ``process`` and what it started: ``e2e/node_modules/.bin/codex`` is npm's node wrapper,
     and a killed wrapper leaves the native CLI running; each Codex process leads its own session."""
-    if sys.platform == "win32":
-        process.kill()
-    else:
-        os.killpg(process.pid, signal.SIGKILL)
+    try:
+        kill_process_group(process.pid)
+    except ProcessLookupError:
+        pass  # it had ended
     process.wait()
 
 
