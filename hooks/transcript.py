@@ -38,7 +38,8 @@ def drop_system_reminders(text: str) -> str:
     return "".join(out).strip()
 
 
-def _lines_backwards(path: str, limit: int) -> Iterator[bytes]:
+def lines_backwards(path: str, limit: int = READ_LIMIT) -> Iterator[bytes]:
+    """The non-empty lines of ``path``, last first, reading at most ``limit`` bytes from its end."""
     with open(path, "rb") as f:
         f.seek(0, os.SEEK_END)
         position = f.tell()
@@ -75,7 +76,7 @@ def last_turn(path: str, *, limit: int = READ_LIMIT) -> tuple[str, str, int]:
         A missing or unreadable file raises ``OSError``; broken lines are counted, not fatal.
     """
     user, assistant, broken = "", "", 0
-    for raw in _lines_backwards(path, limit):
+    for raw in lines_backwards(path, limit):
         try:
             entry = fastjson.loads(raw)
         except ValueError:

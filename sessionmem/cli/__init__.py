@@ -59,8 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     uninstall = sub.add_parser("uninstall", help="remove exactly the hooks and the MCP server `install` added")
     agent_commands.add_agent_argument(uninstall)
     uninstall.set_defaults(fn=agent_commands.cmd_uninstall)
-    backfill = sub.add_parser("backfill", help="import past sessions from Claude Code transcripts (idempotent)")
-    backfill.add_argument("path", nargs="?", default="~/.claude/projects", help="a transcript or a directory of them")
+    backfill = sub.add_parser("backfill", help="import past sessions from an agent's transcripts (idempotent)")
+    backfill.add_argument("path", nargs="?", default=None,
+                          help="a transcript or a directory of them (default: the agent's own, ~/.claude/projects, "
+                               "$CODEX_HOME/sessions, ~/.gemini/tmp)")
+    backfill.add_argument("--agent", choices=("claude-code", "codex", "gemini-cli"), default="claude-code",
+                          help="the coding agent whose transcripts they are (default: claude-code)")
     common(backfill)
     backfill.add_argument("--workers", type=whole_number(1), default=4, help="sessions sent in parallel (default 4)")
     backfill.add_argument("--no-wait", dest="wait", action="store_false",
