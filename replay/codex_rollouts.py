@@ -225,7 +225,10 @@ def rollout_payloads(entries: list[dict[str, Any]], transcript_path: str,
         return
     outcomes = _outcomes(entries)
     base = {"session_id": session_id, "transcript_path": transcript_path, "cwd": cwd}
-    model, turn_id, turn_open, prompt, reply = "", "", False, "", ""
+    # The model of the first turn, which SessionStart (fired with that turn) names.
+    model = next((c["model"] for c in (payload_of(e, "turn_context") for e in entries)
+                  if c is not None and isinstance(c.get("model"), str)), "")
+    turn_id, turn_open, prompt, reply = "", False, "", ""
     pending: dict[str, tuple[str, Any]] = {}
     done: set[str] = set()
     at = next((t for t in map(timestamp_of, entries) if t), 0.0)
