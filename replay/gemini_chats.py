@@ -129,15 +129,14 @@ def chat_payloads(session_id: str, messages: list[dict[str, Any]], cwd: str, tra
     at = next((t for t in map(timestamp_of, messages) if t), 0.0)
 
     def event(name: str, key: str, **fields: Any) -> tuple[float, str, str, dict[str, Any]]:
-        stamp = {"timestamp": messages_at} if messages_at else {}
-        return at, name, f"{session_id}:{key}", {**base, "hook_event_name": name, **stamp, **fields}
+        return at, name, f"{session_id}:{key}", {**base, "hook_event_name": name, "timestamp": stamp, **fields}
 
-    messages_at = ""
+    stamp = next((m["timestamp"] for m in messages if isinstance(m.get("timestamp"), str)), "")
     yield event("SessionStart", "start", source="startup")
     prompt, reply, turn_key = "", "", ""
     for message in messages:
         at = timestamp_of(message) or at
-        messages_at = message["timestamp"] if isinstance(message.get("timestamp"), str) else messages_at
+        stamp = message["timestamp"] if isinstance(message.get("timestamp"), str) else stamp
         text = _prompt(message)
         if text:
             if turn_key:
