@@ -77,12 +77,12 @@ def turn_id_of(entry: Any) -> str:
     if not isinstance(entry, dict) or not isinstance(entry.get("payload"), dict):
         return ""
     payload = entry["payload"]
-    if isinstance(payload.get("turn_id"), str):
-        return payload["turn_id"]
+    turn = payload.get("turn_id")
+    if isinstance(turn, str):
+        return turn
     passthrough = payload.get("internal_chat_message_metadata_passthrough")
-    if isinstance(passthrough, dict) and isinstance(passthrough.get("turn_id"), str):
-        return passthrough["turn_id"]
-    return ""
+    turn = passthrough.get("turn_id") if isinstance(passthrough, dict) else None
+    return turn if isinstance(turn, str) else ""
 
 
 def is_compaction(entry: Any) -> bool:
