@@ -198,6 +198,33 @@ def _tool_event(name: str, tool_input: Any, text: str, outcome: _Outcome | None)
     return "PostToolUse", {**fields, "tool_response": result}
 
 
+class _ToolCalls:
+    """Tool calls waiting for their output, paired as the outputs come (a call seen twice is played once)."""
+
+    def __init__(self, outcomes: dict[str, _Outcome]) -> None:
+        self.outcomes = outcomes
+        self.pending: dict[str, tuple[str, Any]] = {}
+        self.done: set[str] = set()
+
+    def pair(self, entry: dict[str, Any]) -> tuple[str, str, dict[str, Any]] | None:
+        """``(stage, call id, fields)`` when ``entry`` is the output of a call waiting for it; a call is kept."""
+        item = payload_of(entry, "response_item")
+        if item is None or not isinstance(item.get("call_id"), str):
+            return None
+        call_id = item["call_id"]
+        if item.get("type") in ("function_call_output", "custom_tool_call_output"):
+            if call_id not in self.pending:
+                return None
+            name, tool_input = self.pending.pop(call_id)
+            self.done.add(call_id)
+            stage, fields = _tool_event(name, tool_input, _output_text(item), self.outcomes.get(call_id))
+            return stage, call_id, fields
+        call = tool_call(item) if call_id not in self.done else None
+        if call is not None:
+            self.pending[call_id] = call
+        return None
+
+
 @dataclass(frozen=True)
 class RolloutPayload:
     """One payload Codex's hooks would have received: its time, its event, a key stable across runs."""
@@ -223,14 +250,12 @@ def rollout_payloads(entries: list[dict[str, Any]], transcript_path: str,
     session_id, cwd = _session_of(entries)
     if not session_id:
         return
-    outcomes = _outcomes(entries)
+    calls = _ToolCalls(_outcomes(entries))
     base = {"session_id": session_id, "transcript_path": transcript_path, "cwd": cwd}
     # The model of the first turn, which SessionStart (fired with that turn) names.
     model = next((c["model"] for c in (payload_of(e, "turn_context") for e in entries)
                   if c is not None and isinstance(c.get("model"), str)), "")
     turn_id, turn_open, prompt, reply = "", False, "", ""
-    pending: dict[str, tuple[str, Any]] = {}
-    done: set[str] = set()
     at = next((t for t in map(timestamp_of, entries) if t), 0.0)
 
     def event(stage: str, key: str, **fields: Any) -> RolloutPayload:
@@ -278,24 +303,13 @@ def rollout_payloads(entries: list[dict[str, Any]], transcript_path: str,
                 yield event("Stop", f"{turn_id or index}:stop", stop_hook_active=False, last_assistant_message=reply)
                 turn_open = False
             continue
-        item = payload_of(entry, "response_item")
-        if item is None or not isinstance(item.get("call_id"), str):
-            continue
-        call_id = item["call_id"]
-        if item.get("type") in ("function_call_output", "custom_tool_call_output"):
-            if call_id not in pending:
-                continue
-            name, tool_input = pending.pop(call_id)
-            done.add(call_id)
-            stage, fields = _tool_event(name, tool_input, _output_text(item), outcomes.get(call_id))
+        paired = calls.pair(entry)
+        if paired is not None:
+            stage, call_id, fields = paired
             stats.tool_uses += 1
             stats.failed_tool_uses += stage == "PostToolUseFailure"
             yield event(stage, call_id, **fields, tool_use_id=call_id)
-        elif call_id not in done:
-            call = tool_call(item)
-            if call is not None:
-                pending[call_id] = call
-    stats.unpaired_tool_uses += len(pending)
+    stats.unpaired_tool_uses += len(calls.pending)
     if turn_open:
         stats.stops += 1
         yield event("Stop", f"{turn_id or 'end'}:stop", stop_hook_active=False, last_assistant_message=reply)
