@@ -10,32 +10,31 @@ Standard library only.
 
 from __future__ import annotations
 
-from sessionmem.hooks.transcript import READ_LIMIT, lines_backwards
-from sessionmem.protocol import fastjson
+from sessionmem.hooks.transcript import BROKEN, READ_LIMIT, entries_backwards
 from sessionmem.protocol.codex_rollout import assistant_text_of, payload_of, prompt_of
 
 
 def last_codex_turn(path: str, *, limit: int = READ_LIMIT) -> tuple[str, str, int]:
-    """``(last user prompt, last assistant message, broken lines skipped)`` of a Codex rollout.
-
-    Error handling:
-        A missing or unreadable file raises ``OSError``; broken lines are counted, not fatal.
-    """
-    user, assistant, broken = "", "", 0
-    for raw in lines_backwards(path, limit):
-        try:
-            entry = fastjson.loads(raw)
-        except ValueError:
+    """``(last user prompt, last assistant message, broken lines skipped)`` of a Codex rollout; a missing or
+    unreadable file raises ``OSError``, as for :func:`~sessionmem.hooks.transcript.last_turn`."""
+    found = {"user": "", "assistant": ""}
+    broken = 0
+    for entry in entries_backwards(path, limit):
+        if entry is BROKEN:
             broken += 1
             continue
-        if not assistant:
-            assistant = assistant_text_of(entry)
-            ended = payload_of(entry, "event_msg")
-            if not assistant and ended is not None and ended.get("type") == "task_complete":
-                last = ended.get("last_agent_message")
-                assistant = last if isinstance(last, str) else ""
-        if not user:
-            user = prompt_of(entry)
-        if user and assistant:
+        found["assistant"] = found["assistant"] or _reply(entry)
+        found["user"] = found["user"] or prompt_of(entry)
+        if found["user"] and found["assistant"]:
             break
-    return user, assistant, broken
+    return found["user"], found["assistant"], broken
+
+
+def _reply(entry: object) -> str:
+    """The model's words in ``entry``: an assistant message, or the end of a turn (``task_complete``)."""
+    said = assistant_text_of(entry)
+    ended = payload_of(entry, "event_msg")
+    if not said and ended is not None and ended.get("type") == "task_complete":
+        last = ended.get("last_agent_message")
+        said = last if isinstance(last, str) else ""
+    return said
