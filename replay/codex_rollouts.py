@@ -71,11 +71,12 @@ class _Outcome:
     exit_code: int | None = None
     output: str | None = None
     applied: bool | None = None  # a patch: applied or not
+    result: dict[str, Any] | None = None  # an MCP call: the server's result, as the live hook gets it
 
 
 def _outcomes(entries: list[dict[str, Any]]) -> dict[str, _Outcome]:
-    """Each tool call's outcome by call id: ``item_completed`` (``CommandExecution``, ``FileChange``), or the
-    ``exec_command_end``/``patch_apply_end`` events that carry it."""
+    """Each tool call's outcome by call id: ``item_completed`` (``CommandExecution``, ``FileChange``,
+    ``McpToolCall``), or the ``exec_command_end``/``patch_apply_end`` events that carry it."""
     found: dict[str, _Outcome] = {}
     for entry in entries:
         event = payload_of(entry, "event_msg")
@@ -89,6 +90,8 @@ def _outcomes(entries: list[dict[str, Any]]) -> dict[str, _Outcome]:
                                              output=_str(item.get("aggregated_output")))
             elif item.get("type") == "FileChange":
                 found[item["id"]] = _Outcome(applied=item.get("status") == "completed")
+            elif item.get("type") == "McpToolCall" and isinstance(item.get("result"), dict):
+                found[item["id"]] = _Outcome(result=item["result"])
         elif event.get("type") == "exec_command_end" and isinstance(event.get("call_id"), str):
             code = event.get("exit_code")
             found[event["call_id"]] = _Outcome(exit_code=code if isinstance(code, int) else None,
@@ -192,7 +195,9 @@ def _tool_event(name: str, tool_input: Any, text: str, outcome: _Outcome | None)
         if not applied:
             return "PostToolUseFailure", {**fields, "error": text}
         return "PostToolUse", {**fields, "tool_response": text}
-    result = _arguments(text)  # an MCP result: an object, as the live hook gets it
+    # An MCP call: the server's result (content, structuredContent, isError), an object as the live hook gets it.
+    result = outcome.result if outcome is not None and outcome.result is not None else _arguments(
+        text.split(_OUTPUT_HEADER, 1)[-1])
     if isinstance(result, dict) and result.get("isError") is True:
         return "PostToolUseFailure", {**fields, "error": text}
     return "PostToolUse", {**fields, "tool_response": result}

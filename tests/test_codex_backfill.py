@@ -218,3 +218,16 @@ def test_backfill_of_a_rollout_the_pinned_codex_wrote(recorded_codex_home: Codex
         assert len(worker.get("/api/summaries")["summaries"]) == len(summaries)
         assert worker.get("/api/sessions")["sessions"][0]["promptCounter"] == 2
 
+
+
+def test_an_mcp_call_is_played_back_as_the_hook_saw_it() -> None:
+    """As Codex's PostToolUse hook names it (``mcp__<server>__<tool>``, the arguments, the server's result);
+    the search that found the tool fires no hook and makes nothing."""
+    stats = ConversionStats()
+    [session] = convert_rollouts([CODEX_FIXTURES / "rollout-mcp.jsonl"], stats)
+    [call] = [e.payload for e in session.events if "tool_name" in e.payload]
+    assert (call["hook_event_name"], call["tool_name"], call["tool_input"]) == ("PostToolUse", "mcp__notes__lookup",
+                                                                                 {"query": "x"})
+    assert call["tool_response"]["content"] == [{"type": "text", "text": "remembered: x"}]
+    assert call["tool_response"]["isError"] is False
+    assert stats.tool_uses == 1 and stats.unpaired_tool_uses == 0
