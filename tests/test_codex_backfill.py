@@ -191,6 +191,11 @@ def recorded_codex_home(tmp_path: Path) -> Iterator[CodexHome]:
 def test_backfill_of_a_rollout_the_pinned_codex_wrote(recorded_codex_home: CodexHome, tmp_path: Path) -> None:
     codex_home = recorded_codex_home.codex_home
     project = recorded_codex_home.home / "project"
+    # The rollout the pinned CLI writes now plays back as the recorded one does (the fixtures are what it writes).
+    [fresh] = convert_rollouts(rollout_files(codex_home / "sessions"))
+    [recorded] = convert_rollouts([COMPACTED])
+    assert [(e.stage, e.payload.get("tool_name")) for e in fresh.events] == [
+        (e.stage, e.payload.get("tool_name")) for e in recorded.events]
     with start_worker(tmp_path / "data", env={"SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_EMBEDDER": "none"}) as worker:
         first = backfill(worker.data_dir, "--agent", "codex", CODEX_HOME=str(codex_home))  # its default: $CODEX_HOME/sessions
         assert first.returncode == 0, first.stdout + first.stderr
