@@ -17,8 +17,9 @@ One entry for every stage (the stage is the first argument, else the payload's
   recall).
 - Stop: ``last_assistant_message`` from the payload (Claude Code >= 2.1.72), else the
   last turn read from the end of ``transcript_path``; a summary of the session so far.
-- PreCompact: the same, read from the transcript: the checkpoint of the session before Claude
-  Code compacts it, which the SessionStart after compaction (``source=compact``) hands back
+- PreCompact: the same, read from the transcript (a Codex rollout for Codex, whose PreCompact
+  carries no summary: :mod:`.codex_transcript`): the checkpoint of the session before the agent
+  compacts it, which the SessionStart after compaction (``source=compact``) hands back
   first. It prints nothing (a PreCompact hook's text would become the compaction's instructions).
 - SubagentStop: the subagent's final report, as an observation (for a background
   subagent it is otherwise only seen as a ``<task-notification>``).
@@ -42,7 +43,7 @@ import time
 
 from sessionmem.protocol import fastjson
 from sessionmem.protocol.agent_payloads import agent_output, contract_payloads, runs_another_agents_hook
-from sessionmem.protocol.agents import DEFAULT_AGENT, known_agent
+from sessionmem.protocol.agents import CODEX, DEFAULT_AGENT, known_agent
 from sessionmem.protocol.client import WorkerUnavailable, request
 from sessionmem.protocol.client_settings import ClientConfig, data_dir_from
 from sessionmem.protocol.datadir import private_umask, write_private
@@ -195,10 +196,13 @@ def _handle_event(stage: str, payload: dict[str, Any], project: str, config: Cli
     elif stage in CHECKPOINT_STAGES:
         payload = dict(payload)
         if not text_field(payload, "last_assistant_message") and text_field(payload, "transcript_path"):
+            from sessionmem.hooks.codex_transcript import last_codex_turn
             from sessionmem.hooks.transcript import last_turn
 
+            # Codex's PreCompact carries no summary: the turn is in its rollout, a format of its own.
+            read_turn = last_codex_turn if agent == CODEX else last_turn
             try:
-                user, assistant, broken = last_turn(text_field(payload, "transcript_path"))
+                user, assistant, broken = read_turn(text_field(payload, "transcript_path"))
             except OSError as exc:
                 log(f"transcript unreadable: {exc}")
             else:

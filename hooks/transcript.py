@@ -38,7 +38,8 @@ def drop_system_reminders(text: str) -> str:
     return "".join(out).strip()
 
 
-def _lines_backwards(path: str, limit: int) -> Iterator[bytes]:
+def lines_backwards(path: str, limit: int = READ_LIMIT) -> Iterator[bytes]:
+    """The non-empty lines of ``path``, last first, reading at most ``limit`` bytes from its end."""
     with open(path, "rb") as f:
         f.seek(0, os.SEEK_END)
         position = f.tell()
@@ -59,6 +60,18 @@ def _lines_backwards(path: str, limit: int) -> Iterator[bytes]:
             yield carry
 
 
+BROKEN = object()  # what entries_backwards yields for a line that is not JSON
+
+
+def entries_backwards(path: str, limit: int = READ_LIMIT) -> Iterator[Any]:
+    """The JSON lines of ``path`` decoded, last first (:func:`lines_backwards`); :data:`BROKEN` for one that is not JSON."""
+    for raw in lines_backwards(path, limit):
+        try:
+            yield fastjson.loads(raw)
+        except ValueError:
+            yield BROKEN
+
+
 def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -75,10 +88,8 @@ def last_turn(path: str, *, limit: int = READ_LIMIT) -> tuple[str, str, int]:
         A missing or unreadable file raises ``OSError``; broken lines are counted, not fatal.
     """
     user, assistant, broken = "", "", 0
-    for raw in _lines_backwards(path, limit):
-        try:
-            entry = fastjson.loads(raw)
-        except ValueError:
+    for entry in entries_backwards(path, limit):
+        if entry is BROKEN:
             broken += 1
             continue
         if not isinstance(entry, dict) or entry.get("isSidechain") or entry.get("isMeta"):

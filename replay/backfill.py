@@ -1,7 +1,10 @@
 """``sessionmem backfill``: memory of past sessions on day one.
 
-Converts a directory of Claude Code transcripts (default ``~/.claude/projects``) into
-hook events (:mod:`sessionmem.replay.convert`) and sends them to the worker through
+Converts a directory of an agent's transcripts into the hook events that agent would have
+fired -- Claude Code's (default ``~/.claude/projects``, :mod:`sessionmem.replay.convert`),
+the Codex CLI's rollouts (``$CODEX_HOME/sessions``, :mod:`sessionmem.replay.codex_rollouts`),
+the Gemini CLI's chats (``~/.gemini/tmp``, :mod:`sessionmem.replay.gemini_chats`): one
+:class:`TranscriptReader` an agent, in :data:`READERS` -- and sends them, each naming its agent, to the worker through
 the same API and the same edge processing (privacy stripping, size bounds) as live
 capture; the worker applies the skip list. Every event carries an idempotency key
 derived from the transcript, so running it twice stores nothing twice, and the time
@@ -18,19 +21,47 @@ Error handling:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from threading import Lock
 from typing import Any
 
+from sessionmem.protocol.agents import CLAUDE_CODE, CODEX, DEFAULT_AGENT, GEMINI_CLI
 from sessionmem.protocol.client_settings import ClientConfig
 from sessionmem.protocol.delivery import Outcome, Patience, deliver
 from sessionmem.protocol.git_remote import RepositoryIdentity, repository_identity
 from sessionmem.protocol.project import project_of
 from sessionmem.protocol.requests import encoded_call
+from sessionmem.replay.codex_rollouts import convert_rollouts, rollout_files
 from sessionmem.replay.convert import ConversionStats, ReplaySession, convert, transcript_files
+from sessionmem.replay.gemini_chats import chat_files, convert_chats
+
+
+@dataclass(frozen=True)
+class TranscriptReader:
+    """Where an agent keeps its transcripts, how to find them, and how to turn them into contract events."""
+
+    default_root: Callable[[], Path]
+    files: Callable[[Path], list[Path]]
+    convert: Callable[[Iterable[Path], ConversionStats], list[ReplaySession]]
+    pattern: str  # the files it reads, for a message
+
+
+def _codex_sessions() -> Path:
+    home = os.environ.get("CODEX_HOME")
+    return (Path(home) if home else Path.home() / ".codex") / "sessions"
+
+
+READERS = {
+    CLAUDE_CODE: TranscriptReader(lambda: Path.home() / ".claude" / "projects", transcript_files, convert,
+                                  "*.jsonl, *.json"),
+    CODEX: TranscriptReader(_codex_sessions, rollout_files, convert_rollouts, "rollout-*.jsonl"),
+    GEMINI_CLI: TranscriptReader(lambda: Path.home() / ".gemini" / "tmp", chat_files, convert_chats,
+                                 "chats/session-*.jsonl"),
+}
 
 
 @dataclass
@@ -73,25 +104,27 @@ class BackfillReport:
 
 def send_event(config: ClientConfig, payload: dict[str, object], key: str, project: str,
                patience: Patience, *, occurred_at: float = 0.0,
-               identity: RepositoryIdentity | None = None) -> Outcome | None:
-    """Deliver one hook event as its API call; ``None`` when the event sends nothing."""
+               identity: RepositoryIdentity | None = None, agent: str = DEFAULT_AGENT) -> Outcome | None:
+    """Deliver one hook event of ``agent`` as its API call; ``None`` when the event sends nothing."""
     call = encoded_call(payload, project=project, key=key, cap=config.tool_response_cap,
-                        occurred_at=occurred_at, identity=identity)
+                        occurred_at=occurred_at, identity=identity, agent=agent)
     if call is None or call[2] is None:  # nothing to send, or SessionStart (a read)
         return None
     method, path, encoded = call
     return deliver(config, method, path, encoded, patience=patience)
 
 
-def backfill(root: Path, config: ClientConfig, *, workers: int = 4, patience: Patience | None = None,
-             progress: Callable[[int], Any] | None = None) -> BackfillReport:
-    """Send every session under ``root`` to the worker of ``config``; sessions in parallel, events in order.
+def backfill(root: Path, config: ClientConfig, *, agent: str = DEFAULT_AGENT, workers: int = 4,
+             patience: Patience | None = None, progress: Callable[[int], Any] | None = None) -> BackfillReport:
+    """Send every session of ``agent`` under ``root`` to the worker of ``config``, each event naming the agent;
+    sessions in parallel, events in order.
 
     ``progress``, if given, is called once with the number of events and returns an
     object with ``update(n)`` and ``close()`` (a ``tqdm`` bar, say).
     """
     stats = ConversionStats()
-    sessions = convert(transcript_files(root), stats)
+    reader = READERS[agent]
+    sessions = reader.convert(reader.files(root), stats)
     report = BackfillReport(stats)
     lock = Lock()
     bar = progress(sum(len(s.events) for s in sessions)) if progress is not None else None
@@ -104,7 +137,7 @@ def backfill(root: Path, config: ClientConfig, *, workers: int = 4, patience: Pa
         identity = repository_identity(session.cwd)
         for event in session.events:
             outcome = send_event(config, event.payload, f"backfill:{event.key}", project, patience,
-                                 occurred_at=event.at, identity=identity)
+                                 occurred_at=event.at, identity=identity, agent=agent)
             if outcome is not None:
                 with lock:
                     error = report.count(outcome)

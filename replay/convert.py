@@ -143,7 +143,8 @@ def _jsonl(path: Path, stats: ConversionStats) -> Iterator[Any]:
                 stats.broken_lines += 1
 
 
-def _timestamp(entry: dict[str, Any]) -> float:
+def timestamp_of(entry: dict[str, Any]) -> float:
+    """Seconds since the epoch of a transcript line's ISO ``timestamp``; 0.0 when it has none."""
     raw = entry.get("timestamp")
     if isinstance(raw, str):
         try:
@@ -221,7 +222,7 @@ def convert(paths: Iterable[Path], stats: ConversionStats | None = None) -> list
                 seen.add(uuid)
             stats.entries += 1
             order += 1
-            by_session.setdefault(session_id, []).append((_timestamp(entry), order, entry))
+            by_session.setdefault(session_id, []).append((timestamp_of(entry), order, entry))
     sessions = []
     for session_id, entries in by_session.items():
         entries.sort(key=lambda item: (item[0], item[1]))
@@ -237,7 +238,7 @@ def _session_events(session_id: str, entries: list[dict[str, Any]], stats: Conve
     session = ReplaySession(session_id, cwd)
     pending: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}  # tool_use_id -> (block, entry)
     done: set[str] = set()
-    first_at = next((t for t in map(_timestamp, entries) if t), 0.0)
+    first_at = next((t for t in map(timestamp_of, entries) if t), 0.0)
     base = {"session_id": session_id, "cwd": cwd, "transcript_path": ""}
 
     def emit(at: float, stage: str, key: str, **fields: Any) -> None:
@@ -246,7 +247,7 @@ def _session_events(session_id: str, entries: list[dict[str, Any]], stats: Conve
     emit(first_at, "SessionStart", f"{session_id}:start", source="startup")
     turn_open, last_text, last_at, turn_key = False, "", first_at, ""
     for entry in entries:
-        at = _timestamp(entry) or last_at
+        at = timestamp_of(entry) or last_at
         last_at = at
         message = entry.get("message")
         content = message.get("content") if isinstance(message, dict) else None

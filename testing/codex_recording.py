@@ -5,10 +5,11 @@ save their stdin (:func:`~sessionmem.testing.codex_cli.recording_hooks`): a prom
 a failing one, an ``apply_patch`` that adds a file, one that updates a file and one that fails (its
 file is missing: Codex 0.169.0 fires PreToolUse for it, no PostToolUse), a reply; then the session
 resumed with a compaction before its second prompt. It returns each payload under its
-fixture name (``<Event>[-variant]``) and the first run's transcript (``rollout-*.jsonl``), with the
-temporary paths replaced by neutral ones (:func:`neutral_paths`). ``python -m
-sessionmem.testing.codex_recording DIR`` writes them as ``DIR/hooks/<name>.json`` and
-``DIR/rollout-sample.jsonl`` (``tests/fixtures/codex``); ``tests/test_e2e_codex.py`` records again
+fixture name (``<Event>[-variant]``), the first run's transcript (``rollout-*.jsonl``) and the whole
+session's (both runs, the compaction between), with the temporary paths replaced by neutral ones
+(:func:`neutral_paths`). ``python -m sessionmem.testing.codex_recording DIR`` writes them as
+``DIR/hooks/<name>.json``, ``DIR/rollout-sample.jsonl`` and ``DIR/rollout-compacted.jsonl``
+(``tests/fixtures/codex``); ``tests/test_e2e_codex.py`` records again
 and holds the fixtures to what the pinned CLI sends.
 
 Resource handling:
@@ -66,11 +67,13 @@ def scripted_model(body: dict[str, Any]) -> list[Item]:
 
 @dataclass(frozen=True)
 class Recording:
-    """Payloads by fixture name, in the order they arrived, and the first run's transcript lines."""
+    """Payloads by fixture name, in the order they arrived, and the transcript's lines: the first run's, and the
+    whole session's (the resumed run goes on in the same file)."""
 
     payloads: dict[str, dict[str, Any]]
     order: list[str]  # every payload's hook_event_name, in the order they arrived (both runs)
     rollout: str
+    compacted_rollout: str = ""
 
 
 def fixture_name(payload: dict[str, Any]) -> str:
@@ -119,21 +122,25 @@ def record(root: Path) -> Recording:
         transcript = rollout.read_text()
         codex.resume(SECOND_PROMPT, project=project, session_id=first.session_id, bypass_hook_trust=True,
                      auto_compact_token_limit=1000).check()
+        whole = rollout.read_text()
     replacements = neutral_paths(home, project) + [(api.url, "http://127.0.0.1:8080/v1")]
     payloads: dict[str, dict[str, Any]] = {}
     order = []
     for payload in recorded_payloads(hooks):
         order.append(str(payload["hook_event_name"]))
         payloads.setdefault(fixture_name(payload), json.loads(scrub(json.dumps(payload), replacements)))
-    return Recording(payloads=payloads, order=order, rollout=scrub(transcript, replacements))
+    return Recording(payloads=payloads, order=order, rollout=scrub(transcript, replacements),
+                     compacted_rollout=scrub(whole, replacements))
 
 
 def write_fixtures(recording: Recording, folder: Path) -> None:
-    """``folder/hooks/<name>.json`` (indented, keys in Codex's order) and ``folder/rollout-sample.jsonl``."""
+    """``folder/hooks/<name>.json`` (indented, keys in Codex's order), ``folder/rollout-sample.jsonl`` and
+    ``folder/rollout-compacted.jsonl``."""
     (folder / "hooks").mkdir(parents=True, exist_ok=True)
     for name, payload in recording.payloads.items():
         (folder / "hooks" / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
     (folder / "rollout-sample.jsonl").write_text(recording.rollout)
+    (folder / "rollout-compacted.jsonl").write_text(recording.compacted_rollout)
 
 
 if __name__ == "__main__":

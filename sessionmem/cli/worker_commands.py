@@ -280,15 +280,18 @@ def cmd_open(args: argparse.Namespace) -> int:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    """Import past Claude Code sessions (transcripts) into memory; safe to run again."""
+    """Import an agent's past sessions (its transcripts) into memory; safe to run again."""
     from pathlib import Path
 
     from tqdm import tqdm
 
+    from sessionmem.protocol.agents import AGENT_TITLES
     from sessionmem.protocol.launch import ensure_worker
-    from sessionmem.replay.backfill import backfill
+    from sessionmem.replay.backfill import READERS, backfill
 
-    root = Path(args.path).expanduser()
+    reader = READERS[args.agent]
+    title = AGENT_TITLES[args.agent]
+    root = Path(args.path).expanduser() if args.path else reader.default_root()
     if not root.exists():
         print(f"sessionmem: {root} does not exist", file=sys.stderr)
         return 1
@@ -301,19 +304,20 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         print(f"sessionmem: no worker available: {'; '.join(problems) or 'start it with `sessionmem serve`'}",
               file=sys.stderr)
         return 1
-    report = backfill(root, config, workers=args.workers,
+    report = backfill(root, config, agent=args.agent, workers=args.workers,
                       progress=lambda total: tqdm(total=total, unit="event", desc="backfill", file=sys.stderr))
     c = report.conversion
     if not c.files:
-        print(f"sessionmem: no Claude Code transcript (*.jsonl, *.json) under {root}", file=sys.stderr)
+        print(f"sessionmem: no {title} transcript ({reader.pattern}) under {root}", file=sys.stderr)
         return 1
-    print(f"sessionmem: {c.sessions} session(s) from {c.files} file(s): {c.prompts} prompts, {c.tool_uses} tool uses")
+    print(f"sessionmem: {title}: {c.sessions} session(s) from {c.files} file(s): {c.prompts} prompts, "
+          f"{c.tool_uses} tool uses")
     print(f"  sent {report.sent}: {report.accepted} new, {report.duplicates} already known, {report.skipped} skipped, "
           f"{report.refused} refused, {report.spooled} spooled for the worker to import, {report.lost} lost")
     print(f"  unreadable: {c.broken_lines} line(s), {c.broken_files} file(s); {c.unpaired_tool_uses} tool use(s) "
           f"without a result")
     if not running_before:
-        print(f"  a worker was started for it (port {port}); it keeps running for Claude Code's hooks "
+        print(f"  a worker was started for it (port {port}); it keeps running for the agents' hooks "
               f"(`sessionmem stop` stops it)")
     for error in report.errors[:10]:
         print(f"  error: {error}", file=sys.stderr)
