@@ -211,7 +211,8 @@ def test_backfill_of_a_rollout_the_pinned_codex_wrote(recorded_codex_home: Codex
         ]
         [session] = worker.get("/api/sessions")["sessions"]
         assert session["promptCounter"] == 2 and session["status"] == "completed"
-        assert session["cwd"] == str(project)
+        assert session["cwd"] == str(project) and session["agent"] == "codex"
+        assert {o["agent"] for o in observations} == {"codex"}
         summaries = worker.get("/api/summaries")["summaries"]
         assert len(summaries) == 3  # two turns and the checkpoint at the compaction
         assert {s["request"] for s in summaries} == {FIRST_PROMPT, SECOND_PROMPT}

@@ -156,8 +156,7 @@ def test_a_gemini_session_is_captured_prompt_tools_and_end(harness: GeminiHarnes
     session = _session(worker, session_id)
     assert session["project"] == "calcproj" and session["promptCounter"] == 1
     assert session["firstPrompt"] == "Fix the divide bug in calc.py"  # the user's words, not the memory before them
-    if "agent" in session:  # recorded once the worker keeps each session's agent
-        assert session["agent"] == GEMINI_CLI
+    assert session["agent"] == GEMINI_CLI
 
     rows = observations(worker, session_id)
     assert [r["toolName"] for r in rows] == ["Edit", "Bash", "Write"]

@@ -123,6 +123,7 @@ def test_backfill_of_gemini_cli_chats_is_complete_and_idempotent(tmp_path: Path)
         ]
         [session] = worker.get("/api/sessions")["sessions"]
         assert (session["promptCounter"], session["status"], session["cwd"]) == (2, "completed", PROJECT)
+        assert session["agent"] == "gemini-cli"
         assert sorted(s["request"] for s in worker.get("/api/summaries")["summaries"]) == sorted(
             [FIRST_PROMPT, SECOND_PROMPT])
 
