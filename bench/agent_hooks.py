@@ -70,26 +70,27 @@ def main() -> None:
     payloads = {name: loader() for name, (_, loader, _) in KINDS.items()}
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp) / "data"
-        worker = start_worker(data_dir, SESSIONMEM_COMPRESSOR="offline")
+        worker = start_worker(data_dir, env={"SESSIONMEM_COMPRESSOR": "offline"})
         try:
             env = dict(os.environ, SESSIONMEM_DATA_DIR=str(data_dir), SESSIONMEM_PORT=str(worker.port))
             times: dict[str, list[float]] = {name: [] for name in KINDS}
             floor: list[float] = []
             for n in range(args.runs):
-                for name, (argv, _, fresh) in KINDS.items():
-                    payload = {**payloads[name], fresh: f"bench-{n}"}
+                for kind, (name, (argv, _, fresh)) in enumerate(KINDS.items()):
+                    payload = {**payloads[name], fresh: f"bench-{kind}-{n}"}
                     command = [sys.executable, "-S", str(ENTRY), *argv]
                     times[name].append(run(command, json.dumps(payload).encode(), env))
                 floor.append(run([sys.executable, "-S", "-c", "pass"], b"", env))
             worker.wait_idle()
-            stored = len(worker.get("/api/observations?limit=1000&agent=*")["observations"])
+            stored = {agent: sum(s["observations"] for s in worker.get(f"/api/sessions?agent={agent}")["sessions"])
+                      for agent in ("claude-code", "codex", "gemini-cli")}
         finally:
             worker.stop()
     base = statistics.median(times["claude-code PostToolUse (Bash)"])
     for name, values in times.items():
         print(f"{name}: {summary(values)}, ÷ Claude Code {statistics.median(values) / base:.2f}")
     print(f"python -S -c pass: {summary(floor)}")
-    print(f"observations stored: {stored} (of {args.runs * len(KINDS)} tool uses, a patch of several files more)")
+    print(f"observations stored by agent: {stored} ({args.runs} tool uses of each kind)")
 
 
 if __name__ == "__main__":
