@@ -131,6 +131,20 @@ def data_dir_contains(data_dir: Path, needle: bytes) -> list[str]:
     return [str(p) for p in data_dir.rglob("*") if p.is_file() and needle in p.read_bytes()]
 
 
+def stored_session(worker: WorkerProcess, session_id: str) -> dict[str, Any]:
+    """The worker's record of one session (``GET /api/sessions``); fails the test if it has none."""
+    sessions = {s["claudeSessionId"]: s for s in worker.get("/api/sessions")["sessions"]}
+    assert session_id in sessions, f"session {session_id} not stored: {sorted(sessions)}"
+    session: dict[str, Any] = sessions[session_id]
+    return session
+
+
+def session_observations(worker: WorkerProcess, session_id: str, project: str = "calcproj") -> list[dict[str, Any]]:
+    """One session's observations in ``project``, oldest first (``GET /api/observations``)."""
+    rows = worker.get(f"/api/observations?limit=200&project={project}")["observations"]
+    return sorted((r for r in rows if r["claudeSessionId"] == session_id), key=lambda r: r["id"])
+
+
 def observation_row(id: int, **fields: Any) -> ObservationRow:
     """A stored observation as storage returns it, with plain defaults for what a test does not care about."""
     values: dict[str, Any] = {

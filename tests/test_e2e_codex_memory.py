@@ -34,7 +34,7 @@ from sessionmem.testing.responses_api import (
 )
 from sessionmem.testing.worker_process import WorkerProcess
 
-from .conftest import data_dir_contains
+from .conftest import data_dir_contains, session_observations, stored_session
 from .test_e2e_claude_code import Harness
 
 # One Codex CLI at a time (`make test` runs in parallel).
@@ -136,26 +136,14 @@ def session_one(harness: CodexHarness) -> dict[str, Any]:
     return {"session_id": session_id, "worker": worker}
 
 
-def _session(worker: WorkerProcess, session_id: str) -> dict[str, Any]:
-    sessions = {s["claudeSessionId"]: s for s in worker.get("/api/sessions")["sessions"]}
-    assert session_id in sessions, f"session {session_id} not stored: {sorted(sessions)}"
-    session: dict[str, Any] = sessions[session_id]
-    return session
-
-
-def observations(worker: WorkerProcess, session_id: str) -> list[dict[str, Any]]:
-    rows = worker.get("/api/observations?limit=200&project=calcproj")["observations"]
-    return sorted((r for r in rows if r["claudeSessionId"] == session_id), key=lambda r: r["id"])
-
-
 def test_a_codex_session_is_captured_as_codex_s(harness: CodexHarness, session_one: dict[str, Any]) -> None:
     worker, session_id = session_one["worker"], session_one["session_id"]
-    worker.wait_until(lambda: _session(worker, session_id)["status"] == "completed", timeout=30)
-    session = _session(worker, session_id)
+    worker.wait_until(lambda: stored_session(worker, session_id)["status"] == "completed", timeout=30)
+    session = stored_session(worker, session_id)
     assert session["project"] == "calcproj" and session["firstPrompt"] == "Fix the divide bug in calc.py"
     assert session["agent"] == CODEX_AGENT
 
-    rows = observations(worker, session_id)
+    rows = session_observations(worker, session_id)
     # Each patch is an edit (or a write) of its file; the shell command is Bash.
     assert [r["toolName"] for r in rows] == ["Edit", "Bash", "Write"]
     assert {r["agent"] for r in rows} == {CODEX_AGENT}
@@ -192,7 +180,7 @@ def test_after_a_compaction_the_memory_is_handed_back(harness: CodexHarness, ses
     assert after and "sessionmem-context" in after[0]  # SessionStart source=compact, in the compacted request
     worker = session_one["worker"]
     worker.wait_idle()
-    assert _session(worker, session_id)["promptCounter"] >= 2  # the resumed session is the same session
+    assert stored_session(worker, session_id)["promptCounter"] >= 2  # the resumed session is the same session
 
 
 def test_codex_searches_memory_through_the_mcp_server_install_registered(harness: CodexHarness,
@@ -205,4 +193,4 @@ def test_codex_searches_memory_through_the_mcp_server_install_registered(harness
     worker = harness.started_worker()
     worker.wait_idle()
     # sessionmem's own tools are not remembered.
-    assert [r for r in observations(worker, session_id) if r["toolName"].startswith("mcp__sessionmem")] == []
+    assert [r for r in session_observations(worker, session_id) if r["toolName"].startswith("mcp__sessionmem")] == []

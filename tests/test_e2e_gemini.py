@@ -21,9 +21,8 @@ import pytest
 
 from sessionmem.protocol.agents import GEMINI_CLI
 from sessionmem.testing.gemini_api import Part, ScriptedGeminiAPI, default_parts, request_text, turn_parts
-from sessionmem.testing.worker_process import WorkerProcess
 
-from .conftest import data_dir_contains
+from .conftest import data_dir_contains, session_observations, stored_session
 from .test_e2e_claude_code import Harness
 
 # One Gemini CLI at a time, and the module's harness set up once (`make test` runs in parallel).
@@ -137,28 +136,16 @@ def session_one(harness: GeminiHarness) -> dict[str, Any]:
     return {"session_id": output["session_id"], "worker": worker, "stderr": stderr}
 
 
-def _session(worker: WorkerProcess, session_id: str) -> dict[str, Any]:
-    sessions = {s["claudeSessionId"]: s for s in worker.get("/api/sessions")["sessions"]}
-    assert session_id in sessions, f"session {session_id} not stored: {sorted(sessions)}"
-    session: dict[str, Any] = sessions[session_id]
-    return session
-
-
-def observations(worker: WorkerProcess, session_id: str) -> list[dict[str, Any]]:
-    rows = worker.get("/api/observations?limit=200&project=calcproj")["observations"]
-    return sorted((r for r in rows if r["claudeSessionId"] == session_id), key=lambda r: r["id"])
-
-
 def test_a_gemini_session_is_captured_prompt_tools_and_end(harness: GeminiHarness,
                                                            session_one: dict[str, Any]) -> None:
     worker, session_id = session_one["worker"], session_one["session_id"]
-    worker.wait_until(lambda: _session(worker, session_id)["status"] == "completed", timeout=30)
-    session = _session(worker, session_id)
+    worker.wait_until(lambda: stored_session(worker, session_id)["status"] == "completed", timeout=30)
+    session = stored_session(worker, session_id)
     assert session["project"] == "calcproj" and session["promptCounter"] == 1
     assert session["firstPrompt"] == "Fix the divide bug in calc.py"  # the user's words, not the memory before them
     assert session["agent"] == GEMINI_CLI
 
-    rows = observations(worker, session_id)
+    rows = session_observations(worker, session_id)
     assert [r["toolName"] for r in rows] == ["Edit", "Bash", "Write"]
     edit, bash, write = rows
     failure = worker.get(f"/api/observations/{bash['id']}")
@@ -178,11 +165,11 @@ def test_a_gemini_session_is_captured_prompt_tools_and_end(harness: GeminiHarnes
 
 def test_resume_continues_the_same_session(harness: GeminiHarness, session_one: dict[str, Any]) -> None:
     worker, session_id = session_one["worker"], session_one["session_id"]
-    before = _session(worker, session_id)
+    before = stored_session(worker, session_id)
     output, _ = harness.gemini("Now add a test file", "--resume", session_id)
     assert output["session_id"] == session_id
-    worker.wait_until(lambda: _session(worker, session_id)["promptCounter"] == 2, timeout=30)
-    after = _session(worker, session_id)
+    worker.wait_until(lambda: stored_session(worker, session_id)["promptCounter"] == 2, timeout=30)
+    after = stored_session(worker, session_id)
     assert after["sessionDbId"] == before["sessionDbId"] and after["firstPrompt"] == before["firstPrompt"]
 
 def test_a_new_session_receives_the_memory_of_the_first(harness: GeminiHarness, session_one: dict[str, Any]) -> None:
@@ -213,5 +200,5 @@ def test_the_mcp_server_answers_a_search_through_the_cli(harness: GeminiHarness,
     worker = harness.started_worker()
     worker.wait_idle()
     # sessionmem's own tools are not remembered: the search is not an observation of this session.
-    assert observations(worker, output["session_id"]) == []
+    assert session_observations(worker, output["session_id"]) == []
 
