@@ -12,6 +12,11 @@ request), keys dropped from the reply (``choices``,
 ``usage``), or the request echoed back. :meth:`ScriptedChatCompletionsAPI.stall` holds every
 reply until :meth:`ScriptedChatCompletionsAPI.resume`. Every request is recorded with its headers.
 
+A coding agent is served too (OpenCode, through its ``@ai-sdk/openai-compatible`` provider):
+``responder`` chooses the assistant's message from the request body (``{"content": ...}`` and/or
+``"tool_calls"``: :func:`tool_call` builds one), and a request with ``"stream": true`` is answered
+as Server-Sent Events (the message as ``chat.completion.chunk`` deltas, then ``[DONE]``).
+
 Resource handling:
     Runs a ``ThreadingHTTPServer`` on 127.0.0.1 in a daemon thread; use it as a context
     manager (or call :meth:`~ScriptedChatCompletionsAPI.close`) to shut it down.
@@ -22,12 +27,38 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from sessionmem.testing.messages_api import default_reply
 from sessionmem.testing.scripted_http import ScriptedHandler, ScriptedServer, openai_error
 
 COMPLETIONS_PATH = "/v1/chat/completions"
+
+Message = dict[str, Any]  # an assistant message: {"content": str | None, "tool_calls": [...]}
+
+
+def tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """One ``tool_calls`` entry of an assistant message: a call of the client's tool ``name``."""
+    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def stream_chunks(completion: dict[str, Any]) -> bytes:
+    """``completion`` as the Server-Sent Events a streaming request gets: a chunk with the role and text, one a
+    tool call, one with ``finish_reason`` (and ``usage``), then ``data: [DONE]``."""
+    choice = completion["choices"][0]
+    message = choice["message"]
+    base = {key: completion[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": message.get("content") or ""}]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        deltas.append({"tool_calls": [{"index": index, **call}]})
+    chunks = [{**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]} for delta in deltas]
+    last: dict[str, Any] = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]}
+    if "usage" in completion:
+        last["usage"] = completion["usage"]
+    chunks.append(last)
+    return b"".join(f"data: {json.dumps(chunk)}\n\n".encode() for chunk in chunks) + b"data: [DONE]\n\n"
 
 
 def completion_text(body: dict[str, Any]) -> str:
@@ -40,9 +71,11 @@ def completion_text(body: dict[str, Any]) -> str:
 class ScriptedChatCompletionsAPI(ScriptedServer):
     """See the module docstring; :attr:`url` is the base URL a client is given (ending in ``/v1``)."""
 
-    def __init__(self, *, delay: float = 0.0, usage: bool = True) -> None:
+    def __init__(self, *, delay: float = 0.0, usage: bool = True,
+                 responder: Callable[[dict[str, Any]], Message] | None = None) -> None:
         super().__init__(delay=delay)
         self.usage = usage
+        self.responder = responder
         api = self
 
         class Handler(ScriptedHandler):
@@ -63,21 +96,24 @@ class ScriptedChatCompletionsAPI(ScriptedServer):
                 action = api._next_action(body, raw, {name.lower(): value for name, value in self.headers.items()})
                 if self.send_openai_failure(action):
                     return
+                message: Message
                 if action.echo:
-                    text = json.dumps(body["messages"])
+                    message = {"content": json.dumps(body["messages"])}
                 elif action.text is not None:
-                    text = action.text
+                    message = {"content": action.text}
+                elif api.responder is not None:
+                    message = api.responder(body)
                 else:
-                    text = completion_text(body)
+                    message = {"content": completion_text(body)}
                 tokens_in = max(1, len(raw) // 4)
-                tokens_out = max(1, len(text) // 4)
+                tokens_out = max(1, len(message.get("content") or json.dumps(message)) // 4)
                 completion: dict[str, Any] = {
                     "id": f"chatcmpl-{uuid.uuid4().hex}",
                     "object": "chat.completion",
                     "created": int(time.time()),
                     "model": body.get("model", "scripted"),
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                 "finish_reason": "stop"}],
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": None, **message},
+                                 "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
                 }
                 if api.usage and "usage" not in action.drop:
                     completion["usage"] = {"prompt_tokens": tokens_in, "completion_tokens": tokens_out,
@@ -87,6 +123,8 @@ class ScriptedChatCompletionsAPI(ScriptedServer):
                     completion.pop(key, None)
                 if action.cut:
                     self.send_cut(completion)
+                elif body.get("stream"):
+                    self.send_event_stream(stream_chunks(completion))
                 else:
                     self.send_json(200, completion)
 

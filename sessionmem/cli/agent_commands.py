@@ -1,20 +1,22 @@
 """``sessionmem install`` and ``uninstall``: wiring the hooks and the MCP server into a coding agent, and out again.
 
 Claude Code (the default) is wired by :mod:`sessionmem.install`; ``--agent codex`` by
-:mod:`sessionmem.agents.codex`; ``--agent gemini-cli`` by :mod:`sessionmem.agents.gemini`. Each says what it changed, where the backups are, and, when
+:mod:`sessionmem.agents.codex`; ``--agent gemini-cli`` by :mod:`sessionmem.agents.gemini`; ``--agent opencode`` by
+:mod:`sessionmem.agents.opencode`. Each says what it changed, where the backups are, and, when
 something is left to the user (a hook Codex does not trust yet), exactly what to do.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from sessionmem.protocol import routes
-from sessionmem.protocol.agents import CLAUDE_CODE, CODEX, GEMINI_CLI
+from sessionmem.protocol.agents import CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE
 from sessionmem.protocol.platform_support import unsupported_platform
 
-INSTALLABLE = (CLAUDE_CODE, CODEX, GEMINI_CLI)
+INSTALLABLE = (CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE)
 
 
 def add_agent_argument(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +37,8 @@ def cmd_install(args: argparse.Namespace, *, platform: str = sys.platform) -> in
             return _install_codex(args)
         if getattr(args, "agent", CLAUDE_CODE) == GEMINI_CLI:
             return _install_gemini(args)
+        if getattr(args, "agent", CLAUDE_CODE) == OPENCODE:
+            return _install_opencode(args)
         _install_claude_code(args)
     except InstallError as exc:
         print(f"sessionmem: {exc}", file=sys.stderr)
@@ -114,6 +118,35 @@ def _install_gemini(args: argparse.Namespace) -> int:
     return 0
 
 
+def _install_opencode(args: argparse.Namespace) -> int:
+    from sessionmem.agents.opencode import install_opencode
+
+    found = install_opencode(mcp=args.mcp)
+    print(f"sessionmem: OpenCode plugin installed in {found.plugin_file}"
+          + (f" (backup: {found.backup})" if found.backup else ""))
+    if args.mcp:
+        if found.foreign_mcp:
+            print(f"sessionmem: {found.config_file} already has an MCP server named `{routes.MCP_SERVER_NAME}` "
+                  f"that is not sessionmem's; left as it is", file=sys.stderr)
+        elif found.jsonc_only:
+            print(f"sessionmem: OpenCode's configuration is {found.config_file.with_suffix('.jsonc')}, left as it is: "
+                  f"add the MCP server yourself: \"mcp\": {{\"{routes.MCP_SERVER_NAME}\": "
+                  f"{json.dumps(mcp_entry())}}}", file=sys.stderr)
+        elif found.mcp is not None:
+            print(f"sessionmem: MCP server `{routes.MCP_SERVER_NAME}` (search, timeline, get_observations) "
+                  f"registered in {found.config_file}")
+        if found.foreign_mcp or found.jsonc_only:
+            return 1
+    print("sessionmem: the next OpenCode session starts the worker and records its work")
+    return 0
+
+
+def mcp_entry() -> dict[str, object]:
+    from sessionmem.agents.opencode import mcp_server_entry
+
+    return mcp_server_entry()
+
+
 def cmd_uninstall(args: argparse.Namespace) -> int:
     from sessionmem.install import InstallError
 
@@ -122,6 +155,8 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
             return _uninstall_codex(args)
         if getattr(args, "agent", CLAUDE_CODE) == GEMINI_CLI:
             return _uninstall_gemini()
+        if getattr(args, "agent", CLAUDE_CODE) == OPENCODE:
+            return _uninstall_opencode()
         _uninstall_claude_code()
     except InstallError as exc:
         print(f"sessionmem: {exc}", file=sys.stderr)
@@ -162,4 +197,16 @@ def _uninstall_gemini() -> int:
           else f"sessionmem: no sessionmem hooks in {path}")
     if removed_server:
         print(f"sessionmem: removed the MCP server `{routes.MCP_SERVER_NAME}` from {path}")
+    return 0
+
+
+def _uninstall_opencode() -> int:
+    from sessionmem.agents.opencode import uninstall_opencode
+
+    found, removed_plugin, removed_server, backup = uninstall_opencode()
+    print(f"sessionmem: removed the OpenCode plugin {found.plugin_file}" if removed_plugin
+          else f"sessionmem: no sessionmem plugin in {found.plugin_file.parent}")
+    if removed_server:
+        print(f"sessionmem: removed the MCP server `{routes.MCP_SERVER_NAME}` from {found.config_file} "
+              f"(backup: {backup})")
     return 0

@@ -59,6 +59,7 @@ def cmd_doctor(args: argparse.Namespace, *, platform: str = sys.platform) -> int
     _doctor_mcp_server(report)
     _doctor_codex(report)
     _doctor_gemini(report)
+    _doctor_opencode(report)
     report(True, auto_memory(Path.cwd()).line())  # what else a session here starts with: not a problem either way
     report(True, instruction_files_line(Path.cwd()))
     print("sessionmem: all good" if not problems else f"sessionmem: {problems} problem(s)")
@@ -198,6 +199,33 @@ def _doctor_gemini(report: Report) -> None:
         report(found.mcp is None or os.path.exists(found.mcp["command"]),
                f"Gemini CLI MCP server `{routes.MCP_SERVER_NAME}`: "
                + (found.mcp["command"] if found.mcp else "not registered (`sessionmem install --agent gemini-cli`)"))
+
+
+def _doctor_opencode(report: Report) -> None:
+    """OpenCode's wiring, read from its global configuration folder: the plugin (as this install writes it: the
+    interpreter and hook entry it runs) and the MCP server. Nothing when sessionmem is not wired into it."""
+    from sessionmem.agents.opencode import wiring
+    from sessionmem.install import InstallError
+
+    try:
+        found = wiring()
+    except InstallError as exc:
+        report(False, f"OpenCode: {exc}")
+        return
+    if found.foreign_plugin:
+        report(False, f"OpenCode: {found.plugin_file} is not sessionmem's plugin")
+    if not found.plugin:
+        return
+    report(found.plugin_current, f"OpenCode plugin {found.plugin_file}: "
+                                 + ("runs this install's hooks" if found.plugin_current
+                                    else "runs another interpreter or hook entry (re-run `sessionmem install "
+                                         "--agent opencode`)"))
+    if found.foreign_mcp:
+        report(False, f"OpenCode has an MCP server named `{routes.MCP_SERVER_NAME}` that is not sessionmem's")
+    else:
+        report(found.mcp is None or os.path.exists(found.mcp["command"][0]),
+               f"OpenCode MCP server `{routes.MCP_SERVER_NAME}`: "
+               + (found.mcp["command"][0] if found.mcp else "not registered (`sessionmem install --agent opencode`)"))
 
 
 LOW_DISK_BYTES = 100 * 1024 * 1024

@@ -16,6 +16,12 @@ needs beyond it:
   ``Bash``, ``write_file`` a ``Write``, ``replace`` an ``Edit``, ``read_file`` a ``Read``, each with
   Claude Code's input fields and the text the model saw as the response; a tool that reports an
   ``error``, or a command that exits non-zero, is a ``PostToolUseFailure``.
+  OpenCode's plugin (``sessionmem/agents/opencode_plugin.js``) sends the contract's stages with
+  OpenCode's tools (:func:`opencode_tool_use`): ``bash`` a ``Bash``, ``edit`` an ``Edit``, ``write`` a
+  ``Write``, ``read`` a ``Read`` (``filePath`` as an absolute ``file_path``, camelCase fields as Claude
+  Code's), ``apply_patch`` a ``Write`` or ``Edit`` per file as Codex's; a command that exits non-zero
+  is a ``PostToolUseFailure``; sessionmem's own MCP tools (``sessionmem_search``...) get Claude Code's
+  names, so their use is not recorded.
 - :func:`runs_another_agents_hook`: whether a hook installed for one agent was run by another
   (Codex can import Claude Code's hooks, the Gemini CLI migrate them): such a run sends nothing,
   so no session is captured twice, or under the wrong agent.
@@ -29,7 +35,7 @@ Error handling:
 
 from __future__ import annotations
 
-from sessionmem.protocol.agents import CLAUDE_CODE, CODEX, GEMINI_CLI
+from sessionmem.protocol.agents import CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -63,6 +69,16 @@ _GEMINI_TOOLS: dict[str, tuple[str, dict[str, str]]] = {
                          "allow_multiple": "replace_all", "instruction": "instruction"}),
     "read_file": ("Read", {"file_path": "file_path", "start_line": "offset", "end_line": "end_line"}),
 }
+# OpenCode's tools -> Claude Code's, with the input fields each keeps under Claude Code's names.
+_OPENCODE_TOOLS: dict[str, tuple[str, dict[str, str]]] = {
+    "bash": ("Bash", {"command": "command", "description": "description", "timeout": "timeout",
+                      "workdir": "dir_path"}),
+    "write": ("Write", {"filePath": "file_path", "content": "content"}),
+    "edit": ("Edit", {"filePath": "file_path", "oldString": "old_string", "newString": "new_string",
+                      "replaceAll": "replace_all"}),
+    "read": ("Read", {"filePath": "file_path", "offset": "offset", "limit": "limit"}),
+}
+_OPENCODE_PATCH_TOOLS = ("apply_patch", "patch")
 _UNTRUSTED_OPEN, _UNTRUSTED_CLOSE = "<untrusted_context>", "</untrusted_context>"
 _HOOK_CONTEXT_OPEN, _HOOK_CONTEXT_CLOSE = "<hook_context>", "</hook_context>"
 
@@ -234,6 +250,38 @@ def gemini_tool_use(payload: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
+def opencode_tool_use(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """A PostToolUse payload of OpenCode's plugin as the contract's tool uses: Claude Code's tool name and input
+    fields (``filePath`` made an absolute ``file_path``), one ``Write`` or ``Edit`` a file for a patch, and, for a
+    command whose ``exit_code`` is not 0, ``PostToolUseFailure`` with Claude Code's error text."""
+    name = payload.get("tool_name")
+    tool_input = payload.get("tool_input")
+    cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else ""
+    event: dict[str, Any] = {**payload, "hook_event_name": "PostToolUse"}
+    event.pop("exit_code", None)
+    if isinstance(name, str) and name in _OPENCODE_PATCH_TOOLS and isinstance(tool_input, dict):
+        text = tool_input.get("patchText") if isinstance(tool_input.get("patchText"), str) else _patch_text(tool_input)
+        edits = patch_edits(text, cwd or "")
+        return _edit_events(event, edits) if edits else [event]
+    if isinstance(name, str) and name in _OPENCODE_TOOLS and isinstance(tool_input, dict):
+        claude_name, fields = _OPENCODE_TOOLS[name]
+        converted = {fields.get(key, key): value for key, value in tool_input.items()}
+        if isinstance(converted.get("file_path"), str):
+            converted["file_path"] = _absolute(converted["file_path"], cwd or "")
+        event["tool_name"], event["tool_input"] = claude_name, converted
+    elif isinstance(name, str) and name.startswith("sessionmem_"):  # our own MCP tools: their use is not recorded
+        event["tool_name"] = f"mcp__sessionmem__{name[len('sessionmem_'):]}"
+    code = payload.get("exit_code")
+    if event.get("tool_name") == "Bash" and isinstance(code, int) and not isinstance(code, bool) and code != 0:
+        output = text_of(payload.get("tool_response"))
+        event["hook_event_name"], event["error"] = "PostToolUseFailure", f"Exit code {code}\n{output}"
+    return [event]
+
+
+def text_of(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def user_prompt(prompt: Any) -> str:
     """What the user typed, from a Gemini CLI ``prompt``: headless, the CLI puts a SessionStart hook's context
     before it (``<hook_context>...</hook_context>``, its ``<`` and ``>`` escaped, then a blank line), which is
@@ -271,14 +319,19 @@ def contract_payloads(agent: str, stage: str, payload: dict[str, Any]) -> list[d
     stage = contract_stage(agent, stage)
     if agent == GEMINI_CLI:
         return [_gemini_payload(stage, payload)]
+    if agent == OPENCODE and stage == "PostToolUse":
+        return opencode_tool_use(payload)
     payload = {**payload, "hook_event_name": stage}
     if agent != CODEX or stage != "PostToolUse" or payload.get("tool_name") != APPLY_PATCH:
         return [payload]
     cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else ""
     edits = patch_edits(_patch_text(payload.get("tool_input")), cwd or "")
-    if not edits:
-        return [payload]
-    tool_use_id = payload.get("tool_use_id") if isinstance(payload.get("tool_use_id"), str) else ""
+    return _edit_events(payload, edits) if edits else [payload]
+
+
+def _edit_events(payload: dict[str, Any], edits: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A patch's tool use as one event a file it changes (:func:`patch_edits`), each with a tool use id of its own."""
+    tool_use_id = text_of(payload.get("tool_use_id"))
     return [{**payload, **edit, "tool_use_id": f"{tool_use_id}#{index}" if tool_use_id and len(edits) > 1
              else tool_use_id}
             for index, edit in enumerate(edits)]
@@ -286,7 +339,7 @@ def contract_payloads(agent: str, stage: str, payload: dict[str, Any]) -> list[d
 
 def agent_output(agent: str, stage: str, context: str, message: str = "") -> dict[str, Any] | None:
     """What the hook prints for ``agent``'s ``stage`` (the contract's): ``context`` for the model, ``message`` for
-    the user. Claude Code and Codex read the same fields (Codex checks a SessionStart's strictly: a
+    the user. Claude Code, Codex and sessionmem's OpenCode plugin read the same fields (Codex checks a SessionStart's strictly: a
     ``hookEventName`` always with ``hookSpecificOutput``); the Gemini CLI reads them too, under its own event
     name (it escapes ``<`` and ``>`` in the context and wraps it in ``<hook_context>``)."""
     output: dict[str, Any] = {}
