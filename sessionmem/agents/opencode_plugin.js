@@ -65,7 +65,8 @@ function textOf(parts) {
 }
 
 export const SessionmemPlugin = async ({ directory }) => {
-  const cwd = directory;
+  const folders = new Map(); // session id -> the folder it works in (one OpenCode server can serve several)
+  const cwdOf = (sessionID) => folders.get(sessionID) ?? directory;
   const memory = new Map(); // session id -> Promise of the SessionStart context
   const recalled = new Map(); // session id -> memory recalled for the latest prompt
   const lastPrompt = new Map();
@@ -73,12 +74,13 @@ export const SessionmemPlugin = async ({ directory }) => {
   const replyMessages = new Set(); // ids of the assistant's messages, whose text parts are its reply
 
   const start = (sessionID, source) => {
-    const context = runHook("SessionStart", { session_id: sessionID, cwd, source }).then(contextOf);
+    const context = runHook("SessionStart", { session_id: sessionID, cwd: cwdOf(sessionID), source })
+      .then(contextOf);
     memory.set(sessionID, context);
     return context;
   };
   const turn = (sessionID) => ({
-    session_id: sessionID, cwd,
+    session_id: sessionID, cwd: cwdOf(sessionID),
     last_user_message: lastPrompt.get(sessionID) ?? "", last_assistant_message: lastReply.get(sessionID) ?? "",
   });
 
@@ -87,6 +89,9 @@ export const SessionmemPlugin = async ({ directory }) => {
       try {
         const props = event?.properties ?? {};
         const sessionID = props.sessionID ?? props.info?.id;
+        if (event.type.startsWith("session.") && sessionID && typeof props.info?.directory === "string") {
+          folders.set(sessionID, props.info.directory);
+        }
         if (event.type === "session.created" && sessionID && !memory.has(sessionID) && !props.info?.parentID) {
           start(sessionID, "startup");
         } else if (event.type === "message.updated" && props.info?.role === "assistant") {
@@ -101,7 +106,8 @@ export const SessionmemPlugin = async ({ directory }) => {
         } else if (event.type === "session.deleted" && sessionID) {
           memory.delete(sessionID);
           recalled.delete(sessionID);
-          await runHook("SessionEnd", { session_id: sessionID, cwd, reason: "deleted" });
+          await runHook("SessionEnd", { session_id: sessionID, cwd: cwdOf(sessionID), reason: "deleted" });
+          folders.delete(sessionID);
         }
       } catch (_) { /* fail open */ }
     },
@@ -110,7 +116,9 @@ export const SessionmemPlugin = async ({ directory }) => {
         const prompt = textOf(output?.parts);
         if (!prompt || !input?.sessionID) return;
         lastPrompt.set(input.sessionID, prompt);
-        const answer = await runHook("UserPromptSubmit", { session_id: input.sessionID, cwd, prompt });
+        await memory.get(input.sessionID); // the worker SessionStart starts, up before the prompt is sent
+        const answer = await runHook("UserPromptSubmit", { session_id: input.sessionID, cwd: cwdOf(input.sessionID),
+                                                           prompt });
         recalled.set(input.sessionID, contextOf(answer));
       } catch (_) { /* fail open */ }
     },
@@ -128,7 +136,7 @@ export const SessionmemPlugin = async ({ directory }) => {
       try {
         const exit = output?.metadata?.exit;
         const answer = await runHook("PostToolUse", {
-          session_id: input.sessionID, cwd, tool_name: input.tool, tool_input: input.args ?? {},
+          session_id: input.sessionID, cwd: cwdOf(input.sessionID), tool_name: input.tool, tool_input: input.args ?? {},
           tool_response: typeof output?.output === "string" ? output.output : "", tool_use_id: input.callID,
           ...(typeof exit === "number" ? { exit_code: exit } : {}),
         });
