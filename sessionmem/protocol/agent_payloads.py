@@ -260,8 +260,7 @@ def opencode_tool_use(payload: dict[str, Any]) -> list[dict[str, Any]]:
     event: dict[str, Any] = {**payload, "hook_event_name": "PostToolUse"}
     event.pop("exit_code", None)
     if isinstance(name, str) and name in _OPENCODE_PATCH_TOOLS and isinstance(tool_input, dict):
-        text = tool_input.get("patchText") if isinstance(tool_input.get("patchText"), str) else _patch_text(tool_input)
-        edits = patch_edits(text, cwd or "")
+        edits = patch_edits(text_of(tool_input.get("patchText")) or _patch_text(tool_input), cwd or "")
         return _edit_events(event, edits) if edits else [event]
     if isinstance(name, str) and name in _OPENCODE_TOOLS and isinstance(tool_input, dict):
         claude_name, fields = _OPENCODE_TOOLS[name]
