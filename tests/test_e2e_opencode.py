@@ -74,6 +74,7 @@ class Conversation:
         if "divide bug" in prompt:
             calc = str(self.project / "calc.py")
             return [
+                tool_call("read", {"filePath": str(self.project / "README.md")}),  # there is none: it fails
                 tool_call("read", {"filePath": calc}),  # OpenCode edits only a file read first
                 tool_call("edit", {"filePath": calc, "oldString": "    return a / b",
                                    "newString": "    if b == 0:\n        raise ZeroDivisionError('b is 0')\n"
@@ -157,7 +158,8 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenCodeHarnes
 
 @pytest.fixture(scope="module")
 def session_one(harness: OpenCodeHarness) -> dict[str, Any]:
-    """The divide bug fixed in four tool uses (a read, an edit, a failing command, a new file), captured."""
+    """The divide bug fixed in five tool uses (a read that fails, a read, an edit, a failing command, a new
+    file), captured."""
     session_id, reply = harness.opencode("Fix the divide bug in calc.py <private>secret</private>")
     assert reply == "Done: divide() rejects zero."
     worker = harness.started_worker()
@@ -184,7 +186,7 @@ def summaries(worker: WorkerProcess, session_id: str) -> list[dict[str, Any]]:
 def test_an_opencode_session_is_captured_prompt_tools_and_turn(harness: OpenCodeHarness,
                                                               session_one: dict[str, Any]) -> None:
     worker, session_id = session_one["worker"], session_one["session_id"]
-    worker.wait_until(lambda: len(observations(worker, session_id)) == 4 and summaries(worker, session_id),
+    worker.wait_until(lambda: len(observations(worker, session_id)) == 5 and summaries(worker, session_id),
                       timeout=30)
     session = _session(worker, session_id)
     assert session["project"] == "calcproj" and session["promptCounter"] == 1
@@ -192,11 +194,14 @@ def test_an_opencode_session_is_captured_prompt_tools_and_turn(harness: OpenCode
     assert session["agent"] == OPENCODE
 
     rows = observations(worker, session_id)
-    assert [r["toolName"] for r in rows] == ["Read", "Edit", "Bash", "Write"]
-    assert {r.get("agent", OPENCODE) for r in rows} == {OPENCODE}
-    _, edit, bash, write = rows
-    assert bash["failed"] is True  # the command exited 1
-    assert not edit["failed"] and not write["failed"]
+    assert sorted(r["toolName"] for r in rows) == ["Bash", "Edit", "Read", "Read", "Write"]
+    assert {r["agent"] for r in rows} == {OPENCODE}
+    by_tool = {(r["toolName"], r["failed"]): r for r in rows}
+    missing, edit, bash, write = (by_tool[("Read", True)], by_tool[("Edit", False)], by_tool[("Bash", True)],
+                                  by_tool[("Write", False)])
+    assert ("Read", False) in by_tool
+    # The read that threw (no tool.execute.after), from its part's update; the command that exited 1.
+    assert "README.md" in json.dumps(worker.get(f"/api/observations/{missing['id']}"))
     assert str(harness.project / "calc.py") in json.dumps(worker.get(f"/api/observations/{edit['id']}"))
     # A relative path, made absolute.
     assert str(harness.project / "NOTES.md") in json.dumps(worker.get(f"/api/observations/{write['id']}"))

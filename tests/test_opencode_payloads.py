@@ -51,6 +51,13 @@ def test_a_command_is_bash_and_a_non_zero_exit_a_failure() -> None:
     assert failed["hook_event_name"] == "PostToolUseFailure" and failed["error"] == "Exit code 1\nboom\n"
 
 
+def test_a_tool_that_threw_is_a_failure_with_its_error() -> None:
+    [failed] = contract_payloads(OPENCODE, "PostToolUse", tool_use("read", {"filePath": "gone.txt"},
+                                                                   error="File not found: gone.txt"))
+    assert failed["hook_event_name"] == "PostToolUseFailure" and failed["error"] == "File not found: gone.txt"
+    assert failed["tool_name"] == "Read" and failed["tool_input"] == {"file_path": f"{CWD}/gone.txt"}
+
+
 def test_a_patch_is_one_write_or_edit_per_file() -> None:
     events = contract_payloads(OPENCODE, "PostToolUse", tool_use("apply_patch", {"patchText": PATCH}, "Success"))
     assert [(e["tool_name"], e["tool_input"]["file_path"]) for e in events] == [

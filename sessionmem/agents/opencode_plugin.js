@@ -8,7 +8,9 @@
 //   (experimental.chat.system.transform), every request of the session.
 // - chat.message: UserPromptSubmit (the prompt's text); memory recalled for it joins the system prompt.
 // - tool.execute.after: PostToolUse (OpenCode's tool, its arguments, its output, a command's exit code); past
-//   work on the file it touched is appended to the tool's output, which the model reads next.
+//   work on the file it touched is appended to the tool's output, which the model reads next. A tool that
+//   fails with an error fires no tool.execute.after: its part's update (status "error") is sent instead,
+//   with that error.
 // - session.idle: Stop, with the turn's last prompt and reply.
 // - experimental.session.compacting: PreCompact, with the same; session.compacted: SessionStart with
 //   source "compact", whose context (the checkpoint first) replaces the session's.
@@ -99,6 +101,14 @@ export const SessionmemPlugin = async ({ directory }) => {
         } else if (event.type === "message.part.updated" && props.part?.type === "text"
                    && replyMessages.has(props.part.messageID) && props.part.text) {
           lastReply.set(props.part.sessionID, props.part.text);
+        } else if (event.type === "message.part.updated" && props.part?.type === "tool"
+                   && props.part.state?.status === "error") {
+          const part = props.part;
+          await runHook("PostToolUse", {
+            session_id: part.sessionID, cwd: cwdOf(part.sessionID), tool_name: part.tool,
+            tool_input: part.state.input ?? {}, tool_response: "", tool_use_id: part.callID,
+            error: typeof part.state.error === "string" ? part.state.error : "failed",
+          });
         } else if (event.type === "session.idle" && sessionID && lastPrompt.has(sessionID)) {
           await runHook("Stop", turn(sessionID));
         } else if (event.type === "session.compacted" && sessionID) {

@@ -19,8 +19,8 @@ needs beyond it:
   OpenCode's plugin (``sessionmem/agents/opencode_plugin.js``) sends the contract's stages with
   OpenCode's tools (:func:`opencode_tool_use`): ``bash`` a ``Bash``, ``edit`` an ``Edit``, ``write`` a
   ``Write``, ``read`` a ``Read`` (``filePath`` as an absolute ``file_path``, camelCase fields as Claude
-  Code's), ``apply_patch`` a ``Write`` or ``Edit`` per file as Codex's; a command that exits non-zero
-  is a ``PostToolUseFailure``; sessionmem's own MCP tools (``sessionmem_search``...) get Claude Code's
+  Code's), ``apply_patch`` a ``Write`` or ``Edit`` per file as Codex's; a command that exits non-zero,
+  or a tool that failed with an ``error``, is a ``PostToolUseFailure``; sessionmem's own MCP tools (``sessionmem_search``...) get Claude Code's
   names, so their use is not recorded.
 - :func:`runs_another_agents_hook`: whether a hook installed for one agent was run by another
   (Codex can import Claude Code's hooks, the Gemini CLI migrate them): such a run sends nothing,
@@ -253,7 +253,8 @@ def gemini_tool_use(payload: dict[str, Any]) -> dict[str, Any]:
 def opencode_tool_use(payload: dict[str, Any]) -> list[dict[str, Any]]:
     """A PostToolUse payload of OpenCode's plugin as the contract's tool uses: Claude Code's tool name and input
     fields (``filePath`` made an absolute ``file_path``), one ``Write`` or ``Edit`` a file for a patch, and, for a
-    command whose ``exit_code`` is not 0, ``PostToolUseFailure`` with Claude Code's error text."""
+    tool that failed with an ``error`` (the plugin sends it), or a command whose ``exit_code`` is not 0,
+    ``PostToolUseFailure`` with Claude Code's error text."""
     name = payload.get("tool_name")
     tool_input = payload.get("tool_input")
     cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else ""
@@ -271,7 +272,9 @@ def opencode_tool_use(payload: dict[str, Any]) -> list[dict[str, Any]]:
     elif isinstance(name, str) and name.startswith("sessionmem_"):  # our own MCP tools: their use is not recorded
         event["tool_name"] = f"mcp__sessionmem__{name[len('sessionmem_'):]}"
     code = payload.get("exit_code")
-    if event.get("tool_name") == "Bash" and isinstance(code, int) and not isinstance(code, bool) and code != 0:
+    if text_of(payload.get("error")):  # a tool that threw: the plugin sends its error
+        event["hook_event_name"] = "PostToolUseFailure"
+    elif event.get("tool_name") == "Bash" and isinstance(code, int) and not isinstance(code, bool) and code != 0:
         output = text_of(payload.get("tool_response"))
         event["hook_event_name"], event["error"] = "PostToolUseFailure", f"Exit code {code}\n{output}"
     return [event]
