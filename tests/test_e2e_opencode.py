@@ -200,6 +200,8 @@ def test_an_opencode_session_is_captured_prompt_tools_and_turn(harness: OpenCode
     missing, edit, bash, write = (by_tool[("Read", True)], by_tool[("Edit", False)], by_tool[("Bash", True)],
                                   by_tool[("Write", False)])
     assert ("Read", False) in by_tool
+    failure = worker.get(f"/api/observations/{bash['id']}")
+    assert failure["type"] == "failure" and "exit status 1" in failure["facts"]  # the command exited 1
     # The read that threw (no tool.execute.after), from its part's update; the command that exited 1.
     assert "README.md" in json.dumps(worker.get(f"/api/observations/{missing['id']}"))
     assert str(harness.project / "calc.py") in json.dumps(worker.get(f"/api/observations/{edit['id']}"))
