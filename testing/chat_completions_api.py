@@ -14,8 +14,8 @@ reply until :meth:`ScriptedChatCompletionsAPI.resume`. Every request is recorded
 
 A coding agent is served too (OpenCode, through its ``@ai-sdk/openai-compatible`` provider):
 ``responder`` chooses the assistant's message from the request body (``{"content": ...}`` and/or
-``"tool_calls"``: :func:`tool_call` builds one), and a request with ``"stream": true`` is answered
-as Server-Sent Events (the message as ``chat.completion.chunk`` deltas, then ``[DONE]``).
+``"tool_calls"``: :func:`tool_call` builds one; ``"prompt_tokens"``: the count to report, as a context
+about to overflow would), and a request with ``"stream": true`` is answered as Server-Sent Events (the message as ``chat.completion.chunk`` deltas, then ``[DONE]``).
 
 Resource handling:
     Runs a ``ThreadingHTTPServer`` on 127.0.0.1 in a daemon thread; use it as a context
@@ -102,10 +102,10 @@ class ScriptedChatCompletionsAPI(ScriptedServer):
                 elif action.text is not None:
                     message = {"content": action.text}
                 elif api.responder is not None:
-                    message = api.responder(body)
+                    message = dict(api.responder(body))
                 else:
                     message = {"content": completion_text(body)}
-                tokens_in = max(1, len(raw) // 4)
+                tokens_in = message.pop("prompt_tokens", None) or max(1, len(raw) // 4)
                 tokens_out = max(1, len(message.get("content") or json.dumps(message)) // 4)
                 completion: dict[str, Any] = {
                     "id": f"chatcmpl-{uuid.uuid4().hex}",

@@ -41,7 +41,9 @@ def user_config(base_url: str) -> dict[str, Any]:
         "$schema": "https://opencode.ai/config.json",
         "provider": {"scripted": {"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
                                   "options": {"baseURL": base_url, "apiKey": "scripted-key"},
-                                  "models": {"scripted-model": {"name": "Scripted"}}}},
+                                  # A context window, so OpenCode compacts a session that overflows it.
+                                  "models": {"scripted-model": {"name": "Scripted",
+                                                                "limit": {"context": 100_000, "output": 4_000}}}}},
         "model": MODEL, "autoupdate": False, "share": "disabled",
     }
 
@@ -71,6 +73,7 @@ class Conversation:
         self.project = project
 
     def steps(self, prompt: str, tools: list[str]) -> list[dict[str, Any]]:
+        """The tool calls of the turn (or whole messages, with ``tool_calls``), one a model request."""
         if "divide bug" in prompt:
             calc = str(self.project / "calc.py")
             return [
@@ -83,6 +86,10 @@ class Conversation:
                                    "description": "Check the new error"}),
                 tool_call("write", {"filePath": "NOTES.md", "content": "divide() now rejects b == 0\n"}),
             ]
+        if "then compact" in prompt:
+            # The context reported all but full after this step: OpenCode compacts the session, then continues.
+            return [{"content": "Checking the divide fix first.", "prompt_tokens": 99_000,
+                     "tool_calls": [tool_call("bash", {"command": "echo divide-checked", "description": "Check"})]}]
         if "search the memory" in prompt and "sessionmem_search" in tools:
             return [tool_call("sessionmem_search", {"query": "divide"})]
         return []
@@ -94,7 +101,8 @@ class Conversation:
         prompt, done = turn(body)
         steps = self.steps(prompt, tools)
         if done < len(steps):
-            return {"content": None, "tool_calls": [steps[done]]}
+            step = steps[done]
+            return step if "tool_calls" in step else {"content": None, "tool_calls": [step]}
         return {"content": "Done: divide() rejects zero." if steps else "We fixed divide() last time."}
 
 
@@ -244,3 +252,22 @@ def test_the_mcp_server_answers_a_search_through_opencode(harness: OpenCodeHarne
     worker.wait_idle()
     # sessionmem's own tools are not remembered: the search is not an observation of this session.
     assert observations(worker, session_id) == []
+
+
+def test_after_a_compaction_the_session_s_checkpoint_is_handed_back(harness: OpenCodeHarness,
+                                                                    session_one: dict[str, Any]) -> None:
+    first_request = len(harness.completions.requests)
+    session_id, _ = harness.opencode("Check the divide fix then compact")
+    bodies = [r.body for r in harness.completions.requests[first_request:]]
+    # OpenCode's compaction: a request without tools that hands the model the conversation to summarize.
+    compactions = [i for i, body in enumerate(bodies) if not body.get("tools") and "<conversation>" in turn(body)[0]]
+    assert compactions, "OpenCode did not compact (the test proves nothing then)"
+    checkpoint = "This session so far (from before its conversation was compacted"
+    before = [system_text(body) for body in bodies[:compactions[0]] if body.get("tools")]
+    after = [system_text(body) for body in bodies[compactions[0] + 1:] if body.get("tools")]
+    assert before and not any(checkpoint in text for text in before)
+    # SessionStart with source "compact": the session's own checkpoint first, in the system prompt.
+    assert after and checkpoint in after[0], after
+    worker = harness.started_worker()
+    worker.wait_idle()
+    assert _session(worker, session_id)["agent"] == OPENCODE
