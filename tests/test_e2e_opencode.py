@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from sessionmem.testing.worker_process import WorkerProcess
 
 from .conftest import data_dir_contains
 from .test_e2e_claude_code import Harness
+from .test_e2e_gemini import GeminiHarness, _session, observations
 
 # One OpenCode at a time, and the module's harness set up once (`make test` runs in parallel).
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("opencode")]
@@ -127,9 +127,7 @@ class OpenCodeHarness(Harness):
         env.update(extra)
         return env
 
-    def sessionmem(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "sessionmem", *args], env=self.env(), capture_output=True,
-                              text=True, timeout=60, cwd=self.project)
+    sessionmem = GeminiHarness.sessionmem  # `sessionmem ARGS` with this harness's environment
 
     def opencode(self, prompt: str) -> tuple[str, str]:
         """One headless session; returns its id and the reply's text."""
@@ -161,7 +159,7 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenCodeHarnes
         try:
             yield h
         finally:
-            h.stop_workers()  # no leaked side processes
+            h.stop_workers()  # every worker the plugin's hooks started: none outlives the test
 
 
 @pytest.fixture(scope="module")
@@ -173,18 +171,6 @@ def session_one(harness: OpenCodeHarness) -> dict[str, Any]:
     worker = harness.started_worker()
     worker.wait_idle()
     return {"session_id": session_id, "worker": worker}
-
-
-def _session(worker: WorkerProcess, session_id: str) -> dict[str, Any]:
-    sessions = {s["claudeSessionId"]: s for s in worker.get("/api/sessions")["sessions"]}
-    assert session_id in sessions, f"session {session_id} not stored: {sorted(sessions)}"
-    session: dict[str, Any] = sessions[session_id]
-    return session
-
-
-def observations(worker: WorkerProcess, session_id: str) -> list[dict[str, Any]]:
-    rows = worker.get("/api/observations?limit=200&project=calcproj")["observations"]
-    return sorted((r for r in rows if r["claudeSessionId"] == session_id), key=lambda r: r["id"])
 
 
 def summaries(worker: WorkerProcess, session_id: str) -> list[dict[str, Any]]:

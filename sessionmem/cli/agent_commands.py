@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from sessionmem.protocol import routes
 from sessionmem.protocol.agents import CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE
@@ -100,12 +101,7 @@ def _install_gemini(args: argparse.Namespace) -> int:
     print(f"sessionmem: Gemini CLI hooks installed in {found.settings_file}"
           + (f" (backup: {found.backup})" if found.backup else ""))
     if args.mcp:
-        if found.foreign_mcp:
-            print(f"sessionmem: {found.settings_file} already has an MCP server named `{routes.MCP_SERVER_NAME}` "
-                  f"that is not sessionmem's; left as it is", file=sys.stderr)
-        elif found.mcp is not None:
-            print(f"sessionmem: MCP server `{routes.MCP_SERVER_NAME}` (search, timeline, get_observations) "
-                  f"registered in {found.settings_file}")
+        _say_mcp(found.settings_file, foreign=found.foreign_mcp, registered=found.mcp is not None)
     if found.hooks_disabled:
         print(f"sessionmem: the Gemini CLI runs no hook while hooksConfig.enabled is false in "
               f"{found.settings_file}: set it to true", file=sys.stderr)
@@ -119,32 +115,32 @@ def _install_gemini(args: argparse.Namespace) -> int:
 
 
 def _install_opencode(args: argparse.Namespace) -> int:
-    from sessionmem.agents.opencode import install_opencode
+    from sessionmem.agents.opencode import install_opencode, mcp_server_entry
 
     found = install_opencode(mcp=args.mcp)
     print(f"sessionmem: OpenCode plugin installed in {found.plugin_file}"
           + (f" (backup: {found.backup})" if found.backup else ""))
     if args.mcp:
-        if found.foreign_mcp:
-            print(f"sessionmem: {found.config_file} already has an MCP server named `{routes.MCP_SERVER_NAME}` "
-                  f"that is not sessionmem's; left as it is", file=sys.stderr)
-        elif found.jsonc_only:
+        if found.jsonc_only:
             print(f"sessionmem: OpenCode's configuration is {found.config_file.with_suffix('.jsonc')}, left as it is: "
                   f"add the MCP server yourself: \"mcp\": {{\"{routes.MCP_SERVER_NAME}\": "
-                  f"{json.dumps(mcp_entry())}}}", file=sys.stderr)
-        elif found.mcp is not None:
-            print(f"sessionmem: MCP server `{routes.MCP_SERVER_NAME}` (search, timeline, get_observations) "
-                  f"registered in {found.config_file}")
+                  f"{json.dumps(mcp_server_entry())}}}", file=sys.stderr)
+        else:
+            _say_mcp(found.config_file, foreign=found.foreign_mcp, registered=found.mcp is not None)
         if found.foreign_mcp or found.jsonc_only:
             return 1
     print("sessionmem: the next OpenCode session starts the worker and records its work")
     return 0
 
 
-def mcp_entry() -> dict[str, object]:
-    from sessionmem.agents.opencode import mcp_server_entry
-
-    return mcp_server_entry()
+def _say_mcp(config_file: Path, *, foreign: bool, registered: bool) -> None:
+    """What install did with the MCP server in an agent's ``config_file`` (one that keeps servers by name)."""
+    if foreign:
+        print(f"sessionmem: {config_file} already has an MCP server named `{routes.MCP_SERVER_NAME}` "
+              f"that is not sessionmem's; left as it is", file=sys.stderr)
+    elif registered:
+        print(f"sessionmem: MCP server `{routes.MCP_SERVER_NAME}` (search, timeline, get_observations) "
+              f"registered in {config_file}")
 
 
 def cmd_uninstall(args: argparse.Namespace) -> int:

@@ -215,6 +215,16 @@ def _shell_failure(text: str) -> str:
     return f"Exit code {int(digits)}\n{output[len('Output: '):] if output.startswith('Output: ') else output}"
 
 
+def claude_tool(mapping: tuple[str, dict[str, str]], tool_input: dict[str, Any], cwd: str) -> tuple[str, dict[str, Any]]:
+    """Another agent's tool input as Claude Code's tool (``mapping``: its name, and the input fields renamed), a
+    relative ``file_path`` made absolute with ``cwd``."""
+    claude_name, fields = mapping
+    converted = {fields.get(key, key): value for key, value in tool_input.items()}
+    if isinstance(converted.get("file_path"), str):
+        converted["file_path"] = _absolute(converted["file_path"], cwd)
+    return claude_name, converted
+
+
 def gemini_tool_use(payload: dict[str, Any]) -> dict[str, Any]:
     """An ``AfterTool`` payload as the contract's tool use: Claude Code's tool name and input fields (a relative
     ``file_path`` made absolute with ``cwd``), the text the model saw as ``tool_response``, and, when the tool
@@ -225,11 +235,7 @@ def gemini_tool_use(payload: dict[str, Any]) -> dict[str, Any]:
     cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else ""
     event: dict[str, Any] = {**payload, "hook_event_name": "PostToolUse"}
     if isinstance(name, str) and name in _GEMINI_TOOLS and isinstance(tool_input, dict):
-        claude_name, fields = _GEMINI_TOOLS[name]
-        converted = {fields.get(key, key): value for key, value in tool_input.items()}
-        if isinstance(converted.get("file_path"), str):
-            converted["file_path"] = _absolute(converted["file_path"], cwd or "")
-        event["tool_name"], event["tool_input"] = claude_name, converted
+        event["tool_name"], event["tool_input"] = claude_tool(_GEMINI_TOOLS[name], tool_input, cwd or "")
     elif isinstance(name, str) and name.startswith("mcp_"):
         server, _, tool = name[len("mcp_"):].partition("_")
         if tool and server == "sessionmem":  # Claude Code's name for our own tools: their use is not recorded
@@ -264,11 +270,7 @@ def opencode_tool_use(payload: dict[str, Any]) -> list[dict[str, Any]]:
         edits = patch_edits(text_of(tool_input.get("patchText")) or _patch_text(tool_input), cwd or "")
         return _edit_events(event, edits) if edits else [event]
     if isinstance(name, str) and name in _OPENCODE_TOOLS and isinstance(tool_input, dict):
-        claude_name, fields = _OPENCODE_TOOLS[name]
-        converted = {fields.get(key, key): value for key, value in tool_input.items()}
-        if isinstance(converted.get("file_path"), str):
-            converted["file_path"] = _absolute(converted["file_path"], cwd or "")
-        event["tool_name"], event["tool_input"] = claude_name, converted
+        event["tool_name"], event["tool_input"] = claude_tool(_OPENCODE_TOOLS[name], tool_input, cwd or "")
     elif isinstance(name, str) and name.startswith("sessionmem_"):  # our own MCP tools: their use is not recorded
         event["tool_name"] = f"mcp__sessionmem__{name[len('sessionmem_'):]}"
     code = payload.get("exit_code")
