@@ -22,9 +22,9 @@ from sessionmem.protocol.agents import OPENCODE
 from sessionmem.testing.chat_completions_api import Message, ScriptedChatCompletionsAPI, tool_call
 from sessionmem.testing.worker_process import WorkerProcess
 
-from .conftest import data_dir_contains
+from .conftest import data_dir_contains, session_observations, stored_session
 from .test_e2e_claude_code import Harness
-from .test_e2e_gemini import GeminiHarness, _session, observations
+from .test_e2e_gemini import GeminiHarness
 
 # One OpenCode at a time, and the module's harness set up once (`make test` runs in parallel).
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("opencode")]
@@ -180,14 +180,14 @@ def summaries(worker: WorkerProcess, session_id: str) -> list[dict[str, Any]]:
 def test_an_opencode_session_is_captured_prompt_tools_and_turn(harness: OpenCodeHarness,
                                                               session_one: dict[str, Any]) -> None:
     worker, session_id = session_one["worker"], session_one["session_id"]
-    worker.wait_until(lambda: len(observations(worker, session_id)) == 5 and summaries(worker, session_id),
+    worker.wait_until(lambda: len(session_observations(worker, session_id)) == 5 and summaries(worker, session_id),
                       timeout=30)
-    session = _session(worker, session_id)
+    session = stored_session(worker, session_id)
     assert session["project"] == "calcproj" and session["promptCounter"] == 1
     assert session["firstPrompt"] == "Fix the divide bug in calc.py"
     assert session["agent"] == OPENCODE
 
-    rows = observations(worker, session_id)
+    rows = session_observations(worker, session_id)
     assert sorted(r["toolName"] for r in rows) == ["Bash", "Edit", "Read", "Read", "Write"]
     assert {r["agent"] for r in rows} == {OPENCODE}
     by_tool = {(r["toolName"], r["failed"]): r for r in rows}
@@ -237,7 +237,7 @@ def test_the_mcp_server_answers_a_search_through_opencode(harness: OpenCodeHarne
     worker = harness.started_worker()
     worker.wait_idle()
     # sessionmem's own tools are not remembered: the search is not an observation of this session.
-    assert observations(worker, session_id) == []
+    assert session_observations(worker, session_id) == []
 
 
 def test_after_a_compaction_the_session_s_checkpoint_is_handed_back(harness: OpenCodeHarness,
@@ -256,4 +256,4 @@ def test_after_a_compaction_the_session_s_checkpoint_is_handed_back(harness: Ope
     assert after and checkpoint in after[0], after
     worker = harness.started_worker()
     worker.wait_idle()
-    assert _session(worker, session_id)["agent"] == OPENCODE
+    assert stored_session(worker, session_id)["agent"] == OPENCODE
