@@ -1,4 +1,4 @@
-"""Time each agent's tool-use hook side by side: Claude Code, the Codex CLI and the Gemini CLI, interleaved.
+"""Time each agent's tool-use hook side by side: Claude Code, the Codex CLI, the Gemini CLI and OpenCode, interleaved.
 
     python bench/agent_hooks.py [--runs N]
 
@@ -10,12 +10,14 @@ machine slows all alike:
 - Claude Code ``PostToolUse`` (tests/fixtures/payloads-2.1.328.jsonl, a Bash call);
 - Codex ``PostToolUse`` of a shell command and of an ``apply_patch`` (tests/fixtures/codex/hooks);
 - the Gemini CLI's ``AfterTool`` of a shell command and of a ``replace`` (tests/fixtures/gemini/hooks);
+- OpenCode's ``PostToolUse`` of a ``bash`` command and of an ``edit``, as sessionmem's plugin sends them
+  (tests/fixtures/opencode/hooks);
 - a bare ``python -S -c pass``, the floor.
 
 Every run is a new tool use of one session per kind (a fresh id), so each is stored. Prints the
 median and p95 wall time of each and its median's ratio to Claude Code's. What the agent adds
 around the hook is not in it: Codex starts each hook through ``$SHELL -lc`` (the user's login
-shell and profile), the Gemini CLI through its own spawn.
+shell and profile), the Gemini CLI through its own spawn, OpenCode's plugin through Node's ``spawn``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hook_ab import run, summary  # noqa: E402
 
+from sessionmem.protocol.agents import AGENTS  # noqa: E402
 from sessionmem.testing.worker_process import start_worker  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures"
@@ -60,6 +63,10 @@ KINDS = {
         (FIXTURES / "gemini/hooks/AfterTool-run_shell_command.json").read_text()), "timestamp"),
     "gemini-cli AfterTool (replace)": (["AfterTool", "gemini-cli"], lambda: json.loads(
         (FIXTURES / "gemini/hooks/AfterTool-replace.json").read_text()), "timestamp"),
+    "opencode PostToolUse (bash)": (["PostToolUse", "opencode"], lambda: json.loads(
+        (FIXTURES / "opencode/hooks/PostToolUse-bash.json").read_text()), "tool_use_id"),
+    "opencode PostToolUse (edit)": (["PostToolUse", "opencode"], lambda: json.loads(
+        (FIXTURES / "opencode/hooks/PostToolUse-edit.json").read_text()), "tool_use_id"),
 }
 
 
@@ -83,7 +90,7 @@ def main() -> None:
                 floor.append(run([sys.executable, "-S", "-c", "pass"], b"", env))
             worker.wait_idle()
             stored = {agent: sum(s["observations"] for s in worker.get(f"/api/sessions?agent={agent}")["sessions"])
-                      for agent in ("claude-code", "codex", "gemini-cli")}
+                      for agent in AGENTS}
         finally:
             worker.stop()
     base = statistics.median(times["claude-code PostToolUse (Bash)"])

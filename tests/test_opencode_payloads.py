@@ -3,6 +3,8 @@ them over, verified with the pinned OpenCode in tests/test_e2e_opencode.py) in t
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from sessionmem.protocol.agent_payloads import agent_output, contract_payloads, contract_stage, runs_another_agents_hook
@@ -88,3 +90,29 @@ def test_the_plugin_s_other_stages_are_the_contract_s_and_its_output_claude_code
     assert agent_output(OPENCODE, "SessionStart", "<memory>", "loaded") == {
         "hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": "<memory>"},
         "systemMessage": "loaded"}
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "opencode" / "hooks"
+
+
+def recorded(name: str) -> dict[str, Any]:
+    payload: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
+    return payload
+
+
+def test_the_recorded_session_s_tool_uses_in_the_contract() -> None:
+    calc = "/home/user/calcproj/calc.py"
+    events = [event for name in ("PostToolUse-read-failed", "PostToolUse-read", "PostToolUse-edit",
+                                 "PostToolUse-bash", "PostToolUse-write")
+              for event in contract_payloads(OPENCODE, "PostToolUse", recorded(name))]
+    assert [(e["hook_event_name"], e["tool_name"]) for e in events] == [
+        ("PostToolUseFailure", "Read"), ("PostToolUse", "Read"), ("PostToolUse", "Edit"),
+        ("PostToolUseFailure", "Bash"), ("PostToolUse", "Write")]
+    assert events[0]["error"] == "File not found: /home/user/calcproj/README.md"
+    assert events[2]["tool_input"] == {"file_path": calc, "old_string": "    return a / b",
+                                       "new_string": "    if b == 0:\n        raise ZeroDivisionError('b is 0')\n"
+                                                     "    return a / b"}
+    assert events[3]["error"].startswith("Exit code 1\nTraceback")
+    assert events[4]["tool_input"]["file_path"] == "/home/user/calcproj/NOTES.md"  # relative, made absolute
+    for name in ("SessionStart", "UserPromptSubmit", "Stop"):
+        assert contract_payloads(OPENCODE, name, recorded(name)) == [recorded(name)]
