@@ -64,7 +64,7 @@ def _install_claude_code(args: argparse.Namespace) -> None:
 
 
 def _install_codex(args: argparse.Namespace) -> int:
-    from sessionmem.agents.codex import find_codex, install_codex
+    from sessionmem.agents.codex import codex_home, find_codex, install_codex
 
     codex = find_codex(getattr(args, "codex", None))
     found = install_codex(codex, trust=getattr(args, "trust", True), mcp=args.mcp)
@@ -83,11 +83,7 @@ def _install_codex(args: argparse.Namespace) -> int:
         print(f"sessionmem: Codex trusts the {len(found.trusted)} sessionmem hooks (their definitions as written; "
               f"a changed one needs trusting again: run this command again)")
     if args.mcp:
-        if found.foreign_mcp:
-            print(f"sessionmem: Codex already has an MCP server named `{routes.MCP_SERVER_NAME}` that is not "
-                  f"sessionmem's; left as it is", file=sys.stderr)
-        elif found.mcp is not None:
-            print(f"sessionmem: MCP server `{routes.MCP_SERVER_NAME}` registered in Codex's config.toml")
+        _say_mcp(codex_home() / "config.toml", foreign=found.foreign_mcp, registered=found.mcp is not None)
     if found.untrusted or found.foreign_mcp:
         return 1
     print("sessionmem: the next Codex session starts the worker and records its work")
