@@ -79,12 +79,18 @@ def record(root: Path) -> Path:
            if not k.startswith(("SESSIONMEM_", "ANTHROPIC_", "CLAUDE", "GEMINI_", "GOOGLE_", "GITHUB_SHA"))}
     with ScriptedGeminiAPI(responder=scripted_model) as api:
         env.update(HOME=str(root), GEMINI_API_KEY="scripted-key", GOOGLE_GEMINI_BASE_URL=api.url, NO_COLOR="1")
-        for prompt, extra in ((FIRST_PROMPT, ()), (SECOND_PROMPT, ("--resume", "latest"))):
-            subprocess.run([str(GEMINI), "-p", prompt, "--yolo", "-m", MODEL, "--output-format", "json", *extra],
-                           cwd=project, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
-                           stdin=subprocess.DEVNULL, check=True)
-    [chat] = sorted((settings / "tmp").glob("*/chats/session-*.jsonl"))
-    return chat
+        session_id = ""
+        for prompt in (FIRST_PROMPT, SECOND_PROMPT):
+            # The first session's id, not `latest`: the CLI may not list a session it has just written yet.
+            extra = ("--resume", session_id) if session_id else ()
+            run = subprocess.run([str(GEMINI), "-p", prompt, "--yolo", "-m", MODEL, "--output-format", "json", *extra],
+                                 cwd=project, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                                 stdin=subprocess.DEVNULL, check=True)
+            session_id = session_id or json.loads(run.stdout)["session_id"]
+    # The chat file is named after the session: session-<time>-<the id's first eight characters>.jsonl.
+    chats = sorted((settings / "tmp").glob(f"*/chats/session-*-{session_id[:8]}.jsonl"))
+    assert len(chats) == 1, f"expected one chat file of session {session_id}: {chats}"
+    return chats[0]
 
 
 def write_fixture(chat: Path, home: Path, folder: Path) -> Path:
