@@ -7,7 +7,8 @@
   ``sessionmem.protocol.routes``) and every field of the ``/debug`` snapshot;
 - ``docs/architecture.md``'s layout table names every Python module of the source tree in the
   row of its folder;
-- every relative link of ``README.md`` and ``docs/*.md`` leads to a file that exists.
+- every relative link of ``README.md``, ``docs/*.md`` and ``bench/**/*.md`` leads to a file that exists,
+  and a link to a heading (``page.md#heading``, ``#heading``) to a heading that page has.
 
 Each check fails with a message that names what is missing, and where it belongs.
 """
@@ -200,29 +201,64 @@ def test_every_module_is_in_the_layout_table() -> None:
     assert not problems, "docs/architecture.md, the layout table:\n  " + "\n  ".join(problems)
 
 
-# -- links -------------------------------------------------------------------------------------
+# -- links ------------------------------------------------------------------------------------
 
-PAGES = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted(DOCS.glob("*.md")), *sorted(REPO.glob("bench/**/*.md"))]
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+
+
+def heading_anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives ``page``'s headings (and any ``<a id=...>``), outside code fences.
+
+    GitHub's rule: the heading's text (a link's text, a code span's content) in lower case, every
+    character that is not a letter, a digit, ``_``, ``-`` or a space dropped, spaces made ``-``;
+    a repeated anchor gets ``-1``, ``-2``... in order."""
+    anchors: set[str] = set()
+    fence: str | None = None
+    text = page.read_text(encoding="utf-8")
+    for line in text.splitlines():
+        mark = _FENCE.match(line)
+        if mark:
+            if fence is None:
+                fence = mark.group(1)
+            elif mark.group(1)[0] == fence[0] and len(mark.group(1)) >= len(fence):
+                fence = None
+            continue
+        heading = _HEADING.match(line) if fence is None else None
+        if heading is None:
+            continue
+        title = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading.group(2))  # [text](target) -> text
+        slug = re.sub(r"[^\w\- ]", "", title.replace("`", "").lower()).replace(" ", "-")
+        anchor, repeat = slug, 0
+        while anchor in anchors:
+            repeat += 1
+            anchor = f"{slug}-{repeat}"
+        anchors.add(anchor)
+    anchors.update(re.findall(r"<a\s+(?:id|name)=\"([^\"]+)\"", text))
+    return anchors
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.relative_to(REPO).as_posix())
-def test_every_relative_link_leads_to_a_file(page: Path) -> None:
+def test_every_relative_link_leads_to_a_file_and_heading(page: Path) -> None:
     text = page.read_text(encoding="utf-8")
     targets = re.findall(r"\]\(([^)\s]+)\)", text)  # [text](target) and ![alt](target)
     broken = []
     for target in targets:
-        if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
-            continue  # a URL, or a heading of the same page
-        path = target.split("#", 1)[0]
-        if not (page.parent / path).exists():
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):
+            continue  # a URL
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path) if path else page
+        if not linked.exists():
             broken.append(target)
-    assert not broken, f"{page.relative_to(REPO)} links to files that do not exist: {broken}"
+        elif anchor and linked.suffix == ".md" and anchor not in heading_anchors(linked):
+            broken.append(f"{target} (no such heading)")
+    assert not broken, f"{page.relative_to(REPO)} links to files or headings that do not exist: {broken}"
 
 
 # -- rendering ---------------------------------------------------------------------------------
 
 EVERY_PAGE = sorted({*PAGES, *REPO.glob("bench/**/*.md"), *REPO.glob("plugin/**/*.md")} - set(REPO.glob(".venv/**/*.md")))
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 
 
 @pytest.mark.parametrize("page", EVERY_PAGE, ids=lambda page: page.relative_to(REPO).as_posix())
