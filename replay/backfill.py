@@ -3,7 +3,8 @@
 Converts a directory of an agent's transcripts into the hook events that agent would have
 fired -- Claude Code's (default ``~/.claude/projects``, :mod:`sessionmem.replay.convert`),
 the Codex CLI's rollouts (``$CODEX_HOME/sessions``, :mod:`sessionmem.replay.codex_rollouts`),
-the Gemini CLI's chats (``~/.gemini/tmp``, :mod:`sessionmem.replay.gemini_chats`): one
+the Gemini CLI's chats (``~/.gemini/tmp``, :mod:`sessionmem.replay.gemini_chats`), OpenCode's
+database (``~/.local/share/opencode/opencode.db``, :mod:`sessionmem.replay.opencode_sessions`): one
 :class:`TranscriptReader` an agent, in :data:`READERS` -- and sends them, each naming its agent, to the worker through
 the same API and the same edge processing (privacy stripping, size bounds) as live
 capture; the worker applies the skip list. Every event carries an idempotency key
@@ -29,7 +30,7 @@ from pathlib import Path
 from threading import Lock
 from typing import Any
 
-from sessionmem.protocol.agents import CLAUDE_CODE, CODEX, DEFAULT_AGENT, GEMINI_CLI
+from sessionmem.protocol.agents import CLAUDE_CODE, CODEX, DEFAULT_AGENT, GEMINI_CLI, OPENCODE
 from sessionmem.protocol.client_settings import ClientConfig
 from sessionmem.protocol.delivery import Outcome, Patience, deliver
 from sessionmem.protocol.git_remote import RepositoryIdentity, repository_identity
@@ -38,6 +39,7 @@ from sessionmem.protocol.requests import encoded_call
 from sessionmem.replay.codex_rollouts import convert_rollouts, rollout_files
 from sessionmem.replay.convert import ConversionStats, ReplaySession, convert, transcript_files
 from sessionmem.replay.gemini_chats import chat_files, convert_chats
+from sessionmem.replay.opencode_sessions import DATABASE_GLOB, convert_sessions, database_files, default_root
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ READERS = {
     CODEX: TranscriptReader(_codex_sessions, rollout_files, convert_rollouts, "rollout-*.jsonl"),
     GEMINI_CLI: TranscriptReader(lambda: Path.home() / ".gemini" / "tmp", chat_files, convert_chats,
                                  "chats/session-*.jsonl"),
+    OPENCODE: TranscriptReader(default_root, database_files, convert_sessions, DATABASE_GLOB),
 }
 
 

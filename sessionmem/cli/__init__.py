@@ -19,7 +19,7 @@ import sys
 
 from sessionmem.cli import agent_commands, data_commands, doctor, search_commands, team_commands, worker_commands
 from sessionmem.cli.client import CommandFailed, client_config, whole_number
-from sessionmem.protocol.agents import CLAUDE_CODE, CODEX, GEMINI_CLI
+from sessionmem.protocol.agents import CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE
 from sessionmem.protocol.datadir import private_umask
 from sessionmem.settings import SettingsError
 
@@ -63,8 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     backfill = sub.add_parser("backfill", help="import past sessions from an agent's transcripts (idempotent)")
     backfill.add_argument("path", nargs="?", default=None,
                           help="a transcript or a directory of them (default: the agent's own, ~/.claude/projects, "
-                               "$CODEX_HOME/sessions, ~/.gemini/tmp)")
-    backfill.add_argument("--agent", choices=(CLAUDE_CODE, CODEX, GEMINI_CLI), default=CLAUDE_CODE,
+                               "$CODEX_HOME/sessions, ~/.gemini/tmp, ~/.local/share/opencode)")
+    backfill.add_argument("--agent", choices=(CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE), default=CLAUDE_CODE,
                           help=f"the coding agent whose transcripts they are (default: {CLAUDE_CODE})")
     common(backfill)
     backfill.add_argument("--workers", type=whole_number(1), default=4, help="sessions sent in parallel (default 4)")
