@@ -6,7 +6,8 @@ temporary home with no plugin: in ``project``, "Fix the divide bug in calc.py" -
 1, a ``write`` of ``NOTES.md``, a reply; then, in the same session (``--session``), "Check the divide fix
 then compact" -- a reply with a ``bash`` call whose usage all but fills the context, so OpenCode compacts
 the session and goes on, then a last reply; then, in ``other``, a new session "What did we change last
-time?" answered without tools. OpenCode 1.18.33 keeps them in the SQLite database
+time?": a ``task`` call, whose subagent (a session of its own, its ``parent_id`` the first's) runs ``ls``
+and answers, then the reply. OpenCode 1.18.33 keeps them in the SQLite database
 ``$XDG_DATA_HOME/opencode/opencode.db`` (WAL). ``python -m sessionmem.testing.opencode_recording DIR``
 writes ``DIR/opencode.db``: the database copied into one file (no WAL), this machine's paths replaced by
 ``/home/user`` (HOME): ``tests/fixtures/opencode``.
@@ -40,6 +41,8 @@ FIRST_REPLY = "Done: divide() rejects zero."
 CHECKING = "Checking the divide fix first."
 SECOND_REPLY = "The divide fix holds."
 OTHER_REPLY = "We fixed divide() last time."
+SUBAGENT_PROMPT = "List the files here and say what they are"
+SUBAGENT_REPLY = "Only the notes."
 SUMMARY = "divide() in calc.py rejects b == 0; NOTES.md says so."
 TITLE = "Calc session"
 CALC = "def add(a, b):\n    return a + b\n\n\ndef divide(a, b):\n    return a / b\n"
@@ -101,7 +104,12 @@ class ScriptedModel:
                      "tool_calls": [tool_call("bash", {"command": "echo divide-checked", "description": "Check"})]}]
         if prompt.startswith("Continue"):  # the message OpenCode adds after a compaction
             return [{"content": SECOND_REPLY}]
-        return [{"content": OTHER_REPLY}]
+        if prompt == SUBAGENT_PROMPT:
+            return [{"content": None, "tool_calls": [tool_call("bash", {"command": "ls", "description": "List"})]},
+                    {"content": SUBAGENT_REPLY}]
+        return [{"content": None, "tool_calls": [tool_call("task", {
+                    "description": "List the files", "prompt": SUBAGENT_PROMPT, "subagent_type": "general"})]},
+                {"content": OTHER_REPLY}]
 
     def __call__(self, body: dict[str, Any]) -> Message:
         prompt, done = _turn(body)

@@ -35,6 +35,8 @@ from sessionmem.testing.opencode_recording import (
     OTHER_REPLY,
     SECOND_PROMPT,
     SECOND_REPLY,
+    SUBAGENT_PROMPT,
+    SUBAGENT_REPLY,
     record,
 )
 from sessionmem.testing.worker_process import start_worker
@@ -59,7 +61,8 @@ def outline(paths: list[Path], home: str = HOME) -> list[tuple[str, str, list[tu
             events.append((event.stage, payload.get("prompt") if event.stage == "UserPromptSubmit" else
                            payload.get("last_assistant_message") if event.stage in ("Stop", "PreCompact") else
                            payload.get("source") if event.stage == "SessionStart" else
-                           (payload["tool_name"], tool_input.get("file_path") or tool_input.get("command"))
+                           (payload["tool_name"], tool_input.get("file_path") or tool_input.get("command")
+                            or tool_input.get("description"))
                            if "tool_name" in payload else None))
         said.append((session.session_id[:4], session.cwd.replace(home, HOME), [
             (stage, tuple(s.replace(home, HOME) for s in what) if isinstance(what, tuple) else what)
@@ -88,7 +91,14 @@ EXPECTED = [
     ("ses_", f"{HOME}/other", [
         ("SessionStart", "startup"),
         ("UserPromptSubmit", OTHER_PROMPT),
+        ("PostToolUse", ("task", "List the files")),  # a subagent's work, in a session of its own
         ("Stop", OTHER_REPLY),
+        ("SessionEnd", None),
+    ]),
+    ("ses_", f"{HOME}/other", [  # the subagent's: no SessionStart, as the plugin asks no memory for it
+        ("UserPromptSubmit", SUBAGENT_PROMPT),
+        ("PostToolUse", ("Bash", "ls")),
+        ("Stop", SUBAGENT_REPLY),
         ("SessionEnd", None),
     ]),
 ]
@@ -104,7 +114,7 @@ def test_the_database_plays_back_as_each_sessions_prompts_tool_uses_and_replies(
     assert failed[1]["error"].startswith("Exit code 1\n") and "ZeroDivisionError: b is 0" in failed[1]["error"]
     assert {e.payload["session_id"] for s in sessions for e in s.events} == {s.session_id for s in sessions}
     assert (stats.sessions, stats.prompts, stats.tool_uses, stats.failed_tool_uses, stats.stops, stats.compactions,
-            stats.broken_lines, stats.broken_files) == (2, 3, 6, 2, 3, 1, 0, 0)
+            stats.broken_lines, stats.broken_files) == (3, 4, 8, 2, 4, 1, 0, 0)
     keys = [e.key for s in sessions for e in s.events]
     assert len(set(keys)) == len(keys)  # a key of its own each: run twice, nothing is stored twice
     checkpoint = next(e.payload for e in sessions[0].events if e.stage == "PreCompact")
@@ -117,7 +127,7 @@ def test_the_payloads_are_the_ones_the_plugin_sends() -> None:
     """Before the adapter, each payload has exactly the fields of the one the live plugin sent for that event
     (tests/fixtures/opencode/hooks), and the same values where the session is the same."""
     stats = ConversionStats()
-    [first, _] = read_database(DATABASE, stats)
+    first = read_database(DATABASE, stats)[0]
     played: dict[str, dict[str, Any]] = {}
     for _, stage, _, payload in session_payloads(first, stats):
         name = stage
@@ -152,7 +162,7 @@ def test_bad_records_and_files_are_counted_never_fatal(tmp_path: Path) -> None:
     assert (stats.files, stats.broken_files, stats.broken_lines, stats.unpaired_tool_uses) == (3, 2, 2, 1)
     tools = [e.payload["tool_name"] for e in sessions[0].events if "tool_name" in e.payload]
     assert tools == ["Read", "Read", "Bash", "Bash"]  # the broken edit and the unfinished write left out
-    assert len(sessions) == 2
+    assert len(sessions) == 3
 
 
 def test_the_database_is_read_while_opencode_writes_to_it(tmp_path: Path) -> None:
@@ -169,7 +179,7 @@ def test_the_database_is_read_while_opencode_writes_to_it(tmp_path: Path) -> Non
         stats = ConversionStats()
         sessions = convert_sessions([copy], stats)
         assert time.monotonic() - started < 1.5  # under the busy timeout: it never waited for the writer
-        assert stats.broken_files == 0 and stats.tool_uses == 6 and len(sessions) == 2
+        assert stats.broken_files == 0 and stats.tool_uses == 8 and len(sessions) == 3
         writer.execute("ROLLBACK")
     finally:
         writer.close()
@@ -201,10 +211,11 @@ def stored(worker: Any, project: str) -> tuple[list[tuple[str, bool, tuple[str, 
 
 
 STORED = [
-    ("Bash", False, ()), ("Bash", True, ()),  # the command that exited 1
+    ("Bash", False, ()), ("Bash", False, ()), ("Bash", True, ()),  # the command that exited 1
     ("Edit", False, (f"{PROJECT}/calc.py",)),
     ("Read", False, ()), ("Read", True, ()),  # the README.md that does not exist
     ("Write", False, (f"{PROJECT}/NOTES.md",)),
+    ("task", False, ()),
 ]
 
 
@@ -213,15 +224,16 @@ def test_backfill_of_the_recorded_database_is_complete_and_idempotent(tmp_path: 
     with start_worker(tmp_path / "data", env={"SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_EMBEDDER": "none"}) as worker:
         first = backfill(worker.data_dir, str(DATABASE))
         assert first.returncode == 0, first.stdout + first.stderr
-        assert "sessionmem: OpenCode: 2 session(s) from 1 file(s): 3 prompts, 6 tool uses" in first.stdout
+        assert "sessionmem: OpenCode: 3 session(s) from 1 file(s): 4 prompts, 8 tool uses" in first.stdout
         assert "0 refused" in first.stdout and "0 lost" in first.stdout
         observations, sessions = stored(worker, PROJECT)
         assert observations == STORED
         assert sorted((s["cwd"], s["promptCounter"], s["status"], s["agent"]) for s in sessions) == [
-            (f"{HOME}/other", 1, "completed", "opencode"), (PROJECT, 2, "completed", "opencode")]
+            (f"{HOME}/other", 1, "completed", "opencode"), (f"{HOME}/other", 1, "completed", "opencode"),
+            (PROJECT, 2, "completed", "opencode")]
         summaries = worker.get("/api/summaries")["summaries"]
-        assert len(summaries) == 4  # three turns and the checkpoint at the compaction
-        assert {s["request"] for s in summaries} == {FIRST_PROMPT, SECOND_PROMPT, OTHER_PROMPT}
+        assert len(summaries) == 5  # four turns and the checkpoint at the compaction
+        assert {s["request"] for s in summaries} == {FIRST_PROMPT, SECOND_PROMPT, OTHER_PROMPT, SUBAGENT_PROMPT}
 
         again = backfill(worker.data_dir, str(RECORDED))
         assert again.returncode == 0 and " 0 new" in again.stdout, again.stdout + again.stderr
@@ -243,5 +255,5 @@ def test_a_database_the_pinned_opencode_writes_is_played_back_and_backfilled(tmp
     with start_worker(tmp_path / "data", env={"SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_EMBEDDER": "none"}) as worker:
         run = backfill(worker.data_dir, XDG_DATA_HOME=str(home / ".local" / "share"))  # its default
         assert run.returncode == 0, run.stdout + run.stderr
-        assert "sessionmem: OpenCode: 2 session(s) from 1 file(s): 3 prompts, 6 tool uses" in run.stdout
+        assert "sessionmem: OpenCode: 3 session(s) from 1 file(s): 4 prompts, 8 tool uses" in run.stdout
         assert stored(worker, str(home / "project"))[0] == STORED
