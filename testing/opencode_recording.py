@@ -63,8 +63,8 @@ def user_config(base_url: str) -> dict[str, Any]:
     }
 
 
-def _turn(body: dict[str, Any]) -> tuple[str, int]:
-    """The user's text of the turn a request continues, and how many tool results followed it."""
+def turn(body: dict[str, Any]) -> tuple[str, int]:
+    """The user's prompt of the turn a request continues, and how many tool results followed it."""
     results = 0
     for message in reversed(body.get("messages") or []):
         if message.get("role") == "tool":
@@ -112,7 +112,7 @@ class ScriptedModel:
                 {"content": OTHER_REPLY}]
 
     def __call__(self, body: dict[str, Any]) -> Message:
-        prompt, done = _turn(body)
+        prompt, done = turn(body)
         if not body.get("tools"):  # OpenCode's side calls: the session's title, and a compaction's summary
             return {"content": SUMMARY if "<conversation>" in prompt else TITLE}
         steps = self.steps(prompt)

@@ -20,6 +20,8 @@ import pytest
 
 from sessionmem.protocol.agents import OPENCODE
 from sessionmem.testing.chat_completions_api import Message, ScriptedChatCompletionsAPI, tool_call
+from sessionmem.testing.opencode_recording import MODEL, turn, user_config
+from sessionmem.testing.opencode_recording import OPENCODE as OPENCODE_BIN
 from sessionmem.testing.worker_process import WorkerProcess
 
 from .conftest import data_dir_contains, session_observations, stored_session
@@ -29,37 +31,6 @@ from .test_e2e_gemini import GeminiHarness
 # One OpenCode at a time, and the module's harness set up once (`make test` runs in parallel).
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("opencode")]
 
-REPO = Path(__file__).resolve().parent.parent
-OPENCODE_BIN = REPO / "e2e" / "node_modules" / ".bin" / "opencode"
-MODEL = "scripted/scripted-model"
-
-
-def user_config(base_url: str) -> dict[str, Any]:
-    """The user's own OpenCode configuration before sessionmem is installed: the scripted model as an
-    OpenAI-compatible provider, no update check, no sharing."""
-    return {
-        "$schema": "https://opencode.ai/config.json",
-        "provider": {"scripted": {"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
-                                  "options": {"baseURL": base_url, "apiKey": "scripted-key"},
-                                  # A context window, so OpenCode compacts a session that overflows it.
-                                  "models": {"scripted-model": {"name": "Scripted",
-                                                                "limit": {"context": 100_000, "output": 4_000}}}}},
-        "model": MODEL, "autoupdate": False, "share": "disabled",
-    }
-
-
-def turn(body: dict[str, Any]) -> tuple[str, int]:
-    """The user's prompt of the turn a request continues, and how many tool results followed it."""
-    results = 0
-    for message in reversed(body.get("messages") or []):
-        if message.get("role") == "tool":
-            results += 1
-        elif message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, list):
-                content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
-            return str(content or ""), results
-    return "", results
 
 
 def system_text(body: dict[str, Any]) -> str:
