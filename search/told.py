@@ -131,17 +131,16 @@ class ToldLedger:
             context.handed_after_compaction = None
 
     def begin_handover(self, claude_session_id: str, source: str, now: float) -> Handover:
-        """Which handover a SessionStart of ``claude_session_id`` with ``source`` makes at ``now`` (a
-        monotonic time in seconds), counted as begun: decide and record in one step, so that of two at
-        once, one is the first."""
-        if not claude_session_id or source not in CONTINUING_SOURCES:
-            if claude_session_id in self._sessions:  # a new conversation: not the compacted one
-                self._sessions[claude_session_id].compacted = False
+        """Which handover a SessionStart of ``claude_session_id`` with ``source`` makes at ``now`` (a monotonic
+        time in seconds). Only forgetting happens here (what was told before a compaction): a handover that
+        never completes (its hook gave up, the worker stopped) leaves the next one to be the first;
+        :meth:`handed` records it once made. Two of one session must not run at once (the caller's lock)."""
+        context = self._sessions.get(claude_session_id) if claude_session_id else None
+        if context is None or source not in CONTINUING_SOURCES:
+            if source == COMPACT_SOURCE and claude_session_id:  # a compaction the worker did not see coming
+                return Handover.AFTER_COMPACTION
             return Handover.ORDINARY
-        context = self._of(claude_session_id)
         if context.compacted:
-            context.compacted = False
-            context.handed_after_compaction = now
             return Handover.AFTER_COMPACTION
         begun = context.handed_after_compaction
         if begun is not None and now - begun <= SAME_REQUEST_S:
@@ -149,5 +148,18 @@ class ToldLedger:
         if source != COMPACT_SOURCE:
             return Handover.ORDINARY
         context.told.clear()  # a compaction its PreCompact did not announce: told again in full
-        context.handed_after_compaction = now
         return Handover.AFTER_COMPACTION
+
+    def handed(self, claude_session_id: str, handover: Handover, source: str, memories: Iterable[Told],
+               now: float) -> None:
+        """The SessionStart's ``handover`` (of :meth:`begin_handover`, with ``source``) was made at ``now``,
+        telling ``memories``."""
+        if not claude_session_id:
+            return
+        context = self._of(claude_session_id)
+        if handover is Handover.AFTER_COMPACTION:
+            context.compacted = False
+            context.handed_after_compaction = now
+        elif source not in CONTINUING_SOURCES:
+            context.compacted = False  # a new conversation: not the compacted one
+        self.tell(claude_session_id, memories)

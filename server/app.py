@@ -269,9 +269,10 @@ async def hand_over(services: Services, project: str, session: str, source: str,
                     cwd: str, agent: str) -> tuple[ContextPlan, RenderedContext]:
     """A SessionStart's handover to ``session``, as the told-once ledger rules it (:class:`~sessionmem.search.told.Handover`):
     after a compaction, the session's own work first; a second SessionStart into the same model request,
-    only what the first did not tell. What it tells is recorded: the recalls of the session will not repeat it."""
+    only what the first did not tell. What it tells is recorded once made (a handover cancelled with its request,
+    the hook having given up, is not): the recalls of the session will not repeat it."""
     told = services.context.told
-    handover = told.begin_handover(session, source, trio.current_time())
+    handover = told.begin_handover(session, source, trio.current_time())  # within the session's lock
     own = handover is not Handover.ORDINARY
     if handover is Handover.AFTER_COMPACTION:
         await settled(services, session, COMPACT_SETTLE_S)  # its PreCompact checkpoint, stored first
@@ -281,7 +282,7 @@ async def hand_over(services: Services, project: str, session: str, source: str,
         plan = left_untold(plan, told.told(session))
     # The asking session's agent: what another agent made says which (a missing one: Claude Code's hook).
     rendered = render_handover(plan, token_budget=budget, agent=agent)
-    told.tell(session, rendered.told)
+    told.handed(session, handover, source, rendered.told, trio.current_time())
     return plan, rendered
 
 

@@ -279,21 +279,29 @@ def test_two_session_starts_at_once_tell_each_memory_once(
 def test_the_ledger_tells_a_second_session_start_apart_from_a_later_compaction() -> None:
     """The rule alone (search/told.py), at chosen moments."""
     ledger = ToldLedger()
+
+    def session_start(source: str, now: float, *told: int) -> Handover:
+        handover = ledger.begin_handover("s", source, now)
+        ledger.handed("s", handover, source, [("observation", row_id) for row_id in told], now)
+        return handover
+
     ledger.tell("s", [("observation", 1)])
     ledger.compacting("s")
     assert ledger.told("s") == frozenset()  # gone from the compacted context
-    assert ledger.begin_handover("s", "resume", 100.0) is Handover.AFTER_COMPACTION
-    ledger.tell("s", [("observation", 2)])
-    assert ledger.begin_handover("s", "compact", 101.0) is Handover.AGAIN
-    assert ledger.told("s") == {("observation", 2)}
+    # A handover begun and never made (its hook gave up): the next one is still the first after the compaction.
+    assert ledger.begin_handover("s", "resume", 99.0) is Handover.AFTER_COMPACTION
+    assert session_start("resume", 100.0, 2) is Handover.AFTER_COMPACTION
+    assert session_start("compact", 101.0, 3) is Handover.AGAIN
+    assert ledger.told("s") == {("observation", 2), ("observation", 3)}
     # No prompt, no PreCompact seen, long after: another compaction, handed over in full.
-    assert ledger.begin_handover("s", "compact", 101.0 + SAME_REQUEST_S + 1) is Handover.AFTER_COMPACTION
+    assert session_start("compact", 101.0 + SAME_REQUEST_S + 1) is Handover.AFTER_COMPACTION
     assert ledger.told("s") == frozenset()
     ledger.prompted("s")
-    assert ledger.begin_handover("s", "resume", 200.0) is Handover.ORDINARY
-    assert ledger.begin_handover("s", "compact", 200.5) is Handover.AFTER_COMPACTION  # a prompt came between
+    assert session_start("resume", 200.0) is Handover.ORDINARY
+    assert session_start("compact", 200.5) is Handover.AFTER_COMPACTION  # a prompt came between
     # A new conversation in the same session is not the compacted one.
     ledger.compacting("s")
-    assert ledger.begin_handover("s", "startup", 300.0) is Handover.ORDINARY
-    assert ledger.begin_handover("s", "resume", 300.5) is Handover.ORDINARY
+    assert session_start("startup", 300.0) is Handover.ORDINARY
+    assert session_start("resume", 300.5) is Handover.ORDINARY
     assert ledger.begin_handover("t", "startup", 1.0) is Handover.ORDINARY
+    assert ledger.begin_handover("t", "compact", 1.0) is Handover.AFTER_COMPACTION
