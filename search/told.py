@@ -27,7 +27,9 @@ A PreCompact not seen live (spooled, or sent by a hook that does not say it comp
 SessionStart ``compact`` to say it: that handover is :attr:`Handover.AFTER_COMPACTION` too, and
 in Codex's case memory may then be told twice, never missed. A prompt starts a new model
 request: it ends what a later SessionStart could share a request with, and a compaction whose
-SessionStart never came is taken as not made.
+SessionStart never came is taken as not made. A handover is recorded once made
+(:meth:`ToldLedger.handed`): one cancelled on the way (its hook out of time) leaves the next
+SessionStart to be the first after the compaction.
 
 Resource handling:
     Bounded memory: the newest :data:`SESSIONS_TRACKED` sessions are remembered, each up to
@@ -50,9 +52,10 @@ from sessionmem.records import OBSERVATION
 
 SESSIONS_TRACKED = 1000
 TOLD_PER_SESSION = 500
-# A SessionStart ``compact`` this long after the session's first handover since its compaction, with no
-# prompt between, is taken as after another compaction (whose PreCompact the worker did not see), not as
-# Codex's second SessionStart: Codex runs the two hooks one after the other, each within its 10 s timeout.
+# A SessionStart this long after the session's first handover since its compaction, with no prompt between,
+# is not taken as Codex's second one into the same request (a ``compact`` one is then after another compaction
+# whose PreCompact the worker did not see): Codex runs its two hooks one after the other, each within its 10 s
+# timeout. A bound for when a prompt was missed too, never the rule itself.
 SAME_REQUEST_S = 60.0
 COMPACT_SOURCE = "compact"
 # The SessionStart sources that go on with the session's conversation as it is (``startup`` and ``clear``
@@ -77,7 +80,7 @@ class _Context:
 
     told: set[Told] = field(default_factory=set)
     compacted: bool = False  # a PreCompact came, and no handover since
-    # When the first handover since its latest compaction began (None: none since its latest prompt).
+    # When the first handover since its latest compaction was made (None: none since its latest prompt).
     handed_after_compaction: float | None = None
 
 
