@@ -75,6 +75,7 @@ from sessionmem.records import (
     OBSERVATION,
     PROMPT,
     ROUTINE_CONCEPT,
+    SUMMARY,
     ContextRows,
     FileMemory,
     ObservationRow,
@@ -85,7 +86,7 @@ from sessionmem.records import (
     SummaryRow,
 )
 from sessionmem.search.already_said import AlreadySaid, Known
-from sessionmem.search.told import ToldLedger
+from sessionmem.search.told import Told, ToldLedger
 from sessionmem.settings import Backend
 from sessionmem.storage.base import Store
 from sessionmem.storage.consolidation_rules import LINE_COUNTS, NOT_CONSOLIDATED, Consolidated, standing
@@ -160,6 +161,15 @@ class ContextPlan(msgspec.Struct, frozen=True):
     @property
     def observations(self) -> int:
         return sum(len(line.ids) for group in self.groups for line in group.lines)
+
+
+def left_untold(plan: ContextPlan, told: frozenset[Told]) -> ContextPlan:
+    """``plan`` for a handover into a model request that already holds the session's first handover since
+    its compaction (:attr:`~sessionmem.search.told.Handover.AGAIN`): without the session's own work (that
+    one began with it) and without the summaries ``told``; its observations leave out what was told already."""
+    summary = plan.summary if plan.summary is not None and (SUMMARY, plan.summary.id) not in told else None
+    earlier = [row for row in plan.earlier if (SUMMARY, row.id) not in told]
+    return msgspec.structs.replace(plan, summary=summary, earlier=earlier, own=None)
 
 
 # What the offline compressor makes of a look (a read, a search, a routine command such

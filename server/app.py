@@ -34,7 +34,9 @@ from sessionmem.protocol.git_remote import MAX_KEY, checked_key
 from sessionmem.protocol.limits import HOOK_CONTEXT_MAX_CHARS, MAX_PATH, MAX_QUERY_CHARS, MAX_SESSION_ID
 from sessionmem.protocol.routes import CONTEXT_COUNT_HEADER, NOTICE_HEADER, READY, SHARE_REQUEST_HEADER, STARTING
 from sessionmem.runtime.logs import log_exception
-from sessionmem.server.context_markdown import CHARS_PER_TOKEN, render_handover
+from sessionmem.search.context import ContextPlan, left_untold
+from sessionmem.search.told import Handover
+from sessionmem.server.context_markdown import CHARS_PER_TOKEN, RenderedContext, render_handover
 from sessionmem.server.debug import processing_status
 from sessionmem.server.debug_routes import add_debug_routes
 from sessionmem.server.fast_ingest import (
@@ -67,6 +69,7 @@ from sessionmem.server.routing import (
 )
 from sessionmem.server.search_api import add_search_routes, marked
 from sessionmem.server.services import Services
+from sessionmem.server.session_locks import SessionLocks
 from sessionmem.server.team_api import add_team_routes
 from sessionmem.storage.base import StorageUnavailable
 from sessionmem.web.assets import PageAssets
@@ -262,9 +265,31 @@ async def settled(services: Services, claude_session_id: str, timeout: float) ->
                 await commits.wait_committed(commits.committed())
 
 
+async def hand_over(services: Services, project: str, session: str, source: str, budget: int, *, focus: str,
+                    cwd: str, agent: str) -> tuple[ContextPlan, RenderedContext]:
+    """A SessionStart's handover to ``session``, as the told-once ledger rules it (:class:`~sessionmem.search.told.Handover`):
+    after a compaction, the session's own work first; a second SessionStart into the same model request,
+    only what the first did not tell. What it tells is recorded once made (a handover cancelled with its request,
+    the hook having given up, is not): the recalls of the session will not repeat it."""
+    told = services.context.told
+    handover = told.begin_handover(session, source, trio.current_time())  # within the session's lock
+    own = handover is not Handover.ORDINARY
+    if handover is Handover.AFTER_COMPACTION:
+        await settled(services, session, COMPACT_SETTLE_S)  # its PreCompact checkpoint, stored first
+    plan = await services.context.plan(project, focus=focus, focus_latest_prompt=source in FOCUSED_SOURCES,
+                                       session=session, origin=origin_arg(), own=own, cwd=cwd)
+    if handover is Handover.AGAIN:
+        plan = left_untold(plan, told.told(session))
+    # The asking session's agent: what another agent made says which (a missing one: Claude Code's hook).
+    rendered = render_handover(plan, token_budget=budget, agent=agent)
+    told.handed(session, handover, source, rendered.told, trio.current_time())
+    return plan, rendered
+
+
 def add_context_route(app: QuartTrio, services: Services) -> None:
     """The memories injected at SessionStart, as markdown, with what the hook tells the user in headers."""
     settings = services.settings
+    handovers = SessionLocks()
 
     @app.get(routes.CONTEXT)
     async def context_inject() -> Response:
@@ -280,19 +305,15 @@ def add_context_route(app: QuartTrio, services: Services) -> None:
         # that cannot be a path is passed over, not refused: the handover goes on without it.
         cwd = request.args.get("cwd", "").strip()
         cwd = cwd if len(cwd) <= MAX_PATH else ""
-        told = services.context.told
-        compacted = bool(session) and source == "compact"
-        if compacted:  # Claude's context was compacted: what it was told may be told again
-            told.forget(session)
-            await settled(services, session, COMPACT_SETTLE_S)  # its PreCompact checkpoint, stored first
-        plan = await services.context.plan(project, focus=focus, focus_latest_prompt=source in FOCUSED_SOURCES,
-                                           session=session, origin=origin_arg(), own=compacted, cwd=cwd)
         if session:  # a hook's: what it prints stays below Claude Code's limit on a hook's output
             budget = min(budget, HOOK_CONTEXT_MAX_CHARS // CHARS_PER_TOKEN)
-        # The asking session's agent: what another agent made says which (a missing one: Claude Code's hook).
-        rendered = render_handover(plan, token_budget=budget, agent=asking_agent)
-        if session:  # each memory told once a session: the recalls of this session will not repeat these
-            told.tell(session, rendered.told)
+            async with handovers.hold(session):  # a second SessionStart at once waits for what this one tells
+                plan, rendered = await hand_over(services, project, session, source, budget, focus=focus, cwd=cwd,
+                                                 agent=asking_agent)
+        else:
+            plan = await services.context.plan(project, focus=focus, focus_latest_prompt=source in FOCUSED_SOURCES,
+                                               origin=origin_arg(), cwd=cwd)
+            rendered = render_handover(plan, token_budget=budget, agent=asking_agent)
         text = rendered.text
         headers = {
             CONTEXT_COUNT_HEADER: str(rendered.observations),

@@ -23,6 +23,7 @@ from sessionmem.protocol.limits import MAX_REASON
 from sessionmem.protocol.project import resolve_project
 from sessionmem.protocol.requests import is_internal_prompt
 from sessionmem.redaction import Redactor
+from sessionmem.search.told import ToldLedger
 from sessionmem.server.payloads import (
     BadRequest,
     CompleteRequest,
@@ -157,11 +158,12 @@ class Ingestor:
     }
 
     def __init__(self, settings: Settings, store: Store, router: SessionRouter, redactor: Redactor, *,
-                 recall: Recall | None = None) -> None:
+                 recall: Recall | None = None, told: ToldLedger | None = None) -> None:
         self._settings = settings
         self._store = store
         self._router = router
         self._recall = recall
+        self._told = told if told is not None else ToldLedger()
         self._clean = EdgeCleaner(settings.tool_response_cap, redactor)
 
     @property
@@ -174,6 +176,7 @@ class Ingestor:
 
     async def prompt(self, payload: InitRequest, *, recall: bool = True) -> tuple[int, IngestReply]:
         event = init_event(payload, self._clean)
+        self._told.prompted(event.claude_session_id)  # a new model request: see search/told.py
         with self._router.reservation(event.claude_session_id), _key_reused_is_a_bad_request():
             accepted = await self._store.accept_init(event, self._router.deliver)
         recalled = ""
@@ -199,7 +202,11 @@ class Ingestor:
                 reply = msgspec.structs.replace(reply, additional_context=recalled)
         return status, reply
 
-    async def summarize(self, payload: SummarizeRequest) -> tuple[int, IngestReply]:
+    async def summarize(self, payload: SummarizeRequest, *, live: bool = True) -> tuple[int, IngestReply]:
+        """A checkpoint; a ``live`` PreCompact's (not a spool import's, which is late) also tells the told-once
+        ledger the session compacts now, whether or not the checkpoint is stored (a 503 is retried)."""
+        if payload.compacting and live:
+            self._told.compacting(payload.claudeSessionId)
         return await self._accept(summarize_event(payload, self._clean))
 
     async def complete(self, payload: CompleteRequest) -> tuple[int, IngestReply]:
@@ -208,7 +215,8 @@ class Ingestor:
     async def by_path(self, path: str, body: bytes, *, recall: bool = True) -> tuple[int, IngestReply]:
         """The same as POSTing ``body`` to ``path`` (the fast path and the spool import use it).
 
-        ``recall``: whether the reply may carry recalled memory (nobody reads a spool import's).
+        ``recall``: whether the request comes from a hook now, not from the spool (late): then its reply may
+        carry recalled memory (nobody reads a spool import's), and a PreCompact's says the session compacts now.
         """
         kind = self.PATHS.get(path)
         if kind is None:
@@ -219,7 +227,7 @@ class Ingestor:
         if isinstance(payload, ObservationRequest):
             return await self.observation(payload, recall=recall)
         if isinstance(payload, SummarizeRequest):
-            return await self.summarize(payload)
+            return await self.summarize(payload, live=recall)
         return await self.complete(payload)
 
     async def _accept(self, event: ObservationEvent | SummarizeEvent | CompleteEvent) -> tuple[int, EventAccepted]:

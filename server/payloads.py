@@ -67,6 +67,7 @@ class ObservationRequest(_SessionBody, frozen=True, kw_only=True):
 class SummarizeRequest(_SessionBody, frozen=True, kw_only=True):
     last_user_message: str = ""
     last_assistant_message: str = ""
+    compacting: bool = False  # a PreCompact's checkpoint: the agent compacts the session's context next
 
 
 class CompleteRequest(_SessionBody, frozen=True, kw_only=True):

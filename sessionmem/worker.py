@@ -440,7 +440,7 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
     recall = Recall(store, search, file_max=settings.file_recall_max, prompt_max=settings.prompt_recall_max,
                     other_machines=settings.context_other_machines, min_similarity=settings.recall_min_similarity,
                     told=told, already_said=already_said, consolidated=consolidator)
-    ingestor = Ingestor(settings, store, router, redactor, recall=recall)
+    ingestor = Ingestor(settings, store, router, redactor, recall=recall, told=told)
     guard = AccessGuard(token=token, port=settings.port,
                         extra_host="" if is_loopback(settings.host) else settings.host)
     pool = ConnectionPool(max_connections=connection_limit(settings.max_connections),

@@ -365,16 +365,19 @@ _RECORDER = """\
 import json, os, sys, time
 data = sys.stdin.read()
 try:
-    event = json.loads(data).get("hook_event_name") or "unknown"
+    payload = json.loads(data)
+    event, source = payload.get("hook_event_name") or "unknown", payload.get("source") or ""
 except ValueError:
-    event = "unparsable"
+    event, source = "unparsable", ""
 folder = sys.argv[1]
 pause = os.path.join(folder, event + ".sleep")
 if os.path.exists(pause):
     time.sleep(float(open(pause).read()))
 with open(os.path.join(folder, "%d-%s.json" % (time.time_ns(), event)), "w") as f:
     f.write(data)
-reply = os.path.join(folder, event + ".reply")
+reply = os.path.join(folder, event + "." + source + ".reply")
+if not (source and os.path.exists(reply)):
+    reply = os.path.join(folder, event + ".reply")
 if os.path.exists(reply):
     sys.stdout.write(open(reply).read())
 code = os.path.join(folder, event + ".exit")
@@ -388,7 +391,8 @@ def recording_hooks(folder: Path, *, events: tuple[str, ...] = HOOK_EVENTS, time
     """A ``hooks.json`` document with one command hook for each of ``events`` that saves its stdin to
     ``folder/<ns>-<hook_event_name>.json`` (:func:`recorded_payloads` reads them back). What the hook
     answers is scripted by files in ``folder``: ``<Event>.sleep`` holds seconds to wait first (the
-    payload is saved after it), ``<Event>.reply`` is printed to stdout, ``<Event>.exit`` holds an exit
+    payload is saved after it), ``<Event>.reply`` is printed to stdout (``<Event>.<source>.reply`` instead,
+    when there is one, for a payload with that ``source``: SessionStart's), ``<Event>.exit`` holds an exit
     status to end with (stderr then says so)."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "record_hook.py"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,8 +21,10 @@ import pytest
 from sessionmem.protocol.limits import HOOK_CONTEXT_MAX_CHARS
 from sessionmem.records import SessionSoFar
 from sessionmem.search.context import ContextPlan, session_state
+from sessionmem.search.told import SAME_REQUEST_S, Handover, ToldLedger
 from sessionmem.server.app import COMPACT_SETTLE_S
 from sessionmem.server.context_markdown import CHARS_PER_TOKEN, render_handover
+from sessionmem.testing.harness import serve_in_thread
 from sessionmem.testing.messages_api import ScriptedMessagesAPI
 from sessionmem.testing.worker_process import WorkerClient, WorkerProcess
 
@@ -171,3 +174,134 @@ def test_a_small_budget_keeps_the_sessions_fields_and_tells_only_the_lines_it_sh
     flagged = msgspec.structs.replace(state, summary=msgspec.structs.replace(summary, flagged=True))
     heading = render_handover(msgspec.structs.replace(plan, own=flagged), token_budget=600).text
     assert "## This session so far (from before its conversation was compacted; flagged" in heading
+
+
+# -- each memory told once in what the model sees, whichever SessionStarts bring it (search/told.py) --------------
+
+def handed(source: str, data_dir: Path) -> str:
+    """What a SessionStart of ``source`` hands the session ("" when nothing)."""
+    output = hook("SessionStart", event("SessionStart", source=source), data_dir)
+    return (output or {}).get("hookSpecificOutput", {}).get("additionalContext", "")
+
+
+def memory_ids(context: str) -> set[str]:
+    return set(re.findall(r"#(\d+)", context))
+
+
+def sections(context: str) -> list[str]:
+    return [line for line in context.splitlines() if line.startswith("## ")]
+
+
+def related(context: str) -> str:
+    """What follows the session's own work: the other sessions' memory."""
+    own = sections(context)[0]
+    assert own.startswith("## This session so far"), context
+    return context.split(own)[1].split("\n## ", 1)[1] if len(sections(context)) > 1 else ""
+
+
+def test_codexs_two_session_starts_after_a_resumed_sessions_compaction_tell_each_memory_once(
+        worker: WorkerClient, payloads: list[dict[str, Any]]) -> None:
+    """Codex 0.169.0 compacting a resumed session before its turn: PreCompact, then SessionStart ``resume``, then
+    SessionStart ``compact``, both texts in the same model request (tests/fixtures/codex/README.md)."""
+    earlier_session(worker, payloads)
+    work_until_compaction(worker)
+    first, second = handed("resume", worker.data_dir), handed("compact", worker.data_dir)
+    assert sections(first)[0] == "## This session so far (from before its conversation was compacted)", first
+    assert "divide" in related(first).lower()  # then related memory
+    both = first + second
+    assert both.count("## This session so far") == 1 and both.count("## Last session") <= 1
+    assert both.count("## Earlier sessions") <= 1
+    assert memory_ids(first) and not memory_ids(first) & memory_ids(second)
+
+    # A later turn's compaction discards both: everything is handed back, the session's own work first.
+    hook("UserPromptSubmit", event("UserPromptSubmit", prompt="Now make the power test pass"), worker.data_dir)
+    assert hook("PreCompact", event("PreCompact", trigger="auto"), worker.data_dir) is None
+    later = handed("compact", worker.data_dir)
+    assert "divide" in related(later).lower()
+
+
+def test_a_resume_before_a_compaction_does_not_hold_back_the_memory_after_it(
+        worker: WorkerClient, payloads: list[dict[str, Any]]) -> None:
+    """Claude Code's order: the resumed session is handed memory, then compacts (PreCompact, SessionStart
+    ``compact``): the compaction discarded what the resume handed, so it is all handed back."""
+    earlier_session(worker, payloads)
+    resumed = handed("resume", worker.data_dir)
+    assert "divide" in resumed.lower()
+    work_until_compaction(worker)
+    after = handed("compact", worker.data_dir)
+    assert "divide" in related(after).lower()
+
+
+def test_a_compaction_the_worker_did_not_see_coming_is_handed_over_in_full(
+        worker: WorkerClient, payloads: list[dict[str, Any]]) -> None:
+    """No PreCompact said so (a checkpoint without ``compacting``, as a spooled one or an older hook sends): the
+    SessionStart ``compact`` after a ``resume`` hands everything over, the session's own work first -- told twice
+    rather than missed."""
+    earlier_session(worker, payloads)
+    hook("UserPromptSubmit", event("UserPromptSubmit", prompt="Add a power function to calc.py"), worker.data_dir)
+    hook("Stop", event("Stop", last_assistant_message="Added power()."), worker.data_dir)
+    resumed = handed("resume", worker.data_dir)
+    after = handed("compact", worker.data_dir)
+    assert "## This session so far" not in resumed and "divide" in resumed.lower()
+    assert "divide" in related(after).lower()
+
+
+def test_a_restarted_worker_hands_the_memory_over_in_full(tmp_path: Path, payloads: list[dict[str, Any]]) -> None:
+    """What a session was told lives in the worker's memory: after a restart between the PreCompact and the
+    SessionStarts, the ``compact`` one hands everything over again (fail open)."""
+    data_dir = tmp_path / "data"
+    with serve_in_thread(data_dir, batch_quiet_s=0.05) as before:
+        earlier_session(before, payloads)
+        work_until_compaction(before)
+        before.wait_idle()
+    with serve_in_thread(data_dir, batch_quiet_s=0.05):
+        resumed, after = handed("resume", data_dir), handed("compact", data_dir)
+    assert "divide" in resumed.lower()
+    assert "divide" in related(after).lower()
+
+
+def test_two_session_starts_at_once_tell_each_memory_once(
+        worker: WorkerClient, payloads: list[dict[str, Any]]) -> None:
+    earlier_session(worker, payloads)
+    work_until_compaction(worker)
+    texts: dict[str, str] = {}
+    threads = [threading.Thread(target=lambda s=source: texts.__setitem__(s, handed(s, worker.data_dir)))
+               for source in ("resume", "compact")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    both = texts["resume"] + texts["compact"]
+    assert both.count("## This session so far") == 1 and "divide" in both.lower()
+    assert not memory_ids(texts["resume"]) & memory_ids(texts["compact"])
+
+
+def test_the_ledger_tells_a_second_session_start_apart_from_a_later_compaction() -> None:
+    """The rule alone (search/told.py), at chosen moments."""
+    ledger = ToldLedger()
+
+    def session_start(source: str, now: float, *told: int) -> Handover:
+        handover = ledger.begin_handover("s", source, now)
+        ledger.handed("s", handover, source, [("observation", row_id) for row_id in told], now)
+        return handover
+
+    ledger.tell("s", [("observation", 1)])
+    ledger.compacting("s")
+    assert ledger.told("s") == frozenset()  # gone from the compacted context
+    # A handover begun and never made (its hook gave up): the next one is still the first after the compaction.
+    assert ledger.begin_handover("s", "resume", 99.0) is Handover.AFTER_COMPACTION
+    assert session_start("resume", 100.0, 2) is Handover.AFTER_COMPACTION
+    assert session_start("compact", 101.0, 3) is Handover.AGAIN
+    assert ledger.told("s") == {("observation", 2), ("observation", 3)}
+    # No prompt, no PreCompact seen, long after: another compaction, handed over in full.
+    assert session_start("compact", 101.0 + SAME_REQUEST_S + 1) is Handover.AFTER_COMPACTION
+    assert ledger.told("s") == frozenset()
+    ledger.prompted("s")
+    assert session_start("resume", 200.0) is Handover.ORDINARY
+    assert session_start("compact", 200.5) is Handover.AFTER_COMPACTION  # a prompt came between
+    # A new conversation in the same session is not the compacted one.
+    ledger.compacting("s")
+    assert session_start("startup", 300.0) is Handover.ORDINARY
+    assert session_start("resume", 300.5) is Handover.ORDINARY
+    assert ledger.begin_handover("t", "startup", 1.0) is Handover.ORDINARY
+    assert ledger.begin_handover("t", "compact", 1.0) is Handover.AFTER_COMPACTION

@@ -306,7 +306,9 @@ def test_compaction_fires_its_hooks_and_session_start_context_reaches_the_compac
         api: ScriptedResponsesAPI, codex: CodexHome, project: Path, hooks: Path) -> None:
     api.responder = turn_of(shell_command("echo before-compaction"))
     first = codex.exec("Start", project=project, bypass_hook_trust=True).check()
-    (hooks / "SessionStart.reply").write_text(context("SessionStart", "memory for the new context"))
+    for source in ("resume", "compact"):
+        (hooks / f"SessionStart.{source}.reply").write_text(
+            context("SessionStart", f"memory for the new context ({source})"))
     (hooks / "PreCompact.reply").write_text(context("PreCompact", "from PreCompact"))
     (hooks / "PostCompact.reply").write_text(context("PostCompact", "from PostCompact"))
     api.responder = turn_of()
@@ -315,16 +317,70 @@ def test_compaction_fires_its_hooks_and_session_start_context_reaches_the_compac
 
     payloads = recorded_payloads(hooks)
     resumed = [(p["hook_event_name"], p.get("source") or p.get("trigger")) for p in payloads[6:]]
-    assert resumed[:2] == [("PreCompact", "auto"), ("PostCompact", "auto")]
-    assert sorted(resumed[2:4]) == [("SessionStart", "compact"), ("SessionStart", "resume")]
-    assert resumed[4:] == [("UserPromptSubmit", None), ("Stop", None), ("SessionEnd", None)]
+    assert resumed == [("PreCompact", "auto"), ("PostCompact", "auto"), ("SessionStart", "resume"),
+                       ("SessionStart", "compact"), ("UserPromptSubmit", None), ("Stop", None), ("SessionEnd", None)]
+    # No SessionStart names a turn; the compaction's hooks name the turn they come before.
+    assert all("turn_id" not in p for p in payloads if p["hook_event_name"] == "SessionStart")
+    assert payloads[6]["turn_id"] == payloads[7]["turn_id"] == payloads[10]["turn_id"]
     bodies = api.bodies()
     assert [is_compaction(body) for body in bodies] == [False, False, True, False]
     compacted = bodies[-1]
     assert turn_prompt(compacted) == "Go on" and "before-compaction" not in input_text(compacted)
     assert "Scripted summary of the session." in input_text(compacted)
-    assert developer_texts(compacted).count("memory for the new context") == 2  # resume and compact
+    # Both SessionStarts' texts, in the order they fired, in the same (compacted) request.
+    assert [text for text in developer_texts(compacted) if "memory for the new context" in text] == [
+        "memory for the new context (resume)", "memory for the new context (compact)"]
     assert "from PreCompact" not in input_text(compacted) and "from PostCompact" not in input_text(compacted)
+
+
+def test_the_two_session_starts_after_a_resumed_sessions_compaction_run_one_after_the_other(
+        api: ScriptedResponsesAPI, codex: CodexHome, project: Path, hooks: Path) -> None:
+    first = codex.exec("Start", project=project, bypass_hook_trust=True).check()
+    (hooks / "SessionStart.sleep").write_text("1")  # the payload is saved after it
+    codex.resume("Go on", project=project, session_id=first.session_id, bypass_hook_trust=True,
+                 auto_compact_token_limit=1000).check()
+    saved = sorted(int(path.name.split("-", 1)[0]) for path in hooks.glob("*-SessionStart.json"))[-2:]
+    assert saved[1] - saved[0] >= 1_000_000_000  # the second began once the first had ended
+
+
+def test_a_plain_resume_keeps_the_earlier_runs_context_and_adds_its_own(
+        api: ScriptedResponsesAPI, codex: CodexHome, project: Path, hooks: Path) -> None:
+    (hooks / "SessionStart.startup.reply").write_text(context("SessionStart", "memory at startup"))
+    (hooks / "SessionStart.resume.reply").write_text(context("SessionStart", "memory at resume"))
+    first = codex.exec("Start", project=project, bypass_hook_trust=True).check()
+    codex.resume("Go on", project=project, session_id=first.session_id, bypass_hook_trust=True).check()
+    resumed = [(p["hook_event_name"], p.get("source")) for p in recorded_payloads(hooks)[4:]]
+    assert resumed == [("SessionStart", "resume"), ("UserPromptSubmit", None), ("Stop", None), ("SessionEnd", None)]
+    bodies = api.bodies()
+    assert len(bodies) == 2 and turn_prompt(bodies[1]) == "Go on"
+    texts = developer_texts(bodies[1])
+    assert texts.index("memory at startup") < texts.index("memory at resume")  # the earlier run's is still there
+
+
+def test_a_compaction_within_a_turn_fires_session_start_compact_and_drops_the_earlier_context(
+        api: ScriptedResponsesAPI, codex: CodexHome, project: Path, hooks: Path) -> None:
+    (hooks / "SessionStart.startup.reply").write_text(context("SessionStart", "memory at startup"))
+    (hooks / "SessionStart.compact.reply").write_text(context("SessionStart", "memory after compaction"))
+
+    def responder(body: dict[str, Any]) -> list[Item]:
+        if is_compaction(body):
+            return [message("Scripted summary of the session.")]
+        if "Scripted summary of the session." in input_text(body):
+            return [message("Done.")]  # the compacted input no longer holds the tool outputs
+        return [shell_command("echo one")] if not tool_outputs(body) else [shell_command("echo two")]
+
+    api.responder = responder
+    codex.exec("Start", project=project, bypass_hook_trust=True, auto_compact_token_limit=1000).check()
+    payloads = recorded_payloads(hooks)
+    events_ = [(p["hook_event_name"], p.get("source") or p.get("trigger")) for p in payloads]
+    assert events_ == [("SessionStart", "startup"), ("UserPromptSubmit", None), ("PreToolUse", None),
+                       ("PostToolUse", None), ("PreCompact", "auto"), ("PostCompact", "auto"),
+                       ("SessionStart", "compact"), ("Stop", None), ("SessionEnd", None)]
+    assert payloads[1]["turn_id"] == payloads[4]["turn_id"]  # one turn
+    bodies = api.bodies()
+    assert [is_compaction(body) for body in bodies] == [False, True, False]
+    texts = developer_texts(bodies[2])
+    assert "memory after compaction" in texts and "memory at startup" not in texts
 
 
 def test_an_mcp_server_in_config_toml_is_found_called_and_seen_by_the_hooks(

@@ -10,6 +10,7 @@ started is stopped at the end.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -44,6 +45,17 @@ FIX_DIVIDE = ("*** Begin Patch\n*** Update File: calc.py\n@@\n def divide(a, b):
               "+    if b == 0:\n+        raise ZeroDivisionError('b is 0')\n+    return a / b\n*** End Patch\n")
 ADD_NOTES = "*** Begin Patch\n*** Add File: NOTES.md\n+divide() now rejects b == 0\n*** End Patch\n"
 MCP_ATTEMPTS = 5  # Codex does not wait for an MCP server that is not required: the model tries again
+
+
+HANDOVER_HEADING = "# Recalled memory of calcproj"  # SessionStart's handover (prompt recall is headed otherwise)
+
+
+def memory_blocks(body: dict[str, Any]) -> list[str]:
+    """The request's ``<sessionmem-context>`` blocks: what sessionmem's hooks handed the model."""
+    texts = ["".join(part.get("text", "") for part in item.get("content", []))
+             for item in body.get("input", []) if item.get("type") == "message"]
+    return [block for text in texts for block in re.findall(r"<sessionmem-context>.*?</sessionmem-context>", text,
+                                                            re.DOTALL)]
 
 
 class Conversation:
@@ -182,6 +194,31 @@ def test_after_a_compaction_the_memory_is_handed_back(harness: CodexHarness, ses
     # The resumed session is the same session (its prompt may reach the worker late, through the spool, on a
     # loaded machine: waited for, not lost).
     worker.wait_until(lambda: stored_session(worker, session_id)["promptCounter"] >= 2, timeout=60)
+
+
+def test_a_resumed_sessions_compaction_hands_each_memory_over_once(harness: CodexHarness,
+                                                                   session_one: dict[str, Any]) -> None:
+    """Codex compacts a resumed session before its turn, then fires SessionStart ``resume`` and ``compact``, both
+    into the compacted request (tests/fixtures/codex/README.md): the memory is in it once, the session's own
+    work first, then session 1's."""
+    worker = session_one["worker"]
+    # Session 1's tool uses stored first (on a loaded machine they may reach the worker through the spool).
+    worker.wait_until(lambda: len(session_observations(worker, session_one["session_id"])) == 3, timeout=60)
+    session_id = harness.run("Check the divide fix in calc.py once more")
+    first_request = len(harness.responses.requests)
+    harness.run("Anything left to do?", resume=session_id, compact=True)
+    bodies = [r.body for r in harness.responses.requests[first_request:]]
+    compactions = [i for i, body in enumerate(bodies) if is_compaction(body)]
+    assert compactions, "Codex did not compact (the test proves nothing then)"
+    blocks = memory_blocks(bodies[compactions[0] + 1])
+    handovers = [block for block in blocks if HANDOVER_HEADING in block]
+    assert len(handovers) == 1, blocks  # one handover, whichever SessionStart brought it
+    sections = [line for line in handovers[0].splitlines() if line.startswith("## ")]
+    assert sections[0].startswith("## This session so far"), handovers[0]
+    assert "calc.py" in handovers[0].split(sections[0])[1]  # then session 1's memory
+    told = re.findall(r"#(\d+)\b", "\n".join(blocks))
+    assert told and len(told) == len(set(told)), blocks  # no memory twice, prompt recall included
+    assert sum(block.count("## Last session") for block in blocks) <= 1
 
 
 def test_codex_searches_memory_through_the_mcp_server_install_registered(harness: CodexHarness,

@@ -83,11 +83,11 @@ def api_call(payload: dict[str, Any], *, project: str | None = None, identity: R
     if event == "SubagentStop":
         return _subagent_stop_call(payload, base)
     if event in CHECKPOINT_STAGES:
-        return "POST", SUMMARIZE, {
-            **base,
-            "last_user_message": text_field(payload, "last_user_message"),
-            "last_assistant_message": text_field(payload, "last_assistant_message"),
-        }
+        body: dict[str, Any] = {**base, "last_user_message": text_field(payload, "last_user_message"),
+                "last_assistant_message": text_field(payload, "last_assistant_message")}
+        if event == "PreCompact":  # the worker then knows that what it told the session is gone from its context
+            body["compacting"] = True
+        return "POST", SUMMARIZE, body
     if event == "SessionEnd":
         return "POST", COMPLETE, {**base, "reason": text_field(payload, "reason")}
     return None

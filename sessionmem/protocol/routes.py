@@ -71,7 +71,8 @@ BODY_FIELDS = {
     INIT: SESSION_FIELDS + ("prompt", "projectKey", "shareFile"),
     OBSERVATIONS: SESSION_FIELDS + ("tool_name", "tool_input", "tool_response", "tool_use_id", "agent_id",
                                     "agent_type", "hook_event_name", "error", "failed"),
-    SUMMARIZE: SESSION_FIELDS + ("last_user_message", "last_assistant_message"),
+    # "compacting": true on a PreCompact's checkpoint (the agent compacts the session's context next).
+    SUMMARIZE: SESSION_FIELDS + ("last_user_message", "last_assistant_message", "compacting"),
     COMPLETE: SESSION_FIELDS + ("reason",),
 }
 IDEMPOTENCY_KEY = "idempotencyKey"  # an event with a key seen before is answered as a duplicate, not stored
