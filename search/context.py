@@ -4,7 +4,7 @@
 within the token budget.
 
 - **What is relevant.** When a focus is known (a prompt: the project's latest that says
-  what the work is about -- "continue" does not, see ``storage.sqlite.row_reads.FOCUS_MIN_WORDS`` --
+  what the work is about -- "continue" does not, see ``storage.search_terms.FOCUS_MIN_WORDS`` --
   when a session is cleared, compacted or resumed, or a text the caller gives),
   the project's observations are ranked by closeness to it: the prompt's own stored
   vector when it has one (no embedding at request time), else the text embedded (a few

@@ -16,6 +16,11 @@ Precision first: a wrong memory costs more than none.
   when its meaning is at least that close to the prompt (cosine similarity of their
   vectors); a prompt about something no earlier session worked on gets nothing. With
   vectors off (or not ready) a memory must share the prompt's words instead.
+- **Something to rank by**: a prompt that says nothing of what the work is about (fewer than
+  :data:`~sessionmem.storage.search_terms.FOCUS_MIN_WORDS` words that mean something:
+  "continue", "yes, go on") gets no recall, as it is no focus for the SessionStart context:
+  what it matches is an earlier "continue" (a summary of a session asked nothing else), not
+  the work.
 - **Told once a session** (:class:`~sessionmem.search.told.ToldLedger`, shared with the
   SessionStart context): what Claude was already told in this session, by SessionStart,
   an earlier prompt or a file, is not told again.
@@ -52,6 +57,7 @@ import trio
 
 from sessionmem.protocol.agents import DEFAULT_AGENT
 from sessionmem.protocol.framing import by_agent, framed_recall, marks
+from sessionmem.protocol.prompts import typed_prompt
 from sessionmem.protocol.safe_text import local_time, one_line
 from sessionmem.records import LOCAL_ORIGIN, OBSERVATION, SUMMARY, SearchFilters
 from sessionmem.runtime.logs import log_exception
@@ -62,6 +68,7 @@ from sessionmem.search.told import ToldLedger
 from sessionmem.storage.base import Store
 from sessionmem.storage.consolidation_rules import NOT_CONSOLIDATED, Consolidated, standing
 from sessionmem.storage.record_rules import latest_moment
+from sessionmem.storage.search_terms import says_what_about
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +146,7 @@ class Recall:
         """The ``additionalContext`` for a new prompt, or ``""`` (nothing relevant, or not in time); ``cwd``: the
         session's working directory, whose CLAUDE.md files and auto memory say what not to recall; ``agent``:
         the session's, what another agent made says which."""
-        if not prompt.strip():
+        if not says_what_about(typed_prompt(prompt)):
             return ""
         found: list[SearchResult] | None = None
         try:

@@ -24,6 +24,25 @@ def query_terms(query: str) -> list[str]:
     return (meaningful or words)[:MAX_QUERY_TERMS]
 
 
+# A text with fewer words that mean something than this ("continue", "yes, go on", "keep going")
+# says nothing to rank memories by: such a prompt is no focus of a SessionStart context and
+# gets no prompt recall.
+FOCUS_MIN_WORDS = 3
+
+
+def says_what_about(text: str) -> bool:
+    """Whether ``text`` holds words enough (:data:`FOCUS_MIN_WORDS`) to say what some work is about: as many
+    :func:`query_terms`, read no further than needed (a prompt may be pages long, and this runs on its path)."""
+    meaningful: set[str] = set()
+    common: set[str] = set()
+    for match in _WORD.finditer(text):
+        word = match.group().lower()
+        (common if word in _STOPWORDS else meaningful).add(word)
+        if len(meaningful) >= FOCUS_MIN_WORDS:
+            return True
+    return not meaningful and len(common) >= FOCUS_MIN_WORDS
+
+
 def like_escaped(text: str) -> str:
     """``text`` as a literal inside a ``LIKE`` pattern with ``ESCAPE '\\'`` (both engines write it so)."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -153,7 +153,7 @@ def test_the_handover_leaves_out_a_command_claude_md_gives(worker: WorkerClient,
 def recalled(worker: WorkerClient, cwd: Path, session_id: str) -> str:
     """What prompt recall hands a new session's first prompt about the tests, through the real hook."""
     result = run_hook("UserPromptSubmit", {"session_id": session_id, "cwd": str(cwd), "hook_event_name":
-                                           "UserPromptSubmit", "prompt": "pytest tests"},
+                                           "UserPromptSubmit", "prompt": "run the pytest tests"},
                       worker.data_dir, **PATIENT)
     return json.loads(result.stdout)["hookSpecificOutput"]["additionalContext"] if result.stdout else ""
 

@@ -246,6 +246,28 @@ def test_an_unrelated_prompt_gets_no_recall_and_a_related_one_does(tmp_path: Pat
 
 
 @pytest.mark.slow
+def test_a_prompt_that_says_nothing_of_the_work_gets_no_recall(tmp_path: Path) -> None:
+    """"continue" says nothing to rank memories by: it gets no recall, though the summary of an earlier session
+    asked only that clears the relevance floor against it; said with what to continue, it gets the work."""
+    data = tmp_path / "data"
+    with serve_in_thread(data, embedder="minilm", batch_quiet_s=0.05) as worker:
+        _store_cookie_fix(data)
+        for payload in [_prompt("went-on", "continue"),
+                        {"session_id": "went-on", "cwd": SHOP, "hook_event_name": "Stop", "last_assistant_message": ""}]:
+            assert run_hook(payload["hook_event_name"], payload, data).returncode == 0
+        worker.wait_idle()
+        worker.wait_indexed()
+        went_on = next(summary["id"] for summary in worker.get("/api/summaries?project=shop")["summaries"]
+                       if summary["claudeSessionId"] == "went-on")
+        found = worker.get("/api/search?q=continue&project=shop&kind=summary")["results"]
+        assert any(result["id"] == went_on and (result["similarity"] or 0.0) >= 0.5 for result in found)
+        assert printed_context(run_hook("UserPromptSubmit", _prompt("later", "continue"), data),
+                               "UserPromptSubmit") == ""
+        said = _prompt("later", "continue with the session cookie, it still expires too early")
+        assert "cookie" in printed_context(run_hook("UserPromptSubmit", said, data), "UserPromptSubmit")
+
+
+@pytest.mark.slow
 def test_each_memory_is_told_once_a_session(tmp_path: Path) -> None:
     """What SessionStart named is not recalled again by the prompt or the file in the same session; what a
     prompt recalled is not recalled again by a file; after a compaction the context may name it again."""

@@ -357,3 +357,17 @@ def test_words_held_tokenizes_as_the_full_text_tables_do(tmp_path: Path) -> None
         (sql,) = connection.execute("SELECT sql FROM sqlite_master WHERE name = ?", (fts,)).fetchone()
         assert f"tokenize='{' '.join((name, *arguments))}'" in sql, fts
     connection.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.one_of(st.text(max_size=80), st.lists(st.sampled_from(
+    ["continue", "yes", "go", "on", "the", "is", "what", "this", "fix", "calc.py", "tests", "Fix", ", "]),
+    max_size=8).map(" ".join)))
+def test_a_text_says_what_work_is_about_when_it_holds_three_search_words(text: str) -> None:
+    """The rule that passes over "continue" (as a focus, as a prompt to recall for) is the search's own words,
+    read lazily: the same answer as counting :func:`query_terms`."""
+    from sessionmem.storage.search_terms import FOCUS_MIN_WORDS, query_terms, says_what_about
+
+    assert says_what_about(text) == (len(query_terms(text)) >= FOCUS_MIN_WORDS)
+    assert not says_what_about("continue") and not says_what_about("yes, go on")
+    assert says_what_about("fix calc.py") and says_what_about("what is this")

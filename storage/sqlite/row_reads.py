@@ -36,7 +36,7 @@ from sessionmem.records import (
     SummaryInputs,
     SummaryRow,
 )
-from sessionmem.storage.search_terms import query_terms
+from sessionmem.storage.search_terms import says_what_about
 from sessionmem.storage.sqlite.agents import agent_condition
 from sessionmem.storage.sqlite.fulltext import keep_matching
 from sessionmem.storage.sqlite.origins import label_sql, origin_condition
@@ -210,17 +210,16 @@ def observations_by_ids(connection: apsw.Connection, *, ids: Sequence[int]) -> l
     return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
 
 
-# A prompt with fewer words that mean something than this ("continue", "yes, go on",
-# "keep going") says nothing to rank memories by: the focus is the newest prompt before it
-# that does, among the newest FOCUS_LOOKBACK (else the newest, whatever it says).
-FOCUS_MIN_WORDS = 3
+# A prompt that says nothing to rank memories by (search_terms.says_what_about: "continue") is
+# passed over: the focus is the newest prompt before it that does, among the newest
+# FOCUS_LOOKBACK (else the newest, whatever it says).
 FOCUS_LOOKBACK = 20
 
 
 def _latest_prompt(connection: apsw.Connection, *, project: str, session: str = "",
                    origin: str | None = None) -> tuple[int, str] | None:
     """The newest prompt of ``session`` (resumed or compacted: its own work), else of the project, that says
-    what the work is about (:data:`FOCUS_MIN_WORDS`).
+    what the work is about (:func:`~sessionmem.storage.search_terms.says_what_about`).
 
     A slash command is judged, and returned, as the user typed it
     (:func:`~sessionmem.protocol.prompts.typed_prompt`): a stored prompt may hold its
@@ -240,7 +239,7 @@ def _latest_prompt(connection: apsw.Connection, *, project: str, session: str = 
     for sql in queries:
         for row_id, stored in connection.execute(sql, params):  # read no further than needed
             prompt = typed_prompt(text(stored))
-            if len(query_terms(prompt)) >= FOCUS_MIN_WORDS:
+            if says_what_about(prompt):
                 return integer(row_id), prompt
             newest = newest or (integer(row_id), prompt)
     return newest
