@@ -67,11 +67,13 @@ def reference_cosines(embedder: MiniLMEmbedder) -> dict[str, float]:
 def test_vectors_match_the_fp32_model(minilm: MiniLMEmbedder) -> None:
     # The reference was made with the tokenizer this package ships (tools/minilm_reference.py).
     assert hashlib.sha256(TOKENIZER_PATH.read_bytes()).hexdigest() == REFERENCE["tokenizer_sha256"]
-    # int8 arithmetic: 0.990-0.995 measured, 0.974 for the empty string (two tokens: coarse input scales). It
-    # reads 128 tokens: a longer text's reference (256 tokens) is of more text than it sees.
+    # int8 arithmetic: 0.990-0.995 measured on CPUs with AVX-512 VNNI, 0.984-0.991 on one with AVX2 only
+    # (onnxruntime's other integer kernels: the German text is the lowest), 0.974-0.977 for the empty string
+    # (two tokens: coarse input scales). It reads 128 tokens: a longer text's reference (256 tokens) is of
+    # more text than it sees.
     for text, cosine in reference_cosines(minilm).items():
         if len(minilm_tokens(text)) <= INT8_MAX_TOKENS:
-            assert cosine >= (0.985 if text else 0.965), (text[:40], cosine)
+            assert cosine >= (0.98 if text else 0.965), (text[:40], cosine)
     # The shipped graph (float32 arithmetic): 0.996-0.9997.
     for text, cosine in reference_cosines(MiniLMEmbedder(variant=SHIPPED)).items():
         assert cosine >= 0.99, (text[:40], cosine)
