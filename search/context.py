@@ -94,6 +94,11 @@ from sessionmem.storage.record_rules import latest_moment
 
 CANDIDATES = 200  # recent observations considered, and nearest vectors asked for
 WORD_CANDIDATES = 50  # observations asked of full-text search when there are no vectors to ask
+# How long a focus's vector is waited for (the embedder's urgent lane: a few ms once the model is in memory).
+# A SessionStart soon after the worker started (a resume, a compaction) can find the model still loading or
+# being built, seconds on a busy machine: past this the focus is ranked by its words, rather than the hook's
+# deadline (hook_timeout_s, 2 s) passing with nothing handed over. The load goes on in its thread.
+FOCUS_VECTOR_BUDGET_S = 0.75
 # Relevance is in [0, 1] (cosine similarity, or bm25 relative to the best match);
 # recency adds up to this much (the newest of the recent candidates most): among
 # memories about as relevant, the newer first, but never a newer one that is unrelated.
@@ -308,9 +313,12 @@ class ContextPlanner:
             if prompt_id is not None:
                 nearest = await index.nearest_to(PROMPT, prompt_id, CANDIDATES, of_kind=OBSERVATION, among=among)
             if nearest is None:
-                vector = (await self._embedder.embed([focus], urgent=True))[0]
-                nearest = (await index.nearest_among(vector, among, CANDIDATES) if among is not None
-                           else await index.nearest(vector, CANDIDATES, of_kind=OBSERVATION))
+                vectors = None
+                with trio.move_on_after(FOCUS_VECTOR_BUDGET_S):
+                    vectors = await self._embedder.embed([focus], urgent=True)
+                if vectors is not None:
+                    nearest = (await index.nearest_among(vectors[0], among, CANDIDATES) if among is not None
+                               else await index.nearest(vectors[0], CANDIDATES, of_kind=OBSERVATION))
             found = [RankedKey(kind, row_id, 1.0 - distance) for kind, row_id, distance in nearest or ()]
             if found:
                 return found, "meaning"
