@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.nodeid import NodeId
 
 from sessionmem.records import ObservationRow, SummaryRow
 from sessionmem.testing.harness import InProcessWorker, ThreadedWorker, open_worker, serve_in_thread
@@ -52,14 +53,30 @@ def pytest_configure(config: pytest.Config) -> None:
         portable_pgvector.main()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
         return next((n for n, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)), len(LONGEST_FIRST))
 
     items.sort(key=rank)
+    _name_xdist_groups(config, items)
     for item in items:
         if POSTGRES_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.postgres)
+
+
+def _name_xdist_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each ``xdist_group`` test's id ends in ``@<group>``, which is how ``--dist loadgroup`` sends a group to one
+    worker. pytest-xdist 3.8.0 writes the suffix into the item's ``_nodeid``, but pytest 9.2 reads an item's id
+    from ``_id``: the group was lost, a group's tests ran on several workers (each setting up its module's
+    harness, and tests meant not to overlap overlapping). Named here, where a worker collects; an id that has
+    its suffix already is left as it is."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        groups = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                         for mark in item.iter_markers("xdist_group")})
+        if groups and "@" not in item.nodeid.rpartition("::")[2]:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")
 
 
 def platform_skip_reason(item: pytest.Item, *, system: str = sys.platform, machine: str = platform.machine(),
