@@ -81,10 +81,9 @@ def build(install: Path) -> Path:
     compat = SCRATCH / "compat"
     compat.mkdir()
     (compat / "xlocale.h").write_text("#include <locale.h>\n")
+    # CC: the wheel's pg_config names the compiler it was built with; this machine's is used instead.
     command = ["make", "-C", str(SCRATCH), f"-j{os.cpu_count() or 1}", "OPTFLAGS=", f"PG_CPPFLAGS=-I{compat}",
-               f"PG_CONFIG={install / 'bin' / 'pg_config'}", "vector.so"]
-    # The wheel's pg_config names the compiler it was built with; this machine's is used instead.
-    command.append(f"CC={compiler}")
+               f"PG_CONFIG={install / 'bin' / 'pg_config'}", f"CC={compiler}", "vector.so"]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"tools.portable_pgvector: building pgvector failed ({' '.join(command)}):\n"
