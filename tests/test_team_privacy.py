@@ -31,7 +31,7 @@ from sessionmem.storage.team_records import NAME_KEY_PREFIX, Origin, SharedRow
 from sessionmem.testing.worker_process import WorkerProcess, start_worker
 
 from .conftest import data_dir_contains
-from .test_redaction import TOKENS, kept_runs
+from .test_redaction import KEPT_RUN_IN_STORE, TOKENS, kept_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("team")]
 
@@ -170,8 +170,8 @@ def test_nothing_private_or_secret_and_no_local_path_reaches_the_team_database(t
     assert "src/db.py" in dumped and "~/.aws/config" in dumped  # paths, relative to the project or from ~
     found = {kind: secret for kind, (_, secret) in SECRETS.items() if secret in dumped}
     found |= {f"<private> {name}": secret for name, (_, secret) in PRIVATE.items() if secret in dumped}
-    found |= {name: kept_runs(token, prefix, dumped)[:3] for name, _, token, prefix in TOKENS
-              if kept_runs(token, prefix, dumped)}
+    found |= {name: kept[:3] for name, _, token, prefix in TOKENS
+              if (kept := kept_runs(token, prefix, dumped, KEPT_RUN_IN_STORE))}
     assert found == {}, found
     assert home not in dumped, where_in_team_database(team_database_url, home)
     if redact_secrets == "false":  # they were kept here: what was pushed was redacted on the way
@@ -217,6 +217,6 @@ def test_rows_pulled_from_the_team_database_bring_no_secret_and_no_private_span(
     found |= {f"<private> {name}": secret for name, (_, secret) in PRIVATE.items()
               if data_dir_contains(data, secret.encode())}
     stored = b"".join(path.read_bytes() for path in data.rglob("*") if path.is_file()).decode("utf-8", "replace")
-    found |= {name: kept_runs(token, prefix, stored)[:3] for name, _, token, prefix in TOKENS
-              if kept_runs(token, prefix, stored)}
+    found |= {name: kept[:3] for name, _, token, prefix in TOKENS
+              if (kept := kept_runs(token, prefix, stored, KEPT_RUN_IN_STORE))}
     assert found == {}, found
