@@ -367,7 +367,7 @@ def test_linear_time_on_adversarial_encodings(make: object) -> None:
     assert large_s < max(0.5, 30 * small_s)
 
 
-def fastest_side_by_side(function: Callable[[Any], object], small: Any, large: Any, runs: int = 5
+def fastest_side_by_side(function: Callable[[Any], object], small: Any, large: Any, runs: int = 3
                          ) -> tuple[float, float]:
     """The fastest of ``runs`` calls on each input, the two taking turns, in this thread's CPU time: on a busy
     machine a long call is preempted more often than a short one, which wall-clock time would count."""
