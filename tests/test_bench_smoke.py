@@ -185,7 +185,7 @@ def test_search_latency_smoke_measures_every_figure(tmp_path: Path) -> None:
 
 def test_gil_trips_measures_the_writer_beside_a_busy_thread(tmp_path: Path) -> None:
     out = tmp_path / "gil.json"
-    result = subprocess.run([sys.executable, str(REPO / "bench" / "gil_trips.py"), "--out", str(out)],
+    result = subprocess.run([sys.executable, str(REPO / "bench" / "gil_trips.py"), "--smoke", "--out", str(out)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     runs = json.loads(out.read_text())
