@@ -144,8 +144,10 @@ def test_handover_eval_smoke_scores_every_surface_against_its_baselines(tmp_path
 def test_catch_up_smoke_times_the_index_catching_up_after_a_backfill(tmp_path: Path) -> None:
     out = tmp_path / "catch_up.json"
     corpus = REPO / "tests" / "fixtures" / "transcripts"
+    # One fixture project (a session of 21 tool uses): a backfill, then a catch-up of some 20 documents.
     result = subprocess.run([sys.executable, str(REPO / "bench" / "catch_up.py"), "--corpus", str(corpus),
-                             "--rounds", "1", "--out", str(out)], capture_output=True, text=True, timeout=300)
+                             "--projects", "v1.0-inline-sidechain", "--rounds", "1", "--out", str(out)],
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     (run,) = json.loads(out.read_text())["runs"]
     assert run["name"] == "this tree" and run["lost"] == 0 and run["accepted"] > 0
