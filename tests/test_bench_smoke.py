@@ -105,7 +105,7 @@ def test_retrieval_smoke_evaluates_both_halves_and_finds_by_meaning(tmp_path: Pa
 
 
 def test_handover_eval_smoke_scores_every_surface_against_its_baselines(tmp_path: Path) -> None:
-    """The fixtures' transcripts and the seeded project replayed into a worker process: every figure of every
+    """The fixtures' short sessions and the seeded project replayed into a worker process: every figure of every
     surface, baseline and half is computed and a fraction; what they are is the benchmark's business."""
     out = tmp_path / "handover.json"
     result = subprocess.run([sys.executable, str(REPO / "bench" / "handover_eval.py"), "--smoke", "--out", str(out)],
