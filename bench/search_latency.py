@@ -430,7 +430,7 @@ async def _measure_scale(worker: WorkerProcess, queries: list[str], prompts: lis
     new_project_path = routes.CONTEXT + "?" + urllib.parse.urlencode({"project": "bench-new", "source": "compact"})
     try:
         for warm in range(5):  # first requests load what is lazy
-            await client.get(_search_path(queries[warm], "hybrid"))
+            await client.get(_search_path(queries[warm % len(queries)], "hybrid"))
         for i in range(runs):
             query = queries[i % len(queries)]
             for mode in ("hybrid", "fts", "vector"):
@@ -468,7 +468,8 @@ async def _measure_filtered(worker: WorkerProcess, layout: list[tuple[str, int]]
     try:
         for warm in range(5):
             for names in projects.values():
-                await client.get(_search_path(queries[warm], "hybrid", project=names[warm % len(names)]))
+                await client.get(_search_path(queries[warm % len(queries)], "hybrid",
+                                              project=names[warm % len(names)]))
         for i in range(runs):
             query = queries[i % len(queries)]
             scopes = FILTERED_SCOPES[i % 4:] + FILTERED_SCOPES[:i % 4]  # no scope always first
@@ -574,7 +575,7 @@ async def _measure_fts(worker: WorkerProcess, queries: list[str], runs: int) -> 
     filters = SearchFilters(project=PROJECT, kinds=(OBSERVATION,))
     try:
         for warm in range(5):
-            await client.get(_search_path(queries[warm], "fts"))
+            await client.get(_search_path(queries[warm % len(queries)], "fts"))
         for i in range(runs):
             query = queries[i % len(queries)]
             body = await client.get(_search_path(query, "fts", kind=OBSERVATION), timer, "ours_fts_http_observations")
@@ -757,12 +758,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--filtered-only", action="store_true",
                         help="measure the stores of many projects only (filtered and unfiltered search)")
     parser.add_argument("--smoke", action="store_true",
-                        help="a few seconds of everything: the test fixtures' transcripts, 2,000 and 1,000 observations")
+                        help="a few seconds of everything: a test fixtures' project, 2,000 and 1,000 observations")
     args = parser.parse_args(argv)
     if args.smoke:
         if args.corpus == retrieval.DEFAULT_CORPUS:
             args.corpus = retrieval.SMOKE_CORPUS
-        args.projects, args.observations, args.fts_observations = 0, 2000, 1000
+        # One fixture project (the one with the most prompts: 23 documents to embed), enough real texts
+        # and vectors to scale up and five short queries: the catch-up's embedding runs at the lowest
+        # CPU priority, and on a busy machine it was most of the smoke's time.
+        args.projects, args.observations, args.fts_observations = 1, 2000, 1000
         args.runs, args.cold_runs, args.filtered_sizes = 10, 1, [2000]
 
     result: dict[str, Any] = {"meta": {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
