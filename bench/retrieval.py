@@ -27,10 +27,10 @@ How the evaluation is built (bench/README.md holds the method in full and the fi
    intervals; hybrid minus each single mode, paired.
 
 ``--sweep`` (``eval_sweep.py``) evaluates other settings of the search on the tune half,
-and the best of each mode on the held-out half (``--smoke``: the first and last setting of
-each family). ``--smoke`` replays the test fixtures'
+and the best of each mode on the held-out half. ``--smoke`` replays the test fixtures'
 transcripts and a seeded two-session project (:func:`seeded_project`) with the fixtures'
-written queries (``tests/fixtures/eval-queries.jsonl``) in a few seconds.
+written queries (``tests/fixtures/eval-queries.jsonl``), and sweeps the first and last
+setting of each family (:func:`eval_sweep.smoke_settings`), in a few seconds.
 """
 
 from __future__ import annotations
