@@ -314,7 +314,8 @@ def run_one(backend_name: str, scenario: str, out: Path, sessions: list[tuple[st
         worker = start_worker(root / "data", env={**backend.env, **WORKER_SETTINGS}, timeout=60)
         try:
             if warm:
-                worker.wait_until(lambda: worker.get("/debug")["compressor"]["clientReady"], timeout=120)
+                # /debug may answer slowly while the SDK loads: a long timeout, within the wait's.
+                worker.wait_until(lambda: worker.get("/debug", timeout=60)["compressor"]["clientReady"], timeout=120)
             started = time.monotonic()
             expected = drive_calc(worker) if scenario == "calc" else drive_corpus(worker, sessions)
             # A hook past its budget on a busy machine spools its event (and those after it, to keep
