@@ -37,7 +37,7 @@ to the model) and no embedder (it has nothing to do with the model's cost).
 
     .venv/bin/python bench/compressor_cost.py [--backend NAME ...] [--scenario calc|corpus ...]
                                               [--corpus DIR] [--project NAME] [--tool-uses N] [--out DIR]
-    .venv/bin/python bench/compressor_cost.py --smoke   # calc and one fixture session: tests/test_bench_smoke.py
+    .venv/bin/python bench/compressor_cost.py --smoke   # calc and a fixture session: tests/test_bench_smoke.py
 """
 
 from __future__ import annotations
@@ -77,6 +77,11 @@ CLAUDE = REPO / "e2e" / "node_modules" / ".bin" / "claude"
 CALC_PAYLOADS = REPO / "tests" / "fixtures" / "payloads-2.1.328.jsonl"
 DEFAULT_CORPUS = REPO.parent / "shared" / "corpus" / "transcripts"
 SMOKE_CORPUS = REPO / "tests" / "fixtures" / "transcripts"
+# --smoke's corpus session: 21 tool uses (3 failed) in one turn, two batches and a summary a backend.
+# --smoke also waits for the worker's LLM client before it drives it: while the worker loads the SDK
+# (the anthropic one takes seconds of CPU) a hook can outlast its budget and spool its event, and the
+# worker imports its spool only every few seconds.
+SMOKE_PROJECT = "v1.0-inline-sidechain"
 DEFAULT_PROJECT = "Durban-Designer__vsla"
 DEFAULT_TOOL_USES = 300
 BACKENDS = ("anthropic", "claude-code", "openai-compatible")
@@ -301,11 +306,16 @@ def stored(data_dir: Path, backend: str) -> dict[str, int]:
             "summaries_by_model": summaries_by_model}
 
 
-def run_one(backend_name: str, scenario: str, out: Path, sessions: list[tuple[str, ReplaySession]]) -> dict[str, Any]:
+def run_one(backend_name: str, scenario: str, out: Path, sessions: list[tuple[str, ReplaySession]], *,
+            warm: bool = False) -> dict[str, Any]:
+    """``warm``: drive the worker only once its LLM client is loaded (see :data:`SMOKE_PROJECT`)."""
     root = out / f"{scenario}-{backend_name}"
     with backend_server(backend_name, root) as backend:
         worker = start_worker(root / "data", env={**backend.env, **WORKER_SETTINGS}, timeout=60)
         try:
+            if warm:
+                # /debug may answer slowly while the SDK loads: a long timeout, within the wait's.
+                worker.wait_until(lambda: worker.get("/debug", timeout=60)["compressor"]["clientReady"], timeout=120)
             started = time.monotonic()
             expected = drive_calc(worker) if scenario == "calc" else drive_corpus(worker, sessions)
             # A hook past its budget on a busy machine spools its event (and those after it, to keep
@@ -447,7 +457,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="run one request through the CLI with each flag that might cut what it adds")
     parser.add_argument("--out", type=Path, help="report folder (default bench/results/compressor-cost-<timestamp>)")
     parser.add_argument("--smoke", action="store_true",
-                        help="the calc session and the first fixture session (tests/fixtures/transcripts), no probes")
+                        help=f"the calc session and a fixture session (tests/fixtures/transcripts/{SMOKE_PROJECT}), "
+                             "no probes")
     return parser.parse_args(argv)
 
 
@@ -458,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.probe_flags = False
         if args.corpus == DEFAULT_CORPUS:
-            args.corpus, args.project, args.tool_uses = SMOKE_CORPUS, ["."], 1
+            args.corpus, args.project, args.tool_uses = SMOKE_CORPUS, [SMOKE_PROJECT], 1
     out = args.out or REPO / "bench" / "results" / f"compressor-cost-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     sessions: list[tuple[str, ReplaySession]] = []
@@ -480,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     for scenario in scenarios:
         for backend in backends:
             print(f"compressor_cost: {scenario} with {backend}", file=sys.stderr)
-            report["results"].append(run_one(backend, scenario, out, sessions))
+            report["results"].append(run_one(backend, scenario, out, sessions, warm=args.smoke))
     if args.probe_flags and "claude-code" in backends:
         print("compressor_cost: probing the CLI's flags", file=sys.stderr)
         report["probes"] = probe_flags(out)

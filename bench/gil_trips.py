@@ -14,7 +14,9 @@ Under load the writer's transactions carry many writes: ``accept_burst`` times
 ``BURST_STORES`` stores of ``BURST_ROWS`` observations made at once (one a session, as
 session actors make them): each burst to its last commit.
 
-    .venv/bin/python bench/gil_trips.py [--out FILE.json]
+    .venv/bin/python bench/gil_trips.py [--smoke] [--out FILE.json]
+
+``--smoke`` takes a few of each (:data:`SMOKE`): every figure, not a steady one.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -49,6 +52,18 @@ BURST_ACCEPTS = 20
 BURST_SESSIONS = 8
 BURST_STORES = 8
 BURST_ROWS = 8
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """How many of each are timed, per phase: single accepts, stores of :data:`ROWS`, bursts of each kind."""
+
+    accepts: int = ACCEPTS
+    stores: int = STORES
+    bursts: int = BURSTS
+
+
+SMOKE = Rounds(accepts=10, stores=3, bursts=3)
 
 
 class BusyThread(BackgroundThread):
@@ -77,9 +92,9 @@ class Events:
                                 tool_input={"file_path": f"/repo/src/f{n}.py"}, tool_response="x" * 200, key=f"k{n}")
 
 
-async def _accepts(store: SQLiteStore, events: Events) -> list[float]:
+async def _accepts(store: SQLiteStore, events: Events, count: int) -> list[float]:
     took = []
-    for _ in range(ACCEPTS):
+    for _ in range(count):
         event = events.next()
         started = time.perf_counter()
         await store.accept_event(event, lambda _: None)
@@ -100,9 +115,9 @@ async def _items(store: SQLiteStore, events: Events, count: int, session: str = 
     return items
 
 
-async def _batches(store: SQLiteStore, events: Events) -> list[list[Any]]:
-    """``STORES`` batches of ``ROWS`` accepted events with their observations, ready to store."""
-    return [await _items(store, events, ROWS) for _ in range(STORES)]
+async def _batches(store: SQLiteStore, events: Events, count: int) -> list[list[Any]]:
+    """``count`` batches of ``ROWS`` accepted events with their observations, ready to store."""
+    return [await _items(store, events, ROWS) for _ in range(count)]
 
 
 async def _at_once(jobs: list[Any]) -> float:
@@ -114,17 +129,17 @@ async def _at_once(jobs: list[Any]) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-async def _accept_bursts(store: SQLiteStore, events: Events) -> list[float]:
+async def _accept_bursts(store: SQLiteStore, events: Events, count: int) -> list[float]:
     took = []
-    for _ in range(BURSTS):
+    for _ in range(count):
         took.append(await _at_once([partial(store.accept_event, events.next(f"gil-{n % BURST_SESSIONS}"), lambda _: None)
                                     for n in range(BURST_ACCEPTS)]))
         await trio.sleep(0.002)
     return took
 
 
-async def _burst_stores(store: SQLiteStore, events: Events) -> list[list[Any]]:
-    """``BURSTS`` bursts, each ``BURST_STORES`` sessions' stores of ``BURST_ROWS`` observations, ready to make."""
+async def _burst_stores(store: SQLiteStore, events: Events, count: int) -> list[list[Any]]:
+    """``count`` bursts, each ``BURST_STORES`` sessions' stores of ``BURST_ROWS`` observations, ready to make."""
     sessions = []
     for n in range(BURST_STORES):
         await store.accept_event(events.next(f"gil-{n}"), lambda _: None)
@@ -133,7 +148,7 @@ async def _burst_stores(store: SQLiteStore, events: Events) -> list[list[Any]]:
         sessions.append(session)
     return [[partial(store.store_observations, session,
                      await _items(store, events, BURST_ROWS, session.claude_session_id)) for session in sessions]
-            for _ in range(BURSTS)]
+            for _ in range(count)]
 
 
 async def _store_bursts(bursts: list[list[Any]]) -> list[float]:
@@ -157,23 +172,25 @@ def _figures(samples: list[float]) -> dict[str, float]:
     return {"p50_ms": round(statistics.median(ordered), 2), "p90_ms": round(ordered[int(len(ordered) * 0.9)], 2)}
 
 
-async def measure(interval_s: float) -> dict[str, Any]:
+async def measure(interval_s: float, rounds: Rounds = Rounds()) -> dict[str, Any]:
     sys.setswitchinterval(interval_s)
     result: dict[str, Any] = {"switch_interval_ms": interval_s * 1000}
     with tempfile.TemporaryDirectory() as directory:
         async with open_sqlite_store(Path(directory) / "gil.db") as store:
             events = Events()
-            idle_batches, busy_batches = await _batches(store, events), await _batches(store, events)
-            idle_bursts, busy_bursts = await _burst_stores(store, events), await _burst_stores(store, events)
-            result["idle"] = {"accept": _figures(await _accepts(store, events)),
+            idle_batches = await _batches(store, events, rounds.stores)
+            busy_batches = await _batches(store, events, rounds.stores)
+            idle_bursts = await _burst_stores(store, events, rounds.bursts)
+            busy_bursts = await _burst_stores(store, events, rounds.bursts)
+            result["idle"] = {"accept": _figures(await _accepts(store, events, rounds.accepts)),
                               "store_64": _figures(await _stores(store, idle_batches)),
-                              "accept_burst": _figures(await _accept_bursts(store, events)),
+                              "accept_burst": _figures(await _accept_bursts(store, events, rounds.bursts)),
                               "store_burst": _figures(await _store_bursts(idle_bursts))}
             with BusyThread() as busy:
                 started = time.perf_counter()
-                accepts = await _accepts(store, events)
+                accepts = await _accepts(store, events, rounds.accepts)
                 stores = await _stores(store, busy_batches)
-                accept_bursts = await _accept_bursts(store, events)
+                accept_bursts = await _accept_bursts(store, events, rounds.bursts)
                 store_bursts = await _store_bursts(busy_bursts)
                 loops_per_s = busy.loops / (time.perf_counter() - started)
             result["busy"] = {"accept": _figures(accepts), "store_64": _figures(stores),
@@ -185,8 +202,10 @@ async def measure(interval_s: float) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--smoke", action="store_true", help="a few of each: every figure, in seconds (CI)")
     args = parser.parse_args(argv)
-    results = [trio.run(measure, interval) for interval in (CPYTHON_DEFAULT_S, GIL_SWITCH_INTERVAL_S)]
+    rounds = SMOKE if args.smoke else Rounds()
+    results = [trio.run(measure, interval, rounds) for interval in (CPYTHON_DEFAULT_S, GIL_SWITCH_INTERVAL_S)]
     for result in results:
         idle, busy = result["idle"], result["busy"]
         print(f"switch interval {result['switch_interval_ms']:.1f} ms: "

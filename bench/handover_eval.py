@@ -29,8 +29,8 @@ How it is built (bench/README.md holds the method and the figures):
    over). Sessions are in the tune or the held-out half by a hash of their id
    (:func:`eval_queries.half_of`).
 
-``--smoke`` replays the test fixtures' transcripts as one project and the seeded two-session
-project of ``retrieval.py``: a few seconds besides the worker's start.
+``--smoke`` replays the test fixtures' short sessions (:data:`SMOKE_MAX_TOOL_USES`) as one project
+and the seeded two-session project of ``retrieval.py``: a few seconds besides the worker's start.
 """
 
 from __future__ import annotations
@@ -68,6 +68,10 @@ RECENT_ROWS = 500
 WAIT_S = 1800.0  # for a session to be stored and embedded, on a loaded machine
 BASELINES = ("handover", "recency", "nothing")
 COMPACTION = "compaction"  # the context after a compaction: a surface of its own, scored on the rest of the session
+# --smoke's fixture sessions: those of at most this many tool uses (the one that compacts, one with no tool
+# use, the calc session). Sessions of both halves are scored, for a third of the documents the whole set
+# has the worker embed (at the lowest CPU priority: on a busy machine, most of the smoke's time).
+SMOKE_MAX_TOOL_USES = 10
 
 
 @dataclass
@@ -234,8 +238,10 @@ def _score(tallies: dict[str, dict[str, Tally]], handed: Handed, recent: list[di
 
 
 def smoke_projects(stats: ConversionStats) -> list[Project]:
-    """The fixtures' transcripts as one project (several sessions, in time order), and the seeded project."""
-    sessions = convert(transcript_files(SMOKE_CORPUS), stats)
+    """The fixtures' sessions of at most :data:`SMOKE_MAX_TOOL_USES` tool uses as one project (in time order),
+    and the seeded project."""
+    sessions = [session for session in convert(transcript_files(SMOKE_CORPUS), stats)
+                if session.tool_uses <= SMOKE_MAX_TOOL_USES]
     sessions.sort(key=lambda s: (s.events[0].at if s.events else 0.0, s.session_id))
     return [Project("fixtures", sessions), seeded_project()]
 
@@ -274,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-consolidation", action="store_true",
                         help="the worker without its consolidation pass (the before of a before/after)")
     parser.add_argument("--smoke", action="store_true",
-                        help="seconds: the test fixtures' transcripts and the seeded project, not the corpus")
+                        help="seconds: the test fixtures' short sessions and the seeded project, not the corpus")
     args = parser.parse_args(argv)
 
     stats = ConversionStats()

@@ -29,7 +29,8 @@ How the evaluation is built (bench/README.md holds the method in full and the fi
 ``--sweep`` (``eval_sweep.py``) evaluates other settings of the search on the tune half,
 and the best of each mode on the held-out half. ``--smoke`` replays the test fixtures'
 transcripts and a seeded two-session project (:func:`seeded_project`) with the fixtures'
-written queries (``tests/fixtures/eval-queries.jsonl``) in a few seconds.
+written queries (``tests/fixtures/eval-queries.jsonl``), and sweeps the first and last
+setting of each family (:func:`eval_sweep.smoke_settings`), in a few seconds.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ from eval_queries import (  # noqa: E402
     UnmatchedAnswers,
 )
 from eval_search import RememberingEmbedder, rank  # noqa: E402
-from eval_sweep import SearchParts, sweep, sweep_table  # noqa: E402
+from eval_sweep import SearchParts, Setting, smoke_settings, sweep, sweep_table  # noqa: E402
 from json_out import write_json  # noqa: E402
 
 from sessionmem.protocol.requests import encoded_call  # noqa: E402
@@ -195,7 +196,8 @@ def build_queries(db_path: Path, written: Sequence[Located]) -> Evaluation:
 
 
 async def run(projects: list[Project], data_dir: Path, written: Sequence[Located], *, sweeping: bool = False,
-              reuse: bool = False) -> dict[str, Any]:
+              swept: Sequence[Setting] | None = None, reuse: bool = False) -> dict[str, Any]:
+    """``sweeping``: and the sweep, over ``swept`` (default: every setting, :func:`eval_sweep.settings`)."""
     async with open_worker(data_dir, batch_quiet_s=0.05, mailbox_size=4096) as worker:
         started = time.monotonic()
         sent = 0 if reuse else await replay(worker, projects)
@@ -216,7 +218,7 @@ async def run(projects: list[Project], data_dir: Path, written: Sequence[Located
         earlier_sessions = await rank(search, evaluation.earlier_sessions)
         searched = time.monotonic() - started - built
         started = time.monotonic()
-        swept = await sweep(parts, evaluation.queries) if sweeping else None
+        swept_rows = await sweep(parts, evaluation.queries, swept) if sweeping else None
         sweep_seconds = time.monotonic() - started
     queries = evaluation.queries
     result: dict[str, Any] = {
@@ -241,8 +243,8 @@ async def run(projects: list[Project], data_dir: Path, written: Sequence[Located
                             "shares_words": seeded.shares_words,
                             "first_relevant_rank": next(row["first_relevant"] for row in result["per_query"]
                                                         if row["id"] == seeded.id)}
-    if swept is not None:
-        result["sweep"] = swept
+    if swept_rows is not None:
+        result["sweep"] = swept_rows
         result["sweep_seconds"] = round(sweep_seconds, 1)
     return result
 
@@ -364,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="sessionmem-retrieval-") as temporary:
         data_dir = args.data_dir or Path(temporary) / "data"
         started = time.monotonic()
-        result = trio.run(partial(run, projects, data_dir, written, sweeping=args.sweep, reuse=args.reuse))
+        result = trio.run(partial(run, projects, data_dir, written, sweeping=args.sweep,
+                                  swept=smoke_settings() if args.smoke else None, reuse=args.reuse))
     result["total_seconds"] = round(time.monotonic() - started, 1)
     result["meta"] = {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                       "command": shlex.join([sys.executable, *sys.argv]), "commit": _commit(),

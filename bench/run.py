@@ -50,7 +50,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--context-requests", type=int, default=300)
     parser.add_argument("--baseline-runs", type=int, default=30, help="bare interpreter starts timed for proportion")
     parser.add_argument("--out", type=Path, help="report folder (default bench/results/<timestamp>)")
-    parser.add_argument("--smoke", action="store_true", help="a few seconds of everything (CI)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a few seconds of everything, vectors off unless --worker-env says otherwise (CI)")
     parser.add_argument("--worker-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting for every worker the bench starts (e.g. SESSIONMEM_EMBEDDER=none); repeatable")
     args = parser.parse_args(argv)
@@ -76,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds, args.round_seconds = 1, 0.5
         args.context_observations, args.context_requests = 300, 50
         args.baseline_runs = 5
+        # No vectors unless asked: each worker would embed what it stored in the background, CPU the
+        # smoke's figures do not need (the embedder has benches of its own: search_latency, catch_up).
+        args.worker_env.setdefault("SESSIONMEM_EMBEDDER", "none")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or Path(__file__).resolve().parent / "results" / stamp
     out.mkdir(parents=True, exist_ok=True)

@@ -305,22 +305,34 @@ def observation_bodies(ctx: Context, count: int, *, sessions: int, tag: str) -> 
 
 
 @contextmanager
-def bare_endpoint(out: Path, kind: str = "quart") -> Iterator[int]:
-    state = out / f"bare-{kind}.json"
-    state.unlink(missing_ok=True)
-    process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("bare_app.py")), str(state), kind],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def bare_endpoints(out: Path, *kinds: str) -> Iterator[list[int]]:
+    """A bare endpoint (``bench/bare_app.py``) of each of ``kinds``, started side by side; their ports."""
+    states = [out / f"bare-{kind}.json" for kind in kinds]
+    processes: list[subprocess.Popen[bytes]] = []
     try:
+        for kind, state in zip(kinds, states):
+            state.unlink(missing_ok=True)
+            processes.append(subprocess.Popen([sys.executable, str(Path(__file__).with_name("bare_app.py")),
+                                               str(state), kind],
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         deadline = time.monotonic() + 30
-        while not state.exists():
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError("the bare endpoint did not start")
+        while not all(state.exists() for state in states):
+            if time.monotonic() > deadline or any(process.poll() is not None for process in processes):
+                raise RuntimeError("a bare endpoint did not start")
             time.sleep(0.05)
         time.sleep(0.1)
-        yield json.loads(state.read_text())["port"]
+        yield [json.loads(state.read_text())["port"] for state in states]
     finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(30)
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            process.wait(30)
+
+
+@contextmanager
+def bare_endpoint(out: Path, kind: str = "quart") -> Iterator[int]:
+    with bare_endpoints(out, kind) as (port,):
+        yield port
 
 
 def scenario_throughput(ctx: Context, *, rounds: int, seconds: float, concurrency: int) -> dict[str, Any]:
@@ -338,7 +350,7 @@ def scenario_throughput(ctx: Context, *, rounds: int, seconds: float, concurrenc
     rates: dict[str, list[float]] = {"worker": [], "bare_quart": [], "bare_asgi": []}
     worker_latency: list[float] = []
     with ctx.worker("throughput", SESSIONMEM_MAILBOX_SIZE=4096) as (worker, _), \
-            bare_endpoint(ctx.out, "quart") as quart_port, bare_endpoint(ctx.out, "asgi") as asgi_port:
+            bare_endpoints(ctx.out, "quart", "asgi") as (quart_port, asgi_port):
         tokens = {worker.port: worker.token}  # the bare endpoints take none
         with ProcessSampler(worker.pid) as sampler:
             for round_number in range(rounds):

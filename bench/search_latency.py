@@ -108,6 +108,9 @@ FILTERED_LAYOUT = (("big", 1, 0.40), ("medium", 4, 0.075), ("small", 30, 0.01))
 FILTERED_SIZES = (10_000, 100_000)
 FILTERED_SCOPES = ("all", "big", "medium", "small")
 CPU_BLOCKS, CPU_BLOCK_SEARCHES = 4, 40
+# --smoke: blocks enough for every scope's figure (a hybrid search costs the worker ~20 ms of CPU, so a
+# block reads several clock ticks), not for a steady median.
+SMOKE_CPU_BLOCKS, SMOKE_CPU_BLOCK_SEARCHES = 2, 4
 
 
 # -- the source: real texts, real vectors -------------------------------------------------
@@ -427,7 +430,7 @@ async def _measure_scale(worker: WorkerProcess, queries: list[str], prompts: lis
     new_project_path = routes.CONTEXT + "?" + urllib.parse.urlencode({"project": "bench-new", "source": "compact"})
     try:
         for warm in range(5):  # first requests load what is lazy
-            await client.get(_search_path(queries[warm], "hybrid"))
+            await client.get(_search_path(queries[warm % len(queries)], "hybrid"))
         for i in range(runs):
             query = queries[i % len(queries)]
             for mode in ("hybrid", "fts", "vector"):
@@ -451,9 +454,11 @@ async def _measure_scale(worker: WorkerProcess, queries: list[str], prompts: lis
 
 
 async def _measure_filtered(worker: WorkerProcess, layout: list[tuple[str, int]], queries: list[str],
-                            runs: int) -> dict[str, Any]:
+                            runs: int, cpu_blocks: tuple[int, int] = (CPU_BLOCKS, CPU_BLOCK_SEARCHES)
+                            ) -> dict[str, Any]:
     """Each mode without a filter and with ``project`` set to a big, a medium and a small project (the
-    medium and small ones in turn), interleaved; every result checked to be of the project asked."""
+    medium and small ones in turn), interleaved; every result checked to be of the project asked.
+    ``cpu_blocks``: the blocks of hybrid searches the worker's CPU time is read over, and searches a block."""
     timer = Timer()
     projects = {scope: [name for name, _ in layout if name.startswith(scope + "-")] for scope in FILTERED_SCOPES[1:]}
     found: dict[str, list[int]] = {}
@@ -463,7 +468,8 @@ async def _measure_filtered(worker: WorkerProcess, layout: list[tuple[str, int]]
     try:
         for warm in range(5):
             for names in projects.values():
-                await client.get(_search_path(queries[warm], "hybrid", project=names[warm % len(names)]))
+                await client.get(_search_path(queries[warm % len(queries)], "hybrid",
+                                              project=names[warm % len(names)]))
         for i in range(runs):
             query = queries[i % len(queries)]
             scopes = FILTERED_SCOPES[i % 4:] + FILTERED_SCOPES[:i % 4]  # no scope always first
@@ -480,14 +486,15 @@ async def _measure_filtered(worker: WorkerProcess, layout: list[tuple[str, int]]
         # The worker's CPU time per hybrid search of each scope (what latency is on an idle machine, and
         # what a busy one cannot blur): blocks of one scope at a time, the scopes in turn.
         cpu: dict[str, list[float]] = {}
-        for block in range(CPU_BLOCKS):
+        blocks, searches = cpu_blocks
+        for block in range(blocks):
             for scope in FILTERED_SCOPES:
                 names = projects.get(scope, ["*"])
                 started = _cpu_seconds(worker.pid)
-                for i in range(CPU_BLOCK_SEARCHES):
-                    query = queries[(block * CPU_BLOCK_SEARCHES + i) % len(queries)]
+                for i in range(searches):
+                    query = queries[(block * searches + i) % len(queries)]
                     await client.get(_search_path(query, "hybrid", project=names[i % len(names)]))
-                cpu.setdefault(scope, []).append((_cpu_seconds(worker.pid) - started) * 1000 / CPU_BLOCK_SEARCHES)
+                cpu.setdefault(scope, []).append((_cpu_seconds(worker.pid) - started) * 1000 / searches)
     finally:
         await client.aclose()
     return {"latency_ms": timer.summary(), "results_per_search": {n: statistics.median(c) for n, c in found.items()},
@@ -498,8 +505,9 @@ async def _measure_filtered(worker: WorkerProcess, layout: list[tuple[str, int]]
 
 
 def measure_filtered(pool: Pool, work: Path, sizes: list[int], queries: list[str], runs: int, *,
-                     reuse: bool) -> dict[str, Any]:
-    """Build (unless ``reuse`` finds them) and measure a store of each size laid out as :data:`FILTERED_LAYOUT`."""
+                     reuse: bool, cpu_blocks: tuple[int, int] = (CPU_BLOCKS, CPU_BLOCK_SEARCHES)) -> dict[str, Any]:
+    """Build (unless ``reuse`` finds them) and measure a store of each size laid out as :data:`FILTERED_LAYOUT`
+    (``cpu_blocks``: see :func:`_measure_filtered`)."""
     result: dict[str, Any] = {}
     for size in sizes:
         layout = filtered_layout(size)
@@ -512,7 +520,7 @@ def measure_filtered(pool: Pool, work: Path, sizes: list[int], queries: list[str
         with start_worker(data_dir, env={"SESSIONMEM_COMPRESSOR": "offline"}, timeout=120) as worker:
             debug = _wait_index_ready(worker)
             figures["worker_rss_mb_ready"] = _rss(worker.pid)
-            figures.update(trio.run(_measure_filtered, worker, layout, queries, runs))
+            figures.update(trio.run(_measure_filtered, worker, layout, queries, runs, cpu_blocks))
             figures["worker_rss_mb_after"] = _rss(worker.pid)
             figures["index"] = {k: debug["index"][k] for k in ("vectors", "loadSeconds")}
         result[str(size)] = figures
@@ -567,7 +575,7 @@ async def _measure_fts(worker: WorkerProcess, queries: list[str], runs: int) -> 
     filters = SearchFilters(project=PROJECT, kinds=(OBSERVATION,))
     try:
         for warm in range(5):
-            await client.get(_search_path(queries[warm], "fts"))
+            await client.get(_search_path(queries[warm % len(queries)], "fts"))
         for i in range(runs):
             query = queries[i % len(queries)]
             body = await client.get(_search_path(query, "fts", kind=OBSERVATION), timer, "ours_fts_http_observations")
@@ -750,12 +758,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--filtered-only", action="store_true",
                         help="measure the stores of many projects only (filtered and unfiltered search)")
     parser.add_argument("--smoke", action="store_true",
-                        help="a few seconds of everything: the test fixtures' transcripts, 2,000 and 1,000 observations")
+                        help="a few seconds of everything: a test fixtures' project, 2,000 and 1,000 observations")
     args = parser.parse_args(argv)
     if args.smoke:
         if args.corpus == retrieval.DEFAULT_CORPUS:
             args.corpus = retrieval.SMOKE_CORPUS
-        args.projects, args.observations, args.fts_observations = 0, 2000, 1000
+        # One fixture project (the one with the most prompts: 23 documents to embed), enough real texts
+        # and vectors to scale up and five short queries: the catch-up's embedding runs at the lowest
+        # CPU priority, and on a busy machine it was most of the smoke's time.
+        args.projects, args.observations, args.fts_observations = 1, 2000, 1000
         args.runs, args.cold_runs, args.filtered_sizes = 10, 1, [2000]
 
     result: dict[str, Any] = {"meta": {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
@@ -775,7 +786,9 @@ def main(argv: list[str] | None = None) -> int:
                           "summaries": len(pool.summaries)}
         queries, prompts = queries_from(pool), prompt_queries_from(pool)
         result["queries"] = {"short": len(queries), "examples": queries[:5], "whole_prompts": len(prompts)}
-        result["filtered"] = measure_filtered(pool, work, args.filtered_sizes, queries, args.runs, reuse=args.reuse)
+        cpu_blocks = (SMOKE_CPU_BLOCKS, SMOKE_CPU_BLOCK_SEARCHES) if args.smoke else (CPU_BLOCKS, CPU_BLOCK_SEARCHES)
+        result["filtered"] = measure_filtered(pool, work, args.filtered_sizes, queries, args.runs, reuse=args.reuse,
+                                              cpu_blocks=cpu_blocks)
         if args.filtered_only:
             print(filtered_summary(result["filtered"]))
             write_json(result, args.out)

@@ -105,7 +105,7 @@ def test_retrieval_smoke_evaluates_both_halves_and_finds_by_meaning(tmp_path: Pa
 
 
 def test_handover_eval_smoke_scores_every_surface_against_its_baselines(tmp_path: Path) -> None:
-    """The fixtures' transcripts and the seeded project replayed into a worker process: every figure of every
+    """The fixtures' short sessions and the seeded project replayed into a worker process: every figure of every
     surface, baseline and half is computed and a fraction; what they are is the benchmark's business."""
     out = tmp_path / "handover.json"
     result = subprocess.run([sys.executable, str(REPO / "bench" / "handover_eval.py"), "--smoke", "--out", str(out)],
@@ -144,8 +144,10 @@ def test_handover_eval_smoke_scores_every_surface_against_its_baselines(tmp_path
 def test_catch_up_smoke_times_the_index_catching_up_after_a_backfill(tmp_path: Path) -> None:
     out = tmp_path / "catch_up.json"
     corpus = REPO / "tests" / "fixtures" / "transcripts"
+    # One fixture project (a session of 21 tool uses): a backfill, then a catch-up of some 20 documents.
     result = subprocess.run([sys.executable, str(REPO / "bench" / "catch_up.py"), "--corpus", str(corpus),
-                             "--rounds", "1", "--out", str(out)], capture_output=True, text=True, timeout=300)
+                             "--projects", "v1.0-inline-sidechain", "--rounds", "1", "--out", str(out)],
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     (run,) = json.loads(out.read_text())["runs"]
     assert run["name"] == "this tree" and run["lost"] == 0 and run["accepted"] > 0
@@ -185,7 +187,7 @@ def test_search_latency_smoke_measures_every_figure(tmp_path: Path) -> None:
 
 def test_gil_trips_measures_the_writer_beside_a_busy_thread(tmp_path: Path) -> None:
     out = tmp_path / "gil.json"
-    result = subprocess.run([sys.executable, str(REPO / "bench" / "gil_trips.py"), "--out", str(out)],
+    result = subprocess.run([sys.executable, str(REPO / "bench" / "gil_trips.py"), "--smoke", "--out", str(out)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     runs = json.loads(out.read_text())
