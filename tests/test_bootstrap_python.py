@@ -200,8 +200,9 @@ def hook(data: Path, bin_dir: Path, stage: str, payload: dict[str, Any] | None =
     env = {"PATH": str(bin_dir), "HOME": str(data / "home"), "CLAUDE_PLUGIN_DATA": str(data),
            "CLAUDE_PLUGIN_ROOT": str(REPO), "SESSIONMEM_DATA_DIR": str(data / "memory"), "SESSIONMEM_PORT": "9",
            **extra}
+    # In this checkout, as when a user's project is sessionmem's own source (a `sessionmem` folder in the cwd).
     return subprocess.run(["/bin/sh", str(HOOK_SH), stage], input=json.dumps(payload or {"session_id": "s"}),
-                          env=env, text=True, capture_output=True, timeout=60)
+                          env=env, text=True, capture_output=True, timeout=60, cwd=REPO)
 
 
 def system_message(result: subprocess.CompletedProcess[str]) -> str:
@@ -337,6 +338,9 @@ def test_an_environment_whose_python_is_gone_is_made_again_from_another(tmp_path
     dangling_environment(tmp_path, "3.12.8 /opt/homebrew/opt/python@3.12/bin/python3.12")
     pip = {key: value for key, value in os.environ.items() if key.startswith("PIP_")}
     pip.setdefault("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip"))
+    # pip leaves the dependencies uncompiled (its bytecode of them all is ~20 s of CPU, and nothing here
+    # reads it); install.py still compiles sessionmem itself, for the hooks.
+    pip["PIP_COMPILE"] = "0"
     assert hook(tmp_path, bin_dir, "SessionStart", **pip).returncode == 0
     wait_for_the_install_to_end(tmp_path, 600)
     log = (tmp_path / "install.log").read_text()
@@ -347,6 +351,10 @@ def test_an_environment_whose_python_is_gone_is_made_again_from_another(tmp_path
     assert not (tmp_path / "venvs" / "1").exists()  # the broken one is removed
     # What hook.sh's fast path checks: the environment is current again.
     assert (tmp_path / "venv" / "installed-from").read_text() == f"{REPO}\n"
+    # The hook entry and its bytecode are the new environment's own, though the hook ran in this checkout.
+    entry = Path((tmp_path / "venv" / "hook-entry").read_text().strip())
+    assert entry.is_file() and entry.is_relative_to((tmp_path / "venv").resolve()), entry
+    assert list(entry.parent.glob("__pycache__/entry.*.pyc"))
     ran = subprocess.run([tmp_path / "venv" / "bin" / "python", "-c", "import sys; print(sys.version_info[:2])"],
                          capture_output=True, text=True, check=True)
     assert ran.stdout.strip() == str(tuple(sys.version_info[:2]))

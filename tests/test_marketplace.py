@@ -137,6 +137,9 @@ def test_installed_from_a_marketplace_it_bootstraps_itself_and_remembers(tmp_pat
         # The user's pip cache (the test's HOME is empty): the install still resolves every
         # dependency from the package index, without downloading what this machine has.
         harness.extra_env["PIP_CACHE_DIR"] = os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")
+        # pip leaves the dependencies uncompiled (its bytecode of them all is ~20 s of CPU, which the test
+        # does not read); install.py still compiles sessionmem itself, for the hooks.
+        harness.extra_env["PIP_COMPILE"] = "0"
         claude_cli(harness, "plugin", "marketplace", "add", str(plugin_source(tmp_path)))
         claude_cli(harness, "plugin", "install", "sessionmem@sessionmem")
         data_dirs = harness.home / ".claude" / "plugins" / "data"

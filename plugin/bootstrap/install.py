@@ -92,7 +92,8 @@ def install(root: str, data: str) -> None:
         run(python, "-m", "venv", fresh)
         fresh_python = os.path.join(fresh, "bin", "python")
         run(fresh_python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", root)
-        package = subprocess.run([fresh_python, "-c", "import sessionmem, os; print(os.path.dirname(sessionmem.__file__))"],
+        # -I: the installed package, not a `sessionmem` folder in the working directory (a checkout of it).
+        package = subprocess.run([fresh_python, "-I", "-c", "import sessionmem, os; print(os.path.dirname(sessionmem.__file__))"],
                                  check=True, capture_output=True, text=True).stdout.strip()
         run(fresh_python, "-m", "compileall", "-q", package)
         write_marker(os.path.join(fresh, "hook-entry"), os.path.join(package, "hooks", "entry.py"))
