@@ -31,7 +31,7 @@ Messages are in ``time_created`` order, parts in id order (OpenCode's ids grow w
 or a tool that failed as a ``PostToolUseFailure``, a patch as a ``Write`` or ``Edit`` per file.
 
 Resource handling:
-    Each database is opened read-only (``mode=ro``), read in one read transaction (one consistent
+    Each database is opened read-only (APSW, as sessionmem's own store), read in one read transaction (one consistent
     snapshot while OpenCode writes on: a WAL reader waits for no writer) and closed before the next.
 
 Error handling:
@@ -44,11 +44,12 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import apsw
 
 from sessionmem.protocol.agent_payloads import contract_payloads
 from sessionmem.protocol.agents import OPENCODE
@@ -111,9 +112,9 @@ def _object(raw: Any) -> dict[str, Any] | None:
 
 def _rows(path: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """The session, message and part rows of one database, read in one read transaction."""
-    connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=_BUSY_TIMEOUT_S,
-                                 isolation_level=None)
+    connection = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
+        connection.set_busy_timeout(int(_BUSY_TIMEOUT_S * 1000))
         connection.execute("BEGIN")
         sessions = connection.execute(
             "SELECT id, parent_id, directory, time_created FROM session ORDER BY time_created, id").fetchall()
@@ -132,7 +133,7 @@ def read_database(path: Path, stats: ConversionStats) -> list[StoredSession]:
     stats.files += 1
     try:
         session_rows, message_rows, part_rows = _rows(path)
-    except sqlite3.Error:
+    except apsw.Error:
         stats.broken_files += 1
         return []
     stats.lines += len(message_rows) + len(part_rows)
