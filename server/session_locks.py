@@ -22,23 +22,18 @@ import trio
 
 class SessionLocks:
     def __init__(self) -> None:
-        self._locks: dict[str, tuple[trio.Lock, int]] = {}  # session -> (its lock, tasks holding or waiting)
+        self._locks: dict[str, trio.Lock] = {}
 
     @asynccontextmanager
     async def hold(self, claude_session_id: str) -> AsyncIterator[None]:
         """Hold ``claude_session_id``'s lock for the ``async with`` block."""
-        lock, users = self._locks.get(claude_session_id, (None, 0))
-        if lock is None:
-            lock = trio.Lock()
-        self._locks[claude_session_id] = (lock, users + 1)
+        lock = self._locks.setdefault(claude_session_id, trio.Lock())
         try:
             async with lock:
                 yield
         finally:
-            lock, users = self._locks[claude_session_id]
-            if users > 1:
-                self._locks[claude_session_id] = (lock, users - 1)
-            else:
+            # Trio hands a released lock straight to its next waiter: free and unwaited-for, nobody needs it.
+            if not lock.locked() and not lock.statistics().tasks_waiting:
                 del self._locks[claude_session_id]
 
     def held(self) -> int:
