@@ -10,7 +10,9 @@ release (0.8.2, the version the wheel's SQL files are for; its source is in
 the wheel's own ``pg_config``, and puts it in place of the wheel's ``vector.so``. pgvector
 then picks its faster paths at run time from what the CPU reports.
 
-``make test`` runs it (``python -m tools.portable_pgvector``); it is done once per virtualenv:
+The suite runs it as it starts (``tests/conftest.py``, in the process that starts the others, so
+``make test`` and a bare ``pytest`` both get it; ``python -m tools.portable_pgvector`` by hand); it is done
+once per virtualenv:
 the installed library's SHA-256 is kept beside it, and a reinstall of the wheel (a new
 ``vector.so``) is noticed and built over again. Nothing is done off Linux x86-64 (the wheel
 has no other x86-64 build; Apple silicon's is compiled without ``-march=native``), nor where
