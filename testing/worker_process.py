@@ -25,6 +25,7 @@ from sessionmem.actors.state import ActorState
 from sessionmem.protocol import routes
 from sessionmem.protocol.auth import bearer, read_token
 from sessionmem.protocol.oskit import kill_process, limit_open_files, process_alive, terminate_process
+from sessionmem.protocol.spool import spool_pending
 from sessionmem.protocol.state import STATE_FILE, read_state
 
 WORKING_STATES = tuple(state.value for state in ActorState if state.working)  # as /debug writes them
@@ -105,10 +106,14 @@ class WorkerClient:
         return self.wait_until(consolidated, timeout=timeout)
 
     def wait_idle(self, *, timeout: float = 30.0) -> dict[str, Any]:
-        """Wait until the journal has nothing pending and no actor holds work."""
+        """Wait until nothing is pending: no spooled request left on disk, nothing in the journal, no actor
+        at work. A hook whose POST timed out on a busy machine spooled its event; the worker imports it
+        at its next spool round (seconds later), so idle without the spool would be idle too soon."""
         deadline = time.monotonic() + timeout
 
         def idle() -> dict[str, Any] | None:
+            if spool_pending(str(self.data_dir)):
+                return None
             debug = self._debug_within(deadline)
             busy = debug["sessions"]["queued"] or any(a["state"] in WORKING_STATES for a in debug["actors"])
             return debug if debug["journal"]["pending"] == 0 and not busy else None

@@ -270,10 +270,9 @@ def test_hooks_fail_open_and_next_start_restarts_the_worker(harness: Harness, se
     # The next SessionStart starts the worker again, and capture resumes.
     output, _ = harness.claude("What did we change last time?")
     worker = harness.started_worker()
-    # On a loaded machine it starts after this session's hooks spooled their events: its next spool
-    # round (every 5 s) imports them.
-    worker.wait_until(lambda: not list((harness.data_dir / "spool").glob("*.json")), timeout=60)
-    worker.wait_idle()
+    # On a loaded machine it starts after this session's hooks spooled their events: idle waits for its
+    # spool rounds (every 5 s) to import them.
+    worker.wait_idle(timeout=60)
     sessions = {s["claudeSessionId"]: s for s in worker.get("/api/sessions")["sessions"]}
     assert sessions[output["session_id"]]["status"] == "completed"
 
