@@ -20,8 +20,9 @@ endif
 endif
 endif
 STAMP := $(VENV)/.installed
-# The pinned Claude Code and Codex CLIs for the end-to-end tests (their native binaries are
-# optional dependencies from the npm registry; no other download).
+# The pinned agent CLIs for the end-to-end tests (their native binaries are optional dependencies
+# from the npm registry; no other download), and what OpenCode installs into its config folder on a
+# first start (e2e/opencode-config), placed in each test HOME.
 E2E_STAMP := e2e/node_modules/.installed
 
 .PHONY: run test lint clean bytecode browser fat-tools
@@ -41,8 +42,9 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/python -m pip install --quiet -e '.[test,bench]'
 	@touch $(STAMP)
 
-$(E2E_STAMP): e2e/package.json e2e/package-lock.json
+$(E2E_STAMP): e2e/package.json e2e/package-lock.json e2e/opencode-config/package.json e2e/opencode-config/package-lock.json
 	cd e2e && npm ci --no-audit --no-fund --loglevel=error
+	cd e2e/opencode-config && npm ci --no-audit --no-fund --loglevel=error
 	@touch $(E2E_STAMP)
 
 # The web pages' browser tests (tests/test_web_browser.py) drive Chromium or Google Chrome and ChromeDriver,
@@ -111,4 +113,4 @@ test: $(STAMP) $(E2E_STAMP) browser fat-tools bytecode lint
 	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info e2e/node_modules
+	rm -rf $(VENV) build *.egg-info e2e/node_modules e2e/opencode-config/node_modules

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -32,6 +33,8 @@ from sessionmem.testing.chat_completions_api import Message, ScriptedChatComplet
 
 REPO = Path(__file__).resolve().parent.parent
 OPENCODE = REPO / "e2e" / "node_modules" / ".bin" / "opencode"
+# What OpenCode installs into its config folder on a first start, pinned beside it (e2e/opencode-config).
+CONFIG_DEPENDENCIES = REPO / "e2e" / "opencode-config" / "node_modules"
 MODEL = "scripted/scripted-model"
 NEUTRAL_HOME = "/home/user"
 FIRST_PROMPT = "Fix the divide bug in calc.py"
@@ -119,6 +122,34 @@ class ScriptedModel:
         return steps[done] if done < len(steps) else {"content": SECOND_REPLY}
 
 
+def _pinned_version(package_json: Path) -> str:
+    return str(json.loads(package_json.read_text())["version"])
+
+
+def place_config_dependencies(home: Path) -> None:
+    """Put the pinned ``@opencode-ai/plugin`` and its dependencies in ``home``'s OpenCode config folder.
+
+    On its first start in a config folder OpenCode installs ``@opencode-ai/plugin`` at its own version
+    there from the npm registry: 15-20 s of a busy machine's CPU, for every test home. With the same
+    packages already in place it finds nothing to install. A copy, not a link: what OpenCode does in
+    its folder stays out of the checkout.
+
+    Error handling:
+        :class:`FileNotFoundError` if ``make test`` has not installed the pin; :class:`ValueError` if the
+        pin is not at the pinned OpenCode's version (OpenCode would install its own again).
+    """
+    if not CONFIG_DEPENDENCIES.is_dir():
+        raise FileNotFoundError(f"{CONFIG_DEPENDENCIES} is missing: `make test` installs it (npm ci in "
+                                "e2e/opencode-config)")
+    plugin = _pinned_version(CONFIG_DEPENDENCIES / "@opencode-ai" / "plugin" / "package.json")
+    opencode = _pinned_version(REPO / "e2e" / "node_modules" / "opencode-ai" / "package.json")
+    if plugin != opencode:
+        raise ValueError(f"e2e/opencode-config pins @opencode-ai/plugin {plugin}, but OpenCode is {opencode}: "
+                         "pin the same version in both package.json files")
+    shutil.copytree(CONFIG_DEPENDENCIES, home / ".config" / "opencode" / "node_modules", symlinks=True,
+                    dirs_exist_ok=True)
+
+
 def environment(home: Path, cwd: Path) -> dict[str, str]:
     """OpenCode's environment: ``home`` as HOME and the XDG folders under it, ``cwd`` as PWD (OpenCode takes
     its folder from PWD)."""
@@ -153,6 +184,7 @@ def record(home: Path) -> Path:
     with ScriptedChatCompletionsAPI(responder=ScriptedModel(project)) as api:
         (home / ".config" / "opencode").mkdir(parents=True)
         (home / ".config" / "opencode" / "opencode.json").write_text(json.dumps(user_config(api.url)))
+        place_config_dependencies(home)
         first = run(home, project, FIRST_PROMPT)
         run(home, project, SECOND_PROMPT, first)
         run(home, other, OTHER_PROMPT)

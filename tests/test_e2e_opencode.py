@@ -20,7 +20,7 @@ import pytest
 
 from sessionmem.protocol.agents import OPENCODE
 from sessionmem.testing.chat_completions_api import Message, ScriptedChatCompletionsAPI, tool_call
-from sessionmem.testing.opencode_recording import MODEL, turn, user_config
+from sessionmem.testing.opencode_recording import MODEL, place_config_dependencies, turn, user_config
 from sessionmem.testing.opencode_recording import OPENCODE as OPENCODE_BIN
 from sessionmem.testing.worker_process import WorkerProcess
 
@@ -125,6 +125,7 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenCodeHarnes
         api.responder = Conversation(h.project)
         (h.config / "opencode").mkdir(parents=True)
         (h.config / "opencode" / "opencode.json").write_text(json.dumps(user_config(api.url)))
+        place_config_dependencies(h.home)
         installed = h.sessionmem("install", "--agent", "opencode")
         assert installed.returncode == 0, installed.stdout + installed.stderr
         try:
