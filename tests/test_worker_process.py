@@ -185,7 +185,9 @@ def test_a_worker_stops_while_it_imports_a_large_spool_and_loses_nothing(tmp_pat
 
     data = tmp_path / "data"
     data.mkdir()
-    spooled = 4000
+    # Enough that the import is still going when `status` and `stop` have run: a 2-core machine imports
+    # about 120 while they do, so 1,500 leaves room for one ten times faster.
+    spooled = 1500
     write_spool_file(str(data), routes.INIT, json.dumps(
         {"claudeSessionId": "big", "cwd": "/w/big", "prompt": "go", "idempotencyKey": "i"}).encode())
     for number in range(spooled):
