@@ -26,6 +26,8 @@ Error handling:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import trio
 
 from sessionmem.embed.service import EmbedderService
@@ -41,7 +43,10 @@ from sessionmem.search.hybrid import (
     page_results,
     ranking,
 )
-from sessionmem.storage.pg.store import TeamStore, TeamUnavailable
+from sessionmem.storage.pg.errors import TeamUnavailable
+
+if TYPE_CHECKING:  # the driver is loaded by the team sync, only where database_url is set
+    from sessionmem.storage.pg.store import TeamStore
 
 # A search of the team database answers within this, or is a TeamUnavailable: a database that
 # answers takes milliseconds to tens of them (the target: 25 ms at a million observations),

@@ -26,7 +26,7 @@ from sessionmem.server.spool import SpoolStatistics
 from sessionmem.storage.base import StoreStatistics
 from sessionmem.storage.consolidator import ConsolidatorStatistics
 from sessionmem.storage.pruner import PrunerStatistics
-from sessionmem.team.sync import TeamStatistics
+from sessionmem.team.sync_status import TeamStatistics
 
 
 class DebugSnapshot(msgspec.Struct, frozen=True, omit_defaults=True):  # `team` only when it is on

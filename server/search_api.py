@@ -58,7 +58,7 @@ from sessionmem.server.routing import (
     text_arg,
 )
 from sessionmem.server.services import Services
-from sessionmem.storage.pg.store import TeamUnavailable
+from sessionmem.storage.pg.errors import TeamUnavailable
 
 _AGE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _AGE_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

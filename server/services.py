@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 import trio
@@ -33,7 +34,9 @@ from sessionmem.settings import Settings
 from sessionmem.storage.base import Store
 from sessionmem.storage.consolidator import Consolidator
 from sessionmem.storage.pruner import Pruner
-from sessionmem.team.sync import TeamSync
+
+if TYPE_CHECKING:  # loaded by the worker only where database_url is set (it brings the database driver)
+    from sessionmem.team.sync import TeamSync
 
 
 class WorkerStatistics(msgspec.Struct, frozen=True, kw_only=True):

@@ -17,7 +17,7 @@ from sessionmem.protocol.routes import TEAM, TEAM_PUSH
 from sessionmem.server.payloads import decode
 from sessionmem.server.routing import error_response, json_response
 from sessionmem.server.services import Services
-from sessionmem.team.sync import ShareRefused
+from sessionmem.team.sync_status import ShareRefused
 
 TEAM_OFF = "team memory is off: set database_url (SESSIONMEM_DATABASE_URL) to a PostgreSQL database"
 

@@ -33,7 +33,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
@@ -83,7 +83,9 @@ from sessionmem.storage.base import StorageUnavailable, Store
 from sessionmem.storage.consolidator import Consolidator
 from sessionmem.storage.pruner import Pruner
 from sessionmem.storage.sqlite.store import SQLiteStore, open_sqlite_store
-from sessionmem.team.sync import TeamSync
+
+if TYPE_CHECKING:  # imported where database_url is set: it brings the database driver
+    from sessionmem.team.sync import TeamSync
 
 log = logging.getLogger("sessionmem")
 
@@ -361,7 +363,11 @@ async def _index_and_team(settings: Settings, store: SQLiteStore, embedder: Embe
         index = VectorIndex(store, embedder, settings.index_dir, save_interval_s=settings.index_save_interval_s)
         # Loads (or rebuilds) in the background: searches use words alone meanwhile.
         indexing, _ = await _start_stoppable(outer, index.run)
-        team = TeamSync(settings, store, index, broadcaster) if settings.database_url else None
+        team = None
+        if settings.database_url:
+            from sessionmem.team.sync import TeamSync
+
+            team = TeamSync(settings, store, index, broadcaster)
         syncing = trio.CancelScope()
         if team is not None:
             # Started once this data dir's machine id is stored (one local write), before any

@@ -1,7 +1,12 @@
 """The team sync's small rules, without a database: its pauses on the mock clock, passwords kept out of
-what it shows, which keys a pull catches up on, and NULs kept out of pushed texts."""
+what it shows, which keys a pull catches up on, NULs kept out of pushed texts, and a worker without a
+team database not loading its driver."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import trio
 import trio.testing
@@ -50,3 +55,13 @@ def test_texts_lose_their_nuls_and_records_without_any_stay_the_same() -> None:
     assert without_nul(record) == PromptRecord("s\ufffd", 1, "a\ufffdb", 1.0)
     clean = PromptRecord("s", 1, "ab", 1.0)
     assert without_nul(clean) is clean
+
+
+def test_a_worker_without_a_team_database_does_not_load_its_driver() -> None:
+    """psycopg and pgvector are about a tenth of a worker's start: loaded only where database_url is set."""
+    code = ("import sys\n"
+            "import sessionmem.worker, sessionmem.server.app, sessionmem.server.debug\n"
+            "print(sorted(m for m in ('psycopg', 'pgvector', 'sessionmem.team.sync') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": ""}, check=True).stdout
+    assert out.split() == ["[]"]

@@ -54,6 +54,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 
 from sessionmem.protocol.credentials import sanitized
+from sessionmem.storage.pg.errors import TeamUnavailable
 from sessionmem.storage.pg.schema import TeamSchemaTooNew, migrate
 
 T = TypeVar("T")
@@ -66,12 +67,6 @@ CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 # says otherwise); libpq counts connect_timeout in whole seconds, at least 2.
 _KEEPALIVES = {"keepalives": "1", "keepalives_idle": "10", "keepalives_interval": "5", "keepalives_count": "3"}
 _ROLLBACK_ATTEMPTS = 5  # a write the server rolls back (deadlock, serialization) is tried this often
-
-
-class TeamUnavailable(Exception):
-    """The team database cannot be used right now: unreachable, the connection lost, or a schema
-    newer than this code. Nothing of the failed call happened, or it happened whole; try again
-    later. The message never contains the password."""
 
 
 class ConnectionStatistics(msgspec.Struct, frozen=True, kw_only=True):
