@@ -119,7 +119,8 @@ def _check_connection(url: str, label: str, report: Report) -> None:
     """Connect as the worker would, read-only: no migration (the next worker does that), nothing written."""
     import psycopg
 
-    from sessionmem.storage.pg.connections import TeamUnavailable, connection_url, transport
+    from sessionmem.storage.pg.connections import connection_url, transport
+    from sessionmem.storage.pg.errors import TeamUnavailable
 
     try:
         conninfo = connection_url(url, connect_timeout_s=CONNECT_TIMEOUT_S)

@@ -66,7 +66,8 @@ import trio
 from sessionmem.records import RankedKey, SearchFilters
 from sessionmem.storage import boundary
 from sessionmem.storage.pg import search, transfer
-from sessionmem.storage.pg.connections import Connection, TeamConnections, TeamUnavailable
+from sessionmem.storage.pg.connections import Connection, TeamConnections
+from sessionmem.storage.pg.errors import TeamUnavailable
 from sessionmem.storage.pg.schema import schema_version
 from sessionmem.storage.pg.search import TeamCard
 from sessionmem.storage.pg.text import text_without_nul, without_nul
