@@ -374,6 +374,42 @@ async def test_pull_pages_through_every_row_once_in_order(team_database_url: str
     assert all(row.origin == LAPTOP and row.project_key == APP for row in pulled)
 
 
+NEXT_XID = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"  # read without taking one
+
+
+def burn_transaction_ids_until(url: str, next_xid: int) -> None:
+    """Use up transaction ids (a subtransaction each, in one transaction) until the next one given is about
+    ``next_xid``."""
+    with psycopg.connect(url, autocommit=True) as connection:
+        (current,) = connection.execute(NEXT_XID).fetchone() or (0,)
+        # The DO block's own transaction takes one id, then each subtransaction's insert another.
+        burnt = next_xid - current - 1
+        if burnt > 0:
+            connection.execute("DO $$ BEGIN CREATE TEMP TABLE burn (n int); FOR i IN 1.." + str(burnt) + " LOOP"
+                               " BEGIN INSERT INTO burn VALUES (i); EXCEPTION WHEN OTHERS THEN NULL; END;"
+                               " END LOOP; END $$")
+
+
+async def test_pull_pages_through_transaction_ids_that_gain_a_digit(team_database_url: str) -> None:
+    """Pushes whose transaction ids go from 9..9 to 10..0: a pull ordered by their text would put the
+    longer first and skip every row between."""
+    rows = [row for n in range(8) for row in a_session(f"s{n}")]
+    batches = [rows[start:start + 6] for start in range(0, len(rows), 6)]
+    async with open_team_store(team_database_url) as store:
+        await store.check()  # migrated: what follows are the pushes' transactions
+        with psycopg.connect(team_database_url, autocommit=True) as connection:
+            (current,) = connection.execute(NEXT_XID).fetchone() or (0,)
+        digits = 10 ** len(str(current + len(batches)))  # the next power of ten past the pushes' own ids
+        burn_transaction_ids_until(team_database_url, digits - len(batches) // 2)
+        for batch in batches:
+            await store.push(batch)
+        with psycopg.connect(team_database_url) as connection:
+            xids = [int(x) for (x,) in connection.execute("SELECT DISTINCT xid::text FROM observations").fetchall()]
+        assert min(xids) < digits <= max(xids), (xids, digits)  # the premise: they gain a digit
+        pulled, _ = await pull_all(store, limit=4)
+    assert sorted(identity(row) for row in pulled) == sorted(identity(row) for row in rows)
+
+
 async def test_pull_leaves_out_the_own_machine_and_unshared_projects(team_database_url: str) -> None:
     async with open_team_store(team_database_url) as store:
         await store.push(a_session("laptop-app"))

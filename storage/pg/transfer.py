@@ -277,10 +277,12 @@ def pull_rows(connection: Connection, cursor: PullCursor, *, keys: Collection[st
     found: list[list[tuple[int, int, str, int, int]]] = []
     for table in _FIELDS:
         places = connection.execute(
-            f"SELECT xid::text, seq, id, {_size(table)} FROM {table}"
+            # Ordered by the columns (xid8), qualified: a bare "xid" would name the text of the select
+            # list, in which '1000' sorts before '999' and a pull past it skips every row between.
+            f"SELECT {table}.xid::text AS xid_text, seq, id, {_size(table)} FROM {table}"
             " WHERE (xid, seq) > (%s::xid8, %s) AND xid < %s::xid8 AND " + _MINE[table] + " <> %s"
             " AND (%s::text[] IS NULL OR project_key = ANY(%s::text[]) OR %s || project = ANY(%s::text[]))"
-            " ORDER BY xid, seq LIMIT %s",
+            f" ORDER BY {table}.xid, {table}.seq LIMIT %s",
             (str(cursor.xid), cursor.seq, horizon, exclude_machine_id, key_list, key_list, NAME_KEY_PREFIX, key_list,
              limit)).fetchall()
         found.append([(int(xid), seq, table, row_id, size) for xid, seq, row_id, size in places])
