@@ -1,19 +1,23 @@
 """The team sync's small rules, without a database: its pauses on the mock clock, passwords kept out of
-what it shows, which keys a pull catches up on, NULs kept out of pushed texts, and a worker without a
-team database not loading its driver."""
+what it shows, which keys a pull catches up on, NULs kept out of pushed texts, a worker without a
+team database not loading its driver, and the upgrade that makes pulls start over."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import apsw
 import trio
 import trio.testing
 
 from sessionmem.protocol.credentials import sanitized
 from sessionmem.storage.export_records import PromptRecord
 from sessionmem.storage.pg.text import without_nul
+from sessionmem.storage.sqlite.schema import MIGRATIONS, migrate
+from sessionmem.storage.sqlite.team_rows import OUTBOX, PULL, PULL_KEYS
 from sessionmem.team.pull import _new_keys
 from sessionmem.team.sync import BACKOFF_MAX_S, Backoff
 
@@ -65,3 +69,19 @@ def test_a_worker_without_a_team_database_does_not_load_its_driver() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": ""}, check=True).stdout
     assert out.split() == ["[]"]
+
+
+def test_the_upgrade_past_the_pull_order_fix_pulls_again_from_the_start(tmp_path: Path) -> None:
+    """Pulls before version 12 may have moved past rows they never read (ordered by the text of transaction
+    ids): the pull cursor goes, the push cursors and the keys pulled stay."""
+    connection = apsw.Connection(str(tmp_path / "old.db"))
+    for version, script in enumerate(MIGRATIONS[:11], 1):
+        with connection:
+            connection.execute(script)
+            connection.execute(f"PRAGMA user_version = {version}")
+    kept = {OUTBOX: '{"session": 3}', PULL_KEYS: "null"}
+    with connection:
+        for name, value in {**kept, PULL: '{"xid": 1000, "seq": 252}'}.items():
+            connection.execute("INSERT INTO team_cursors (name, value) VALUES (?, ?)", (name, value))
+    assert migrate(connection) == len(MIGRATIONS) >= 12
+    assert dict(connection.execute("SELECT name, value FROM team_cursors")) == kept

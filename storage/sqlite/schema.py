@@ -416,7 +416,15 @@ _V11 = """
 ALTER TABLE sessions ADD COLUMN agent TEXT NOT NULL DEFAULT 'claude-code';
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
+# The team pull starts over: pulls before ordered the team database's rows by the text of their
+# transaction ids, so a pull across an id that gained a digit (999 to 1000) moved its cursor past rows it
+# never read (storage/pg/transfer.py). Pulling again from the start fetches them; what is here already
+# is recognised and left as it is (an import is idempotent).
+_V12 = """
+DELETE FROM team_cursors WHERE name = 'pull';
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12)
 
 
 class SchemaTooNew(RuntimeError):
