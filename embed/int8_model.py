@@ -88,13 +88,19 @@ def cache_key(source_digest: str) -> str:
     return f"{source_digest[:16]}-r{RECIPE}-ort{version('onnxruntime')}"
 
 
+def cached_model_path(source: Path, cache_dir: Path | None = None) -> Path:
+    """Where the integer model of ``source`` is cached (built or not) in ``cache_dir`` (default: the user's)."""
+    key = cache_key(hashlib.sha256(source.read_bytes()).hexdigest())
+    return (cache_dir or default_cache_dir()) / f"{PREFIX}-{key}.onnx"
+
+
 def model_bytes(source: Path, cache_dir: Path | None = None) -> bytes:
     """The integer model built from ``source`` (the shipped ONNX file), from the cache or built now."""
-    key = cache_key(hashlib.sha256(source.read_bytes()).hexdigest())
-    directory = cache_dir or default_cache_dir()
+    target = cached_model_path(source, cache_dir)
+    directory = target.parent
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        lock = open(directory / f"{PREFIX}-{key}.lock", "a+b")
+        lock = open(target.with_suffix(".lock"), "a+b")
     except OSError as exc:
         log.warning("embedder: cannot use the model cache %s (%s); building the int8 model for this run only",
                     directory, exc)
@@ -102,7 +108,6 @@ def model_bytes(source: Path, cache_dir: Path | None = None) -> bytes:
             target = Path(temporary) / "model.onnx"
             _build_in_child(source, target)
             return target.read_bytes()
-    target = directory / f"{PREFIX}-{key}.onnx"
     with lock:
         found = _cached(target)
         if found is not None:

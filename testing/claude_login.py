@@ -7,9 +7,13 @@ import json
 import time
 from pathlib import Path
 
+from sessionmem.testing.model_cache import place_model_cache
+
 
 def logged_in_home(home: Path) -> Path:
-    """A HOME whose Claude Code is logged in with a subscription (an OAuth login, as `claude auth login` leaves it)."""
+    """A HOME whose Claude Code is logged in with a subscription (an OAuth login, as `claude auth login` leaves it),
+    with the embedder's int8 model in its cache as a worker leaves it (:func:`~.model_cache.place_model_cache`)."""
+    place_model_cache(home)
     (home / ".claude").mkdir(parents=True, exist_ok=True)
     credentials = home / ".claude" / ".credentials.json"
     credentials.write_text(json.dumps({"claudeAiOauth": {

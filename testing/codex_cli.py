@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from sessionmem.protocol.oskit import kill_process_group, new_group_options
+from sessionmem.testing.model_cache import place_model_cache
 
 REPO = Path(__file__).resolve().parent.parent
 CODEX = REPO / "e2e" / "node_modules" / ".bin" / "codex"
@@ -151,6 +152,7 @@ class CodexHome:
         ``hooks`` is written as ``hooks.json``."""
         codex = cls(home=home, api_url=api_url, model=model)
         codex.codex_home.mkdir(parents=True, exist_ok=True)
+        place_model_cache(home)  # the workers its hooks start find the embedder's model built
         top = [f"model = {toml_string(model)}", f"model_provider = {toml_string(PROVIDER)}",
                'approval_policy = "never"', 'sandbox_mode = "danger-full-access"',
                "check_for_update_on_startup = false"]

@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from sessionmem.testing.messages_api import ScriptedMessagesAPI, default_reply
+from sessionmem.testing.model_cache import place_model_cache
 from sessionmem.testing.worker_process import WorkerProcess
 
 from .conftest import data_dir_contains
@@ -96,6 +97,7 @@ class Harness:
         self.data_dir = root / "data"
         self.extra_env: dict[str, str] = {}  # for every command this harness runs
         self.home.mkdir()
+        place_model_cache(self.home)  # the int8 model, built once for the whole run, not in each HOME
         self.project.mkdir()
         (self.project / "calc.py").write_text(CALC)
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from sessionmem.testing.model_cache import place_model_cache
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
@@ -21,6 +23,7 @@ def test_make_run_serves_health_with_no_api_key(tmp_path: Path) -> None:
     # A new HOME: the default data dir (~/.sessionmem) is created from scratch.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SESSIONMEM_", "ANTHROPIC_"))}
     env["HOME"] = str(tmp_path)
+    place_model_cache(tmp_path)  # the int8 model, built once for the whole run, not in each HOME
     process = subprocess.Popen(["make", "-s", "run", "ARGS=--port 0"], cwd=REPO, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     state = tmp_path / ".sessionmem" / "worker.json"

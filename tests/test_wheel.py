@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sessionmem.protocol.state import read_state
+from sessionmem.testing.model_cache import place_model_cache
 
 pytestmark = pytest.mark.slow
 
@@ -44,6 +45,7 @@ def test_every_command_works_from_the_wheel_in_a_fresh_virtualenv(tmp_path: Path
     assert installed.returncode == 0, installed.stderr.decode()[-3000:]
 
     data = tmp_path / "data"
+    place_model_cache(tmp_path / "home")  # the int8 model, built once for the whole run, not in each HOME
     env = {key: value for key, value in os.environ.items()
            if not key.startswith(("SESSIONMEM_", "ANTHROPIC_", "PYTHON", "VIRTUAL_ENV"))}
     env.update(SESSIONMEM_DATA_DIR=str(data), SESSIONMEM_PORT="0", HOME=str(tmp_path / "home"),
