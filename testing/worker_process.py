@@ -114,6 +114,9 @@ class WorkerClient:
         def idle() -> dict[str, Any] | None:
             if spool_pending(str(self.data_dir)):
                 return None
+            # Asked of /api/processing while busy (a third of /debug's CPU), /debug once it says idle.
+            if self.get(routes.PROCESSING, timeout=max(10.0, deadline - time.monotonic()))["isProcessing"]:
+                return None
             debug = self._debug_within(deadline)
             busy = debug["sessions"]["queued"] or any(a["state"] in WORKING_STATES for a in debug["actors"])
             return debug if debug["journal"]["pending"] == 0 and not busy else None
