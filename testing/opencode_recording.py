@@ -150,6 +150,15 @@ def place_config_dependencies(home: Path) -> None:
                     dirs_exist_ok=True)
 
 
+def configure(home: Path, base_url: str) -> None:
+    """``home``'s OpenCode configured for the scripted model at ``base_url`` (:func:`user_config`), with what
+    it would install on a first start already in place (:func:`place_config_dependencies`)."""
+    folder = home / ".config" / "opencode"
+    folder.mkdir(parents=True)
+    (folder / "opencode.json").write_text(json.dumps(user_config(base_url)))
+    place_config_dependencies(home)
+
+
 def environment(home: Path, cwd: Path) -> dict[str, str]:
     """OpenCode's environment: ``home`` as HOME and the XDG folders under it, ``cwd`` as PWD (OpenCode takes
     its folder from PWD)."""
@@ -182,9 +191,7 @@ def record(home: Path) -> Path:
         folder.mkdir(parents=True)
     (project / "calc.py").write_text(CALC)
     with ScriptedChatCompletionsAPI(responder=ScriptedModel(project)) as api:
-        (home / ".config" / "opencode").mkdir(parents=True)
-        (home / ".config" / "opencode" / "opencode.json").write_text(json.dumps(user_config(api.url)))
-        place_config_dependencies(home)
+        configure(home, api.url)
         first = run(home, project, FIRST_PROMPT)
         run(home, project, SECOND_PROMPT, first)
         run(home, other, OTHER_PROMPT)

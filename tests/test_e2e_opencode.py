@@ -10,7 +10,6 @@ exactly as for a user, and every worker they started is stopped at the end.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ import pytest
 
 from sessionmem.protocol.agents import OPENCODE
 from sessionmem.testing.chat_completions_api import Message, ScriptedChatCompletionsAPI, tool_call
-from sessionmem.testing.opencode_recording import MODEL, place_config_dependencies, turn, user_config
+from sessionmem.testing.opencode_recording import MODEL, configure, environment, turn
 from sessionmem.testing.opencode_recording import OPENCODE as OPENCODE_BIN
 from sessionmem.testing.worker_process import WorkerProcess
 
@@ -83,17 +82,11 @@ class OpenCodeHarness(Harness):
     def __init__(self, root: Path, api: ScriptedChatCompletionsAPI) -> None:
         super().__init__(root, api)  # type: ignore[arg-type]  # its url is never read: env() below
         self.completions = api
-        self.config = self.home / ".config"
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("SESSIONMEM_", "ANTHROPIC_", "CLAUDE", "OPENCODE", "OPENAI_", "XDG_"))}
-        # OpenCode takes its folder from PWD, as a shell sets it, not from the process's working directory.
-        env.update(PWD=str(self.project), HOME=str(self.home), XDG_CONFIG_HOME=str(self.config),
-                   XDG_DATA_HOME=str(self.home / ".local" / "share"), XDG_CACHE_HOME=str(self.home / ".cache"),
-                   XDG_STATE_HOME=str(self.home / ".local" / "state"), OPENCODE_DISABLE_AUTOUPDATE="1",
-                   SESSIONMEM_DATA_DIR=str(self.data_dir), SESSIONMEM_PORT="0", SESSIONMEM_BATCH_QUIET="0.1",
-                   SESSIONMEM_COMPRESSOR="offline", NO_COLOR="1")
+        env = environment(self.home, self.project)  # OpenCode's, its XDG folders under this HOME
+        env.update(SESSIONMEM_DATA_DIR=str(self.data_dir), SESSIONMEM_PORT="0", SESSIONMEM_BATCH_QUIET="0.1",
+                   SESSIONMEM_COMPRESSOR="offline")
         env.update(self.extra_env)
         env.update(extra)
         return env
@@ -123,9 +116,7 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenCodeHarnes
     with ScriptedChatCompletionsAPI() as api:
         h = OpenCodeHarness(tmp_path_factory.mktemp("e2e-opencode"), api)
         api.responder = Conversation(h.project)
-        (h.config / "opencode").mkdir(parents=True)
-        (h.config / "opencode" / "opencode.json").write_text(json.dumps(user_config(api.url)))
-        place_config_dependencies(h.home)
+        configure(h.home, api.url)
         installed = h.sessionmem("install", "--agent", "opencode")
         assert installed.returncode == 0, installed.stdout + installed.stderr
         try:
