@@ -55,6 +55,7 @@ class ProcessingStatus(msgspec.Struct, frozen=True):
     queue_depth: int  # events the actors still have to finish
     pending_events: int  # journal events not processed yet (all sessions)
     parked_events: int  # journal events of failed sessions, waiting for `sessionmem replay`
+    spooled: bool = False  # requests hooks spooled wait for the worker's next spool round (the whole worker)
 
 
 async def debug_snapshot(services: Services) -> DebugSnapshot:
@@ -81,9 +82,13 @@ async def debug_snapshot(services: Services) -> DebugSnapshot:
 
 
 async def processing_status(services: Services, claude_session_id: str | None = None) -> ProcessingStatus:
-    """Whether one session (or the worker as a whole) still has work in hand."""
+    """Whether one session (or the worker as a whole) still has work in hand: for the whole worker, events a
+    hook spooled (its POST timed out) count too, until the spool import takes them."""
     counts = await services.store.journal_counts()
     queued = services.router.queued(claude_session_id)
     working = services.router.working(claude_session_id)
-    pending = claude_session_id is None and counts.pending > 0
-    return ProcessingStatus(bool(queued) or working or pending, queued, counts.pending, counts.parked)
+    whole = claude_session_id is None
+    pending = whole and counts.pending > 0
+    spooled = whole and await services.spool.pending()
+    return ProcessingStatus(bool(queued) or working or pending or spooled, queued, counts.pending, counts.parked,
+                            spooled)

@@ -35,7 +35,13 @@ import trio
 from sessionmem.actors.child import MailboxFull
 from sessionmem.protocol.limits import MAX_BODY_BYTES
 from sessionmem.protocol.routes import INGEST
-from sessionmem.protocol.spool import SpoolFormatError, parse_spool_file, pending_spool_files, reject_spool_file
+from sessionmem.protocol.spool import (
+    SpoolFormatError,
+    parse_spool_file,
+    pending_spool_files,
+    reject_spool_file,
+    spool_pending,
+)
 from sessionmem.runtime.logs import log_exception
 from sessionmem.server.ingest import Ingestor
 from sessionmem.server.payloads import BadRequest
@@ -90,6 +96,11 @@ class SpoolImporter:
     def statistics(self) -> SpoolStatistics:
         return SpoolStatistics(self._rounds, self._imported, self._duplicates, self._rejected, self._waiting,
                                self._failed_rounds, self._last_error)
+
+    async def pending(self) -> bool:
+        """Whether a spooled request waits in this data dir for the next round (one directory scan, off the
+        Trio thread); a spool the data dir's next worker owns is not this worker's to wait for."""
+        return await trio.to_thread.run_sync(lambda: self._still_ours() and spool_pending(self._data_dir))
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Import once, report the count via ``task_status``, then keep importing every few seconds."""

@@ -25,7 +25,6 @@ from sessionmem.actors.state import ActorState
 from sessionmem.protocol import routes
 from sessionmem.protocol.auth import bearer, read_token
 from sessionmem.protocol.oskit import kill_process, limit_open_files, process_alive, terminate_process
-from sessionmem.protocol.spool import spool_pending
 from sessionmem.protocol.state import STATE_FILE, read_state
 
 WORKING_STATES = tuple(state.value for state in ActorState if state.working)  # as /debug writes them
@@ -112,9 +111,8 @@ class WorkerClient:
         deadline = time.monotonic() + timeout
 
         def idle() -> dict[str, Any] | None:
-            if spool_pending(str(self.data_dir)):
-                return None
-            # Asked of /api/processing while busy (a third of /debug's CPU), /debug once it says idle.
+            # Asked of /api/processing (spooled requests count) while busy, a third of /debug's CPU; /debug once
+            # it says idle.
             if self.get(routes.PROCESSING, timeout=max(10.0, deadline - time.monotonic()))["isProcessing"]:
                 return None
             debug = self._debug_within(deadline)

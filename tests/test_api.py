@@ -4,6 +4,7 @@ processing status and back-pressure -- through the same ASGI app ``sessionmem se
 from __future__ import annotations
 
 import collections
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,8 @@ import trio
 
 from sessionmem.protocol.limits import MAX_BODY_BYTES
 from sessionmem.protocol.requests import api_call
+from sessionmem.protocol.routes import INIT
+from sessionmem.protocol.spool import write_spool_file
 from sessionmem.testing.harness import InProcessWorker, open_worker
 
 from .conftest import data_dir_contains
@@ -280,8 +283,23 @@ async def test_processing_status(app: InProcessWorker) -> None:
     await app.wait_idle()
     reply = await app.request("POST", "/api/processing", {"claudeSessionId": "proc"})
     assert reply.status == 200
-    assert reply.json() == {"isProcessing": False, "queueDepth": 0, "pendingEvents": 0, "parkedEvents": 0}
+    assert reply.json() == {"isProcessing": False, "queueDepth": 0, "pendingEvents": 0, "parkedEvents": 0,
+                            "spooled": False}
     assert (await app.get("/api/processing"))["isProcessing"] is False
+
+
+async def test_a_spooled_request_is_work_in_hand_until_the_spool_import_takes_it(app: InProcessWorker) -> None:
+    """A hook whose POST timed out spooled its event: the worker is not done until its next spool round."""
+    write_spool_file(str(app.services.settings.data_dir), INIT, json.dumps(
+        {"claudeSessionId": "late", "cwd": "/w/late", "prompt": "go", "idempotencyKey": "late-1"}).encode())
+    status = await app.get("/api/processing")
+    assert status["isProcessing"] is True and status["spooled"] is True
+    session = (await app.request("POST", "/api/processing", {"claudeSessionId": "late"})).json()
+    assert session["isProcessing"] is False and session["spooled"] is False  # the spool is the worker's, not a session's
+    assert await app.services.spool.import_round() == 1
+    await app.wait_idle()
+    status = await app.get("/api/processing")
+    assert status["isProcessing"] is False and status["spooled"] is False
 
 
 async def test_debug_document_shape(app: InProcessWorker) -> None:
