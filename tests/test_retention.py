@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import apsw
 import pytest
 import trio
 
@@ -15,6 +19,33 @@ from sessionmem.testing.harness import open_worker
 
 DAY = 86400.0
 BIG = "x" * 50_000  # a large tool output, as a Read of a big file returns
+
+
+@contextmanager
+def checkpointing_beside(path: Path) -> Iterator[None]:
+    """Another connection checkpoints the database again and again, as the worker's checkpointer does
+    on a round of its own: SQLite answers a second checkpoint busy at once while one runs."""
+    stop = threading.Event()
+
+    def checkpoint_until_stopped() -> None:
+        other = apsw.Connection(str(path))
+        other.set_busy_timeout(0)
+        try:
+            while not stop.is_set():
+                try:
+                    other.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+                except apsw.BusyError:
+                    pass
+        finally:
+            other.close()
+
+    thread = threading.Thread(target=checkpoint_until_stopped)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 async def test_old_raw_tool_data_is_pruned_and_the_file_shrinks(tmp_path: Path) -> None:
@@ -33,7 +64,9 @@ async def test_old_raw_tool_data_is_pruned_and_the_file_shrinks(tmp_path: Path) 
         before = await worker.get("/api/storage")
         assert before["autoVacuum"] == "incremental" and before["observations"] == 60 and before["rawPayloads"] == 60
 
-        report = (await worker.request("POST", "/api/maintenance/prune", {"olderThanDays": 30, "vacuum": True})).json()
+        with checkpointing_beside(worker.settings.db_path):
+            report = (await worker.request("POST", "/api/maintenance/prune",
+                                            {"olderThanDays": 30, "vacuum": True})).json()
         assert report["pruned"] == 40 and report["after"]["rawPayloads"] == 20
         on_disk = {moment: report[moment]["databaseBytes"] + report[moment]["walBytes"] for moment in ("before", "after")}
         assert on_disk["after"] < on_disk["before"] - 40 * 40_000  # given back to the file system
@@ -77,8 +110,6 @@ async def test_under_load_the_wal_starts_over_instead_of_growing(
     """No idle moment to cut the WAL: a RESTART checkpoint lets the writer write it from its beginning
     again, and the writer cuts a file a burst left larger back to its limit. A reader in the way only
     delays that; what it does not need is copied meanwhile."""
-    import apsw
-
     from sessionmem.storage.sqlite import checkpointer, connection_setup
 
     monkeypatch.setattr(checkpointer, "THRESHOLD_PAGES", 100)

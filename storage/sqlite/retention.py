@@ -18,6 +18,7 @@ the others outside any transaction (SQLite refuses VACUUM inside one).
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import apsw
@@ -25,6 +26,8 @@ import apsw
 from sessionmem.storage.base import StorageReport
 from sessionmem.storage.sqlite.values import all_rows, integer, one_row
 
+WRITE_BACK_RETRY_S = 1.0  # a checkpoint of the other connection copies a few MB in milliseconds
+CHECKPOINT_LOCK_BUSY_S = 0.05  # answered busy this fast: the other checkpoint, not a reader, is in the way
 PRUNE_BATCH = 500  # journal entries rewritten per transaction: other writers wait at most this long
 
 
@@ -70,12 +73,25 @@ def vacuum(connection: apsw.Connection) -> None:
 
 
 def _write_back(connection: apsw.Connection) -> None:
-    """Copy the WAL into the database file and empty it, so the file is its new size now (if no
-    reader is in the way; else the checkpointer does it when the database is idle)."""
-    try:
-        connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
-    except apsw.BusyError:
-        pass
+    """Copy the WAL into the database file and empty it, so the file is its new size now.
+
+    Error handling:
+        While another connection checkpoints (the checkpointer's round, on its own thread), SQLite
+        answers busy at once instead of waiting, so that is tried again for up to
+        :data:`WRITE_BACK_RETRY_S`. A reader still in the way after the busy timeout is left to the
+        checkpointer, which empties the WAL once the database is idle.
+    """
+    deadline = time.monotonic() + WRITE_BACK_RETRY_S
+    while True:
+        tried_at = time.monotonic()
+        try:
+            connection.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+            return
+        except apsw.BusyError:
+            answered_at = time.monotonic()
+            if answered_at - tried_at > CHECKPOINT_LOCK_BUSY_S or answered_at > deadline:
+                return
+            time.sleep(CHECKPOINT_LOCK_BUSY_S / 10)
 
 
 def use_incremental_vacuum_if_new(connection: apsw.Connection) -> None:
