@@ -20,6 +20,9 @@ Claude Code's stdin:
 Error handling:
     Lines and files that cannot be parsed are counted in :class:`ConversionStats`,
     never fatal. Tool uses without a result (interrupted sessions) are counted too.
+    A field of another type than Claude Code writes (a ``message`` that is not an object,
+    say) is read as absent: the line costs what it holds, never the backfill
+    (``tests/test_transcript_fuzz.py``).
 """
 
 from __future__ import annotations
@@ -174,7 +177,8 @@ def _is_prompt(entry: dict[str, Any]) -> str:
         return ""
     if entry.get("isCompactSummary"):  # Claude Code's own summary after a compaction: no UserPromptSubmit fires
         return ""
-    content = (entry.get("message") or {}).get("content")
+    message = entry.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
     if _tool_results(content):
         return ""
     text = _text(content).strip()
@@ -254,7 +258,8 @@ def _session_events(session_id: str, entries: list[dict[str, Any]], stats: Conve
         if _is_compaction(entry):
             stats.compactions += 1
             point = f"{session_id}:{entry.get('uuid') or len(session.events)}"
-            trigger = (entry.get("compactMetadata") or {}).get("trigger")
+            metadata = entry.get("compactMetadata")
+            trigger = metadata.get("trigger") if isinstance(metadata, dict) else None
             emit(at, "PreCompact", f"{point}:precompact", trigger=trigger if trigger in ("manual", "auto") else "auto",
                  last_assistant_message=last_text)
             emit(at, "SessionStart", f"{point}:compact", source="compact")
