@@ -162,19 +162,27 @@ def chat_payloads(session_id: str, messages: list[dict[str, Any]], cwd: str, tra
     yield event("SessionEnd", "end", reason="exit")
 
 
-def convert_chats(paths: Iterable[Path], stats: ConversionStats | None = None) -> list[ReplaySession]:
-    """Gemini CLI chat files as replayable sessions of contract events (see the module docstring). A session
-    resumed into a later file is that file's whole conversation: the last file of a session id is used."""
-    stats = stats or ConversionStats()
-    latest: dict[str, tuple[Path, list[dict[str, Any]]]] = {}
+def session_chats(paths: Iterable[Path], stats: ConversionStats) -> dict[str, tuple[Path, list[dict[str, Any]]]]:
+    """Each session's chat file (``paths`` oldest first) and its conversation. A session found in several files
+    is the one whose conversation is the longest, the later on a tie: a resumed session may go on in a later
+    file that starts with its whole history, or the CLI, resuming, may start a file of its own (header and
+    ``<session_context>`` only, named after the minute it resumed) and go on writing in the first."""
+    found: dict[str, tuple[Path, list[dict[str, Any]]]] = {}
     for path in paths:
         records = list(read_entries(path, stats))
         stats.entries += len(records)
         session_id, messages = chat_messages(records)
-        if session_id and messages:
-            latest[session_id] = (path, messages)
+        if session_id and messages and len(messages) >= len(found.get(session_id, (path, []))[1]):
+            found[session_id] = (path, messages)
+    return found
+
+
+def convert_chats(paths: Iterable[Path], stats: ConversionStats | None = None) -> list[ReplaySession]:
+    """Gemini CLI chat files as replayable sessions of contract events (see the module docstring), a session
+    from its fullest file (:func:`session_chats`)."""
+    stats = stats or ConversionStats()
     sessions = []
-    for session_id, (path, messages) in latest.items():
+    for session_id, (path, messages) in session_chats(paths, stats).items():
         cwd = project_root(path)
         session = ReplaySession(session_id, cwd)
         for at, name, key, payload in chat_payloads(session_id, messages, cwd, str(path), stats):

@@ -24,6 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from sessionmem.replay.convert import ConversionStats
+from sessionmem.replay.gemini_chats import session_chats
 from sessionmem.testing.gemini_api import Part, ScriptedGeminiAPI, default_parts, turn_parts
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,10 +89,12 @@ def record(root: Path) -> Path:
                                  cwd=project, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
                                  stdin=subprocess.DEVNULL, check=True)
             session_id = session_id or json.loads(run.stdout)["session_id"]
-    # The chat file is named after the session: session-<time>-<the id's first eight characters>.jsonl.
+    # The chat file is named after the session: session-<time>-<the id's first eight characters>.jsonl. The
+    # resumed run may start a second, nearly empty, when the minute has changed: the backfill's choice is taken.
     chats = sorted((settings / "tmp").glob(f"*/chats/session-*-{session_id[:8]}.jsonl"))
-    assert len(chats) == 1, f"expected one chat file of session {session_id}: {chats}"
-    return chats[0]
+    chosen = session_chats(chats, ConversionStats())
+    assert list(chosen) == [session_id], f"expected the chat file of session {session_id}: {chats}"
+    return chosen[session_id][0]
 
 
 def write_fixture(chat: Path, home: Path, folder: Path) -> Path:

@@ -100,6 +100,23 @@ def test_broken_lines_are_counted_never_fatal(tmp_path: Path) -> None:
     assert stats.broken_lines == 2
 
 
+def test_a_resumed_session_is_played_from_the_file_that_holds_it(tmp_path: Path) -> None:
+    """Resuming, the pinned Gemini CLI may start a file of its own, named after the minute it resumed (a header
+    and the session context only), and go on writing in the first: the session is the first file's, though the
+    other's name sorts last. A later file that holds the whole conversation again is as good."""
+    chats = tmp_path / "project" / "chats"
+    chats.mkdir(parents=True)
+    (tmp_path / "project" / ".project_root").write_text(PROJECT)
+    lines = CHAT.read_text().splitlines(keepends=True)
+    (chats / CHAT.name).write_text("".join(lines))
+    stray = chats / CHAT.name.replace("T08-00-", "T08-01-")
+    stray.write_text("".join(lines[:2]))
+    assert [len(messages) for _, messages in [chat_messages(list(read_entries(stray, ConversionStats())))]] == [1]
+    assert outline(chat_files(tmp_path)) == EXPECTED
+    (chats / CHAT.name.replace("T08-00-", "T08-02-")).write_text("".join(lines))
+    assert outline(chat_files(tmp_path)) == EXPECTED
+
+
 @pytest.mark.slow
 def test_backfill_of_gemini_cli_chats_is_complete_and_idempotent(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONMEM_")}
