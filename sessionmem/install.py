@@ -200,9 +200,10 @@ def installed_stages(path: Path | None = None) -> dict[str, str]:
         return found
     for stage, groups in hooks.items():
         for group in groups if isinstance(groups, list) else []:
-            for hook in group.get("hooks", []) if isinstance(group, dict) else []:
+            inner = group.get("hooks") if isinstance(group, dict) else None
+            for hook in inner if isinstance(inner, list) else []:
                 if _is_ours(hook):
-                    found[stage] = hook["command"]
+                    found[stage] = str(hook["command"])
     return found
 
 

@@ -112,6 +112,8 @@ def folder_trust(folder: Path, rules: dict[str, Any]) -> bool | None:
     target = os.path.realpath(folder)
     best, verdict = -1, None
     for rule, level in rules.items():
+        if "\0" in rule:
+            continue  # names no folder (and realpath refuses it)
         base = os.path.realpath(os.path.dirname(rule) if level == "TRUST_PARENT" else rule)
         inside = target == base or target.startswith(base.rstrip(os.sep) + os.sep)
         if inside and len(rule) > best:
