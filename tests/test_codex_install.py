@@ -10,12 +10,11 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from sessionmem.agents.codex import STAGES, CodexWiring, wiring
-from sessionmem.agents.codex_app_server import CodexAppServer
+from sessionmem.agents.codex_app_server import CodexAppServer, ListedHook
 from sessionmem.cli import main
 from sessionmem.install import MARKER, hook_command
 
@@ -39,7 +38,7 @@ def codex_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def _hooks_codex_lists(home: Path, cwd: Path) -> list[dict[str, Any]]:
+def _hooks_codex_lists(home: Path, cwd: Path) -> list[ListedHook]:
     with CodexAppServer(CODEX, env=dict(os.environ, CODEX_HOME=str(home))) as app:
         return app.hooks(str(cwd))
 
@@ -60,8 +59,8 @@ def test_install_writes_the_hooks_codex_trusts_them_and_the_mcp_server(codex_hom
     assert all(command.endswith(f" codex {MARKER}") for command in commands)
 
     listed = _hooks_codex_lists(codex_home, codex_home.parent)
-    ours = [hook for hook in listed if hook["command"].endswith(MARKER)]
-    assert len(ours) == len(STAGES) and {hook["trustStatus"] for hook in ours} == {"trusted"}
+    ours = [hook for hook in listed if (hook.command or "").endswith(MARKER)]
+    assert len(ours) == len(STAGES) and {hook.trust_status for hook in ours} == {"trusted"}
     config = (codex_home / "config.toml").read_text()
     assert config.startswith(USER_CONFIG)  # the user's lines, comments and all, as they were
     assert "[mcp_servers.sessionmem]" in config and sys.executable in config
@@ -86,9 +85,9 @@ def test_a_repository_cannot_get_its_hooks_trusted_by_looking_like_sessionmem(co
         config.write(f'\n[projects."{project}"]\ntrust_level = "trusted"\n')
     assert _install() == 0
     listed = _hooks_codex_lists(codex_home, project)
-    from_project = [hook for hook in listed if hook["source"] == "project"]
+    from_project = [hook for hook in listed if hook.source == "project"]
     assert from_project, "Codex should list the project's hook (else this test proves nothing)"
-    assert {hook["trustStatus"] for hook in from_project} == {"untrusted"}
+    assert {hook.trust_status for hook in from_project} == {"untrusted"}
 
 
 def test_doctor_sees_a_hook_codex_no_longer_trusts(codex_home: Path, capsys: pytest.CaptureFixture[str]) -> None:

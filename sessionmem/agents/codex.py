@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sessionmem.agents.codex_app_server import CodexAppServer, CodexUnavailable
+from sessionmem.agents.codex_app_server import CodexAppServer, CodexUnavailable, ListedHook
 from sessionmem.install import MCP_ARGS, Stages, hook_command, install, installed_stages, uninstall
 from sessionmem.protocol.agents import CODEX
 from sessionmem.protocol.client_settings import DATA_DIR_ENV, ENV
@@ -93,17 +93,19 @@ class CodexWiring:
         return [stage for stage in STAGES if stage not in self.stages]
 
 
-def _ours(hooks: list[dict[str, Any]], hooks_file: Path) -> list[dict[str, Any]]:
+def _ours(hooks: list[ListedHook], hooks_file: Path) -> list[ListedHook]:
     """The hooks Codex lists that are exactly what this install wrote: in the user's hook file, with our command."""
     commands = {hook_command(stage, agent=CODEX) for stage in STAGES}
-    resolved = hooks_file.resolve()
     return [hook for hook in hooks
-            if hook.get("command") in commands and hook.get("source") == "user"
-            and Path(str(hook.get("sourcePath", ""))).resolve() == resolved]
+            if hook.command in commands and hook.source == "user" and _same_file(hook.source_path, hooks_file)]
 
 
-def _stage_of(hook: dict[str, Any]) -> str:
-    event = str(hook.get("eventName", ""))
+def _same_file(path: str | None, hooks_file: Path) -> bool:
+    return bool(path) and "\0" not in str(path) and Path(str(path)).resolve() == hooks_file.resolve()
+
+
+def _stage_of(hook: ListedHook) -> str:
+    event = hook.event_name or ""
     return event[:1].upper() + event[1:]
 
 
@@ -118,7 +120,7 @@ def _our_mcp(server: Any) -> bool:
 
 
 def _mcp_servers(app: CodexAppServer) -> dict[str, Any]:
-    servers = app.request("config/read", {}).get("config", {}).get("mcp_servers")
+    servers = app.config().get("mcp_servers")
     return servers if isinstance(servers, dict) else {}
 
 
@@ -136,7 +138,7 @@ def wiring(codex: str | None, cwd: str | None = None) -> CodexWiring:
     try:
         with CodexAppServer(codex, env=_environment()) as app:
             for hook in _ours(app.hooks(cwd or os.getcwd()), path):
-                (found.trusted if hook.get("trustStatus") == TRUSTED else found.untrusted).add(_stage_of(hook))
+                (found.trusted if hook.trust_status == TRUSTED else found.untrusted).add(_stage_of(hook))
             server = _mcp_servers(app).get(MCP_SERVER_NAME)
     except CodexUnavailable as exc:
         found.problem = str(exc)
@@ -156,11 +158,10 @@ def install_codex(codex: str | None, *, trust: bool = True, mcp: bool = True) ->
                 edits: list[dict[str, Any]] = []
                 if trust:
                     pending = [hook for hook in _ours(app.hooks(str(codex_home())), path)
-                               if hook.get("trustStatus") != TRUSTED and hook.get("currentHash")]
+                               if hook.trust_status != TRUSTED and hook.current_hash and hook.key]
                     if pending:
                         edits.append({"keyPath": "hooks.state", "mergeStrategy": "upsert",
-                                      "value": {hook["key"]: {"trusted_hash": hook["currentHash"]}
-                                                for hook in pending}})
+                                      "value": {hook.key: {"trusted_hash": hook.current_hash} for hook in pending}})
                 if mcp:
                     present = _mcp_servers(app).get(MCP_SERVER_NAME)
                     entry = mcp_server_entry()
@@ -184,7 +185,7 @@ def uninstall_codex(codex: str | None) -> tuple[Path, int, Path | None, str]:
     if codex is not None:
         try:
             with CodexAppServer(codex, env=_environment()) as app:
-                keys = [str(hook["key"]) for hook in _ours(app.hooks(str(codex_home())), path) if hook.get("key")]
+                keys = [hook.key for hook in _ours(app.hooks(str(codex_home())), path) if hook.key]
                 edits = [{"keyPath": f'hooks.state."{key}"', "mergeStrategy": "replace", "value": None}
                          for key in keys if '"' not in key]
                 if _our_mcp(_mcp_servers(app).get(MCP_SERVER_NAME)):

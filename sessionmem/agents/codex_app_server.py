@@ -20,8 +20,10 @@ Resource handling:
 
 Error handling:
     Anything that is not an answer in time -- no ``codex`` binary, a child that exits, an
-    error reply, a reply that is not JSON -- raises :class:`CodexUnavailable` with what
-    happened; callers tell the user what to do by hand instead.
+    error reply, a reply that is not JSON, an answer not in the shape asked for -- raises
+    :class:`CodexUnavailable` with what happened; callers tell the user what to do by hand
+    instead. Codex's answers are read as any input from another program is: a hook it
+    describes in another shape (a field of another type) is not one sessionmem trusts.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 ANSWER_TIMEOUT_S = 20.0  # a first start of Codex on a loaded machine reads its whole config
 EXIT_WAIT_S = 5.0
 CLIENT_INFO = {"name": "sessionmem", "title": "sessionmem", "version": "1"}
@@ -41,6 +45,18 @@ CLIENT_INFO = {"name": "sessionmem", "title": "sessionmem", "version": "1"}
 
 class CodexUnavailable(Exception):
     """Codex's app server could not be asked (missing, failed, or answered an error)."""
+
+
+class ListedHook(msgspec.Struct, frozen=True, rename="camel"):
+    """A hook as ``hooks/list`` describes it: the fields sessionmem reads (Codex's others are passed over)."""
+
+    key: str | None = None
+    event_name: str | None = None
+    command: str | None = None
+    source: str | None = None  # "user", "project", ...
+    source_path: str | None = None  # the file it was found in
+    current_hash: str | None = None
+    trust_status: str | None = None  # "trusted", "untrusted", ...
 
 
 class CodexAppServer:
@@ -133,15 +149,30 @@ class CodexAppServer:
                 raise CodexUnavailable(f"Codex answered {method} with no result")
             return result
 
-    def hooks(self, cwd: str) -> list[dict[str, Any]]:
+    def hooks(self, cwd: str) -> list[ListedHook]:
         """Every hook Codex finds for a session in ``cwd``: its key, event, command, source file, current hash
-        and trust status (``hooks/list``)."""
+        and trust status (``hooks/list``). A hook described in another shape is passed over: it is not one
+        sessionmem wrote, nor one it can trust; an answer not in the shape of a listing is an error."""
         result = self.request("hooks/list", {"cwds": [cwd]})
-        found: list[dict[str, Any]] = []
-        for entry in result.get("data") or []:
-            if isinstance(entry, dict):
-                found += [hook for hook in entry.get("hooks") or [] if isinstance(hook, dict)]
+        data = result.get("data")
+        if not isinstance(data, list) or not all(
+                isinstance(entry, dict) and isinstance(entry.get("hooks") or [], list) for entry in data):
+            raise CodexUnavailable("Codex answered hooks/list with no list of hooks")
+        found: list[ListedHook] = []
+        for entry in data:
+            for hook in entry.get("hooks") or []:
+                try:
+                    found.append(msgspec.convert(hook, ListedHook))
+                except msgspec.ValidationError:
+                    continue
         return found
+
+    def config(self) -> dict[str, Any]:
+        """The configuration Codex reads (``config/read``), as it answers it."""
+        config = self.request("config/read", {}).get("config")
+        if not isinstance(config, dict):
+            raise CodexUnavailable("Codex answered config/read with no configuration")
+        return config
 
     def write_config(self, edits: list[dict[str, Any]]) -> None:
         """Apply ``edits`` (``{"keyPath", "mergeStrategy": "upsert"|"replace", "value"}``; a ``None`` value
