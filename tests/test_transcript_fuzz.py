@@ -2,8 +2,8 @@
 
 Each agent's recorded transcript (Claude Code's JSONL, a Codex rollout, a Gemini CLI chat file, an
 OpenCode database) with its values replaced by others JSON can hold: every field, three levels deep,
-of each kind of line, by each of a few values of the wrong type (a list where an object was, a number
-for a text, a null), and, at random, a few values anywhere by anything (a field gone, too). The
+of each kind of line, by each of a few values of the wrong type (a null, a text, a list, an object
+where another was), and, at random, a few values anywhere by anything (a field gone, too). The
 reader never raises; every event it plays back is one the worker's request builder takes; the hooks'
 own readers of the last turn never raise either. A line the readers cannot use costs that line, not
 the backfill.
