@@ -104,6 +104,15 @@ def load_json_object(path: Path) -> dict[str, Any]:
     return data
 
 
+def resolved(path: str) -> Path | None:
+    """``path`` made absolute with its links followed, or None when it names nothing this system could
+    (a NUL in it, say): the path read from another program's file or answer is not trusted to be one."""
+    try:
+        return Path(path).resolve()
+    except (ValueError, OSError):
+        return None
+
+
 def _is_ours(hook: Any) -> bool:
     return isinstance(hook, dict) and str(hook.get("command", "")).rstrip().endswith(MARKER)
 

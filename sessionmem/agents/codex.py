@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sessionmem.agents.codex_app_server import CodexAppServer, CodexUnavailable, ListedHook
-from sessionmem.install import MCP_ARGS, Stages, hook_command, install, installed_stages, uninstall
+from sessionmem.install import MCP_ARGS, Stages, hook_command, install, installed_stages, resolved, uninstall
 from sessionmem.protocol.agents import CODEX
 from sessionmem.protocol.client_settings import DATA_DIR_ENV, ENV
 from sessionmem.protocol.routes import MCP_SERVER_NAME
@@ -96,12 +96,9 @@ class CodexWiring:
 def _ours(hooks: list[ListedHook], hooks_file: Path) -> list[ListedHook]:
     """The hooks Codex lists that are exactly what this install wrote: in the user's hook file, with our command."""
     commands = {hook_command(stage, agent=CODEX) for stage in STAGES}
-    return [hook for hook in hooks
-            if hook.command in commands and hook.source == "user" and _same_file(hook.source_path, hooks_file)]
-
-
-def _same_file(path: str | None, hooks_file: Path) -> bool:
-    return bool(path) and "\0" not in str(path) and Path(str(path)).resolve() == hooks_file.resolve()
+    ours = hooks_file.resolve()
+    return [hook for hook in hooks if hook.command in commands and hook.source == "user"
+            and hook.source_path is not None and resolved(hook.source_path) == ours]
 
 
 def _stage_of(hook: ListedHook) -> str:

@@ -41,6 +41,7 @@ from sessionmem.install import (
     installed_mcp,
     installed_stages,
     load_json_object,
+    resolved,
     uninstall,
     uninstall_mcp,
 )
@@ -112,9 +113,10 @@ def folder_trust(folder: Path, rules: dict[str, Any]) -> bool | None:
     target = os.path.realpath(folder)
     best, verdict = -1, None
     for rule, level in rules.items():
-        if "\0" in rule:
-            continue  # names no folder (and realpath refuses it)
-        base = os.path.realpath(os.path.dirname(rule) if level == "TRUST_PARENT" else rule)
+        base_path = resolved(os.path.dirname(rule) if level == "TRUST_PARENT" else rule)
+        if base_path is None:
+            continue  # names no folder
+        base = str(base_path)
         inside = target == base or target.startswith(base.rstrip(os.sep) + os.sep)
         if inside and len(rule) > best:
             best, verdict = len(rule), level
