@@ -59,6 +59,14 @@ class ListedHook(msgspec.Struct, frozen=True, rename="camel"):
     trust_status: str | None = None  # "trusted", "untrusted", ...
 
 
+class _HooksOfOneFolder(msgspec.Struct):
+    hooks: list[Any] | None = None  # each read on its own (ListedHook): one in another shape is passed over
+
+
+class _HookListing(msgspec.Struct):
+    data: list[_HooksOfOneFolder]
+
+
 class CodexAppServer:
     """See the module docstring. ``codex`` is the binary to run; ``env`` its environment (``CODEX_HOME`` says
     which configuration it reads)."""
@@ -154,17 +162,16 @@ class CodexAppServer:
         and trust status (``hooks/list``). A hook described in another shape is passed over: it is not one
         sessionmem wrote, nor one it can trust; an answer not in the shape of a listing is an error."""
         result = self.request("hooks/list", {"cwds": [cwd]})
-        data = result.get("data")
-        if not isinstance(data, list) or not all(
-                isinstance(entry, dict) and isinstance(entry.get("hooks") or [], list) for entry in data):
-            raise CodexUnavailable("Codex answered hooks/list with no list of hooks")
+        try:
+            listing = msgspec.convert(result, _HookListing)
+        except msgspec.ValidationError as exc:
+            raise CodexUnavailable(f"Codex answered hooks/list with no list of hooks ({exc})") from None
         found: list[ListedHook] = []
-        for entry in data:
-            for hook in entry.get("hooks") or []:
-                try:
-                    found.append(msgspec.convert(hook, ListedHook))
-                except msgspec.ValidationError:
-                    continue
+        for hook in (hook for entry in listing.data for hook in entry.hooks or []):
+            try:
+                found.append(msgspec.convert(hook, ListedHook))
+            except msgspec.ValidationError:
+                continue
         return found
 
     def config(self) -> dict[str, Any]:
