@@ -172,7 +172,8 @@ def session_chats(paths: Iterable[Path], stats: ConversionStats) -> dict[str, tu
         records = list(read_entries(path, stats))
         stats.entries += len(records)
         session_id, messages = chat_messages(records)
-        if session_id and messages and len(messages) >= len(found.get(session_id, (path, []))[1]):
+        known = found.get(session_id)
+        if session_id and messages and (known is None or len(messages) >= len(known[1])):
             found[session_id] = (path, messages)
     return found
 

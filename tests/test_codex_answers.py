@@ -67,9 +67,10 @@ def test_hooks_described_in_other_shapes_are_passed_over_and_ours_still_read(cod
     ]}]}
     answers = {"hooks/list": {"result": listing},
                "config/read": {"result": {"config": {"mcp_servers": {"sessionmem": [1, 2]}}}}}
-    with CodexAppServer(stand_in(tmp_path, answers)) as app:
+    codex_cli = stand_in(tmp_path, answers)
+    with CodexAppServer(codex_cli) as app:
         assert [hook.key for hook in app.hooks(str(tmp_path))] == ["user:SessionStart", "user:PostToolUse"]
-    found = codex.wiring(stand_in(tmp_path, answers), str(tmp_path))
+    found = codex.wiring(codex_cli, str(tmp_path))
     assert found.problem == "" and found.trusted == {"SessionStart"} and found.untrusted == set()
     assert found.mcp is None and found.foreign_mcp
 
@@ -85,11 +86,12 @@ def test_hooks_described_in_other_shapes_are_passed_over_and_ours_still_read(cod
 def test_an_answer_in_another_shape_is_a_problem_reported_not_a_traceback(
         codex_home: Path, tmp_path: Path, answers: dict[str, Any], said: str) -> None:
     codex.install(codex.hooks_path(), stages=codex.STAGES, agent=codex.CODEX)
-    found = codex.wiring(stand_in(tmp_path, answers), str(tmp_path))
+    codex_cli = stand_in(tmp_path, answers)
+    found = codex.wiring(codex_cli, str(tmp_path))
     assert said in found.problem and found.trusted == set()
-    installed = codex.install_codex(stand_in(tmp_path, answers))  # hooks written; Codex's part told, not done
+    installed = codex.install_codex(codex_cli)  # hooks written; Codex's part told, not done
     assert said in installed.problem and not installed.missing
-    with CodexAppServer(stand_in(tmp_path, answers)) as app, pytest.raises(CodexUnavailable, match=said.split(":")[0]):
+    with CodexAppServer(codex_cli) as app, pytest.raises(CodexUnavailable, match=said.split(":")[0]):
         app.hooks(str(tmp_path))
         app.config()
 
