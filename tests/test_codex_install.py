@@ -65,10 +65,17 @@ def test_install_writes_the_hooks_codex_trusts_them_and_the_mcp_server(codex_hom
     assert config.startswith(USER_CONFIG)  # the user's lines, comments and all, as they were
     assert "[mcp_servers.sessionmem]" in config and sys.executable in config
 
-    # Again: nothing to change, so nothing written and no new backup.
-    before = sorted(p.name for p in codex_home.iterdir())
+    # Again: nothing to change, so nothing written and no new backup. (Codex's own databases beside them come
+    # and go with its app server's checkpoints: they are not ours to compare.)
+    before = _what_install_writes(codex_home)
     assert _install() == 0
-    assert sorted(p.name for p in codex_home.iterdir()) == before
+    assert _what_install_writes(codex_home) == before
+
+
+def _what_install_writes(home: Path) -> dict[str, tuple[int, bytes]]:
+    """The files install writes or backs up in Codex's home, each with its modification time and bytes."""
+    ours = [home / "hooks.json", home / "config.toml", *home.glob("*.sessionmem-backup-*")]
+    return {path.name: (path.stat().st_mtime_ns, path.read_bytes()) for path in ours if path.exists()}
 
 
 def test_a_repository_cannot_get_its_hooks_trusted_by_looking_like_sessionmem(codex_home: Path, tmp_path: Path) -> None:
