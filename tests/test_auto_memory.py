@@ -77,3 +77,21 @@ def test_doctor_reports_it(tmp_path: Path) -> None:
     doctor = subprocess.run([sys.executable, "-m", "sessionmem", "doctor"], capture_output=True, text=True,
                             env=run_env, cwd=project, timeout=120)
     assert f"[ok] CLAUDE.md: {project / 'CLAUDE.md'} (the handover leaves out what they" in doctor.stdout, doctor.stdout
+
+
+def test_memory_md_is_counted_a_chunk_at_a_time_whatever_its_size_or_kind(tmp_path: Path) -> None:
+    """A repository's settings may point auto memory at a folder of its choosing: its MEMORY.md may be of any
+    size (counted without being held whole), or no file at all (a FIFO would block a read for good)."""
+    project, env = project_and_config(tmp_path)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    settings(project / ".claude" / "settings.json", autoMemoryDirectory=str(notes))
+    memory = notes / "MEMORY.md"
+    # Lines across the chunks' boundaries (a chunk is 1 MiB), the last one without its newline.
+    memory.write_bytes(b"- a note\r\n" * 300_000 + b"- the last")
+    assert auto_memory(project, env, "linux").memory_lines == 300_001
+    memory.write_bytes(b"")
+    assert auto_memory(project, env, "linux").memory_lines == 0
+    memory.unlink()
+    os.mkfifo(memory)
+    assert auto_memory(project, env, "linux").memory_lines is None

@@ -30,14 +30,16 @@ Error handling:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from sessionmem.protocol.client_settings import FALSE_WORDS, TRUE_WORDS
 
@@ -82,23 +84,51 @@ def settings_files(project: Path, env: Mapping[str, str], platform: str = sys.pl
 
 
 def regular_file_text(path: Path, limit: int = FILE_LIMIT) -> str | None:
-    """The first ``limit`` bytes of ``path`` as text, if it is a regular file (``None`` if not, or unreadable).
+    """The first ``limit`` bytes of ``path`` as text, if it is a regular file (``None`` if not, or unreadable)."""
+    try:
+        with _regular_file(path) as file:
+            return None if file is None else file.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def line_count(path: Path) -> int | None:
+    """The lines of ``path`` if it is a regular file (``None`` if not, or unreadable), read a chunk at a time:
+    a repository's settings may point auto memory at a folder holding a file of any size."""
+    try:
+        with _regular_file(path) as file:
+            if file is None:
+                return None
+            lines, last = 0, b"\n"
+            while chunk := file.read(1 << 20):
+                lines, last = lines + chunk.count(b"\n"), chunk[-1:]
+            return lines + (last != b"\n")
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def _regular_file(path: Path) -> Iterator[BinaryIO | None]:
+    """``path`` open for reading if it is a regular file, else None.
 
     A cloned repository chooses its CLAUDE.md and ``.claude/settings.json``: one that is a link to a FIFO or
     a terminal would block the read for good, so only a regular file is opened, and without waiting for a
     writer (``O_NONBLOCK``, should it have been swapped for a FIFO since).
+
+    Error handling:
+        ``OSError`` from opening is None; from reading, it reaches the caller.
     """
     try:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
-        return None
+        yield None
+        return
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            return None
+            yield None
+            return
         with os.fdopen(descriptor, "rb", closefd=False) as file:
-            return file.read(limit).decode("utf-8", "replace")
-    except OSError:
-        return None
+            yield file
     finally:
         os.close(descriptor)
 
@@ -130,8 +160,7 @@ def auto_memory(cwd: Path, env: Mapping[str, str] = os.environ, platform: str = 
     """Auto memory for the project at ``cwd``, as Claude Code started there would have it, with the lines of
     its ``MEMORY.md``."""
     enabled, why, folder = auto_memory_setting(cwd, env, platform)
-    text = regular_file_text(folder / "MEMORY.md", limit=1 << 30)
-    return AutoMemory(enabled, why, folder, None if text is None else len(text.splitlines()))
+    return AutoMemory(enabled, why, folder, line_count(folder / "MEMORY.md"))
 
 
 def auto_memory_setting(cwd: Path, env: Mapping[str, str] = os.environ,
