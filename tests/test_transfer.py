@@ -216,3 +216,37 @@ async def test_an_import_holds_the_rules_a_pull_holds(tmp_path: Path) -> None:
             refused = await worker.request("POST", "/api/import", {"records": [{**observation, field: value}]})
             assert refused.status == 400 and refused.json()["path"].startswith(f"$.records[0].{field}"), (field,
                                                                                                         refused.body)
+
+
+@pytest.mark.slow
+def test_an_export_larger_than_a_request_imports_whole_and_a_bad_line_is_named(tmp_path: Path) -> None:
+    """Batches are cut by size under the worker's body limit (an export of long prompts once failed whole with a
+    413), and a line that is JSON to Python but not to the worker (NaN, a lone surrogate), or nested past any
+    parser, is named by its number with no traceback."""
+    from sessionmem.protocol.limits import MAX_BODY_BYTES
+
+    from .test_search_cli import sessionmem
+
+    header = {"kind": "header", "format": "sessionmem-export", "version": 1, "exportedAt": 1.0}
+    session = {"kind": "session", "claudeSessionId": "long", "project": "longproj", "createdAt": 1.0}
+    # 100 prompts of 40,000 characters, non-ASCII: 12 MB as the worker reads it, 24 MB as \u escapes.
+    prompts = [{"kind": "prompt", "claudeSessionId": "long", "promptNumber": n, "text": f"{n} " + "é€" * 20_000,
+                "createdAt": 2.0} for n in range(1, 101)]
+    export = tmp_path / "long.jsonl"
+    export.write_text("".join(json.dumps(line) + "\n" for line in [header, session, *prompts]))
+    assert export.stat().st_size > 4 * MAX_BODY_BYTES
+    with serve_in_thread(tmp_path / "b", embedder="none", batch_quiet_s=0.05) as target:
+        imported = sessionmem(tmp_path / "b", target.port, "import", str(export))
+        assert imported.returncode == 0 and "imported 1 sessions, 100 prompts" in imported.stdout, imported
+        (stored,) = target.get("/api/sessions?project=longproj")["sessions"]
+        assert stored["promptCounter"] == 100
+
+        broken = tmp_path / "broken.jsonl"
+        for bad_line, reason in (('{"kind": "prompt", "createdAt": NaN}', "NaN is not a JSON number"),
+                                 ('{"kind": "prompt", "text": "\\ud800"}', "surrogate"),
+                                 ("[" * 100_000, "nested too deep")):
+            broken.write_text(json.dumps(header) + "\n" + json.dumps(session) + "\n" + bad_line + "\n")
+            refused = sessionmem(tmp_path / "b", target.port, "import", str(broken))
+            assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused
+            assert f"broken.jsonl:3 is not JSON ({reason}" in refused.stderr or (
+                reason in refused.stderr and "broken.jsonl:3 is not JSON" in refused.stderr), refused.stderr

@@ -28,10 +28,11 @@ class CommandFailed(Exception):
     wrong, 1: the worker is down or failed); ``answer`` is the worker's decoded answer, if any.
     ``sessionmem``'s ``main`` prints the message and exits with the code."""
 
-    def __init__(self, message: str, code: int = 1, answer: Any = None) -> None:
+    def __init__(self, message: str, code: int = 1, answer: Any = None, status: int | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.answer = answer
+        self.status = status  # the HTTP status of the refusal, if the worker answered
 
 
 class WorkerUnreachable(CommandFailed):
@@ -83,11 +84,14 @@ def unanswered(config: ClientConfig, detail: str) -> str:
     return f"the worker on {where} did not answer ({detail}); is it running? (`sessionmem serve`, or start Claude Code)"
 
 
-def call(config: ClientConfig, method: str, path: str, body: Any = None, patience: Patience = PATIENCE) -> Any:
+def call(config: ClientConfig, method: str, path: str, body: Any = None, patience: Patience = PATIENCE, *,
+         encoded: bytes | None = None) -> Any:
     """The decoded JSON answer of one successful (200) call, under the clients' delivery policy with
     ``patience``; raises :class:`WorkerUnreachable` when nothing answered, :class:`CommandFailed` when
-    the answer was a refusal, a failure or not the worker's."""
-    encoded = json.dumps(body).encode() if body is not None else None
+    the answer was a refusal, a failure or not the worker's. ``encoded``: the body as JSON already (else
+    ``body`` is encoded)."""
+    if encoded is None and body is not None:
+        encoded = json.dumps(body).encode()
     outcome = deliver(config, method, path, encoded, patience=patience)
     if outcome.reply is None:
         raise WorkerUnreachable(unanswered(config, outcome.detail), outcome.detail)
@@ -95,10 +99,11 @@ def call(config: ClientConfig, method: str, path: str, body: Any = None, patienc
     try:
         answer = outcome.reply.json()
     except ValueError:
-        raise CommandFailed(f"not a sessionmem answer: HTTP {status}") from None
+        raise CommandFailed(f"not a sessionmem answer: HTTP {status}", status=status) from None
     if status != 200:
         message = answer.get("error", answer) if isinstance(answer, dict) else answer
-        raise CommandFailed(f"{in_flags(str(message))} (HTTP {status})", 2 if 400 <= status < 500 else 1, answer)
+        raise CommandFailed(f"{in_flags(str(message))} (HTTP {status})", 2 if 400 <= status < 500 else 1, answer,
+                            status)
     return answer
 
 

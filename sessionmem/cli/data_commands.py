@@ -21,6 +21,7 @@ from urllib.parse import urlencode
 from sessionmem.cli.client import CommandFailed, call
 from sessionmem.protocol import routes
 from sessionmem.protocol.client_settings import ClientConfig
+from sessionmem.protocol.limits import MAX_BODY_BYTES
 
 MB = 1024 * 1024
 
@@ -93,11 +94,19 @@ def _export_to(out: IO[str], args: argparse.Namespace, config: ClientConfig) -> 
             return counts
 
 
-IMPORT_BATCH = 500
+IMPORT_BATCH = 500  # records a request (the worker takes up to 2,000)
+IMPORT_BATCH_BYTES = MAX_BODY_BYTES // 2  # a request's body, well under the worker's limit (a 413 halves it)
+LINE_LIMIT = 16 * 1024 * 1024  # characters of a line read at most: a record is far smaller (its texts are capped)
 TOTALS = ("sessions", "prompts", "observations", "summaries", "alreadyThere")
 
 
 def cmd_import(args: argparse.Namespace, config: ClientConfig) -> int:
+    """Send an export's records to the worker in batches, each a request under its body limit.
+
+    Error handling:
+        A line that is not JSON, or not a record the worker takes, ends the import there, named by its
+        number, with what came before it imported (each batch is one transaction on the worker).
+    """
     path = Path(args.file)
     if not path.exists():
         print(f"sessionmem: {path} does not exist", file=sys.stderr)
@@ -106,36 +115,49 @@ def cmd_import(args: argparse.Namespace, config: ClientConfig) -> int:
         print(f"sessionmem: {path} is not a file (an export is one file of JSON Lines)", file=sys.stderr)
         return 1
     totals = dict.fromkeys(TOTALS, 0)
-    batch: list[Any] = []
-    line_numbers: list[int] = []
 
-    def send() -> None:
+    def send(batch: list[tuple[int, bytes]]) -> None:
+        """Import ``batch`` ((line number, the record as JSON) each); one the worker finds too large, in halves."""
+        body = b'{"records":[' + b",".join(record for _, record in batch) + b"]}"
         try:
-            answer = call(config, "POST", routes.IMPORT, {"records": batch})
+            answer = call(config, "POST", routes.IMPORT, encoded=body)
         except CommandFailed as exc:
+            if exc.status == 413 and len(batch) > 1:  # the worker takes less than this (max_body_bytes lowered)
+                send(batch[: len(batch) // 2])
+                send(batch[len(batch) // 2:])
+                return
+            if exc.status == 413:
+                print(f"sessionmem: {path}:{batch[0][0]} is a record larger than the worker takes in one request "
+                      f"({len(body):,} bytes; its max_body_bytes); it was not imported", file=sys.stderr)
             at_fault = exc.answer.get("path", "") if isinstance(exc.answer, dict) else ""  # the JSON path of a 400
             at = re.match(r"\$\.records\[(\d+)\](.*)", str(at_fault))
-            if at and int(at[1]) < len(line_numbers):
+            if at and int(at[1]) < len(batch):
                 field = f" (at {at[2].lstrip('.')})" if at[2] else ""
-                print(f"sessionmem: {path}:{line_numbers[int(at[1])]} is not a record this version can import"
+                print(f"sessionmem: {path}:{batch[int(at[1])][0]} is not a record this version can import"
                       f"{field}; the batch it is in was not imported", file=sys.stderr)
             print(f"sessionmem: {_imported(totals)} before it", file=sys.stderr)
             raise
         for key in TOTALS:
             totals[key] += answer[key]
-        batch.clear()
-        line_numbers.clear()
 
+    batch: list[tuple[int, bytes]] = []
+    batch_bytes = 0
     header_seen = False
     try:
         with open(path, encoding="utf-8") as lines:
-            for number, line in enumerate(lines, start=1):
+            for number, line in enumerate(iter(lambda: lines.readline(LINE_LIMIT + 1), ""), start=1):
+                if len(line) > LINE_LIMIT:
+                    print(f"sessionmem: {path}:{number} is longer than any record ({LINE_LIMIT:,} characters and "
+                          f"more); nothing after it was imported, {_imported(totals)} before it", file=sys.stderr)
+                    return 2
                 if not line.strip():
                     continue
                 try:
-                    record = json.loads(line)
-                except ValueError as exc:
-                    print(f"sessionmem: {path}:{number} is not JSON ({exc}); nothing after it was imported, "
+                    record = json.loads(line, parse_constant=_no_constant)
+                    encoded = json.dumps(record, ensure_ascii=False).encode("utf-8")
+                except (ValueError, RecursionError) as exc:  # a lone surrogate's UnicodeEncodeError too
+                    reason = "nested too deep" if isinstance(exc, RecursionError) else exc
+                    print(f"sessionmem: {path}:{number} is not JSON ({reason}); nothing after it was imported, "
                           f"{_imported(totals)} before it", file=sys.stderr)
                     return 2
                 if not header_seen:
@@ -145,10 +167,11 @@ def cmd_import(args: argparse.Namespace, config: ClientConfig) -> int:
                         return 2
                     header_seen = True
                     continue
-                batch.append(record)
-                line_numbers.append(number)
-                if len(batch) >= IMPORT_BATCH:
-                    send()
+                if batch and (len(batch) >= IMPORT_BATCH or batch_bytes + len(encoded) > IMPORT_BATCH_BYTES):
+                    send(batch)
+                    batch, batch_bytes = [], 0
+                batch.append((number, encoded))
+                batch_bytes += len(encoded) + 1
     except UnicodeDecodeError as exc:
         print(f"sessionmem: {path} is not UTF-8 text (byte {exc.start} of a line: {exc.reason}); nothing after it "
               f"was imported, {_imported(totals)} before it", file=sys.stderr)
@@ -160,9 +183,14 @@ def cmd_import(args: argparse.Namespace, config: ClientConfig) -> int:
         print(f"sessionmem: {path} is empty: not a sessionmem export", file=sys.stderr)
         return 2
     if batch:
-        send()
+        send(batch)
     print(_imported(totals))
     return 0
+
+
+def _no_constant(name: str) -> Any:
+    """``json.loads``'s hook for ``NaN`` and ``Infinity``: JSON has neither, nor does the worker take them."""
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _not_a_header(record: Any) -> str:
@@ -173,7 +201,7 @@ def _not_a_header(record: Any) -> str:
         return f"its first line is not the header `sessionmem export` writes{hint}"
     if record.get("format") != routes.EXPORT_FORMAT:
         return f"its header names the format {record.get('format')!r}"
-    if not isinstance(record.get("version"), int) or record["version"] > routes.EXPORT_VERSION:
+    if type(record.get("version")) is not int or not 1 <= record["version"] <= routes.EXPORT_VERSION:
         return (f"it is of version {record.get('version')!r}; this sessionmem reads up to version "
                 f"{routes.EXPORT_VERSION} (a newer sessionmem wrote it?)")
     return ""
