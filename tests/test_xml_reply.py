@@ -55,3 +55,26 @@ def test_what_is_kept_of_a_reply_is_bounded_and_file_names_stay_on_one_line() ->
     assert parse_observations(" " * MAX_REPLY_CHARS + text) == []
     summary = parse_summary(f"<summary><request>{'r' * 100_000}</request></summary>")
     assert summary is not None and len(summary["request"]) == 4000
+
+
+def test_a_hostile_reply_is_read_in_linear_time_and_an_index_is_six_digits_at_most() -> None:
+    """Whatever answers at the model's address chooses the reply. Unclosed tags once cost a regex scan from each
+    one to the end (30 s for 200,000 characters, on the worker's event loop); an index of 5,000 digits was an
+    int Python refuses to make, and a crash of the session's actor."""
+    import time
+
+    for unit in ("<observation>", "<observation><type>bugfix</type><title>", "<title>", "<fact>",
+                 "<observation><type>change</type><title>t</title><facts><fact>", "<summary><request>",
+                 "<summary>", "</observation", "<observation ", "<summary><learned>x</learned><request>"):
+        reply = unit * (MAX_REPLY_CHARS // len(unit))
+        started = time.perf_counter()
+        parse_observations(reply)
+        parse_summary(reply)
+        assert time.perf_counter() - started < 1.0, unit  # a few ms; quadratic was seconds to tens of seconds
+    many = '<observation index="1"><type>change</type><title>t</title></observation>' * 2000
+    assert len(parse_observations(many)) == 2000
+
+    block = '<observation index="{}"><type>change</type><title>Edited a.py</title></observation>'
+    for index, read_as in (("9" * 5000, None), ("1e9", None), ("3.7", None), ("123456", 123456), ("2", 2)):
+        (parsed,) = parse_observations(block.format(index))
+        assert parsed.index == read_as, index
