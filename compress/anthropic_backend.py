@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sessionmem.compress.llm import HTTPCompressor
+from sessionmem.compress.llm import HTTPCompressor, reported_tokens
 from sessionmem.compress.transport import http_transport
 from sessionmem.settings import AUTO, Backend, Settings
 
@@ -103,12 +103,14 @@ class AnthropicCompressor(HTTPCompressor["anthropic.AsyncAnthropic"]):
     def _reply_parts(self, message: Any, request_chars: int) -> tuple[str, int, int]:
         """(text, input tokens, output tokens) of a reply; :class:`GaveUp` for one that is not a Message.
 
-        A reply without its usage is counted at an estimate (four characters a token of
-        the request), so a provider that hides it still spends the budget.
+        A reply without its usage, or with counts no API gives (:func:`~.llm.reported_tokens`, or no
+        input tokens), is counted at an estimate (four characters a token of the request), so a
+        provider that hides or forges it still spends the budget.
         """
         usage = getattr(message, "usage", None)
-        tokens_in, tokens_out = getattr(usage, "input_tokens", None), getattr(usage, "output_tokens", None)
-        if not (isinstance(tokens_in, int) and isinstance(tokens_out, int)):
+        tokens_in = reported_tokens(getattr(usage, "input_tokens", None))
+        tokens_out = reported_tokens(getattr(usage, "output_tokens", None))
+        if tokens_in is None or tokens_out is None or tokens_in == 0:  # no request is free: 0 is no count either
             tokens_in, tokens_out = request_chars // 4, 0
         self._count_tokens(tokens_in, tokens_out)
         content = getattr(message, "content", None)

@@ -64,6 +64,7 @@ class TokenBudget:
         return ""
 
     def spend(self, session: str, tokens: int) -> None:
+        tokens = max(0, tokens)  # nothing spent gives the budget back
         self._roll_day()
         self._used_today += tokens
         self._sessions[session] = self._sessions.get(session, 0) + tokens

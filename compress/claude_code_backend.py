@@ -92,7 +92,7 @@ from typing import NamedTuple
 import msgspec
 import trio
 
-from sessionmem.compress.llm import LLMCompressor, backoff_s
+from sessionmem.compress.llm import GaveUp, LLMCompressor, backoff_s, reported_tokens
 from sessionmem.compress.transport import cli_proxy_environment
 from sessionmem.protocol import oskit
 from sessionmem.protocol.client_settings import SETTINGS_FILE
@@ -150,9 +150,19 @@ class LoginStatus(msgspec.Struct, frozen=True):
 class RunFailed(NamedTuple):
     problem: str
     retryable: bool  # overload, 5xx, a crash: another run may succeed
+    tokens: int = 0  # what the run cost anyway: spent from the budget with the request's other runs
 
 
 _RESULT = msgspec.json.Decoder(CliResult)
+
+
+def _usage(result: CliResult) -> CliUsage | None:
+    """The run's token use as the CLI reports it; None if it reports none, or a count no API gives
+    (:func:`~sessionmem.compress.llm.reported_tokens`): a reply with no trusted usage is not trusted."""
+    usage = result.usage
+    if usage is None or any(reported_tokens(count) is None for count in msgspec.structs.astuple(usage)):
+        return None
+    return usage
 
 
 def cli_command(executable: str, settings: Settings, system: str) -> list[str]:
@@ -352,7 +362,7 @@ class ClaudeCodeCompressor(LLMCompressor):
     async def _request(self, system: str, content: str) -> tuple[str, int, int]:
         settings = self._settings
         command = cli_command(self._executable, settings, system)
-        attempt = 0
+        attempt = spent = 0  # tokens of the runs that failed: the request costs them too
         while True:
             attempt += 1
             async with self._limiter:
@@ -368,12 +378,18 @@ class ClaudeCodeCompressor(LLMCompressor):
             if timeout.cancelled_caught:
                 problem, retryable = f"no result within {self._run_timeout_s:g} s (its process group killed)", True
             else:
-                outcome = self._outcome(done)
+                try:
+                    outcome = self._outcome(done)
+                except GaveUp as failure:
+                    failure.tokens += spent
+                    raise
                 if not isinstance(outcome, RunFailed):
-                    return outcome
+                    text, tokens_in, tokens_out = outcome
+                    return text, tokens_in + spent, tokens_out
                 problem, retryable = outcome.problem, outcome.retryable
+                spent += outcome.tokens
             if not retryable or attempt >= settings.llm_max_attempts:
-                raise self._failure(f"Claude Code CLI failed after {attempt} run(s): {problem}")
+                raise self._failure(f"Claude Code CLI failed after {attempt} run(s): {problem}", tokens=spent)
             self._counters.retries += 1
             await trio.sleep(backoff_s(settings, attempt))
 
@@ -386,15 +402,16 @@ class ClaudeCodeCompressor(LLMCompressor):
             result = _RESULT.decode(done.stdout.strip() or b"{}")
         except msgspec.DecodeError:
             result = CliResult()
-        usage = result.usage or CliUsage()
-        tokens_in = usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
-        tokens_out = usage.output_tokens
+        usage = _usage(result)
+        tokens_in = usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens if usage else 0
+        tokens_out = usage.output_tokens if usage else 0
         self._count_tokens(tokens_in, tokens_out)
         if result.type != "result":
             stderr = done.stderr.decode(errors="replace").strip()[-300:]
-            return RunFailed(f"exit status {done.returncode}, no result{': ' + stderr if stderr else ''}", True)
+            return RunFailed(f"exit status {done.returncode}, no result{': ' + stderr if stderr else ''}", True,
+                             tokens_in + tokens_out)
         if not result.is_error and done.returncode == 0:
-            if result.usage is None:  # token use comes from the CLI, or the reply is not trusted
+            if usage is None:  # token use comes from the CLI, or the reply is not trusted
                 raise self._failure("the CLI's result has no usage", trip=False)
             return result.result, tokens_in, tokens_out
         status = result.api_error_status
@@ -411,7 +428,8 @@ class ClaudeCodeCompressor(LLMCompressor):
             raise self._failure(f"Claude Code is rate-limited or out of quota ({status}): {said}",
                                 tokens=tokens_in + tokens_out, trip=True)
         retryable = status is None or status >= 500 or status == 408
-        return RunFailed(f"{'API error ' + str(status) if status else result.subtype or 'error'}: {said}", retryable)
+        return RunFailed(f"{'API error ' + str(status) if status else result.subtype or 'error'}: {said}", retryable,
+                         tokens_in + tokens_out)
 
     async def _run(self, command: list[str], stdin: bytes) -> subprocess.CompletedProcess[bytes]:
         """Run ``command`` under the guard, as the leader of its own process group, and wait for it.

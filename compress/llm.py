@@ -70,6 +70,16 @@ class LazyClient(Generic[ClientT]):
             return self.current
 
 
+MAX_REPORTED_TOKENS = 10_000_000  # of one call: past any model's window, so a larger count is no count
+
+
+def reported_tokens(value: object) -> int | None:
+    """A token count as a provider reported it, if it is one: a whole number from 0 to
+    :data:`MAX_REPORTED_TOKENS`. Whatever answers at the model's address says it: a negative count
+    would give the budget back, a huge one overflow the session's row."""
+    return value if type(value) is int and 0 <= value <= MAX_REPORTED_TOKENS else None
+
+
 class GaveUp(Exception):
     """The request could not be made to succeed; the caller falls back to raw observations.
 
@@ -201,7 +211,9 @@ class LLMCompressor:
         self._last_failure = ""
         self._said.discard("breaker")
         self._budget.spend(context.claude_session_id, tokens_in + tokens_out)
-        return text, tokens_in, tokens_out
+        # As UTF-8 can hold it: a lone surrogate (a JSON reply's "\ud800") in a stored text fails the write,
+        # and the session's actor with it.
+        return text.encode("utf-8", "replace").decode("utf-8"), tokens_in, tokens_out
 
     def _say_once(self, key: str, message: str) -> None:
         if key not in self._said:

@@ -49,7 +49,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sessionmem.compress.llm import GaveUp, HTTPCompressor
+from sessionmem.compress.llm import GaveUp, HTTPCompressor, reported_tokens
 from sessionmem.compress.transport import http_transport
 from sessionmem.settings import Backend, Settings
 
@@ -159,9 +159,8 @@ def _usage(payload: Any) -> tuple[int | None, int | None]:
     usage = payload.get("usage") if isinstance(payload, dict) else None
     if not isinstance(usage, dict):
         return None, None
-    tokens_in, tokens_out = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    valid = all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (tokens_in, tokens_out))
-    return (tokens_in, tokens_out) if valid else (None, None)
+    tokens_in, tokens_out = reported_tokens(usage.get("prompt_tokens")), reported_tokens(usage.get("completion_tokens"))
+    return (tokens_in, tokens_out) if tokens_in is not None and tokens_out is not None else (None, None)
 
 
 def _message_text(payload: Any) -> str | None:

@@ -4,6 +4,7 @@ LLM: refused connections, replies cut off or echoed, a circuit breaker, token bu
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import time
@@ -254,6 +255,41 @@ async def test_an_unreadable_reply_is_a_failure_the_breaker_counts_not_a_crash(
     assert (reopened["state"], reopened["opened"], reopened["openForSeconds"]) == ("open", 2, 1.6)
     assert closed["breaker"]["state"] == "closed" and closed["failures"] == 5
     assert len(messages_api.requests) == 6  # one call each, and none while open
+
+
+def message_body(text: str, usage: dict[str, object]) -> bytes:
+    """A Messages API reply of ``text`` with ``usage`` as it is (JSON escapes a lone surrogate as ``\\ud800``)."""
+    return json.dumps({"id": "msg_hostile", "type": "message", "role": "assistant", "model": "claude-haiku-4-5",
+                       "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+                       "stop_sequence": None, "usage": usage}).encode()
+
+
+async def test_a_hostile_reply_neither_gives_budget_back_nor_crashes_the_session(
+        tmp_path: Path, messages_api: ScriptedMessagesAPI) -> None:
+    """Whatever answers at the model's address writes the reply and its usage. A negative count once gave the
+    daily budget back (for good: it is stored in the session's row), a count of 10**20 overflowed that row, and
+    a lone surrogate in a title or a 5,000-digit index crashed the session's actor until it was failed."""
+    block = '<observation index="{}"><type>change</type><title>{}</title></observation>'
+    settings = {**LLM_SETTINGS, "batch_size": 1, "llm_daily_token_budget": 10**9}
+    async with open_worker(tmp_path / "data", compressor=scripted(messages_api.url), **settings) as worker:
+        messages_api.queue(
+            Action(body=message_body(block.format(1, "Read h0.py \ud800"), {"input_tokens": -10**12,
+                                                                             "output_tokens": 5})),
+            Action(body=message_body(block.format("9" * 5000, "Read h1.py"), {"input_tokens": 10**20,
+                                                                               "output_tokens": 10**20})),
+            Action(body=message_body(block.format(1, "Read h2.py"), {"input_tokens": 0, "output_tokens": 0})))
+        for n in range(3):
+            await post_tool(worker, "hostile", f"h{n}")
+            await worker.wait_idle()
+        debug = await worker.debug()
+        rows = [await observation(worker, f"h{n}") for n in range(3)]
+        (session,) = (await worker.get("/api/sessions?project=llm"))["sessions"]
+    assert debug["supervisor"]["crashes"] == 0 and debug["journal"]["parked"] == 0
+    assert [r["title"] for r in rows] == ["Read h0.py ?", "Read h1.py", "Read h2.py"]  # each stored, once
+    budget = debug["compressor"]["budget"]
+    # Each call counted at the estimate (a quarter of the request's characters), none at what it said.
+    assert 3 * 100 < budget["usedToday"] < 3 * 10_000 and budget["leftToday"] < 10**9
+    assert 0 < session["inputTokens"] < 30_000, session
 
 
 async def test_token_budgets_fall_back_to_offline_and_say_so(tmp_path: Path, messages_api: ScriptedMessagesAPI,

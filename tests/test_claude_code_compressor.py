@@ -447,3 +447,33 @@ def test_describe_without_a_cli_says_offline(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("PATH", str(tmp_path))
     settings = load_settings({}, data_dir=str(tmp_path))
     assert describe(settings, choose_backend(settings)) == ("offline", "auto: no Anthropic API key, and no Claude Code CLI (not on PATH)")
+
+
+def test_the_runs_a_request_retried_are_spent_too_and_a_count_no_api_gives_is_no_count(tmp_path: Path) -> None:
+    """Runs that failed and were retried cost tokens too (they were not spent from the budget: only the breaker
+    bounded what an overloaded API cost); a negative or huge count is no usage, and a reply without usage is
+    not trusted."""
+    compressor = ClaudeCodeCompressor(Settings(data_dir=tmp_path), executable=str(CLAUDE))
+    overloaded = {"is_error": True, "api_error_status": 529, "result": "API Error: 529 overloaded"}
+    assert compressor._outcome(_result(**overloaded)) == RunFailed("API error 529: API Error: 529 overloaded", True, 17)
+    for usage in ({"input_tokens": -10**9, "output_tokens": 2}, {"input_tokens": 10**20, "output_tokens": 2}):
+        with pytest.raises(GaveUp, match="no usage"):
+            compressor._outcome(_result(result="<summary/>", usage=usage))
+    trio.run(compressor.aclose)
+
+    runs = tmp_path / "runs"
+    stand_in = tmp_path / "claude"  # the CLI's answers, two runs overloaded then one that succeeds
+    stand_in.write_text(f"#!/bin/sh\ncat > /dev/null\nn=$(($(cat {runs} 2>/dev/null || echo 0) + 1))\n"
+                        f"echo $n > {runs}\nif [ $n -lt 3 ]; then echo '{_result(**overloaded).stdout.decode()}'; "
+                        f"exit 1; fi\necho '{_result(result='<summary/>').stdout.decode()}'\n")
+    stand_in.chmod(0o755)
+    retrying = ClaudeCodeCompressor(Settings(data_dir=tmp_path, llm_max_attempts=3, llm_backoff_cap_s=0.05),
+                                    executable=str(stand_in))
+
+    async def request() -> tuple[str, int, int]:
+        try:
+            return await retrying._request("system", "content")
+        finally:
+            await retrying.aclose()
+
+    assert trio.run(request) == ("<summary/>", 15 + 2 * 17, 2)  # its own 15 in, and the two failed runs' 17 each
