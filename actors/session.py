@@ -27,6 +27,7 @@ Error handling:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -35,6 +36,7 @@ from sessionmem.actors.child import SessionChild
 from sessionmem.actors.state import ActorState
 from sessionmem.broadcast import Broadcaster, LiveObservation, LivePrompt, LiveSession, LiveSummary
 from sessionmem.compress.base import Compressor, SessionContext
+from sessionmem.compress.model_redaction import redacted_observation, redacted_summary
 from sessionmem.events import CompleteEvent, Envelope, InitEvent, ObservationEvent, SummarizeEvent
 from sessionmem.records import SessionInfo
 from sessionmem.settings import Settings
@@ -55,6 +57,7 @@ class ActorDeps:
     store: Store
     compressor: Compressor
     broadcaster: Broadcaster
+    redact: Callable[[str], str] = str  # the ingest redactor's ``text``: a model's text is redacted before it is stored
     # event id -> how many times fault injection crashed on it
     fault_counts: dict[int, int] = field(default_factory=dict)
 
@@ -172,7 +175,8 @@ class SessionActor:
         session = await self._require_session()
         child.transition(ActorState.COMPRESSING)
         events = [event for _, event in batch]
-        observations = await self._deps.compressor.compress(self._context(session), events)
+        observations = [redacted_observation(observation, self._deps.redact)
+                        for observation in await self._deps.compressor.compress(self._context(session), events)]
         child.transition(ActorState.STORING)
         await self._deps.store.store_observations(
             session, [(envelope, event, observation) for (envelope, event), observation in zip(batch, observations)])
@@ -188,7 +192,8 @@ class SessionActor:
         session = await self._require_session()
         self._child.transition(ActorState.SUMMARIZING)
         inputs = await self._deps.store.summary_inputs(session)
-        summary = await self._deps.compressor.summarize(self._context(session), event, inputs)
+        summary = redacted_summary(await self._deps.compressor.summarize(self._context(session), event, inputs),
+                                   self._deps.redact)
         await self._deps.store.store_summary(session, envelope, summary)
         self._child.finished(envelope)
         self._deps.broadcaster.publish(LiveSummary(

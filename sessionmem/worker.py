@@ -432,13 +432,13 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
               broadcaster: Broadcaster, embedder: EmbedderService, index: VectorIndex, *, token: str,
               clock: Callable[[], float], team: TeamSync | None = None) -> Services:
     """The components that need nothing started: actors, routing, the HTTP edge, search."""
-    deps = ActorDeps(settings, store, compressor, broadcaster)
+    redactor = Redactor(enabled=settings.redact_secrets, extra_patterns=settings.redact_patterns)
+    deps = ActorDeps(settings, store, compressor, broadcaster, redact=redactor.text)
     policy = RestartPolicy(settings.max_restarts, settings.restart_window_s)
     supervisor = ActorSupervisor(lambda child: SessionActor(child, deps).run(), policy,
                                  give_up=partial(park_failed_session, deps),
                                  transient=(StorageUnavailable,), clock=clock)
     router = SessionRouter(supervisor, mailbox_size=settings.mailbox_size, restart_policy=policy)
-    redactor = Redactor(enabled=settings.redact_secrets, extra_patterns=settings.redact_patterns)
     search = SearchService(store, index, embedder)
     told = ToldLedger()  # shared: a memory told at SessionStart is not recalled again in the session
     consolidator = Consolidator(store, told.observations, enabled=settings.consolidation)  # what is merged, superseded, used

@@ -292,6 +292,35 @@ async def test_a_hostile_reply_neither_gives_budget_back_nor_crashes_the_session
     assert 0 < session["inputTokens"] < 30_000, session
 
 
+async def test_a_secret_the_model_decodes_is_redacted_before_it_is_stored(
+        tmp_path: Path, messages_api: ScriptedMessagesAPI) -> None:
+    """Ingest cannot see a key held hex-encoded in a tool's output; the model reading it can decode it and write
+    it back. What the model wrote goes through the ingest redactor before it is stored."""
+    key = "ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
+    reply = (f'<observation index="1"><type>discovery</type><title>Decoded {key}</title><facts><fact>the token is '
+             f'{key}</fact></facts><narrative>It reads {key}.</narrative><files_read><file>/work/llm/{key}.txt</file>'
+             f'</files_read></observation>')
+    summary = f"<summary><request>Find the token</request><learned>It is {key}</learned></summary>"
+    usage = {"input_tokens": 100, "output_tokens": 20}
+    async with open_worker(tmp_path / "data", compressor=scripted(messages_api.url),
+                           **{**LLM_SETTINGS, "batch_size": 1}) as worker:
+        messages_api.queue(Action(body=message_body(reply, usage)), Action(body=message_body(summary, usage)))
+        await post_tool(worker, "decoded", "d0")
+        await worker.wait_idle()
+        assert (await worker.request("POST", "/api/sessions/summarize", {
+            "claudeSessionId": "decoded", "last_assistant_message": "Found it."})).status == 202
+        await worker.wait_idle()
+        stored = await observation(worker, "d0")
+        (summarized,) = (await worker.get("/api/summaries?project=llm"))["summaries"]
+    assert stored["compressor"] == "anthropic" and summarized["compressor"] == "anthropic"
+    assert key not in json.dumps([stored, summarized]) and "[REDACTED:github-token]" in stored["title"]
+    assert data_dir_holds(tmp_path / "data", key.encode()) == []
+
+
+def data_dir_holds(data_dir: Path, needle: bytes) -> list[str]:
+    return [str(path) for path in data_dir.rglob("*") if path.is_file() and needle in path.read_bytes()]
+
+
 async def test_token_budgets_fall_back_to_offline_and_say_so(tmp_path: Path, messages_api: ScriptedMessagesAPI,
                                                              caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
