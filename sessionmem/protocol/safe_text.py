@@ -36,11 +36,13 @@ INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\xad\u034f\u061c\u18
 # line's spaces are joined.
 _SPACES = re.compile("[\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 # The wrapper's name in any other spelling: another case, fullwidth letters (NFKC folds them), another
-# dash, spaces or nothing between its words. No tag to the strip, yet a model may read `</sessionmem‑context>`
-# or `</SessionMemContext>` as the end of memory. (`＜/sessionmem-context＞` and `&lt;/sessionmem-context&gt;`
+# dash, an underscore, a dot or a colon, spaces or nothing between its words ("session" and "mem" too). No
+# tag to the strip, yet a model may read `</sessionmem‑context>`, `</SESSIONMEM_CONTEXT>` or
+# `</SessionMemContext>` as the end of memory. (`＜/sessionmem-context＞` and `&lt;/sessionmem-context&gt;`
 # are tags to the strip, which reads through NFKC and entities.)
 # A path (`sessionmem/context.py`) is left as it is.
-_NAME_SPELLINGS = re.compile("sessionmem[\\s\\-\u2010-\u2015\u2212\ufe58\ufe63\uff0d]{0,3}context", re.IGNORECASE)
+_JOINT = "[\\s\\-_.:\u2010-\u2015\u2212\ufe58\ufe63\uff0d]{0,3}"
+_NAME_SPELLINGS = re.compile(f"session{_JOINT}mem{_JOINT}context", re.IGNORECASE)
 NAME_DEFANGED = "sessionmem context"  # a tag name has no space: no spelling of the closing tag is left
 # A tag of a chat role or turn, as prompt formats write them (any case, an attribute or spaces inside,
 # `&lt;`/`&gt;` for the brackets): a model may read one as a turn of the conversation, or as its
