@@ -15,6 +15,8 @@ The tool's output is read once per tool use, bounded (:func:`tool_output_text`).
 from __future__ import annotations
 
 import functools
+import json
+import posixpath
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,7 +25,7 @@ import msgspec
 
 from sessionmem.events import ObservationEvent, SummarizeEvent
 from sessionmem.protocol.instructions import guard_observation, guard_summary, instruction_like, needles
-from sessionmem.records import CompressedObservation, CompressedSummary, ObservationRow
+from sessionmem.records import CompressedObservation, CompressedSummary, ObservationRow, Provenance
 
 # What is read of one tool use's output, all its strings together: its first OUTPUT_HEAD and last
 # OUTPUT_TAIL characters. More than any compressor reads of it (the offline one its first and last
@@ -90,16 +92,33 @@ def guarded_observation(event: ObservationEvent, observation: CompressedObservat
     """``observation`` with no instruction-like text in its title or subtitle, and flagged when it or the
     tool's output held some (see the module docstring). ``fallback_title``: a title to use instead of a
     withheld one (the offline compressor's, for a model's); else :func:`withheld_title`."""
+    files_read, files_modified = observation.files_read, observation.files_modified
+    if observation.provenance == Provenance.MODEL:
+        files_read, files_modified = grounded_files(event, files_read), grounded_files(event, files_modified)
+    ordering = [name for name in (*files_read, *files_modified) if instruction_like(name, needle_finder())]
+    files_read = tuple(name for name in files_read if name not in ordering)
+    files_modified = tuple(name for name in files_modified if name not in ordering)
     guarded = guard_observation(
         title=observation.title, subtitle=observation.subtitle, facts=observation.facts,
         narrative=observation.narrative, concepts=observation.concepts, source=SOURCE,
         fallback_title=fallback_title if fallback_title is not None else withheld_title(event),
-        tainted=observation.flagged or tainted(event))
+        tainted=observation.flagged or bool(ordering) or tainted(event))
     if not guarded.flagged:
-        return observation
+        return msgspec.structs.replace(observation, files_read=files_read, files_modified=files_modified)
     return msgspec.structs.replace(
         observation, title=guarded.title, subtitle=guarded.subtitle, facts=guarded.facts, narrative=guarded.narrative,
-        concepts=guarded.concepts, flagged=True)
+        concepts=guarded.concepts, files_read=files_read, files_modified=files_modified, flagged=True)
+
+
+def grounded_files(event: ObservationEvent, files: tuple[str, ...]) -> tuple[str, ...]:
+    """Of the files a model named, those its tool use names too, by path or by name (in its input, or in its
+    output as :func:`tool_output_text` reads it). File recall hands a memory over whenever a later session
+    touches one of its files: a model steered by what it read must not attach its memory to ``~/.bashrc``."""
+    if not files:
+        return files
+    named = f"{json.dumps(event.tool_input, ensure_ascii=False)}\n{tool_output_text(event.tool_response, event.error)}"
+    return tuple(name for name in files if name in named or (
+        (base := posixpath.basename(name.rstrip("/"))) and len(base) > 2 and base in named))
 
 
 def guarded_summary(request: SummarizeEvent, inputs: Sequence[ObservationRow],
