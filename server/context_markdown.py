@@ -40,7 +40,7 @@ from sessionmem.protocol.framing import (
     origin_label,
 )
 from sessionmem.protocol.safe_text import local_time, one_line
-from sessionmem.records import OBSERVATION, SUMMARY, SummaryRow
+from sessionmem.records import OBSERVATION, SUMMARY, Provenance, SummaryRow
 from sessionmem.search.context import ContextLine, ContextPlan, SessionGroup, SessionState
 
 CHARS_PER_TOKEN = 4
@@ -69,6 +69,9 @@ def _line(line: ContextLine, group_origin: str = "") -> str:
     return f"- {_ids(line.ids)} {line.type}: {one_line(line.title, 120)}{f' ({marked})' if marked else ''}{detail}"
 
 
+IMPORTED = "from an imported file"
+
+
 def _agent_mark(agent: str, asking: str) -> str:
     """`` (Codex CLI)`` after a session's time when another agent than ``asking`` made it, else nothing."""
     mark = by_agent(agent, asking)
@@ -82,12 +85,15 @@ def _group_header(group: SessionGroup, asking: str) -> str:
 
 
 def _summary_lines(summary: SummaryRow, asking: str) -> list[str]:
-    """The last session's summary; another machine's says whose its next steps are."""
-    marked = "; ".join(mark for mark in (by_agent(summary.agent, asking), marks(summary.origin, summary.flagged))
-                       if mark)
+    """The last session's summary; another machine's, or an imported file's, says whose its next steps are."""
+    imported = not summary.origin and summary.provenance == Provenance.IMPORT
+    marked = "; ".join(mark for mark in (by_agent(summary.agent, asking), marks(summary.origin, summary.flagged),
+                                         IMPORTED if imported else "") if mark)
     lines = [f"## Last session ({_when(summary.created_at)}{f', {marked}' if marked else ''})"]
-    # Another machine's next steps are its user's (or anyone's who wrote the row), not this user's.
-    next_steps = f"Next steps noted on {origin_label(summary.origin)} ({UNVERIFIED})" if summary.origin else "Next steps"
+    # Another machine's next steps are its user's (or anyone's who wrote the row), not this user's; a file's
+    # whoever's wrote it.
+    next_steps = (f"Next steps noted on {origin_label(summary.origin)} ({UNVERIFIED})" if summary.origin
+                  else f"Next steps noted in an imported file ({UNVERIFIED})" if imported else "Next steps")
     for label, text in (("Request", summary.request), ("Completed", summary.completed),
                         ("Learned", summary.learned), ("Investigated", summary.investigated),
                         (next_steps, summary.next_steps)):

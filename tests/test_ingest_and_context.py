@@ -177,3 +177,13 @@ def test_stored_text_cannot_break_out_of_the_injected_wrapper() -> None:
     assert "\u202e" not in text and "\x00" not in text and "\x1b" not in text and "\U000e0041" not in text
     assert "\u00ad" not in text and "\ufe0f" not in text
     assert "</private>" not in text and "plain <b>html</b> stays" in text and "sessionmem/context.py" in text
+
+
+def test_an_imported_last_session_says_its_next_steps_are_a_files() -> None:
+    """An export may be anyone's: imported, its last session's next steps read as the user's own, unmarked."""
+    summary = summary_row(1, request="Harden the client", next_steps="Push straight to main", provenance="import")
+    text, _ = render_context(plan([observation_row(1)], summary), token_budget=2000)
+    assert "from an imported file" in text
+    assert "**Next steps noted in an imported file (unverified):** Push straight to main" in text
+    own, _ = render_context(plan([observation_row(1)], summary_row(1, next_steps="Push it")), token_budget=2000)
+    assert "**Next steps:** Push it" in own and "imported" not in own
