@@ -128,3 +128,4 @@ class ImportCounts(msgspec.Struct, frozen=True):
     observations: int = 0
     summaries: int = 0
     already_there: int = 0  # records that were imported before (or stored live): nothing changed
+    recorded_here: int = 0  # records from a file aimed at a session this machine recorded: left out

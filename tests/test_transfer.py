@@ -61,11 +61,10 @@ async def test_a_round_trip_finds_the_same_memories(tmp_path: Path, monkeypatch:
         expected = {mode: await found(source, mode) for mode in ("fts", "hybrid")}
         shop_only = await export_all(source, "&project=shop")
         recent = await export_all(source, f"&since={time.time() + 60:.0f}")
-        # Into the store it came from: all there already (summaries too, which the worker made
-        # itself under their journal events' ids).
+        # Into the store it came from: of sessions recorded here, which a file leaves as they are.
         into_itself = (await source.request("POST", "/api/import", {"records": exported})).json()
         assert into_itself == {"sessions": 0, "prompts": 0, "observations": 0, "summaries": 0,
-                               "alreadyThere": len(exported)}
+                               "alreadyThere": 0, "recordedHere": len(exported)}
     kinds = [record["kind"] for record in exported]
     assert kinds.count("session") == 3 and kinds.count("prompt") == 3 and kinds.count("observation") == 4
     assert kinds.count("summary") == 2 and not any("toolInput" in r or "toolResponse" in r for r in exported)
@@ -74,14 +73,16 @@ async def test_a_round_trip_finds_the_same_memories(tmp_path: Path, monkeypatch:
     async with open_worker(tmp_path / "b", embedder="minilm", batch_quiet_s=0.05) as target:
         await store_session(target, "already-here", SHOP, "a session of the target's own", [])
         counts = (await target.request("POST", "/api/import", {"records": exported})).json()
-        assert counts == {"sessions": 3, "prompts": 3, "observations": 4, "summaries": 2, "alreadyThere": 0}
+        assert counts == {"sessions": 3, "prompts": 3, "observations": 4, "summaries": 2, "alreadyThere": 0,
+                          "recordedHere": 0}
         with trio.fail_after(60):
             await target.services.index.caught_up()
         assert (await target.debug())["index"]["vectors"] == 3 + 4 + 2 + 1  # imported rows are embedded too
         for mode in ("fts", "hybrid"):
             assert await found(target, mode) == expected[mode], mode
         again = (await target.request("POST", "/api/import", {"records": exported})).json()
-        assert again == {"sessions": 0, "prompts": 0, "observations": 0, "summaries": 0, "alreadyThere": 12}
+        assert again == {"sessions": 0, "prompts": 0, "observations": 0, "summaries": 0, "alreadyThere": 12,
+                         "recordedHere": 0}
         sessions = {s["claudeSessionId"]: s for s in (await target.get("/api/sessions"))["sessions"]}
         assert sessions["shop-1"]["promptCounter"] == 1 and sessions["shop-1"]["observations"] == 2
         assert [r["createdAt"] for r in exported if r["kind"] == "observation"] == [
@@ -250,3 +251,37 @@ def test_an_export_larger_than_a_request_imports_whole_and_a_bad_line_is_named(t
             assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused
             assert f"broken.jsonl:3 is not JSON ({reason}" in refused.stderr or (
                 reason in refused.stderr and "broken.jsonl:3 is not JSON" in refused.stderr), refused.stderr
+
+
+async def test_a_file_adds_nothing_to_a_session_recorded_here(tmp_path: Path) -> None:
+    """A file is anyone's, and a session id is all it takes to aim at a session: a file once set a live
+    session's prompt counter to 2**31 - 1 (its next prompt then a number no export takes), moved its start to
+    1970 and took the tool use id of its next tool use. A session an import made is the import's to add to."""
+    hostile = [
+        {"kind": "session", "claudeSessionId": "live", "project": "shop", "createdAt": 0.0, "updatedAt": 0.0},
+        {"kind": "prompt", "claudeSessionId": "live", "promptNumber": 2**31 - 1, "text": "planted", "createdAt": 1.0},
+        {"kind": "observation", "claudeSessionId": "live", "project": "shop", "promptNumber": 1, "toolName": "Edit",
+         "toolUseId": "next-tool", "type": "change", "title": "Planted edit", "createdAt": 1.0},
+    ]
+    imported = [{**hostile[0], "claudeSessionId": "imported", "createdAt": 5.0, "updatedAt": 5.0},
+                {**hostile[1], "claudeSessionId": "imported", "promptNumber": 1}]
+    async with open_worker(tmp_path, embedder="none", batch_quiet_s=0.05) as worker:
+        assert (await worker.request("POST", "/api/sessions/init", {
+            "claudeSessionId": "live", "cwd": SHOP, "prompt": "make checkout safer"})).status in (200, 202)
+        await worker.wait_idle()
+        before = (await worker.get("/api/sessions?project=shop"))["sessions"]
+        answer = (await worker.request("POST", "/api/import", {"records": hostile})).json()
+        assert answer["recordedHere"] == 3 and answer["prompts"] == answer["observations"] == 0, answer
+        assert (await worker.get("/api/sessions?project=shop"))["sessions"] == before
+        # Its real next tool use is stored as it comes.
+        assert (await worker.request("POST", "/api/sessions/observations", {
+            "claudeSessionId": "live", "cwd": SHOP, "tool_name": "Edit", "tool_use_id": "next-tool",
+            "tool_input": {"file_path": f"{SHOP}/cart.py", "old_string": "a", "new_string": "b"}})).status == 202
+        await worker.wait_idle()
+        titles = [o["title"] for o in (await worker.get("/api/observations?project=shop"))["observations"]]
+        assert titles and "Planted edit" not in titles
+
+        # Sessions a file made are the file's to add to, in this import or the next.
+        first = (await worker.request("POST", "/api/import", {"records": imported})).json()
+        later = (await worker.request("POST", "/api/import", {"records": [{**imported[1], "promptNumber": 2}]})).json()
+        assert (first["sessions"], first["prompts"], later["prompts"], later["recordedHere"]) == (1, 1, 1, 0)

@@ -97,7 +97,7 @@ def _export_to(out: IO[str], args: argparse.Namespace, config: ClientConfig) -> 
 IMPORT_BATCH = 500  # records a request (the worker takes up to 2,000)
 IMPORT_BATCH_BYTES = MAX_BODY_BYTES // 2  # a request's body, well under the worker's limit (a 413 halves it)
 LINE_LIMIT = 16 * 1024 * 1024  # characters of a line read at most: a record is far smaller (its texts are capped)
-TOTALS = ("sessions", "prompts", "observations", "summaries", "alreadyThere")
+TOTALS = ("sessions", "prompts", "observations", "summaries", "alreadyThere", "recordedHere")
 
 
 def cmd_import(args: argparse.Namespace, config: ClientConfig) -> int:
@@ -138,7 +138,7 @@ def cmd_import(args: argparse.Namespace, config: ClientConfig) -> int:
             print(f"sessionmem: {_imported(totals)} before it", file=sys.stderr)
             raise
         for key in TOTALS:
-            totals[key] += answer[key]
+            totals[key] += answer.get(key, 0)  # a worker of an older version says less
 
     batch: list[tuple[int, bytes]] = []
     batch_bytes = 0
@@ -209,7 +209,9 @@ def _not_a_header(record: Any) -> str:
 
 def _imported(totals: dict[str, int]) -> str:
     return (f"imported {totals['sessions']} sessions, {totals['prompts']} prompts, {totals['observations']} "
-            f"observations, {totals['summaries']} summaries; {totals['alreadyThere']} were there already")
+            f"observations, {totals['summaries']} summaries; {totals['alreadyThere']} were there already"
+            + (f"; {totals['recordedHere']} were of sessions recorded here, and left as they are"
+               if totals["recordedHere"] else ""))
 
 
 def _days(text: str) -> float:

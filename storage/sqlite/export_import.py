@@ -178,14 +178,38 @@ def import_records(connection: apsw.Connection, records: Sequence[Record], now: 
     Either way each is checked on arrival (:func:`arrived`): its provenance is the import's or the
     team's, and it is flagged when its text is instruction-like.
     """
-    counts: dict[str, int] = {"sessions": 0, "prompts": 0, "observations": 0, "summaries": 0, "already_there": 0}
+    counts: dict[str, int] = {"sessions": 0, "prompts": 0, "observations": 0, "summaries": 0, "already_there": 0,
+                              "recorded_here": 0}
     projects: dict[str, str] = {}
+    recorded_here: dict[str, bool] = {}
     for number, record in enumerate(records):
         source = pulled_from[number] if pulled_from else None
+        if source is None and _recorded_here(connection, record.claude_session_id, recorded_here):
+            counts["recorded_here"] += 1
+            continue
         _import_record(connection, arrived(clamped(record, now), Provenance.TEAM if source else Provenance.IMPORT),
                        now, counts, projects, source,
                        _summary_event_id(record) if isinstance(record, SummaryRecord) else 0)
     return ImportCounts(**counts)
+
+
+def _recorded_here(connection: apsw.Connection, claude_session_id: str, known: dict[str, bool]) -> bool:
+    """Whether this machine recorded the session (its hooks sent a prompt or a tool use of it), as of the
+    import's start (``known``: the answers so far). Not its status: an exported session keeps its own.
+
+    A file is anyone's, and a session id is all it takes to write into a session: a file's records
+    would widen its times, set its prompt counter to 2**31 - 1 (its next prompt's number then one no
+    export takes) or take the tool use id of its next tool use. So a file adds nothing to such a
+    session; a session an import made is the import's to add to.
+    """
+    if claude_session_id not in known:
+        row = optional_row(connection, "SELECT id FROM sessions WHERE claude_session_id = ?", (claude_session_id,))
+        known[claude_session_id] = row is not None and (
+            optional_row(connection, "SELECT 1 FROM user_prompts WHERE session_db_id = ?1 AND provenance = 'prompt'"
+                                        " AND origin_machine = '' LIMIT 1", (row[0],)) is not None
+            or optional_row(connection, "SELECT 1 FROM observations WHERE session_db_id = ?1 AND event_id > 0 LIMIT 1",
+                            (row[0],)) is not None)
+    return known[claude_session_id]
 
 
 def _import_record(connection: apsw.Connection, record: Record, now: float, counts: dict[str, int],
