@@ -159,7 +159,9 @@ def build_offline_summary(
         notes=notes,
         compressed=compressed,
         compressor=compressor,
-        provenance=Provenance.TOOL,
+        # The rules read the turn's titles: a model's, when a model wrote its observations (and this summary
+        # is the rules' only because the model's reply for it was unusable).
+        provenance=Provenance.MODEL if any(o.provenance == Provenance.MODEL for o in turn) else Provenance.TOOL,
     ))
 
 

@@ -276,3 +276,22 @@ def test_the_rows_the_context_is_planned_from_carry_the_flag() -> None:
     assert line.ids == [1, 2] and line.flagged and line.provenance == "model"
     (group,) = context_group([row(3, False)], {})
     assert not group.lines[0].flagged
+
+
+def test_a_summary_the_rules_make_from_a_models_titles_says_model() -> None:
+    """When the model's summary reply is unusable the rules make it from the turn's titles: a model wrote
+    those, so the summary's text is a model's, not the rules' own reading of the tool output."""
+    from sessionmem.compress.base import SessionContext
+    from sessionmem.compress.offline import build_offline_summary
+    from sessionmem.events import SummarizeEvent
+    from sessionmem.records import SummaryInputs
+
+    from .conftest import observation_row
+
+    context = SessionContext("s", "proj", "/work/proj", "fix the tests", 0)
+    request = SummarizeEvent(claude_session_id="s", project="proj", prompt_number=1)
+    for provenance in (Provenance.TOOL, Provenance.MODEL):
+        failing = observation_row(1, type="change", title="Tests failed: make check", provenance=provenance.value,
+                                  prompt_number=1)
+        summary = build_offline_summary(context, request, SummaryInputs(["fix the tests"], [failing]))
+        assert summary.provenance == provenance
