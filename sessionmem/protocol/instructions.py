@@ -48,6 +48,7 @@ import unicodedata
 from collections.abc import Callable, Container
 from typing import NamedTuple
 
+from sessionmem.protocol.lookalikes import latin_skeleton
 from sessionmem.protocol.safe_text import INVISIBLE
 
 # Characters of a text read: its first HEAD and its last TAIL (a planted line is put where a
@@ -222,7 +223,7 @@ def _scanned(text: str) -> str:
         text = f"{text[:HEAD]}\n{text[-TAIL:]}"
     if text.isascii():
         return "\n" + text.encode("ascii").translate(None, _ASCII_INVISIBLE).decode("ascii").lower()
-    return "\n" + unicodedata.normalize("NFKC", INVISIBLE.sub("", text)).lower()
+    return "\n" + latin_skeleton(unicodedata.normalize("NFKC", INVISIBLE.sub("", text)).lower())
 
 
 def needles() -> tuple[str, ...]:

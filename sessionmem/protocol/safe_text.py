@@ -21,6 +21,7 @@ import unicodedata
 from typing import Any
 
 from sessionmem.protocol.limits import printable_line
+from sessionmem.protocol.lookalikes import latin_skeleton
 from sessionmem.protocol.privacy import strip_private
 
 # C0 and C1 controls (whitespace aside), and the characters that reorder or hide text:
@@ -61,12 +62,18 @@ def neutral(text: str) -> str:
     text = strip_private(text)
     # Both checks read the NFKC-folded text (a fullwidth ＜system＞ is a tag too): folded once, here.
     folded = text if text.isascii() or unicodedata.is_normalized("NFKC", text) else unicodedata.normalize("NFKC", text)
-    named = _NAME_SPELLINGS.search(folded) is not None
+    # Our name is looked for with look-alike letters read as Latin (`</sessiоnmem-context>`, a Cyrillic о), and
+    # only what is found there is changed: the rest keeps its letters.
+    names = list(_NAME_SPELLINGS.finditer(latin_skeleton(folded)))
     roled = ("<" in folded or "&lt;" in folded) and _ROLE_TAG.search(folded) is not None
-    if not named and not roled:
+    if not names and not roled:
         return text
-    if named:
-        folded = _NAME_SPELLINGS.sub(NAME_DEFANGED, folded)
+    if names:
+        pieces, at = [], 0
+        for found in names:
+            pieces += [folded[at:found.start()], NAME_DEFANGED]
+            at = found.end()
+        folded = "".join(pieces) + folded[at:]
     return _ROLE_TAG.sub(_bracket, folded) if roled else folded
 
 
