@@ -92,12 +92,13 @@ def guarded_observation(event: ObservationEvent, observation: CompressedObservat
     """``observation`` with no instruction-like text in its title or subtitle, and flagged when it or the
     tool's output held some (see the module docstring). ``fallback_title``: a title to use instead of a
     withheld one (the offline compressor's, for a model's); else :func:`withheld_title`."""
-    files_read, files_modified = observation.files_read, observation.files_modified
+    # A model's files: those its tool use names, none that reads as an order. The rules' are the tool's own.
+    files_read, files_modified, ordering = observation.files_read, observation.files_modified, []
     if observation.provenance == Provenance.MODEL:
         files_read, files_modified = grounded_files(event, files_read), grounded_files(event, files_modified)
-    ordering = [name for name in (*files_read, *files_modified) if instruction_like(name, needle_finder())]
-    files_read = tuple(name for name in files_read if name not in ordering)
-    files_modified = tuple(name for name in files_modified if name not in ordering)
+        ordering = [name for name in (*files_read, *files_modified) if instruction_like(name, needle_finder())]
+        files_read = tuple(name for name in files_read if name not in ordering)
+        files_modified = tuple(name for name in files_modified if name not in ordering)
     guarded = guard_observation(
         title=observation.title, subtitle=observation.subtitle, facts=observation.facts,
         narrative=observation.narrative, concepts=observation.concepts, source=SOURCE,
