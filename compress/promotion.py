@@ -105,7 +105,9 @@ def guarded_observation(event: ObservationEvent, observation: CompressedObservat
         fallback_title=fallback_title if fallback_title is not None else withheld_title(event),
         tainted=observation.flagged or bool(ordering) or tainted(event))
     if not guarded.flagged:
-        return msgspec.structs.replace(observation, files_read=files_read, files_modified=files_modified)
+        unchanged = (files_read, files_modified) == (observation.files_read, observation.files_modified)
+        return observation if unchanged else msgspec.structs.replace(observation, files_read=files_read,
+                                                                      files_modified=files_modified)
     return msgspec.structs.replace(
         observation, title=guarded.title, subtitle=guarded.subtitle, facts=guarded.facts, narrative=guarded.narrative,
         concepts=guarded.concepts, files_read=files_read, files_modified=files_modified, flagged=True)
