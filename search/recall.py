@@ -8,7 +8,7 @@
   -- no request of its own, so it costs the hook nothing when there is nothing to say.
 - **Prompt recall** (:meth:`Recall.for_prompt`, on by default: ``prompt_recall``): the few
   past observations and summaries most relevant to a new prompt (hybrid search),
-  within :data:`PROMPT_RECALL_BUDGET_S`, else nothing.
+  within :data:`PROMPT_RECALL_BUDGET_S` (the ``prompt_recall_budget_s`` setting), else nothing.
 
 Precision first: a wrong memory costs more than none.
 
@@ -93,13 +93,14 @@ class Recall:
     """File and prompt recall. ``min_similarity``: the relevance floor (the worker's ``recall_min_similarity``)."""
 
     def __init__(self, store: Store, search: SearchService, *, file_max: int = 3, prompt_max: int = 3,
-                 other_machines: bool = True, min_similarity: float = 0.0,
+                 prompt_budget_s: float = PROMPT_RECALL_BUDGET_S, other_machines: bool = True, min_similarity: float = 0.0,
                  told: ToldLedger | None = None, already_said: AlreadySaid | None = None,
                  consolidated: Consolidated | None = None) -> None:
         self._store = store
         self._search = search
         self._file_max = file_max
         self._prompt_max = prompt_max
+        self._prompt_budget_s = prompt_budget_s
         self._other_machines = other_machines
         self._min_similarity = min_similarity
         self.told = told if told is not None else ToldLedger()
@@ -150,7 +151,7 @@ class Recall:
             return ""
         found: list[SearchResult] | None = None
         try:
-            with trio.move_on_after(PROMPT_RECALL_BUDGET_S):
+            with trio.move_on_after(self._prompt_budget_s):
                 found = await self._relevant(project, claude_session_id, prompt, cwd)
         except Exception as exc:
             log_exception(log, "prompt recall failed", exc)

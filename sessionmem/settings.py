@@ -133,6 +133,7 @@ class Settings:
     file_recall_max: int = 3  # observations a tool use may recall
     prompt_recall: bool = True  # UserPromptSubmit: the most relevant past observations, within 0.5 s
     prompt_recall_max: int = 3
+    prompt_recall_budget_s: float = 0.5  # what one prompt's recall may take in the worker; past it, nothing
     # The relevance floor: a memory less similar in meaning to the prompt (or to a resumed or compacted
     # session's focus) is not handed over (cosine similarity of MiniLM vectors, 0 to 1; 0: no floor).
     # Chosen on the tune half of bench/handover_eval.py: the best F0.5 of prompt recall (bench/README.md).
@@ -239,6 +240,7 @@ ENV = {
     "SESSIONMEM_FILE_RECALL_MAX": "file_recall_max",
     "SESSIONMEM_PROMPT_RECALL": "prompt_recall",
     "SESSIONMEM_PROMPT_RECALL_MAX": "prompt_recall_max",
+    "SESSIONMEM_PROMPT_RECALL_BUDGET_S": "prompt_recall_budget_s",
     "SESSIONMEM_RECALL_MIN_SIMILARITY": "recall_min_similarity",
     "SESSIONMEM_CONSOLIDATION": "consolidation",
     "SESSIONMEM_RAW_RETENTION_DAYS": "raw_retention_days",
@@ -355,6 +357,8 @@ def load_settings(environ: dict[str, str] | None = None, **overrides: Any) -> Se
         raise SettingsError("max_restarts must be >= 0 and restart_window_s > 0")
     if not settings.code_watch_s >= 0:  # NaN too
         raise SettingsError(f"code_watch_s must be >= 0 (0: never), got {settings.code_watch_s}")
+    if not 0 < settings.prompt_recall_budget_s <= 60:  # NaN too
+        raise SettingsError(f"prompt_recall_budget_s must be over 0 and at most 60, got {settings.prompt_recall_budget_s}")
     if not 0 <= settings.recall_min_similarity <= 1:  # NaN too
         raise SettingsError(f"recall_min_similarity must be 0..1 (0: no floor), got {settings.recall_min_similarity}")
     if not 0 <= settings.context_files <= settings.context_observations:

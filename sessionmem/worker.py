@@ -444,6 +444,7 @@ def _services(settings: Settings, status: WorkerStatus, store: Store, compressor
     consolidator = Consolidator(store, told.observations, enabled=settings.consolidation)  # what is merged, superseded, used
     already_said = AlreadySaid(claude_config_dir=settings.claude_config_dir)  # shared: one cache of the files
     recall = Recall(store, search, file_max=settings.file_recall_max, prompt_max=settings.prompt_recall_max,
+                    prompt_budget_s=settings.prompt_recall_budget_s,
                     other_machines=settings.context_other_machines, min_similarity=settings.recall_min_similarity,
                     told=told, already_said=already_said, consolidated=consolidator)
     ingestor = Ingestor(settings, store, router, redactor, recall=recall, told=told)
