@@ -133,7 +133,9 @@ def handover(worker: WorkerClient, cwd: Path, session_id: str) -> str:
 @pytest.fixture
 def worker(tmp_path: Path) -> Iterator[WorkerClient]:
     """The worker over real HTTP, with a Claude config dir of its own (not this machine's CLAUDE.md)."""
-    with serve_in_thread(tmp_path / "data", batch_quiet_s=0.05, claude_config_dir=str(tmp_path / "claude")) as served:
+    # Prompt recall given the time a busy machine needs (tests/test_recall.py says why).
+    with serve_in_thread(tmp_path / "data", batch_quiet_s=0.05, claude_config_dir=str(tmp_path / "claude"),
+                         prompt_recall_budget_s=30) as served:
         yield served
 
 

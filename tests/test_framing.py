@@ -112,7 +112,8 @@ def team_memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     root = tmp_path_factory.mktemp("framing")
     project = root / "calcproj"
     project.mkdir()
-    with serve_in_thread(root / "data", batch_quiet_s=0.05, embedder="none", prompt_recall=True) as worker:
+    with serve_in_thread(root / "data", batch_quiet_s=0.05, embedder="none", prompt_recall=True,
+                         prompt_recall_budget_s=30) as worker:
         failing_command(worker, project, "local-1", "error: connection refused", prompt="deploy calc to staging")
         db = worker.data_dir / DATABASE_FILE
         now = time.time()
