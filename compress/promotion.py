@@ -77,11 +77,6 @@ def needle_finder() -> Callable[[str], set[str]]:
     return held
 
 
-def tainted(event: ObservationEvent) -> bool:
-    """Whether the tool's output held instruction-like text."""
-    return instruction_like(tool_output_text(event.tool_response, event.error), needle_finder())
-
-
 def withheld_title(event: ObservationEvent) -> str:
     """The title of an observation whose own title was withheld: the tool, and that it failed."""
     return f"{'Failed: ' if event.failed else ''}{event.tool_name}: instruction-like text withheld (quoted in the facts)"
@@ -92,10 +87,12 @@ def guarded_observation(event: ObservationEvent, observation: CompressedObservat
     """``observation`` with no instruction-like text in its title or subtitle, and flagged when it or the
     tool's output held some (see the module docstring). ``fallback_title``: a title to use instead of a
     withheld one (the offline compressor's, for a model's); else :func:`withheld_title`."""
+    output = tool_output_text(event.tool_response, event.error)  # read once: for orders, and for files it names
     # A model's files: those its tool use names, none that reads as an order. The rules' are the tool's own.
     files_read, files_modified, ordering = observation.files_read, observation.files_modified, []
     if observation.provenance == Provenance.MODEL:
-        files_read, files_modified = grounded_files(event, files_read), grounded_files(event, files_modified)
+        named = f"{json.dumps(event.tool_input, ensure_ascii=False)}\n{output}"
+        files_read, files_modified = grounded_files(files_read, named), grounded_files(files_modified, named)
         ordering = [name for name in (*files_read, *files_modified) if instruction_like(name, needle_finder())]
         files_read = tuple(name for name in files_read if name not in ordering)
         files_modified = tuple(name for name in files_modified if name not in ordering)
@@ -103,7 +100,7 @@ def guarded_observation(event: ObservationEvent, observation: CompressedObservat
         title=observation.title, subtitle=observation.subtitle, facts=observation.facts,
         narrative=observation.narrative, concepts=observation.concepts, source=SOURCE,
         fallback_title=fallback_title if fallback_title is not None else withheld_title(event),
-        tainted=observation.flagged or bool(ordering) or tainted(event))
+        tainted=observation.flagged or bool(ordering) or instruction_like(output, needle_finder()))
     if not guarded.flagged:
         unchanged = (files_read, files_modified) == (observation.files_read, observation.files_modified)
         return observation if unchanged else msgspec.structs.replace(observation, files_read=files_read,
@@ -113,13 +110,11 @@ def guarded_observation(event: ObservationEvent, observation: CompressedObservat
         concepts=guarded.concepts, files_read=files_read, files_modified=files_modified, flagged=True)
 
 
-def grounded_files(event: ObservationEvent, files: tuple[str, ...]) -> tuple[str, ...]:
-    """Of the files a model named, those its tool use names too, by path or by name (in its input, or in its
-    output as :func:`tool_output_text` reads it). File recall hands a memory over whenever a later session
-    touches one of its files: a model steered by what it read must not attach its memory to ``~/.bashrc``."""
-    if not files:
-        return files
-    named = f"{json.dumps(event.tool_input, ensure_ascii=False)}\n{tool_output_text(event.tool_response, event.error)}"
+def grounded_files(files: tuple[str, ...], named: str) -> tuple[str, ...]:
+    """Of the files a model named, those its tool use names too (``named``: its input, and its output as
+    :func:`tool_output_text` reads it), by path or by name. File recall hands a memory over whenever a later
+    session touches one of its files: a model steered by what it read must not attach its memory to
+    ``~/.bashrc``."""
     return tuple(name for name in files if name in named or (
         (base := posixpath.basename(name.rstrip("/"))) and len(base) > 2 and base in named))
 
