@@ -6,11 +6,11 @@ into injected context, and into what the MCP tools answer Claude, goes through
 through this package alone, uses the same rules): our tags in any spelling are
 removed, and its name in any other spelling is written apart, so nothing can close the
 wrapper early and speak outside it, not even in a model's eyes; a chat role's tag
-(``<system>``, ``</assistant>``, ``<|im_start|>``, ``<system-reminder>``) has its angle
-brackets written ``‹ ›``, so it reads as what it is, quoted text, not a turn of the
-conversation; and control and bidirectional-override characters are dropped, so
-nothing hides or reorders what a reader sees. The wrapper itself, and the words that
-frame memory as recalled data, are :mod:`sessionmem.protocol.framing`'s.
+(``<system>``, ``</assistant>``, ``<|im_start|>``, ``<system-reminder>``, in look-alike
+letters of other scripts too) has its angle brackets written ``‹ ›``, so it reads as what
+it is, quoted text, not a turn of the conversation; and control and bidirectional-override
+characters are dropped, so nothing hides or reorders what a reader sees. The wrapper
+itself, and the words that frame memory as recalled data, are :mod:`sessionmem.protocol.framing`'s.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import time
 import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 from sessionmem.protocol.limits import printable_line
@@ -62,26 +63,34 @@ def neutral(text: str) -> str:
     text = strip_private(text)
     # Both checks read the NFKC-folded text (a fullwidth ＜system＞ is a tag too): folded once, here.
     folded = text if text.isascii() or unicodedata.is_normalized("NFKC", text) else unicodedata.normalize("NFKC", text)
-    # Our name is looked for with look-alike letters read as Latin (`</sessiоnmem-context>`, a Cyrillic о), and
-    # only what is found there is changed: the rest keeps its letters.
-    names = list(_NAME_SPELLINGS.finditer(latin_skeleton(folded)))
-    roled = ("<" in folded or "&lt;" in folded) and _ROLE_TAG.search(folded) is not None
-    if not names and not roled:
-        return text
+    # Our name and a role's tag are looked for with look-alike letters read as Latin (`</sessiоnmem-context>`,
+    # `<sуstem>`: a Cyrillic о, у), and only what is found there is changed: the rest keeps its letters.
+    skeleton = latin_skeleton(folded)
+    names = list(_NAME_SPELLINGS.finditer(skeleton))
     if names:
-        pieces, at = [], 0
-        for found in names:
-            pieces += [folded[at:found.start()], NAME_DEFANGED]
-            at = found.end()
-        folded = "".join(pieces) + folded[at:]
-    return _ROLE_TAG.sub(_bracket, folded) if roled else folded
+        folded = _replaced(folded, names, lambda _: NAME_DEFANGED)
+        skeleton = latin_skeleton(folded)
+    roles = list(_ROLE_TAG.finditer(skeleton)) if "<" in skeleton or "&lt;" in skeleton else []
+    if not names and not roles:
+        return text
+    return _replaced(folded, roles, lambda found: _bracketed(found, folded)) if roles else folded
 
 
-def _bracket(found: re.Match[str]) -> str:
+def _replaced(text: str, spans: list[re.Match[str]], by: Callable[[re.Match[str]], str]) -> str:
+    """``text`` with each of ``spans`` (found in its skeleton: the same positions) written as ``by`` says."""
+    pieces, at = [], 0
+    for found in spans:
+        pieces += [text[at:found.start()], by(found)]
+        at = found.end()
+    return "".join(pieces) + text[at:]
+
+
+def _bracketed(found: re.Match[str], text: str) -> str:
+    """The role tag ``found`` (in the skeleton) as ``text`` spells it, its brackets written ‹ ›."""
     tag = found.group(0)
     opener = 4 if tag.startswith("&lt;") else 1
     closer = 4 if tag.endswith("&gt;") else 1
-    return f"{ROLE_OPEN}{tag[opener:-closer]}{ROLE_CLOSE}"
+    return f"{ROLE_OPEN}{text[found.start() + opener:found.end() - closer]}{ROLE_CLOSE}"
 
 
 # Fields of the worker's answers that name something or are one item of a list (they come from a
