@@ -279,9 +279,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, help="keep the worker's data here (default: a temporary dir)")
     parser.add_argument("--no-consolidation", action="store_true",
                         help="the worker without its consolidation pass (the before of a before/after)")
+    parser.add_argument("--setting", action="append", default=[], metavar="SESSIONMEM_NAME=VALUE",
+                        help="a setting of the worker's (docs/configuration.md), for a what-if; repeatable")
     parser.add_argument("--smoke", action="store_true",
                         help="seconds: the test fixtures' short sessions and the seeded project, not the corpus")
     args = parser.parse_args(argv)
+    settings = dict(item.split("=", 1) for item in args.setting if "=" in item)
+    if len(settings) != len(args.setting) or not all(name.startswith("SESSIONMEM_") for name in settings):
+        parser.error("--setting takes SESSIONMEM_NAME=VALUE")
 
     stats = ConversionStats()
     projects = smoke_projects(stats) if args.smoke else load_projects(args.corpus, stats)
@@ -297,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     per_session: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="sessionmem-handover-") as temporary:
         data_dir = args.data_dir or Path(temporary) / "data"
-        env = {**WORKER_ENV, "SESSIONMEM_CONSOLIDATION": "0" if args.no_consolidation else "1"}
+        env = {**WORKER_ENV, "SESSIONMEM_CONSOLIDATION": "0" if args.no_consolidation else "1", **settings}
         with start_worker(data_dir, env=env, timeout=120) as worker:
             for project in projects:
                 scored[project.name] = evaluate_project(worker, project, tallies, per_session, limit=args.limit)

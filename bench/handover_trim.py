@@ -6,7 +6,8 @@
 lines it was handed with their kind (``summary``, ``earlier`` for an earlier session's line, else the
 observation's type), how many observations each stands for and whether it named something the session
 then needed (any category, or a file). For each rule below, SessionStart keeps only the lines the rule
-keeps; prompt and file recall are kept whole; recency is the project's newest observations at the size
+keeps; prompt and file recall are kept whole (in the bounds, every memory prompt recall handed over counts
+as relevant: what a perfect relevance signal at the same size would give); recency is the project's newest observations at the size
 handed over (the first lines of the ``all`` surface's recency, newest first). Printed per half: the
 observations a session, precision (any, files), recency's at that size and the ratio. Recall cannot be
 recomputed from the lines (it needs what each line named): a rule worth having is measured by the eval
@@ -22,21 +23,41 @@ from pathlib import Path
 from typing import Any
 
 Line = list[Any]  # kind, observations, relevant to anything, relevant to a file
-Rule = Callable[[list[Line]], list[Line]]
+Record = dict[str, Any]
+Keep = Callable[[list[Line]], list[Line]]
 
-RULES: dict[str, Rule] = {
-    "as handed over": lambda lines: lines,
-    "no SessionStart at all": lambda lines: [],
-    "the last summary only": lambda lines: [line for line in lines if line[0] == "summary"],
-    "summary, failures, bug fixes": lambda lines: [line for line in lines
-                                                   if line[0] in ("summary", "failure", "bugfix")],
-    "no earlier sessions' lines": lambda lines: [line for line in lines if line[0] != "earlier"],
-    "summary and 3 observations": lambda lines: ([line for line in lines if line[0] == "summary"]
-                                                 + [line for line in lines if line[0] not in ("summary", "earlier")][:3]),
+
+def _rule(keep: Keep, *, perfect_prompt: bool = False) -> Callable[[Record], list[Line]]:
+    """The whole handover when SessionStart keeps what ``keep`` keeps; with ``perfect_prompt`` (a bound, not a rule),
+    every memory prompt recall handed over counts as relevant to anything and to a file."""
+    def lines(record: Record) -> list[Line]:
+        prompt = record["prompt_recall"]["handover"]["lines"]
+        if perfect_prompt:
+            prompt = [[kind, count, True, True] for kind, count, _, _ in prompt]
+        return keep(record["session_start"]["handover"]["lines"]) + prompt + record["file_recall"]["handover"]["lines"]
+    return lines
+
+
+def _summary(lines: list[Line]) -> list[Line]:
+    return [line for line in lines if line[0] == "summary"]
+
+
+RULES: dict[str, Callable[[Record], list[Line]]] = {
+    "as handed over": _rule(lambda lines: lines),
+    "no SessionStart at all": _rule(lambda lines: []),
+    "the last summary only": _rule(_summary),
+    "summary, failures, bug fixes": _rule(lambda lines: [line for line in lines
+                                                         if line[0] in ("summary", "failure", "bugfix")]),
+    "no earlier sessions' lines": _rule(lambda lines: [line for line in lines if line[0] != "earlier"]),
+    "summary and 3 observations": _rule(lambda lines: _summary(lines) + [
+        line for line in lines if line[0] not in ("summary", "earlier")][:3]),
+    # Bounds: what the same sizes would give were each memory prompt recall hands over relevant.
+    "bound: as handed over, prompt recall all relevant": _rule(lambda lines: lines, perfect_prompt=True),
+    "bound: the last summary only, prompt recall all relevant": _rule(_summary, perfect_prompt=True),
 }
 
 
-def trimmed(records: list[dict[str, Any]], half: str, rule: Rule) -> dict[str, float]:
+def trimmed(records: list[Record], half: str, rule: Callable[[Record], list[Line]]) -> dict[str, float]:
     handed = [0, 0, 0]  # observations, relevant to anything, to a file
     recency = [0, 0, 0]
     sessions = 0
@@ -44,8 +65,7 @@ def trimmed(records: list[dict[str, Any]], half: str, rule: Rule) -> dict[str, f
         if record["half"] != half:
             continue
         sessions += 1
-        lines = (rule(record["session_start"]["handover"]["lines"]) + record["prompt_recall"]["handover"]["lines"]
-                 + record["file_recall"]["handover"]["lines"])
+        lines = rule(record)
         size = sum(count for _, count, _, _ in lines)
         handed[0] += size
         handed[1] += sum(count * relevant for _, count, relevant, _ in lines)
