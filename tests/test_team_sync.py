@@ -154,6 +154,47 @@ async def test_the_outbox_begins_above_what_was_stored_before_sharing(tmp_path: 
         assert {str(s) for (s,) in connection.execute("SELECT claude_session_id FROM sessions")} == {"after"}
 
 
+@pytest.mark.xdist_group("team")
+async def test_what_an_import_brought_is_not_pushed_as_this_machines_own(tmp_path: Path, team_database_url: str) -> None:
+    """A file is anyone's: its rows stay here, by the worker's push and by a share push; this machine's go."""
+    imported = [
+        {"kind": "session", "claudeSessionId": "from-a-file", "project": "shop", "createdAt": 1795550000,
+         "updatedAt": 1795550000},
+        {"kind": "prompt", "claudeSessionId": "from-a-file", "promptNumber": 1, "text": "port the coupon code",
+         "createdAt": 1795550000},
+        {"kind": "observation", "claudeSessionId": "from-a-file", "project": "shop", "promptNumber": 1,
+         "toolName": "Edit", "toolUseId": "f1", "type": "change", "title": "Edited coupons.py", "createdAt": 1795550001,
+         "filesModified": ["coupons.py"]},
+        {"kind": "summary", "claudeSessionId": "from-a-file", "project": "shop", "promptNumber": 1,
+         "createdAt": 1795550002, "request": "port the coupon code", "completed": "coupons ported"},
+    ]
+    async with open_worker(tmp_path / "a", **team_settings(team_database_url, "laptop", share_projects="shop")) as a:
+        counts = (await a.request("POST", "/api/import", {"records": imported})).json()
+        assert (counts["prompts"], counts["observations"], counts["summaries"]) == (1, 1, 1)
+        await shop_session(a, "recorded-here")
+        await wait_for(lambda: _pushed_all(a, team_database_url, observations=2))
+        await a.post("/api/team/push", {"project": "shop"})  # the user's copy of the project's past: the same rule
+
+        async def share_pushed() -> dict[str, Any] | None:
+            share = (await team_status(a))["sharePush"]
+            return share if share["state"] == "done" else None
+
+        await wait_for(share_pushed)
+        assert (await team_status(a))["backlog"] == 0  # the imported rows are not waiting either
+    with psycopg.connect(team_database_url) as connection:
+        assert {str(s) for (s,) in connection.execute("SELECT claude_session_id FROM sessions")} == {"recorded-here"}
+        texts = " ".join(str(t) for (t,) in connection.execute(
+            "SELECT title FROM observations UNION ALL SELECT request || completed FROM summaries"
+            " UNION ALL SELECT text FROM prompts"))
+    assert "coupon" not in texts and "empty cart" in texts, texts
+    assert pg_counts(team_database_url) == exact(1)
+
+
+async def _pushed_all(worker: InProcessWorker, url: str, *, observations: int) -> bool:
+    team = await team_status(worker)
+    return team["connected"] and team["backlog"] == 0 and pg_counts(url)["observations"] == observations
+
+
 def exact(sessions: int) -> dict[str, int]:
     """The team database's counts after ``sessions`` shop sessions (a prompt, two observations, a summary)."""
     return {"sessions": sessions, "sessions_twice": 0, "prompts": sessions, "prompts_twice": 0,

@@ -2,7 +2,9 @@
 importing what other machines pushed.
 
 **The outbox** is not a table: it is this machine's own rows (``origin_machine = ''``) of
-shared projects above a cursor per table, kept in ``team_cursors``. Prompts, observations
+shared projects above a cursor per table, those an export file brought excepted (provenance
+``import``: another machine's or a backup's, and teammates would take them for this machine's
+own; the machine that recorded them shares them), kept in ``team_cursors``. Prompts, observations
 and summaries are read by row id (ids only grow, and the one writer commits them in
 order: a reader that sees an id sees every smaller one); sessions by the order this
 machine changed them (``team_session_changes``, schema version 8). A batch holds the
@@ -43,6 +45,7 @@ from typing import Literal
 import apsw
 import msgspec
 
+from sessionmem.records import Provenance
 from sessionmem.storage.export_records import ImportCounts, PromptRecord, Record
 from sessionmem.storage.local_paths import without_local_paths
 from sessionmem.storage.sqlite import export_import
@@ -209,6 +212,9 @@ def _read_sessions(connection: apsw.Connection, _kind: Kind, bindings: _Bindings
     return len(found), integer(found[-1][0]) if found else 0
 
 
+# A row this machine may push: recorded here (no origin), not brought by an export file.
+_OWN = f"(o.origin_machine = '' AND o.origin_user = '' AND o.provenance != '{Provenance.IMPORT.value}')"
+
 _ROWS = {  # kind: (table, its columns as its record reads them)
     "prompt": ("user_prompts", "o.prompt_number, o.text, o.created_at"),
     "observation": ("observations", ", ".join(f"o.{c.strip()}" for c in export_import.OBSERVATION_COLUMNS.split(","))),
@@ -223,7 +229,7 @@ def _read_rows(connection: apsw.Connection, kind: Kind, bindings: _Bindings, sha
     of_project = "" if bindings[2] is None else " AND o.project = ?3"  # then on the (project, id) index
     found = all_rows(
         connection,
-        f"SELECT o.id, o.origin_machine = '' AND o.origin_user = '', s.id, s.claude_session_id, s.project,"
+        f"SELECT o.id, {_OWN}, s.id, s.claude_session_id, s.project,"
         f" s.share_file, s.project_key, s.cwd, {columns} FROM {table} o JOIN sessions s ON s.id = o.session_db_id"
         f" WHERE o.id > ?1 AND o.id <= ?4{of_project} ORDER BY o.id LIMIT ?2", bindings)
     for row in found:
@@ -265,7 +271,7 @@ def backlog(connection: apsw.Connection, *, cursor: OutboxCursor, shared: Shared
         for project, project_key, count in all_rows(
                 connection,
                 f"SELECT s.project, s.project_key, count(*) FROM {table} o JOIN sessions s ON s.id = o.session_db_id"
-                " WHERE o.id > ? AND o.origin_machine = '' AND o.origin_user = '' GROUP BY s.project, s.project_key",
+                f" WHERE o.id > ? AND {_OWN} GROUP BY s.project, s.project_key",
                 (after,)):
             if shared(text(project), text(project_key)):
                 waiting += integer(count)
