@@ -39,11 +39,13 @@ from sessionmem.protocol.framing import (
     marks,
     origin_label,
 )
+from sessionmem.protocol.instructions import withhold
 from sessionmem.protocol.safe_text import local_time, one_line
 from sessionmem.records import OBSERVATION, SUMMARY, Provenance, SummaryRow
 from sessionmem.search.context import ContextLine, ContextPlan, SessionGroup, SessionState
 
 CHARS_PER_TOKEN = 4
+HEADING_READ = 300  # characters of a session's first prompt read for its heading (which shows 100)
 EARLIER_SHARE = 0.2  # of the budget kept for earlier sessions' one-liners, when there are some
 FOOTER = ("More: the sessionmem MCP tools (`search`, `timeline`, `get_observations`), or "
           '`sessionmem search "<words>"` and `sessionmem show <id>` in a shell.')
@@ -79,7 +81,9 @@ def _agent_mark(agent: str, asking: str) -> str:
 
 
 def _group_header(group: SessionGroup, asking: str) -> str:
-    about = f" · {one_line(group.request, 100)}" if group.request else ""
+    # The session's first prompt: an imported or a pulled session's is anyone's, and a heading has no flag
+    # of its own to mark it, so an order there is withheld (the prompt itself is stored, and flagged).
+    about = f" · {one_line(withhold(one_line(group.request, HEADING_READ))[0], 100)}" if group.request else ""
     origin = f" · {from_origin(group.origin)}" if group.origin else ""
     return f"### {_when(group.started_at)}{_agent_mark(group.agent, asking)}{about}{origin}"
 

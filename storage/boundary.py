@@ -13,10 +13,14 @@ well, with the default rules of :mod:`sessionmem.redaction` whatever that settin
   whatever wrote them (another machine, an older version, a person, a row written
   straight into the team database), no private span and no secret is stored from them.
 
-Each text of a record (lists of texts too) is cleaned, the identifiers that link records
-to each other or name a kind aside (:data:`IDENTIFIERS`). A text is made safe in the
-order of the ingest edge: private spans out (:func:`~sessionmem.protocol.privacy.strip_private`,
-encodings and all), then secrets.
+Each text of a record (lists of texts too) is cleaned, the ids that link records to each
+other too (a session's, a tool use's): cleaning gives the same text for the same text, so a
+file imported twice still finds its records, and real ids have nothing to clean
+(``tests/test_transfer.py`` holds agents' ids of every shape unchanged). Only the values of a fixed
+set (:data:`KINDS`) are left as they are. An id cleaned down to nothing becomes
+:data:`EMPTIED`, which its type accepts. A text is made safe in the order of the ingest edge:
+private spans out (:func:`~sessionmem.protocol.privacy.strip_private`, encodings and all),
+then secrets.
 
 Resource handling:
     Redaction costs ~10-100 µs a text, more for long ones: :func:`cleaned_off_thread` runs it
@@ -40,8 +44,11 @@ from sessionmem.redaction import Redactor
 from sessionmem.storage.export_records import Record
 from sessionmem.storage.team_records import SharedRow
 
-# Fields that link records to each other or name a kind: kept as they are.
-IDENTIFIERS = frozenset({"claude_session_id", "tool_use_id", "agent_id", "status", "type", "compressor", "model"})
+# Fields whose values are one of a fixed set (the decoder refused any other): kept as they are.
+KINDS = frozenset({"status", "type", "agent"})
+# Fields a record must not hold empty: what is left when cleaning took all of one.
+NOT_EMPTY = frozenset({"claude_session_id", "tool_name"})
+EMPTIED = "[REDACTED:private]"
 
 _DEFAULT_RULES = Redactor()  # enabled, no custom patterns: the same on every machine
 _LIMITER: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("boundary_limiter")
@@ -56,15 +63,15 @@ def clean_text(text: str) -> str:
 
 
 def record_texts_with(record: R, clean: Callable[[str], str]) -> R:
-    """``record`` with ``clean`` applied to each of its texts (lists of texts too), :data:`IDENTIFIERS` aside;
+    """``record`` with ``clean`` applied to each of its texts (lists of texts too), :data:`KINDS` aside;
     the same record when nothing changed."""
     changes: dict[str, Any] = {}
     for name in record.__struct_fields__:
         value = getattr(record, name)
-        if name in IDENTIFIERS or not value:
+        if name in KINDS or not value:
             continue
         if isinstance(value, str):
-            new: Any = clean(value)
+            new: Any = clean(value) or (EMPTIED if name in NOT_EMPTY else "")
         elif isinstance(value, list):
             new = [clean(item) if isinstance(item, str) else item for item in value]
         else:

@@ -19,12 +19,17 @@ times with :func:`clamped_moment`. The team schema's CHECK constraints
   :data:`MAX_ITEMS` items.
 
 A record beyond a cap does not decode: an import answers 400 with the path at fault, a
-pulled row is counted, logged and passed over. Nothing is cut silently.
+pulled row is counted, logged and passed over. Nothing from outside is cut silently. What
+leaves this machine (an export, a push) is :func:`fitted` to the same caps, so this machine's
+own memory always imports again: a tool use on a path longer than a record allows is stored
+as it was, and its record is cut to the caps (``…`` where it was cut) rather than refused by
+every import.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, TypeVar
+import functools
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 
@@ -62,3 +67,43 @@ def clamped(record: R, now: float) -> R:
     later = {name: latest for name in TIME_FIELDS
              if isinstance(moment := getattr(record, name, None), float) and moment > latest}
     return msgspec.structs.replace(record, **later) if later else record
+
+
+CUT = "…"
+
+
+@functools.cache
+def _caps(record_type: type[msgspec.Struct]) -> dict[str, tuple[int | None, int | None]]:
+    """Each capped field of ``record_type``: (characters of the text, or of each item; items of a list)."""
+    caps: dict[str, tuple[int | None, int | None]] = {}
+    info = msgspec.inspect.type_info(record_type)
+    if not isinstance(info, msgspec.inspect.StructType):
+        raise TypeError(f"{record_type!r} is not a record type")
+    for field in info.fields:
+        kind = field.type
+        if isinstance(kind, msgspec.inspect.UnionType):  # an optional text
+            kind = next((member for member in kind.types if isinstance(member, msgspec.inspect.StrType)), kind)
+        if isinstance(kind, msgspec.inspect.StrType) and kind.max_length is not None:
+            caps[field.name] = (kind.max_length, None)
+        elif isinstance(kind, msgspec.inspect.ListType) and isinstance(kind.item_type, msgspec.inspect.StrType):
+            caps[field.name] = (kind.item_type.max_length, kind.max_length)
+    return caps
+
+
+def _cut(text: str, chars: int | None) -> str:
+    return text if chars is None or len(text) <= chars else text[: chars - len(CUT)] + CUT
+
+
+def fitted(record: R) -> R:
+    """``record`` (one this machine built from its own rows) within the caps its type declares: each text
+    and each item of a list cut to its length, each list to its items; the record itself when it fits."""
+    changes: dict[str, Any] = {}
+    for name, (chars, items) in _caps(type(record)).items():
+        value = getattr(record, name)
+        if isinstance(value, str):
+            if chars is not None and len(value) > chars:
+                changes[name] = _cut(value, chars)
+        elif isinstance(value, list) and ((items is not None and len(value) > items)
+                                          or any(len(item) > (chars or len(item)) for item in value)):
+            changes[name] = [_cut(item, chars) for item in value[:items]]
+    return msgspec.structs.replace(record, **changes) if changes else record

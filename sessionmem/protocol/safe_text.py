@@ -99,7 +99,7 @@ def _bracketed(found: re.Match[str], text: str) -> str:
 # a file a model named a "SYSTEM:" line of its own. A narrative keeps its lines.
 ONE_LINE_FIELDS = frozenset({"project", "claudeSessionId", "agentId", "agentType", "toolName", "toolUseId", "cwd",
                              "type", "kind", "title", "subtitle", "facts", "concepts", "files", "filesRead",
-                             "filesModified"})
+                             "filesModified", "compressor", "model", "provenance"})
 
 
 def neutral_deep(value: Any) -> Any:

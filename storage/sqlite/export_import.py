@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, get_args
 import apsw
 import msgspec
 
-from sessionmem.protocol.instructions import guard_observation, guard_summary, instruction_like
+from sessionmem.protocol.instructions import guard_observation, guard_summary, instruction_like, withhold
 from sessionmem.records import OBSERVATION_TYPES, AgentName, Provenance
 from sessionmem.storage.export_records import (
     SESSION_STATUSES,
@@ -34,7 +34,7 @@ from sessionmem.storage.export_records import (
     SessionRecord,
     SummaryRecord,
 )
-from sessionmem.storage.record_rules import clamped
+from sessionmem.storage.record_rules import clamped, fitted
 from sessionmem.storage.sqlite.values import (
     all_rows,
     flag,
@@ -75,7 +75,8 @@ def export_page(connection: apsw.Connection, *, project: str | None, since: floa
         records.append(session)
         window = (last, since)
         claude_id = session.claude_session_id
-        records += [PromptRecord(claude_id, integer(number), text(prompt), real(at), text(provenance), flag(flagged))
+        records += [fitted(PromptRecord(claude_id, integer(number), text(prompt), real(at), text(provenance),
+                                        flag(flagged)))
                     for number, prompt, at, provenance, flagged in all_rows(
             connection, "SELECT prompt_number, text, created_at, provenance, flagged FROM user_prompts"
             " WHERE session_db_id = ?1"
@@ -94,11 +95,11 @@ def export_page(connection: apsw.Connection, *, project: str | None, since: floa
 def session_record(row: SQLiteValues) -> SessionRecord:
     """A session's record from its columns: those of :func:`export_page` after the row id."""
     claude_id, project, cwd, first_prompt, status, created_at, updated_at, completed_at, agent = row
-    return SessionRecord(
+    return fitted(SessionRecord(
         claude_session_id=text(claude_id), project=text(project), cwd=optional_text(cwd),
         first_prompt=optional_text(first_prompt), status=one_of(status, SESSION_STATUSES),
         created_at=real(created_at), updated_at=real(updated_at), completed_at=optional_real(completed_at),
-        agent=one_of(agent, AGENT_NAMES))
+        agent=one_of(agent, AGENT_NAMES)))
 
 
 # In the order observation_record reads them.
@@ -108,14 +109,15 @@ OBSERVATION_COLUMNS = (
 
 
 def observation_record(claude_id: str, row: SQLiteValues) -> ObservationRecord:
-    return ObservationRecord(
+    """An observation's record from its columns (:data:`OBSERVATION_COLUMNS`), within the caps of an import."""
+    return fitted(ObservationRecord(
         claude_session_id=claude_id, project=text(row[0]), prompt_number=integer(row[1]), tool_name=text(row[2]),
         tool_use_id=text(row[3]), type=one_of(row[4], OBSERVATION_TYPES), title=text(row[5]),
         created_at=real(row[6]), agent_id=optional_text(row[7]), agent_type=optional_text(row[8]),
         failed=flag(row[9]), subtitle=text(row[10]), facts=text_list(row[11]), narrative=text(row[12]),
         concepts=text_list(row[13]), files_read=text_list(row[14]), files_modified=text_list(row[15]),
         compressed=flag(row[16]), compressor=text(row[17]), model=optional_text(row[18]), provenance=text(row[19]),
-        flagged=flag(row[20]))
+        flagged=flag(row[20])))
 
 
 # In the order summary_record reads them.
@@ -124,11 +126,12 @@ SUMMARY_COLUMNS = ("project, prompt_number, created_at, request, investigated, l
 
 
 def summary_record(claude_id: str, row: SQLiteValues) -> SummaryRecord:
-    return SummaryRecord(
+    """A summary's record from its columns (:data:`SUMMARY_COLUMNS`), within the caps of an import."""
+    return fitted(SummaryRecord(
         claude_session_id=claude_id, project=text(row[0]), prompt_number=integer(row[1]), created_at=real(row[2]),
         request=text(row[3]), investigated=text(row[4]), learned=text(row[5]), completed=text(row[6]),
         next_steps=text(row[7]), notes=text(row[8]), compressed=flag(row[9]), compressor=text(row[10]),
-        model=optional_text(row[11]), provenance=text(row[12]), flagged=flag(row[13]))
+        model=optional_text(row[11]), provenance=text(row[12]), flagged=flag(row[13])))
 
 
 # -- import -------------------------------------------------------------------------------
@@ -333,7 +336,8 @@ def arrived(record: Record, provenance: Provenance) -> Record:
     Its provenance becomes the way it came (``provenance``: an import's or the team's, whatever
     it claims); it is flagged when its text is instruction-like
     (:mod:`sessionmem.protocol.instructions`; a record that says it is flagged stays so, one that
-    says it is not is checked); and such text is never kept in an observation's title or
+    says it is not is checked), or when what it names is (its project, tool, ids, agent, files, model:
+    kept as they came, so a re-import finds the record); and such text is never kept in an observation's title or
     subtitle, or a summary's "Learned" or "Next steps": it moves, quoted, into the facts or the
     notes, as a compressor here would have done. A prompt keeps its text (what was typed) and is
     flagged. Never raises for what a record holds (the detector reads a bounded part of each text).
@@ -345,8 +349,8 @@ def arrived(record: Record, provenance: Provenance) -> Record:
     if isinstance(record, ObservationRecord):
         guarded = guard_observation(
             title=record.title, subtitle=record.subtitle, facts=record.facts, narrative=record.narrative,
-            concepts=record.concepts, source=source, tainted=record.flagged,
-            fallback_title=f"{record.tool_name}: instruction-like text withheld (quoted in the facts)")
+            concepts=record.concepts, source=source, tainted=record.flagged or _names_give_orders(record),
+            fallback_title=f"{withhold(record.tool_name)[0]}: instruction-like text withheld (quoted in the facts)")
         return msgspec.structs.replace(
             record, title=guarded.title, subtitle=guarded.subtitle, facts=list(guarded.facts),
             narrative=guarded.narrative, concepts=list(guarded.concepts), provenance=provenance.value,
@@ -355,6 +359,18 @@ def arrived(record: Record, provenance: Provenance) -> Record:
         fields, flagged = guard_summary(
             {"request": record.request, "investigated": record.investigated, "learned": record.learned,
              "completed": record.completed, "next_steps": record.next_steps, "notes": record.notes},
-            source=source, tainted=record.flagged)
+            source=source, tainted=record.flagged or _names_give_orders(record))
         return msgspec.structs.replace(record, **fields, provenance=provenance.value, flagged=flagged)
     return record
+
+
+# What else a record names, and every page and answer shows, though no guard rewrites it: its identity
+# stays as it came (a re-import finds it), and an order there flags the memory.
+_NAMES = ("project", "tool_name", "tool_use_id", "agent_id", "agent_type", "compressor", "model", "claude_session_id")
+
+
+def _names_give_orders(record: ObservationRecord | SummaryRecord) -> bool:
+    names = [value for name in _NAMES if isinstance(value := getattr(record, name, None), str)]
+    if isinstance(record, ObservationRecord):
+        names += [*record.files_read, *record.files_modified]
+    return any(instruction_like(name) for name in names if name)

@@ -48,6 +48,7 @@ import msgspec
 from sessionmem.records import Provenance
 from sessionmem.storage.export_records import ImportCounts, PromptRecord, Record
 from sessionmem.storage.local_paths import without_local_paths
+from sessionmem.storage.record_rules import fitted
 from sessionmem.storage.sqlite import export_import
 from sessionmem.storage.sqlite.export_import import PulledFrom
 from sessionmem.storage.sqlite.values import all_rows, flag, integer, one_row, optional_row, real, text
@@ -241,7 +242,7 @@ def _read_rows(connection: apsw.Connection, kind: Kind, bindings: _Bindings, sha
         key = shared_key(text(row[6]), project)
         cwd = text(row[7]) if row[7] is not None else None  # this machine's paths are rewritten out of the texts
         if kind == "prompt":
-            prompt = PromptRecord(claude_id, integer(row[8]), text(row[9]), real(row[10]))
+            prompt = fitted(PromptRecord(claude_id, integer(row[8]), text(row[9]), real(row[10])))
             rows.append(OutboxRow(without_local_paths(prompt, cwd=cwd), key))
         elif kind == "observation":
             record = without_local_paths(export_import.observation_record(claude_id, row[8:]), cwd=cwd)
