@@ -91,6 +91,20 @@ def test_no_credential_survives(host: str, owner: str, repo: str, user: str, sec
             assert made in ("", f"{host}/{owner}/{repo}".lower()), (url, made)
 
 
+@given(host=hosts, owner=segment, repo=segment, evil=hosts, user=users, junk=users)
+def test_no_remote_passes_for_another_repository(host: str, owner: str, repo: str, evil: str, user: str,
+                                                  junk: str) -> None:
+    """git connects to the host before the path: a "@" in the path (or in a query) made the key another
+    repository's, one its user may have agreed to share."""
+    key = f"{host}/{owner}/{repo}".lower()
+    for url in (f"https://{evil}/@{host}/{owner}/{repo}.git", f"https://{evil}/{junk}@{host}/{owner}/{repo}",
+                f"{evil}:{junk}@{host}:{owner}/{repo}.git", f"ssh://{user}@{evil}/{junk}@{host}/{owner}/{repo}",
+                f"https://{evil}/x?y=@{host}/{owner}/{repo}", f"https://{evil}#@{host}/{owner}/{repo}",
+                f"{evil}/{junk}@{host}/{owner}/{repo}"):
+        for made in (normalized_remote(url), checked_key(url)):
+            assert made != key and not made.startswith(f"{host}/"), (url, made)
+
+
 @given(st.text(max_size=80))
 def test_any_text_gives_a_key_without_scheme_or_user_and_keys_are_stable(text: str) -> None:
     key = normalized_remote(text)

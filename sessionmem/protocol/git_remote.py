@@ -178,9 +178,13 @@ def normalized_remote(url: str) -> str:
     """``url`` (any spelling git accepts) as ``host/path``: lowercase, no scheme, credentials, port,
     ``.git`` or trailing slash; ``""`` for a path, a ``file://`` URL, a local host, or nothing usable.
 
-    Credentials never survive: everything up to the last ``@`` is dropped, whatever it
-    holds (a password may hold ``:``, ``/``, ``#`` or ``@`` unescaped). Hosts allow no
-    ``@`` in a repository's path, so nothing of a real remote is lost by it.
+    The host is the one git connects to: a URL's authority ends at its first ``/``, ``?`` or
+    ``#``, and an scp-like address's host at its first ``:``. A ``@`` past that (a password
+    holding ``/``, ``:``, ``#`` or ``?`` unescaped, or a path made to read as another host:
+    ``https://evil.example/@github.com/acme/app``, ``evil.example:x@github.com:acme/app``)
+    gives no identity at all: credentials never survive, and no remote passes for another
+    repository's (a repository its user agreed to share). Hosts allow no ``@`` in a
+    repository's path, so no real remote is lost by it.
     """
     text = url.strip()
     helper, helper_sep, address = text.partition("::")
@@ -192,9 +196,11 @@ def normalized_remote(url: str) -> str:
             return ""
         if scheme.lower() == "file":
             return ""
-        rest = rest.rpartition("@")[2]  # user, password: gone before anything else is read
-        rest = rest.split("#", 1)[0].split("?", 1)[0]
-        authority, _, path = rest.partition("/")
+        end = min((at for at in (rest.find("/"), rest.find("?"), rest.find("#")) if at >= 0), default=len(rest))
+        if "@" in rest[end:]:
+            return ""
+        authority = rest[:end].rpartition("@")[2]  # user, password: gone before anything else is read
+        path = rest[end:].split("#", 1)[0].split("?", 1)[0].removeprefix("/")
         host, port = _host_and_port(authority)
         if port and not port.isdigit():
             path = port + "/" + path  # ssh://host:owner/repo: not a port, the path's start
@@ -202,7 +208,9 @@ def normalized_remote(url: str) -> str:
     if not text or text[0] in "/~\\" or text.startswith(("./", "../", ".\\", "..\\")) or text in (".", "..") \
             or (len(text) > 1 and text[1] == ":" and text[0].isalpha() and (len(text) == 2 or text[2] in "/\\")):
         return ""  # a path: /srv/app.git, ./app, ~/app, C:\app, C:/app
-    rest = text.rpartition("@")[2]  # scp-like [user@]host:path; the user (and any password) gone
+    user, _, rest = text.rpartition("@")  # scp-like [user@]host:path; the user gone
+    if ":" in user or "/" in user:
+        return ""  # the "@" is past the host's ":" (or a path's "/"): see the docstring
     host, port = _host_and_port(rest.partition("/")[0])
     if not port:
         return ""  # no "host:" before the first slash: a relative path (app/.git, app)
@@ -220,7 +228,9 @@ def checked_key(value: str) -> str:
     text = value.strip()
     if "://" in text:
         return normalized_remote(text)
-    rest = text.rpartition("@")[2]  # whatever a user part held
+    user, _, rest = text.rpartition("@")  # whatever a user part held
+    if ":" in user or "/" in user:
+        return ""  # the "@" is past a host: no identity (see normalized_remote)
     if rest.startswith("["):
         end = rest.find("]")
         host, path = (rest[: end + 1], rest[end + 2 :]) if end > 0 and rest[end + 1 : end + 2] == "/" else ("", "")
