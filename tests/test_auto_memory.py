@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sessionmem.protocol.claude_memory import auto_memory, project_folder_name
+from sessionmem.protocol.claude_memory import COUNT_LIMIT, auto_memory, project_folder_name
 
 
 def settings(path: Path, **values: object) -> None:
@@ -92,6 +92,11 @@ def test_memory_md_is_counted_a_chunk_at_a_time_whatever_its_size_or_kind(tmp_pa
     assert auto_memory(project, env, "linux").memory_lines == 300_001
     memory.write_bytes(b"")
     assert auto_memory(project, env, "linux").memory_lines == 0
+    # Past what is counted (a link to /proc/self/pagemap "holds" 256 GiB): counted that far, and said so.
+    memory.write_bytes(b"x\n" * (COUNT_LIMIT // 2 + 5))
+    counted = auto_memory(project, env, "linux")
+    assert (counted.memory_lines, counted.memory_more) == (COUNT_LIMIT // 2, True)
+    assert "MEMORY.md over 8388608 line(s)" in counted.line()
     memory.unlink()
     os.mkfifo(memory)
     assert auto_memory(project, env, "linux").memory_lines is None

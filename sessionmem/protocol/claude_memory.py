@@ -49,6 +49,7 @@ LINUX_MANAGED_SETTINGS = Path("/etc/claude-code/managed-settings.json")
 ENV = "CLAUDE_CODE_DISABLE_AUTO_MEMORY"
 MEMORY_LINES = 200  # of MEMORY.md, Claude Code loads the first 200 lines into a session
 FILE_LIMIT = 256 * 1024  # read of each memory file: a larger one is read this far
+COUNT_LIMIT = 16 << 20  # of MEMORY.md, counted this far (a link to /proc/self/pagemap "holds" 256 GiB)
 PROJECT_FILES = ("CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md")
 
 
@@ -64,11 +65,12 @@ class AutoMemory:
     why: str  # what decided it: the environment variable, a settings file, or the default
     folder: Path
     memory_lines: int | None  # lines of MEMORY.md; None: there is none yet
+    memory_more: bool = False  # MEMORY.md goes on past COUNT_LIMIT: it holds more lines than memory_lines
 
     def line(self) -> str:
         """The doctor's line."""
         state = "on" if self.enabled else "off"
-        where = (f"MEMORY.md {self.memory_lines} line(s) in {self.folder}" if self.memory_lines is not None
+        where = (f"MEMORY.md {'over ' if self.memory_more else ''}{self.memory_lines} line(s) in {self.folder}" if self.memory_lines is not None
                  else f"no MEMORY.md yet in {self.folder}")
         return f"Claude Code's auto memory: {state} for this project ({self.why}); {where}"
 
@@ -92,17 +94,18 @@ def regular_file_text(path: Path, limit: int = FILE_LIMIT) -> str | None:
         return None
 
 
-def line_count(path: Path) -> int | None:
-    """The lines of ``path`` if it is a regular file (``None`` if not, or unreadable), read a chunk at a time:
-    a repository's settings may point auto memory at a folder holding a file of any size."""
+def line_count(path: Path) -> tuple[int, bool] | None:
+    """The lines of ``path`` in its first :data:`COUNT_LIMIT` bytes, and whether it goes on past them, if it is
+    a regular file (``None`` if not, or unreadable), read a chunk at a time: a repository's settings may
+    point auto memory at a folder holding a file, or a link to one, of any size."""
     try:
         with _regular_file(path) as file:
             if file is None:
                 return None
-            lines, last = 0, b"\n"
-            while chunk := file.read(1 << 20):
-                lines, last = lines + chunk.count(b"\n"), chunk[-1:]
-            return lines + (last != b"\n")
+            lines, last, read = 0, b"\n", 0
+            while read < COUNT_LIMIT and (chunk := file.read(min(1 << 20, COUNT_LIMIT - read))):
+                lines, last, read = lines + chunk.count(b"\n"), chunk[-1:], read + len(chunk)
+            return lines + (last != b"\n"), read >= COUNT_LIMIT and bool(file.read(1))
     except OSError:
         return None
 
@@ -160,7 +163,8 @@ def auto_memory(cwd: Path, env: Mapping[str, str] = os.environ, platform: str = 
     """Auto memory for the project at ``cwd``, as Claude Code started there would have it, with the lines of
     its ``MEMORY.md``."""
     enabled, why, folder = auto_memory_setting(cwd, env, platform)
-    return AutoMemory(enabled, why, folder, line_count(folder / "MEMORY.md"))
+    counted = line_count(folder / "MEMORY.md")
+    return AutoMemory(enabled, why, folder, counted[0] if counted else None, bool(counted and counted[1]))
 
 
 def auto_memory_setting(cwd: Path, env: Mapping[str, str] = os.environ,
