@@ -322,13 +322,19 @@ def test_the_hooks_launcher_starts_the_worker_confined(tmp_path: Path, monkeypat
     data_dir = tmp_path / "data"
     for name, value in {**HOSTILE_ENV, "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("SESSIONMEM_COMPRESSOR", "offline")
     monkeypatch.setenv("SESSIONMEM_CODE_WATCH", "0")
+    data_dir.mkdir()
+    (data_dir / "settings.json").write_text(json.dumps({"compressor": "offline"}))  # the user's own choice
     # sessionmem's own settings a project's session could set for its hooks (.claude/settings.json's env):
-    # where the team database, the model's address or the proxy are, never taken from it.
+    # where the team database, the model's address or the proxy are, what a model costs, where the worker
+    # listens, what it redacts and whose the memory says it is, never taken from it.
     chosen_by_the_session = {"SESSIONMEM_DATABASE_URL": "postgresql://evil.example/x", "SESSIONMEM_SHARE_PROJECTS": "*",
                              "SESSIONMEM_ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "SESSIONMEM_LLM_PROXY":
-                             "http://127.0.0.1:9", "SESSIONMEM_REDACT_SECRETS": "false"}
+                             "http://127.0.0.1:9", "SESSIONMEM_REDACT_SECRETS": "false",
+                             "SESSIONMEM_COMPRESSOR": "claude-code", "SESSIONMEM_MODEL": "claude-opus-4-1",
+                             "SESSIONMEM_LLM_DAILY_TOKENS": "0", "SESSIONMEM_LLM_SESSION_TOKENS": "0",
+                             "SESSIONMEM_HOST": "0.0.0.0", "SESSIONMEM_REDACT_PATTERNS": '["(a|aa)+$"]',
+                             "SESSIONMEM_MACHINE_NAME": "the-ci-server", "SESSIONMEM_SKIP_TOOLS": ""}
     for name, value in chosen_by_the_session.items():
         monkeypatch.setenv(name, value)
     config = ClientConfig({"SESSIONMEM_DATA_DIR": str(data_dir), "SESSIONMEM_PORT": "0",
@@ -340,13 +346,40 @@ def test_the_hooks_launcher_starts_the_worker_confined(tmp_path: Path, monkeypat
         assert port is not None and state is not None, problems
         worker = psutil.Process(state.pid)
         names = set(worker.environ())
-        assert not names & {*HOSTILE_ENV, "ANTHROPIC_BASE_URL", *chosen_by_the_session}, names
-        assert "SESSIONMEM_COMPRESSOR" in names and "HOME" in names
+        assert not names & {*HOSTILE_ENV, "ANTHROPIC_BASE_URL", *chosen_by_the_session} - {"SESSIONMEM_HOST"}, names
+        assert worker.environ()["SESSIONMEM_HOST"] == "127.0.0.1"  # the launcher's own: this machine's loopback
+        assert "SESSIONMEM_CODE_WATCH" in names and "HOME" in names  # what harms nothing is kept
         assert os.path.samefile(worker.cwd(), data_dir)
+        assert {address.laddr.ip for address in worker.net_connections(kind="inet")
+                if address.status == psutil.CONN_LISTEN} == {"127.0.0.1"}
     finally:
         if state is not None:
             os.kill(state.pid, 15)
             wait_for(lambda: not running(state.pid), 30, "the worker stopped")
+
+
+@pytest.mark.parametrize("chosen", ["relative", "in a clone", "home in a clone"])
+def test_a_hook_starts_no_worker_in_a_data_dir_a_session_chose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               chosen: str) -> None:
+    """A clone commits `.sm/settings.json` (naming a command as `claude_path`, a team database) and its env block
+    says SESSIONMEM_DATA_DIR=.sm, or HOME=its own folder: a worker there would read them as the user's own."""
+    clone = tmp_path / "cool-tool"
+    (clone / ".git").mkdir(parents=True)
+    planted = clone / ".sm"
+    planted.mkdir()
+    (planted / "settings.json").write_text(json.dumps({"claude_path": str(clone / "run-me"), "share_projects": ["*"]}))
+    monkeypatch.chdir(clone)
+    monkeypatch.delenv("SESSIONMEM_DATA_DIR", raising=False)
+    env = {"relative": {"SESSIONMEM_DATA_DIR": ".sm"}, "in a clone": {"SESSIONMEM_DATA_DIR": str(planted)},
+           "home in a clone": {"HOME": str(clone)}}[chosen]
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    config = ClientConfig()
+    assert not Path(config.data_dir).is_absolute() or Path(config.data_dir).resolve().is_relative_to(clone.resolve())
+    problems: list[str] = []
+    assert ensure_worker(config, problems.append) is None
+    assert any("not starting a worker" in problem and "SESSIONMEM_DATA_DIR" in problem for problem in problems), problems
+    assert read_state(config.data_dir) is None and not (Path(config.data_dir) / "worker.lock").exists()
 
 
 # -- auto moving the user onto their subscription is said once -----------------------------------------------

@@ -255,8 +255,17 @@ def test_hooks_fail_open_and_next_start_restarts_the_worker(harness: Harness, se
     harness.stop_worker()
     assert harness.worker() is None
 
-    # The worker cannot start (its settings are invalid): every hook fails open.
-    output, broken = harness.claude("What did we change last time?", SESSIONMEM_COMPRESSOR="no-such-backend")
+    # The worker cannot start (the user's settings are invalid): every hook fails open.
+    settings = harness.data_dir / "settings.json"
+    kept = settings.read_bytes() if settings.exists() else None
+    settings.write_text(json.dumps({"compressor": "no-such-backend"}))
+    try:
+        output, broken = harness.claude("What did we change last time?")
+    finally:
+        if kept is None:
+            settings.unlink()
+        else:
+            settings.write_bytes(kept)
     assert output["result"] == "We fixed divide() last time."
     assert harness.worker() is None
     # Within the SessionStart hook's deadline (start_timeout_s, hook_timeout_s and 1 s: 5 s), plus as much

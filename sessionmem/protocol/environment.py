@@ -12,8 +12,10 @@ CLI's runs keep too), libpq's password for the team database and its own setting
 (``SESSIONMEM_*``); the compressor's provider comes from sessionmem's settings
 (``sessionmem.settings``) and the user's own Claude Code login, never from here. The same
 session can set ``SESSIONMEM_*`` variables as well: a worker that a hook starts leaves out those
-that choose where memory, a login or a key goes (:data:`FROM_THE_USER_ONLY`: the team database,
-the model's address and keys, the proxy), which the user gives in ``settings.json``.
+that choose where memory, a login or a key goes, what a model costs or what is kept
+(:data:`FROM_THE_USER_ONLY`: the team database, the model, its address, keys and budget, the
+proxy, the address it listens on, redaction), which the user gives in ``settings.json``; and it
+starts only in a data dir the user could have meant (:func:`unfit_data_dir`).
 
 Who applies it: :func:`sessionmem.protocol.launch.ensure_worker` starts the worker with
 :func:`hook_started_environment` and the data dir as its working directory, and ``sessionmem
@@ -25,6 +27,7 @@ Standard library only: the hook process imports it.
 from __future__ import annotations
 
 import os
+import sys
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -45,14 +48,21 @@ def describes_user(name: str) -> bool:
     return name in USER_AND_MACHINE or name.startswith("LC_")
 
 
-# sessionmem's own settings that choose where memory, a login or a key goes, or that weaken a protection.
-# A project's session can set any variable for its hooks (a committed `.claude/settings.json` has an `env`
-# block), so a worker a hook starts never takes these from the hook's environment: the user gives them in
-# `<data dir>/settings.json`, or to a `sessionmem serve` they run themselves.
+# sessionmem's own settings that choose where memory, a login or a key goes, what a model costs, what is
+# kept, or that weaken a protection. A project's session can set any variable for its hooks (a committed
+# `.claude/settings.json` has an `env` block), and the worker a hook starts serves every project after it,
+# so that worker never takes these from the hook's environment: the user gives them in
+# `<data dir>/settings.json`, or to a `sessionmem serve` they run themselves. (One project's env block once
+# sent every project's tool use to a model the user had turned off, on the dearest model without a budget,
+# and froze the worker with a redaction pattern of its own.)
 FROM_THE_USER_ONLY = frozenset(f"SESSIONMEM_{name}" for name in (
     "DATABASE_URL", "SHARE_PROJECTS", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY",
     "OPENAI_BASE_URL", "LLM_PROXY", "LLM_CA_BUNDLE", "LLM_ALLOW_PLAIN_HTTP", "CLAUDE_CONFIG_DIR",
     "CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_PATH", "REDACT_SECRETS", "FAULT_INJECTION",
+    # what it costs, where it listens, what it keeps, whose it says the memory is
+    "COMPRESSOR", "MODEL", "OPENAI_MODEL", "LLM_DAILY_TOKENS", "LLM_SESSION_TOKENS", "HOST",
+    "REDACT_PATTERNS", "SKIP_TOOLS", "RAW_RETENTION_DAYS", "ACCESS_LOG", "MAX_BODY_BYTES", "MACHINE_NAME",
+    "USER_NAME",
 ))
 
 
@@ -69,6 +79,40 @@ def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
 def hook_started_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """What a worker that a hook starts inherits: :func:`worker_environment` without :data:`FROM_THE_USER_ONLY`."""
     return {name: value for name, value in environ.items() if kept(name) and name not in FROM_THE_USER_ONLY}
+
+
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})  # the addresses a hook may pass to the worker it starts
+
+
+def unfit_data_dir(data_dir: str) -> str:
+    """Why a hook must not start a worker in ``data_dir`` (``""``: it may). A project's session chooses the
+    hook's ``SESSIONMEM_DATA_DIR`` and ``HOME`` too: a relative one, or one inside a repository (a clone's own
+    committed folder), would have the worker read that repository's ``settings.json`` as the user's own, and
+    run the command it names. The user starts a worker there themselves, with ``sessionmem serve``."""
+    if not os.path.isabs(data_dir):
+        return f"the data dir {data_dir!r} is not an absolute path"
+    home = _real_home()  # a home kept in git (dotfiles) is the user's, not a clone's: looked for below it
+    folder = os.path.realpath(data_dir)
+    while folder != home:
+        if os.path.lexists(os.path.join(folder, ".git")):
+            return f"the data dir {data_dir!r} is inside a repository ({folder})"
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return ""
+
+
+def _real_home() -> str:
+    """The user's home as the system knows it, not as ``$HOME`` says (a session chooses that)."""
+    if sys.platform == "win32":  # the hooks do nothing on native Windows (platform_support.py)
+        return ""
+    import pwd
+
+    try:
+        return os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
+    except KeyError:  # a uid the password database does not know (a container's)
+        return ""
 
 
 def left_out(environ: Mapping[str, str]) -> list[str]:

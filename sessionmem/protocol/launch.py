@@ -25,7 +25,7 @@ import sys
 import time
 
 from sessionmem.protocol.client import WorkerUnavailable, request
-from sessionmem.protocol.environment import hook_started_environment
+from sessionmem.protocol.environment import LOOPBACK, hook_started_environment, unfit_data_dir
 from sessionmem.protocol.oskit import new_group_options, try_lock_file
 from sessionmem.protocol.routes import READINESS, READY, STARTING
 
@@ -61,6 +61,10 @@ def ensure_worker(config: ClientConfig, log: Callable[[str], None]) -> int | Non
         return port
     if state == "foreign":
         log(f"port {port} is in use by something that is not a ready sessionmem worker")
+        return None
+    if state == "down" and (why := unfit_data_dir(config.data_dir)):
+        log(f"not starting a worker: {why}; a session's environment may choose it (SESSIONMEM_DATA_DIR, HOME). "
+            "Set SESSIONMEM_DATA_DIR to an absolute folder outside any repository, or run `sessionmem serve` there")
         return None
     # Busy or starting: wait for it, within the same deadline. Down: start it; the lock is held until the
     # worker is ready, so a second hook waits instead of starting another.
@@ -106,8 +110,10 @@ def _start_once(config: ClientConfig, log: Callable[[str], None]) -> tuple[int |
                 # Only the allow-listed environment: this session's project must not choose the
                 # model's address, key or proxy, nor the team database, for every later session
                 # (protocol/environment.py: those come from settings.json).
+                # Its address only when it is this machine's loopback: another comes from settings.json.
                 env={**hook_started_environment(os.environ), "SESSIONMEM_DATA_DIR": config.data_dir,
-                     "SESSIONMEM_PORT": str(config.port), "SESSIONMEM_HOST": config.host},
+                     "SESSIONMEM_PORT": str(config.port),
+                     **({"SESSIONMEM_HOST": config.host} if config.host in LOOPBACK else {})},
                 cwd=config.data_dir,
             )
         log(f"started worker pid {process.pid}")
