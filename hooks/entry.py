@@ -15,14 +15,20 @@ Error handling:
     If even this bootstrap fails, the hook still exits 0 with nothing on stdout.
 """
 
-import os
 import sys
+
+# A project's session may set PYTHONPATH for its hooks (a committed `.claude/settings.json` has an `env`
+# block), and a hook runs in the project's folder: a `subprocess.py` there would run as the hook. Only the
+# standard library's own folders are kept, before the first import that could be found elsewhere.
+_STDLIB = tuple(root.rstrip("/\\") for root in {sys.base_prefix, sys.base_exec_prefix} if root)
+sys.path[:] = [path for path in sys.path if any(path == root or path.startswith((root + "/", root + "\\"))
+                                                 for root in _STDLIB)]
+
+import os  # noqa: E402 -- after the path is cut: frozen in a release build, found on the path in a debug one
 
 
 def _bootstrap() -> None:
-    here = os.path.dirname(os.path.abspath(__file__))
-    if sys.path and os.path.abspath(sys.path[0] or ".") == here:
-        sys.path.pop(0)  # this folder's modules must not shadow the standard library
+    here = os.path.dirname(os.path.abspath(__file__))  # (this folder is off the path: see _STDLIB)
     if "sessionmem" in sys.modules:
         return
     parent = os.path.dirname(here)

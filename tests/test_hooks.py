@@ -127,6 +127,27 @@ def test_bad_stdin_fails_open(worker: WorkerClient, stdin: bytes) -> None:
     assert (worker.data_dir / "hooks.log").read_text().count("PostToolUse:") == 1
 
 
+def test_a_projects_pythonpath_runs_nothing_in_the_hook(worker: WorkerClient, tmp_path: Path) -> None:
+    """A project's session may set PYTHONPATH for its hooks (a committed `.claude/settings.json`'s env block),
+    and the hook runs in the project's folder: its `subprocess.py` or `json.py` must not run as the hook."""
+    project = tmp_path / "cool-tool"
+    project.mkdir()
+    marker = tmp_path / "ran"
+    for name in ("subprocess", "json", "urllib", "socket", "sessionmem"):
+        (project / f"{name}.py").write_text(f"open({str(marker)!r}, 'a').write({name!r})\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONMEM_")}
+    env.update(SESSIONMEM_DATA_DIR=str(worker.data_dir), PYTHONPATH=f".:{project}", SESSIONMEM_HOOK_TIMEOUT="25")
+    for stage, payload in (("SessionStart", {"source": "startup"}), ("PostToolUse", {
+            "tool_name": "Bash", "tool_use_id": "pp1", "tool_input": {"command": "make"}})):
+        raw = json.dumps({"session_id": "pythonpath", "cwd": str(project), "hook_event_name": stage, **payload})
+        subprocess.run([sys.executable, "-S", str(ENTRY), stage], input=raw.encode(), env=env, cwd=project,
+                       capture_output=True, timeout=60)
+    assert not marker.exists(), marker.read_text()
+    worker.wait_idle()
+    assert [o["toolUseId"] for o in worker.get("/api/observations?limit=100")["observations"]
+            if o["claudeSessionId"] == "pythonpath"] == ["pp1"]
+
+
 def test_huge_tool_response_is_truncated_not_lost(worker: WorkerClient, payloads: list[dict[str, Any]]) -> None:
     payload = dict(by_event(payloads, "PostToolUse"))
     # 50 MiB of output lines: cut to head and tail, and the piece of a line at each cut redacted (it could be

@@ -42,9 +42,15 @@ Error handling:
 
 from __future__ import annotations
 
-import os
 import sys
-import time
+
+# A project's session may set PYTHONPATH for its hooks, and a hook runs in the project's folder: only the
+# standard library's own folders are kept (as hooks/entry.py does), before anything could be found elsewhere.
+_STDLIB = tuple(root.rstrip("/") for root in {sys.base_prefix, sys.base_exec_prefix} if root)
+sys.path[:] = [path for path in sys.path if any(path == root or path.startswith(root + "/") for root in _STDLIB)]
+
+import os  # noqa: E402
+import time  # noqa: E402
 
 RETRY_AFTER_S = 600
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -94,8 +100,10 @@ def start_install(data: str) -> str:
     import subprocess
 
     with open(os.path.join(data, "install.log"), "ab") as log:
+        # Without the session's PYTHON* variables: the installer and the pip it runs import nothing of the project.
         subprocess.Popen([sys.executable, os.path.join(HERE, "install.py"), ROOT, data], stdin=subprocess.DEVNULL,
-                         stdout=log, stderr=log, start_new_session=True, close_fds=True)
+                         stdout=log, stderr=log, start_new_session=True, close_fds=True,
+                         env={name: value for name, value in os.environ.items() if not name.startswith("PYTHON")})
     return "installing"
 
 
