@@ -92,7 +92,7 @@ def test_memory_md_is_counted_a_chunk_at_a_time_whatever_its_size_or_kind(tmp_pa
     assert auto_memory(project, env, "linux").memory_lines == 300_001
     memory.write_bytes(b"")
     assert auto_memory(project, env, "linux").memory_lines == 0
-    # Past what is counted (a link to /proc/self/pagemap "holds" 256 GiB): counted that far, and said so.
+    # Past what is counted (a link to the kernel's page map "holds" 256 GiB): counted that far, and said so.
     memory.write_bytes(b"x\n" * (COUNT_LIMIT // 2 + 5))
     counted = auto_memory(project, env, "linux")
     assert (counted.memory_lines, counted.memory_more) == (COUNT_LIMIT // 2, True)

@@ -27,7 +27,8 @@ Standard library only: the hook process imports it.
 from __future__ import annotations
 
 import os
-import sys
+
+from sessionmem.protocol.oskit import real_home
 
 TYPE_CHECKING = False  # typing costs a hook ~4 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ def unfit_data_dir(data_dir: str) -> str:
     run the command it names. The user starts a worker there themselves, with ``sessionmem serve``."""
     if not os.path.isabs(data_dir):
         return f"the data dir {data_dir!r} is not an absolute path"
-    home = _real_home()  # a home kept in git (dotfiles) is the user's, not a clone's: looked for below it
+    home = real_home()  # a home kept in git (dotfiles) is the user's, not a clone's: looked for below it
     folder = os.path.realpath(data_dir)
     while folder != home:
         if os.path.lexists(os.path.join(folder, ".git")):
@@ -101,18 +102,6 @@ def unfit_data_dir(data_dir: str) -> str:
             break
         folder = parent
     return ""
-
-
-def _real_home() -> str:
-    """The user's home as the system knows it, not as ``$HOME`` says (a session chooses that)."""
-    if sys.platform == "win32":  # the hooks do nothing on native Windows (platform_support.py)
-        return ""
-    import pwd
-
-    try:
-        return os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
-    except KeyError:  # a uid the password database does not know (a container's)
-        return ""
 
 
 def left_out(environ: Mapping[str, str]) -> list[str]:

@@ -153,6 +153,19 @@ def user_id() -> int | None:
     return os.geteuid()
 
 
+def real_home() -> str:
+    """This user's home as the system's user database has it, not as ``$HOME`` says (a session may choose that);
+    ``""`` on Windows, or for a user the database does not know (a container's)."""
+    if sys.platform == "win32":
+        return ""
+    import pwd
+
+    try:
+        return os.path.realpath(pwd.getpwuid(os.geteuid()).pw_dir)
+    except KeyError:
+        return ""
+
+
 def owned_by_this_user(info: os.stat_result) -> bool:
     """Whether the file ``info`` describes (``os.stat``) belongs to this process's user. Always ``True`` on
     Windows, where ``st_uid`` is 0 for every file: access there is the folder's ACL, not checked here."""
