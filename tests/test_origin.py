@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -49,12 +50,29 @@ def get(worker: ThreadedWorker, path: str, **params: Any) -> Any:
     return worker.get(f"{path}?{urlencode(params)}" if params else path)
 
 
+@contextmanager
+def written_beside_the_worker(db: Path) -> Iterator[apsw.Connection]:
+    """A connection to a running worker's database in a write transaction taken at once (BEGIN IMMEDIATE): a
+    deferred one reads first, and fails at its first write, without waiting, whenever the worker committed
+    meanwhile (SQLITE_BUSY_SNAPSHOT: a busy machine's test failed so)."""
+    connection = apsw.Connection(str(db))
+    connection.set_busy_timeout(30_000)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield connection
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+        connection.execute("COMMIT")
+    finally:
+        connection.close()
+
+
 def write_foreign_session(db: Path, *, session: str, project: str, machine: str, user: str, title: str,
                           at: float) -> dict[str, int]:
     """A session another machine wrote (a prompt, an observation about calc.py, a summary), as pulled."""
-    connection = apsw.Connection(str(db))
-    connection.set_busy_timeout(10_000)
-    with connection:
+    with written_beside_the_worker(db) as connection:
         connection.execute("INSERT INTO sessions (claude_session_id, project, created_at, updated_at, first_prompt,"
                            " prompt_counter, status) VALUES (?, ?, ?, ?, ?, 1, 'completed')",
                            (session, project, at, at, f"{title}: the prompt"))
@@ -76,7 +94,6 @@ def write_foreign_session(db: Path, *, session: str, project: str, machine: str,
             " VALUES (?, ?, 1, -?, ?, 'divide ported', 1, 'offline', ?, ?, ?, ?)",
             (session_db_id, project, session_db_id, f"{title}: the request", at + 2, at + 2, machine, user))
         summary = connection.last_insert_rowid()
-    connection.close()
     return {"observation": observation, "summary": summary, "prompt": prompt}
 
 
