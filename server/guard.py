@@ -183,7 +183,11 @@ class AccessGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         assert self._app is not None, "protect() an app first"
-        if scope["type"] != "http":
+        if scope["type"] == "websocket":  # no route speaks it: refused before any app sees one, from any Host or Origin
+            await receive()  # its websocket.connect
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["type"] != "http":  # lifespan
             await self._app(scope, receive, send)
             return
         refusal = self._refusal(scope)

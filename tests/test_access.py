@@ -144,6 +144,20 @@ def test_a_browser_gets_the_login_page_from_a_real_worker(tmp_path: Path) -> Non
             assert ("<code>sessionmem open</code>" in body) == (kind != "application/json")
             assert worker.token is not None and worker.token not in body
 
+def test_a_websocket_handshake_is_refused_from_any_host_and_origin(tmp_path: Path) -> None:
+    """No route speaks WebSocket; the guard checked HTTP only, so a handshake from any Host or Origin reached the
+    app (refused there only because no route matched). It is refused before any app sees it."""
+    import socket
+
+    with serve_in_thread(tmp_path / "data", embedder="none") as worker:
+        for host, origin in ((f"127.0.0.1:{worker.port}", ""), ("evil.example", "Origin: http://evil.example\r\n")):
+            with socket.create_connection(("127.0.0.1", worker.port), timeout=10) as connection:
+                connection.sendall(f"GET / HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                                   f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                                   f"Authorization: Bearer {worker.token}\r\n{origin}\r\n".encode())
+                assert connection.recv(200).split(b"\r\n", 1)[0].startswith(b"HTTP/1.1 403"), host
+
+
 async def test_cross_site_fetches_are_refused_even_with_a_cookie(app: InProcessWorker) -> None:
     reply = await app.request("GET", "/debug", headers={"sec-fetch-site": "cross-site"})
     assert reply.status == 403
