@@ -291,36 +291,6 @@ async def test_the_index_is_not_woken_by_journal_accepts_and_once_by_an_import_o
 
 
 @pytest.mark.xdist_group("team")
-async def test_the_team_push_wakes_on_a_commit_no_live_event_announced(
-        tmp_path: Path, team_database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An import publishes no live event for the pages: the push, waiting on the store, still sends it."""
-    from sessionmem.team import sync
-    from sessionmem.testing.harness import open_worker
-
-    from .test_team_sync import pg_counts, shop_session, team_settings, wait_for
-    from .test_transfer import export_all
-
-    monkeypatch.setattr(sync, "PUSH_INTERVAL_S", 3600.0)  # no timed pass: only "something was stored" wakes it
-    async with open_worker(tmp_path / "elsewhere") as elsewhere:
-        await shop_session(elsewhere)
-        records = await export_all(elsewhere)
-    settings = team_settings(team_database_url, "laptop", share_projects="shop")
-    async with open_worker(tmp_path / "a", **settings) as worker:
-        async def first_pass_over() -> bool:  # the sharing list is read last in a push pass
-            return bool((await worker.debug())["team"]["sharing"])
-
-        await wait_for(first_pass_over)
-        assert pg_counts(team_database_url)["observations"] == 0
-        counts = (await worker.request("POST", "/api/import", {"records": records})).json()
-        assert counts["observations"] == 2
-
-        async def in_the_team_database() -> bool:
-            return pg_counts(team_database_url)["observations"] == 2
-
-        await wait_for(in_the_team_database)
-
-
-@pytest.mark.xdist_group("team")
 async def test_the_team_push_is_woken_by_rows_it_shares_not_by_journal_accepts(
         tmp_path: Path, team_database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The push waits on the store for shareable rows: the accepts of the ingest hot path leave it waiting."""

@@ -18,7 +18,7 @@ import pytest
 
 from sessionmem.protocol import client_settings, fastjson, routes
 from sessionmem.protocol.client_settings import ClientConfig
-from sessionmem.protocol.delivery import Patience, deliver
+from sessionmem.protocol.delivery import NO_LIVE_WORKER, Patience, deliver
 from sessionmem.protocol.fields import clean_value
 from sessionmem.protocol.limits import FIELD_CAP, MAX_BODY_BYTES
 from sessionmem.protocol.requests import encoded_call
@@ -29,7 +29,7 @@ from sessionmem.protocol.spool import (
     reject_spool_file,
     write_spool_file,
 )
-from sessionmem.protocol.state import WorkerState, read_state, remove_state, write_state
+from sessionmem.protocol.state import STATE_FILE, WorkerState, read_state, remove_state, write_state
 from sessionmem.redaction import Redactor
 from sessionmem.server.ingest import EdgeCleaner, Ingestor
 from sessionmem.settings import ENV, Settings
@@ -185,9 +185,14 @@ class ScriptedWorker:
 def scripted(tmp_path: Path) -> Iterator[Any]:
     servers: list[ScriptedWorker] = []
 
-    def start(*script: tuple[int, dict[str, str]]) -> tuple[ScriptedWorker, ClientConfig]:
+    def start(*script: tuple[int, dict[str, str]], ours: bool = True) -> tuple[ScriptedWorker, ClientConfig]:
+        """A server answering ``script`` in turn; with ``ours``, named in worker.json by a live process of this
+        user's (the test's), as a worker of ours is: a client sends nothing to a port no worker of its holds."""
         server = ScriptedWorker(list(script))
         servers.append(server)
+        (tmp_path / STATE_FILE).unlink(missing_ok=True)
+        if ours:
+            write_state(str(tmp_path), WorkerState(os.getpid(), "127.0.0.1", server.port, 0.0, "test"))
         return server, ClientConfig({"SESSIONMEM_DATA_DIR": str(tmp_path), "SESSIONMEM_PORT": str(server.port)})
 
     yield start
@@ -215,6 +220,16 @@ def send(config: ClientConfig, patience: Patience, time: FakeTime, *, method: st
          path: str = routes.OBSERVATIONS) -> Any:
     return deliver(config, method, path, BODY if method == "POST" else None, patience=patience,
                    sleep=time.sleep, clock=time.clock)
+
+
+def test_nothing_is_sent_to_a_port_no_worker_of_ours_holds(scripted: Any) -> None:
+    """With no live worker in worker.json (the worker down), whatever listens on its port may be another user's:
+    a hook spools, a patient client gives up, and neither sends it a byte (the token least of all)."""
+    server, config = scripted((202, {}), (202, {}), ours=False)
+    assert send(config, Patience.hook(config), FakeTime()).status == "spooled"
+    outcome = send(config, Patience.patient(), FakeTime())
+    assert outcome.status == "spooled" and outcome.detail == NO_LIVE_WORKER
+    assert server.seen == []
 
 
 def test_a_503_is_retried_after_its_retry_after_within_the_budget(scripted: Any) -> None:

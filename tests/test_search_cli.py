@@ -129,10 +129,13 @@ def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
         assert opened.returncode == 0 and "(works once): http://" in opened.stdout, opened.stderr
         unknown = sessionmem(data, worker.port, "replay", "no-such-session")
         assert unknown.returncode == 2 and "no session 'no-such-session' is stored" in unknown.stderr, unknown.stderr
-        # A worker of another data dir on the port: said as such, not "not running".
+        # Another data dir, whose worker is not running, with this worker's port: its token is not sent there
+        # (whatever holds a port no worker of that data dir holds may be another user's), and that is said.
         for command in (("search", "cart"), ("status",)):
             foreign = sessionmem(data.parent / "another", worker.port, *command)
-            assert foreign.returncode == 1 and "it serves another data dir" in foreign.stdout + foreign.stderr
+            said = foreign.stdout + foreign.stderr
+            assert foreign.returncode == 1 and f"the worker of the data dir {data.parent / 'another'} is not running" in said
+            assert f"nothing was sent to 127.0.0.1:{worker.port}" in said, said
         doctor = sessionmem(data.parent / "another", worker.port, "doctor")
         assert "is held by a sessionmem worker of another data dir" in doctor.stdout, doctor.stdout
         assert "worker running: pid" in sessionmem(data, worker.port, "doctor").stdout
@@ -142,4 +145,4 @@ def test_search_and_show_from_a_terminal(tmp_path: Path) -> None:
     assert not_started.returncode == 1 and "no worker is running for" in not_started.stderr
     assert "in use" not in not_started.stderr
     down = sessionmem(data, worker.port, "search", "cart")
-    assert down.returncode == 1 and "did not answer" in down.stderr
+    assert down.returncode == 1 and f"the worker of the data dir {data} is not running" in down.stderr

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sessionmem.protocol.client_settings import DATA_DIR_ENV, ClientConfig
-from sessionmem.protocol.delivery import Patience, deliver
+from sessionmem.protocol.delivery import NO_LIVE_WORKER, Patience, deliver
 
 # The first search after a start may load the embedding model (~0.3 s); a vacuum of a
 # large database takes a while. Not a hook: the user waits at a terminal.
@@ -78,6 +78,9 @@ def foreign(detail: str) -> bool:
 def unanswered(config: ClientConfig, detail: str) -> str:
     """Why a call got no answer, in a user's words. A 401 means something answered for another data dir."""
     where = f"{config.host}:{config.worker_port()}"
+    if detail == NO_LIVE_WORKER:
+        return (f"the worker of the data dir {config.data_dir} is not running (`sessionmem serve`, or start Claude "
+                f"Code); nothing was sent to {where}")
     if foreign(detail):
         return (f"the worker on {where} refused this data dir's token: it serves another data dir "
                 f"(check --data-dir and --port; this one is {config.data_dir})")

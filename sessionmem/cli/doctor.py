@@ -15,6 +15,7 @@ Error handling:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from sessionmem.cli import team_doctor
 from sessionmem.cli.client import PROBE, CommandFailed, call, client_config
 from sessionmem.protocol import routes
 from sessionmem.protocol.claude_memory import auto_memory, instruction_files_line
+from sessionmem.protocol.client import WorkerUnavailable, request
 from sessionmem.protocol.client_settings import ClientConfig
 from sessionmem.protocol.oskit import sync_file
 from sessionmem.protocol.platform_support import unsupported_platform
@@ -276,25 +278,34 @@ def _database_damage(database: Path) -> str:
     return "" if verdict == "ok" else f"the database {database} is damaged ({verdict}); `sqlite3 {database} .recover`"
 
 
-def port_holder(config: ClientConfig) -> str:
-    """Who holds the port of a data dir without a ready worker: ``a sessionmem worker of another data dir``
-    (its health answers, without our token, only its status and version) or ``a program that is not
-    sessionmem``."""
+def port_holder(config: ClientConfig, port: int) -> str:
+    """Who holds ``port`` while this data dir has no live worker, asked without this data dir's token (a
+    worker's health answers anyone its status and version; the token goes to no port a worker of ours does
+    not hold): ``""`` (nothing listens), ``a sessionmem worker of another data dir`` or ``a program that is
+    not sessionmem``."""
     try:
-        health = call(config, "GET", routes.HEALTH, patience=PROBE)
-    except CommandFailed:
+        reply = request(config.host, port, "GET", routes.HEALTH, timeout=PROBE.request_timeout_s)
+    except WorkerUnavailable as exc:
+        return "" if exc.refused else "a program that is not sessionmem"
+    try:
+        health = json.loads(reply.body)
+    except ValueError:
         health = None
-    return ("a sessionmem worker of another data dir" if isinstance(health, dict) and "version" in health
-            else "a program that is not sessionmem")
+    return ("a sessionmem worker of another data dir" if reply.status == 200 and isinstance(health, dict)
+            and "version" in health else "a program that is not sessionmem")
 
 
 def _doctor_worker(config: ClientConfig, report: Report) -> None:
     """Report whether this data dir's worker runs, or why the hooks cannot start one."""
     from sessionmem.protocol.launch import probe
 
-    port = config.worker_port()
-    where = f"{config.host}:{port}"
-    state = probe(config, port, PROBE.request_timeout_s)
+    port = config.live_port()
+    if port is None:  # no worker of ours: whoever holds its port is asked without the token
+        where, holder = f"{config.host}:{config.port}", port_holder(config, config.port)
+        state = "foreign" if holder else "down"
+    else:
+        where, holder = f"{config.host}:{port}", "a program that is not sessionmem"
+        state = probe(config, port, PROBE.request_timeout_s)
     if state == "down":
         damage = _database_damage(Path(config.data_dir) / DATABASE_FILE)
         if damage:
@@ -305,7 +316,7 @@ def _doctor_worker(config: ClientConfig, report: Report) -> None:
     if state == "foreign":
         # Not this data dir's worker: the hooks will not start one there, so "the next SessionStart
         # hook starts it" would be wrong.
-        report(False, f"{where} is held by {port_holder(config)}: the hooks cannot start this data dir's worker "
+        report(False, f"{where} is held by {holder}: the hooks cannot start this data dir's worker "
                       f"there (stop it, or choose another port: --port, SESSIONMEM_PORT)")
         return
     try:

@@ -24,7 +24,7 @@ from sessionmem.cli.client import PROBE, CommandFailed, WorkerUnreachable, call,
 from sessionmem.cli.doctor import port_holder
 from sessionmem.protocol import routes
 from sessionmem.protocol.datadir import make_private
-from sessionmem.protocol.delivery import Patience
+from sessionmem.protocol.delivery import NO_LIVE_WORKER, Patience
 from sessionmem.protocol.environment import confine_process
 from sessionmem.protocol.limits import printable_line
 from sessionmem.protocol.oskit import process_alive, terminate_process, try_lock_file
@@ -166,7 +166,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if starting is not None:
             print(f"sessionmem: worker {starting} is starting (replaying its journal, importing spooled events); "
                   f"it answers once ready")
-        elif foreign(exc.detail):
+        elif foreign(exc.detail) or exc.detail == NO_LIVE_WORKER:
             print(f"sessionmem: {exc}")
         else:
             print(f"sessionmem: worker not running on {config.host}:{port} ({exc.detail})")
@@ -261,11 +261,8 @@ def cmd_open(args: argparse.Namespace) -> int:
     """Print (and open, if a browser is at hand) a single-use link that logs this browser in to the worker's pages."""
     config = client_config(args)
     if read_state(config.data_dir) is None:
-        from sessionmem.protocol.launch import probe
-
-        port = config.worker_port()
-        held = (f"; port {port} is held by {port_holder(config)}"
-                if probe(config, port, PROBE.request_timeout_s) == "foreign" else "")
+        holder = port_holder(config, config.port)
+        held = f"; port {config.port} is held by {holder}" if holder else ""
         print(f"sessionmem: no worker is running for {config.data_dir}{held} (`sessionmem serve`, or start Claude "
               f"Code)", file=sys.stderr)
         return 1

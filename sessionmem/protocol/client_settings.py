@@ -122,11 +122,19 @@ class ClientConfig:
         return read_token(self.data_dir)
 
     def worker_port(self) -> int:
-        """The port in ``worker.json`` if that worker is alive (it may have bound port 0), else ``port``."""
+        """The port in ``worker.json`` if that worker is alive (it may have bound port 0), else ``port``: where
+        a worker is, or would be, for what is shown. Requests go to :meth:`live_port` only."""
+        return self.live_port() or self.port
+
+    def live_port(self) -> int | None:
+        """The port of this data dir's live worker, from ``worker.json``: its process runs, as this user's;
+        else None. Nothing is sent to a port no worker of ours holds: with the worker down (a reboot,
+        ``sessionmem stop``), another user of the machine may listen on its port, and would get the token,
+        every event unredacted, and the last word on what the agent is handed."""
         from sessionmem.protocol.state import read_state
 
         state = read_state(self.data_dir)
-        return state.port if state is not None else self.port
+        return state.port if state is not None else None
 
     @property
     def hook_log_path(self) -> str:

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from sessionmem.protocol.client_settings import ClientConfig
 
 DEFAULT_RETRY_AFTER_S = 1.0
+NO_LIVE_WORKER = "no worker of this data dir is running (worker.json names none alive)"
 BACKOFF_FIRST_S = 0.25
 BACKOFF_CAP_S = 5.0
 
@@ -130,7 +131,10 @@ def deliver(config: ClientConfig, method: str, path: str, body: bytes | None, *,
         backing_off = False
         failed: Reply | None = None  # a 5xx answer, kept for a read that ends unavailable
         try:
-            reply = request(config.host, config.worker_port(), method, path, body,
+            port = config.live_port()
+            if port is None:  # nothing is sent to a port no worker of ours holds (ClientConfig.live_port)
+                raise WorkerUnavailable(NO_LIVE_WORKER, refused=True)
+            reply = request(config.host, port, method, path, body,
                             timeout=max(0.05, min(patience.request_timeout_s, remaining)), token=config.token())
         except WorkerUnavailable as exc:
             wait, backing_off, detail = None, patience.retry_failures, str(exc)

@@ -38,9 +38,12 @@ if TYPE_CHECKING:
 POLL_S = 0.025
 
 
-def probe(config: ClientConfig, port: int, timeout: float) -> str:
-    """``ready``, ``starting``, ``down`` (nothing listening), ``busy`` (something listens and did not answer
-    in time: a loaded machine's worker, most likely) or ``foreign`` (an answer, not sessionmem's)."""
+def probe(config: ClientConfig, port: int | None, timeout: float) -> str:
+    """``ready``, ``starting``, ``down`` (no worker of ours: ``port`` None, or nothing listening), ``busy``
+    (something listens and did not answer in time: a loaded machine's worker, most likely) or ``foreign``
+    (an answer, not sessionmem's)."""
+    if port is None:  # the token goes to no port a worker of ours does not hold (ClientConfig.live_port)
+        return "down"
     try:
         reply = request(config.host, port, "GET", READINESS, timeout=timeout, token=config.token())
     except WorkerUnavailable as exc:
@@ -55,9 +58,9 @@ def probe(config: ClientConfig, port: int, timeout: float) -> str:
 def ensure_worker(config: ClientConfig, log: Callable[[str], None]) -> int | None:
     """Return the port of a ready worker, starting one if needed, waiting at most ``start_timeout_s``."""
     deadline = time.monotonic() + config.start_timeout_s
-    port = config.worker_port()
+    port = config.live_port()
     state = probe(config, port, min(0.5, config.start_timeout_s))
-    if state == "ready":
+    if state == "ready" and port is not None:
         return port
     if state == "foreign":
         log(f"port {port} is in use by something that is not a ready sessionmem worker")
@@ -72,8 +75,8 @@ def ensure_worker(config: ClientConfig, log: Callable[[str], None]) -> int | Non
     try:
         while time.monotonic() < deadline:
             time.sleep(POLL_S)
-            port = config.worker_port()
-            if probe(config, port, max(0.05, deadline - time.monotonic())) == "ready":
+            port = config.live_port()
+            if port is not None and probe(config, port, max(0.05, deadline - time.monotonic())) == "ready":
                 return port
             if process is not None and process.poll() is not None:  # it will not become ready: stop waiting
                 log(f"the worker exited at start (status {process.returncode}); see "
@@ -96,7 +99,7 @@ def _start_once(config: ClientConfig, log: Callable[[str], None]) -> tuple[int |
         return None, None  # another hook is starting it: just wait for readiness
     process = None
     try:
-        if probe(config, config.worker_port(), 0.2) != "down":
+        if probe(config, config.live_port(), 0.2) != "down":
             return lock_fd, None  # started meanwhile
         with open(os.path.join(config.data_dir, "worker.stderr"), "ab") as out:
             process = subprocess.Popen(
