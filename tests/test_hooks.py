@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -19,6 +20,7 @@ from sessionmem.testing.harness import serve_in_thread
 from sessionmem.testing.worker_process import WorkerClient, WorkerProcess
 
 from .conftest import FIXTURES, data_dir_contains
+from .processes import running
 
 pytestmark = pytest.mark.slow
 
@@ -502,7 +504,13 @@ def test_a_program_on_the_port_of_a_worker_not_running_is_told_nothing(tmp_path:
             result = run_hook(stage, by_event(payloads, stage), tmp_path, SESSIONMEM_PORT=str(port),
                               SESSIONMEM_START_TIMEOUT="10", SESSIONMEM_EMBEDDER="none")
             assert_silent_success(result)  # nothing of the program's answer reaches Claude
-        time.sleep(0.5)
+        # The worker SessionStart started exits once it finds the port taken: waited for while it still is (a
+        # busy machine's worker may not have got that far within the hook's 10 s).
+        started = re.search(r"started worker pid (\d+)", (tmp_path / "hooks.log").read_text())
+        deadline = time.monotonic() + 120
+        while started and running(int(started[1])) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not (started and running(int(started[1])))
     assert asked == []
     log = (tmp_path / "hooks.log").read_text()
     assert log.count("event spooled") == 2, log  # the tool use and the prompt, kept for the worker
