@@ -300,12 +300,11 @@ def _doctor_worker(config: ClientConfig, report: Report) -> None:
     from sessionmem.protocol.launch import probe
 
     port = config.live_port()
-    if port is None:  # no worker of ours: whoever holds its port is asked without the token
-        where, holder = f"{config.host}:{config.port}", port_holder(config, config.port)
-        state = "foreign" if holder else "down"
-    else:
-        where, holder = f"{config.host}:{port}", "a program that is not sessionmem"
-        state = probe(config, port, PROBE.request_timeout_s)
+    shown = config.port if port is None else port
+    where = f"{config.host}:{shown}"
+    # No worker of ours: whoever holds its port is asked without the token (probe sends it nothing either).
+    holder = port_holder(config, shown) if port is None else ""
+    state = "foreign" if holder else probe(config, port, PROBE.request_timeout_s)
     if state == "down":
         damage = _database_damage(Path(config.data_dir) / DATABASE_FILE)
         if damage:
@@ -316,8 +315,8 @@ def _doctor_worker(config: ClientConfig, report: Report) -> None:
     if state == "foreign":
         # Not this data dir's worker: the hooks will not start one there, so "the next SessionStart
         # hook starts it" would be wrong.
-        report(False, f"{where} is held by {holder}: the hooks cannot start this data dir's worker "
-                      f"there (stop it, or choose another port: --port, SESSIONMEM_PORT)")
+        report(False, f"{where} is held by {holder or port_holder(config, shown)}: the hooks cannot start this "
+                      f"data dir's worker there (stop it, or choose another port: --port, SESSIONMEM_PORT)")
         return
     try:
         health = call(config, "GET", routes.HEALTH, patience=PROBE)

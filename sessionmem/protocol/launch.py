@@ -60,7 +60,7 @@ def ensure_worker(config: ClientConfig, log: Callable[[str], None]) -> int | Non
     deadline = time.monotonic() + config.start_timeout_s
     port = config.live_port()
     state = probe(config, port, min(0.5, config.start_timeout_s))
-    if state == "ready" and port is not None:
+    if state == "ready":
         return port
     if state == "foreign":
         log(f"port {port} is in use by something that is not a ready sessionmem worker")
@@ -76,7 +76,7 @@ def ensure_worker(config: ClientConfig, log: Callable[[str], None]) -> int | Non
         while time.monotonic() < deadline:
             time.sleep(POLL_S)
             port = config.live_port()
-            if port is not None and probe(config, port, max(0.05, deadline - time.monotonic())) == "ready":
+            if probe(config, port, max(0.05, deadline - time.monotonic())) == "ready":
                 return port
             if process is not None and process.poll() is not None:  # it will not become ready: stop waiting
                 log(f"the worker exited at start (status {process.returncode}); see "
