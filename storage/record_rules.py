@@ -104,6 +104,6 @@ def fitted(record: R) -> R:
             if chars is not None and len(value) > chars:
                 changes[name] = _cut(value, chars)
         elif isinstance(value, list) and ((items is not None and len(value) > items)
-                                          or any(len(item) > (chars or len(item)) for item in value)):
+                                          or (chars is not None and any(len(item) > chars for item in value))):
             changes[name] = [_cut(item, chars) for item in value[:items]]
     return msgspec.structs.replace(record, **changes) if changes else record

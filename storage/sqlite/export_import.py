@@ -75,9 +75,7 @@ def export_page(connection: apsw.Connection, *, project: str | None, since: floa
         records.append(session)
         window = (last, since)
         claude_id = session.claude_session_id
-        records += [fitted(PromptRecord(claude_id, integer(number), text(prompt), real(at), text(provenance),
-                                        flag(flagged)))
-                    for number, prompt, at, provenance, flagged in all_rows(
+        records += [prompt_record(claude_id, row) for row in all_rows(
             connection, "SELECT prompt_number, text, created_at, provenance, flagged FROM user_prompts"
             " WHERE session_db_id = ?1"
             " AND (?2 IS NULL OR created_at >= ?2) ORDER BY prompt_number", window)]
@@ -90,6 +88,12 @@ def export_page(connection: apsw.Connection, *, project: str | None, since: floa
             f"SELECT {SUMMARY_COLUMNS} FROM session_summaries WHERE session_db_id = ?1"
             " AND (?2 IS NULL OR created_at >= ?2) ORDER BY id", window)]
     return records, (last if len(sessions) == PAGE else 0)
+
+
+def prompt_record(claude_id: str, row: SQLiteValues) -> PromptRecord:
+    """A prompt's record from its columns (number, text, time, provenance, flagged), within the caps of an import."""
+    number, prompt, at, provenance, flagged = row
+    return fitted(PromptRecord(claude_id, integer(number), text(prompt), real(at), text(provenance), flag(flagged)))
 
 
 def session_record(row: SQLiteValues) -> SessionRecord:
@@ -337,7 +341,7 @@ def arrived(record: Record, provenance: Provenance) -> Record:
     it claims); it is flagged when its text is instruction-like
     (:mod:`sessionmem.protocol.instructions`; a record that says it is flagged stays so, one that
     says it is not is checked), or when what it names is (its project, tool, ids, agent, files, model:
-    kept as they came, so a re-import finds the record); and such text is never kept in an observation's title or
+    not rewritten here, so a re-import finds the record); and such text is never kept in an observation's title or
     subtitle, or a summary's "Learned" or "Next steps": it moves, quoted, into the facts or the
     notes, as a compressor here would have done. A prompt keeps its text (what was typed) and is
     flagged. Never raises for what a record holds (the detector reads a bounded part of each text).
@@ -364,8 +368,8 @@ def arrived(record: Record, provenance: Provenance) -> Record:
     return record
 
 
-# What else a record names, and every page and answer shows, though no guard rewrites it: its identity
-# stays as it came (a re-import finds it), and an order there flags the memory.
+# What else a record names, and every page and answer shows, though no guard rewrites it (a re-import must
+# find the record by it): an order there flags the memory.
 _NAMES = ("project", "tool_name", "tool_use_id", "agent_id", "agent_type", "compressor", "model", "claude_session_id")
 
 

@@ -46,12 +46,11 @@ import apsw
 import msgspec
 
 from sessionmem.records import Provenance
-from sessionmem.storage.export_records import ImportCounts, PromptRecord, Record
+from sessionmem.storage.export_records import ImportCounts, Record
 from sessionmem.storage.local_paths import without_local_paths
-from sessionmem.storage.record_rules import fitted
 from sessionmem.storage.sqlite import export_import
 from sessionmem.storage.sqlite.export_import import PulledFrom
-from sessionmem.storage.sqlite.values import all_rows, flag, integer, one_row, optional_row, real, text
+from sessionmem.storage.sqlite.values import all_rows, flag, integer, one_row, optional_row, text
 from sessionmem.storage.team_records import NAME_KEY_PREFIX, PullCursor, SharedRow, shared_key
 
 MACHINE_ID = "machine_id"  # this data dir's identity in the team database, made once
@@ -217,7 +216,7 @@ def _read_sessions(connection: apsw.Connection, _kind: Kind, bindings: _Bindings
 _OWN = f"(o.origin_machine = '' AND o.origin_user = '' AND o.provenance != '{Provenance.IMPORT.value}')"
 
 _ROWS = {  # kind: (table, its columns as its record reads them)
-    "prompt": ("user_prompts", "o.prompt_number, o.text, o.created_at"),
+    "prompt": ("user_prompts", "o.prompt_number, o.text, o.created_at, o.provenance, o.flagged"),
     "observation": ("observations", ", ".join(f"o.{c.strip()}" for c in export_import.OBSERVATION_COLUMNS.split(","))),
     "summary": ("session_summaries", ", ".join(f"o.{c.strip()}" for c in export_import.SUMMARY_COLUMNS.split(","))),
 }
@@ -242,8 +241,7 @@ def _read_rows(connection: apsw.Connection, kind: Kind, bindings: _Bindings, sha
         key = shared_key(text(row[6]), project)
         cwd = text(row[7]) if row[7] is not None else None  # this machine's paths are rewritten out of the texts
         if kind == "prompt":
-            prompt = fitted(PromptRecord(claude_id, integer(row[8]), text(row[9]), real(row[10])))
-            rows.append(OutboxRow(without_local_paths(prompt, cwd=cwd), key))
+            rows.append(OutboxRow(without_local_paths(export_import.prompt_record(claude_id, row[8:]), cwd=cwd), key))
         elif kind == "observation":
             record = without_local_paths(export_import.observation_record(claude_id, row[8:]), cwd=cwd)
             rows.append(OutboxRow(record, key, ("observation", row_id)))
