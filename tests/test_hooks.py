@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -20,7 +19,7 @@ from sessionmem.testing.harness import serve_in_thread
 from sessionmem.testing.worker_process import WorkerClient, WorkerProcess
 
 from .conftest import FIXTURES, data_dir_contains
-from .processes import running
+from .processes import our_worker_on, started_worker_exited
 
 pytestmark = pytest.mark.slow
 
@@ -463,16 +462,6 @@ def program_on_a_port(answer: Callable[[int], bytes | None], connections: int) -
         yield listener.getsockname()[1], asked
 
 
-def our_worker_on(data_dir: Path, port: int) -> None:
-    """``worker.json`` naming ``port`` and a live process of this user (the test's own): what a worker of ours
-    that hangs, or answers late or oddly, looks like to the hooks, which send nothing to a port no worker of
-    ours holds."""
-    from sessionmem.protocol.state import WorkerState, write_state
-
-    data_dir.mkdir(parents=True, exist_ok=True)
-    write_state(str(data_dir), WorkerState(os.getpid(), "127.0.0.1", port, time.time(), "test"))
-
-
 def http_reply(status: bytes, body: bytes) -> bytes:
     return (b"HTTP/1.1 " + status + b"\r\nContent-Length: " + str(len(body)).encode()
             + b"\r\nConnection: close\r\n\r\n" + body)
@@ -506,11 +495,7 @@ def test_a_program_on_the_port_of_a_worker_not_running_is_told_nothing(tmp_path:
             assert_silent_success(result)  # nothing of the program's answer reaches Claude
         # The worker SessionStart started exits once it finds the port taken: waited for while it still is (a
         # busy machine's worker may not have got that far within the hook's 10 s).
-        started = re.search(r"started worker pid (\d+)", (tmp_path / "hooks.log").read_text())
-        deadline = time.monotonic() + 120
-        while started and running(int(started[1])) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not (started and running(int(started[1])))
+        assert started_worker_exited((tmp_path / "hooks.log").read_text())
     assert asked == []
     log = (tmp_path / "hooks.log").read_text()
     assert log.count("event spooled") == 2, log  # the tool use and the prompt, kept for the worker

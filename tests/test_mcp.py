@@ -14,13 +14,11 @@ import re
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -43,7 +41,7 @@ from sessionmem.testing.harness import InProcessWorker, ThreadedWorker, serve_in
 from sessionmem.testing.messages_api import RecordedRequest, ScriptedMessagesAPI
 from sessionmem.testing.worker_process import WorkerProcess
 
-from .processes import running
+from .processes import started_worker_exited
 from .test_e2e_claude_code import Conversation, Harness, claude_harness, first_session, observations
 
 # Its end-to-end tests drive the Claude Code CLI: one CLI at a time when `make test` runs in parallel.
@@ -308,11 +306,7 @@ async def test_a_worker_that_cannot_be_reached_is_a_tool_error(tmp_path: Path,
         assert "worker is not running and could not be started" in text(result)
         assert (await session.list_tools()).tools  # still serving
     # The worker it started could not take the port, and exits: waited for while the port is still taken.
-    started = re.search(r"started worker pid (\d+)", text(result))
-    deadline = time.monotonic() + 120
-    while started and running(int(started[1])) and time.monotonic() < deadline:
-        await anyio.sleep(0.1)
-    assert not (started and running(int(started[1]))) and not (tmp_path / "data" / "worker.json").exists()
+    assert started_worker_exited(text(result)) and not (tmp_path / "data" / "worker.json").exists()
     # Nothing was sent to what holds the port: no worker of this data dir holds it.
     assert not any(path.startswith("/api/") for _, path, _ in messages_api.side_requests)
 

@@ -34,6 +34,8 @@ from sessionmem.redaction import Redactor
 from sessionmem.server.ingest import EdgeCleaner, Ingestor
 from sessionmem.settings import ENV, Settings
 
+from .processes import our_worker_on
+
 # -- one definition, both sides ---------------------------------------------------------------
 
 
@@ -192,7 +194,7 @@ def scripted(tmp_path: Path) -> Iterator[Any]:
         servers.append(server)
         (tmp_path / STATE_FILE).unlink(missing_ok=True)
         if ours:
-            write_state(str(tmp_path), WorkerState(os.getpid(), "127.0.0.1", server.port, 0.0, "test"))
+            our_worker_on(tmp_path, server.port)
         return server, ClientConfig({"SESSIONMEM_DATA_DIR": str(tmp_path), "SESSIONMEM_PORT": str(server.port)})
 
     yield start
