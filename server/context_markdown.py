@@ -83,7 +83,7 @@ def _agent_mark(agent: str, asking: str) -> str:
 def _group_header(group: SessionGroup, asking: str) -> str:
     # The session's first prompt: an imported or a pulled session's is anyone's, and a heading has no flag
     # of its own to mark it, so an order there is withheld (the prompt itself is stored, and flagged).
-    about = f" · {one_line(withhold(one_line(group.request, HEADING_READ))[0], 100)}" if group.request else ""
+    about = f" · {one_line(withhold(group.request[:HEADING_READ])[0], 100)}" if group.request else ""
     origin = f" · {from_origin(group.origin)}" if group.origin else ""
     return f"### {_when(group.started_at)}{_agent_mark(group.agent, asking)}{about}{origin}"
 
